@@ -1,1 +1,23 @@
+//! hull-box: one fresh, kernel-enforced box per call.
+//!
+//! A caller describes a box as a [`BoxSpec`]; [`Runtime::run`] validates it, builds a
+//! [`plan::BoxPlan`] (the ordered setup steps), clones a child into new user, mount, pid, net, ipc,
+//! uts and cgroup namespaces that executes the plan, and supervises it from outside until it ends.
+//! This is the only crate of hull that forks into namespaces; its `unsafe` code is in [`sys`].
 
+pub mod assemble;
+pub mod caps;
+mod child;
+pub mod error;
+pub mod plan;
+pub mod proto;
+pub mod result;
+pub mod size;
+pub mod spec;
+mod supervise;
+pub mod sys;
+
+pub use error::BoxError;
+pub use result::{Fault, FaultType, RunResult, Stats};
+pub use spec::{BindMount, BoxSpec, Network, RootSpec, Stdin, TmpfsMount};
+pub use supervise::{NoSink, OutputSink, RunOptions, Runtime, Stream};

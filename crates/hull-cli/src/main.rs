@@ -1,1 +1,56 @@
-fn main(){}
+//! The `hull` command: parses arguments, hands work to hull-box, prints results and errors once.
+
+mod bench;
+mod doctor;
+mod run;
+
+use clap::{Parser, Subcommand};
+
+/// A local sandbox for code nobody has read yet: every call gets a fresh, kernel-enforced box.
+#[derive(Parser)]
+#[command(name = "hull", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one command (or --code) in a fresh box, then throw the box away.
+    Run(Box<run::RunArgs>),
+    /// Check this host: namespaces, cgroups, seccomp, landlock, overlayfs; say how to fix gaps.
+    Doctor(doctor::DoctorArgs),
+    /// Measure box overhead against bare fork+exec, interleaved in one process.
+    Bench(bench::BenchArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let code = match cli.command {
+        Command::Run(args) => run::main(*args),
+        Command::Doctor(args) => doctor::main(&args),
+        Command::Bench(args) => bench::main(&args),
+    };
+    std::process::exit(code);
+}
+
+/// Prints an error with its cause chain, once, at the edge.
+pub fn print_error(err: &(dyn std::error::Error + 'static)) {
+    eprintln!("hull: error: {err}");
+    let mut src = err.source();
+    while let Some(s) = src {
+        eprintln!("  caused by: {s}");
+        src = s.source();
+    }
+}
+
+/// The cause chain as a list, for JSON errors.
+pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> Vec<String> {
+    let mut v = vec![err.to_string()];
+    let mut src = err.source();
+    while let Some(s) = src {
+        v.push(s.to_string());
+        src = s.source();
+    }
+    v
+}

@@ -1,0 +1,358 @@
+//! Turns a validated [`BoxSpec`] into a [`BoxPlan`]: which host paths make up the root, where
+//! the writable mounts go, which descriptors carry the bind sources.
+//!
+//! Bind sources the caller names (workspace, `--mount`, `--rootfs`) are opened here with `O_PATH`
+//! and handed to the child as `/proc/self/fd/N`, so a path swapped after the checks cannot
+//! redirect a bind, and sources under the host's /tmp survive the staging tmpfs covering it.
+
+use std::ffi::CString;
+use std::os::fd::OwnedFd;
+use std::path::Path;
+
+use crate::error::BoxError;
+use crate::plan::{BoxPlan, PlanBuilder, Skeleton};
+use crate::spec::{is_within, BoxSpec, Network, RootSpec, SpecError, BOX_PATH};
+use crate::sys;
+
+/// Host directories the `host` image shows, read-only (symlinks are copied as symlinks).
+pub const HOST_DIRS: &[&str] = &["usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"];
+
+/// Entries of the host's /etc the `host` image shows: the loader cache, certificates,
+/// alternatives and other read-mostly data programs expect. Never shadow, sudoers, ssh keys.
+pub const HOST_ETC: &[&str] = &[
+    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "ssl", "ca-certificates", "ca-certificates.conf",
+    "alternatives", "localtime", "timezone", "os-release", "debian_version", "protocols", "services",
+    "mime.types", "python3", "python3.11", "python3.12", "python3.13", "gai.conf", "host.conf",
+    "inputrc", "bash.bashrc", "magic", "papersize", "fonts", "matplotlibrc",
+];
+
+/// Names in a root that hull provides itself.
+const OWN_TOP: &[&str] = &["proc", "sys", "dev", "tmp", "workspace"];
+
+/// Descriptors the plan refers to; they must stay open until the box has been cloned.
+pub struct Held {
+    pub fds: Vec<OwnedFd>,
+}
+
+/// What the plan needs from the caller's side.
+pub struct Context<'a> {
+    pub uid: u32,
+    pub gid: u32,
+    pub cgroup_procs: &'a [CString],
+    pub workspace: &'a Path,
+    pub seccomp_rules: usize,
+    pub listener: bool,
+    pub keep_caps: u64,
+}
+
+/// The namespace flags for `spec`.
+pub fn clone_flags(spec: &BoxSpec) -> libc::c_int {
+    let mut f = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
+    if spec.network == Network::None {
+        f |= libc::CLONE_NEWNET;
+    }
+    f
+}
+
+/// The first descriptor number bind sources are opened at inside the box's setup.
+const SOURCE_FD_BASE: i32 = 900;
+
+/// Bind sources, each opened by the box at a fixed descriptor before the mounts start.
+struct Sources {
+    list: Vec<(String, i32)>,
+}
+
+impl Sources {
+    /// Checks `path` exists now (for a clear error) and reserves a descriptor for it.
+    fn add(&mut self, arg: &'static str, path: &Path) -> Result<String, BoxError> {
+        let canon = std::fs::canonicalize(path).map_err(|e| BoxError::Source { arg, path: path.to_path_buf(), errno: sys::Errno(e.raw_os_error().unwrap_or(libc::EIO)) })?;
+        let c = canon.to_string_lossy().into_owned();
+        if c.contains('\0') {
+            return Err(SpecError::Nul(arg.into()).into());
+        }
+        let fd = SOURCE_FD_BASE + i32::try_from(self.list.len()).unwrap_or(0);
+        self.list.push((c, fd));
+        Ok(format!("/proc/self/fd/{fd}"))
+    }
+}
+
+/// The root entries of an image: (name, kind).
+enum Entry {
+    Dir,
+    File,
+    Link(String),
+}
+
+fn classify(path: &Path) -> Option<Entry> {
+    let md = std::fs::symlink_metadata(path).ok()?;
+    let ft = md.file_type();
+    if ft.is_symlink() {
+        std::fs::read_link(path).ok().map(|t| Entry::Link(t.to_string_lossy().into_owned()))
+    } else if ft.is_dir() {
+        Some(Entry::Dir)
+    } else if ft.is_file() {
+        Some(Entry::File)
+    } else {
+        None
+    }
+}
+
+/// Builds the plan for `spec`. The returned [`Held`] must outlive the clone.
+pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<(BoxPlan, Held), BoxError> {
+    let held = Held { fds: Vec::new() };
+    let mut src = Sources { list: Vec::new() };
+    let root_src = match &spec.root {
+        RootSpec::Dir(dir) => Some(src.add("--rootfs", dir)?),
+        RootSpec::Host => None,
+    };
+    let ws = src.add("--workspace", ctx.workspace)?;
+    let mut mount_src = Vec::new();
+    for m in &spec.mounts {
+        mount_src.push(src.add("--mount", &m.source)?);
+    }
+    let mut b = PlanBuilder::start(clone_flags(spec), ctx.uid, ctx.gid, ctx.cgroup_procs, &src.list);
+    // Top-level names that come from the image (read-only, shared with the host or other boxes).
+    let mut image_top: Vec<String> = Vec::new();
+    match &spec.root {
+        RootSpec::Host => host_root(&mut b, spec, &mut image_top),
+        RootSpec::Dir(dir) => dir_root(&mut b, spec, dir, root_src.as_deref().unwrap_or_default(), &mut image_top)?,
+    }
+    for d in OWN_TOP {
+        b.mkdir(&format!("/{d}"));
+    }
+
+    // Mount points for user tmpfs and binds: inside a writable mount they are made after that
+    // mount exists; elsewhere they are made now, in the root tmpfs, before it is sealed.
+    let mut writable_roots: Vec<String> = vec!["/tmp".into(), "/dev/shm".into()];
+    writable_roots.extend(spec.tmpfs.iter().map(|t| t.target.clone()));
+    let mut user_targets: Vec<(&str, bool)> = spec.tmpfs.iter().map(|t| (t.target.as_str(), true)).collect();
+    for m in &spec.mounts {
+        user_targets.push((m.target.as_str(), m.source.is_dir()));
+    }
+    let mut late_dirs: Vec<(String, bool)> = Vec::new();
+    for (target, is_dir) in &user_targets {
+        let top = target.split('/').nth(1).unwrap_or("");
+        if image_top.iter().any(|t| t == top) {
+            return Err(SpecError::TargetRefused {
+                arg: "--mount",
+                target: (*target).to_string(),
+                why: format!("/{top} comes from the image, which is read-only and shared; mount at a new top-level path such as /data or /mnt/x"),
+            }
+            .into());
+        }
+        if let Some(m) = spec.mounts.iter().find(|m| m.target != *target && is_within(target, &m.target)) {
+            return Err(SpecError::TargetRefused { arg: "--mount", target: (*target).to_string(), why: format!("it lies inside the --mount at {}; hull does not create mount points in host directories", m.target) }.into());
+        }
+        let inside_writable = writable_roots.iter().any(|w| w != target && is_within(target, w));
+        let chain = ancestors(target);
+        if inside_writable {
+            late_dirs.push(((*target).to_string(), *is_dir));
+        } else {
+            for a in &chain {
+                b.mkdir(a);
+            }
+            if *is_dir {
+                b.mkdir(target);
+            } else {
+                b.touch(target);
+            }
+        }
+    }
+    dev_skeleton(&mut b);
+
+    let mut w = b.seal();
+    w.tmpfs("/tmp", spec.tmp_size, 0o1777);
+    w.tmpfs("/dev/shm", spec.shm_size, 0o1777);
+    w.devpts("/dev/pts");
+    w.bind(&ws, &ctx.workspace.display().to_string(), "/workspace", false);
+    // Shallow targets first, so a tmpfs at /data exists before a bind at /data/x... (validation
+    // already refused a tmpfs covering a bind, and binds nested in binds).
+    let mut order: Vec<usize> = (0..user_targets.len()).collect();
+    order.sort_by_key(|&i| user_targets[i].0.matches('/').count());
+    for i in order {
+        let (target, is_dir) = user_targets[i];
+        if let Some((_, _)) = late_dirs.iter().find(|(t, _)| t == target) {
+            for a in ancestors(target) {
+                if writable_roots.iter().any(|w| is_within(&a, w) && a != *w) {
+                    w.mkdir(&a);
+                }
+            }
+            if is_dir {
+                w.mkdir(target);
+            } else {
+                w.touch(target);
+            }
+        }
+        if let Some(t) = spec.tmpfs.iter().find(|t| t.target == target) {
+            w.tmpfs(&t.target, t.size, 0o1777);
+        } else if let Some(m) = spec.mounts.iter().find(|m| m.target == target) {
+            let idx = spec.mounts.iter().position(|x| x.target == target).unwrap_or(0);
+            w.bind(&mount_src[idx], &m.source.display().to_string(), &m.target, m.read_only);
+        }
+    }
+    w.proc();
+
+    let mut p = w.pivot();
+    p.hostname(&spec.hostname);
+    if spec.network == Network::None {
+        p.loopback_up();
+    }
+    p.chdir(&spec.cwd);
+    let env = box_env(spec);
+    let path_var = env.iter().find(|(k, _)| k == "PATH").map_or(BOX_PATH.to_string(), |(_, v)| v.clone());
+    Ok((p.finish(ctx.keep_caps, ctx.seccomp_rules, ctx.listener, &spec.argv, &env, &path_var), held))
+}
+
+/// The proper ancestors of an absolute path, shallowest first (`/a/b/c` -> `/a`, `/a/b`).
+fn ancestors(path: &str) -> Vec<String> {
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+    (1..parts.len()).map(|n| format!("/{}", parts[..n].join("/"))).collect()
+}
+
+fn host_root(b: &mut PlanBuilder<Skeleton>, spec: &BoxSpec, image_top: &mut Vec<String>) {
+    for name in HOST_DIRS {
+        let host = format!("/{name}");
+        match classify(Path::new(&host)) {
+            Some(Entry::Link(t)) => b.symlink(&t, &host),
+            Some(Entry::Dir) => {
+                b.mkdir(&host);
+                b.bind_host(&host, &host, &host, false);
+            }
+            _ => continue,
+        }
+        image_top.push((*name).to_string());
+    }
+    image_top.push("etc".into());
+    b.mkdir("/etc");
+    for name in HOST_ETC {
+        let host = format!("/etc/{name}");
+        match classify(Path::new(&host)) {
+            Some(Entry::Link(t)) => b.symlink(&t, &host),
+            Some(Entry::Dir) => {
+                b.mkdir(&host);
+                b.bind_host(&host, &host, &host, true);
+            }
+            Some(Entry::File) => {
+                b.touch(&host);
+                b.bind_host(&host, &host, &host, true);
+            }
+            None => {}
+        }
+    }
+    let host_name = &spec.hostname;
+    b.write_file("/etc/passwd", b"root:x:0:0:root:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n".to_vec());
+    b.write_file("/etc/group", b"root:x:0:\nnogroup:x:65534:\n".to_vec());
+    b.write_file("/etc/hostname", format!("{host_name}\n").into_bytes());
+    b.write_file("/etc/hosts", format!("127.0.0.1\tlocalhost {host_name}\n::1\tlocalhost ip6-localhost ip6-loopback\n").into_bytes());
+    b.write_file("/etc/nsswitch.conf", b"passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n".to_vec());
+    if spec.network == Network::Host && Path::new("/etc/resolv.conf").exists() {
+        b.touch("/etc/resolv.conf");
+        b.bind_host("/etc/resolv.conf", "/etc/resolv.conf", "/etc/resolv.conf", true);
+    } else {
+        b.write_file("/etc/resolv.conf", b"# no network in this box\n".to_vec());
+    }
+}
+
+fn dir_root(b: &mut PlanBuilder<Skeleton>, spec: &BoxSpec, dir: &Path, base: &str, image_top: &mut Vec<String>) -> Result<(), BoxError> {
+    let entries = std::fs::read_dir(dir).map_err(|e| BoxError::Io { what: format!("read the image root {}", dir.display()), error: e })?;
+    let mut names: Vec<String> = entries.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    for name in names {
+        if OWN_TOP.contains(&name.as_str()) || name.contains('\0') {
+            continue;
+        }
+        let host = dir.join(&name);
+        let boxed = format!("/{name}");
+        let wanted_empty = spec.tmpfs.iter().map(|t| &t.target).chain(spec.mounts.iter().map(|m| &m.target)).any(|t| is_within(t, &boxed));
+        match classify(&host) {
+            Some(Entry::Link(t)) => b.symlink(&t, &boxed),
+            Some(Entry::Dir) => {
+                b.mkdir(&boxed);
+                // An empty image directory (/mnt, /srv) that a user mount goes below is just
+                // recreated, so mount points can be made in it without touching the image.
+                let empty = std::fs::read_dir(&host).map(|mut d| d.next().is_none()).unwrap_or(false);
+                if wanted_empty && empty {
+                    continue;
+                }
+                b.bind_host(&format!("{base}/{name}"), &host.display().to_string(), &boxed, false);
+            }
+            Some(Entry::File) => {
+                b.touch(&boxed);
+                b.bind_host(&format!("{base}/{name}"), &host.display().to_string(), &boxed, false);
+            }
+            None => continue,
+        }
+        image_top.push(name);
+    }
+    Ok(())
+}
+
+/// A minimal /dev: a small tmpfs with the harmless character devices bound from the host.
+fn dev_skeleton(b: &mut PlanBuilder<Skeleton>) {
+    b.tmpfs("/dev", 64 << 10, 0o755);
+    for d in ["null", "zero", "full", "random", "urandom", "tty"] {
+        let p = format!("/dev/{d}");
+        b.touch(&p);
+        b.bind_host(&p, &p, &p, false);
+    }
+    b.mkdir("/dev/pts");
+    b.mkdir("/dev/shm");
+    b.symlink("pts/ptmx", "/dev/ptmx");
+    b.symlink("/proc/self/fd", "/dev/fd");
+    b.symlink("/proc/self/fd/0", "/dev/stdin");
+    b.symlink("/proc/self/fd/1", "/dev/stdout");
+    b.symlink("/proc/self/fd/2", "/dev/stderr");
+}
+
+/// The box's environment: a clean default, never the caller's, plus what `--env` gives.
+pub fn box_env(spec: &BoxSpec) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = vec![
+        ("PATH".into(), BOX_PATH.into()),
+        ("HOME".into(), "/tmp".into()),
+        ("USER".into(), "root".into()),
+        ("LOGNAME".into(), "root".into()),
+        ("HOSTNAME".into(), spec.hostname.clone()),
+        ("LANG".into(), "C.UTF-8".into()),
+        ("TERM".into(), "dumb".into()),
+    ];
+    for (k, v) in &spec.env {
+        if let Some(slot) = env.iter_mut().find(|(ek, _)| ek == k) {
+            slot.1 = v.clone();
+        } else {
+            env.push((k.clone(), v.clone()));
+        }
+    }
+    env
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ancestors_are_shallow_first() {
+        assert_eq!(ancestors("/a/b/c"), vec!["/a", "/a/b"]);
+        assert!(ancestors("/a").is_empty());
+    }
+
+    #[test]
+    fn user_env_overrides_defaults() {
+        let mut s = BoxSpec::new(vec!["true".into()]);
+        s.env.push(("HOME".into(), "/workspace".into()));
+        s.env.push(("X".into(), "1".into()));
+        let env = box_env(&s);
+        assert!(env.contains(&("HOME".into(), "/workspace".into())));
+        assert!(env.contains(&("X".into(), "1".into())));
+        assert!(!env.iter().any(|(k, _)| k == "SSH_AUTH_SOCK"));
+    }
+
+    #[test]
+    fn targets_inside_the_image_are_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let mut s = BoxSpec::new(vec!["true".into()]);
+        s.mounts.push(crate::spec::BindMount { source: d.path().into(), target: "/usr/data".into(), read_only: true });
+        let ctx = Context { uid: 0, gid: 0, cgroup_procs: &[], workspace: d.path(), seccomp_rules: 1, listener: true, keep_caps: 0 };
+        let err = build(&s, &ctx).err().expect("refused").to_string();
+        assert!(err.contains("/usr/data") && err.contains("image"), "{err}");
+    }
+}

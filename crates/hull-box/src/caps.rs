@@ -1,0 +1,70 @@
+//! Capability names and the set a box keeps. By default a box keeps none: every capability is
+//! dropped from the bounding, ambient, effective, permitted and inheritable sets. `--cap-add`
+//! keeps a capability inside the box's user namespace only (it never means anything on the host).
+
+/// Capability names in number order (linux/capability.h), without the `CAP_` prefix.
+pub const NAMES: &[&str] = &[
+    "CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID",
+    "SETPCAP", "LINUX_IMMUTABLE", "NET_BIND_SERVICE", "NET_BROADCAST", "NET_ADMIN", "NET_RAW",
+    "IPC_LOCK", "IPC_OWNER", "SYS_MODULE", "SYS_RAWIO", "SYS_CHROOT", "SYS_PTRACE", "SYS_PACCT",
+    "SYS_ADMIN", "SYS_BOOT", "SYS_NICE", "SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "MKNOD",
+    "LEASE", "AUDIT_WRITE", "AUDIT_CONTROL", "SETFCAP", "MAC_OVERRIDE", "MAC_ADMIN", "SYSLOG",
+    "WAKE_ALARM", "BLOCK_SUSPEND", "AUDIT_READ", "PERFMON", "BPF", "CHECKPOINT_RESTORE",
+];
+
+/// The highest capability number this build knows.
+pub fn last_cap() -> u32 {
+    u32::try_from(NAMES.len() - 1).unwrap_or(0)
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CapError {
+    #[error("{arg} `{name}` is not a capability; use a name like NET_BIND_SERVICE or CAP_CHOWN, or ALL")]
+    Unknown { arg: &'static str, name: String },
+}
+
+fn parse(arg: &'static str, name: &str) -> Result<u64, CapError> {
+    let upper = name.trim().to_ascii_uppercase();
+    let bare = upper.strip_prefix("CAP_").unwrap_or(&upper);
+    if bare == "ALL" {
+        return Ok((1u64 << NAMES.len()) - 1);
+    }
+    NAMES
+        .iter()
+        .position(|n| *n == bare)
+        .map(|i| 1u64 << i)
+        .ok_or_else(|| CapError::Unknown { arg, name: name.to_string() })
+}
+
+/// The capability mask a box keeps: what `--cap-add` names, less what `--cap-drop` names.
+pub fn resolve(add: &[String], drop: &[String]) -> Result<u64, CapError> {
+    let mut keep = 0u64;
+    for a in add {
+        keep |= parse("--cap-add", a)?;
+    }
+    for d in drop {
+        keep &= !parse("--cap-drop", d)?;
+    }
+    Ok(keep)
+}
+
+/// The names in a mask, for `--plan`.
+pub fn names(mask: u64) -> Vec<&'static str> {
+    NAMES.iter().enumerate().filter(|(i, _)| mask & (1 << i) != 0).map(|(_, n)| *n).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_resolve() {
+        assert_eq!(resolve(&["NET_BIND_SERVICE".into()], &[]), Ok(1 << 10));
+        assert_eq!(resolve(&["cap_chown".into()], &[]), Ok(1));
+        let all_but_admin = resolve(&["ALL".into()], &["SYS_ADMIN".into()]).unwrap();
+        assert_eq!(all_but_admin & (1 << 21), 0);
+        assert_ne!(all_but_admin & 1, 0);
+        assert_eq!(names(1 << 10), vec!["NET_BIND_SERVICE"]);
+        assert!(resolve(&["FLY".into()], &[]).unwrap_err().to_string().contains("--cap-add"));
+    }
+}

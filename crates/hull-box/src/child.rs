@@ -1,0 +1,209 @@
+//! The box side: executes a [`BoxPlan`] inside the freshly cloned process (pid 1 of the box).
+//!
+//! Runs between `clone` and `execve`, so it only reads data the parent prepared and calls the
+//! allocation-free wrappers of [`crate::sys`]. A failed step is sent to the supervisor as
+//! [`Message::SetupFailed`] with the step's index and errno, then the process exits with 125.
+//! After setup, pid 1 forks the program and stays behind as the box's reaper: it ends the box
+//! (and with it every process in the pid namespace) as soon as the program exits.
+
+
+use std::os::fd::RawFd;
+
+use crate::plan::{BoxPlan, Step};
+use crate::proto::Message;
+use crate::sys::{self, Errno, SysResult, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY};
+
+/// Descriptors and pre-built pointer arrays the child needs; all created by the parent.
+pub(crate) struct ChildContext<'a> {
+    pub plan: &'a BoxPlan,
+    pub sock: RawFd,
+    pub stdin: RawFd,
+    pub stdout: RawFd,
+    pub stderr: RawFd,
+    /// `execve` argv and envp: null-terminated arrays pointing into the plan's C strings.
+    pub argv: &'a [*const libc::c_char],
+    pub envp: &'a [*const libc::c_char],
+    pub seccomp: Option<&'a libc::sock_fprog>,
+}
+
+fn send(sock: RawFd, m: Message, fd: Option<RawFd>) {
+    // Nothing useful can be done if the supervisor is gone; the exit status still tells.
+    let _ = sys::send_with_fd(sock, &m.encode(), fd);
+}
+
+/// Runs the plan and never returns.
+pub(crate) fn run(ctx: &ChildContext<'_>) -> ! {
+    for (i, step) in ctx.plan.steps.iter().enumerate() {
+        if let Err(e) = execute(ctx, step) {
+            send(ctx.sock, Message::SetupFailed { step: u32::try_from(i).unwrap_or(u32::MAX), errno: e.0 }, None);
+            sys::exit_now(125);
+        }
+    }
+    // The last step is Exec, which never returns; a plan without one is a bug in the builder.
+    send(ctx.sock, Message::SetupFailed { step: u32::try_from(ctx.plan.steps.len()).unwrap_or(u32::MAX), errno: libc::EINVAL }, None);
+    sys::exit_now(125)
+}
+
+/// ENOENT on an optional step means the kernel or host simply has no such path.
+fn optional(r: SysResult<()>) -> SysResult<()> {
+    match r {
+        Err(Errno(libc::ENOENT)) => Ok(()),
+        other => other,
+    }
+}
+
+const BIND: libc::c_ulong = libc::MS_BIND | libc::MS_REC;
+
+fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
+    match step {
+        Step::MapIds { uid_map, gid_map, .. } => {
+            optional(sys::write_file(c"/proc/self/setgroups", b"deny", 0, 0))?;
+            sys::write_file(c"/proc/self/uid_map", uid_map, 0, 0)?;
+            sys::write_file(c"/proc/self/gid_map", gid_map, 0, 0)
+        }
+        Step::JoinCgroup { procs } => sys::write_file(&procs.c, b"0", 0, 0),
+        Step::UnshareCgroupNs => sys::unshare(libc::CLONE_NEWCGROUP),
+        Step::OpenSource { path, fd } => sys::open_path_at(&path.c, *fd),
+        Step::PrivatizeMounts => sys::mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE, None),
+        Step::MountRoot { at, opts, .. } => sys::mount(Some(c"tmpfs"), &at.c, Some(c"tmpfs"), libc::MS_NOSUID | libc::MS_NODEV, Some(opts)),
+        Step::Mkdir { path } => sys::mkdir(&path.c, 0o755),
+        Step::Touch { path } => sys::touch(&path.c),
+        Step::Symlink { target, path, .. } => sys::symlink(target, &path.c),
+        Step::WriteFile { path, data } => sys::write_file(&path.c, data, libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW, 0o644),
+        Step::Bind { source, target, optional: opt } => {
+            let r = sys::mount(Some(&source.c), &target.c, None, BIND, None);
+            if *opt {
+                optional(r)
+            } else {
+                r
+            }
+        }
+        Step::Tmpfs { target, opts, .. } => sys::mount(Some(c"tmpfs"), &target.c, Some(c"tmpfs"), libc::MS_NOSUID | libc::MS_NODEV, Some(opts)),
+        Step::Seal { root, dev } => {
+            sys::mount_setattr(&root.c, true, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0)?;
+            sys::mount_setattr(&dev.c, true, 0, MOUNT_ATTR_NODEV)
+        }
+        Step::SetAttr { target, set, clear } => sys::mount_setattr(&target.c, true, *set, *clear),
+        Step::Devpts { target } => sys::mount(Some(c"devpts"), &target.c, Some(c"devpts"), libc::MS_NOSUID | libc::MS_NOEXEC, Some(c"newinstance,ptmxmode=0666,mode=0620")),
+        Step::Proc { target } => sys::mount(Some(c"proc"), &target.c, Some(c"proc"), libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC, None),
+        Step::MaskFile { target, null } => optional(sys::mount(Some(&null.c), &target.c, None, libc::MS_BIND, None)),
+        Step::MaskDir { target } => optional(sys::mount(Some(c"tmpfs"), &target.c, Some(c"tmpfs"), libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC, Some(c"size=4k,mode=0555"))),
+        Step::ProtectProc { target } => {
+            if let Err(e) = sys::mount(Some(&target.c), &target.c, None, BIND, None) {
+                return optional(Err(e));
+            }
+            sys::mount_setattr(&target.c, true, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, 0)
+        }
+        Step::Pivot { root } => {
+            sys::chdir(&root.c)?;
+            sys::pivot_root(c".", c".")?;
+            sys::umount_detach(c".")?;
+            sys::chdir(c"/")
+        }
+        Step::Hostname { name } => sys::sethostname(name.as_bytes()),
+        Step::LoopbackUp => sys::loopback_up(),
+        Step::Chdir { path } => sys::chdir(&path.c),
+        Step::DropCaps { keep } => drop_caps(*keep),
+        Step::NoNewPrivs => sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1).map(drop),
+        Step::Seccomp { listener, .. } => {
+            let mut fd = None;
+            if let Some(prog) = ctx.seccomp {
+                // SAFETY: prog points at the parent's compiled program, copied into our memory by
+                // clone; no_new_privs was set by the step before.
+                let ret = unsafe { hull_seccomp::install_raw(prog, *listener) };
+                match ret {
+                    Ok(l) if *listener => fd = Some(l),
+                    Ok(_) => {}
+                    Err(e) => return Err(Errno(e)),
+                }
+            }
+            send(ctx.sock, Message::Ready, fd);
+            if let Some(l) = fd {
+                sys::close_raw(l);
+            }
+            Ok(())
+        }
+        Step::Exec { candidates, .. } => spawn_and_reap(ctx, candidates),
+    }
+}
+
+/// Drops every capability not in `keep` from the bounding and ambient sets, then sets the
+/// effective, permitted and inheritable sets to `keep`.
+fn drop_caps(keep: u64) -> SysResult<()> {
+    for cap in 0..64u32 {
+        if keep & (1u64 << cap) != 0 {
+            continue;
+        }
+        match sys::prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap)) {
+            Ok(_) => {}
+            Err(Errno(libc::EINVAL)) => break, // past the kernel's last capability
+            Err(e) => return Err(e),
+        }
+    }
+    sys::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong)?;
+    sys::capset(keep)
+}
+
+/// Forks the program, then reaps until it exits and reports its status. Never returns on success.
+fn spawn_and_reap(ctx: &ChildContext<'_>, candidates: &[std::ffi::CString]) -> SysResult<()> {
+    // A new session: the program has no controlling terminal, so it cannot push input into the
+    // caller's terminal (TIOCSTI) even when stdin is inherited.
+    sys::setsid()?;
+    // SAFETY: the grandchild below only calls allocation-free wrappers and ends in execve/_exit.
+    let pid = unsafe { sys::clone_fork(0) }?;
+    if pid == 0 {
+        exec_program(ctx, candidates);
+    }
+    // Pid 1 keeps only its channel to the supervisor; it is not dumpable, so the program cannot
+    // read its memory or descriptors through /proc/1.
+    let _ = sys::prctl(libc::PR_SET_DUMPABLE, 0);
+    let sock = u32::try_from(ctx.sock).unwrap_or(u32::MAX);
+    sys::close_range(0, sock.saturating_sub(1));
+    sys::close_range(sock.saturating_add(1), u32::MAX);
+    loop {
+        match sys::wait4(-1, false) {
+            Ok(Some(w)) if w.pid == pid => {
+                send(ctx.sock, Message::MainExited { status: w.status }, None);
+                sys::exit_now(0);
+            }
+            Ok(_) => {}
+            Err(Errno(libc::ECHILD)) => sys::exit_now(0),
+            Err(_) => {}
+        }
+    }
+}
+
+fn exec_program(ctx: &ChildContext<'_>, candidates: &[std::ffi::CString]) -> ! {
+    let stdio = [(ctx.stdin, 0), (ctx.stdout, 1), (ctx.stderr, 2)];
+    for (from, to) in stdio {
+        if sys::dup2(from, to).is_err() {
+            sys::exit_now(126);
+        }
+    }
+    sys::reset_signals();
+    if sys::cloexec_from(3).is_err() {
+        // Old kernel without CLOSE_RANGE_CLOEXEC: close everything but our channel.
+        let sock = u32::try_from(ctx.sock).unwrap_or(u32::MAX);
+        sys::close_range(3, sock.saturating_sub(1));
+        sys::close_range(sock.saturating_add(1), u32::MAX);
+    }
+    let mut worst = Errno(libc::ENOENT);
+    for c in candidates {
+        let e = sys::execve(c.as_c_str(), ctx.argv, ctx.envp);
+        // ENOENT and ENOTDIR mean "not here, try the next PATH entry"; anything else
+        // (EACCES, ENOEXEC, E2BIG) is what the user needs to hear about.
+        if e.0 != libc::ENOENT && e.0 != libc::ENOTDIR {
+            worst = e;
+        }
+    }
+    send(ctx.sock, Message::ExecFailed { errno: worst.0 }, None);
+    sys::exit_now(127)
+}
+
+/// A NUL-terminated pointer array over C strings, for execve.
+pub(crate) fn pointer_array(strings: &[std::ffi::CString]) -> Vec<*const libc::c_char> {
+    let mut v: Vec<*const libc::c_char> = strings.iter().map(|s| s.as_ptr()).collect();
+    v.push(std::ptr::null());
+    v
+}
+

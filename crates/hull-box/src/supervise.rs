@@ -1,0 +1,599 @@
+//! The supervisor: creates one box, watches it from outside, and turns what happened into a
+//! [`RunResult`]. It owns the wall-clock deadline, the output pipes and their caps, the seccomp
+//! listener, and the cgroup evidence (OOM kills, peak memory). Nothing in the box can outlive it:
+//! killing the box's pid 1 makes the kernel kill every process in the box's pid namespace.
+
+use std::ffi::CString;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::assemble::{self, Context};
+use crate::child::{self, ChildContext};
+use crate::error::BoxError;
+use crate::plan::{BoxPlan, Step};
+use crate::proto::Message;
+use crate::result::{Fault, FaultType, RunResult, Stats};
+use crate::size::Human;
+use crate::spec::{BoxSpec, Stdin};
+use crate::sys::{self, Errno};
+
+/// Which stream a chunk of output came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// Receives output as it arrives (for streaming front ends). Must not block for long: the box's
+/// pipes fill while it runs.
+pub trait OutputSink {
+    fn chunk(&mut self, stream: Stream, data: &[u8]);
+}
+
+/// A sink that drops everything (when only the captured result matters).
+pub struct NoSink;
+
+impl OutputSink for NoSink {
+    fn chunk(&mut self, _: Stream, _: &[u8]) {}
+}
+
+/// How a run is watched.
+#[derive(Clone, Copy, Debug)]
+pub struct RunOptions {
+    /// Keep output in the result (up to --max-output per stream).
+    pub capture: bool,
+}
+
+/// Process-wide state: the detected cgroup layout and the compiled seccomp filter. Create once,
+/// run many boxes (concurrently from several threads, too).
+pub struct Runtime {
+    cgroups: Option<hull_cgroup::Host>,
+    cgroup_error: Option<String>,
+    program: hull_seccomp::Program,
+    fprog: libc::sock_fprog,
+    listener: bool,
+    rules: usize,
+    counter: AtomicU64,
+}
+
+// SAFETY: `fprog` points into `program`, which the Runtime owns and never mutates; the pointer is
+// only read (by the kernel, in a child's copy of memory).
+unsafe impl Send for Runtime {}
+// SAFETY: as above, all shared access is read-only.
+unsafe impl Sync for Runtime {}
+
+/// The signals the supervisor turns into "kill the box, clean up, report".
+const FORWARDED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+impl Runtime {
+    pub fn new() -> Result<Runtime, BoxError> {
+        let support = hull_seccomp::probe();
+        if !support.filter {
+            return Err(BoxError::Seccomp("the kernel has no seccomp filter support (CONFIG_SECCOMP_FILTER); hull will not run code unfiltered".into()));
+        }
+        let listener = support.user_notif;
+        let opts = hull_seccomp::CompileOptions {
+            kill_mode: if listener { hull_seccomp::KillMode::UserNotif } else { hull_seccomp::KillMode::KillProcess },
+            default_errno: u16::try_from(libc::ENOSYS).unwrap_or(38),
+        };
+        let rules = hull_seccomp::default_policy();
+        let program = hull_seccomp::compile(rules, &opts).map_err(|e| BoxError::Seccomp(e.to_string()))?;
+        let fprog = program.as_fprog();
+        let (cgroups, cgroup_error) = match hull_cgroup::Host::detect() {
+            Ok(h) => (Some(h), None),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        Ok(Runtime { cgroups, cgroup_error, program, fprog, listener, rules: rules.len(), counter: AtomicU64::new(0) })
+    }
+
+    /// The detected cgroup layout, for `hull doctor`.
+    pub fn cgroups(&self) -> Result<&hull_cgroup::Host, String> {
+        self.cgroups.as_ref().ok_or_else(|| self.cgroup_error.clone().unwrap_or_default())
+    }
+
+    pub fn seccomp_program(&self) -> &hull_seccomp::Program {
+        &self.program
+    }
+
+    /// The plan `spec` would run, without running it (`hull run --plan`).
+    pub fn plan(&self, spec: &BoxSpec) -> Result<BoxPlan, BoxError> {
+        spec.validate()?;
+        let ws = spec.workspace.clone().unwrap_or_else(|| std::env::temp_dir());
+        let procs: Vec<CString> = Vec::new();
+        let mut procs_shown = procs;
+        if let Some(h) = &self.cgroups {
+            // Show where the box would join without creating anything.
+            procs_shown = h
+                .report()
+                .iter()
+                .filter_map(|r| r.box_parent.as_ref().map(|p| crate::plan::cstring(&format!("{}/hull-<id>/cgroup.procs", p.display()))))
+                .collect();
+        }
+        let keep = crate::caps::resolve(&spec.cap_add, &spec.cap_drop).map_err(crate::spec::SpecError::from)?;
+        let ctx = Context { uid: sys::geteuid(), gid: sys::getegid(), cgroup_procs: &procs_shown, workspace: &ws, seccomp_rules: self.rules, listener: self.listener, keep_caps: keep };
+        let (plan, _held) = assemble::build(spec, &ctx)?;
+        Ok(plan)
+    }
+
+    /// Runs `spec` in a fresh box and returns what happened.
+    pub fn run(&self, spec: &BoxSpec, opts: RunOptions, sink: &mut dyn OutputSink) -> Result<RunResult, BoxError> {
+        spec.validate()?;
+        let keep = crate::caps::resolve(&spec.cap_add, &spec.cap_drop).map_err(crate::spec::SpecError::from)?;
+        let mut warnings = Vec::new();
+
+        let workspace = match &spec.workspace {
+            Some(w) => Workspace { path: w.clone(), temporary: false },
+            None => Workspace::temporary()?,
+        };
+
+        let seq = self.counter.fetch_add(1, Ordering::Relaxed);
+        let name = format!("hull-{}-{seq}", sys::getpid());
+        let limits = hull_cgroup::Limits { memory_bytes: spec.memory, pids: spec.pids, cpu_millis: spec.cpu_millis() };
+        let cgroup = match &self.cgroups {
+            Some(h) => Some(h.create(&name, &limits)?),
+            None => None,
+        };
+        let guard = CgroupGuard(cgroup);
+        let mut unenforced: Vec<String> = Vec::new();
+        match &guard.0 {
+            Some(cg) => unenforced.extend(cg.unenforced().iter().map(|(c, why)| format!("{c:?} cap not enforced: {why}"))),
+            None => {
+                if spec.memory.is_some() || spec.pids.is_some() || spec.cpus.is_some() {
+                    unenforced.push(format!("no cgroup available, so no memory/pids/cpu cap is enforced: {}", self.cgroup_error.clone().unwrap_or_default()));
+                }
+            }
+        }
+        if spec.require_limits && !unenforced.is_empty() {
+            return Err(BoxError::LimitsUnenforced(unenforced.join("; ")));
+        }
+        warnings.extend(unenforced);
+
+        let procs: Vec<CString> = guard.0.as_ref().map(|c| c.procs_files().to_vec()).unwrap_or_default();
+        let ctx = Context { uid: sys::geteuid(), gid: sys::getegid(), cgroup_procs: &procs, workspace: &workspace.path, seccomp_rules: self.rules, listener: self.listener, keep_caps: keep };
+        let (plan, held) = assemble::build(spec, &ctx)?;
+        let outcome = self.supervise(spec, &plan, opts, sink, guard.0.as_ref());
+        drop(held);
+        let outcome = outcome?;
+
+        let cg = guard.0.as_ref();
+        let oom_kills = cg.map_or(0, hull_cgroup::BoxCgroup::oom_kills);
+        let peak = cg.and_then(hull_cgroup::BoxCgroup::peak_memory);
+        let ws_full = outcome.exit_code != 0 && workspace_is_full(&workspace.path);
+        let mut result = finish(spec, outcome, oom_kills, peak, ws_full);
+        result.warnings.splice(0..0, warnings);
+        drop(guard); // removes the cgroup (the box's processes are all gone by now)
+        drop(workspace);
+        Ok(result)
+    }
+
+    fn supervise(&self, spec: &BoxSpec, plan: &BoxPlan, opts: RunOptions, sink: &mut dyn OutputSink, cgroup: Option<&hull_cgroup::BoxCgroup>) -> Result<Outcome, BoxError> {
+        let sysf = |what: &'static str| move |errno: Errno| BoxError::Sys { what, errno };
+        let (out_r, out_w) = sys::pipe().map_err(sysf("create the stdout pipe"))?;
+        let (err_r, err_w) = sys::pipe().map_err(sysf("create the stderr pipe"))?;
+        let (sock_parent, sock_child) = sys::seqpacket_pair().map_err(sysf("create the box channel"))?;
+        let null;
+        let stdin_fd = match spec.stdin {
+            Stdin::Inherit => 0,
+            Stdin::Null => {
+                null = sys::open_path(c"/dev/null", false).and_then(|_| open_rdonly(c"/dev/null")).map_err(sysf("open /dev/null"))?;
+                null.as_raw_fd()
+            }
+        };
+        let Some(Step::Exec { argv, env, .. }) = plan.steps.last() else {
+            return Err(BoxError::Seccomp("plan without exec".into()));
+        };
+        let argv_ptrs = child::pointer_array(argv);
+        let env_ptrs = child::pointer_array(env);
+        let ctx = ChildContext {
+            plan,
+            sock: sock_child.as_raw_fd(),
+            stdin: stdin_fd,
+            stdout: out_w.as_raw_fd(),
+            stderr: err_w.as_raw_fd(),
+            argv: &argv_ptrs,
+            envp: &env_ptrs,
+            seccomp: Some(&self.fprog),
+        };
+        let sigfd = sys::block_signals_fd(&FORWARDED).map_err(sysf("block signals"))?;
+        let start = sys::monotonic_ns();
+        // SAFETY: the child runs only `child::run`, which reads prepared data, calls
+        // allocation-free wrappers and ends in execve or _exit.
+        let pid = match unsafe { sys::clone_fork(plan.clone_flags) } {
+            Ok(0) => child::run(&ctx),
+            Ok(pid) => pid,
+            Err(errno) => {
+                sys::unblock_signals(&FORWARDED);
+                return Err(BoxError::Clone { errno, hint: clone_hint(errno) });
+            }
+        };
+        drop((out_w, err_w, sock_child));
+        let watch = Watch { pid, start, spec, opts, cgroup };
+        let outcome = watch.run(&sock_parent, &out_r, &err_r, &sigfd, sink, plan);
+        sys::unblock_signals(&FORWARDED);
+        outcome
+    }
+}
+
+fn open_rdonly(path: &std::ffi::CStr) -> Result<OwnedFd, Errno> {
+    let f = std::fs::File::open(path.to_str().unwrap_or("/dev/null")).map_err(|e| Errno(e.raw_os_error().unwrap_or(libc::EIO)))?;
+    Ok(OwnedFd::from(f))
+}
+
+fn clone_hint(errno: Errno) -> String {
+    match errno.0 {
+        libc::EPERM | libc::EACCES => "user namespaces look disabled: check `sysctl kernel.unprivileged_userns_clone` (Debian), `user.max_user_namespaces`, or an AppArmor userns restriction (`kernel.apparmor_restrict_unprivileged_userns`); `hull doctor` checks all of these".into(),
+        libc::ENOSPC | libc::EUSERS => "the namespace limit is reached: raise `user.max_user_namespaces` (or other /proc/sys/user/max_* limits)".into(),
+        libc::EINVAL => "this kernel lacks a namespace type hull needs (user, mount, pid, net, ipc, uts, cgroup)".into(),
+        _ => "run `hull doctor` to check the host".into(),
+    }
+}
+
+/// What the watch loop saw.
+struct Outcome {
+    status: Option<i32>,
+    pid1_status: i32,
+    rusage_cpu_ms: u64,
+    timed_out: bool,
+    interrupted: Option<i32>,
+    escape: Option<(i32, String)>,
+    exec_failed: Option<Errno>,
+    stdout: Captured,
+    stderr: Captured,
+    duration_ms: u64,
+    setup_us: u64,
+    exit_code: i32,
+}
+
+#[derive(Default)]
+struct Captured {
+    data: Vec<u8>,
+    total: u64,
+    dropped: u64,
+    eof: bool,
+}
+
+struct Watch<'a> {
+    pid: libc::pid_t,
+    start: u64,
+    spec: &'a BoxSpec,
+    opts: RunOptions,
+    cgroup: Option<&'a hull_cgroup::BoxCgroup>,
+}
+
+impl Watch<'_> {
+    fn run(&self, sock: &OwnedFd, out: &OwnedFd, err: &OwnedFd, sigfd: &OwnedFd, sink: &mut dyn OutputSink, plan: &BoxPlan) -> Result<Outcome, BoxError> {
+        let pidfd = sys::pidfd_open(self.pid).map_err(|errno| BoxError::Sys { what: "open a pidfd for the box", errno })?;
+        let _ = sys::set_nonblocking(out.as_fd());
+        let _ = sys::set_nonblocking(err.as_fd());
+        let deadline = self.start + u64::try_from(self.spec.timeout.as_nanos()).unwrap_or(u64::MAX);
+        let mut o = Outcome {
+            status: None,
+            pid1_status: 0,
+            rusage_cpu_ms: 0,
+            timed_out: false,
+            interrupted: None,
+            escape: None,
+            exec_failed: None,
+            stdout: Captured::default(),
+            stderr: Captured::default(),
+            duration_ms: 0,
+            setup_us: 0,
+            exit_code: 0,
+        };
+        let mut listener: Option<OwnedFd> = None;
+        let mut ready = false;
+        let mut setup_error: Option<BoxError> = None;
+        let mut sock_open = true;
+        let mut killed = false;
+        let mut exited = false;
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            // After pid 1 is gone every writer of the pipes is gone too; drain to EOF.
+            if exited && o.stdout.eof && o.stderr.eof && !sock_open {
+                break;
+            }
+            let mut fds: Vec<libc::pollfd> = Vec::with_capacity(6);
+            let mut push = |fd: BorrowedFd<'_>, on: bool| {
+                fds.push(libc::pollfd { fd: if on { fd.as_raw_fd() } else { -1 }, events: libc::POLLIN, revents: 0 });
+            };
+            push(sock.as_fd(), sock_open);
+            push(out.as_fd(), !o.stdout.eof);
+            push(err.as_fd(), !o.stderr.eof);
+            push(pidfd.as_fd(), !exited);
+            push(sigfd.as_fd(), !exited);
+            match &listener {
+                Some(l) => push(l.as_fd(), !exited),
+                None => push(sock.as_fd(), false),
+            }
+            let now = sys::monotonic_ns();
+            let timeout_ms = if exited {
+                // Bounded drain: a pipe still open after the box died would be a kernel surprise.
+                1000
+            } else if now >= deadline {
+                0
+            } else {
+                i32::try_from((deadline - now) / 1_000_000 + 1).unwrap_or(i32::MAX)
+            };
+            let n = sys::poll(&mut fds, timeout_ms).map_err(|errno| BoxError::Sys { what: "poll the box", errno })?;
+            if n == 0 && exited {
+                break;
+            }
+            if !exited && sys::monotonic_ns() >= deadline && !killed {
+                o.timed_out = true;
+                killed = true;
+                let _ = sys::kill(self.pid, libc::SIGKILL);
+            }
+            let ready_in = |i: usize| fds[i].revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0;
+            if ready_in(0) {
+                let mut m = [0u8; 64];
+                match sys::recv_with_fd(sock.as_fd(), &mut m) {
+                    Ok((0, _)) | Err(_) => sock_open = false,
+                    Ok((len, fd)) => match Message::decode(&m[..len])? {
+                        Message::Ready => {
+                            ready = true;
+                            o.setup_us = (sys::monotonic_ns() - self.start) / 1000;
+                            listener = fd;
+                        }
+                        Message::SetupFailed { step, errno } => {
+                            let idx = usize::try_from(step).unwrap_or(usize::MAX);
+                            let s = plan.steps.get(idx);
+                            setup_error = Some(BoxError::Setup {
+                                index: idx + 1,
+                                step: s.map_or("unknown step", Step::name),
+                                path: s.and_then(Step::path),
+                                errno: Errno(errno),
+                                hint: s.and_then(|s| setup_hint(s, errno)),
+                            });
+                        }
+                        Message::ExecFailed { errno } => o.exec_failed = Some(Errno(errno)),
+                        Message::MainExited { status } => o.status = Some(status),
+                    },
+                }
+            }
+            for (i, which) in [(1usize, Stream::Stdout), (2, Stream::Stderr)] {
+                if ready_in(i) {
+                    let (fd, cap) = if which == Stream::Stdout { (out, &mut o.stdout) } else { (err, &mut o.stderr) };
+                    drain(fd.as_fd(), cap, which, &mut buf, self.spec.max_output, self.opts.capture, sink);
+                }
+            }
+            if ready_in(5) {
+                if let Some(l) = &listener {
+                    if let Ok(n) = hull_seccomp::recv_notification(l.as_fd()) {
+                        let name = hull_seccomp::syscall_name(i64::from(n.nr)).unwrap_or("unknown").to_string();
+                        if o.escape.is_none() {
+                            o.escape = Some((n.nr, name));
+                        }
+                        if !killed {
+                            killed = true;
+                            let _ = sys::kill(self.pid, libc::SIGKILL);
+                        }
+                    } else {
+                        // The listener reports POLLHUP once no filtered process remains.
+                        listener = None;
+                    }
+                }
+            }
+            if ready_in(4) {
+                let mut si = [0u8; 128];
+                if sys::read(sigfd.as_fd(), &mut si).is_ok() {
+                    let signo = i32::from_ne_bytes([si[0], si[1], si[2], si[3]]);
+                    o.interrupted = Some(signo);
+                    if !killed {
+                        killed = true;
+                        let _ = sys::kill(self.pid, libc::SIGKILL);
+                    }
+                }
+            }
+            if ready_in(3) && !exited {
+                if let Ok(Some(w)) = sys::wait4(self.pid, true) {
+                    exited = true;
+                    o.pid1_status = w.status;
+                    let ru = &w.rusage;
+                    let ms = |t: libc::timeval| u64::try_from(t.tv_sec).unwrap_or(0) * 1000 + u64::try_from(t.tv_usec).unwrap_or(0) / 1000;
+                    o.rusage_cpu_ms = ms(ru.ru_utime) + ms(ru.ru_stime);
+                    o.duration_ms = (sys::monotonic_ns() - self.start) / 1_000_000;
+                }
+            }
+        }
+        if !exited {
+            let _ = sys::kill(self.pid, libc::SIGKILL);
+            if let Ok(Some(w)) = sys::wait4(self.pid, false) {
+                o.pid1_status = w.status;
+            }
+        }
+        if let Some(cg) = self.cgroup {
+            // Belt and braces: the pid namespace is gone, so this finds nothing to kill.
+            if !cg.is_empty() {
+                cg.kill_all();
+            }
+        }
+        if let Some(e) = setup_error {
+            return Err(e);
+        }
+        if !ready && o.status.is_none() && o.exec_failed.is_none() && !o.timed_out && o.interrupted.is_none() {
+            return Err(BoxError::SetupVanished(o.pid1_status));
+        }
+        Ok(o)
+    }
+}
+
+fn drain(fd: BorrowedFd<'_>, cap: &mut Captured, which: Stream, buf: &mut [u8], max: u64, capture: bool, sink: &mut dyn OutputSink) {
+    // Bounded so one flooding stream cannot starve the deadline check.
+    for _ in 0..16 {
+        match sys::read(fd, buf) {
+            Ok(0) => {
+                cap.eof = true;
+                return;
+            }
+            Ok(n) => {
+                let room = usize::try_from(max.saturating_sub(cap.total)).unwrap_or(usize::MAX);
+                let keep = n.min(room);
+                if keep > 0 {
+                    if capture {
+                        cap.data.extend_from_slice(&buf[..keep]);
+                    }
+                    sink.chunk(which, &buf[..keep]);
+                }
+                cap.total += n as u64;
+                cap.dropped += (n - keep) as u64;
+            }
+            Err(Errno(libc::EAGAIN)) => return,
+            Err(_) => {
+                cap.eof = true;
+                return;
+            }
+        }
+    }
+}
+
+fn setup_hint(step: &Step, errno: i32) -> Option<String> {
+    match (step, errno) {
+        (Step::Chdir { path }, libc::ENOENT) => Some(format!("the working directory {} does not exist in the box; pass --cwd with an existing path", path.shown)),
+        (Step::JoinCgroup { .. }, libc::EACCES | libc::EPERM) => Some("the cgroup is not delegated to this user; see `hull doctor`".into()),
+        (Step::Seal { .. }, libc::ENOSYS) => Some("mount_setattr(2) needs Linux 5.12 or newer".into()),
+        (Step::Proc { .. }, libc::EPERM) => Some("procfs cannot be mounted here (an over-mounted /proc on the host prevents it)".into()),
+        _ => None,
+    }
+}
+
+fn workspace_is_full(path: &Path) -> bool {
+    let Ok(c) = CString::new(path.as_os_str().as_bytes()) else { return false };
+    // SAFETY: statvfs is plain old data written by the call.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: c is a valid C string and st is valid for writes.
+    let ret = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+    ret == 0 && (st.f_bavail == 0 || st.f_favail == 0)
+}
+
+fn signal_name(sig: i32) -> String {
+    let names = [(1, "SIGHUP"), (2, "SIGINT"), (3, "SIGQUIT"), (4, "SIGILL"), (6, "SIGABRT"), (7, "SIGBUS"), (8, "SIGFPE"), (9, "SIGKILL"), (11, "SIGSEGV"), (13, "SIGPIPE"), (14, "SIGALRM"), (15, "SIGTERM"), (31, "SIGSYS")];
+    names.iter().find(|(n, _)| *n == sig).map_or_else(|| format!("signal {sig}"), |(_, s)| (*s).to_string())
+}
+
+/// Classifies the outcome into exit code and fault (one fault, most telling first).
+fn finish(spec: &BoxSpec, mut o: Outcome, oom_kills: u64, peak: Option<u64>, ws_full: bool) -> RunResult {
+    let status = o.status.unwrap_or(o.pid1_status);
+    let (exit_code, signal) = if libc::WIFEXITED(status) {
+        (libc::WEXITSTATUS(status), None)
+    } else if libc::WIFSIGNALED(status) {
+        (128 + libc::WTERMSIG(status), Some(libc::WTERMSIG(status)))
+    } else {
+        (128 + libc::SIGKILL, Some(libc::SIGKILL))
+    };
+    let timeout = spec.timeout;
+    let truncated = o.stdout.dropped > 0 || o.stderr.dropped > 0;
+    let fault = if let Some((nr, name)) = o.escape.take() {
+        Some(Fault { kind: FaultType::EscapeBlocked, reason: format!("the box called {name} (syscall {nr}), an escape primitive; the box was killed"), syscall: Some(name) })
+    } else if signal == Some(libc::SIGSYS) {
+        Some(Fault { kind: FaultType::EscapeBlocked, reason: "killed by the seccomp filter (a foreign-architecture or x32 system call)".into(), syscall: None })
+    } else if oom_kills > 0 && exit_code != 0 {
+        Some(Fault { kind: FaultType::Oom, reason: format!("out of memory: the kernel killed a process at the {} cap ({oom_kills} OOM kill{})", spec.memory.map_or_else(|| "memory".to_string(), |m| Human(m).to_string()), if oom_kills == 1 { "" } else { "s" }), syscall: None })
+    } else if o.timed_out {
+        Some(Fault { kind: FaultType::Timeout, reason: format!("the wall-clock deadline of {} passed; the whole box was killed", fmt_duration(timeout)), syscall: None })
+    } else if let Some(sig) = o.interrupted {
+        Some(Fault { kind: FaultType::Killed, reason: format!("hull received {}; the box was killed", signal_name(sig)), syscall: None })
+    } else if let Some(e) = o.exec_failed {
+        let prog = &spec.argv[0];
+        let reason = if e.0 == libc::ENOENT {
+            format!("{prog}: not found in image `{}` (searched {})", spec.image_name, if prog.contains('/') { prog.clone() } else { "PATH".to_string() })
+        } else {
+            format!("{prog}: cannot be executed in image `{}`: {e}", spec.image_name)
+        };
+        Some(Fault { kind: FaultType::ExecFailed, reason, syscall: None })
+    } else if signal == Some(libc::SIGKILL) {
+        Some(Fault { kind: FaultType::Killed, reason: "the program was killed by SIGKILL from outside the box".into(), syscall: None })
+    } else if ws_full {
+        Some(Fault { kind: FaultType::WorkspaceFull, reason: "the workspace file system is full".into(), syscall: None })
+    } else if truncated {
+        Some(Fault { kind: FaultType::OutputLimit, reason: format!("output passed the {} cap per stream; {} discarded (the program kept running)", Human(spec.max_output), Human(o.stdout.dropped + o.stderr.dropped)), syscall: None })
+    } else {
+        None
+    };
+    let exit_code = if o.exec_failed.is_some() { 127 } else { exit_code };
+    RunResult {
+        stdout: String::from_utf8_lossy(&o.stdout.data).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr.data).into_owned(),
+        exit_code,
+        success: exit_code == 0 && fault.as_ref().is_none_or(|f| f.kind == FaultType::OutputLimit),
+        fault,
+        truncated,
+        duration_ms: o.duration_ms,
+        stats: Stats { peak_memory: peak, cpu_ms: o.rusage_cpu_ms, setup_us: o.setup_us },
+        warnings: Vec::new(),
+        dropped_bytes: o.stdout.dropped + o.stderr.dropped,
+    }
+}
+
+fn fmt_duration(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{:.3}s", d.as_secs_f64())
+    }
+}
+
+/// Removes the box's cgroup when dropped.
+struct CgroupGuard(Option<hull_cgroup::BoxCgroup>);
+
+impl Drop for CgroupGuard {
+    fn drop(&mut self) {
+        if let Some(cg) = self.0.take() {
+            if !cg.is_empty() {
+                cg.kill_all();
+            }
+            let _ = cg.remove();
+        }
+    }
+}
+
+/// The box's /workspace on the host; a temporary one is deleted when dropped.
+struct Workspace {
+    path: PathBuf,
+    temporary: bool,
+}
+
+impl Workspace {
+    fn temporary() -> Result<Workspace, BoxError> {
+        let base = std::env::temp_dir();
+        let mut template = base.join("hull-ws-XXXXXX").into_os_string().into_vec();
+        template.push(0);
+        // SAFETY: template is a NUL-terminated, writable buffer ending in XXXXXX.
+        let p = unsafe { libc::mkdtemp(template.as_mut_ptr().cast()) };
+        if p.is_null() {
+            return Err(BoxError::Sys { what: "create a temporary workspace", errno: Errno::last() });
+        }
+        template.pop();
+        Ok(Workspace { path: PathBuf::from(std::ffi::OsString::from_vec(template)), temporary: true })
+    }
+}
+
+use std::os::unix::ffi::OsStringExt;
+
+impl Drop for Workspace {
+    fn drop(&mut self) {
+        if !self.temporary {
+            return;
+        }
+        if std::fs::remove_dir_all(&self.path).is_err() {
+            // The box may have left directories without write permission; restore and retry.
+            make_writable(&self.path);
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+fn make_writable(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                make_writable(&e.path());
+            }
+        }
+    }
+}
+

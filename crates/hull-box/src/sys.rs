@@ -1,0 +1,573 @@
+//! The raw system calls of a box, and nothing else.
+//!
+//! Every `unsafe` block of hull-box lives here. The functions are deliberately thin: they take
+//! pre-built `&CStr` arguments and return `Result<_, Errno>` without allocating, because most of
+//! them run in the child between `clone` and `execve`, where the parent may have had other threads
+//! holding the allocator's lock.
+
+use std::ffi::CStr;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::ptr;
+
+/// An errno value returned by a failed system call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Errno(pub i32);
+
+impl Errno {
+    /// The calling thread's current errno.
+    pub fn last() -> Errno {
+        Errno(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))
+    }
+}
+
+impl std::fmt::Display for Errno {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", std::io::Error::from_raw_os_error(self.0))
+    }
+}
+
+pub type SysResult<T> = Result<T, Errno>;
+
+fn check(ret: libc::c_int) -> SysResult<libc::c_int> {
+    if ret < 0 {
+        Err(Errno::last())
+    } else {
+        Ok(ret)
+    }
+}
+
+fn check_long(ret: libc::c_long) -> SysResult<libc::c_long> {
+    if ret < 0 {
+        Err(Errno::last())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// `clone(2)` with fork semantics (no new stack: the child runs on a copy of ours) and the given
+/// namespace flags. Returns the child's pid in the parent and 0 in the child.
+///
+/// # Safety
+/// In the child only async-signal-safe work may follow (no allocation, no locks), and the child
+/// must end in `execve` or `exit_now`.
+pub unsafe fn clone_fork(flags: libc::c_int) -> SysResult<libc::pid_t> {
+    let flags = libc::c_ulong::try_from(flags | libc::SIGCHLD).unwrap_or(0);
+    // SAFETY: a null stack makes clone behave like fork; the caller upholds the child contract.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            flags,
+            ptr::null_mut::<libc::c_void>(),
+            ptr::null_mut::<libc::c_int>(),
+            ptr::null_mut::<libc::c_int>(),
+            0 as libc::c_ulong,
+        )
+    };
+    check_long(ret).map(|pid| libc::pid_t::try_from(pid).unwrap_or(-1))
+}
+
+/// `fork(2)` through libc (runs the atfork handlers).
+///
+/// # Safety
+/// Same contract as [`clone_fork`] for the child.
+pub unsafe fn fork() -> SysResult<libc::pid_t> {
+    // SAFETY: the caller upholds the child contract.
+    check(unsafe { libc::fork() })
+}
+
+/// Ends the calling process at once, without running destructors or atexit handlers.
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit never returns and touches no Rust state.
+    unsafe { libc::_exit(code) }
+}
+
+pub fn unshare(flags: libc::c_int) -> SysResult<()> {
+    // SAFETY: unshare takes plain flags.
+    check(unsafe { libc::unshare(flags) }).map(drop)
+}
+
+/// Opens `path` and writes all of `data` to it.
+pub fn write_file(path: &CStr, data: &[u8], flags: libc::c_int, mode: libc::mode_t) -> SysResult<()> {
+    // SAFETY: path is a valid C string.
+    let fd = check(unsafe { libc::open(path.as_ptr(), flags | libc::O_WRONLY | libc::O_CLOEXEC, mode) })?;
+    let mut done = 0;
+    let mut result = Ok(());
+    while done < data.len() {
+        // SAFETY: the slice bounds are valid for the length given.
+        let n = unsafe { libc::write(fd, data[done..].as_ptr().cast(), data.len() - done) };
+        if n < 0 {
+            let e = Errno::last();
+            if e.0 == libc::EINTR {
+                continue;
+            }
+            result = Err(e);
+            break;
+        }
+        done += usize::try_from(n).unwrap_or(0);
+    }
+    // SAFETY: fd was opened above and is closed once.
+    unsafe { libc::close(fd) };
+    result
+}
+
+pub fn mount(
+    src: Option<&CStr>,
+    target: &CStr,
+    fstype: Option<&CStr>,
+    flags: libc::c_ulong,
+    data: Option<&CStr>,
+) -> SysResult<()> {
+    let p = |s: Option<&CStr>| s.map_or(ptr::null(), CStr::as_ptr);
+    // SAFETY: every pointer is null or a valid C string.
+    check(unsafe { libc::mount(p(src), target.as_ptr(), p(fstype), flags, p(data).cast()) }).map(drop)
+}
+
+pub fn umount_detach(target: &CStr) -> SysResult<()> {
+    // SAFETY: target is a valid C string.
+    check(unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) }).map(drop)
+}
+
+/// The kernel's `struct mount_attr` (linux/mount.h).
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
+pub const MOUNT_ATTR_NOSUID: u64 = 0x2;
+pub const MOUNT_ATTR_NODEV: u64 = 0x4;
+pub const MOUNT_ATTR_NOEXEC: u64 = 0x8;
+
+/// `mount_setattr(2)` on `path`, recursively when `recursive`.
+pub fn mount_setattr(path: &CStr, recursive: bool, set: u64, clear: u64) -> SysResult<()> {
+    let attr = MountAttr { attr_set: set, attr_clr: clear, propagation: 0, userns_fd: 0 };
+    let flags = if recursive { libc::AT_RECURSIVE } else { 0 };
+    // SAFETY: attr is a valid mount_attr of the size passed; path is a valid C string.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::c_uint::try_from(flags).unwrap_or(0),
+            ptr::from_ref(&attr),
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    check_long(ret).map(drop)
+}
+
+pub fn mkdir(path: &CStr, mode: libc::mode_t) -> SysResult<()> {
+    // SAFETY: path is a valid C string.
+    match check(unsafe { libc::mkdir(path.as_ptr(), mode) }) {
+        Err(Errno(libc::EEXIST)) => Ok(()),
+        other => other.map(drop),
+    }
+}
+
+/// Creates an empty regular file (a mount point for a file bind).
+pub fn touch(path: &CStr) -> SysResult<()> {
+    write_file(path, &[], libc::O_CREAT | libc::O_NOFOLLOW, 0o644)
+}
+
+pub fn symlink(target: &CStr, path: &CStr) -> SysResult<()> {
+    // SAFETY: both are valid C strings.
+    check(unsafe { libc::symlink(target.as_ptr(), path.as_ptr()) }).map(drop)
+}
+
+pub fn chdir(path: &CStr) -> SysResult<()> {
+    // SAFETY: path is a valid C string.
+    check(unsafe { libc::chdir(path.as_ptr()) }).map(drop)
+}
+
+pub fn pivot_root(new_root: &CStr, put_old: &CStr) -> SysResult<()> {
+    // SAFETY: both are valid C strings.
+    let ret = unsafe { libc::syscall(libc::SYS_pivot_root, new_root.as_ptr(), put_old.as_ptr()) };
+    check_long(ret).map(drop)
+}
+
+pub fn sethostname(name: &[u8]) -> SysResult<()> {
+    // SAFETY: the slice is valid for its length.
+    check(unsafe { libc::sethostname(name.as_ptr().cast(), name.len()) }).map(drop)
+}
+
+pub fn prctl(option: libc::c_int, arg2: libc::c_ulong) -> SysResult<libc::c_int> {
+    // SAFETY: the options used by this crate take integer arguments only.
+    check(unsafe { libc::prctl(option, arg2, 0 as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong) })
+}
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+/// Sets the effective, permitted and inheritable sets to `keep` (a bit mask of capability numbers).
+pub fn capset(keep: u64) -> SysResult<()> {
+    let header = CapHeader { version: LINUX_CAPABILITY_VERSION_3, pid: 0 };
+    #[allow(clippy::cast_possible_truncation)] // split into the two 32-bit halves on purpose
+    let halves = [keep as u32, (keep >> 32) as u32];
+    let data = [
+        CapData { effective: halves[0], permitted: halves[0], inheritable: halves[0] },
+        CapData { effective: halves[1], permitted: halves[1], inheritable: halves[1] },
+    ];
+    // SAFETY: header and the two data elements have the layout capset(2) v3 expects.
+    let ret = unsafe { libc::syscall(libc::SYS_capset, ptr::from_ref(&header), data.as_ptr()) };
+    check_long(ret).map(drop)
+}
+
+/// Brings the loopback interface of the current network namespace up.
+pub fn loopback_up() -> SysResult<()> {
+    // SAFETY: plain socket creation.
+    let fd = check(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: ifreq is plain old data; zeroed is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
+        *dst = libc::c_char::from_ne_bytes([*src]);
+    }
+    let flags = libc::c_short::try_from(libc::IFF_UP | libc::IFF_LOOPBACK | libc::IFF_RUNNING).unwrap_or(1);
+    req.ifr_ifru.ifru_flags = flags;
+    // SAFETY: SIOCSIFFLAGS reads an ifreq that lives for the call.
+    let ret = unsafe { libc::ioctl(fd, libc::SIOCSIFFLAGS, ptr::from_mut(&mut req)) };
+    let result = check(ret).map(drop);
+    // SAFETY: fd was opened above.
+    unsafe { libc::close(fd) };
+    result
+}
+
+pub fn dup2(from: RawFd, to: RawFd) -> SysResult<()> {
+    if from == to {
+        // Clear close-on-exec, which dup2 would have done.
+        // SAFETY: fcntl on an fd we were handed.
+        return check(unsafe { libc::fcntl(from, libc::F_SETFD, 0) }).map(drop);
+    }
+    // SAFETY: dup2 on descriptors the caller owns.
+    check(unsafe { libc::dup2(from, to) }).map(drop)
+}
+
+pub fn close_raw(fd: RawFd) {
+    // SAFETY: the caller owns fd and does not use it afterwards.
+    unsafe { libc::close(fd) };
+}
+
+/// Closes the descriptors `first..=last`.
+pub fn close_range(first: u32, last: u32) {
+    if first > last {
+        return;
+    }
+    // SAFETY: close_range takes plain integers.
+    let ret = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) };
+    if ret < 0 {
+        for fd in first..=last.min(4096) {
+            close_raw(i32::try_from(fd).unwrap_or(i32::MAX));
+        }
+    }
+}
+
+/// Marks every descriptor from `first` up close-on-exec, so the program in the box inherits only
+/// its stdio even when our caller leaked descriptors to us.
+pub fn cloexec_from(first: u32) -> SysResult<()> {
+    const CLOSE_RANGE_CLOEXEC: u32 = 1 << 2;
+    // SAFETY: close_range takes plain integers.
+    let ret = unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, CLOSE_RANGE_CLOEXEC) };
+    check_long(ret).map(drop)
+}
+
+pub fn setsid() -> SysResult<()> {
+    // SAFETY: no arguments.
+    check(unsafe { libc::setsid() }).map(drop)
+}
+
+/// `execve(2)`. Returns only on failure.
+pub fn execve(path: &CStr, argv: &[*const libc::c_char], envp: &[*const libc::c_char]) -> Errno {
+    // SAFETY: argv and envp are null-terminated arrays of valid C strings built by the caller.
+    unsafe { libc::execve(path.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+    Errno::last()
+}
+
+/// Resets every signal to its default disposition and unblocks all signals, so the program in the
+/// box does not inherit ours (Rust ignores SIGPIPE; the supervisor blocks SIGINT and SIGTERM).
+pub fn reset_signals() {
+    for sig in 1..=64 {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: SIG_DFL is always a valid disposition.
+        unsafe { libc::signal(sig, libc::SIG_DFL) };
+    }
+    // SAFETY: an empty set built by sigemptyset.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigprocmask(libc::SIG_SETMASK, &set, ptr::null_mut());
+    }
+}
+
+/// The raw wait status of a child, with its resource usage.
+pub struct Waited {
+    pub pid: libc::pid_t,
+    pub status: libc::c_int,
+    pub rusage: libc::rusage,
+}
+
+/// `wait4(pid)`, retried on EINTR. `nohang` returns `Ok(None)` when the child still runs.
+pub fn wait4(pid: libc::pid_t, nohang: bool) -> SysResult<Option<Waited>> {
+    let mut status = 0;
+    // SAFETY: rusage is plain old data.
+    let mut rusage: libc::rusage = unsafe { std::mem::zeroed() };
+    let flags = if nohang { libc::WNOHANG } else { 0 };
+    loop {
+        // SAFETY: status and rusage are valid for writes.
+        let ret = unsafe { libc::wait4(pid, &mut status, flags | libc::__WALL, &mut rusage) };
+        if ret < 0 {
+            let e = Errno::last();
+            if e.0 == libc::EINTR {
+                continue;
+            }
+            return Err(e);
+        }
+        if ret == 0 {
+            return Ok(None);
+        }
+        return Ok(Some(Waited { pid: ret, status, rusage }));
+    }
+}
+
+pub fn kill(pid: libc::pid_t, sig: libc::c_int) -> SysResult<()> {
+    // SAFETY: kill takes plain integers.
+    check(unsafe { libc::kill(pid, sig) }).map(drop)
+}
+
+/// A pidfd for `pid` (readable once the process has exited).
+pub fn pidfd_open(pid: libc::pid_t) -> SysResult<OwnedFd> {
+    // SAFETY: pidfd_open takes plain integers.
+    let ret = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0u32) };
+    let fd = check_long(ret)?;
+    // SAFETY: the kernel returned a fresh descriptor that we now own.
+    Ok(unsafe { OwnedFd::from_raw_fd(RawFd::try_from(fd).unwrap_or(-1)) })
+}
+
+/// A `SOCK_SEQPACKET` socket pair, close-on-exec.
+pub fn seqpacket_pair() -> SysResult<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: fds has room for the two descriptors.
+    check(unsafe {
+        libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr())
+    })?;
+    // SAFETY: both descriptors are fresh and owned by us now.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// A close-on-exec pipe: (read end, write end).
+pub fn pipe() -> SysResult<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: fds has room for the two descriptors.
+    check(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    // SAFETY: both descriptors are fresh and owned by us now.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Sends `data` on a connected socket, with `fd` attached as SCM_RIGHTS when given.
+/// Allocation-free: usable in the child.
+pub fn send_with_fd(sock: RawFd, data: &[u8], fd: Option<RawFd>) -> SysResult<()> {
+    // Control buffer big enough for one descriptor, aligned for cmsghdr.
+    #[repr(C, align(8))]
+    struct Cmsg([u8; 32]);
+    let mut cbuf = Cmsg([0; 32]);
+    let mut iov = libc::iovec { iov_base: data.as_ptr().cast_mut().cast(), iov_len: data.len() };
+    // SAFETY: msghdr is plain old data.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if let Some(fd) = fd {
+        // SAFETY: CMSG_SPACE is a pure computation.
+        let space = unsafe { libc::CMSG_SPACE(4) } as usize;
+        msg.msg_control = cbuf.0.as_mut_ptr().cast();
+        msg.msg_controllen = space;
+        // SAFETY: msg_control points at a buffer of at least `space` bytes, so the first header
+        // and its data fit.
+        unsafe {
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(4) as usize;
+            ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>(), fd);
+        }
+    }
+    loop {
+        // SAFETY: msg and everything it points to live for the call.
+        let ret = unsafe { libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) };
+        if ret >= 0 {
+            return Ok(());
+        }
+        let e = Errno::last();
+        if e.0 != libc::EINTR {
+            return Err(e);
+        }
+    }
+}
+
+/// Receives one message into `buf`, returning its length and a descriptor if one was attached.
+/// A length of 0 means the peer closed.
+pub fn recv_with_fd(sock: BorrowedFd<'_>, buf: &mut [u8]) -> SysResult<(usize, Option<OwnedFd>)> {
+    #[repr(C, align(8))]
+    struct Cmsg([u8; 64]);
+    let mut cbuf = Cmsg([0; 64]);
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    // SAFETY: msghdr is plain old data.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.0.as_mut_ptr().cast();
+    msg.msg_controllen = cbuf.0.len();
+    let n = loop {
+        // SAFETY: msg and its buffers live for the call.
+        let ret = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+        if ret >= 0 {
+            break usize::try_from(ret).unwrap_or(0);
+        }
+        let e = Errno::last();
+        if e.0 != libc::EINTR {
+            return Err(e);
+        }
+    };
+    let mut fd = None;
+    // SAFETY: the CMSG macros walk the control buffer the kernel filled in.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let raw = ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>());
+                fd = Some(OwnedFd::from_raw_fd(raw));
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    Ok((n, fd))
+}
+
+/// Blocks `signals` in the calling thread and returns a signalfd that reports them.
+pub fn block_signals_fd(signals: &[libc::c_int]) -> SysResult<OwnedFd> {
+    // SAFETY: sigset operations on a local set; signalfd returns a fresh descriptor we own.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for &s in signals {
+            libc::sigaddset(&mut set, s);
+        }
+        check(libc::pthread_sigmask(libc::SIG_BLOCK, &set, ptr::null_mut()))?;
+        let fd = check(libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK))?;
+        Ok(OwnedFd::from_raw_fd(fd))
+    }
+}
+
+/// Unblocks `signals` in the calling thread.
+pub fn unblock_signals(signals: &[libc::c_int]) {
+    // SAFETY: sigset operations on a local set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for &s in signals {
+            libc::sigaddset(&mut set, s);
+        }
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, ptr::null_mut());
+    }
+}
+
+/// `poll(2)` over `fds`, retried on EINTR. `timeout_ms < 0` waits forever.
+pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> SysResult<usize> {
+    loop {
+        // SAFETY: the slice is a valid array of pollfd of the given length.
+        let ret = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+        if ret >= 0 {
+            return Ok(usize::try_from(ret).unwrap_or(0));
+        }
+        let e = Errno::last();
+        if e.0 != libc::EINTR {
+            return Err(e);
+        }
+    }
+}
+
+/// `read(2)` into `buf`, retried on EINTR.
+pub fn read(fd: BorrowedFd<'_>, buf: &mut [u8]) -> SysResult<usize> {
+    loop {
+        // SAFETY: buf is valid for writes of its length.
+        let ret = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if ret >= 0 {
+            return Ok(usize::try_from(ret).unwrap_or(0));
+        }
+        let e = Errno::last();
+        if e.0 != libc::EINTR {
+            return Err(e);
+        }
+    }
+}
+
+pub fn set_nonblocking(fd: BorrowedFd<'_>) -> SysResult<()> {
+    // SAFETY: fcntl on a descriptor we borrow.
+    let flags = check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })?;
+    // SAFETY: as above.
+    check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) }).map(drop)
+}
+
+/// Opens a path as an `O_PATH` descriptor (for fd-based bind sources).
+pub fn open_path(path: &CStr, nofollow: bool) -> SysResult<OwnedFd> {
+    let mut flags = libc::O_PATH | libc::O_CLOEXEC;
+    if nofollow {
+        flags |= libc::O_NOFOLLOW;
+    }
+    // SAFETY: path is a valid C string; the descriptor is fresh and owned by us.
+    let fd = check(unsafe { libc::open(path.as_ptr(), flags) })?;
+    // SAFETY: fresh descriptor.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Opens `path` with `O_PATH` and moves the descriptor to number `at` (close-on-exec).
+pub fn open_path_at(path: &CStr, at: RawFd) -> SysResult<()> {
+    // SAFETY: path is a valid C string.
+    let fd = check(unsafe { libc::open(path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) })?;
+    if fd == at {
+        return Ok(());
+    }
+    // SAFETY: dup3 onto a number the plan reserved; fd is ours and closed right after.
+    let r = check(unsafe { libc::dup3(fd, at, libc::O_CLOEXEC) }).map(drop);
+    close_raw(fd);
+    r
+}
+
+pub fn geteuid() -> u32 {
+    // SAFETY: no arguments, cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+pub fn getegid() -> u32 {
+    // SAFETY: no arguments, cannot fail.
+    unsafe { libc::getegid() }
+}
+
+pub fn getpid() -> libc::pid_t {
+    // SAFETY: no arguments, cannot fail.
+    unsafe { libc::getpid() }
+}
+
+/// Nanoseconds of CLOCK_MONOTONIC.
+pub fn monotonic_ns() -> u64 {
+    // SAFETY: timespec is plain old data, clock_gettime writes it.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: ts is valid for writes.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
+}

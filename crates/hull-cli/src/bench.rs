@@ -1,0 +1,120 @@
+//! `hull bench`: box overhead against bare fork+exec, interleaved in one process so both see the
+//! same machine load. Reports min/median/p90 and the ratio of medians.
+
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Instant;
+
+use clap::Args;
+use hull_box::{BoxSpec, NoSink, RunOptions, Runtime};
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Runs of each case (interleaved).
+    #[arg(long, default_value_t = 200)]
+    pub runs: usize,
+    /// Boxes started at once in the concurrency case.
+    #[arg(long, default_value_t = 50)]
+    pub concurrent: usize,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn bare(argv: &[&str]) -> f64 {
+    let t = Instant::now();
+    let st = Command::new(argv[0]).args(&argv[1..]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).status();
+    let el = t.elapsed().as_secs_f64() * 1000.0;
+    assert!(st.is_ok_and(|s| s.success()), "bare {argv:?} failed");
+    el
+}
+
+fn boxed(rt: &Runtime, argv: &[&str]) -> Result<f64, String> {
+    let spec = BoxSpec::new(argv.iter().map(|s| (*s).to_string()).collect());
+    let t = Instant::now();
+    let r = rt.run(&spec, RunOptions { capture: true }, &mut NoSink).map_err(|e| e.to_string())?;
+    let el = t.elapsed().as_secs_f64() * 1000.0;
+    if !r.success {
+        return Err(format!("box {argv:?} failed: exit {} {:?} {}", r.exit_code, r.fault, r.stderr));
+    }
+    Ok(el)
+}
+
+/// min, median, p90 of milliseconds.
+fn summary(v: &mut [f64]) -> (f64, f64, f64) {
+    v.sort_by(f64::total_cmp);
+    let at = |q: f64| {
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // index into a non-empty slice
+        let i = ((v.len() - 1) as f64 * q).round() as usize;
+        v[i]
+    };
+    (v[0], at(0.5), at(0.9))
+}
+
+pub fn main(args: &BenchArgs) -> i32 {
+    let rt = match Runtime::new() {
+        Ok(r) => Arc::new(r),
+        Err(e) => {
+            crate::print_error(&e);
+            return 125;
+        }
+    };
+    let runs = args.runs.max(5);
+    let cases: [(&str, &[&str]); 2] = [("/bin/true", &["/bin/true"]), ("python3 -c 'print(1)'", &["python3", "-c", "print(1)"])];
+    let mut out = serde_json::Map::new();
+    for (label, argv) in cases {
+        // Warm-up: page cache, dynamic loader, first cgroup.
+        for _ in 0..3 {
+            bare(argv);
+            if let Err(e) = boxed(&rt, argv) {
+                eprintln!("hull bench: {e}");
+                return 1;
+            }
+        }
+        let (mut b, mut x) = (Vec::with_capacity(runs), Vec::with_capacity(runs));
+        for _ in 0..runs {
+            b.push(bare(argv));
+            match boxed(&rt, argv) {
+                Ok(ms) => x.push(ms),
+                Err(e) => {
+                    eprintln!("hull bench: {e}");
+                    return 1;
+                }
+            }
+        }
+        let (bmin, bmed, bp90) = summary(&mut b);
+        let (xmin, xmed, xp90) = summary(&mut x);
+        if !args.json {
+            println!("{label} ({runs} runs each, interleaved)");
+            println!("  bare fork+exec  min {bmin:7.3} ms  median {bmed:7.3} ms  p90 {bp90:7.3} ms");
+            println!("  in a box        min {xmin:7.3} ms  median {xmed:7.3} ms  p90 {xp90:7.3} ms");
+            println!("  overhead        median {:+.3} ms, ratio {:.2}x", xmed - bmed, xmed / bmed);
+        }
+        out.insert(label.to_string(), serde_json::json!({"bare": {"min": bmin, "median": bmed, "p90": bp90}, "box": {"min": xmin, "median": xmed, "p90": xp90}, "overhead_ms": xmed - bmed, "ratio": xmed / bmed}));
+    }
+
+    // Concurrency: N boxes at once, each from its own thread.
+    let n = args.concurrent.max(1);
+    let t = Instant::now();
+    let handles: Vec<_> = (0..n)
+        .map(|_| {
+            let rt = Arc::clone(&rt);
+            std::thread::spawn(move || boxed(&rt, &["python3", "-c", "print(1)"]))
+        })
+        .collect();
+    let results: Vec<Result<f64, String>> = handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into()))).collect();
+    let wall = t.elapsed().as_secs_f64() * 1000.0;
+    let ok = results.iter().filter(|r| r.is_ok()).count();
+    if let Some(Err(e)) = results.iter().find(|r| r.is_err()) {
+        eprintln!("hull bench: a concurrent box failed: {e}");
+    }
+    let mut lat: Vec<f64> = results.into_iter().filter_map(Result::ok).collect();
+    let (cmin, cmed, cp90) = if lat.is_empty() { (0.0, 0.0, 0.0) } else { summary(&mut lat) };
+    if args.json {
+        out.insert("concurrent".into(), serde_json::json!({"boxes": n, "succeeded": ok, "wall_ms": wall, "min": cmin, "median": cmed, "p90": cp90}));
+        println!("{}", serde_json::Value::Object(out));
+    } else {
+        println!("{n} concurrent boxes (python3 -c 'print(1)'): {ok}/{n} succeeded in {wall:.1} ms wall; per box min {cmin:.2} median {cmed:.2} p90 {cp90:.2} ms");
+    }
+    i32::from(ok != n)
+}

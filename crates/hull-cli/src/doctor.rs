@@ -1,0 +1,113 @@
+//! `hull doctor`: checks what this host gives a box, and says how to fix what is missing.
+
+use clap::Args;
+use hull_box::{BoxSpec, NoSink, RunOptions, Runtime};
+use serde::Serialize;
+
+#[derive(Args, Debug)]
+pub struct DoctorArgs {
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Serialize)]
+struct Check {
+    name: String,
+    status: &'static str,
+    detail: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fix: Option<String>,
+}
+
+fn check(name: &str, ok: bool, detail: String, fix: Option<&str>) -> Check {
+    Check { name: name.into(), status: if ok { "ok" } else { "missing" }, detail, fix: if ok { None } else { fix.map(String::from) } }
+}
+
+fn read(path: &str) -> Option<String> {
+    std::fs::read_to_string(path).ok().map(|s| s.trim().to_string())
+}
+
+fn landlock_abi() -> Option<i64> {
+    const LANDLOCK_CREATE_RULESET_VERSION: u32 = 1;
+    // SAFETY: with a null attr and size 0 this only queries the ABI version.
+    let ret = unsafe { libc::syscall(libc::SYS_landlock_create_ruleset, std::ptr::null::<u8>(), 0usize, LANDLOCK_CREATE_RULESET_VERSION) };
+    (ret > 0).then_some(ret)
+}
+
+pub fn main(args: &DoctorArgs) -> i32 {
+    let mut checks = Vec::new();
+    let max_ns = read("/proc/sys/user/max_user_namespaces").and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
+    let unpriv = read("/proc/sys/kernel/unprivileged_userns_clone");
+    let apparmor = read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns");
+    let mut ns_detail = format!("user.max_user_namespaces={max_ns}");
+    if let Some(u) = &unpriv {
+        ns_detail.push_str(&format!(", kernel.unprivileged_userns_clone={u}"));
+    }
+    if let Some(a) = &apparmor {
+        ns_detail.push_str(&format!(", kernel.apparmor_restrict_unprivileged_userns={a}"));
+    }
+    let ns_ok = max_ns > 0 && unpriv.as_deref() != Some("0") && apparmor.as_deref() != Some("1");
+    checks.push(check("user namespaces", ns_ok, ns_detail, Some("sysctl -w user.max_user_namespaces=15000 kernel.unprivileged_userns_clone=1 (and kernel.apparmor_restrict_unprivileged_userns=0 on Ubuntu 24.04+)")));
+
+    let runtime = Runtime::new();
+    match &runtime {
+        Ok(rt) => {
+            let n = rt.seccomp_program().instructions().len();
+            let support = hull_seccomp::probe();
+            checks.push(check("seccomp", support.filter, format!("filter compiled to {n} BPF instructions; user notification {}", if support.user_notif { "available (escape calls are named)" } else { "missing (escape calls kill without a name)" }), None));
+            match rt.cgroups() {
+                Ok(host) => {
+                    checks.push(check("cgroup backend", true, format!("{:?}", host.kind()), None));
+                    for r in host.report() {
+                        let ok = r.usable;
+                        checks.push(Check {
+                            name: format!("cgroup {:?} cap", r.controller),
+                            status: if ok { "enforced" } else { "not enforced" },
+                            detail: r.detail.clone(),
+                            fix: if ok { None } else { r.fix.clone() },
+                        });
+                    }
+                }
+                Err(e) => checks.push(check("cgroups", false, e, Some("mount cgroup2 at /sys/fs/cgroup, or delegate a subtree and set HULL_CGROUP_PARENT"))),
+            }
+        }
+        Err(e) => checks.push(check("seccomp", false, e.to_string(), Some("a kernel with CONFIG_SECCOMP_FILTER is required"))),
+    }
+    let ll = landlock_abi();
+    checks.push(check("landlock", ll.is_some(), ll.map_or("not available".into(), |v| format!("ABI version {v}")), Some("boot with lsm=...,landlock (optional: hull's boundary does not depend on it)")));
+    let fs = read("/proc/filesystems").unwrap_or_default();
+    checks.push(check("overlayfs", fs.contains("overlay"), if fs.contains("overlay") { "available".into() } else { "not in /proc/filesystems".into() }, Some("modprobe overlay (needed later for writable image layers)")));
+    let newuidmap = ["/usr/bin/newuidmap", "/bin/newuidmap"].iter().any(|p| std::path::Path::new(p).exists());
+    checks.push(check("newuidmap", newuidmap, if newuidmap { "present (sub-uid ranges possible)".into() } else { "absent: boxes use a single-uid map".into() }, Some("apt-get install uidmap (optional)")));
+
+    // The real test: one box.
+    let mut ok_box = false;
+    if let Ok(rt) = &runtime {
+        let spec = BoxSpec::new(vec!["/bin/true".into()]);
+        match rt.run(&spec, RunOptions { capture: true }, &mut NoSink) {
+            Ok(r) if r.success => {
+                ok_box = true;
+                checks.push(check("box", true, format!("/bin/true ran in a fresh box in {} ms (setup {} us)", r.duration_ms, r.stats.setup_us), None));
+            }
+            Ok(r) => checks.push(check("box", false, format!("/bin/true failed: exit {} {:?}", r.exit_code, r.fault), None)),
+            Err(e) => checks.push(check("box", false, e.to_string(), Some("see the checks above"))),
+        }
+    }
+
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&checks).unwrap_or_default());
+    } else {
+        for c in &checks {
+            println!("{:<22} {:<13} {}", c.name, c.status, c.detail);
+            if let Some(f) = &c.fix {
+                println!("{:<22} {:<13} fix: {f}", "", "");
+            }
+        }
+    }
+    if ok_box {
+        0
+    } else {
+        1
+    }
+}

@@ -1,0 +1,364 @@
+//! Compiles a list of [`Rule`]s into a classic-BPF seccomp [`Program`].
+//!
+//! Layout (every jump is a short forward jump, well inside the 8-bit `jt`/`jf` range):
+//!
+//! 1. `seccomp_data.arch` must be the native `AUDIT_ARCH`, else `KILL_PROCESS` (a foreign
+//!    ABI such as `int 0x80` would index a different syscall table).
+//! 2. On x86_64, any nr with the x32 bit is `KILL_PROCESS`, except nr `-1` (what a tracer or
+//!    `syscall(-1)` produces), which falls through to the default errno like the kernel's own
+//!    ENOSYS.
+//! 3. One compare per rule, sorted by nr, with the rule's return inlined after it. The kernel
+//!    caches the always-allow answers per nr, so the chain is only walked for the rest.
+//! 4. The default: `ERRNO | default_errno`.
+
+use crate::arch::{
+    arg_low_offset, AUDIT_ARCH_NATIVE, CLONE_NAMESPACE_FLAGS, OFFSET_ARCH, OFFSET_NR, TIOCLINUX,
+    TIOCSTI,
+};
+use crate::{Action, Rule, SeccompError};
+
+/// Classic BPF opcodes (`<linux/bpf_common.h>`), as `u16` the way `sock_filter.code` holds them.
+pub(crate) mod op {
+    pub const LD: u16 = 0x00;
+    pub const LDX: u16 = 0x01;
+    pub const ST: u16 = 0x02;
+    pub const STX: u16 = 0x03;
+    pub const ALU: u16 = 0x04;
+    pub const JMP: u16 = 0x05;
+    pub const RET: u16 = 0x06;
+    pub const MISC: u16 = 0x07;
+
+    pub const W: u16 = 0x00;
+    pub const IMM: u16 = 0x00;
+    pub const ABS: u16 = 0x20;
+    pub const MEM: u16 = 0x60;
+    pub const LEN: u16 = 0x80;
+
+    pub const ADD: u16 = 0x00;
+    pub const SUB: u16 = 0x10;
+    pub const MUL: u16 = 0x20;
+    pub const DIV: u16 = 0x30;
+    pub const OR: u16 = 0x40;
+    pub const AND: u16 = 0x50;
+    pub const LSH: u16 = 0x60;
+    pub const RSH: u16 = 0x70;
+    pub const NEG: u16 = 0x80;
+    pub const MOD: u16 = 0x90;
+    pub const XOR: u16 = 0xa0;
+
+    pub const JA: u16 = 0x00;
+    pub const JEQ: u16 = 0x10;
+    pub const JGT: u16 = 0x20;
+    pub const JGE: u16 = 0x30;
+    pub const JSET: u16 = 0x40;
+
+    pub const K: u16 = 0x00;
+    pub const X: u16 = 0x08;
+    pub const A: u16 = 0x10;
+
+    pub const TAX: u16 = 0x00;
+    pub const TXA: u16 = 0x80;
+}
+
+/// `BPF_MAXINSNS`: the kernel refuses longer programs.
+pub const MAX_INSTRUCTIONS: usize = 4096;
+/// The kernel's `MAX_ERRNO`; larger `SECCOMP_RET_DATA` values are clamped by it.
+const MAX_ERRNO: u16 = 4095;
+
+/// How rules with [`Action::Kill`] are encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KillMode {
+    /// `SECCOMP_RET_USER_NOTIF`: the calling thread blocks, the supervisor holding the
+    /// listener fd learns which syscall it was and kills the box. Install with
+    /// `listener = true`; without a listener the kernel fails these calls with ENOSYS.
+    UserNotif,
+    /// `SECCOMP_RET_KILL_PROCESS`: the kernel kills the process with SIGSYS.
+    KillProcess,
+}
+
+/// Knobs for [`compile`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompileOptions {
+    pub kill_mode: KillMode,
+    /// Errno for syscalls no rule names (1..=4095); ENOSYS makes programs fall back.
+    pub default_errno: u16,
+}
+
+impl Default for CompileOptions {
+    /// `KillProcess` (needs no supervisor) and ENOSYS.
+    fn default() -> Self {
+        Self {
+            kill_mode: KillMode::KillProcess,
+            default_errno: ENOSYS,
+        }
+    }
+}
+
+const ENOSYS: u16 = crate::policy::errno(libc::ENOSYS);
+const EPERM: u16 = crate::policy::errno(libc::EPERM);
+
+/// A compiled seccomp filter, at most [`MAX_INSTRUCTIONS`] long.
+#[derive(Clone)]
+pub struct Program {
+    instructions: Vec<libc::sock_filter>,
+}
+
+impl std::fmt::Debug for Program {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Program")
+            .field("len", &self.instructions.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Program {
+    /// The BPF instructions, in order.
+    pub fn instructions(&self) -> &[libc::sock_filter] {
+        &self.instructions
+    }
+
+    /// The `sock_fprog` the kernel takes. It points into this `Program`'s buffer, so the
+    /// `Program` must outlive every use of the fprog (moving the `Program` is fine).
+    pub fn as_fprog(&self) -> libc::sock_fprog {
+        libc::sock_fprog {
+            // `compile` bounds the length by MAX_INSTRUCTIONS, so this never falls back.
+            len: u16::try_from(self.instructions.len()).unwrap_or(0),
+            // The kernel only reads through this pointer.
+            filter: self.instructions.as_ptr().cast_mut(),
+        }
+    }
+}
+
+const fn stmt(code: u16, k: u32) -> libc::sock_filter {
+    libc::sock_filter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    }
+}
+
+const fn jump(cond: u16, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
+    libc::sock_filter {
+        code: op::JMP | cond | op::K,
+        jt,
+        jf,
+        k,
+    }
+}
+
+const fn load(offset: u32) -> libc::sock_filter {
+    stmt(op::LD | op::W | op::ABS, offset)
+}
+
+const fn ret(value: u32) -> libc::sock_filter {
+    stmt(op::RET | op::K, value)
+}
+
+fn ret_errno(errno: u16) -> libc::sock_filter {
+    ret(libc::SECCOMP_RET_ERRNO | u32::from(errno))
+}
+
+fn check_errno(name: &'static str, errno: u16) -> Result<(), SeccompError> {
+    if errno == 0 || errno > MAX_ERRNO {
+        return Err(SeccompError::ErrnoOutOfRange { name, errno });
+    }
+    Ok(())
+}
+
+/// Emits the compare for one rule and its inlined return(s).
+fn emit_rule(out: &mut Vec<libc::sock_filter>, rule: &Rule, nr: u32, kill: u32) {
+    match rule.action {
+        Action::Allow => out.extend([jump(op::JEQ, nr, 0, 1), ret(libc::SECCOMP_RET_ALLOW)]),
+        Action::Errno(e) => out.extend([jump(op::JEQ, nr, 0, 1), ret_errno(e)]),
+        Action::Kill => out.extend([jump(op::JEQ, nr, 0, 1), ret(kill)]),
+        Action::CloneNoNamespaces => out.extend([
+            jump(op::JEQ, nr, 0, 4),
+            load(arg_low_offset(0)),
+            jump(op::JSET, CLONE_NAMESPACE_FLAGS, 0, 1),
+            ret(kill),
+            ret(libc::SECCOMP_RET_ALLOW),
+        ]),
+        Action::IoctlNoTiocsti => out.extend([
+            jump(op::JEQ, nr, 0, 5),
+            load(arg_low_offset(1)),
+            jump(op::JEQ, TIOCSTI, 2, 0),
+            jump(op::JEQ, TIOCLINUX, 1, 0),
+            ret(libc::SECCOMP_RET_ALLOW),
+            ret_errno(EPERM),
+        ]),
+    }
+}
+
+/// Checks one rule and returns its nr as the 32-bit value the filter compares.
+fn rule_nr(rule: &Rule) -> Result<u32, SeccompError> {
+    let bad = || SeccompError::InvalidSyscallNumber {
+        name: rule.name,
+        nr: rule.nr,
+    };
+    let nr = u32::try_from(rule.nr).map_err(|_| bad())?;
+    if cfg!(target_arch = "x86_64") && nr & crate::arch::X32_SYSCALL_BIT != 0 {
+        return Err(bad());
+    }
+    let own_nr = |sys: libc::c_long| i128::from(rule.nr) == i128::from(sys);
+    match rule.action {
+        Action::Errno(e) => check_errno(rule.name, e)?,
+        Action::CloneNoNamespaces if !own_nr(libc::SYS_clone) => {
+            return Err(SeccompError::ActionNotForSyscall {
+                name: rule.name,
+                action: "clone-no-ns",
+            })
+        }
+        Action::IoctlNoTiocsti if !own_nr(libc::SYS_ioctl) => {
+            return Err(SeccompError::ActionNotForSyscall {
+                name: rule.name,
+                action: "ioctl-no-tiocsti",
+            })
+        }
+        _ => {}
+    }
+    Ok(nr)
+}
+
+/// Compiles `rules` into a filter for this build's architecture.
+///
+/// Fails on a duplicate nr, an nr the filter cannot express, an errno outside 1..=4095, a
+/// special action on the wrong syscall, or a program longer than [`MAX_INSTRUCTIONS`].
+pub fn compile(rules: &[Rule], opts: &CompileOptions) -> Result<Program, SeccompError> {
+    check_errno("<default>", opts.default_errno)?;
+    let kill = match opts.kill_mode {
+        KillMode::UserNotif => libc::SECCOMP_RET_USER_NOTIF,
+        KillMode::KillProcess => libc::SECCOMP_RET_KILL_PROCESS,
+    };
+    let mut sorted = rules
+        .iter()
+        .map(|r| Ok((rule_nr(r)?, r)))
+        .collect::<Result<Vec<_>, _>>()?;
+    sorted.sort_by_key(|&(nr, _)| nr);
+    if let Some(w) = sorted.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(SeccompError::DuplicateSyscall {
+            first: w[0].1.name,
+            second: w[1].1.name,
+            nr: w[0].1.nr,
+        });
+    }
+
+    let mut out = vec![
+        load(OFFSET_ARCH),
+        jump(op::JEQ, AUDIT_ARCH_NATIVE, 1, 0),
+        ret(libc::SECCOMP_RET_KILL_PROCESS),
+        load(OFFSET_NR),
+    ];
+    if cfg!(target_arch = "x86_64") {
+        out.extend([
+            jump(op::JSET, crate::arch::X32_SYSCALL_BIT, 0, 2),
+            jump(op::JEQ, u32::MAX, 1, 0),
+            ret(libc::SECCOMP_RET_KILL_PROCESS),
+        ]);
+    }
+    for (nr, rule) in sorted {
+        emit_rule(&mut out, rule, nr, kill);
+    }
+    out.push(ret_errno(opts.default_errno));
+
+    if out.len() > MAX_INSTRUCTIONS {
+        return Err(SeccompError::TooLong { len: out.len() });
+    }
+    Ok(Program { instructions: out })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(name: &'static str, nr: i64, action: Action) -> Rule {
+        Rule {
+            name,
+            nr,
+            action,
+            reason: "test",
+        }
+    }
+
+    #[test]
+    fn rejects_duplicate_numbers() {
+        let rules = [rule("a", 5, Action::Allow), rule("b", 5, Action::Kill)];
+        let err = compile(&rules, &CompileOptions::default()).unwrap_err();
+        assert!(
+            matches!(err, SeccompError::DuplicateSyscall { nr: 5, .. }),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn rejects_bad_numbers_and_errnos() {
+        let opts = CompileOptions::default();
+        for r in [
+            rule("neg", -1, Action::Allow),
+            rule("big", 1 << 40, Action::Allow),
+        ] {
+            assert!(matches!(
+                compile(&[r], &opts),
+                Err(SeccompError::InvalidSyscallNumber { .. })
+            ));
+        }
+        for e in [0, 4096] {
+            let r = rule("e", 1, Action::Errno(e));
+            assert!(matches!(
+                compile(&[r], &opts),
+                Err(SeccompError::ErrnoOutOfRange { .. })
+            ));
+            let o = CompileOptions {
+                default_errno: e,
+                ..opts
+            };
+            assert!(matches!(
+                compile(&[], &o),
+                Err(SeccompError::ErrnoOutOfRange { .. })
+            ));
+        }
+    }
+
+    #[test]
+    fn special_actions_only_on_their_syscall() {
+        let opts = CompileOptions::default();
+        let r = rule(
+            "read",
+            crate::policy::sys_nr(libc::SYS_read),
+            Action::CloneNoNamespaces,
+        );
+        assert!(matches!(
+            compile(&[r], &opts),
+            Err(SeccompError::ActionNotForSyscall { .. })
+        ));
+        let r = rule(
+            "read",
+            crate::policy::sys_nr(libc::SYS_read),
+            Action::IoctlNoTiocsti,
+        );
+        assert!(matches!(
+            compile(&[r], &opts),
+            Err(SeccompError::ActionNotForSyscall { .. })
+        ));
+    }
+
+    #[test]
+    fn rejects_programs_over_the_kernel_limit() {
+        let rules: Vec<Rule> = (0..3000).map(|nr| rule("r", nr, Action::Allow)).collect();
+        let err = compile(&rules, &CompileOptions::default()).unwrap_err();
+        assert!(matches!(err, SeccompError::TooLong { .. }), "{err}");
+    }
+
+    #[test]
+    fn fprog_points_at_instructions() {
+        let p = compile(crate::default_policy(), &CompileOptions::default()).unwrap();
+        let f = p.as_fprog();
+        assert_eq!(usize::from(f.len), p.instructions().len());
+        assert_eq!(f.filter.cast_const(), p.instructions().as_ptr());
+        let last = p.instructions().last().unwrap();
+        assert_eq!(
+            (last.code, last.k),
+            (op::RET | op::K, libc::SECCOMP_RET_ERRNO | u32::from(ENOSYS))
+        );
+    }
+}

@@ -1,0 +1,475 @@
+//! Real-kernel tests: each installs the compiled default policy in a forked child, makes
+//! syscalls, and the parent checks how the child ended.
+
+mod common;
+
+use common::{
+    default_program, failed_with, require, require_kill_process, rule, run_filtered,
+    run_unfiltered, Exit,
+};
+use hull_seccomp::{Action, KillMode};
+
+/// Exit code for "the call did what the test expected".
+const OK: i32 = 0;
+
+#[test]
+fn unshare_newuser_is_killed_with_sigsys() {
+    if !require_kill_process() {
+        return;
+    }
+    let program = default_program(KillMode::KillProcess);
+    let exit = run_filtered(&program, || {
+        // SAFETY: a plain syscall with an integer argument.
+        unsafe { libc::unshare(libc::CLONE_NEWUSER) };
+        OK // reached only if the filter let unshare through
+    });
+    assert_eq!(exit, Exit::Signal(libc::SIGSYS));
+}
+
+#[test]
+fn clone_with_namespace_flags_is_killed() {
+    if !require_kill_process() {
+        return;
+    }
+    let program = default_program(KillMode::KillProcess);
+    for flag in [
+        libc::CLONE_NEWUSER,
+        libc::CLONE_NEWNET,
+        libc::CLONE_NEWNS,
+        libc::CLONE_NEWPID,
+    ] {
+        let flags = libc::c_long::from(flag | libc::SIGCHLD);
+        let exit = run_filtered(&program, || {
+            // SAFETY: raw clone without CLONE_VM behaves like fork; a stack of 0 means "share
+            // the parent's stack pointer", which is safe without CLONE_VM.
+            let r = unsafe { libc::syscall(libc::SYS_clone, flags, 0, 0, 0, 0) };
+            if r == 0 {
+                // SAFETY: the unexpected grandchild leaves at once.
+                unsafe { libc::_exit(OK) };
+            }
+            OK
+        });
+        assert_eq!(exit, Exit::Signal(libc::SIGSYS), "clone flag {flag:#x}");
+    }
+}
+
+#[test]
+fn fork_and_threads_still_work() {
+    if !require_kill_process() {
+        return;
+    }
+    let program = default_program(KillMode::KillProcess);
+    let exit = run_filtered(&program, || {
+        // SAFETY: fork in the filtered child; the grandchild only `_exit`s.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: leave the grandchild at once.
+            unsafe { libc::_exit(7) };
+        }
+        if pid < 0 {
+            return 1;
+        }
+        let mut status = 0;
+        // SAFETY: reaps our own child into a live local.
+        if unsafe { libc::waitpid(pid, &mut status, 0) } != pid || libc::WEXITSTATUS(status) != 7 {
+            return 2;
+        }
+        // A real thread: glibc tries clone3 (ENOSYS from the filter) and falls back to clone
+        // with CLONE_VM|CLONE_THREAD|...; glibc reset its locks in this forked child.
+        match std::thread::spawn(|| 40 + 2).join() {
+            Ok(42) => OK,
+            _ => 3,
+        }
+    });
+    assert_eq!(exit, Exit::Code(OK));
+}
+
+/// New syscalls with the same number on x86_64 and aarch64 that the policy does not list.
+const UNLISTED_CANDIDATES: [(&str, libc::c_long); 3] =
+    [("cachestat", 451), ("listmount", 458), ("statmount", 457)];
+
+#[test]
+fn unlisted_syscall_returns_enosys() {
+    if !require_kill_process() {
+        return;
+    }
+    let listed = |nr: libc::c_long| hull_seccomp::default_policy().iter().any(|r| r.nr == nr);
+    // Bad arguments everywhere: natively each fails with EBADF/EFAULT/EINVAL, never ENOSYS
+    // when the kernel implements it, so ENOSYS below can only come from the filter.
+    let call = |nr: libc::c_long| {
+        // SAFETY: invalid fd / NULL pointers; the kernel rejects them without side effects.
+        unsafe { libc::syscall(nr, -1, 0, 0, 0) }
+    };
+    let native = UNLISTED_CANDIDATES.iter().find(|&&(_, nr)| {
+        !listed(nr)
+            && run_unfiltered(|| {
+                if failed_with(call(nr), libc::ENOSYS) {
+                    1
+                } else {
+                    OK
+                }
+            }) == Exit::Code(OK)
+    });
+    let Some(&(name, nr)) = native else {
+        require(
+            false,
+            "kernel implements none of cachestat/listmount/statmount",
+        );
+        return;
+    };
+    let program = default_program(KillMode::KillProcess);
+    let exit = run_filtered(&program, || {
+        if failed_with(call(nr), libc::ENOSYS) {
+            OK
+        } else {
+            1
+        }
+    });
+    assert_eq!(
+        exit,
+        Exit::Code(OK),
+        "{name} ({nr}) should fail with ENOSYS under the filter"
+    );
+}
+
+#[test]
+fn errno_rules_fail_calls_that_would_otherwise_succeed() {
+    if !require_kill_process() {
+        return;
+    }
+    assert_eq!(
+        rule("syslog").action,
+        Action::Errno(1),
+        "test assumes syslog is errno:EPERM"
+    );
+    assert_eq!(
+        rule("clone3").action,
+        Action::Errno(38),
+        "test assumes clone3 is errno:ENOSYS"
+    );
+    const SYSLOG_ACTION_SIZE_BUFFER: libc::c_long = 10;
+    let size_buffer = || {
+        // SAFETY: SYSLOG_ACTION_SIZE_BUFFER reads nothing from and writes nothing to memory.
+        unsafe { libc::syscall(libc::SYS_syslog, SYSLOG_ACTION_SIZE_BUFFER, 0, 0) }
+    };
+    let clone3_null = || {
+        // SAFETY: a NULL clone_args with size 0 is rejected (EINVAL) before anything happens.
+        unsafe { libc::syscall(libc::SYS_clone3, 0, 0) }
+    };
+
+    let natively_allowed = run_unfiltered(|| if size_buffer() >= 0 { OK } else { 1 });
+    if require(
+        natively_allowed == Exit::Code(OK),
+        "syslog(SIZE_BUFFER) fails natively (not root?)",
+    ) {
+        let program = default_program(KillMode::KillProcess);
+        let exit = run_filtered(&program, || {
+            if failed_with(size_buffer(), libc::EPERM) {
+                OK
+            } else {
+                1
+            }
+        });
+        assert_eq!(
+            exit,
+            Exit::Code(OK),
+            "syslog should fail with EPERM under the filter"
+        );
+    }
+
+    let native = run_unfiltered(|| {
+        if failed_with(clone3_null(), libc::ENOSYS) {
+            1
+        } else {
+            OK
+        }
+    });
+    assert_eq!(
+        native,
+        Exit::Code(OK),
+        "clone3 exists natively on this kernel"
+    );
+    let program = default_program(KillMode::KillProcess);
+    let exit = run_filtered(&program, || {
+        if failed_with(clone3_null(), libc::ENOSYS) {
+            OK
+        } else {
+            1
+        }
+    });
+    assert_eq!(
+        exit,
+        Exit::Code(OK),
+        "clone3 should fail with ENOSYS under the filter"
+    );
+}
+
+#[test]
+fn tiocsti_is_refused_other_ioctls_pass() {
+    if !require_kill_process() {
+        return;
+    }
+    let program = default_program(KillMode::KillProcess);
+    let exit = run_filtered(&program, || {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 writes two fds into a live array.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return 1;
+        }
+        let byte = b'x';
+        let cmd = libc::c_ulong::from(hull_seccomp::TIOCSTI);
+        // On a pipe the kernel answers ENOTTY, so EPERM can only come from the filter; the
+        // high-bit variant checks the filter compares the truncated command like the kernel.
+        for request in [cmd, cmd | (1 << 32)] {
+            // SAFETY: ioctl on our own pipe with a pointer to a live byte.
+            let r = unsafe { libc::syscall(libc::SYS_ioctl, fds[0], request, &byte) };
+            if !failed_with(r, libc::EPERM) {
+                return 2;
+            }
+        }
+        let mut n: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one int into a live local.
+        if unsafe { libc::ioctl(fds[0], libc::FIONREAD, &mut n) } != 0 {
+            return 3;
+        }
+        OK
+    });
+    assert_eq!(exit, Exit::Code(OK));
+}
+
+#[test]
+fn ordinary_work_still_succeeds() {
+    if !require_kill_process() {
+        return;
+    }
+    let program = default_program(KillMode::KillProcess);
+    let exit = run_filtered(&program, || {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 writes two fds into a live array.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return 1;
+        }
+        // SAFETY: write/read move 5 bytes between live buffers and our own pipe.
+        let moved = unsafe {
+            libc::write(fds[1], b"hello".as_ptr().cast(), 5) == 5 && {
+                let mut buf = [0u8; 5];
+                libc::read(fds[0], buf.as_mut_ptr().cast(), 5) == 5 && &buf == b"hello"
+            }
+        };
+        if !moved {
+            return 2;
+        }
+        // SAFETY: getpid has no arguments.
+        if unsafe { libc::getpid() } <= 0 {
+            return 3;
+        }
+        // SAFETY: a fresh private anonymous mapping, written and unmapped within this block.
+        let mapped = unsafe {
+            let len = 1 << 20;
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            p != libc::MAP_FAILED && {
+                p.cast::<u8>().write_bytes(0xab, len);
+                libc::munmap(p, len) == 0
+            }
+        };
+        if !mapped {
+            return 4;
+        }
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: the raw syscall (not the vDSO) writes one timespec into a live local.
+        if unsafe { libc::syscall(libc::SYS_clock_gettime, libc::CLOCK_MONOTONIC, &mut ts) } != 0 {
+            return 5;
+        }
+        // SAFETY: opens a static NUL-terminated path and closes the fd.
+        let fd = unsafe {
+            libc::openat(
+                libc::AT_FDCWD,
+                c"/proc/self/status".as_ptr(),
+                libc::O_RDONLY,
+            )
+        };
+        // SAFETY: closing the fd just opened.
+        if fd < 0 || unsafe { libc::close(fd) } != 0 {
+            return 6;
+        }
+        OK
+    });
+    assert_eq!(exit, Exit::Code(OK));
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn x32_syscall_is_killed() {
+    if !require_kill_process() {
+        return;
+    }
+    let program = default_program(KillMode::KillProcess);
+    let nr = libc::c_long::from(hull_seccomp::X32_SYSCALL_BIT) | libc::SYS_getpid;
+    let exit = run_filtered(&program, || {
+        // SAFETY: x32 getpid takes no arguments (natively ENOSYS without CONFIG_X86_X32_ABI).
+        unsafe { libc::syscall(nr) };
+        OK
+    });
+    assert_eq!(exit, Exit::Signal(libc::SIGSYS));
+}
+
+/// i386 `getpid` through `int 0x80`: `seccomp_data.arch` is AUDIT_ARCH_I386.
+#[cfg(target_arch = "x86_64")]
+fn int80_getpid() -> i32 {
+    let ret: i32;
+    // SAFETY: `int 0x80` with eax = 20 (i386 getpid) touches no memory; the kernel returns in
+    // eax and we list r8-r11 as clobbered to be safe about the compat entry path.
+    unsafe {
+        std::arch::asm!(
+            "int 0x80",
+            inlateout("eax") 20 => ret,
+            out("r8") _, out("r9") _, out("r10") _, out("r11") _,
+            options(nostack),
+        );
+    }
+    ret
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn foreign_arch_syscall_is_killed() {
+    if !require_kill_process() {
+        return;
+    }
+    let native = run_unfiltered(|| {
+        // SAFETY: getpid has no arguments.
+        let pid = unsafe { libc::getpid() };
+        if int80_getpid() == pid {
+            OK
+        } else {
+            1
+        }
+    });
+    if !require(
+        native == Exit::Code(OK),
+        "int 0x80 (ia32 emulation) is not available",
+    ) {
+        return;
+    }
+    let program = default_program(KillMode::KillProcess);
+    let exit = run_filtered(&program, || {
+        int80_getpid();
+        OK
+    });
+    assert_eq!(exit, Exit::Signal(libc::SIGSYS));
+}
+
+#[test]
+fn install_raw_rejects_an_empty_program() {
+    if !require_kill_process() {
+        return;
+    }
+    let exit = run_unfiltered(|| {
+        if hull_seccomp::set_no_new_privs().is_err() {
+            return 1;
+        }
+        let empty = libc::sock_fprog {
+            len: 0,
+            filter: std::ptr::null_mut(),
+        };
+        // SAFETY: a zero-length program; the kernel rejects it without reading instructions.
+        match unsafe { hull_seccomp::install_raw(&empty, false) } {
+            Err(libc::EINVAL) => OK,
+            _ => 2,
+        }
+    });
+    assert_eq!(exit, Exit::Code(OK));
+}
+
+fn seccomp_status_line() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
+    status
+        .lines()
+        .find(|l| l.starts_with("Seccomp:"))
+        .unwrap_or("no Seccomp line")
+        .to_owned()
+}
+
+/// A minimal filter: `getpid -> kill`, exiting allowed, everything else ENOSYS.
+fn getpid_kill_program(kill_mode: KillMode) -> hull_seccomp::Program {
+    let make = |name: &'static str, action| hull_seccomp::Rule {
+        name,
+        nr: rule(name).nr,
+        action,
+        reason: "probe cross-check",
+    };
+    let rules = [
+        make("getpid", Action::Kill),
+        make("exit_group", Action::Allow),
+        make("exit", Action::Allow),
+    ];
+    let opts = hull_seccomp::CompileOptions {
+        kill_mode,
+        default_errno: 38,
+    };
+    hull_seccomp::compile(&rules, &opts).expect("compiles")
+}
+
+#[test]
+fn probe_matches_what_the_kernel_actually_does() {
+    let before = seccomp_status_line();
+    let support = hull_seccomp::probe();
+    let after = seccomp_status_line();
+    eprintln!("probe: {support:?}");
+    assert_eq!(before, after, "probe changed this process's seccomp mode");
+
+    // Cross-check each answer against a real install in a child, so a probe that wrongly
+    // says "unsupported" (and would make every other test skip) fails here.
+    let program = getpid_kill_program(KillMode::KillProcess);
+    let fprog = program.as_fprog();
+    let exit = run_unfiltered(|| {
+        if hull_seccomp::set_no_new_privs().is_err() {
+            return 1;
+        }
+        // SAFETY: `fprog` points into `program`, alive in the parent and so in this child.
+        if unsafe { hull_seccomp::install_raw(&fprog, false) }.is_err() {
+            return 2;
+        }
+        // SAFETY: getpid has no arguments.
+        unsafe { libc::syscall(libc::SYS_getpid) };
+        3
+    });
+    let filter_works = exit != Exit::Code(2);
+    let kill_process_works = exit == Exit::Signal(libc::SIGSYS);
+    assert_eq!(
+        support.filter, filter_works,
+        "probe.filter vs real install ({exit:?})"
+    );
+    assert_eq!(
+        support.kill_process, kill_process_works,
+        "probe.kill_process ({exit:?})"
+    );
+
+    let program = getpid_kill_program(KillMode::UserNotif);
+    let fprog = program.as_fprog();
+    let exit = run_unfiltered(|| {
+        if hull_seccomp::set_no_new_privs().is_err() {
+            return 1;
+        }
+        // SAFETY: as above; the listener fd is dropped with the child.
+        match unsafe { hull_seccomp::install_raw(&fprog, true) } {
+            Ok(fd) if fd > 0 => OK,
+            _ => 2,
+        }
+    });
+    assert_eq!(
+        support.user_notif,
+        exit == Exit::Code(OK),
+        "probe.user_notif ({exit:?})"
+    );
+}
