@@ -161,7 +161,9 @@ impl Runtime {
         let cg = guard.0.as_ref();
         let oom_kills = cg.map_or(0, hull_cgroup::BoxCgroup::oom_kills);
         let peak = cg.and_then(hull_cgroup::BoxCgroup::peak_memory);
-        let ws_full = outcome.exit_code != 0 && workspace_is_full(&workspace.path);
+        let st = outcome.status.unwrap_or(outcome.pid1_status);
+        let failed = !(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0);
+        let ws_full = failed && workspace_is_full(&workspace.path);
         let mut result = finish(spec, outcome, oom_kills, peak, ws_full);
         result.warnings.splice(0..0, warnings);
         drop(guard); // removes the cgroup (the box's processes are all gone by now)
@@ -244,7 +246,6 @@ struct Outcome {
     stderr: Captured,
     duration_ms: u64,
     setup_us: u64,
-    exit_code: i32,
 }
 
 #[derive(Default)]
@@ -281,7 +282,6 @@ impl Watch<'_> {
             stderr: Captured::default(),
             duration_ms: 0,
             setup_us: 0,
-            exit_code: 0,
         };
         let mut listener: Option<OwnedFd> = None;
         let mut ready = false;

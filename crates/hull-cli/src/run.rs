@@ -221,7 +221,7 @@ pub fn main(args: RunArgs) -> i32 {
     if args.plan {
         return match runtime.plan(&spec) {
             Ok(plan) => {
-                print!("{plan}");
+                let _ = write!(std::io::stdout(), "{plan}");
                 0
             }
             Err(e) => {
@@ -238,7 +238,7 @@ pub fn main(args: RunArgs) -> i32 {
     match result {
         Ok(r) => {
             if args.json {
-                println!("{}", serde_json::to_string(&r).unwrap_or_default());
+                let _ = writeln!(std::io::stdout(), "{}", serde_json::to_string(&r).unwrap_or_default());
             } else {
                 for w in &r.warnings {
                     eprintln!("hull: warning: {w}");

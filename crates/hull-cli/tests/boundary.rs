@@ -1,0 +1,321 @@
+//! The box's boundary, tested with real system calls through the real binary. Each test proves
+//! the boundary held: the file was not there, the write was refused, the call killed the box.
+//! Runs as root and (in CI) again as an unprivileged user.
+
+mod common;
+use common::*;
+
+use std::io::Write;
+use std::net::TcpListener;
+
+#[test]
+fn host_files_outside_mounts_are_not_visible() {
+    // A secret in a host directory the box was not given.
+    let dir = tempfile::tempdir_in(std::env::var("HULL_TEST_SECRET_DIR").unwrap_or_else(|_| "/var/tmp".into())).unwrap();
+    let secret = dir.path().join("secret.txt");
+    std::fs::File::create(&secret).unwrap().write_all(b"hunter2").unwrap();
+    let code = format!(
+        "import os\nfor p in [{:?}, '/etc/shadow', '/root', '/home', '/var/tmp', '/run']:\n    print(p, os.path.exists(p))\ntry:\n    open({:?}).read(); print('READ')\nexcept OSError as e:\n    print('errno', e.errno)",
+        secret.display().to_string(),
+        secret.display().to_string()
+    );
+    let v = run_json(&["--code", &code]);
+    let out = stdout(&v);
+    assert!(v["success"].as_bool().unwrap(), "{v}");
+    for line in out.lines().take(6) {
+        assert!(line.ends_with("False"), "visible in the box: {line}\n{out}");
+    }
+    assert!(out.contains("errno 2") && !out.contains("READ") && !out.contains("hunter2"), "{out}");
+}
+
+#[test]
+fn root_is_read_only_and_tmp_workspace_are_writable() {
+    let code = "import os, errno\nfor p in ['/usr/hull-x', '/etc/hull-x', '/hull-x', '/bin/hull-x', '/dev/hull-x']:\n    try:\n        open(p, 'w'); print(p, 'WROTE')\n    except OSError as e:\n        print(p, errno.errorcode[e.errno])\nopen('/tmp/ok', 'w').write('1'); open('/workspace/ok', 'w').write('1'); print('writable ok')";
+    let v = run_json(&["--code", code]);
+    let out = stdout(&v);
+    assert!(!out.contains("WROTE"), "{out}");
+    assert_eq!(out.matches("EROFS").count(), 5, "{out}");
+    assert!(out.contains("writable ok"), "{v}");
+}
+
+#[test]
+fn host_loopback_server_is_unreachable_but_host_network_is_a_named_relaxation() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let code = format!("import socket\ns = socket.socket()\ns.settimeout(2)\ntry:\n    s.connect(('127.0.0.1', {port})); print('CONNECTED')\nexcept OSError as e:\n    print('refused', e.errno)\nimport os\nprint(sorted(os.listdir('/sys/class/net')) if os.path.exists('/sys/class/net') else 'nosys')");
+    let v = run_json(&["--code", &code]);
+    let out = stdout(&v);
+    assert!(out.contains("refused 111"), "{out} {v}");
+    assert!(listener.accept().is_err(), "the host listener got a connection from the box");
+    // The explicit relaxation reaches it (loopback only, our own listener).
+    let v = run_json(&["--network", "host", "--code", &code]);
+    assert!(stdout(&v).contains("CONNECTED"), "{v}");
+}
+
+/// Numbers of escape syscalls on this architecture, looked up in the policy by name.
+fn nr(name: &str) -> i64 {
+    hull_seccomp::default_policy().iter().find(|r| r.name == name).unwrap_or_else(|| panic!("{name} not in policy")).nr
+}
+
+#[test]
+fn each_escape_syscall_kills_the_box_and_is_named() {
+    let names = [
+        "ptrace", "mount", "umount2", "pivot_root", "unshare", "setns", "bpf", "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "reboot", "swapon", "swapoff", "fsopen", "fsconfig", "fsmount", "fspick", "open_tree", "move_mount", "mount_setattr", "keyctl", "add_key", "request_key", "userfaultfd", "perf_event_open", "io_uring_setup", "io_uring_enter", "io_uring_register", "open_by_handle_at",
+    ];
+    for name in names {
+        // The marker file proves the code ran up to the call and no further.
+        let code = format!("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nprint('before', flush=True)\nr = libc.syscall({}, 0, 0, 0, 0, 0)\nprint('AFTER', r, ctypes.get_errno())", nr(name));
+        let v = run_json(&["--code", &code]);
+        assert_eq!(fault(&v).as_deref(), Some("escape_blocked"), "{name}: {v}");
+        assert_eq!(v["fault"]["syscall"].as_str(), Some(name), "{name}: {v}");
+        let out = stdout(&v);
+        assert!(out.contains("before") && !out.contains("AFTER"), "{name}: {out}");
+    }
+}
+
+#[test]
+fn clone_with_namespace_flags_is_killed_but_threads_and_fork_work() {
+    let code = format!("import ctypes, os, threading\nt = threading.Thread(target=lambda: None); t.start(); t.join()\npid = os.fork()\nif pid == 0: os._exit(7)\nprint('fork', os.waitpid(pid, 0)[1] >> 8, flush=True)\nlibc = ctypes.CDLL(None)\nlibc.syscall({}, 0x10000000 | 17, 0, 0, 0, 0)\nprint('AFTER')", nr("clone"));
+    let v = run_json(&["--code", &code]);
+    assert!(stdout(&v).contains("fork 7"), "{v}");
+    assert!(!stdout(&v).contains("AFTER"), "{v}");
+    assert_eq!(fault(&v).as_deref(), Some("escape_blocked"), "{v}");
+}
+
+#[test]
+fn capabilities_inside_are_zero() {
+    let v = run_json(&["--", "grep", "^Cap", "/proc/self/status"]);
+    let out = stdout(&v);
+    assert_eq!(out.lines().count(), 5, "{out}");
+    for l in out.lines() {
+        assert!(l.ends_with("0000000000000000"), "{l}");
+    }
+    let v = run_json(&["--", "grep", "NoNewPrivs", "/proc/self/status"]);
+    assert!(stdout(&v).contains('1'), "{v}");
+}
+
+#[test]
+fn a_kept_capability_is_namespaced_and_visible() {
+    let v = run_json(&["--cap-add", "NET_BIND_SERVICE", "--", "grep", "^CapEff", "/proc/self/status"]);
+    assert!(stdout(&v).contains("0000000000000400"), "{v}");
+}
+
+#[test]
+fn proc_is_fresh_and_masked() {
+    // Mask only what this kernel has; at least one of these exists on any kernel we support.
+    let masked: Vec<&str> = ["kcore", "keys", "timer_list", "sched_debug", "kallsyms"].into_iter().filter(|f| std::path::Path::new(&format!("/proc/{f}")).exists()).collect();
+    assert!(!masked.is_empty());
+    let code = format!("import os\nprint('pids', sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))\nfor f in {masked:?}:\n    print(f, len(open('/proc/' + f, 'rb').read()))\ntry:\n    open('/proc/sys/kernel/hostname','w').write('x'); print('SYSWRITE')\nexcept OSError as e:\n    print('sys', e.errno)\nprint('host', open('/proc/sys/kernel/hostname').read().strip())");
+    let v = run_json(&["--code", &code]);
+    let out = stdout(&v);
+    assert!(out.contains("pids [1, 2]"), "pid namespace not fresh: {out} {v}");
+    for f in &masked {
+        assert!(out.contains(&format!("{f} 0")), "/proc/{f} not masked: {out}");
+    }
+    assert!(out.contains("sys 30") && !out.contains("SYSWRITE"), "{out}");
+    assert!(out.contains("host hull"), "{out}");
+}
+
+#[test]
+fn dev_is_minimal() {
+    let v = run_json(&["--", "sh", "-c", "ls /dev; echo x > /dev/null && echo null-ok; head -c 4 /dev/urandom | wc -c"]);
+    let out = stdout(&v);
+    for d in ["null", "zero", "full", "random", "urandom", "tty", "pts", "shm"] {
+        assert!(out.lines().any(|l| l == d), "missing /dev/{d}: {out}");
+    }
+    assert!(!out.lines().any(|l| l == "sda" || l == "vda" || l == "kvm" || l == "mem"), "{out}");
+    assert!(out.contains("null-ok") && out.contains('4'), "{out}");
+}
+
+#[test]
+fn memory_cap_ends_as_oom() {
+    if !cap_enforced("Memory") {
+        return;
+    }
+    let v = run_json(&["--memory", "64m", "--tmp-size", "16m", "--code", "x = bytearray(200 << 20)\nprint('ALLOCATED')"]);
+    assert_eq!(fault(&v).as_deref(), Some("oom"), "{v}");
+    assert!(!stdout(&v).contains("ALLOCATED"));
+    assert!(v["stats"]["peak_memory"].as_u64().unwrap() <= 64 << 20, "{v}");
+}
+
+#[test]
+fn fork_bomb_is_contained_by_the_pids_cap() {
+    if !cap_enforced("Pids") {
+        return;
+    }
+    let code = "import os, time\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n            time.sleep(30); os._exit(0)\n        n += 1\nexcept OSError as e:\n    print('stopped', n, e.errno, flush=True)";
+    let v = run_json(&["--pids", "32", "--timeout", "10s", "--code", code]);
+    let out = stdout(&v);
+    assert!(out.contains("stopped") && out.contains(" 11"), "fork bomb was not stopped by EAGAIN: {v}");
+    let n: u64 = out.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(n < 32, "{n} forks got through a cap of 32");
+    // The host keeps working.
+    assert!(std::process::Command::new("true").status().unwrap().success());
+}
+
+/// Whether a process whose command line contains `marker` exists on the host.
+fn process_with(marker: &str) -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker)))
+}
+
+fn leftover_cgroups(hull_pid: u32) -> Vec<String> {
+    let prefix = format!("hull-{hull_pid}-");
+    let mut found = Vec::new();
+    let mut stack = vec![std::path::PathBuf::from("/sys/fs/cgroup")];
+    while let Some(d) = stack.pop() {
+        if let Ok(rd) = std::fs::read_dir(&d) {
+            for e in rd.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    if e.file_name().to_string_lossy().starts_with(&prefix) {
+                        found.push(e.path().display().to_string());
+                    }
+                    stack.push(e.path());
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn timeout_kills_the_whole_box_including_daemons() {
+    let marker = format!("hull-daemon-{}", std::process::id());
+    let code = format!("import os, subprocess\nif os.fork() == 0:\n    os.setsid()\n    subprocess.Popen(['sleep', '1000', '{marker}'], start_new_session=True)\n    os._exit(0)\nwhile True: pass");
+    let child = std::process::Command::new(bin()).args(["run", "--json", "--timeout", "2s", "--code", &code]).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(fault(&v).as_deref(), Some("timeout"), "{v}");
+    let ms = v["duration_ms"].as_u64().unwrap();
+    assert!((1900..6000).contains(&ms), "timeout took {ms} ms");
+    assert!(!process_with(&marker), "a daemonized process outlived the box");
+    assert!(leftover_cgroups(pid).is_empty(), "cgroups left behind: {:?}", leftover_cgroups(pid));
+}
+
+#[test]
+fn stdout_flood_is_truncated_and_the_program_keeps_running() {
+    let ws = tempfile::tempdir().unwrap();
+    set_world_writable(ws.path());
+    let v = run_json(&["--workspace", ws.path().to_str().unwrap(), "--max-output", "1m", "--timeout", "60s", "--", "sh", "-c", "head -c 104857600 /dev/zero; echo done > /workspace/marker"]);
+    assert_eq!(v["truncated"], true, "{}", v["fault"]);
+    assert_eq!(v["stdout"].as_str().unwrap().len(), 1 << 20);
+    assert_eq!(fault(&v).as_deref(), Some("output_limit"));
+    assert_eq!(v["exit_code"], 0);
+    assert_eq!(std::fs::read_to_string(ws.path().join("marker")).unwrap(), "done\n");
+}
+
+fn set_world_writable(p: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o777)).unwrap();
+}
+
+#[test]
+fn missing_interpreter_is_exec_failed() {
+    let v = run_json(&["--", "no-such-interpreter", "-c", "1"]);
+    assert_eq!(fault(&v).as_deref(), Some("exec_failed"), "{v}");
+    let reason = v["fault"]["reason"].as_str().unwrap();
+    assert!(reason.contains("no-such-interpreter") && reason.contains("host"), "{reason}");
+    assert_eq!(v["exit_code"], 127);
+}
+
+#[test]
+fn a_python_exception_is_not_a_fault() {
+    let v = run_json(&["--code", "raise ValueError('boom')"]);
+    assert_eq!(v["fault"], serde_json::Value::Null);
+    assert_eq!(v["exit_code"], 1);
+    assert_eq!(v["success"], false);
+    assert!(v["stderr"].as_str().unwrap().contains("ValueError: boom"));
+}
+
+#[test]
+fn workspace_full_is_a_fault() {
+    if !is_root() {
+        eprintln!("SKIP: mounting a small tmpfs as the workspace needs root (the root run covers this)");
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let p = ws.path().to_str().unwrap();
+    assert!(std::process::Command::new("mount").args(["-t", "tmpfs", "-o", "size=1m", "tmpfs", p]).status().unwrap().success());
+    let v = run_json(&["--workspace", p, "--", "sh", "-c", "head -c 4194304 /dev/zero > /workspace/big"]);
+    let _ = std::process::Command::new("umount").arg(p).status();
+    assert_eq!(fault(&v).as_deref(), Some("workspace_full"), "{v}");
+}
+
+#[test]
+fn bad_options_are_refused_naming_the_argument() {
+    let cases: &[(&[&str], &[&str])] = &[
+        (&["run", "--tmp-size", "64", "--", "true"], &["--tmp-size", "unit"]),
+        (&["run", "--tmpfs", "/cache=10", "--", "true"], &["--tmpfs", "unit"]),
+        (&["run", "--mount", "/etc:/data", "--", "true"], &["--mount", "/etc"]),
+        (&["run", "--mount", "/tmp:/proc", "--", "true"], &["--mount", "/proc"]),
+        (&["run", "--memory", "32m", "--tmp-size", "64m", "--", "true"], &["tmpfs", "memory"]),
+        (&["run", "--timeout", "soon", "--", "true"], &["--timeout"]),
+        (&["run", "--cap-add", "FLY", "--", "true"], &["--cap-add", "FLY"]),
+        (&["run"], &["no command"]),
+    ];
+    for (args, words) in cases {
+        let out = hull(args);
+        assert_eq!(out.status.code(), Some(125), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        for w in *words {
+            assert!(err.contains(w), "{args:?}: `{w}` missing from: {err}");
+        }
+    }
+}
+
+#[test]
+fn mounts_bind_ro_and_rw_and_tmpfs() {
+    let src = tempfile::tempdir().unwrap();
+    set_world_writable(src.path());
+    std::fs::write(src.path().join("in.txt"), "from host").unwrap();
+    let s = src.path().to_str().unwrap();
+    let v = run_json(&["--mount", &format!("{s}:/data:ro"), "--mount", &format!("{s}:/tmp/rw"), "--tmpfs", "/cache=8m", "--", "sh", "-c", "cat /data/in.txt; echo; echo x > /data/y 2>/dev/null || echo ro-refused; echo written > /tmp/rw/out.txt; df -k /cache | tail -1"]);
+    let out = stdout(&v);
+    assert!(out.contains("from host") && out.contains("ro-refused"), "{v}");
+    assert!(out.contains("8192"), "tmpfs size: {out}");
+    assert_eq!(std::fs::read_to_string(src.path().join("out.txt")).unwrap(), "written\n");
+}
+
+#[test]
+fn plan_prints_steps_without_running() {
+    let out = hull(&["run", "--plan", "--", "python3", "-c", "print(1)"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for w in ["clone with new namespaces", "pivot_root", "seal", "seccomp", "drop all capabilities", "exec"] {
+        assert!(text.contains(w), "{w} missing: {text}");
+    }
+}
+
+#[test]
+fn streaming_mode_passes_output_and_exit_code() {
+    let out = hull(&["run", "--", "sh", "-c", "echo out; echo err >&2; exit 3"]);
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("err"));
+}
+
+#[test]
+fn rootfs_directory_is_the_whole_world() {
+    let busybox = std::path::Path::new("/bin/busybox");
+    if !busybox.exists() {
+        eprintln!("SKIP: /bin/busybox (busybox-static) is not installed");
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("bin")).unwrap();
+    std::fs::copy(busybox, root.path().join("bin/busybox")).unwrap();
+    std::os::unix::fs::symlink("busybox", root.path().join("bin/sh")).unwrap();
+    let v = run_json(&["--rootfs", root.path().to_str().unwrap(), "--", "/bin/sh", "-c", "echo hi; /bin/busybox ls /; test -e /usr/bin/python3 && echo HOSTLEAK; /bin/busybox touch /bin/x || echo ro"]);
+    let out = stdout(&v);
+    assert!(out.contains("hi") && out.contains("ro") && !out.contains("HOSTLEAK"), "{v}");
+}
+
+#[test]
+fn many_boxes_share_one_root_at_once() {
+    let handles: Vec<_> = (0..20).map(|i| std::thread::spawn(move || run_json(&["--code", &format!("print({i} * 2)")]))).collect();
+    for (i, h) in handles.into_iter().enumerate() {
+        let v = h.join().unwrap();
+        assert_eq!(stdout(&v).trim(), (i * 2).to_string(), "{v}");
+    }
+}

@@ -1,0 +1,57 @@
+//! Helpers for the black-box tests: run the real `hull` binary and parse its JSON.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+/// The binary under test: `HULL_BIN` (CI copies it for the unprivileged run) or cargo's build.
+pub fn bin() -> PathBuf {
+    std::env::var_os("HULL_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_hull")), PathBuf::from)
+}
+
+pub fn hull(args: &[&str]) -> Output {
+    Command::new(bin()).args(args).stdin(Stdio::null()).output().expect("spawn hull")
+}
+
+/// `hull run --json ARGS` and the parsed result object (panics on a JSON error object).
+pub fn run_json(args: &[&str]) -> serde_json::Value {
+    let mut full = vec!["run", "--json"];
+    full.extend_from_slice(args);
+    let out = hull(&full);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("bad JSON ({e}): {text}\nstderr: {}", String::from_utf8_lossy(&out.stderr)));
+    assert!(v.get("error").is_none(), "hull refused: {v}");
+    v
+}
+
+pub fn fault(v: &serde_json::Value) -> Option<String> {
+    v["fault"]["type"].as_str().map(str::to_string)
+}
+
+pub fn stdout(v: &serde_json::Value) -> String {
+    v["stdout"].as_str().unwrap_or_default().to_string()
+}
+
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Whether `hull doctor` says the named cgroup cap is enforced; prints why not.
+pub fn cap_enforced(controller: &str) -> bool {
+    let out = hull(&["doctor", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let name = format!("cgroup {controller} cap");
+    let found = v.as_array().and_then(|a| a.iter().find(|c| c["name"] == name.as_str()).cloned());
+    match found {
+        Some(c) if c["status"] == "enforced" => true,
+        Some(c) => {
+            eprintln!("SKIP: {name} not enforced here: {} (fix: {})", c["detail"], c["fix"]);
+            false
+        }
+        None => {
+            eprintln!("SKIP: hull doctor did not report {name}: {v}");
+            false
+        }
+    }
+}
