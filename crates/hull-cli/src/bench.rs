@@ -30,7 +30,15 @@ fn bare(argv: &[&str]) -> f64 {
 }
 
 fn boxed(rt: &Runtime, argv: &[&str]) -> Result<f64, String> {
-    let spec = BoxSpec::new(argv.iter().map(|s| (*s).to_string()).collect());
+    boxed_with(rt, argv, true)
+}
+
+/// One box; `caps` false drops the default pids cap, so no cgroup is made (shows the cgroup cost).
+fn boxed_with(rt: &Runtime, argv: &[&str], caps: bool) -> Result<f64, String> {
+    let mut spec = BoxSpec::new(argv.iter().map(|s| (*s).to_string()).collect());
+    if !caps {
+        spec.pids = None;
+    }
     let t = Instant::now();
     let r = rt.run(&spec, RunOptions { capture: true }, &mut NoSink).map_err(|e| e.to_string())?;
     let el = t.elapsed().as_secs_f64() * 1000.0;
@@ -60,7 +68,9 @@ pub fn main(args: &BenchArgs) -> i32 {
         }
     };
     let runs = args.runs.max(5);
-    let cases: [(&str, &[&str]); 2] = [("/bin/true", &["/bin/true"]), ("python3 -c 'print(1)'", &["python3", "-c", "print(1)"])];
+    // The same interpreter in and out of the box (a PATH shim such as pyenv's would skew the bare side).
+    let python = if std::path::Path::new("/usr/bin/python3").exists() { "/usr/bin/python3" } else { "python3" };
+    let cases: [(&str, &[&str]); 2] = [("/bin/true", &["/bin/true"]), ("python3 -c 'print(1)'", &[python, "-c", "print(1)"])];
     let mut out = serde_json::Map::new();
     for (label, argv) in cases {
         // Warm-up: page cache, dynamic loader, first cgroup.
@@ -71,9 +81,16 @@ pub fn main(args: &BenchArgs) -> i32 {
                 return 1;
             }
         }
-        let (mut b, mut x) = (Vec::with_capacity(runs), Vec::with_capacity(runs));
+        let (mut b, mut x, mut nc) = (Vec::with_capacity(runs), Vec::with_capacity(runs), Vec::with_capacity(runs));
         for _ in 0..runs {
             b.push(bare(argv));
+            match boxed_with(&rt, argv, false) {
+                Ok(ms) => nc.push(ms),
+                Err(e) => {
+                    eprintln!("hull bench: {e}");
+                    return 1;
+                }
+            }
             match boxed(&rt, argv) {
                 Ok(ms) => x.push(ms),
                 Err(e) => {
@@ -84,13 +101,15 @@ pub fn main(args: &BenchArgs) -> i32 {
         }
         let (bmin, bmed, bp90) = summary(&mut b);
         let (xmin, xmed, xp90) = summary(&mut x);
+        let (nmin, nmed, np90) = summary(&mut nc);
         if !args.json {
             println!("{label} ({runs} runs each, interleaved)");
             println!("  bare fork+exec  min {bmin:7.3} ms  median {bmed:7.3} ms  p90 {bp90:7.3} ms");
             println!("  in a box        min {xmin:7.3} ms  median {xmed:7.3} ms  p90 {xp90:7.3} ms");
-            println!("  overhead        median {:+.3} ms, ratio {:.2}x", xmed - bmed, xmed / bmed);
+            println!("  box, no cgroup  min {nmin:7.3} ms  median {nmed:7.3} ms  p90 {np90:7.3} ms");
+            println!("  overhead        median {:+.3} ms, ratio {:.2}x (without a cgroup: {:+.3} ms)", xmed - bmed, xmed / bmed, nmed - bmed);
         }
-        out.insert(label.to_string(), serde_json::json!({"bare": {"min": bmin, "median": bmed, "p90": bp90}, "box": {"min": xmin, "median": xmed, "p90": xp90}, "overhead_ms": xmed - bmed, "ratio": xmed / bmed}));
+        out.insert(label.to_string(), serde_json::json!({"bare": {"min": bmin, "median": bmed, "p90": bp90}, "box": {"min": xmin, "median": xmed, "p90": xp90}, "box_no_cgroup": {"min": nmin, "median": nmed, "p90": np90}, "overhead_ms": xmed - bmed, "ratio": xmed / bmed}));
     }
 
     // Concurrency: N boxes at once, each from its own thread.
@@ -99,7 +118,7 @@ pub fn main(args: &BenchArgs) -> i32 {
     let handles: Vec<_> = (0..n)
         .map(|_| {
             let rt = Arc::clone(&rt);
-            std::thread::spawn(move || boxed(&rt, &["python3", "-c", "print(1)"]))
+            std::thread::spawn(move || boxed(&rt, &[python, "-c", "print(1)"]))
         })
         .collect();
     let results: Vec<Result<f64, String>> = handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into()))).collect();

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Installs what hull's build and tests need on a fresh Debian/Ubuntu machine, creates the
+# unprivileged test user, and delegates a cgroup subtree to it. Idempotent; run as root.
+set -euo pipefail
+
+if [ "$(id -u)" != 0 ]; then
+    echo "setup.sh: run as root (it installs packages and delegates cgroups)" >&2
+    exit 1
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+PKGS="python3 busybox-static uidmap ca-certificates python3-numpy python3-pandas python3-matplotlib gcc git"
+missing=""
+for p in $PKGS; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+    apt-get update -q
+    apt-get install -y -q --no-install-recommends $missing
+fi
+
+if ! command -v cargo >/dev/null; then
+    echo "setup.sh: cargo not found; install the Rust toolchain (rustup) first" >&2
+    exit 1
+fi
+
+# The unprivileged user the rootless test pass runs as.
+TEST_USER="${HULL_TEST_USER:-hulltest}"
+id "$TEST_USER" >/dev/null 2>&1 || useradd -m "$TEST_USER"
+
+# Delegate a cgroup subtree to it, the way an administrator would: v1 hierarchies where the
+# controllers live there (hybrid hosts), else a v2 directory with the controllers enabled.
+for c in memory pids cpu; do
+    if [ -d "/sys/fs/cgroup/$c" ] && grep -q " /sys/fs/cgroup/$c .* cgroup " /proc/self/mountinfo; then
+        mkdir -p "/sys/fs/cgroup/$c/hull-$TEST_USER"
+        chown -R "$TEST_USER" "/sys/fs/cgroup/$c/hull-$TEST_USER"
+    fi
+done
+if grep -q " /sys/fs/cgroup cgroup2 " /proc/self/mountinfo 2>/dev/null || [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+    d=/sys/fs/cgroup/hull-$TEST_USER
+    mkdir -p "$d"
+    for c in memory pids cpu; do echo "+$c" > /sys/fs/cgroup/cgroup.subtree_control 2>/dev/null || true; done
+    for c in memory pids cpu; do echo "+$c" > "$d/cgroup.subtree_control" 2>/dev/null || true; done
+    chown -R "$TEST_USER" "$d"
+fi
+echo "setup.sh: ready (test user $TEST_USER, cgroup parent hull-$TEST_USER)"
