@@ -314,6 +314,8 @@ pub fn box_env(spec: &BoxSpec) -> Vec<(String, String)> {
         ("HOSTNAME".into(), spec.hostname.clone()),
         ("LANG".into(), "C.UTF-8".into()),
         ("TERM".into(), "dumb".into()),
+        // libuv (node) would try io_uring, which the filter treats as an escape primitive.
+        ("UV_USE_IO_URING".into(), "0".into()),
     ];
     for (k, v) in &spec.env {
         if let Some(slot) = env.iter_mut().find(|(ek, _)| ek == k) {

@@ -24,6 +24,8 @@ pub(crate) struct ChildContext<'a> {
     pub argv: &'a [*const libc::c_char],
     pub envp: &'a [*const libc::c_char],
     pub seccomp: Option<&'a libc::sock_fprog>,
+    /// `HULL_TRACE_STEPS`: a shared page where each step's end time (CLOCK_MONOTONIC ns) is stored.
+    pub trace: Option<*mut u64>,
 }
 
 fn send(sock: RawFd, m: Message, fd: Option<RawFd>) {
@@ -34,6 +36,12 @@ fn send(sock: RawFd, m: Message, fd: Option<RawFd>) {
 /// Runs the plan and never returns.
 pub(crate) fn run(ctx: &ChildContext<'_>) -> ! {
     for (i, step) in ctx.plan.steps.iter().enumerate() {
+        if let Some(t) = ctx.trace {
+            if i < crate::supervise::TRACE_SLOTS {
+                // SAFETY: `t` is a shared mapping of TRACE_SLOTS u64s made by the parent.
+                unsafe { *t.add(i) = sys::monotonic_ns() };
+            }
+        }
         if let Err(e) = execute(ctx, step) {
             send(ctx.sock, Message::SetupFailed { step: u32::try_from(i).unwrap_or(u32::MAX), errno: e.0 }, None);
             sys::exit_now(125);

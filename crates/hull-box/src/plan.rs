@@ -343,13 +343,16 @@ impl PlanBuilder<Writable> {
     /// procfs with the usual sensitive paths masked and the kernel knobs read-only.
     pub fn proc(&mut self) {
         self.steps.push(Step::Proc { target: BoxPath::staged("/proc") });
-        for f in ["kcore", "keys", "key-users", "timer_list", "sched_debug", "latency_stats", "kallsyms", "kmsg", "config.gz", "vmcore", "pagetypeinfo", "slabinfo"] {
+        // The box's procfs comes from the same kernel as the host's, so a path the host's /proc
+        // lacks needs no step (each costs a mount syscall per box).
+        let present = |p: &str| std::path::Path::new(&format!("/proc/{p}")).exists();
+        for f in ["kcore", "keys", "key-users", "timer_list", "sched_debug", "latency_stats", "kallsyms", "kmsg", "config.gz", "vmcore", "pagetypeinfo", "slabinfo"].into_iter().filter(|f| present(f)) {
             self.steps.push(Step::MaskFile { target: BoxPath::staged(&format!("/proc/{f}")), null: BoxPath::staged("/dev/null") });
         }
-        for d in ["acpi", "scsi", "firmware", "asound"] {
+        for d in ["acpi", "scsi", "firmware", "asound"].into_iter().filter(|d| present(d)) {
             self.steps.push(Step::MaskDir { target: BoxPath::staged(&format!("/proc/{d}")) });
         }
-        for p in ["sys", "sysrq-trigger", "irq", "bus", "fs"] {
+        for p in ["sys", "sysrq-trigger", "irq", "bus", "fs"].into_iter().filter(|p| present(p)) {
             self.steps.push(Step::ProtectProc { target: BoxPath::staged(&format!("/proc/{p}")) });
         }
     }

@@ -101,7 +101,7 @@ impl Runtime {
     /// The plan `spec` would run, without running it (`hull run --plan`).
     pub fn plan(&self, spec: &BoxSpec) -> Result<BoxPlan, BoxError> {
         spec.validate()?;
-        let ws = spec.workspace.clone().unwrap_or_else(|| std::env::temp_dir());
+        let ws = spec.workspace.clone().unwrap_or_else(std::env::temp_dir);
         let procs: Vec<CString> = Vec::new();
         let mut procs_shown = procs;
         if let Some(h) = &self.cgroups {
@@ -184,6 +184,7 @@ impl Runtime {
                 null.as_raw_fd()
             }
         };
+        let trace = std::env::var_os("HULL_TRACE_STEPS").and_then(|_| TraceMap::new());
         let Some(Step::Exec { argv, env, .. }) = plan.steps.last() else {
             return Err(BoxError::Seccomp("plan without exec".into()));
         };
@@ -198,6 +199,7 @@ impl Runtime {
             argv: &argv_ptrs,
             envp: &env_ptrs,
             seccomp: Some(&self.fprog),
+            trace: trace.as_ref().map(|t| t.0),
         };
         let sigfd = sys::block_signals_fd(&FORWARDED).map_err(sysf("block signals"))?;
         let start = sys::monotonic_ns();
@@ -215,7 +217,44 @@ impl Runtime {
         let watch = Watch { pid, start, spec, opts, cgroup };
         let outcome = watch.run(&sock_parent, &out_r, &err_r, &sigfd, sink, plan);
         sys::unblock_signals(&FORWARDED);
+        if let Some(t) = &trace {
+            t.print(start, plan);
+        }
         outcome
+    }
+}
+
+/// Number of steps `HULL_TRACE_STEPS` records.
+pub(crate) const TRACE_SLOTS: usize = 512;
+
+/// A shared anonymous mapping the child writes step timestamps into (a debugging aid).
+struct TraceMap(*mut u64);
+
+impl TraceMap {
+    fn new() -> Option<TraceMap> {
+        // SAFETY: a fresh anonymous shared mapping; checked for MAP_FAILED.
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), TRACE_SLOTS * 8, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1, 0) };
+        (p != libc::MAP_FAILED).then(|| TraceMap(p.cast()))
+    }
+
+    fn print(&self, start: u64, plan: &BoxPlan) {
+        let mut prev = start;
+        for (i, s) in plan.steps.iter().enumerate().take(TRACE_SLOTS) {
+            // SAFETY: index within the mapping.
+            let t = unsafe { *self.0.add(i) };
+            if t == 0 {
+                break;
+            }
+            eprintln!("hull trace: {:>7} us  +{:>5} us  before step {:>3}: {s}", (t - start) / 1000, (t.saturating_sub(prev)) / 1000, i + 1);
+            prev = t;
+        }
+    }
+}
+
+impl Drop for TraceMap {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the mapping made in `new`.
+        unsafe { libc::munmap(self.0.cast(), TRACE_SLOTS * 8) };
     }
 }
 

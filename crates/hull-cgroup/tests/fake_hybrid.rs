@@ -113,7 +113,7 @@ fn each_controller_gets_its_v1_files() {
         "pids/hull-7-1",
         "cpu/hull-7-1",
     ]
-    .map(|d| t.path(d).join("cgroup.procs").to_str().unwrap().to_owned());
+    .map(|d| t.path(d).join("tasks").to_str().unwrap().to_owned());
     assert_eq!(procs, want);
 
     t.write(

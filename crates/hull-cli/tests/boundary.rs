@@ -181,9 +181,12 @@ fn leftover_cgroups(hull_pid: u32) -> Vec<String> {
 #[test]
 fn timeout_kills_the_whole_box_including_daemons() {
     let marker = format!("hull-daemon-{}", std::process::id());
-    let code = format!("import os, subprocess\nif os.fork() == 0:\n    os.setsid()\n    subprocess.Popen(['sleep', '1000', '{marker}'], start_new_session=True)\n    os._exit(0)\nwhile True: pass");
+    let code = format!("import os, subprocess\nif os.fork() == 0:\n    os.setsid()\n    subprocess.Popen(['python3', '-c', 'import time; time.sleep(1000)', '{marker}' + '-daemon'], start_new_session=True)\n    os._exit(0)\nwhile True: pass");
     let child = std::process::Command::new(bin()).args(["run", "--json", "--timeout", "2s", "--code", &code]).stdout(std::process::Stdio::piped()).spawn().unwrap();
     let pid = child.id();
+    // The daemon really runs (so its absence afterwards means something); only its argv holds
+    // the joined marker, the main program's holds the two halves.
+    wait_for_process(&format!("{marker}-daemon"));
     let out = child.wait_with_output().unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(fault(&v).as_deref(), Some("timeout"), "{v}");
@@ -318,4 +321,54 @@ fn many_boxes_share_one_root_at_once() {
         let v = h.join().unwrap();
         assert_eq!(stdout(&v).trim(), (i * 2).to_string(), "{v}");
     }
+}
+
+/// The host pid of the process whose command line contains `marker`.
+fn find_process(marker: &str) -> Option<i32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+        let cmd = String::from_utf8_lossy(&cmd);
+        (cmd.contains(marker) && cmd.starts_with("python3")).then_some(pid)
+    })
+}
+
+fn wait_for_process(marker: &str) -> i32 {
+    for _ in 0..500 {
+        if let Some(p) = find_process(marker) {
+            return p;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("the box's process never appeared");
+}
+
+#[test]
+fn a_kill_from_outside_is_the_killed_fault() {
+    let marker = format!("hull-victim-{}", std::process::id());
+    let child = std::process::Command::new(bin()).args(["run", "--json", "--", "python3", "-c", "import time; time.sleep(30)", &marker]).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let pid = wait_for_process(&marker);
+    // SAFETY: kill takes plain integers; the pid is the box's program we just started.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let out = child.wait_with_output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(fault(&v).as_deref(), Some("killed"), "{v}");
+    assert_eq!(v["exit_code"], 137);
+}
+
+#[test]
+fn sigint_to_hull_kills_the_box_and_cleans_up() {
+    let marker = format!("hull-interrupted-{}", std::process::id());
+    let child = std::process::Command::new(bin()).args(["run", "--json", "--", "python3", "-c", "import time; time.sleep(30)", &marker]).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    wait_for_process(&marker);
+    let hull_id = child.id();
+    let hull_pid = i32::try_from(hull_id).unwrap();
+    // SAFETY: kill takes plain integers; this is the hull process we started.
+    unsafe { libc::kill(hull_pid, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(fault(&v).as_deref(), Some("killed"), "{v}");
+    assert!(v["fault"]["reason"].as_str().unwrap().contains("SIGINT"), "{v}");
+    assert!(find_process(&marker).is_none(), "the box outlived hull's SIGINT");
+    assert!(leftover_cgroups(hull_id).is_empty());
 }
