@@ -255,6 +255,8 @@ fn bad_options_are_refused_naming_the_argument() {
         (&["run", "--memory", "32m", "--tmp-size", "64m", "--", "true"], &["tmpfs", "memory"]),
         (&["run", "--timeout", "soon", "--", "true"], &["--timeout"]),
         (&["run", "--cap-add", "FLY", "--", "true"], &["--cap-add", "FLY"]),
+        (&["run", "--tmpfs", "/data=1m", "--mount", "/tmp:/data/x", "--", "true"], &["--tmpfs", "cover"]),
+        (&["run", "--mount", "/tmp:relative", "--", "true"], &["--mount", "absolute"]),
         (&["run"], &["no command"]),
     ];
     for (args, words) in cases {
@@ -371,4 +373,58 @@ fn sigint_to_hull_kills_the_box_and_cleans_up() {
     assert!(v["fault"]["reason"].as_str().unwrap().contains("SIGINT"), "{v}");
     assert!(find_process(&marker).is_none(), "the box outlived hull's SIGINT");
     assert!(leftover_cgroups(hull_id).is_empty());
+}
+
+#[test]
+fn unenforceable_caps_warn_or_are_refused_with_require_limits() {
+    let out = std::process::Command::new(bin()).args(["run", "--json", "--memory", "128m", "--", "true"]).env("HULL_CGROUP_PARENT", "hull-no-such-parent").output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["success"], true, "{v}");
+    let warnings = v["warnings"].to_string();
+    assert!(warnings.contains("not enforced") && warnings.contains("HULL_CGROUP_PARENT"), "{v}");
+    let out = std::process::Command::new(bin()).args(["run", "--require-limits", "--memory", "128m", "--", "true"]).env("HULL_CGROUP_PARENT", "hull-no-such-parent").output().unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--require-limits"), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn a_setup_failure_names_step_errno_and_path() {
+    let out = hull(&["run", "--cwd", "/no/such/dir", "--", "true"]);
+    assert_eq!(out.status.code(), Some(125));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("enter working directory") && err.contains("/no/such/dir") && err.contains("No such file"), "{err}");
+    let out = hull(&["run", "--json", "--cwd", "/no/such/dir", "--", "true"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["error"]["kind"], "setup_failed", "{v}");
+}
+
+#[test]
+fn an_image_symlink_cannot_redirect_a_mount_target() {
+    let busybox = std::path::Path::new("/bin/busybox");
+    if !busybox.exists() {
+        eprintln!("SKIP: /bin/busybox (busybox-static) is not installed");
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("bin")).unwrap();
+    std::fs::copy(busybox, root.path().join("bin/busybox")).unwrap();
+    // A hostile image: /data points at the host's /etc.
+    std::os::unix::fs::symlink("/etc", root.path().join("data")).unwrap();
+    let src = tempfile::tempdir().unwrap();
+    let out = hull(&["run", "--rootfs", root.path().to_str().unwrap(), "--mount", &format!("{}:/data/x", src.path().display()), "--", "/bin/busybox", "true"]);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/data/x"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!std::path::Path::new("/etc/x").exists(), "a mount point was created in the host's /etc");
+}
+
+#[test]
+fn cpu_cap_throttles() {
+    if !cap_enforced("Cpu") {
+        return;
+    }
+    // Busy for 2 s of wall time: unthrottled that is ~2000 ms of CPU, at 0.25 CPUs ~500 ms.
+    let code = "import time\nt = time.time()\nwhile time.time() - t < 2: pass";
+    let v = run_json(&["--cpus", "0.25", "--code", code]);
+    let cpu = v["stats"]["cpu_ms"].as_u64().unwrap();
+    assert!(v["success"] == true && cpu < 1200, "cpu_ms {cpu} under a 0.25 CPU cap: {v}");
 }
