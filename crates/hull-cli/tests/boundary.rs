@@ -300,16 +300,22 @@ fn streaming_mode_passes_output_and_exit_code() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("err"));
 }
 
-#[test]
-fn rootfs_directory_is_the_whole_world() {
+/// A tiny root filesystem holding only a static busybox at /bin/busybox.
+fn busybox_root() -> Option<tempfile::TempDir> {
     let busybox = std::path::Path::new("/bin/busybox");
     if !busybox.exists() {
         eprintln!("SKIP: /bin/busybox (busybox-static) is not installed");
-        return;
+        return None;
     }
     let root = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(root.path().join("bin")).unwrap();
     std::fs::copy(busybox, root.path().join("bin/busybox")).unwrap();
+    Some(root)
+}
+
+#[test]
+fn rootfs_directory_is_the_whole_world() {
+    let Some(root) = busybox_root() else { return };
     std::os::unix::fs::symlink("busybox", root.path().join("bin/sh")).unwrap();
     let v = run_json(&["--rootfs", root.path().to_str().unwrap(), "--", "/bin/sh", "-c", "echo hi; /bin/busybox ls /; test -e /usr/bin/python3 && echo HOSTLEAK; /bin/busybox touch /bin/x || echo ro"]);
     let out = stdout(&v);
@@ -400,14 +406,7 @@ fn a_setup_failure_names_step_errno_and_path() {
 
 #[test]
 fn an_image_symlink_cannot_redirect_a_mount_target() {
-    let busybox = std::path::Path::new("/bin/busybox");
-    if !busybox.exists() {
-        eprintln!("SKIP: /bin/busybox (busybox-static) is not installed");
-        return;
-    }
-    let root = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(root.path().join("bin")).unwrap();
-    std::fs::copy(busybox, root.path().join("bin/busybox")).unwrap();
+    let Some(root) = busybox_root() else { return };
     // A hostile image: /data points at the host's /etc.
     std::os::unix::fs::symlink("/etc", root.path().join("data")).unwrap();
     let src = tempfile::tempdir().unwrap();
