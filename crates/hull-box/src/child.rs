@@ -171,7 +171,10 @@ fn spawn_and_reap(ctx: &ChildContext<'_>, candidates: &[std::ffi::CString]) -> S
     loop {
         match sys::wait4(-1, false) {
             Ok(Some(w)) if w.pid == pid => {
-                send(ctx.sock, Message::MainExited { status: w.status }, None);
+                #[allow(clippy::useless_conversion)] // tv_sec and tv_usec are not i64 on every target
+                let ms = |t: libc::timeval| i64::from(t.tv_sec) * 1000 + i64::from(t.tv_usec) / 1000;
+                let cpu = i32::try_from(ms(w.rusage.ru_utime) + ms(w.rusage.ru_stime)).unwrap_or(i32::MAX);
+                send(ctx.sock, Message::MainExited { status: w.status, cpu_ms: cpu }, None);
                 sys::exit_now(0);
             }
             Ok(_) => {}

@@ -20,4 +20,4 @@ pub mod sys;
 pub use error::BoxError;
 pub use result::{Fault, FaultType, RunResult, Stats};
 pub use spec::{BindMount, BoxSpec, Network, RootSpec, Stdin, TmpfsMount};
-pub use supervise::{NoSink, OutputSink, RunOptions, Runtime, Stream};
+pub use supervise::{NoSink, OutputSink, RunOptions, Runtime, Stream, Teardown};

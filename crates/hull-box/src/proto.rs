@@ -11,8 +11,9 @@ pub enum Message {
     SetupFailed { step: u32, errno: i32 },
     /// No exec candidate could be run; `errno` is the most telling failure.
     ExecFailed { errno: i32 },
-    /// The main program ended with this wait status.
-    MainExited { status: i32 },
+    /// The main program ended with this wait status, having used `cpu_ms` of CPU (with the
+    /// children it waited for).
+    MainExited { status: i32, cpu_ms: i32 },
 }
 
 pub const LEN: usize = 16;
@@ -23,7 +24,7 @@ impl Message {
             Message::Ready => (1, 0, 0),
             Message::SetupFailed { step, errno } => (2, i32::try_from(step).unwrap_or(i32::MAX), errno),
             Message::ExecFailed { errno } => (3, errno, 0),
-            Message::MainExited { status } => (4, status, 0),
+            Message::MainExited { status, cpu_ms } => (4, status, cpu_ms),
         };
         let mut out = [0u8; LEN];
         out[0..4].copy_from_slice(&tag.to_le_bytes());
@@ -48,7 +49,7 @@ impl Message {
             1 => Message::Ready,
             2 => Message::SetupFailed { step: u32::try_from(a).map_err(|_| ProtoError::Field)?, errno: b },
             3 => Message::ExecFailed { errno: a },
-            4 => Message::MainExited { status: a },
+            4 => Message::MainExited { status: a, cpu_ms: b },
             t => return Err(ProtoError::Tag(t)),
         })
     }
@@ -72,7 +73,7 @@ mod tests {
 
     #[test]
     fn round_trip_and_rejects() {
-        for m in [Message::Ready, Message::SetupFailed { step: 7, errno: 13 }, Message::ExecFailed { errno: 2 }, Message::MainExited { status: 256 }] {
+        for m in [Message::Ready, Message::SetupFailed { step: 7, errno: 13 }, Message::ExecFailed { errno: 2 }, Message::MainExited { status: 256, cpu_ms: 12 }] {
             assert_eq!(Message::decode(&m.encode()), Ok(m));
         }
         assert_eq!(Message::decode(&[0; 3]), Err(ProtoError::Length(3)));

@@ -118,8 +118,25 @@ impl Runtime {
         Ok(plan)
     }
 
-    /// Runs `spec` in a fresh box and returns what happened.
+    /// Runs `spec` in a fresh box and returns what happened, after the box is fully torn down.
     pub fn run(&self, spec: &BoxSpec, opts: RunOptions, sink: &mut dyn OutputSink) -> Result<RunResult, BoxError> {
+        let (result, teardown) = self.run_detached(spec, opts, sink)?;
+        teardown.finish();
+        Ok(result)
+    }
+
+    /// Runs `spec` and returns the result as soon as the program has exited and its output is
+    /// complete, with the [`Teardown`] still to do: reaping the box's pid 1 (the kernel's namespace
+    /// teardown, ~1.5 ms here), removing its cgroup and temporary workspace. Dropping the
+    /// `Teardown` does it too, so nothing is left behind.
+    pub fn run_detached(&self, spec: &BoxSpec, opts: RunOptions, sink: &mut dyn OutputSink) -> Result<(RunResult, Teardown), BoxError> {
+        let t0 = sys::monotonic_ns();
+        let tracing = std::env::var_os("HULL_TRACE_STEPS").is_some();
+        let mark = |what: &str| {
+            if tracing {
+                eprintln!("hull trace: supervisor {:>7} us  {what}", (sys::monotonic_ns() - t0) / 1000);
+            }
+        };
         spec.validate()?;
         let keep = crate::caps::resolve(&spec.cap_add, &spec.cap_drop).map_err(crate::spec::SpecError::from)?;
         let mut warnings = Vec::new();
@@ -151,12 +168,15 @@ impl Runtime {
         }
         warnings.extend(unenforced);
 
+        mark("workspace and cgroup created");
         let procs: Vec<CString> = guard.0.as_ref().map(|c| c.procs_files().to_vec()).unwrap_or_default();
         let ctx = Context { uid: sys::geteuid(), gid: sys::getegid(), cgroup_procs: &procs, workspace: &workspace.path, seccomp_rules: self.rules, listener: self.listener, keep_caps: keep };
         let (plan, held) = assemble::build(spec, &ctx)?;
-        let outcome = self.supervise(spec, &plan, opts, sink, guard.0.as_ref());
+        mark("plan built");
+        let outcome = self.supervise(spec, &plan, opts, sink);
+        mark("result known");
         drop(held);
-        let outcome = outcome?;
+        let (outcome, pid) = outcome?;
 
         let cg = guard.0.as_ref();
         let oom_kills = cg.map_or(0, hull_cgroup::BoxCgroup::oom_kills);
@@ -164,14 +184,14 @@ impl Runtime {
         let st = outcome.status.unwrap_or(outcome.pid1_status);
         let failed = !(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0);
         let ws_full = failed && workspace_is_full(&workspace.path);
+        let exited = outcome.exited;
         let mut result = finish(spec, outcome, oom_kills, peak, ws_full);
         result.warnings.splice(0..0, warnings);
-        drop(guard); // removes the cgroup (the box's processes are all gone by now)
-        drop(workspace);
-        Ok(result)
+        let teardown = Teardown { pid: if exited { None } else { Some(pid) }, cgroup: guard, workspace: Some(workspace), tracing: tracing.then_some(t0) };
+        Ok((result, teardown))
     }
 
-    fn supervise(&self, spec: &BoxSpec, plan: &BoxPlan, opts: RunOptions, sink: &mut dyn OutputSink, cgroup: Option<&hull_cgroup::BoxCgroup>) -> Result<Outcome, BoxError> {
+    fn supervise(&self, spec: &BoxSpec, plan: &BoxPlan, opts: RunOptions, sink: &mut dyn OutputSink) -> Result<(Outcome, libc::pid_t), BoxError> {
         let sysf = |what: &'static str| move |errno: Errno| BoxError::Sys { what, errno };
         let (out_r, out_w) = sys::pipe().map_err(sysf("create the stdout pipe"))?;
         let (err_r, err_w) = sys::pipe().map_err(sysf("create the stderr pipe"))?;
@@ -214,13 +234,18 @@ impl Runtime {
             }
         };
         drop((out_w, err_w, sock_child));
-        let watch = Watch { pid, start, spec, opts, cgroup };
+        let watch = Watch { pid, start, spec, opts };
         let outcome = watch.run(&sock_parent, &out_r, &err_r, &sigfd, sink, plan);
+        if outcome.is_err() {
+            // A failed setup: pid 1 was killed or exited; reap it here.
+            let _ = sys::kill(pid, libc::SIGKILL);
+            let _ = sys::wait4(pid, false);
+        }
         sys::unblock_signals(&FORWARDED);
         if let Some(t) = &trace {
             t.print(start, plan);
         }
-        outcome
+        outcome.map(|o| (o, pid))
     }
 }
 
@@ -274,6 +299,9 @@ fn clone_hint(errno: Errno) -> String {
 
 /// What the watch loop saw.
 struct Outcome {
+    /// Whether pid 1 has been reaped (else the teardown reaps it).
+    exited: bool,
+    main_cpu_ms: u64,
     status: Option<i32>,
     pid1_status: i32,
     rusage_cpu_ms: u64,
@@ -300,7 +328,6 @@ struct Watch<'a> {
     start: u64,
     spec: &'a BoxSpec,
     opts: RunOptions,
-    cgroup: Option<&'a hull_cgroup::BoxCgroup>,
 }
 
 impl Watch<'_> {
@@ -310,6 +337,8 @@ impl Watch<'_> {
         let _ = sys::set_nonblocking(err.as_fd());
         let deadline = self.start + u64::try_from(self.spec.timeout.as_nanos()).unwrap_or(u64::MAX);
         let mut o = Outcome {
+            exited: false,
+            main_cpu_ms: 0,
             status: None,
             pid1_status: 0,
             rusage_cpu_ms: 0,
@@ -330,8 +359,10 @@ impl Watch<'_> {
         let mut exited = false;
         let mut buf = vec![0u8; 64 * 1024];
         loop {
-            // After pid 1 is gone every writer of the pipes is gone too; drain to EOF.
-            if exited && o.stdout.eof && o.stderr.eof && !sock_open {
+            // After pid 1 is gone every writer of the pipes is gone too; drain to EOF. Once the
+            // program has exited and its output is complete, the result is known: pid 1 is
+            // ending the box on its own, and the teardown reaps it (off the result's path).
+            if o.stdout.eof && o.stderr.eof && ((exited && !sock_open) || o.status.is_some()) {
                 break;
             }
             let mut fds: Vec<libc::pollfd> = Vec::with_capacity(6);
@@ -388,7 +419,13 @@ impl Watch<'_> {
                             });
                         }
                         Message::ExecFailed { errno } => o.exec_failed = Some(Errno(errno)),
-                        Message::MainExited { status } => o.status = Some(status),
+                        Message::MainExited { status, cpu_ms } => {
+                            o.main_cpu_ms = u64::try_from(cpu_ms).unwrap_or(0);
+                            if std::env::var_os("HULL_TRACE_STEPS").is_some() {
+                                eprintln!("hull trace: program exited {:>7} us after clone", (sys::monotonic_ns() - self.start) / 1000);
+                            }
+                            o.status = Some(status);
+                        }
                     },
                 }
             }
@@ -437,17 +474,20 @@ impl Watch<'_> {
                 }
             }
         }
+        o.exited = exited;
         if !exited {
+            // Pid 1 is on its way out (it sent the program's status) or must go now; either way
+            // SIGKILL makes sure, and kills the whole pid namespace with it.
             let _ = sys::kill(self.pid, libc::SIGKILL);
-            if let Ok(Some(w)) = sys::wait4(self.pid, false) {
-                o.pid1_status = w.status;
+            if o.status.is_none() {
+                if let Ok(Some(w)) = sys::wait4(self.pid, false) {
+                    o.pid1_status = w.status;
+                    o.exited = true;
+                }
             }
         }
-        if let Some(cg) = self.cgroup {
-            // Belt and braces: the pid namespace is gone, so this finds nothing to kill.
-            if !cg.is_empty() {
-                cg.kill_all();
-            }
+        if !o.exited || o.rusage_cpu_ms == 0 {
+            o.rusage_cpu_ms = o.rusage_cpu_ms.max(o.main_cpu_ms);
         }
         if let Some(e) = setup_error {
             return Err(e);
@@ -571,6 +611,48 @@ fn fmt_duration(d: Duration) -> String {
         format!("{}s", d.as_secs())
     } else {
         format!("{:.3}s", d.as_secs_f64())
+    }
+}
+
+/// What is left of a box once its result is known: its exiting pid 1, its cgroup and its
+/// temporary workspace. [`Teardown::finish`] (or dropping it) reaps and removes them.
+pub struct Teardown {
+    pid: Option<libc::pid_t>,
+    cgroup: CgroupGuard,
+    workspace: Option<Workspace>,
+    tracing: Option<u64>,
+}
+
+impl Teardown {
+    /// Waits for the box's pid 1 (and so every process of the box) to be gone, then removes the
+    /// cgroup and the temporary workspace.
+    pub fn finish(mut self) {
+        self.run();
+    }
+
+    fn run(&mut self) {
+        if let Some(pid) = self.pid.take() {
+            let _ = sys::wait4(pid, false);
+        }
+        if let Some(t0) = self.tracing {
+            eprintln!("hull trace: supervisor {:>7} us  box reaped", (sys::monotonic_ns() - t0) / 1000);
+        }
+        if let Some(cg) = self.cgroup.0.take() {
+            if !cg.is_empty() {
+                cg.kill_all();
+            }
+            let _ = cg.remove();
+        }
+        self.workspace.take();
+        if let Some(t0) = self.tracing.take() {
+            eprintln!("hull trace: supervisor {:>7} us  cgroup and workspace removed", (sys::monotonic_ns() - t0) / 1000);
+        }
+    }
+}
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        self.run();
     }
 }
 

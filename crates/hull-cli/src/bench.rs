@@ -33,19 +33,31 @@ fn boxed(rt: &Runtime, argv: &[&str]) -> Result<f64, String> {
     boxed_with(rt, argv, true)
 }
 
-/// One box; `caps` false drops the default pids cap, so no cgroup is made (shows the cgroup cost).
+fn boxed_total(rt: &Runtime, argv: &[&str]) -> Result<(f64, f64), String> {
+    boxed_split(rt, argv, true)
+}
+
+/// One box, timed to its result; `caps` false drops the default pids cap, so no cgroup is made
+/// (shows the cgroup cost). The teardown (reaping, cgroup and workspace removal) is timed apart.
 fn boxed_with(rt: &Runtime, argv: &[&str], caps: bool) -> Result<f64, String> {
+    boxed_split(rt, argv, caps).map(|(result, _)| result)
+}
+
+/// (time to result, time to result plus teardown), in ms.
+fn boxed_split(rt: &Runtime, argv: &[&str], caps: bool) -> Result<(f64, f64), String> {
     let mut spec = BoxSpec::new(argv.iter().map(|s| (*s).to_string()).collect());
     if !caps {
         spec.pids = None;
     }
     let t = Instant::now();
-    let r = rt.run(&spec, RunOptions { capture: true }, &mut NoSink).map_err(|e| e.to_string())?;
+    let (r, teardown) = rt.run_detached(&spec, RunOptions { capture: true }, &mut NoSink).map_err(|e| e.to_string())?;
     let el = t.elapsed().as_secs_f64() * 1000.0;
+    teardown.finish();
+    let total = t.elapsed().as_secs_f64() * 1000.0;
     if !r.success {
         return Err(format!("box {argv:?} failed: exit {} {:?} {}", r.exit_code, r.fault, r.stderr));
     }
-    Ok(el)
+    Ok((el, total))
 }
 
 /// min, median, p90 of milliseconds.
@@ -81,7 +93,7 @@ pub fn main(args: &BenchArgs) -> i32 {
                 return 1;
             }
         }
-        let (mut b, mut x, mut nc) = (Vec::with_capacity(runs), Vec::with_capacity(runs), Vec::with_capacity(runs));
+        let (mut b, mut x, mut nc, mut full) = (Vec::with_capacity(runs), Vec::with_capacity(runs), Vec::with_capacity(runs), Vec::with_capacity(runs));
         for _ in 0..runs {
             b.push(bare(argv));
             match boxed_with(&rt, argv, false) {
@@ -91,8 +103,11 @@ pub fn main(args: &BenchArgs) -> i32 {
                     return 1;
                 }
             }
-            match boxed(&rt, argv) {
-                Ok(ms) => x.push(ms),
+            match boxed_total(&rt, argv) {
+                Ok((ms, total)) => {
+                    x.push(ms);
+                    full.push(total);
+                }
                 Err(e) => {
                     eprintln!("hull bench: {e}");
                     return 1;
@@ -102,14 +117,16 @@ pub fn main(args: &BenchArgs) -> i32 {
         let (bmin, bmed, bp90) = summary(&mut b);
         let (xmin, xmed, xp90) = summary(&mut x);
         let (nmin, nmed, np90) = summary(&mut nc);
+        let (fmin, fmed, fp90) = summary(&mut full);
         if !args.json {
             println!("{label} ({runs} runs each, interleaved)");
             println!("  bare fork+exec  min {bmin:7.3} ms  median {bmed:7.3} ms  p90 {bp90:7.3} ms");
-            println!("  in a box        min {xmin:7.3} ms  median {xmed:7.3} ms  p90 {xp90:7.3} ms");
+            println!("  in a box        min {xmin:7.3} ms  median {xmed:7.3} ms  p90 {xp90:7.3} ms  (to the result)");
+            println!("  + teardown      min {fmin:7.3} ms  median {fmed:7.3} ms  p90 {fp90:7.3} ms  (box reaped, cgroup and workspace removed)");
             println!("  box, no cgroup  min {nmin:7.3} ms  median {nmed:7.3} ms  p90 {np90:7.3} ms");
             println!("  overhead        median {:+.3} ms, ratio {:.2}x (without a cgroup: {:+.3} ms)", xmed - bmed, xmed / bmed, nmed - bmed);
         }
-        out.insert(label.to_string(), serde_json::json!({"bare": {"min": bmin, "median": bmed, "p90": bp90}, "box": {"min": xmin, "median": xmed, "p90": xp90}, "box_no_cgroup": {"min": nmin, "median": nmed, "p90": np90}, "overhead_ms": xmed - bmed, "ratio": xmed / bmed}));
+        out.insert(label.to_string(), serde_json::json!({"bare": {"min": bmin, "median": bmed, "p90": bp90}, "box": {"min": xmin, "median": xmed, "p90": xp90}, "box_with_teardown": {"min": fmin, "median": fmed, "p90": fp90}, "box_no_cgroup": {"min": nmin, "median": nmed, "p90": np90}, "overhead_ms": xmed - bmed, "ratio": xmed / bmed}));
     }
 
     // Concurrency: N boxes at once, each from its own thread.

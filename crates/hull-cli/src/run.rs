@@ -230,13 +230,15 @@ pub fn main(args: RunArgs) -> i32 {
             }
         };
     }
+    // The result is printed as soon as it is known; the box's teardown (reaping, cgroup and
+    // workspace removal) finishes before hull exits.
     let result = if args.json {
-        runtime.run(&spec, RunOptions { capture: true }, &mut hull_box::NoSink)
+        runtime.run_detached(&spec, RunOptions { capture: true }, &mut hull_box::NoSink)
     } else {
-        runtime.run(&spec, RunOptions { capture: false }, &mut Passthrough)
+        runtime.run_detached(&spec, RunOptions { capture: false }, &mut Passthrough)
     };
     match result {
-        Ok(r) => {
+        Ok((r, teardown)) => {
             if args.json {
                 let _ = writeln!(std::io::stdout(), "{}", serde_json::to_string(&r).unwrap_or_default());
             } else {
@@ -247,6 +249,8 @@ pub fn main(args: RunArgs) -> i32 {
                     eprintln!("hull: {}: {}", f.kind.as_str(), f.reason);
                 }
             }
+            let _ = std::io::stdout().flush();
+            teardown.finish();
             r.exit_code
         }
         Err(e) => {
