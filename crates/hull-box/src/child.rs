@@ -64,6 +64,15 @@ const BIND: libc::c_ulong = libc::MS_BIND | libc::MS_REC;
 
 fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
     match step {
+        Step::DieWithSupervisor { supervisor } => {
+            sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong)?;
+            // In a new pid namespace getppid() is 0; the supervisor being gone shows as our
+            // reparenting, which pdeathsig alone could have missed if it died before the prctl.
+            if sys::getppid() != 0 && sys::getppid() != *supervisor {
+                sys::exit_now(125);
+            }
+            Ok(())
+        }
         Step::MapIds { uid_map, gid_map, .. } => {
             optional(sys::write_file(c"/proc/self/setgroups", b"deny", 0, 0))?;
             sys::write_file(c"/proc/self/uid_map", uid_map, 0, 0)?;

@@ -51,6 +51,9 @@ pub(crate) fn cstring(s: &str) -> CString {
 /// One setup step. The child executes them in order; a failure reports the step's index.
 #[derive(Debug)]
 pub enum Step {
+    /// Ask the kernel to SIGKILL the box's pid 1 if the supervisor's thread dies; exit at once if
+    /// it already has (its pid is no longer our parent).
+    DieWithSupervisor { supervisor: i32 },
     /// Write uid_map, setgroups and gid_map of the box's own user namespace.
     MapIds { uid: u32, gid: u32, uid_map: Vec<u8>, gid_map: Vec<u8> },
     /// Write "0" into a cgroup.procs file: the box joins its cgroup before any user code runs.
@@ -106,6 +109,7 @@ impl Step {
     /// A short name of the step, for errors.
     pub fn name(&self) -> &'static str {
         match self {
+            Step::DieWithSupervisor { .. } => "tie the box to its supervisor",
             Step::MapIds { .. } => "map user and group ids",
             Step::JoinCgroup { .. } => "join cgroup",
             Step::UnshareCgroupNs => "new cgroup namespace",
@@ -154,6 +158,7 @@ impl Step {
 impl fmt::Display for Step {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Step::DieWithSupervisor { supervisor } => write!(f, "prctl(PR_SET_PDEATHSIG, SIGKILL): the box dies with its supervisor (pid {supervisor})"),
             Step::MapIds { uid, gid, .. } => write!(f, "map uid 0 -> {uid}, gid 0 -> {gid} (setgroups deny)"),
             Step::JoinCgroup { procs } => write!(f, "join cgroup: write 0 > {}", procs.shown),
             Step::UnshareCgroupNs => write!(f, "unshare cgroup namespace"),
@@ -256,7 +261,7 @@ impl PlanBuilder<Skeleton> {
     /// The steps every box starts with: ids, cgroups, private mounts and the root tmpfs.
     /// `sources` are host paths opened at the given descriptor numbers before anything is mounted.
     pub fn start(clone_flags: libc::c_int, uid: u32, gid: u32, cgroup_procs: &[CString], sources: &[(String, i32)]) -> PlanBuilder<Skeleton> {
-        let mut steps = vec![Step::MapIds {
+        let mut steps = vec![Step::DieWithSupervisor { supervisor: crate::sys::getpid() }, Step::MapIds {
             uid,
             gid,
             uid_map: format!("0 {uid} 1\n").into_bytes(),

@@ -421,6 +421,7 @@ impl Watch<'_> {
                         Message::ExecFailed { errno } => o.exec_failed = Some(Errno(errno)),
                         Message::MainExited { status, cpu_ms } => {
                             o.main_cpu_ms = u64::try_from(cpu_ms).unwrap_or(0);
+                            o.duration_ms = (sys::monotonic_ns() - self.start) / 1_000_000;
                             if std::env::var_os("HULL_TRACE_STEPS").is_some() {
                                 eprintln!("hull trace: program exited {:>7} us after clone", (sys::monotonic_ns() - self.start) / 1000);
                             }
@@ -470,7 +471,9 @@ impl Watch<'_> {
                     let ru = &w.rusage;
                     let ms = |t: libc::timeval| u64::try_from(t.tv_sec).unwrap_or(0) * 1000 + u64::try_from(t.tv_usec).unwrap_or(0) / 1000;
                     o.rusage_cpu_ms = ms(ru.ru_utime) + ms(ru.ru_stime);
-                    o.duration_ms = (sys::monotonic_ns() - self.start) / 1_000_000;
+                    if o.duration_ms == 0 {
+                        o.duration_ms = (sys::monotonic_ns() - self.start) / 1_000_000;
+                    }
                 }
             }
         }

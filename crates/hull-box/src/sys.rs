@@ -558,6 +558,11 @@ pub fn getegid() -> u32 {
     unsafe { libc::getegid() }
 }
 
+pub fn getppid() -> libc::pid_t {
+    // SAFETY: no arguments, cannot fail.
+    unsafe { libc::getppid() }
+}
+
 pub fn getpid() -> libc::pid_t {
     // SAFETY: no arguments, cannot fail.
     unsafe { libc::getpid() }

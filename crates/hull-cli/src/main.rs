@@ -3,6 +3,7 @@
 mod bench;
 mod doctor;
 mod run;
+mod serve;
 
 use clap::{Parser, Subcommand};
 
@@ -22,6 +23,8 @@ enum Command {
     Doctor(doctor::DoctorArgs),
     /// Measure box overhead against bare fork+exec, interleaved in one process.
     Bench(bench::BenchArgs),
+    /// Speak the JSON-lines protocol on stdin/stdout (what the language bindings use).
+    Serve(serve::ServeArgs),
 }
 
 fn main() {
@@ -30,6 +33,7 @@ fn main() {
         Command::Run(args) => run::main(*args),
         Command::Doctor(args) => doctor::main(&args),
         Command::Bench(args) => bench::main(&args),
+        Command::Serve(args) => serve::main(&args),
     };
     std::process::exit(code);
 }

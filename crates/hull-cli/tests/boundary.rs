@@ -427,3 +427,19 @@ fn cpu_cap_throttles() {
     let cpu = v["stats"]["cpu_ms"].as_u64().unwrap();
     assert!(v["success"] == true && cpu < 1200, "cpu_ms {cpu} under a 0.25 CPU cap: {v}");
 }
+
+#[test]
+fn the_box_dies_with_a_killed_supervisor() {
+    let marker = format!("hull-orphan-{}", std::process::id());
+    let mut child = std::process::Command::new(bin()).args(["run", "--", "python3", "-c", "import time; time.sleep(30)", &marker]).spawn().unwrap();
+    wait_for_process(&marker);
+    child.kill().unwrap(); // SIGKILL: hull gets no chance to clean up
+    child.wait().unwrap();
+    for _ in 0..200 {
+        if find_process(&marker).is_none() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("the box outlived its SIGKILLed supervisor");
+}

@@ -1,0 +1,220 @@
+//! `hull serve`: the JSON-lines protocol every binding speaks, over stdin/stdout.
+//!
+//! Requests are one JSON object per line, `{"id", "method", "params"}`. Each answer is one line:
+//! `{"id", "result"}` or `{"id", "error": {"kind", "message", "chain"}}`; a `run` with
+//! `"stream": true` also sends `{"id", "event": "stdout"|"stderr", "data"}` lines as output
+//! arrives. Requests run concurrently (one thread each); lines never interleave. A session starts
+//! with `hello`, which tells the protocol version and what the server offers.
+
+use std::io::{BufRead, Write};
+use std::sync::{Arc, Mutex};
+
+use hull_box::{OutputSink, RunOptions, Runtime, Stream};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::run::{Language, NetworkArg, RunArgs};
+
+/// The protocol version; bumped on an incompatible change.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {}
+
+/// `run` parameters: the options of `hull run`, by the same names in snake_case.
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields, default)]
+struct RunParams {
+    argv: Vec<String>,
+    code: Option<String>,
+    language: Option<String>,
+    image: Option<String>,
+    rootfs: Option<String>,
+    workspace: Option<String>,
+    tmp_size: Option<String>,
+    tmpfs: Vec<String>,
+    mounts: Vec<String>,
+    network: Option<String>,
+    cap_add: Vec<String>,
+    cap_drop: Vec<String>,
+    memory: Option<String>,
+    pids: Option<u64>,
+    cpus: Option<f64>,
+    require_limits: bool,
+    timeout: Option<Value>,
+    max_output: Option<String>,
+    env: std::collections::BTreeMap<String, String>,
+    cwd: Option<String>,
+    stream: bool,
+}
+
+fn invalid(message: String) -> Value {
+    json!({ "kind": "invalid_argument", "message": message, "chain": [message] })
+}
+
+impl RunParams {
+    fn into_args(self) -> Result<RunArgs, Value> {
+        let language = match self.language.as_deref() {
+            None | Some("python") => Language::Python,
+            Some("bash") => Language::Bash,
+            Some("sh") => Language::Sh,
+            Some("node") => Language::Node,
+            Some(other) => return Err(invalid(format!("params.language `{other}`: use python, bash, sh or node"))),
+        };
+        let network = match self.network.as_deref() {
+            None | Some("none") => NetworkArg::None,
+            Some("host") => NetworkArg::Host,
+            Some(other) => return Err(invalid(format!("params.network `{other}`: use none or host"))),
+        };
+        if self.code.is_some() && !self.argv.is_empty() {
+            return Err(invalid("params: give either `code` or `argv`, not both".into()));
+        }
+        let timeout = match self.timeout {
+            None => "30s".to_string(),
+            Some(Value::Number(n)) => format!("{}", n.as_f64().unwrap_or(0.0)),
+            Some(Value::String(s)) => s,
+            Some(other) => return Err(invalid(format!("params.timeout `{other}`: give seconds (a number) or a duration string like \"2s\""))),
+        };
+        Ok(RunArgs {
+            code: self.code,
+            language,
+            json: true,
+            plan: false,
+            image: self.image.unwrap_or_else(|| "host".into()),
+            rootfs: self.rootfs.map(Into::into),
+            workspace: self.workspace.map(Into::into),
+            tmp_size: self.tmp_size.unwrap_or_else(|| "64m".into()),
+            tmpfs: self.tmpfs,
+            mount: self.mounts,
+            network,
+            cap_add: self.cap_add,
+            cap_drop: self.cap_drop,
+            memory: self.memory,
+            pids: self.pids.unwrap_or(hull_box::spec::DEFAULT_PIDS),
+            cpus: self.cpus,
+            require_limits: self.require_limits,
+            timeout,
+            max_output: self.max_output.unwrap_or_else(|| "64m".into()),
+            env: self.env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
+            cwd: self.cwd.unwrap_or_else(|| "/workspace".into()),
+            interactive: false,
+            command: self.argv,
+        })
+    }
+}
+
+/// Writes whole lines to stdout, one writer at a time.
+#[derive(Clone)]
+struct Out(Arc<Mutex<std::io::Stdout>>);
+
+impl Out {
+    fn send(&self, v: &Value) {
+        let line = v.to_string();
+        if let Ok(mut o) = self.0.lock() {
+            let _ = writeln!(o, "{line}");
+            let _ = o.flush();
+        }
+    }
+}
+
+/// Streams a run's output as events.
+struct EventSink {
+    out: Out,
+    id: Value,
+}
+
+impl OutputSink for EventSink {
+    fn chunk(&mut self, stream: Stream, data: &[u8]) {
+        let name = if stream == Stream::Stdout { "stdout" } else { "stderr" };
+        self.out.send(&json!({ "id": self.id, "event": name, "data": String::from_utf8_lossy(data) }));
+    }
+}
+
+fn handle(rt: &Runtime, out: &Out, id: Value, method: &str, params: Value) {
+    let reply = |r: Result<Value, Value>| match r {
+        Ok(v) => out.send(&json!({ "id": id, "result": v })),
+        Err(e) => out.send(&json!({ "id": id, "error": e })),
+    };
+    match method {
+        "hello" => reply(Ok(json!({
+            "protocol": PROTOCOL_VERSION,
+            "hull": env!("CARGO_PKG_VERSION"),
+            "methods": ["hello", "run", "shutdown"],
+            "images": ["host"],
+        }))),
+        "run" => {
+            let params: RunParams = match serde_json::from_value(if params.is_null() { json!({}) } else { params }) {
+                Ok(p) => p,
+                Err(e) => return reply(Err(invalid(format!("params: {e}")))),
+            };
+            let stream = params.stream;
+            let args = match params.into_args() {
+                Ok(a) => a,
+                Err(e) => return reply(Err(e)),
+            };
+            let spec = match crate::run::spec_from(&args) {
+                Ok(s) => s,
+                Err(m) => return reply(Err(invalid(m))),
+            };
+            let mut sink = EventSink { out: out.clone(), id: id.clone() };
+            let res = if stream {
+                rt.run_detached(&spec, RunOptions { capture: true }, &mut sink)
+            } else {
+                rt.run_detached(&spec, RunOptions { capture: true }, &mut hull_box::NoSink)
+            };
+            match res {
+                Ok((r, teardown)) => {
+                    reply(Ok(serde_json::to_value(&r).unwrap_or(Value::Null)));
+                    teardown.finish();
+                }
+                Err(e) => reply(Err(json!({ "kind": e.kind(), "message": e.to_string(), "chain": crate::error_chain(&e) }))),
+            }
+        }
+        other => reply(Err(json!({ "kind": "unknown_method", "message": format!("unknown method `{other}`; see `hello` for the list"), "chain": [] }))),
+    }
+}
+
+pub fn main(_args: &ServeArgs) -> i32 {
+    let rt = match Runtime::new() {
+        Ok(r) => Arc::new(r),
+        Err(e) => {
+            crate::print_error(&e);
+            return 125;
+        }
+    };
+    let out = Out(Arc::new(Mutex::new(std::io::stdout())));
+    let mut workers = Vec::new();
+    for line in std::io::stdin().lock().lines() {
+        let Ok(line) = line else { break };
+        if line.trim().is_empty() {
+            continue;
+        }
+        let req: Value = match serde_json::from_str(&line) {
+            Ok(v) => v,
+            Err(e) => {
+                out.send(&json!({ "id": null, "error": { "kind": "protocol", "message": format!("not a JSON object: {e}"), "chain": [] } }));
+                continue;
+            }
+        };
+        let id = req.get("id").cloned().unwrap_or(Value::Null);
+        let Some(method) = req.get("method").and_then(Value::as_str).map(str::to_string) else {
+            out.send(&json!({ "id": id, "error": { "kind": "protocol", "message": "a request needs a string `method`", "chain": [] } }));
+            continue;
+        };
+        if method == "shutdown" {
+            for w in workers.drain(..) {
+                let _ = std::thread::JoinHandle::join(w);
+            }
+            out.send(&json!({ "id": id, "result": {} }));
+            return 0;
+        }
+        let params = req.get("params").cloned().unwrap_or(Value::Null);
+        let (rt, out) = (Arc::clone(&rt), out.clone());
+        workers.push(std::thread::spawn(move || handle(&rt, &out, id, &method, params)));
+        workers.retain(|w| !w.is_finished());
+    }
+    for w in workers {
+        let _ = w.join();
+    }
+    0
+}
