@@ -2,6 +2,7 @@
 
 mod bench;
 mod doctor;
+mod images;
 mod run;
 mod serve;
 
@@ -23,6 +24,12 @@ enum Command {
     Doctor(doctor::DoctorArgs),
     /// Measure box overhead against bare fork+exec, interleaved in one process.
     Bench(bench::BenchArgs),
+    /// Import an OCI image layout, OCI archive or docker archive into the local store.
+    Import(images::ImportArgs),
+    /// List the images in the local store.
+    Images(images::ImagesArgs),
+    /// Remove images from the local store.
+    Rmi(images::RmiArgs),
     /// Speak the JSON-lines protocol on stdin/stdout (what the language bindings use).
     Serve(serve::ServeArgs),
 }
@@ -34,6 +41,9 @@ fn main() {
         Command::Doctor(args) => doctor::main(&args),
         Command::Bench(args) => bench::main(&args),
         Command::Serve(args) => serve::main(&args),
+        Command::Import(args) => images::import(&args),
+        Command::Images(args) => images::images(&args),
+        Command::Rmi(args) => images::rmi(&args),
     };
     std::process::exit(code);
 }

@@ -88,9 +88,9 @@ pub struct RunArgs {
     /// Set an environment variable in the box, NAME=VALUE. Repeatable. The host's environment is never passed.
     #[arg(long, short = 'e', value_name = "NAME=VALUE")]
     pub env: Vec<String>,
-    /// Working directory in the box.
-    #[arg(long, default_value = "/workspace")]
-    pub cwd: String,
+    /// Working directory in the box (default: the image's WorkingDir, else /workspace).
+    #[arg(long)]
+    pub cwd: Option<String>,
     /// Give the box this process's standard input (default: /dev/null).
     #[arg(long, short = 'i')]
     pub interactive: bool,
@@ -134,11 +134,32 @@ pub fn spec_from(args: &RunArgs) -> Result<BoxSpec, String> {
         None => args.command.clone(),
     };
     let mut spec = BoxSpec::new(argv);
+    let mut image_config = None;
     if let Some(dir) = &args.rootfs {
         spec.root = RootSpec::Dir(dir.clone());
         spec.image_name = dir.display().to_string();
     } else if args.image != "host" {
-        return Err(format!("--image `{}`: only the embedded image `host` is available in this build; use --rootfs DIR for an unpacked root filesystem", args.image));
+        let store = hull_image::Store::open(&hull_image::default_home()).map_err(|e| format!("--image `{}`: {e}", args.image))?;
+        let info = store.resolve(&args.image).map_err(|e| format!("--image: {e}"))?;
+        spec.root = RootSpec::Dir(info.rootfs.clone());
+        spec.image_name = info.name.clone();
+        image_config = Some(info.config);
+    }
+    if let Some(cfg) = &image_config {
+        if spec.argv.is_empty() {
+            spec.argv = cfg.entrypoint.iter().flatten().chain(cfg.cmd.iter().flatten()).cloned().collect();
+        }
+        for kv in cfg.env.iter().flatten() {
+            if let Some((k, v)) = kv.split_once('=') {
+                spec.env.push((k.to_string(), v.to_string()));
+            }
+        }
+        if let Some(wd) = cfg.working_dir.as_ref().filter(|w| w.starts_with('/')) {
+            spec.cwd = wd.clone();
+        }
+        if let Some(u) = cfg.user.as_ref().filter(|u| !u.is_empty() && *u != "root" && *u != "0" && *u != "0:0") {
+            eprintln!("hull: warning: the image asks for user `{u}`; boxes run as uid 0 of their own user namespace (a single-uid map)");
+        }
     }
     spec.workspace = args.workspace.clone();
     spec.tmp_size = size_arg("--tmp-size", &args.tmp_size)?;
@@ -178,7 +199,9 @@ pub fn spec_from(args: &RunArgs) -> Result<BoxSpec, String> {
         let (k, v) = e.split_once('=').ok_or_else(|| format!("--env `{e}`: write it as NAME=VALUE"))?;
         spec.env.push((k.to_string(), v.to_string()));
     }
-    spec.cwd = args.cwd.clone();
+    if let Some(cwd) = &args.cwd {
+        spec.cwd = cwd.clone();
+    }
     spec.stdin = if args.interactive { Stdin::Inherit } else { Stdin::Null };
     Ok(spec)
 }

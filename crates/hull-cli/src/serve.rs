@@ -96,7 +96,7 @@ impl RunParams {
             timeout,
             max_output: self.max_output.unwrap_or_else(|| "64m".into()),
             env: self.env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
-            cwd: self.cwd.unwrap_or_else(|| "/workspace".into()),
+            cwd: self.cwd,
             interactive: false,
             command: self.argv,
         })

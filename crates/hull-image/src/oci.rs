@@ -1,0 +1,156 @@
+//! The few OCI image-spec and Docker archive documents hull reads, as serde structs, and
+//! digest checking. Only the fields hull uses are declared; unknown fields are ignored.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+
+pub const MT_OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+pub const MT_OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+pub const MT_DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
+pub const MT_DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Platform {
+    pub architecture: String,
+    pub os: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Descriptor {
+    #[serde(default)]
+    pub media_type: String,
+    pub digest: String,
+    pub size: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform: Option<Platform>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// An OCI index or Docker manifest list.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Index {
+    #[serde(default)]
+    pub media_type: String,
+    pub manifests: Vec<Descriptor>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Manifest {
+    #[serde(default)]
+    pub media_type: String,
+    pub config: Descriptor,
+    pub layers: Vec<Descriptor>,
+}
+
+/// The parts of an image configuration a box applies.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+pub struct RunConfig {
+    #[serde(rename = "Env", default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<Vec<String>>,
+    #[serde(rename = "Entrypoint", default, skip_serializing_if = "Option::is_none")]
+    pub entrypoint: Option<Vec<String>>,
+    #[serde(rename = "Cmd", default, skip_serializing_if = "Option::is_none")]
+    pub cmd: Option<Vec<String>>,
+    #[serde(rename = "WorkingDir", default, skip_serializing_if = "Option::is_none")]
+    pub working_dir: Option<String>,
+    #[serde(rename = "User", default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct ImageConfig {
+    #[serde(default)]
+    pub architecture: String,
+    #[serde(default)]
+    pub os: String,
+    #[serde(default)]
+    pub config: RunConfig,
+}
+
+/// One entry of a `docker save` archive's manifest.json.
+#[derive(Clone, Debug, Deserialize)]
+pub struct DockerArchiveEntry {
+    #[serde(rename = "Config")]
+    pub config: String,
+    #[serde(rename = "RepoTags", default)]
+    pub repo_tags: Option<Vec<String>>,
+    #[serde(rename = "Layers")]
+    pub layers: Vec<String>,
+}
+
+/// The platform of this build, in OCI words.
+pub fn host_platform() -> Platform {
+    let architecture = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    Platform { architecture: architecture.into(), os: "linux".into(), variant: None }
+}
+
+/// A parsed `sha256:<64 hex>` digest.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Digest(String);
+
+impl Digest {
+    pub fn parse(s: &str) -> Option<Digest> {
+        let hex = s.strip_prefix("sha256:")?;
+        (hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))).then(|| Digest(hex.to_string()))
+    }
+
+    pub fn of(bytes: &[u8]) -> Digest {
+        Digest(hex(&Sha256::digest(bytes)))
+    }
+
+    pub fn hex(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for Digest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "sha256:{}", self.0)
+    }
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Hashes a reader fully.
+pub fn digest_reader<R: std::io::Read>(mut r: R) -> std::io::Result<Digest> {
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = r.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(Digest(hex(&h.finalize())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digests_parse_strictly() {
+        let d = Digest::of(b"abc");
+        assert_eq!(d.to_string(), "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        assert_eq!(Digest::parse(&d.to_string()), Some(d));
+        assert!(Digest::parse("sha256:../../etc").is_none());
+        assert!(Digest::parse("md5:00").is_none());
+        assert!(Digest::parse("sha256:ABC").is_none());
+    }
+}
