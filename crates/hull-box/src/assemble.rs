@@ -63,9 +63,13 @@ struct Sources {
 }
 
 impl Sources {
-    /// Checks `path` exists now (for a clear error) and reserves a descriptor for it.
+    /// Checks `path` (resolved) against the refused sources and reserves a descriptor for it.
+    /// The box opens the resolved path with `RESOLVE_NO_SYMLINKS`, so what it binds is what was
+    /// checked here even if a component is swapped for a symlink in between.
     fn add(&mut self, arg: &'static str, path: &Path) -> Result<String, BoxError> {
         let canon = std::fs::canonicalize(path).map_err(|e| BoxError::Source { arg, path: path.to_path_buf(), errno: sys::Errno(e.raw_os_error().unwrap_or(libc::EIO)) })?;
+        let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+        crate::spec::check_source(arg, &canon, home.as_deref())?;
         let c = canon.to_string_lossy().into_owned();
         if c.contains('\0') {
             return Err(SpecError::Nul(arg.into()).into());
@@ -101,9 +105,9 @@ fn classify(path: &Path) -> Option<Entry> {
 pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<(BoxPlan, Held), BoxError> {
     let held = Held { fds: Vec::new() };
     let mut src = Sources { list: Vec::new() };
-    let root_src = match &spec.root {
-        RootSpec::Dir(dir) => Some(src.add("--rootfs", dir)?),
-        RootSpec::Host => None,
+    let root_entries = match &spec.root {
+        RootSpec::Dir(dir) => rootfs_entries(spec, dir, &mut src)?,
+        RootSpec::Host => Vec::new(),
     };
     let ws = src.add("--workspace", ctx.workspace)?;
     let mut mount_src = Vec::new();
@@ -115,7 +119,7 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<(BoxPlan, Held), BoxEr
     let mut image_top: Vec<String> = Vec::new();
     match &spec.root {
         RootSpec::Host => host_root(&mut b, spec, &mut image_top),
-        RootSpec::Dir(dir) => dir_root(&mut b, spec, dir, root_src.as_deref().unwrap_or_default(), &mut image_top)?,
+        RootSpec::Dir(dir) => dir_root(&mut b, dir, &root_entries, &mut image_top),
     }
     for d in OWN_TOP {
         b.mkdir(&format!("/{d}"));
@@ -253,10 +257,24 @@ fn host_root(b: &mut PlanBuilder<Skeleton>, spec: &BoxSpec, image_top: &mut Vec<
     }
 }
 
-fn dir_root(b: &mut PlanBuilder<Skeleton>, spec: &BoxSpec, dir: &Path, base: &str, image_top: &mut Vec<String>) -> Result<(), BoxError> {
+/// How one top-level entry of an image root enters the box.
+enum RootEntry {
+    Link(String),
+    /// An empty directory recreated in the box's own root (a user mount goes below it).
+    EmptyDir,
+    /// A directory or file bound read-only from its own descriptor source.
+    Dir(String),
+    File(String),
+}
+
+/// Classifies the image root's top-level entries, reserving a descriptor for each bound one: the
+/// box opens each entry itself without following symlinks, so an entry swapped for a symlink
+/// after this look cannot redirect its bind.
+fn rootfs_entries(spec: &BoxSpec, dir: &Path, src: &mut Sources) -> Result<Vec<(String, RootEntry)>, BoxError> {
     let entries = std::fs::read_dir(dir).map_err(|e| BoxError::Io { what: format!("read the image root {}", dir.display()), error: e })?;
     let mut names: Vec<String> = entries.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
     names.sort();
+    let mut out = Vec::new();
     for name in names {
         if OWN_TOP.contains(&name.as_str()) || name.contains('\0') {
             continue;
@@ -264,27 +282,46 @@ fn dir_root(b: &mut PlanBuilder<Skeleton>, spec: &BoxSpec, dir: &Path, base: &st
         let host = dir.join(&name);
         let boxed = format!("/{name}");
         let wanted_empty = spec.tmpfs.iter().map(|t| &t.target).chain(spec.mounts.iter().map(|m| &m.target)).any(|t| is_within(t, &boxed));
-        match classify(&host) {
-            Some(Entry::Link(t)) => b.symlink(&t, &boxed),
+        let entry = match classify(&host) {
+            Some(Entry::Link(t)) => RootEntry::Link(t),
             Some(Entry::Dir) => {
-                b.mkdir(&boxed);
-                // An empty image directory (/mnt, /srv) that a user mount goes below is just
-                // recreated, so mount points can be made in it without touching the image.
                 let empty = std::fs::read_dir(&host).map(|mut d| d.next().is_none()).unwrap_or(false);
                 if wanted_empty && empty {
-                    continue;
+                    RootEntry::EmptyDir
+                } else {
+                    RootEntry::Dir(src.add("--rootfs", &host)?)
                 }
-                b.bind_host(&format!("{base}/{name}"), &host.display().to_string(), &boxed, false);
             }
-            Some(Entry::File) => {
-                b.touch(&boxed);
-                b.bind_host(&format!("{base}/{name}"), &host.display().to_string(), &boxed, false);
-            }
+            Some(Entry::File) => RootEntry::File(src.add("--rootfs", &host)?),
             None => continue,
-        }
-        image_top.push(name);
+        };
+        out.push((name, entry));
     }
-    Ok(())
+    Ok(out)
+}
+
+fn dir_root(b: &mut PlanBuilder<Skeleton>, dir: &Path, entries: &[(String, RootEntry)], image_top: &mut Vec<String>) {
+    for (name, entry) in entries {
+        let boxed = format!("/{name}");
+        let shown = dir.join(name).display().to_string();
+        match entry {
+            RootEntry::Link(t) => b.symlink(t, &boxed),
+            RootEntry::EmptyDir => {
+                // Ours, not the image's: user mount points may be made below it.
+                b.mkdir(&boxed);
+                continue;
+            }
+            RootEntry::Dir(fd) => {
+                b.mkdir(&boxed);
+                b.bind_host(fd, &shown, &boxed, false);
+            }
+            RootEntry::File(fd) => {
+                b.touch(&boxed);
+                b.bind_host(fd, &shown, &boxed, false);
+            }
+        }
+        image_top.push(name.clone());
+    }
 }
 
 /// A minimal /dev: a small tmpfs with the harmless character devices bound from the host.

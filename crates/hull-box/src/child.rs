@@ -101,6 +101,7 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
             sys::mount_setattr(&dev.c, true, 0, MOUNT_ATTR_NODEV)
         }
         Step::SetAttr { target, set, clear } => sys::mount_setattr(&target.c, true, *set, *clear),
+        Step::ClearReadOnly { target } => sys::mount_setattr(&target.c, false, 0, MOUNT_ATTR_RDONLY),
         Step::Devpts { target } => sys::mount(Some(c"devpts"), &target.c, Some(c"devpts"), libc::MS_NOSUID | libc::MS_NOEXEC, Some(c"newinstance,ptmxmode=0666,mode=0620")),
         Step::Proc { target } => sys::mount(Some(c"proc"), &target.c, Some(c"proc"), libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC, None),
         Step::MaskFile { target, null } => optional(sys::mount(Some(&null.c), &target.c, None, libc::MS_BIND, None)),

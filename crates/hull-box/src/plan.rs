@@ -79,8 +79,10 @@ pub enum Step {
     /// Makes the whole assembled tree read-only, nosuid and nodev (device nodes stay usable
     /// under /dev).
     Seal { root: BoxPath, dev: BoxPath },
-    /// Sets or clears mount attributes on one (recursive) mount.
+    /// Sets or clears mount attributes on one mount and everything below it.
     SetAttr { target: BoxPath, set: u64, clear: u64 },
+    /// Makes one mount (not its submounts) writable.
+    ClearReadOnly { target: BoxPath },
     /// A fresh devpts instance for the box's own pseudo-terminals.
     Devpts { target: BoxPath },
     /// A fresh procfs for the box's pid namespace.
@@ -124,6 +126,7 @@ impl Step {
             Step::Tmpfs { .. } => "mount tmpfs",
             Step::Seal { .. } => "make root read-only",
             Step::SetAttr { .. } => "set mount attributes",
+            Step::ClearReadOnly { .. } => "make mount writable",
             Step::Devpts { .. } => "mount devpts",
             Step::Proc { .. } => "mount proc",
             Step::MaskFile { .. } | Step::MaskDir { .. } => "mask /proc path",
@@ -147,7 +150,7 @@ impl Step {
             Step::MountRoot { at, .. } => Some(at.shown.clone()),
             Step::Mkdir { path } | Step::Touch { path } | Step::WriteFile { path, .. } | Step::Symlink { path, .. } | Step::Chdir { path } => Some(path.shown.clone()),
             Step::Bind { source, target, .. } => Some(format!("{} -> {}", source.shown, target.shown)),
-            Step::Tmpfs { target, .. } | Step::SetAttr { target, .. } | Step::Devpts { target } | Step::Proc { target } | Step::MaskFile { target, .. } | Step::MaskDir { target } | Step::ProtectProc { target } => Some(target.shown.clone()),
+            Step::Tmpfs { target, .. } | Step::SetAttr { target, .. } | Step::ClearReadOnly { target } | Step::Devpts { target } | Step::Proc { target } | Step::MaskFile { target, .. } | Step::MaskDir { target } | Step::ProtectProc { target } => Some(target.shown.clone()),
             Step::Seal { root, .. } | Step::Pivot { root } => Some(root.shown.clone()),
             Step::Exec { argv, .. } => argv.first().map(|a| a.to_string_lossy().into_owned()),
             _ => None,
@@ -173,6 +176,7 @@ impl fmt::Display for Step {
             Step::Tmpfs { target, size, mode, .. } => write!(f, "mount tmpfs (size {}, mode {mode:o}, nosuid, nodev) at {}", Human(*size), target.shown),
             Step::Seal { root, dev } => write!(f, "seal {}: read-only, nosuid, nodev (recursive; device binds under {} keep dev)", root.shown, dev.shown),
             Step::SetAttr { target, set, clear } => write!(f, "set mount attributes on {}: +{} -{}", target.shown, attr_names(*set), attr_names(*clear)),
+            Step::ClearReadOnly { target } => write!(f, "make {} writable (that mount only)", target.shown),
             Step::Devpts { target } => write!(f, "mount devpts (newinstance, ptmxmode=0666) at {}", target.shown),
             Step::Proc { target } => write!(f, "mount proc (nosuid, nodev, noexec) at {}", target.shown),
             Step::MaskFile { target, .. } => write!(f, "mask {} with /dev/null (if present)", target.shown),
@@ -332,13 +336,15 @@ impl PlanBuilder<Writable> {
         use crate::sys::{MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY};
         self.steps.push(Step::Bind { source: BoxPath { shown: shown.to_string(), c: cstring(host) }, target: BoxPath::staged(target), optional: false });
         let mut set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
-        let mut clear = 0;
         if read_only {
             set |= MOUNT_ATTR_RDONLY;
-        } else {
-            clear |= MOUNT_ATTR_RDONLY;
         }
-        self.steps.push(Step::SetAttr { target: BoxPath::staged(target), set, clear });
+        // Restrictions apply to the whole bound tree; read-write is granted to the top mount
+        // only, never recursively (a submount of the source keeps its own read-only flag).
+        self.steps.push(Step::SetAttr { target: BoxPath::staged(target), set, clear: 0 });
+        if !read_only {
+            self.steps.push(Step::ClearReadOnly { target: BoxPath::staged(target) });
+        }
     }
 
     pub fn devpts(&mut self, target: &str) {

@@ -161,12 +161,13 @@ impl BoxSpec {
         if self.hostname.is_empty() || self.hostname.len() > 64 {
             return Err(SpecError::Invalid { arg: "--hostname", why: "must be 1 to 64 characters".into() });
         }
+        let home = std::env::var_os("HOME").map(PathBuf::from);
         if let RootSpec::Dir(d) = &self.root {
             if !d.is_dir() {
                 return Err(SpecError::Invalid { arg: "--rootfs", why: format!("{} is not a directory", d.display()) });
             }
+            check_source("--rootfs", d, home.as_deref())?;
         }
-        let home = std::env::var_os("HOME").map(PathBuf::from);
         if let Some(ws) = &self.workspace {
             check_source("--workspace", ws, home.as_deref())?;
             if !ws.is_dir() {
@@ -251,7 +252,8 @@ const REFUSED_SOURCE_TREES: &[&str] = &[
 /// Secrets under a home directory.
 const REFUSED_HOME_TREES: &[&str] = &[".ssh", ".gnupg", ".aws", ".kube", ".docker", ".config/gcloud", ".azure", ".netrc", ".password-store"];
 
-fn check_source(arg: &'static str, source: &Path, home: Option<&Path>) -> Result<(), SpecError> {
+/// Refuses a bind source (after resolving symlinks) that would expose host secrets or state.
+pub(crate) fn check_source(arg: &'static str, source: &Path, home: Option<&Path>) -> Result<(), SpecError> {
     let canon = std::fs::canonicalize(source).map_err(|e| SpecError::SourceMissing { arg, path: source.to_path_buf(), error: e.to_string() })?;
     let refuse = |why: String| SpecError::SourceRefused { arg, path: source.to_path_buf(), resolved: canon.clone(), why };
     let c = canon.to_string_lossy().to_string();
@@ -262,10 +264,26 @@ fn check_source(arg: &'static str, source: &Path, home: Option<&Path>) -> Result
         if is_within(&c, t) {
             return Err(refuse(format!("{t} holds host configuration, kernel interfaces or other workloads' state")));
         }
+        // A parent of a refused tree exposes it too (`/var` holds `/var/log`).
+        if is_within(t, &c) {
+            return Err(refuse(format!("it contains {t}, which holds host configuration or other workloads' state")));
+        }
+    }
+    // The host's /tmp is where the box's root is staged (and where other boxes' workspaces live).
+    if c == crate::plan::STAGE || c == "/var/tmp" {
+        return Err(refuse(format!("{c} is shared by every process and box on the host; mount a directory inside it")));
     }
     for whole in ["/home", "/root"] {
         if c == whole {
             return Err(refuse(format!("{whole} holds every user's home directory; mount the project directory itself")));
+        }
+    }
+    if let Some(user_home) = ["/home/", "/root/"].iter().find(|p| c.starts_with(**p)) {
+        // Another user's (or root's) credentials, whatever $HOME says.
+        let rest = &c[user_home.len()..];
+        let inner = if *user_home == "/root/" { rest } else { rest.split_once('/').map_or("", |(_, r)| r) };
+        if let Some(s) = REFUSED_HOME_TREES.iter().find(|s| is_within(&format!("/{inner}"), &format!("/{s}"))) {
+            return Err(refuse(format!("~/{s} holds credentials")));
         }
     }
     if c.ends_with("docker.sock") || c.ends_with("containerd.sock") || c.ends_with("podman.sock") {
@@ -327,7 +345,7 @@ mod tests {
 
     #[test]
     fn sensitive_sources_are_refused() {
-        for src in ["/", "/etc", "/etc/ssl", "/proc", "/sys/kernel", "/dev", "/run", "/home"] {
+        for src in ["/", "/etc", "/etc/ssl", "/proc", "/sys/kernel", "/dev", "/run", "/home", "/tmp", "/var"] {
             let mut s = spec();
             s.mounts.push(BindMount { source: src.into(), target: "/data".into(), read_only: true });
             let e = s.validate().unwrap_err().to_string();

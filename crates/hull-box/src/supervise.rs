@@ -101,7 +101,9 @@ impl Runtime {
     /// The plan `spec` would run, without running it (`hull run --plan`).
     pub fn plan(&self, spec: &BoxSpec) -> Result<BoxPlan, BoxError> {
         spec.validate()?;
-        let ws = spec.workspace.clone().unwrap_or_else(std::env::temp_dir);
+        // A temporary workspace like a real run's (deleted when the plan is printed).
+        let temp = if spec.workspace.is_none() { Some(Workspace::temporary()?) } else { None };
+        let ws = spec.workspace.clone().or_else(|| temp.as_ref().map(|t| t.path.clone())).unwrap_or_default();
         let procs: Vec<CString> = Vec::new();
         let mut procs_shown = procs;
         if let Some(h) = &self.cgroups {

@@ -536,9 +536,21 @@ pub fn open_path(path: &CStr, nofollow: bool) -> SysResult<OwnedFd> {
 }
 
 /// Opens `path` with `O_PATH` and moves the descriptor to number `at` (close-on-exec).
+/// `openat2` with `RESOLVE_NO_SYMLINKS`: the path (already canonical, so symlink-free when it
+/// was checked) must still be symlink-free, so a component swapped for a symlink since the check
+/// fails with ELOOP instead of redirecting a bind.
 pub fn open_path_at(path: &CStr, at: RawFd) -> SysResult<()> {
-    // SAFETY: path is a valid C string.
-    let fd = check(unsafe { libc::open(path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) })?;
+    #[repr(C)]
+    struct OpenHow {
+        flags: u64,
+        mode: u64,
+        resolve: u64,
+    }
+    const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+    let how = OpenHow { flags: u64::try_from(libc::O_PATH | libc::O_CLOEXEC).unwrap_or(0), mode: 0, resolve: RESOLVE_NO_SYMLINKS };
+    // SAFETY: path is a valid C string and `how` a valid open_how of the size passed.
+    let ret = unsafe { libc::syscall(libc::SYS_openat2, libc::AT_FDCWD, path.as_ptr(), ptr::from_ref(&how), std::mem::size_of::<OpenHow>()) };
+    let fd = RawFd::try_from(check_long(ret)?).unwrap_or(-1);
     if fd == at {
         return Ok(());
     }
