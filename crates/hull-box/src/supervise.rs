@@ -239,9 +239,12 @@ impl Runtime {
         let watch = Watch { pid, start, spec, opts };
         let outcome = watch.run(&sock_parent, &out_r, &err_r, &sigfd, sink, plan);
         if outcome.is_err() {
-            // A failed setup: pid 1 was killed or exited; reap it here.
-            let _ = sys::kill(pid, libc::SIGKILL);
-            let _ = sys::wait4(pid, false);
+            // A failed setup. Signal pid 1 only while it is still our unreaped child (WNOHANG
+            // reaps a zombie; ECHILD means it was reaped already and the pid may be reused).
+            if let Ok(None) = sys::wait4(pid, true) {
+                let _ = sys::kill(pid, libc::SIGKILL);
+                let _ = sys::wait4(pid, false);
+            }
         }
         sys::unblock_signals(&FORWARDED);
         if let Some(t) = &trace {
