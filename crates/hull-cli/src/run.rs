@@ -207,14 +207,43 @@ pub fn spec_from(args: &RunArgs) -> Result<BoxSpec, String> {
 }
 
 /// Streams box output straight to our own stdout and stderr.
-struct Passthrough;
+///
+/// A writer thread does the writing, so a reader that stops reading (`hull run ... | stalled`)
+/// cannot stall the supervisor and with it the deadline. The queue holds what the box may emit
+/// under --max-output per stream, so nothing within the cap is dropped.
+struct Passthrough {
+    tx: Option<std::sync::mpsc::Sender<(Stream, Vec<u8>)>>,
+    writer: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Passthrough {
+    fn new() -> Passthrough {
+        let (tx, rx) = std::sync::mpsc::channel::<(Stream, Vec<u8>)>();
+        let writer = std::thread::spawn(move || {
+            for (stream, data) in rx {
+                let _ = match stream {
+                    Stream::Stdout => std::io::stdout().lock().write_all(&data).and_then(|()| std::io::stdout().flush()),
+                    Stream::Stderr => std::io::stderr().lock().write_all(&data),
+                };
+            }
+        });
+        Passthrough { tx: Some(tx), writer: Some(writer) }
+    }
+
+    /// Waits until everything queued has been written.
+    fn finish(&mut self) {
+        self.tx.take();
+        if let Some(w) = self.writer.take() {
+            let _ = w.join();
+        }
+    }
+}
 
 impl OutputSink for Passthrough {
     fn chunk(&mut self, stream: Stream, data: &[u8]) {
-        let _ = match stream {
-            Stream::Stdout => std::io::stdout().lock().write_all(data).and_then(|()| std::io::stdout().flush()),
-            Stream::Stderr => std::io::stderr().lock().write_all(data),
-        };
+        if let Some(tx) = &self.tx {
+            let _ = tx.send((stream, data.to_vec()));
+        }
     }
 }
 
@@ -258,7 +287,10 @@ pub fn main(args: RunArgs) -> i32 {
     let result = if args.json {
         runtime.run_detached(&spec, RunOptions { capture: true }, &mut hull_box::NoSink)
     } else {
-        runtime.run_detached(&spec, RunOptions { capture: false }, &mut Passthrough)
+        let mut sink = Passthrough::new();
+        let r = runtime.run_detached(&spec, RunOptions { capture: false }, &mut sink);
+        sink.finish();
+        r
     };
     match result {
         Ok((r, teardown)) => {
