@@ -484,3 +484,21 @@ fn a_source_swapped_for_a_symlink_after_the_check_is_not_followed() {
     assert!(swapper.join().unwrap() > 100, "the race did not run");
     assert!(ours + refused == 60);
 }
+
+#[test]
+fn a_stalled_reader_does_not_hold_off_the_deadline() {
+    let marker = format!("hull-flooder-{}", std::process::id());
+    // Nobody reads hull's stdout for a while: the pipe fills at once.
+    let mut child = std::process::Command::new(bin())
+        .args(["run", "--timeout", "1s", "--", "python3", "-c", "import sys\nwhile True: sys.stdout.write('x' * 65536)", &marker])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_process(&marker);
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let alive = find_process(&marker).is_some();
+    drop(child.stdout.take()); // unblock hull's writer
+    child.wait().unwrap();
+    assert!(!alive, "the box outlived its 1 s deadline while its reader stalled");
+}
