@@ -57,6 +57,7 @@ pub struct Runtime {
     listener: bool,
     rules: usize,
     counter: AtomicU64,
+    started_ns: u64,
 }
 
 // SAFETY: `fprog` points into `program`, which the Runtime owns and never mutates; the pointer is
@@ -86,7 +87,8 @@ impl Runtime {
             Ok(h) => (Some(h), None),
             Err(e) => (None, Some(e.to_string())),
         };
-        Ok(Runtime { cgroups, cgroup_error, program, fprog, listener, rules: rules.len(), counter: AtomicU64::new(0) })
+        let started_ns = sys::monotonic_ns() % 1_000_000_000_000;
+        Ok(Runtime { cgroups, cgroup_error, program, fprog, listener, rules: rules.len(), counter: AtomicU64::new(0), started_ns })
     }
 
     /// The detected cgroup layout, for `hull doctor`.
@@ -149,7 +151,9 @@ impl Runtime {
         };
 
         let seq = self.counter.fetch_add(1, Ordering::Relaxed);
-        let name = format!("hull-{}-{seq}", sys::getpid());
+        // The start time makes the name unique even when a SIGKILLed hull left its cgroup behind
+        // and a later hull got the same pid.
+        let name = format!("hull-{}-{seq}-{}", sys::getpid(), self.started_ns);
         let limits = hull_cgroup::Limits { memory_bytes: spec.memory, pids: spec.pids, cpu_millis: spec.cpu_millis() };
         let cgroup = match &self.cgroups {
             Some(h) => Some(h.create(&name, &limits)?),
