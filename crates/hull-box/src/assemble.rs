@@ -6,7 +6,6 @@
 //! redirect a bind, and sources under the host's /tmp survive the staging tmpfs covering it.
 
 use std::ffi::CString;
-use std::os::fd::OwnedFd;
 use std::path::Path;
 
 use crate::error::BoxError;
@@ -28,11 +27,6 @@ pub const HOST_ETC: &[&str] = &[
 
 /// Names in a root that hull provides itself.
 const OWN_TOP: &[&str] = &["proc", "sys", "dev", "tmp", "workspace"];
-
-/// Descriptors the plan refers to; they must stay open until the box has been cloned.
-pub struct Held {
-    pub fds: Vec<OwnedFd>,
-}
 
 /// What the plan needs from the caller's side.
 pub struct Context<'a> {
@@ -101,9 +95,8 @@ fn classify(path: &Path) -> Option<Entry> {
     }
 }
 
-/// Builds the plan for `spec`. The returned [`Held`] must outlive the clone.
-pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<(BoxPlan, Held), BoxError> {
-    let held = Held { fds: Vec::new() };
+/// Builds the plan for `spec`. Bind sources are opened by the box itself (`Step::OpenSource`).
+pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
     let mut src = Sources { list: Vec::new() };
     let root_entries = match &spec.root {
         RootSpec::Dir(dir) => rootfs_entries(spec, dir, &mut src)?,
@@ -204,7 +197,7 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<(BoxPlan, Held), BoxEr
     p.chdir(&spec.cwd);
     let env = box_env(spec);
     let path_var = env.iter().find(|(k, _)| k == "PATH").map_or(BOX_PATH.to_string(), |(_, v)| v.clone());
-    Ok((p.finish(ctx.keep_caps, ctx.seccomp_rules, ctx.listener, &spec.argv, &env, &path_var), held))
+    Ok(p.finish(ctx.keep_caps, ctx.seccomp_rules, ctx.listener, &spec.argv, &env, &path_var))
 }
 
 /// The proper ancestors of an absolute path, shallowest first (`/a/b/c` -> `/a`, `/a/b`).
@@ -391,7 +384,7 @@ mod tests {
         let mut s = BoxSpec::new(vec!["true".into()]);
         s.mounts.push(crate::spec::BindMount { source: d.path().into(), target: "/usr/data".into(), read_only: true });
         let ctx = Context { uid: 0, gid: 0, cgroup_procs: &[], workspace: d.path(), seccomp_rules: 1, listener: true, keep_caps: 0 };
-        let err = build(&s, &ctx).err().expect("refused").to_string();
+        let err = build(&s, &ctx).expect_err("refused").to_string();
         assert!(err.contains("/usr/data") && err.contains("image"), "{err}");
     }
 }

@@ -118,7 +118,7 @@ impl Runtime {
         }
         let keep = crate::caps::resolve(&spec.cap_add, &spec.cap_drop).map_err(crate::spec::SpecError::from)?;
         let ctx = Context { uid: sys::geteuid(), gid: sys::getegid(), cgroup_procs: &procs_shown, workspace: &ws, seccomp_rules: self.rules, listener: self.listener, keep_caps: keep };
-        let (plan, _held) = assemble::build(spec, &ctx)?;
+        let plan = assemble::build(spec, &ctx)?;
         Ok(plan)
     }
 
@@ -177,11 +177,10 @@ impl Runtime {
         mark("workspace and cgroup created");
         let procs: Vec<CString> = guard.0.as_ref().map(|c| c.procs_files().to_vec()).unwrap_or_default();
         let ctx = Context { uid: sys::geteuid(), gid: sys::getegid(), cgroup_procs: &procs, workspace: &workspace.path, seccomp_rules: self.rules, listener: self.listener, keep_caps: keep };
-        let (plan, held) = assemble::build(spec, &ctx)?;
+        let plan = assemble::build(spec, &ctx)?;
         mark("plan built");
-        let outcome = self.supervise(spec, &plan, opts, sink);
+        let outcome = self.supervise(spec, &plan, opts, sink, tracing);
         mark("result known");
-        drop(held);
         let (outcome, pid) = outcome?;
 
         let cg = guard.0.as_ref();
@@ -197,7 +196,7 @@ impl Runtime {
         Ok((result, teardown))
     }
 
-    fn supervise(&self, spec: &BoxSpec, plan: &BoxPlan, opts: RunOptions, sink: &mut dyn OutputSink) -> Result<(Outcome, libc::pid_t), BoxError> {
+    fn supervise(&self, spec: &BoxSpec, plan: &BoxPlan, opts: RunOptions, sink: &mut dyn OutputSink, tracing: bool) -> Result<(Outcome, libc::pid_t), BoxError> {
         let sysf = |what: &'static str| move |errno: Errno| BoxError::Sys { what, errno };
         let (out_r, out_w) = sys::pipe().map_err(sysf("create the stdout pipe"))?;
         let (err_r, err_w) = sys::pipe().map_err(sysf("create the stderr pipe"))?;
@@ -206,11 +205,11 @@ impl Runtime {
         let stdin_fd = match spec.stdin {
             Stdin::Inherit => 0,
             Stdin::Null => {
-                null = sys::open_path(c"/dev/null", false).and_then(|_| open_rdonly(c"/dev/null")).map_err(sysf("open /dev/null"))?;
+                null = std::fs::File::open("/dev/null").map_err(|error| BoxError::Io { what: "open /dev/null".into(), error })?;
                 null.as_raw_fd()
             }
         };
-        let trace = std::env::var_os("HULL_TRACE_STEPS").and_then(|_| TraceMap::new());
+        let trace = if tracing { TraceMap::new() } else { None };
         let Some(Step::Exec { argv, env, .. }) = plan.steps.last() else {
             return Err(BoxError::Seccomp("plan without exec".into()));
         };
@@ -240,7 +239,7 @@ impl Runtime {
             }
         };
         drop((out_w, err_w, sock_child));
-        let watch = Watch { pid, start, spec, opts };
+        let watch = Watch { pid, start, spec, opts, tracing };
         let outcome = watch.run(&sock_parent, &out_r, &err_r, &sigfd, sink, plan);
         if outcome.is_err() {
             // A failed setup. Signal pid 1 only while it is still our unreaped child (WNOHANG
@@ -292,11 +291,6 @@ impl Drop for TraceMap {
     }
 }
 
-fn open_rdonly(path: &std::ffi::CStr) -> Result<OwnedFd, Errno> {
-    let f = std::fs::File::open(path.to_str().unwrap_or("/dev/null")).map_err(|e| Errno(e.raw_os_error().unwrap_or(libc::EIO)))?;
-    Ok(OwnedFd::from(f))
-}
-
 fn clone_hint(errno: Errno) -> String {
     match errno.0 {
         libc::EPERM | libc::EACCES => "user namespaces look disabled: check `sysctl kernel.unprivileged_userns_clone` (Debian), `user.max_user_namespaces`, or an AppArmor userns restriction (`kernel.apparmor_restrict_unprivileged_userns`); `hull doctor` checks all of these".into(),
@@ -337,6 +331,8 @@ struct Watch<'a> {
     start: u64,
     spec: &'a BoxSpec,
     opts: RunOptions,
+    /// `HULL_TRACE_STEPS` was set: report when the program's exit arrives.
+    tracing: bool,
 }
 
 impl Watch<'_> {
@@ -431,7 +427,7 @@ impl Watch<'_> {
                         Message::MainExited { status, cpu_ms } => {
                             o.main_cpu_ms = u64::try_from(cpu_ms).unwrap_or(0);
                             o.duration_ms = (sys::monotonic_ns() - self.start) / 1_000_000;
-                            if std::env::var_os("HULL_TRACE_STEPS").is_some() {
+                            if self.tracing {
                                 eprintln!("hull trace: program exited {:>7} us after clone", (sys::monotonic_ns() - self.start) / 1000);
                             }
                             o.status = Some(status);

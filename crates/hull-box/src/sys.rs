@@ -523,19 +523,6 @@ pub fn set_nonblocking(fd: BorrowedFd<'_>) -> SysResult<()> {
     check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) }).map(drop)
 }
 
-/// Opens a path as an `O_PATH` descriptor (for fd-based bind sources).
-pub fn open_path(path: &CStr, nofollow: bool) -> SysResult<OwnedFd> {
-    let mut flags = libc::O_PATH | libc::O_CLOEXEC;
-    if nofollow {
-        flags |= libc::O_NOFOLLOW;
-    }
-    // SAFETY: path is a valid C string; the descriptor is fresh and owned by us.
-    let fd = check(unsafe { libc::open(path.as_ptr(), flags) })?;
-    // SAFETY: fresh descriptor.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// Opens `path` with `O_PATH` and moves the descriptor to number `at` (close-on-exec).
 /// `openat2` with `RESOLVE_NO_SYMLINKS`: the path (already canonical, so symlink-free when it
 /// was checked) must still be symlink-free, so a component swapped for a symlink since the check
 /// fails with ELOOP instead of redirecting a bind.

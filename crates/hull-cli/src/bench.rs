@@ -29,22 +29,9 @@ fn bare(argv: &[&str]) -> f64 {
     el
 }
 
-fn boxed(rt: &Runtime, argv: &[&str]) -> Result<f64, String> {
-    boxed_with(rt, argv, true)
-}
-
-fn boxed_total(rt: &Runtime, argv: &[&str]) -> Result<(f64, f64), String> {
-    boxed_split(rt, argv, true)
-}
-
-/// One box, timed to its result; `caps` false drops the default pids cap, so no cgroup is made
-/// (shows the cgroup cost). The teardown (reaping, cgroup and workspace removal) is timed apart.
-fn boxed_with(rt: &Runtime, argv: &[&str], caps: bool) -> Result<f64, String> {
-    boxed_split(rt, argv, caps).map(|(result, _)| result)
-}
-
-/// (time to result, time to result plus teardown), in ms.
-fn boxed_split(rt: &Runtime, argv: &[&str], caps: bool) -> Result<(f64, f64), String> {
+/// One box: (ms to its result, ms to result plus teardown: reaping, cgroup and workspace
+/// removal). `caps` false drops the default pids cap, so no cgroup is made (shows its cost).
+fn boxed(rt: &Runtime, argv: &[&str], caps: bool) -> Result<(f64, f64), String> {
     let mut spec = BoxSpec::new(argv.iter().map(|s| (*s).to_string()).collect());
     if !caps {
         spec.pids = None;
@@ -88,7 +75,7 @@ pub fn main(args: &BenchArgs) -> i32 {
         // Warm-up: page cache, dynamic loader, first cgroup.
         for _ in 0..3 {
             bare(argv);
-            if let Err(e) = boxed(&rt, argv) {
+            if let Err(e) = boxed(&rt, argv, true) {
                 eprintln!("hull bench: {e}");
                 return 1;
             }
@@ -96,14 +83,14 @@ pub fn main(args: &BenchArgs) -> i32 {
         let (mut b, mut x, mut nc, mut full) = (Vec::with_capacity(runs), Vec::with_capacity(runs), Vec::with_capacity(runs), Vec::with_capacity(runs));
         for _ in 0..runs {
             b.push(bare(argv));
-            match boxed_with(&rt, argv, false) {
-                Ok(ms) => nc.push(ms),
+            match boxed(&rt, argv, false) {
+                Ok((ms, _)) => nc.push(ms),
                 Err(e) => {
                     eprintln!("hull bench: {e}");
                     return 1;
                 }
             }
-            match boxed_total(&rt, argv) {
+            match boxed(&rt, argv, true) {
                 Ok((ms, total)) => {
                     x.push(ms);
                     full.push(total);
@@ -135,7 +122,7 @@ pub fn main(args: &BenchArgs) -> i32 {
     let handles: Vec<_> = (0..n)
         .map(|_| {
             let rt = Arc::clone(&rt);
-            std::thread::spawn(move || boxed(&rt, &[python, "-c", "print(1)"]))
+            std::thread::spawn(move || boxed(&rt, &[python, "-c", "print(1)"], true).map(|(ms, _)| ms))
         })
         .collect();
     let results: Vec<Result<f64, String>> = handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into()))).collect();
