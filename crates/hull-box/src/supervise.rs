@@ -190,7 +190,9 @@ impl Runtime {
         let failed = !(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0);
         let ws_full = failed && workspace_is_full(&workspace.path);
         let exited = outcome.exited;
-        let mut result = finish(spec, outcome, oom_kills, peak, ws_full);
+        // With a listener every kill the filter orders is reported through it, so a bare SIGSYS
+        // death is the program's own (`kill -SYS $$`), not a fault.
+        let mut result = finish(spec, outcome, oom_kills, peak, ws_full, !self.listener);
         result.warnings.splice(0..0, warnings);
         let teardown = Teardown { pid: if exited { None } else { Some(pid) }, cgroup: guard, workspace: Some(workspace), tracing: tracing.then_some(t0) };
         Ok((result, teardown))
@@ -310,7 +312,8 @@ struct Outcome {
     rusage_cpu_ms: u64,
     timed_out: bool,
     interrupted: Option<i32>,
-    escape: Option<(i32, String)>,
+    /// A seccomp notification: (what to name in the fault's `syscall`, the reason).
+    escape: Option<(String, String)>,
     exec_failed: Option<Errno>,
     stdout: Captured,
     stderr: Captured,
@@ -444,9 +447,13 @@ impl Watch<'_> {
             if ready_in(5) {
                 if let Some(l) = &listener {
                     if let Ok(n) = hull_seccomp::recv_notification(l.as_fd()) {
-                        let name = hull_seccomp::syscall_name(i64::from(n.nr)).unwrap_or("unknown").to_string();
                         if o.escape.is_none() {
-                            o.escape = Some((n.nr, name));
+                            let what = n.describe();
+                            let reason = match n.syscall_name() {
+                                Some(name) if what == name => format!("the box called {name} (syscall {}), an escape primitive; the box was killed", n.nr),
+                                _ => format!("the box made {what}, which the filter refuses; the box was killed"),
+                            };
+                            o.escape = Some((what, reason));
                         }
                         if !killed {
                             killed = true;
@@ -561,7 +568,8 @@ fn signal_name(sig: i32) -> String {
 }
 
 /// Classifies the outcome into exit code and fault (one fault, most telling first).
-fn finish(spec: &BoxSpec, mut o: Outcome, oom_kills: u64, peak: Option<u64>, ws_full: bool) -> RunResult {
+/// `sigsys_is_filter`: a SIGSYS death can only be the filter's doing (no listener reports kills).
+fn finish(spec: &BoxSpec, mut o: Outcome, oom_kills: u64, peak: Option<u64>, ws_full: bool, sigsys_is_filter: bool) -> RunResult {
     let status = o.status.unwrap_or(o.pid1_status);
     let (exit_code, signal) = if libc::WIFEXITED(status) {
         (libc::WEXITSTATUS(status), None)
@@ -572,9 +580,9 @@ fn finish(spec: &BoxSpec, mut o: Outcome, oom_kills: u64, peak: Option<u64>, ws_
     };
     let timeout = spec.timeout;
     let truncated = o.stdout.dropped > 0 || o.stderr.dropped > 0;
-    let fault = if let Some((nr, name)) = o.escape.take() {
-        Some(Fault { kind: FaultType::EscapeBlocked, reason: format!("the box called {name} (syscall {nr}), an escape primitive; the box was killed"), syscall: Some(name) })
-    } else if signal == Some(libc::SIGSYS) {
+    let fault = if let Some((name, reason)) = o.escape.take() {
+        Some(Fault { kind: FaultType::EscapeBlocked, reason, syscall: Some(name) })
+    } else if sigsys_is_filter && signal == Some(libc::SIGSYS) {
         Some(Fault { kind: FaultType::EscapeBlocked, reason: "killed by the seccomp filter (a foreign-architecture or x32 system call)".into(), syscall: None })
     } else if oom_kills > 0 && exit_code != 0 {
         Some(Fault { kind: FaultType::Oom, reason: format!("out of memory: the kernel killed a process at the {} cap ({oom_kills} OOM kill{})", spec.memory.map_or_else(|| "memory".to_string(), |m| Human(m).to_string()), if oom_kills == 1 { "" } else { "s" }), syscall: None })

@@ -84,6 +84,36 @@ fn clone_with_namespace_flags_is_killed_but_threads_and_fork_work() {
 }
 
 #[test]
+fn a_program_killing_itself_with_sigsys_is_not_an_escape() {
+    // Only the filter's own kills count; they reach the supervisor through the listener.
+    let v = run_json(&["--code", "import os, signal\nprint('before', flush=True)\nos.kill(os.getpid(), signal.SIGSYS)"]);
+    assert_eq!(v["exit_code"].as_i64(), Some(128 + i64::from(libc::SIGSYS)), "{v}");
+    assert!(v["fault"].is_null(), "{v}");
+    assert!(stdout(&v).contains("before"), "{v}");
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn foreign_abi_calls_are_killed_and_named_by_their_abi() {
+    // x32 getpid: the x32 bit on a native call.
+    let x32 = "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nprint('before', flush=True)\nr = libc.syscall(0x40000000 | 39)\nprint('AFTER', r)";
+    let v = run_json(&["--code", x32]);
+    assert_eq!(fault(&v).as_deref(), Some("escape_blocked"), "{v}");
+    assert!(v["fault"]["syscall"].as_str().unwrap_or("").contains("x32"), "{v}");
+    assert!(stdout(&v).contains("before") && !stdout(&v).contains("AFTER"), "{v}");
+    // i386 getpid through `int 0x80` (arch AUDIT_ARCH_I386), from an executable page.
+    let i386 = "import ctypes, mmap\ncode = bytes([0xb8, 20, 0, 0, 0, 0xcd, 0x80, 0xc3])\nm = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\nm.write(code)\nf = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(m)))\nprint('before', flush=True)\nprint('AFTER', f())";
+    let v = run_json(&["--code", i386]);
+    if !std::path::Path::new("/proc/sys/abi/vsyscall32").exists() && v["fault"].is_null() {
+        eprintln!("skipped the int 0x80 half: this kernel has no IA-32 emulation ({v})");
+        return;
+    }
+    assert_eq!(fault(&v).as_deref(), Some("escape_blocked"), "{v}");
+    assert!(v["fault"]["syscall"].as_str().unwrap_or("").contains("foreign-architecture"), "{v}");
+    assert!(stdout(&v).contains("before") && !stdout(&v).contains("AFTER"), "{v}");
+}
+
+#[test]
 fn capabilities_inside_are_zero() {
     let v = run_json(&["--", "grep", "^Cap", "/proc/self/status"]);
     let out = stdout(&v);

@@ -2,9 +2,11 @@
 //!
 //! Layout (every jump is a short forward jump, well inside the 8-bit `jt`/`jf` range):
 //!
-//! 1. `seccomp_data.arch` must be the native `AUDIT_ARCH`, else `KILL_PROCESS` (a foreign
-//!    ABI such as `int 0x80` would index a different syscall table).
-//! 2. On x86_64, any nr with the x32 bit is `KILL_PROCESS`, except nr `-1` (what a tracer or
+//! 1. `seccomp_data.arch` must be the native `AUDIT_ARCH`, else the kill action (a foreign
+//!    ABI such as `int 0x80` would index a different syscall table). With
+//!    [`KillMode::UserNotif`] the supervisor hears of it too, so a SIGSYS death the filter did
+//!    not cause (`kill -SYS $$`) is not mistaken for a blocked escape.
+//! 2. On x86_64, any nr with the x32 bit gets the kill action, except nr `-1` (what a tracer or
 //!    `syscall(-1)` produces), which falls through to the default errno like the kernel's own
 //!    ENOSYS.
 //! 3. The syscall table split into runs of consecutive numbers with the same answer (a gap
@@ -314,14 +316,14 @@ pub fn compile(rules: &[Rule], opts: &CompileOptions) -> Result<Program, Seccomp
     let mut out = vec![
         load(OFFSET_ARCH),
         jump(op::JEQ, AUDIT_ARCH_NATIVE, 1, 0),
-        ret(libc::SECCOMP_RET_KILL_PROCESS),
+        ret(kill),
         load(OFFSET_NR),
     ];
     if cfg!(target_arch = "x86_64") {
         out.extend([
             jump(op::JSET, crate::arch::X32_SYSCALL_BIT, 0, 2),
             jump(op::JEQ, u32::MAX, 1, 0),
-            ret(libc::SECCOMP_RET_KILL_PROCESS),
+            ret(kill),
         ]);
     }
     emit_tree(&mut out, &runs(&sorted), kill, opts.default_errno);
