@@ -91,6 +91,16 @@ impl Runtime {
         Ok(Runtime { cgroups, cgroup_error, program, fprog, listener, rules: rules.len(), counter: AtomicU64::new(0), started_ns })
     }
 
+    /// Removes box cgroups and temporary workspaces that SIGKILLed hulls left behind (see
+    /// [`crate::leftovers`]). Reads the temporary directory, so long-lived front ends call it
+    /// once, off the hot path.
+    pub fn sweep_leftovers(&self) -> crate::leftovers::Swept {
+        let mut parents: Vec<PathBuf> = self.cgroups.as_ref().map(|h| h.report().into_iter().filter_map(|r| r.box_parent).collect()).unwrap_or_default();
+        parents.sort();
+        parents.dedup();
+        crate::leftovers::sweep(&parents, &std::env::temp_dir())
+    }
+
     /// The detected cgroup layout, for `hull doctor`.
     pub fn cgroups(&self) -> Result<&hull_cgroup::Host, String> {
         self.cgroups.as_ref().ok_or_else(|| self.cgroup_error.clone().unwrap_or_default())
@@ -153,7 +163,7 @@ impl Runtime {
         let seq = self.counter.fetch_add(1, Ordering::Relaxed);
         // The start time makes the name unique even when a SIGKILLed hull left its cgroup behind
         // and a later hull got the same pid.
-        let name = format!("hull-{}-{seq}-{}", sys::getpid(), self.started_ns);
+        let name = format!("{}{}-{seq}-{}", crate::leftovers::CGROUP_PREFIX, sys::getpid(), self.started_ns);
         let limits = hull_cgroup::Limits { memory_bytes: spec.memory, pids: spec.pids, cpu_millis: spec.cpu_millis() };
         let cgroup = match &self.cgroups {
             Some(h) => Some(h.create(&name, &limits)?),
@@ -695,7 +705,9 @@ struct Workspace {
 impl Workspace {
     fn temporary() -> Result<Workspace, BoxError> {
         let base = std::env::temp_dir();
-        let mut template = base.join("hull-ws-XXXXXX").into_os_string().into_vec();
+        // The pid lets a later hull sweep this directory if we are SIGKILLed (`leftovers`).
+        let name = format!("{}{}-XXXXXX", crate::leftovers::WORKSPACE_PREFIX, sys::getpid());
+        let mut template = base.join(name).into_os_string().into_vec();
         template.push(0);
         // SAFETY: template is a NUL-terminated, writable buffer ending in XXXXXX.
         let p = unsafe { libc::mkdtemp(template.as_mut_ptr().cast()) };
@@ -714,12 +726,18 @@ impl Drop for Workspace {
         if !self.temporary {
             return;
         }
-        if std::fs::remove_dir_all(&self.path).is_err() {
-            // The box may have left directories without write permission; restore and retry.
-            make_writable(&self.path);
-            let _ = std::fs::remove_dir_all(&self.path);
-        }
+        remove_workspace(&self.path);
     }
+}
+
+/// Removes a workspace tree; the box may have left directories without write permission, so
+/// those are restored and the removal retried. True when the tree is gone.
+pub(crate) fn remove_workspace(path: &Path) -> bool {
+    if std::fs::remove_dir_all(path).is_ok() {
+        return true;
+    }
+    make_writable(path);
+    std::fs::remove_dir_all(path).is_ok()
 }
 
 fn make_writable(dir: &Path) {

@@ -532,3 +532,64 @@ fn a_stalled_reader_does_not_hold_off_the_deadline() {
     child.wait().unwrap();
     assert!(!alive, "the box outlived its 1 s deadline while its reader stalled");
 }
+
+/// Paths under `dir` (to `depth` levels) whose name starts with `prefix`.
+fn find_named(dir: &std::path::Path, prefix: &str, depth: usize, out: &mut Vec<std::path::PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    for e in rd.flatten() {
+        if !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        if e.file_name().to_string_lossy().starts_with(prefix) {
+            out.push(e.path());
+        } else if depth > 1 {
+            find_named(&e.path(), prefix, depth - 1, out);
+        }
+    }
+}
+
+#[test]
+fn a_sigkilled_hull_leaves_nothing_the_next_hull_does_not_sweep() {
+    // A hull of our own, SIGKILLed (by its pid) while its box sleeps.
+    let mut child = std::process::Command::new(bin())
+        .args(["run", "--", "sleep", "30"])
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn hull");
+    let pid = child.id();
+    let temp = std::env::temp_dir();
+    let ws_prefix = format!("hull-ws-{pid}-");
+    let cg_prefix = format!("hull-{pid}-");
+    let leftovers = || {
+        let mut v = Vec::new();
+        find_named(&temp, &ws_prefix, 1, &mut v);
+        find_named(std::path::Path::new("/sys/fs/cgroup"), &cg_prefix, 5, &mut v);
+        v
+    };
+    // Wait until the box is up (its workspace and cgroup exist).
+    let t = std::time::Instant::now();
+    while leftovers().len() < 2 && t.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Seen while the box lives: other tests' hulls may sweep them as soon as ours is dead.
+    let before = leftovers();
+    child.kill().expect("SIGKILL our hull");
+    child.wait().unwrap();
+    assert!(before.iter().any(|p| p.starts_with(&temp)), "no workspace seen for hull {pid}: {before:?}");
+    if cap_enforced("Pids") {
+        assert!(before.iter().any(|p| p.starts_with("/sys/fs/cgroup")), "no cgroup seen for hull {pid}: {before:?}");
+    }
+    // The box died with its supervisor; the next hull removes what is left (a dying box's
+    // cgroup may stay busy for a moment, so allow a few runs).
+    let t = std::time::Instant::now();
+    loop {
+        let v = run_json(&["--", "true"]);
+        assert!(v["success"].as_bool().unwrap(), "{v}");
+        let left = leftovers();
+        if left.is_empty() {
+            break;
+        }
+        assert!(t.elapsed() < std::time::Duration::from_secs(10), "still left after sweeps: {left:?}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
