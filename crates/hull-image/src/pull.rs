@@ -149,7 +149,7 @@ impl Store {
                         *n - 1
                     };
                     let (idx, d, size) = &layers[i];
-                    let r = self.fetch_blob(client, d, *size, &format!("layer {idx} ({d})"), opts.attempts, progress);
+                    let r = self.fetch_blob(client, d, *size, &format!("layer {idx}"), opts.attempts, progress);
                     if r.is_err() {
                         failed.store(true, Ordering::Relaxed);
                     }

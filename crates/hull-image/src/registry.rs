@@ -108,7 +108,10 @@ impl Client {
                 Ok(r) => return Ok(r),
                 Err(ureq::Error::Status(401, resp)) if attempt == 0 => self.authenticate(&resp)?,
                 Err(ureq::Error::Status(401 | 403, resp)) => {
-                    let why = resp.header("WWW-Authenticate").map_or_else(|| format!("HTTP {}", resp.status()), |c| format!("HTTP {} with {c}", resp.status()));
+                    let mut why = resp.header("WWW-Authenticate").map_or_else(|| format!("HTTP {}", resp.status()), |c| format!("HTTP {} with {c}", resp.status()));
+                    if authz.as_deref().is_some_and(|a| a.starts_with("Basic ")) {
+                        why = format!("the credentials for it were refused: {why}");
+                    }
                     return Err(self.unauthorized(why));
                 }
                 Err(ureq::Error::Status(status, resp)) => return Err(RegistryError::Status { registry: self.registry.clone(), status, what: what.into(), detail: body_excerpt(resp) }),

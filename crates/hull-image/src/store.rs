@@ -29,7 +29,7 @@ pub enum ImageError {
     UnknownFormat(PathBuf),
     #[error("{what}: {why}")]
     Invalid { what: String, why: String },
-    #[error("blob {expected} ({what}): digest mismatch, the content hashes to {actual}; nothing was imported")]
+    #[error("blob {expected} ({what}): digest mismatch, the content hashes to {actual}; refused, no image was stored")]
     DigestMismatch { what: String, expected: String, actual: String },
     #[error("no manifest for platform {0} in the image index")]
     NoPlatform(String),
