@@ -5,6 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 TEST_USER="${HULL_TEST_USER:-hulltest}"
+# Loopback registries with test images for `hull pull` (stopped on exit).
+bash scripts/registry.sh start
+trap 'bash scripts/registry.sh stop' EXIT
 
 echo "== tests as root"
 cargo build --workspace --bins
@@ -14,7 +17,7 @@ echo "== tests as the unprivileged user $TEST_USER"
 # The test binaries and hull are copied where the user can read them (the checkout may sit
 # under /root); tests find hull through HULL_BIN.
 stage=$(mktemp -d /tmp/hull-rootless-XXXXXX)
-trap 'rm -rf "$stage"' EXIT
+trap 'rm -rf "$stage"; bash scripts/registry.sh stop' EXIT
 cp target/debug/hull "$stage/hull"
 cargo test --workspace --no-run --message-format=json 2>/dev/null \
     | python3 -c 'import json,sys
@@ -23,11 +26,11 @@ for l in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         print(m["target"]["name"], m["executable"])' \
     | while read -r name exe; do
-        case "$name" in boundary|kernel|notify|policy_matches_file) cp "$exe" "$stage/$name" ;; esac
+        case "$name" in boundary|kernel|notify|policy_matches_file|pull) cp "$exe" "$stage/$name" ;; esac
     done
 chmod -R a+rX "$stage"
 status=0
-for t in "$stage"/boundary "$stage"/kernel "$stage"/notify "$stage"/policy_matches_file; do
+for t in "$stage"/boundary "$stage"/kernel "$stage"/notify "$stage"/policy_matches_file "$stage"/pull; do
     [ -x "$t" ] || continue
     echo "-- $(basename "$t") as $TEST_USER"
     su "$TEST_USER" -s /bin/bash -c "cd /tmp && HULL_BIN=$stage/hull HULL_CGROUP_PARENT=hull-$TEST_USER $t" || status=1
