@@ -19,6 +19,10 @@ pub struct BenchArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Instead: compare a box from this stored image against the same box with `--rootfs` of
+    /// its unpacked root (runs `/bin/sh -c :`; the image side includes the store look-up).
+    #[arg(long, value_name = "NAME")]
+    pub image: Option<String>,
 }
 
 fn bare(argv: &[&str]) -> f64 {
@@ -48,7 +52,7 @@ fn boxed(rt: &Runtime, argv: &[&str], caps: bool) -> Result<(f64, f64), String> 
 }
 
 /// min, median, p90 of milliseconds.
-fn summary(v: &mut [f64]) -> (f64, f64, f64) {
+pub(crate) fn summary(v: &mut [f64]) -> (f64, f64, f64) {
     v.sort_by(f64::total_cmp);
     let at = |q: f64| {
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // index into a non-empty slice
@@ -59,6 +63,9 @@ fn summary(v: &mut [f64]) -> (f64, f64, f64) {
 }
 
 pub fn main(args: &BenchArgs) -> i32 {
+    if let Some(name) = &args.image {
+        return crate::bench_image::main(name, args.runs.max(5), args.json);
+    }
     let rt = match Runtime::new() {
         Ok(r) => Arc::new(r),
         Err(e) => {
