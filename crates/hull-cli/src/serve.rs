@@ -140,7 +140,8 @@ fn handle(rt: &Runtime, out: &Out, id: Value, method: &str, params: Value) {
             "protocol": PROTOCOL_VERSION,
             "hull": env!("CARGO_PKG_VERSION"),
             "methods": ["hello", "run", "shutdown"],
-            "images": ["host"],
+            // The embedded image, then every image in the local store (pulled or imported).
+            "images": std::iter::once("host".to_string()).chain(hull_image::Store::open(&hull_image::default_home()).and_then(|s| s.list()).into_iter().flatten().map(|i| i.name)).collect::<Vec<_>>(),
         }))),
         "run" => {
             let params: RunParams = match serde_json::from_value(if params.is_null() { json!({}) } else { params }) {

@@ -82,7 +82,12 @@ fn pull_then_run_uses_the_image_and_its_config() {
     let list = images(h.path());
     assert_eq!(list.len(), 1);
     assert_eq!(list[0]["name"], image.as_str());
-    // --name, and a reference without a tag is stored with :latest-style lookup.
+    // `hull serve` offers it.
+    let mut serve = Command::new(common::bin()).arg("serve").env("HULL_HOME", h.path()).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    serve.stdin.take().unwrap().write_all(b"{\"id\":1,\"method\":\"hello\"}\n").unwrap();
+    let hello: Value = serde_json::from_str(text(&serve.wait_with_output().unwrap().stdout).lines().next().unwrap()).unwrap();
+    assert_eq!(hello["result"]["images"], json!(["host", image]), "{hello}");
+    // --name.
     ok(&hull_in(h.path(), &["pull", &image, "--name", "bb"]));
     assert_eq!(ok(&hull_in(h.path(), &["run", "--image", "bb", "--", "cat", "/hull-marker"])), "marker: hull-test/busybox\n");
 }

@@ -186,6 +186,10 @@ impl Store {
         // Another pull of the same blob holds the lock: wait for it, then use its result.
         rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive).map_err(|e| io_at(format!("lock {}", partial.display()))(e.into()))?;
         if blob.is_file() {
+            // The other pull finished it; drop the empty file our open may have created.
+            if f.metadata().is_ok_and(|m| m.len() == 0) {
+                let _ = fs::remove_file(&partial);
+            }
             progress.layer_done(d, LayerOutcome::AlreadyHere);
             return Ok((blob, LayerOutcome::AlreadyHere));
         }

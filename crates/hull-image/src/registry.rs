@@ -76,6 +76,9 @@ impl Client {
             .timeout_write(opts.read_timeout)
             .user_agent(concat!("hull/", env!("CARGO_PKG_VERSION")))
             .redirects(5)
+            // Blob downloads may be redirected to storage elsewhere: never carry our
+            // Authorization header there.
+            .redirect_auth_headers(ureq::RedirectAuthHeaders::Never)
             .build();
         let scheme = Scheme::for_registry(&reference.registry, &opts.insecure);
         let base = format!("{}://{}/v2/{}", scheme.as_str(), reference.api_host(), reference.repository);
@@ -146,17 +149,7 @@ impl Client {
     fn fetch_token(&self, c: &Challenge) -> Result<String, RegistryError> {
         let bad = |why: String| RegistryError::Challenge { registry: self.registry.clone(), challenge: format!("{c:?}"), why };
         let realm = c.params.get("realm").ok_or_else(|| bad("it has no realm".into()))?;
-        let (scheme, rest) = realm.split_once("://").ok_or_else(|| bad(format!("realm `{realm}` is not an http(s) URL")))?;
-        let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
-        if host.is_empty() || host.contains('@') {
-            return Err(bad(format!("realm `{realm}` has no usable host")));
-        }
-        match scheme {
-            "https" => {}
-            "http" if Scheme::for_registry(host, &self.opts.insecure) == Scheme::Http => {}
-            "http" => return Err(bad(format!("realm `{realm}` is plain http to a host that is neither loopback nor named with --insecure-registry; refusing to send credentials or trust a token in clear text"))),
-            other => return Err(bad(format!("realm scheme `{other}` is not http(s)"))),
-        }
+        let host = check_realm(realm, &self.opts.insecure).map_err(bad)?;
         let scope = c.params.get("scope").cloned().unwrap_or_else(|| format!("repository:{}:pull", self.repository));
         let mut url = realm.clone();
         let mut sep = if url.contains('?') { '&' } else { '?' };
@@ -236,6 +229,22 @@ impl Client {
     }
 }
 
+/// A token realm must be https, or plain http to a host that may be spoken to in clear
+/// (loopback, or named with `--insecure-registry`): credentials go there. Returns its host.
+pub fn check_realm<'a>(realm: &'a str, insecure: &[String]) -> Result<&'a str, String> {
+    let (scheme, rest) = realm.split_once("://").ok_or_else(|| format!("realm `{realm}` is not an http(s) URL"))?;
+    let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if host.is_empty() || host.contains('@') {
+        return Err(format!("realm `{realm}` has no usable host"));
+    }
+    match scheme {
+        "https" => Ok(host),
+        "http" if Scheme::for_registry(host, insecure) == Scheme::Http => Ok(host),
+        "http" => Err(format!("realm `{realm}` is plain http to a host that is neither loopback nor named with --insecure-registry; refusing to send credentials or trust a token in clear text")),
+        other => Err(format!("realm scheme `{other}` is not http(s)")),
+    }
+}
+
 /// The body, or None when it is longer than `limit`.
 fn read_limited(resp: ureq::Response, limit: u64) -> std::io::Result<Option<Vec<u8>>> {
     let mut v = Vec::new();
@@ -294,6 +303,19 @@ mod tests {
     #[test]
     fn url_encoding_of_scopes() {
         assert_eq!(url_encode("repository:a/b:pull"), "repository%3Aa%2Fb%3Apull");
+    }
+
+    #[test]
+    fn token_realms_follow_the_transport_policy() {
+        let none: Vec<String> = Vec::new();
+        assert_eq!(check_realm("https://auth.example/token", &none), Ok("auth.example"));
+        assert_eq!(check_realm("http://127.0.0.1:5001/token?x=1", &none), Ok("127.0.0.1:5001"));
+        assert_eq!(check_realm("http://localhost/token", &none), Ok("localhost"));
+        assert!(check_realm("http://auth.example/token", &none).unwrap_err().contains("--insecure-registry"));
+        assert_eq!(check_realm("http://auth.lan/token", &["auth.lan".to_string()]), Ok("auth.lan"));
+        assert!(check_realm("ftp://x/t", &none).is_err());
+        assert!(check_realm("https://user@evil/t", &none).is_err());
+        assert!(check_realm("token", &none).is_err());
     }
 
     #[test]
