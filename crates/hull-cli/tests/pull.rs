@@ -10,6 +10,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -275,6 +276,8 @@ struct Behaviour {
     cut_first_layer: bool,
     /// Answer every manifest reference with the manifest (a registry that ignores digests).
     any_manifest: bool,
+    /// While set, every layer response (200 or 206) is cut after half of its body.
+    cut_always: Arc<AtomicBool>,
 }
 
 struct Mini {
@@ -395,6 +398,13 @@ fn serve_one(s: TcpStream, blobs: &HashMap<String, Vec<u8>>, manifest: &[u8], md
     }
     if let Some(d) = target.strip_prefix("/v2/mini/img/blobs/") {
         let Some(blob) = blobs.get(d) else { return reply(&mut w, "404 Not Found", "", b"") };
+        if how.cut_always.load(Ordering::SeqCst) && blob.len() > 100_000 {
+            let from = range.as_deref().and_then(|r| r.strip_prefix("bytes=")).and_then(|r| r.strip_suffix('-')).and_then(|n| n.parse::<usize>().ok()).unwrap_or(0);
+            let status = if from > 0 { format!("206 Partial Content\r\nContent-Range: bytes {from}-{}/{}", blob.len() - 1, blob.len()) } else { "200 OK".into() };
+            write!(w, "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", blob.len() - from)?;
+            w.write_all(&blob[from..from + (blob.len() - from) / 2])?;
+            return w.shutdown(std::net::Shutdown::Both);
+        }
         if let Some(from) = range.as_deref().and_then(|r| r.strip_prefix("bytes=")).and_then(|r| r.strip_suffix('-')).and_then(|n| n.parse::<usize>().ok()) {
             let cr = format!("Content-Range: bytes {from}-{}/{}\r\n", blob.len() - 1, blob.len());
             return reply(&mut w, "206 Partial Content", &cr, &blob[from..]);
@@ -458,4 +468,29 @@ fn a_manifest_that_does_not_match_its_pinned_digest_is_refused() {
     assert!(!mini.log().iter().any(|l| l.contains("/blobs/")), "blobs were fetched for an unverified manifest");
     // The right pin works.
     ok(&hull_in(h.path(), &["pull", &format!("{}/mini/img@{}", mini.addr, mini.manifest_digest)]));
+}
+
+#[test]
+fn a_failed_pull_keeps_its_partial_blob_and_the_next_pull_resumes_it() {
+    let Some(bb) = busybox() else { return };
+    let cut = Arc::new(AtomicBool::new(true));
+    let mini = Mini::start(&bb, Behaviour { cut_always: Arc::clone(&cut), ..Behaviour::default() });
+    let h = home();
+    let image = format!("{}/mini/img:1", mini.addr);
+    let out = hull_in(h.path(), &["pull", &image]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    assert!(text(&out.stderr).contains("layer 0"), "{}", text(&out.stderr));
+    assert_eq!(images(h.path()), Vec::<Value>::new());
+    // Three attempts, each resuming where the last broke off: 1/2 + 1/4 + 1/8 of the layer kept.
+    let partial: Vec<_> = std::fs::read_dir(h.path().join("images/tmp")).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with("partial-")).collect();
+    assert_eq!(partial.len(), 1, "{partial:?}");
+    let kept = partial[0].metadata().unwrap().len();
+    assert!(kept > 0 && kept < mini.layer_size as u64, "kept {kept} of {}", mini.layer_size);
+    let before = mini.log().len();
+    cut.store(false, Ordering::SeqCst);
+    ok(&hull_in(h.path(), &["pull", &image]));
+    let later: Vec<String> = mini.log()[before..].to_vec();
+    let layer_gets: Vec<&String> = later.iter().filter(|l| l.contains("/blobs/") && !l.contains("range=-")).collect();
+    assert!(layer_gets.iter().any(|l| l.contains(&format!("range=bytes={kept}-"))), "the second pull did not resume from byte {kept}: {later:#?}");
+    assert_eq!(ok(&hull_in(h.path(), &["run", "--image", &image])), "marker: mini registry\n");
 }
