@@ -7,6 +7,7 @@
 #
 # 127.0.0.1:5055  anonymous:  hull-test/busybox:1   gzip layer, Cmd prints $GREETING and /hull-marker
 #                             hull-test/busybox:zstd the same with a zstd layer (its own marker)
+#                             hull-test/busybox:docker the same as a Docker v2 (schema 2) manifest
 #                             hull-test/repull:1    the same as busybox:1; only the re-pull test pulls it
 #                             hull-test/multi:1     an OCI index: linux/amd64 and linux/arm64 manifests
 #                                                   (each with its own marker; both carry this host's busybox)
@@ -124,6 +125,9 @@ EOF
     local cp="skopeo copy -q --dest-tls-verify=false"
     $cp "oci:$layout:one" "docker://$ANON/hull-test/busybox:1"
     $cp "oci:$layout:one" "docker://$ANON/hull-test/repull:1"
+    $cp -f v2s2 "oci:$layout:one" "docker://$ANON/hull-test/busybox:docker"
+    skopeo inspect --raw --tls-verify=false "docker://$ANON/hull-test/busybox:docker" | grep -q 'application/vnd.docker.distribution.manifest.v2+json' \
+        || { echo "registry.sh: hull-test/busybox:docker is not a Docker v2 manifest" >&2; false; }
     # skopeo keeps a gzip layer as it is; through an uncompressed copy (its own content, so
     # skopeo's blob cache knows no gzip twin) it must compress, and compresses with zstd.
     skopeo copy -q --dest-decompress "oci:$layout:zstd" "dir:$DIR/zstd-dir"

@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -270,8 +270,14 @@ fn bad_arguments_name_the_flag() {
 
 #[derive(Clone, Default)]
 struct Behaviour {
-    /// Require `Bearer tok-123`, issued by /token for the right scope and credentials.
-    token: Option<(String, String)>,
+    /// Require `Bearer tok-123`, issued by /token for the right scope (to anyone when
+    /// `token_creds` is None, else only with those basic credentials).
+    token: bool,
+    token_creds: Option<(String, String)>,
+    /// Two more layers: the second replaces /hull-marker, the third whites out /extra.
+    extra_layers: bool,
+    /// Each blob answer waits 300 ms first (so parallel downloads overlap visibly).
+    slow_blobs: bool,
     /// Cut the first download of the layer half-way (after sending the full Content-Length).
     cut_first_layer: bool,
     /// Answer every manifest reference with the manifest (a registry that ignores digests).
@@ -283,6 +289,8 @@ struct Behaviour {
 struct Mini {
     addr: String,
     log: Arc<Mutex<Vec<String>>>,
+    /// The most blob requests in flight at once.
+    max_in_flight: Arc<AtomicUsize>,
     manifest_digest: Digest,
     layer_size: usize,
 }
@@ -295,54 +303,73 @@ fn busybox() -> Option<Vec<u8>> {
     b
 }
 
-fn mini_image(busybox: &[u8]) -> (HashMap<String, Vec<u8>>, Vec<u8>, usize) {
+/// A gzip layer of (path, contents, mode, type, link target).
+fn gz_layer(entries: &[(&str, &[u8], u32, tar::EntryType, Option<&str>)]) -> Vec<u8> {
     let mut b = tar::Builder::new(flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast()));
-    let mut add = |path: &str, data: &[u8], mode: u32, kind: tar::EntryType, link: Option<&str>| {
+    for (path, data, mode, kind, link) in entries {
         let mut hd = tar::Header::new_gnu();
-        hd.set_entry_type(kind);
-        hd.set_mode(mode);
+        hd.set_entry_type(*kind);
+        hd.set_mode(*mode);
         hd.set_size(data.len() as u64);
         if let Some(l) = link {
             hd.set_link_name(l).unwrap();
         }
-        b.append_data(&mut hd, path, data).unwrap();
-    };
-    add("bin/", b"", 0o755, tar::EntryType::Directory, None);
-    add("bin/busybox", busybox, 0o755, tar::EntryType::Regular, None);
-    add("bin/cat", b"", 0o777, tar::EntryType::Symlink, Some("busybox"));
-    add("hull-marker", b"marker: mini registry\n", 0o644, tar::EntryType::Regular, None);
-    let layer = b.into_inner().unwrap().finish().unwrap();
+        b.append_data(&mut hd, path, *data).unwrap();
+    }
+    b.into_inner().unwrap().finish().unwrap()
+}
+
+fn mini_image(busybox: &[u8], extra_layers: bool) -> (HashMap<String, Vec<u8>>, Vec<u8>, usize) {
+    use tar::EntryType::{Directory, Regular, Symlink};
+    let mut layers = vec![gz_layer(&[
+        ("bin/", b"", 0o755, Directory, None),
+        ("bin/busybox", busybox, 0o755, Regular, None),
+        ("bin/cat", b"", 0o777, Symlink, Some("busybox")),
+        ("hull-marker", b"marker: mini registry\n", 0o644, Regular, None),
+        ("extra", b"x", 0o644, Regular, None),
+    ])];
+    if extra_layers {
+        layers.push(gz_layer(&[("hull-marker", b"marker: layer 2 wins\n", 0o644, Regular, None)]));
+        layers.push(gz_layer(&[(".wh.extra", b"", 0o644, Regular, None)]));
+    }
     let config = serde_json::to_vec(&json!({"architecture": "amd64", "os": "linux", "config": {"Cmd": ["/bin/cat", "/hull-marker"]}})).unwrap();
-    let (ld, cd) = (Digest::of(&layer), Digest::of(&config));
+    let cd = Digest::of(&config);
+    let descs: Vec<Value> = layers.iter().map(|l| json!({"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": Digest::of(l).to_string(), "size": l.len()})).collect();
     let manifest = serde_json::to_vec(&json!({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
         "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cd.to_string(), "size": config.len()},
-        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": ld.to_string(), "size": layer.len()}]}))
+        "layers": descs}))
     .unwrap();
-    let size = layer.len();
+    let size = layers[0].len();
     let mut blobs = HashMap::new();
-    blobs.insert(ld.to_string(), layer);
+    for l in layers {
+        blobs.insert(Digest::of(&l).to_string(), l);
+    }
     blobs.insert(cd.to_string(), config);
     (blobs, manifest, size)
 }
 
 impl Mini {
     fn start(busybox: &[u8], how: Behaviour) -> Mini {
-        let (blobs, manifest, layer_size) = mini_image(busybox);
+        let (blobs, manifest, layer_size) = mini_image(busybox, how.extra_layers);
         let manifest_digest = Digest::of(&manifest);
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap().to_string();
         let log = Arc::new(Mutex::new(Vec::new()));
+        let max_in_flight = Arc::new(AtomicUsize::new(0));
+        let in_flight = Arc::new(AtomicUsize::new(0));
         let state = Arc::new((blobs, manifest, manifest_digest.clone(), how, addr.clone(), Arc::clone(&log), Mutex::new(false)));
+        let (mx, inf) = (Arc::clone(&max_in_flight), in_flight);
         std::thread::spawn(move || {
             for s in l.incoming().flatten() {
                 let st = Arc::clone(&state);
+                let (mx, inf) = (Arc::clone(&mx), Arc::clone(&inf));
                 std::thread::spawn(move || {
                     let (blobs, manifest, md, how, addr, log, cut_done) = &*st;
-                    let _ = serve_one(s, blobs, manifest, md, how, addr, log, cut_done);
+                    let _ = serve_one(s, blobs, manifest, md, how, addr, log, cut_done, (&inf, &mx));
                 });
             }
         });
-        Mini { addr, log, manifest_digest, layer_size }
+        Mini { addr, log, max_in_flight, manifest_digest, layer_size }
     }
 
     fn log(&self) -> Vec<String> {
@@ -351,7 +378,7 @@ impl Mini {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn serve_one(s: TcpStream, blobs: &HashMap<String, Vec<u8>>, manifest: &[u8], md: &Digest, how: &Behaviour, addr: &str, log: &Mutex<Vec<String>>, cut_done: &Mutex<bool>) -> std::io::Result<()> {
+fn serve_one(s: TcpStream, blobs: &HashMap<String, Vec<u8>>, manifest: &[u8], md: &Digest, how: &Behaviour, addr: &str, log: &Mutex<Vec<String>>, cut_done: &Mutex<bool>, (in_flight, max_in_flight): (&AtomicUsize, &AtomicUsize)) -> std::io::Result<()> {
     let mut r = BufReader::new(s.try_clone()?);
     let mut line = String::new();
     r.read_line(&mut line)?;
@@ -375,10 +402,9 @@ fn serve_one(s: TcpStream, blobs: &HashMap<String, Vec<u8>>, manifest: &[u8], md
         w.write_all(body)
     };
     if let Some(query) = target.strip_prefix("/token?") {
-        let (user, pass) = how.token.clone().unwrap_or_default();
         use base64::Engine as _;
-        let want = format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}")));
-        if auth != want {
+        let want = how.token_creds.as_ref().map(|(user, pass)| format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"))));
+        if want.is_some_and(|w| auth != w) {
             return reply(&mut w, "401 Unauthorized", "", b"{\"errors\":[{\"code\":\"UNAUTHORIZED\"}]}");
         }
         if !query.contains("service=mini-service") || !query.contains("scope=repository%3Amini%2Fimg%3Apull") {
@@ -386,7 +412,7 @@ fn serve_one(s: TcpStream, blobs: &HashMap<String, Vec<u8>>, manifest: &[u8], md
         }
         return reply(&mut w, "200 OK", "Content-Type: application/json\r\n", br#"{"token":"tok-123"}"#);
     }
-    if how.token.is_some() && auth != "Bearer tok-123" {
+    if how.token && auth != "Bearer tok-123" {
         let challenge = format!("WWW-Authenticate: Bearer realm=\"http://{addr}/token\",service=\"mini-service\",scope=\"repository:mini/img:pull\"\r\n");
         return reply(&mut w, "401 Unauthorized", &challenge, b"{}");
     }
@@ -398,6 +424,12 @@ fn serve_one(s: TcpStream, blobs: &HashMap<String, Vec<u8>>, manifest: &[u8], md
     }
     if let Some(d) = target.strip_prefix("/v2/mini/img/blobs/") {
         let Some(blob) = blobs.get(d) else { return reply(&mut w, "404 Not Found", "", b"") };
+        if how.slow_blobs {
+            let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            max_in_flight.fetch_max(now, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(300));
+            in_flight.fetch_sub(1, Ordering::SeqCst);
+        }
         if how.cut_always.load(Ordering::SeqCst) && blob.len() > 100_000 {
             let from = range.as_deref().and_then(|r| r.strip_prefix("bytes=")).and_then(|r| r.strip_suffix('-')).and_then(|n| n.parse::<usize>().ok()).unwrap_or(0);
             let status = if from > 0 { format!("206 Partial Content\r\nContent-Range: bytes {from}-{}/{}", blob.len() - 1, blob.len()) } else { "200 OK".into() };
@@ -423,7 +455,7 @@ fn serve_one(s: TcpStream, blobs: &HashMap<String, Vec<u8>>, manifest: &[u8], md
 #[test]
 fn bearer_token_flow_with_credentials() {
     let Some(bb) = busybox() else { return };
-    let mini = Mini::start(&bb, Behaviour { token: Some(("tok-user".into(), "tok-pass".into())), ..Behaviour::default() });
+    let mini = Mini::start(&bb, Behaviour { token: true, token_creds: Some(("tok-user".into(), "tok-pass".into())), ..Behaviour::default() });
     let h = home();
     let image = format!("{}/mini/img:1", mini.addr);
     // No credentials: the token service refuses, and the message says where they go.
@@ -493,4 +525,47 @@ fn a_failed_pull_keeps_its_partial_blob_and_the_next_pull_resumes_it() {
     let layer_gets: Vec<&String> = later.iter().filter(|l| l.contains("/blobs/") && !l.contains("range=-")).collect();
     assert!(layer_gets.iter().any(|l| l.contains(&format!("range=bytes={kept}-"))), "the second pull did not resume from byte {kept}: {later:#?}");
     assert_eq!(ok(&hull_in(h.path(), &["run", "--image", &image])), "marker: mini registry\n");
+}
+
+#[test]
+fn an_anonymous_token_needs_no_credentials() {
+    let Some(bb) = busybox() else { return };
+    let mini = Mini::start(&bb, Behaviour { token: true, ..Behaviour::default() });
+    let h = home();
+    let image = format!("{}/mini/img:1", mini.addr);
+    ok(&hull_in(h.path(), &["pull", &image]));
+    let log = mini.log();
+    assert!(log.iter().any(|l| l.starts_with("GET /token?") && l.ends_with("auth=")), "the token request should carry no credentials: {log:#?}");
+    assert!(log.iter().filter(|l| l.contains("/blobs/")).all(|l| l.ends_with("auth=Bearer tok-123")), "{log:#?}");
+    assert_eq!(ok(&hull_in(h.path(), &["run", "--image", &image])), "marker: mini registry\n");
+}
+
+#[test]
+fn layers_download_in_parallel_and_apply_in_order() {
+    let Some(bb) = busybox() else { return };
+    let mini = Mini::start(&bb, Behaviour { extra_layers: true, slow_blobs: true, ..Behaviour::default() });
+    let h = home();
+    let image = format!("{}/mini/img:1", mini.addr);
+    let out = hull_in(h.path(), &["pull", &image]);
+    let stdout = ok(&out);
+    assert!(stdout.contains("3 layer(s) downloaded"), "{stdout}");
+    // Not a terminal: one line per layer on stderr.
+    assert_eq!(text(&out.stderr).lines().filter(|l| l.starts_with("layer ") && l.contains("downloaded")).count(), 3, "{}", text(&out.stderr));
+    assert!(mini.max_in_flight.load(Ordering::SeqCst) >= 2, "layers were not downloaded in parallel");
+    let shown = ok(&hull_in(h.path(), &["run", "--image", &image, "--", "/bin/busybox", "sh", "-c", "cat /hull-marker; test -e /extra && echo extra-present || echo extra-gone"]));
+    assert_eq!(shown, "marker: layer 2 wins\nextra-gone\n");
+    // --parallel 1 is one at a time.
+    let mini = Mini::start(&bb, Behaviour { extra_layers: true, slow_blobs: true, ..Behaviour::default() });
+    let h = home();
+    ok(&hull_in(h.path(), &["pull", "--parallel", "1", &format!("{}/mini/img:1", mini.addr)]));
+    assert_eq!(mini.max_in_flight.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn a_docker_v2_manifest_is_pulled() {
+    let Some(reg) = registry() else { return };
+    let h = home();
+    let image = format!("{reg}/hull-test/busybox:docker");
+    ok(&hull_in(h.path(), &["pull", &image]));
+    assert_eq!(ok(&hull_in(h.path(), &["run", "--image", &image])), "hello-from-pulled\nmarker: hull-test/busybox\n");
 }
