@@ -303,8 +303,11 @@ fn busybox() -> Option<Vec<u8>> {
     b
 }
 
-/// A gzip layer of (path, contents, mode, type, link target).
-fn gz_layer(entries: &[(&str, &[u8], u32, tar::EntryType, Option<&str>)]) -> Vec<u8> {
+/// One tar member: path, contents, mode, type, link target.
+type Member<'a> = (&'a str, &'a [u8], u32, tar::EntryType, Option<&'a str>);
+
+/// A gzip layer of these members.
+fn gz_layer(entries: &[Member<'_>]) -> Vec<u8> {
     let mut b = tar::Builder::new(flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast()));
     for (path, data, mode, kind, link) in entries {
         let mut hd = tar::Header::new_gnu();
