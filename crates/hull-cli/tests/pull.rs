@@ -293,6 +293,8 @@ struct Mini {
     max_in_flight: Arc<AtomicUsize>,
     manifest_digest: Digest,
     layer_size: usize,
+    /// The first (busybox) layer's digest.
+    layer_digest: String,
 }
 
 fn busybox() -> Option<Vec<u8>> {
@@ -355,6 +357,7 @@ impl Mini {
     fn start(busybox: &[u8], how: Behaviour) -> Mini {
         let (blobs, manifest, layer_size) = mini_image(busybox, how.extra_layers);
         let manifest_digest = Digest::of(&manifest);
+        let layer_digest = serde_json::from_slice::<Value>(&manifest).unwrap()["layers"][0]["digest"].as_str().unwrap().to_string();
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap().to_string();
         let log = Arc::new(Mutex::new(Vec::new()));
@@ -372,7 +375,7 @@ impl Mini {
                 });
             }
         });
-        Mini { addr, log, max_in_flight, manifest_digest, layer_size }
+        Mini { addr, log, max_in_flight, manifest_digest, layer_size, layer_digest }
     }
 
     fn log(&self) -> Vec<String> {
@@ -571,4 +574,25 @@ fn a_docker_v2_manifest_is_pulled() {
     let image = format!("{reg}/hull-test/busybox:docker");
     ok(&hull_in(h.path(), &["pull", &image]));
     assert_eq!(ok(&hull_in(h.path(), &["run", "--image", &image])), "hello-from-pulled\nmarker: hull-test/busybox\n");
+}
+
+#[test]
+fn two_pulls_of_one_image_at_once_download_each_blob_once() {
+    let Some(bb) = busybox() else { return };
+    let mini = Mini::start(&bb, Behaviour { slow_blobs: true, ..Behaviour::default() });
+    let h = home();
+    let image = format!("{}/mini/img:1", mini.addr);
+    let spawn = |name: &str| Command::new(common::bin()).args(["pull", &image, "--name", name]).env("HULL_HOME", h.path()).env("HOME", h.path()).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let (a, b) = (spawn("a"), spawn("b"));
+    for out in [a.wait_with_output().unwrap(), b.wait_with_output().unwrap()] {
+        ok(&out);
+    }
+    // The config (small, kept in memory) may be fetched by both; the layer once: the second
+    // pull waits on the first one's lock, then finds the blob stored.
+    let layer_gets = mini.log().iter().filter(|l| l.contains(&format!("/blobs/{}", mini.layer_digest))).count();
+    assert_eq!(layer_gets, 1, "{:#?}", mini.log());
+    for n in ["a", "b"] {
+        assert_eq!(ok(&hull_in(h.path(), &["run", "--image", n])), "marker: mini registry\n");
+    }
+    assert_eq!(std::fs::read_dir(h.path().join("images/roots")).unwrap().count(), 1, "one root for one image");
 }
