@@ -16,13 +16,13 @@ pub struct BenchArgs {
     /// Boxes started at once in the concurrency case.
     #[arg(long, default_value_t = 50)]
     pub concurrent: usize,
-    /// Print the summary as JSON.
-    #[arg(long)]
-    pub json: bool,
     /// Instead: compare a box from this stored image against the same box with `--rootfs` of
     /// its unpacked root (runs `/bin/sh -c :`; the image side includes the store look-up).
     #[arg(long, value_name = "NAME")]
     pub image: Option<String>,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 fn bare(argv: &[&str]) -> f64 {
