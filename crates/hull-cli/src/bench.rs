@@ -64,7 +64,7 @@ pub(crate) fn summary(v: &mut [f64]) -> (f64, f64, f64) {
 
 pub fn main(args: &BenchArgs) -> i32 {
     if let Some(name) = &args.image {
-        return crate::bench_image::main(name, args.runs.max(5), args.json);
+        return crate::image_bench::main(name, args.runs.max(5), args.json);
     }
     let rt = match Runtime::new() {
         Ok(r) => Arc::new(r),

@@ -1,8 +1,8 @@
 //! The `hull` command: parses arguments, hands work to hull-box, prints results and errors once.
 
 mod bench;
-mod bench_image;
 mod doctor;
+mod image_bench;
 mod images;
 mod pull;
 mod run;
