@@ -11,6 +11,8 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 PKGS="python3 busybox-static uidmap ca-certificates python3-numpy python3-pandas python3-matplotlib gcc git"
 missing=""
+# hull pull's tests: a loopback registry and the tools that build and push images to it.
+PKGS="$PKGS docker-registry skopeo umoci apache2-utils"
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done

@@ -5,6 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 TEST_USER="${HULL_TEST_USER:-hulltest}"
+# Loopback registries with test images for `hull pull` (stopped on exit).
+bash scripts/registry.sh start
+trap 'bash scripts/registry.sh stop' EXIT
 
 echo "== tests as root"
 cargo build --workspace --bins
@@ -14,7 +17,7 @@ echo "== tests as the unprivileged user $TEST_USER"
 # The test binaries and hull are copied where the user can read them (the checkout may sit
 # under /root); tests find hull through HULL_BIN.
 stage=$(mktemp -d /tmp/hull-rootless-XXXXXX)
-trap 'rm -rf "$stage"' EXIT
+trap 'rm -rf "$stage"; bash scripts/registry.sh stop' EXIT
 cp target/debug/hull "$stage/hull"
 cargo test --workspace --no-run --message-format=json 2>/dev/null \
     | python3 -c 'import json,sys
@@ -32,4 +35,14 @@ for t in "$stage"/boundary "$stage"/kernel "$stage"/notify "$stage"/policy_match
     echo "-- $(basename "$t") as $TEST_USER"
     su "$TEST_USER" -s /bin/bash -c "cd /tmp && HULL_BIN=$stage/hull HULL_CGROUP_PARENT=hull-$TEST_USER $t" || status=1
 done
+# hull pull's tests as the unprivileged user too (the test registries listen on loopback).
+pull_test=$(cargo test -p hull-cli --test pull --no-run --message-format=json 2>/dev/null \
+    | python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "pull":
+        print(m["executable"])')
+cp "$pull_test" "$stage/pull" && chmod a+rx "$stage/pull"
+echo "-- pull as $TEST_USER"
+su "$TEST_USER" -s /bin/bash -c "cd /tmp && HULL_BIN=$stage/hull HULL_CGROUP_PARENT=hull-$TEST_USER $stage/pull" || status=1
 exit $status

@@ -16,6 +16,10 @@ pub struct BenchArgs {
     /// Boxes started at once in the concurrency case.
     #[arg(long, default_value_t = 50)]
     pub concurrent: usize,
+    /// Instead: compare a box from this stored image against the same box with `--rootfs` of
+    /// its unpacked root (runs `/bin/sh -c :`; the image side includes the store look-up).
+    #[arg(long, value_name = "NAME")]
+    pub image: Option<String>,
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
@@ -45,7 +49,7 @@ fn boxed(rt: &Runtime, argv: &[&str]) -> Result<(f64, f64), String> {
 }
 
 /// min, median, p90 of milliseconds.
-fn summary(v: &mut [f64]) -> (f64, f64, f64) {
+pub(crate) fn summary(v: &mut [f64]) -> (f64, f64, f64) {
     v.sort_by(f64::total_cmp);
     let at = |q: f64| {
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // index into a non-empty slice
@@ -56,6 +60,9 @@ fn summary(v: &mut [f64]) -> (f64, f64, f64) {
 }
 
 pub fn main(args: &BenchArgs) -> i32 {
+    if let Some(name) = &args.image {
+        return crate::image_bench::main(name, args.runs.max(5), args.json);
+    }
     // `rt` is a long-lived front end's Runtime (hull serve, the SDKs): boxes enter a shared
     // read-only skeleton. `cold` builds every box from scratch, as a one-shot `hull run` does.
     let (rt, cold) = match (Runtime::new(), Runtime::new()) {

@@ -2,7 +2,9 @@
 
 mod bench;
 mod doctor;
+mod image_bench;
 mod images;
+mod pull;
 mod run;
 mod serve;
 
@@ -26,6 +28,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Import an OCI image layout, OCI archive or docker archive into the local store.
     Import(images::ImportArgs),
+    /// Pull an image from a registry (distribution v2) into the local store.
+    Pull(pull::PullArgs),
     /// List the images in the local store.
     Images(images::ImagesArgs),
     /// Remove images from the local store.
@@ -42,6 +46,7 @@ fn main() {
         Command::Bench(args) => bench::main(&args),
         Command::Serve(args) => serve::main(&args),
         Command::Import(args) => images::import(&args),
+        Command::Pull(args) => pull::main(&args),
         Command::Images(args) => images::images(&args),
         Command::Rmi(args) => images::rmi(&args),
     };

@@ -136,12 +136,12 @@ fn handle(rt: &Runtime, out: &Out, id: Value, method: &str, params: Value) {
         Err(e) => out.send(&json!({ "id": id, "error": e })),
     };
     match method {
-        "hello" => reply(Ok(json!({
+        "hello" => reply(Ok(with_store_images(json!({
             "protocol": PROTOCOL_VERSION,
             "hull": env!("CARGO_PKG_VERSION"),
             "methods": ["hello", "run", "shutdown"],
             "images": ["host"],
-        }))),
+        })))),
         "run" => {
             let params: RunParams = match serde_json::from_value(if params.is_null() { json!({}) } else { params }) {
                 Ok(p) => p,
@@ -217,4 +217,14 @@ pub fn main(_args: &ServeArgs) -> i32 {
         let _ = w.join();
     }
     0
+}
+
+/// Adds every image in the local store (pulled or imported) after the embedded ones in a
+/// `hello` answer's `images`.
+fn with_store_images(mut hello: Value) -> Value {
+    let stored = hull_image::Store::open(&hull_image::default_home()).and_then(|s| s.list()).into_iter().flatten().map(|i| Value::String(i.name));
+    if let Some(list) = hello.get_mut("images").and_then(Value::as_array_mut) {
+        list.extend(stored);
+    }
+    hello
 }

@@ -1,10 +1,17 @@
 //! hull-image: OCI images for hull: the hostile-archive-safe layer extractor every image source
-//! goes through, the OCI/Docker documents, and the content-addressed store (`hull import`,
-//! `hull images`, `hull rmi`, `hull run --image`). The registry client (`hull pull`) is to come.
+//! goes through, the OCI/Docker documents, the content-addressed store (`hull import`,
+//! `hull images`, `hull rmi`, `hull run --image`) and the registry client (`hull pull`).
 
+pub mod auth;
 pub mod extract;
 pub mod oci;
+pub mod pull;
+pub mod reference;
+pub mod registry;
 pub mod store;
 
 pub use extract::{extract_layer, Compression, ExtractError, Limits, Report};
+pub use pull::{LayerOutcome, PullOptions, PullProgress, PullReport};
+pub use reference::Reference;
+pub use registry::{ClientOptions, RegistryError};
 pub use store::{default_home, ImageError, ImageInfo, Store};

@@ -97,6 +97,37 @@ pub fn host_platform() -> Platform {
     Platform { architecture: architecture.into(), os: "linux".into(), variant: None }
 }
 
+impl Platform {
+    /// Parses `os/arch[/variant]`, e.g. `linux/arm64` or `linux/arm/v7`.
+    pub fn parse(text: &str) -> Result<Platform, String> {
+        let parts: Vec<&str> = text.split('/').collect();
+        let ok = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        match parts.as_slice() {
+            [os, arch] if ok(os) && ok(arch) => Ok(Platform { os: (*os).into(), architecture: (*arch).into(), variant: None }),
+            [os, arch, v] if ok(os) && ok(arch) && ok(v) => Ok(Platform { os: (*os).into(), architecture: (*arch).into(), variant: Some((*v).into()) }),
+            _ => Err(format!("--platform `{text}`: write it as OS/ARCH[/VARIANT], e.g. linux/amd64 or linux/arm64")),
+        }
+    }
+}
+
+impl std::fmt::Display for Platform {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.os, self.architecture)?;
+        if let Some(v) = &self.variant {
+            write!(f, "/{v}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The entry of an index for `want`: os and architecture must match; a variant, when asked
+/// for, must match too.
+pub fn select_platform<'a>(manifests: &'a [Descriptor], want: &Platform) -> Option<&'a Descriptor> {
+    manifests.iter().find(|m| {
+        m.platform.as_ref().is_some_and(|p| p.os == want.os && p.architecture == want.architecture && want.variant.as_ref().is_none_or(|v| p.variant.as_ref() == Some(v)))
+    })
+}
+
 /// A parsed `sha256:<64 hex>` digest.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Digest(String);
@@ -152,5 +183,17 @@ mod tests {
         assert!(Digest::parse("sha256:../../etc").is_none());
         assert!(Digest::parse("md5:00").is_none());
         assert!(Digest::parse("sha256:ABC").is_none());
+    }
+
+    #[test]
+    fn platforms_parse_and_select() {
+        let p = Platform::parse("linux/arm/v7").unwrap();
+        assert_eq!(p.to_string(), "linux/arm/v7");
+        assert!(Platform::parse("linux").is_err() && Platform::parse("linux/").is_err() && Platform::parse("a/b/c/d").is_err());
+        let d = |arch: &str, v: Option<&str>| Descriptor { media_type: MT_OCI_MANIFEST.into(), digest: format!("sha256:{arch}"), size: 1, platform: Some(Platform { os: "linux".into(), architecture: arch.into(), variant: v.map(Into::into) }), annotations: BTreeMap::new() };
+        let list = vec![d("arm", Some("v6")), d("arm", Some("v7")), d("amd64", None)];
+        assert_eq!(select_platform(&list, &Platform::parse("linux/arm/v7").unwrap()).unwrap().platform.as_ref().unwrap().variant.as_deref(), Some("v7"));
+        assert_eq!(select_platform(&list, &Platform::parse("linux/amd64").unwrap()).unwrap().digest, "sha256:amd64");
+        assert!(select_platform(&list, &Platform::parse("linux/s390x").unwrap()).is_none());
     }
 }

@@ -21,7 +21,7 @@ use crate::oci::{self, Descriptor, Digest, DockerArchiveEntry, ImageConfig, Inde
 
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {
-    #[error("image `{0}` not found; `hull images` lists what is here, `hull import PATH` adds one")]
+    #[error("image `{0}` not found; `hull images` lists what is here, `hull pull IMAGE` or `hull import PATH` adds one")]
     NotFound(String),
     #[error("{what}: {source}")]
     Io { what: String, source: io::Error },
@@ -29,7 +29,7 @@ pub enum ImageError {
     UnknownFormat(PathBuf),
     #[error("{what}: {why}")]
     Invalid { what: String, why: String },
-    #[error("blob {expected} ({what}): digest mismatch, the content hashes to {actual}; nothing was imported")]
+    #[error("blob {expected} ({what}): digest mismatch, the content hashes to {actual}; refused, no image was stored")]
     DigestMismatch { what: String, expected: String, actual: String },
     #[error("no manifest for platform {0} in the image index")]
     NoPlatform(String),
@@ -37,14 +37,18 @@ pub enum ImageError {
     Extract(#[from] extract::ExtractError),
     #[error("image name `{0}` is not valid: use letters, digits and . _ - / : @ (e.g. busybox:latest)")]
     BadName(String),
+    #[error(transparent)]
+    Reference(#[from] crate::reference::ReferenceError),
+    #[error(transparent)]
+    Registry(#[from] crate::registry::RegistryError),
 }
 
-fn io_at(what: impl Into<String>) -> impl FnOnce(io::Error) -> ImageError {
+pub(crate) fn io_at(what: impl Into<String>) -> impl FnOnce(io::Error) -> ImageError {
     let what = what.into();
     move |source| ImageError::Io { what, source }
 }
 
-fn invalid(what: impl Into<String>, why: impl Into<String>) -> ImageError {
+pub(crate) fn invalid(what: impl Into<String>, why: impl Into<String>) -> ImageError {
     ImageError::Invalid { what: what.into(), why: why.into() }
 }
 
@@ -81,7 +85,7 @@ pub fn default_home() -> PathBuf {
     home.join(".local/share/hull")
 }
 
-fn valid_name(n: &str) -> bool {
+pub(crate) fn valid_name(n: &str) -> bool {
     !n.is_empty() && n.len() <= 255 && !n.starts_with('.') && !n.contains("..") && n.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-/:@".contains(&b))
 }
 
@@ -91,7 +95,7 @@ fn ref_file(name: &str) -> String {
 }
 
 pub struct Store {
-    dir: PathBuf,
+    pub(crate) dir: PathBuf,
 }
 
 impl Store {
@@ -104,11 +108,11 @@ impl Store {
         Ok(Store { dir })
     }
 
-    fn blob_path(&self, d: &Digest) -> PathBuf {
+    pub(crate) fn blob_path(&self, d: &Digest) -> PathBuf {
         self.dir.join("blobs/sha256").join(d.hex())
     }
 
-    fn root_dir(&self, d: &Digest) -> PathBuf {
+    pub(crate) fn root_dir(&self, d: &Digest) -> PathBuf {
         self.dir.join("roots").join(d.hex())
     }
 
@@ -199,11 +203,7 @@ impl Store {
         if desc.media_type == oci::MT_OCI_INDEX || desc.media_type == oci::MT_DOCKER_LIST || serde_json::from_slice::<Index>(&bytes).is_ok() && serde_json::from_slice::<Manifest>(&bytes).is_err() {
             let nested: Index = serde_json::from_slice(&bytes).map_err(|e| invalid("image index", e.to_string()))?;
             let want = oci::host_platform();
-            desc = nested
-                .manifests
-                .into_iter()
-                .find(|m| m.platform.as_ref().is_some_and(|p| p.os == want.os && p.architecture == want.architecture))
-                .ok_or_else(|| ImageError::NoPlatform(format!("{}/{}", want.os, want.architecture)))?;
+            desc = oci::select_platform(&nested.manifests, &want).cloned().ok_or_else(|| ImageError::NoPlatform(want.to_string()))?;
             (digest, bytes) = Self::layout_blob(dir, &desc, "manifest")?;
         }
         let manifest: Manifest = serde_json::from_slice(&bytes).map_err(|e| invalid("manifest", e.to_string()))?;
@@ -252,7 +252,7 @@ impl Store {
 
     /// Unpacks the layers into a new root (unless this digest is already here) and points the
     /// reference `name` at it.
-    fn publish(&self, name: &str, digest: &Digest, layers: &[(Digest, PathBuf, u64)], config: RunConfig) -> Result<ImageInfo, ImageError> {
+    pub(crate) fn publish(&self, name: &str, digest: &Digest, layers: &[(Digest, PathBuf, u64)], config: RunConfig) -> Result<ImageInfo, ImageError> {
         let root = self.root_dir(digest);
         if !root.join("meta.json").is_file() {
             let tmp = self.tmp_dir("root")?;
@@ -283,14 +283,14 @@ impl Store {
         self.info(name, digest)
     }
 
-    fn set_ref(&self, name: &str, digest: &Digest) -> Result<(), ImageError> {
+    pub(crate) fn set_ref(&self, name: &str, digest: &Digest) -> Result<(), ImageError> {
         let path = self.dir.join("refs").join(ref_file(name));
         let tmp = self.dir.join("tmp").join(format!("ref-{}", nanos()));
         fs::write(&tmp, serde_json::to_vec(&RefFile { name: name.into(), digest: digest.to_string() }).unwrap_or_default()).map_err(io_at("write a reference"))?;
         fs::rename(&tmp, &path).map_err(io_at(format!("write {}", path.display())))
     }
 
-    fn info(&self, name: &str, digest: &Digest) -> Result<ImageInfo, ImageError> {
+    pub(crate) fn info(&self, name: &str, digest: &Digest) -> Result<ImageInfo, ImageError> {
         let root = self.root_dir(digest);
         let meta: RootMeta = Self::read_json(&root.join("meta.json"), "image metadata")?;
         Ok(ImageInfo { name: name.into(), digest: digest.to_string(), rootfs: root.join("rootfs"), size: meta.size, config: meta.config })
@@ -318,6 +318,14 @@ impl Store {
         if let Ok(r) = Self::read_json::<RefFile>(&path, "reference") {
             if let Some(d) = Digest::parse(&r.digest) {
                 return self.info(&r.name, &d);
+            }
+        }
+        // `busybox` means `busybox:latest`, as `hull pull busybox` stores it.
+        if !name[name.rfind('/').map_or(0, |i| i + 1)..].contains(':') && !name.contains('@') {
+            if let Ok(r) = Self::read_json::<RefFile>(&self.dir.join("refs").join(ref_file(&format!("{name}:latest"))), "reference") {
+                if let Some(d) = Digest::parse(&r.digest) {
+                    return self.info(&r.name, &d);
+                }
             }
         }
         let hex = name.strip_prefix("sha256:").unwrap_or(name);
