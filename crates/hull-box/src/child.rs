@@ -216,11 +216,17 @@ fn spawn_and_reap(ctx: &ChildContext<'_>, candidates: &[std::ffi::CString]) -> S
     // A new session: the program has no controlling terminal, so it cannot push input into the
     // caller's terminal (TIOCSTI) even when stdin is inherited.
     sys::setsid()?;
-    // SAFETY: the grandchild below only calls allocation-free wrappers and ends in execve/_exit.
-    let pid = unsafe { sys::clone_fork(0) }?;
-    if pid == 0 {
-        exec_program(ctx, candidates);
-    }
+    // The program starts as a vfork-style child on a stack carved from ours: copying pid 1's
+    // page tables (a copy of the supervisor's) for a process that execs at once costs more
+    // than the rest of its start.
+    let mut stack = std::mem::MaybeUninit::<[u8; 64 * 1024]>::uninit();
+    // SAFETY: a byte array needs no initialisation to be written through a raw pointer; the
+    // child only uses it as its stack.
+    let stack = unsafe { &mut *stack.as_mut_ptr() };
+    let args = ExecArgs { ctx, candidates };
+    // SAFETY: `exec_entry` only calls allocation-free wrappers and ends in execve or _exit;
+    // `args` lives on our stack, which stays untouched while we are suspended.
+    let pid = unsafe { sys::spawn_vfork(stack, exec_entry, std::ptr::addr_of!(args).cast_mut().cast()) }?;
     // Pid 1 keeps only its channel to the supervisor; it is not dumpable, so the program cannot
     // read its memory or descriptors through /proc/1.
     let _ = sys::prctl(libc::PR_SET_DUMPABLE, 0);
@@ -241,6 +247,18 @@ fn spawn_and_reap(ctx: &ChildContext<'_>, candidates: &[std::ffi::CString]) -> S
             Err(_) => {}
         }
     }
+}
+
+/// What the program's starter needs, passed through `clone`'s single pointer argument.
+struct ExecArgs<'a> {
+    ctx: &'a ChildContext<'a>,
+    candidates: &'a [std::ffi::CString],
+}
+
+extern "C" fn exec_entry(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `ExecArgs` spawn_and_reap passed, alive while it is suspended.
+    let args = unsafe { &*arg.cast::<ExecArgs<'_>>() };
+    exec_program(args.ctx, args.candidates)
 }
 
 fn exec_program(ctx: &ChildContext<'_>, candidates: &[std::ffi::CString]) -> ! {

@@ -66,6 +66,23 @@ pub unsafe fn clone_fork(flags: libc::c_int) -> SysResult<libc::pid_t> {
     check_long(ret).map(|pid| libc::pid_t::try_from(pid).unwrap_or(-1))
 }
 
+/// Starts `entry(arg)` in a new process that shares our memory until it execs or exits
+/// (`CLONE_VM | CLONE_VFORK`, as posix_spawn does): no page tables are copied, and we sleep
+/// until then. The child runs on `stack`, which must not be touched meanwhile (we are asleep).
+///
+/// # Safety
+/// `entry` must only call allocation-free wrappers, must not unwind, and must end in execve or
+/// `_exit`; everything it writes outside `stack` is our memory.
+pub unsafe fn spawn_vfork(stack: &mut [u8], entry: extern "C" fn(*mut libc::c_void) -> libc::c_int, arg: *mut libc::c_void) -> SysResult<libc::pid_t> {
+    // The stack grows down from its 16-byte aligned top.
+    let top = stack.as_mut_ptr().wrapping_add(stack.len());
+    let top = top.wrapping_sub(top as usize % 16);
+    // SAFETY: `top` lies within (the end of) `stack`, which outlives the child's use of it
+    // because CLONE_VFORK suspends us until the child execs or exits.
+    let ret = unsafe { libc::clone(entry, top.cast(), libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD, arg) };
+    check(ret)
+}
+
 /// `fork(2)` through libc (runs the atfork handlers).
 ///
 /// # Safety
