@@ -5,6 +5,7 @@ mod doctor;
 mod images;
 mod run;
 mod serve;
+mod serve_sandbox;
 
 use clap::{Parser, Subcommand};
 

@@ -105,10 +105,10 @@ impl RunParams {
 
 /// Writes whole lines to stdout, one writer at a time.
 #[derive(Clone)]
-struct Out(Arc<Mutex<std::io::Stdout>>);
+pub(crate) struct Out(Arc<Mutex<std::io::Stdout>>);
 
 impl Out {
-    fn send(&self, v: &Value) {
+    pub(crate) fn send(&self, v: &Value) {
         let line = v.to_string();
         if let Ok(mut o) = self.0.lock() {
             let _ = writeln!(o, "{line}");
@@ -118,9 +118,9 @@ impl Out {
 }
 
 /// Streams a run's output as events.
-struct EventSink {
-    out: Out,
-    id: Value,
+pub(crate) struct EventSink {
+    pub(crate) out: Out,
+    pub(crate) id: Value,
 }
 
 impl OutputSink for EventSink {
@@ -130,7 +130,7 @@ impl OutputSink for EventSink {
     }
 }
 
-fn handle(rt: &Runtime, out: &Out, id: Value, method: &str, params: Value) {
+fn handle(rt: &Arc<Runtime>, sessions: &crate::serve_sandbox::Sessions, out: &Out, id: Value, method: &str, params: Value) {
     let reply = |r: Result<Value, Value>| match r {
         Ok(v) => out.send(&json!({ "id": id, "result": v })),
         Err(e) => out.send(&json!({ "id": id, "error": e })),
@@ -139,7 +139,7 @@ fn handle(rt: &Runtime, out: &Out, id: Value, method: &str, params: Value) {
         "hello" => reply(Ok(json!({
             "protocol": PROTOCOL_VERSION,
             "hull": env!("CARGO_PKG_VERSION"),
-            "methods": ["hello", "run", "shutdown"],
+            "methods": (["hello", "run", "shutdown"].iter().chain(crate::serve_sandbox::METHODS).collect::<Vec<&&str>>()),
             "images": ["host"],
         }))),
         "run" => {
@@ -170,6 +170,7 @@ fn handle(rt: &Runtime, out: &Out, id: Value, method: &str, params: Value) {
                 Err(e) => reply(Err(json!({ "kind": e.kind(), "message": e.to_string(), "chain": crate::error_chain(&e) }))),
             }
         }
+        m if m.starts_with("sandbox.") || m.starts_with("kernel.") => reply(sessions.handle(rt, out, &id, m, params)),
         other => reply(Err(json!({ "kind": "unknown_method", "message": format!("unknown method `{other}`; see `hello` for the list"), "chain": [] }))),
     }
 }
@@ -183,6 +184,7 @@ pub fn main(_args: &ServeArgs) -> i32 {
         }
     };
     let out = Out(Arc::new(Mutex::new(std::io::stdout())));
+    let sessions = Arc::new(crate::serve_sandbox::Sessions::default());
     let mut workers = Vec::new();
     for line in std::io::stdin().lock().lines() {
         let Ok(line) = line else { break };
@@ -205,16 +207,18 @@ pub fn main(_args: &ServeArgs) -> i32 {
             for w in workers.drain(..) {
                 let _ = std::thread::JoinHandle::join(w);
             }
+            sessions.destroy_all();
             out.send(&json!({ "id": id, "result": {} }));
             return 0;
         }
         let params = req.get("params").cloned().unwrap_or(Value::Null);
-        let (rt, out) = (Arc::clone(&rt), out.clone());
-        workers.push(std::thread::spawn(move || handle(&rt, &out, id, &method, params)));
+        let (rt, out, sessions) = (Arc::clone(&rt), out.clone(), Arc::clone(&sessions));
+        workers.push(std::thread::spawn(move || handle(&rt, &sessions, &out, id, &method, params)));
         workers.retain(|w| !w.is_finished());
     }
     for w in workers {
         let _ = w.join();
     }
+    sessions.destroy_all();
     0
 }
