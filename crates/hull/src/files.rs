@@ -298,7 +298,7 @@ pub struct Snapshot(BTreeMap<String, Entry>);
 impl Snapshot {
     /// Paths added or modified since `self` (size, mtime or type differ), sorted.
     pub fn changed_since(&self, now: &Snapshot) -> Vec<String> {
-        now.0.iter().filter(|(p, e)| self.0.get(*p).map_or(true, |old| old.size != e.size || old.mtime_ns != e.mtime_ns || old.kind != e.kind)).map(|(p, _)| format!("/workspace/{p}")).collect()
+        now.0.iter().filter(|(p, e)| self.0.get(*p).is_none_or(|old| old.size != e.size || old.mtime_ns != e.mtime_ns || old.kind != e.kind)).map(|(p, _)| format!("/workspace/{p}")).collect()
     }
 }
 
