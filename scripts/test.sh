@@ -10,6 +10,10 @@ echo "== tests as root"
 cargo build --workspace --bins
 cargo test --workspace --no-fail-fast
 
+echo "== Python SDK: install the wheel (it carries hull), then pytest against it"
+python3 -m pip install -q --root-user-action=ignore ./bindings/python
+python3 -m pytest -q bindings/python/tests
+
 echo "== tests as the unprivileged user $TEST_USER"
 # The test binaries and hull are copied where the user can read them (the checkout may sit
 # under /root); tests find hull through HULL_BIN.

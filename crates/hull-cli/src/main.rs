@@ -1,6 +1,7 @@
 //! The `hull` command: parses arguments, hands work to hull-box, prints results and errors once.
 
 mod bench;
+mod bench_sdk;
 mod doctor;
 mod images;
 mod run;
