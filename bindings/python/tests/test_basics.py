@@ -131,3 +131,23 @@ def test_workspace_persists_and_files_are_tracked():
 def test_network_is_off_by_default():
     r = run_code("import socket\ns = socket.socket()\ntry:\n    s.connect(('127.0.0.1', 9))\nexcept OSError as e:\n    print(type(e).__name__)")
     assert r.stdout.strip() in ("ConnectionRefusedError", "OSError"), r
+
+
+def test_a_cell_ends_like_a_program():
+    # The runner skips interpreter teardown for speed, but what a program can observe still
+    # happens: files left open are flushed, atexit handlers and non-daemon threads run.
+    with Sandbox() as sb:
+        code = (
+            "import atexit, threading, time\n"
+            "f = open('left_open.txt', 'w')\n"
+            "f.write('flushed')\n"
+            "atexit.register(lambda: print('atexit ran'))\n"
+            "def late():\n"
+            "    time.sleep(0.2)\n"
+            "    open('thread.txt', 'w').write('joined')\n"
+            "threading.Thread(target=late).start()\n"
+        )
+        r = sb.run_code(code)
+        assert r.exit_code == 0 and r.stdout == "atexit ran\n", r
+        assert sb.read_file("left_open.txt") == b"flushed"
+        assert sb.read_file("thread.txt") == b"joined"

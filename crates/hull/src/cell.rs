@@ -176,9 +176,9 @@ impl RunnerBox {
     }
 
     fn send_cell(&mut self, code: &str) -> Result<(), SandboxError> {
-        let mut line = serde_json::to_string(&serde_json::json!({ "code": code })).map_err(|e| runner_err("encode the cell", e))?;
-        line.push('\n');
-        self.conn.get_mut().write_all(line.as_bytes()).map_err(|e| runner_err("send the cell", e))
+        let mut msg = format!("{}\n", code.len()).into_bytes();
+        msg.extend_from_slice(code.as_bytes());
+        self.conn.get_mut().write_all(&msg).map_err(|e| runner_err("send the cell", e))
     }
 
     fn read_frames(&mut self, deadline: Instant, on_stream: &mut dyn FnMut(Stream, &[u8])) -> Result<FrameEnd, SandboxError> {
@@ -246,6 +246,7 @@ impl RunnerBox {
         let deadline = t0 + timeout;
         self.send_cell(code)?;
         let end = self.read_frames(deadline, &mut |_, _| {})?;
+        let t_done = t0.elapsed();
         let mut timed_out = matches!(end, FrameEnd::Timeout);
         if timed_out {
             self.kill();
@@ -257,6 +258,9 @@ impl RunnerBox {
             run.success = false;
         }
         run.duration_ms = u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
+        if std::env::var_os("HULL_TRACE_CELLS").is_some() {
+            eprintln!("cell: done frame {:?}, box ended {:?}", t_done, t0.elapsed());
+        }
         let results = match end {
             FrameEnd::Done { results, .. } => results,
             _ => Vec::new(),

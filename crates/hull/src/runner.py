@@ -4,36 +4,92 @@
 # display(obj) and every open matplotlib figure become mime bundles. Bundles travel on the
 # socket, never on stdout/stderr, so printing cannot forge them and capture never changes the
 # program's output or exit code.
-#   once:   read one cell, run it with the box's own stdout/stderr, send the bundles, exit with
-#           the cell's exit code (1 for an exception, the code of SystemExit).
+#   once:   read one cell, run it with the box's own stdout/stderr, send the bundles, then end the
+#           way the interpreter would (non-daemon threads joined, atexit handlers run, files left
+#           open in the cell's globals closed) but skip interpreter teardown, which costs
+#           milliseconds; exit with the cell's code (1 for an exception, SystemExit's code).
 #   kernel: run cells until the socket closes, keeping globals; each cell's fd 1 and 2 are pipes
 #           whose bytes are forwarded as frames, then a `done` frame carries the bundles.
-import ast, base64, builtins, io, json, linecache, os, socket, sys, threading, traceback
+# Host -> runner: `<byte length>\n<UTF-8 code>` per cell. Runner -> host: JSON lines.
+# Startup matters (a call waits for it), so only builtin modules are imported up front: the
+# socket is `_socket`, the parse is compile(..., PyCF_ONLY_AST), JSON is written by `_enc`, and
+# traceback/linecache/json/threading are imported only when needed.
+import _socket, binascii, builtins, os, sys
 
 _MODE, _SOCK = sys.argv[1], sys.argv[2]
 sys.argv = [""]
-_chan = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+_chan = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
 _chan.connect(_SOCK)
-_rfile = _chan.makefile("rb")
-_send_lock = threading.Lock()
 _results = []
 _cell_no = [0]
+_buf = [b""]
+_lock = None
+_ONLY_AST = 0x400  # ast.PyCF_ONLY_AST, without importing ast
+
+
+def _recv_cell():
+    """The next cell's code, or None when the host closed the socket."""
+    while b"\n" not in _buf[0]:
+        b = _chan.recv(65536)
+        if not b:
+            return None
+        _buf[0] += b
+    head, rest = _buf[0].split(b"\n", 1)
+    n = int(head)
+    while len(rest) < n:
+        b = _chan.recv(max(65536, n - len(rest)))
+        if not b:
+            return None
+        rest += b
+    _buf[0] = rest[n:]
+    return rest[:n].decode("utf-8", "replace")
+
+
+_ESC = {i: "\\u%04x" % i for i in range(32)}
+_ESC[34] = '\\"'
+_ESC[92] = "\\\\"
+
+
+def _enc(o):
+    if o is None:
+        return "null"
+    if o is True:
+        return "true"
+    if o is False:
+        return "false"
+    if isinstance(o, str):
+        return '"' + o.translate(_ESC) + '"'
+    if isinstance(o, int):
+        return int.__repr__(o)
+    if isinstance(o, float):
+        return float.__repr__(o) if o == o and o not in (float("inf"), float("-inf")) else "null"
+    if isinstance(o, dict):
+        return "{" + ",".join(_enc(str(k)) + ":" + _enc(v) for k, v in o.items()) + "}"
+    if isinstance(o, (list, tuple)):
+        return "[" + ",".join(_enc(v) for v in o) + "]"
+    return _enc(str(o))
 
 
 def _send(obj):
-    data = (json.dumps(obj) + "\n").encode()
-    with _send_lock:
+    data = (_enc(obj) + "\n").encode("utf-8", "replace")
+    if _lock is None:
         _chan.sendall(data)
+    else:
+        with _lock:
+            _chan.sendall(data)
 
 
 def _b64(b):
-    return base64.b64encode(b).decode("ascii")
+    return binascii.b2a_base64(bytes(b), newline=False).decode("ascii")
 
 
 def _figure_bundle(fig):
+    import io
+
     buf = io.BytesIO()
     fig.savefig(buf, format="png", bbox_inches="tight")
-    return {"image/png": _b64(buf.getvalue()), "text/plain": "<Figure %dx%d>" % tuple(int(x) for x in fig.get_size_inches() * fig.dpi)}
+    w, h = fig.get_size_inches() * fig.dpi
+    return {"image/png": _b64(buf.getvalue()), "text/plain": "<Figure size %dx%d>" % (int(w), int(h))}
 
 
 _MIME = [
@@ -55,9 +111,13 @@ def _put(data, mime, v):
     if mime in ("image/png", "image/jpeg"):
         data[mime] = _b64(v) if isinstance(v, (bytes, bytearray)) else str(v)
     elif mime == "application/json":
-        data[mime] = json.loads(v) if isinstance(v, str) else v
+        if isinstance(v, str):
+            import json
+
+            v = json.loads(v)
+        data[mime] = v
     else:
-        data[mime] = v.decode() if isinstance(v, bytes) else str(v)
+        data[mime] = v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
 
 
 def _bundle(obj):
@@ -103,7 +163,6 @@ def display(*objs, raw=False, **_ignored):
 
 
 builtins.display = display
-os.environ.setdefault("MPLBACKEND", "Agg")
 
 
 def _figures():
@@ -115,6 +174,8 @@ def _figures():
             _results.append(_figure_bundle(plt.figure(n)))
         plt.close("all")
     except Exception:
+        import traceback
+
         traceback.print_exc()
 
 
@@ -122,12 +183,13 @@ def _run_cell(code, g):
     """Runs one cell; returns its exit code (0, 1 for an exception, SystemExit's code)."""
     _cell_no[0] += 1
     name = "<cell %d>" % _cell_no[0] if _MODE == "kernel" else "<cell>"
-    linecache.cache[name] = (len(code), None, code.splitlines(True), name)
     try:
-        tree = ast.parse(code, name, "exec")
+        tree = compile(code, name, "exec", _ONLY_AST)
         last = None
-        if tree.body and isinstance(tree.body[-1], ast.Expr):
-            last = ast.Expression(tree.body.pop().value)
+        if tree.body and type(tree.body[-1]).__name__ == "Expr":
+            import _ast
+
+            last = _ast.Expression(body=tree.body.pop().value)
         exec(compile(tree, name, "exec"), g)
         if last is not None:
             v = eval(compile(last, name, "eval"), g)
@@ -144,6 +206,9 @@ def _run_cell(code, g):
         print(c, file=sys.stderr)
         return 1
     except BaseException as e:
+        import linecache, traceback
+
+        linecache.cache[name] = (len(code), None, code.splitlines(True), name)
         tb = e.__traceback__
         if tb is not None and tb.tb_frame.f_code is _run_cell.__code__:
             tb = tb.tb_next
@@ -157,10 +222,18 @@ def _globals():
     return {"__name__": "__main__", "__builtins__": builtins, "display": display}
 
 
-def _pump(fd, stream, max_frame=65536):
+def _flush():
+    for s in (sys.stdout, sys.stderr):
+        try:
+            s.flush()
+        except Exception:
+            pass
+
+
+def _pump(fd, stream):
     while True:
         try:
-            b = os.read(fd, max_frame)
+            b = os.read(fd, 65536)
         except OSError:
             break
         if not b:
@@ -170,16 +243,18 @@ def _pump(fd, stream, max_frame=65536):
 
 
 def _kernel():
+    global _lock
+    import threading
+
+    _lock = threading.Lock()
     g = _globals()
     saved = (os.dup(1), os.dup(2))
     while True:
-        line = _rfile.readline()
-        if not line:
+        code = _recv_cell()
+        if code is None:
             return
-        msg = json.loads(line)
         _results.clear()
-        sys.stdout.flush()
-        sys.stderr.flush()
+        _flush()
         r1, w1 = os.pipe()
         r2, w2 = os.pipe()
         os.dup2(w1, 1)
@@ -189,37 +264,47 @@ def _kernel():
         pumps = [threading.Thread(target=_pump, args=(r1, "stdout"), daemon=True), threading.Thread(target=_pump, args=(r2, "stderr"), daemon=True)]
         for p in pumps:
             p.start()
-        code = _run_cell(msg["code"], g)
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        except Exception:
-            pass
+        rc = _run_cell(code, g)
+        _flush()
         os.dup2(saved[0], 1)
         os.dup2(saved[1], 2)
         for p in pumps:
             p.join(1.0)
-        _send({"done": True, "exit_code": code, "results": list(_results)})
+        _send({"done": True, "exit_code": rc, "results": list(_results)})
 
 
-def _once():
-    line = _rfile.readline()
-    if not line:
-        return 0
-    msg = json.loads(line)
-    code = _run_cell(msg["code"], _globals())
+def _end(rc, g):
+    """What interpreter shutdown does that a program can observe, then a fast exit."""
+    t = sys.modules.get("threading")
+    if t is not None:
+        try:
+            t._shutdown()  # join non-daemon threads, as Py_Finalize does first
+        except Exception:
+            pass
     try:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        import atexit
+
+        atexit._run_exitfuncs()
     except Exception:
         pass
-    _send({"done": True, "exit_code": code, "results": _results})
-    return code
+    try:
+        # Dropping the cell's globals closes (and so flushes) files it left open, as teardown would.
+        g.clear()
+    except Exception:
+        pass
+    _flush()
+    os._exit(rc & 0xFF if rc >= 0 else 1)
 
 
 if _MODE == "kernel":
     _kernel()
 else:
-    _code = _once()
+    code = _recv_cell()
+    if code is None:
+        os._exit(0)
+    g = _globals()
+    rc = _run_cell(code, g)
+    _flush()
+    _send({"done": True, "exit_code": rc, "results": _results})
     _chan.close()
-    sys.exit(_code)
+    _end(rc, g)

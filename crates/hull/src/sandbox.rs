@@ -339,17 +339,22 @@ impl Sandbox {
         }
     }
 
-    /// A prewarmed box, if one is ready; asks for a replacement.
+    /// A prewarmed box, if one is ready. The caller asks for its replacement with [`refill`]
+    /// once its call is done, so the new box's start does not compete with the call for CPU.
     fn take_warm(&self) -> Option<RunnerBox> {
         loop {
             let mut rb = self.pool.boxes.lock().ok()?.pop_front()?;
-            if let Ok(r) = self.pool.refill.lock() {
-                if let Some(tx) = r.as_ref() {
-                    let _ = tx.send(());
-                }
-            }
             if !rb.is_gone() {
                 return Some(rb);
+            }
+            self.refill();
+        }
+    }
+
+    fn refill(&self) {
+        if let Ok(r) = self.pool.refill.lock() {
+            if let Some(tx) = r.as_ref() {
+                let _ = tx.send(());
             }
         }
     }
@@ -384,9 +389,13 @@ impl Sandbox {
             return self.run(argv, sink);
         }
         let _slot = self.slots.take();
-        let ((), r) = self.track(|| {
+        let mut took_warm = false;
+        let r = self.track(|| {
             let rb = match self.take_warm() {
-                Some(rb) => rb,
+                Some(rb) => {
+                    took_warm = true;
+                    rb
+                }
                 None => match RunnerBox::start(&self.rt, &self.base, "once", self.cfg.timeout + START_MARGIN, &self.reaper)? {
                     Started::Ready(rb) => rb,
                     Started::Ended(run) => return Ok(((), run, Vec::new())),
@@ -394,8 +403,11 @@ impl Sandbox {
             };
             let out = rb.run_once(code, self.cfg.timeout, sink)?;
             Ok(((), out.run, out.results))
-        })?;
-        Ok(r)
+        });
+        if took_warm {
+            self.refill();
+        }
+        Ok(r?.1)
     }
 
     /// Runs an argv in a fresh box.
