@@ -11,7 +11,8 @@ cargo build --workspace --bins
 cargo test --workspace --no-fail-fast
 
 echo "== Python SDK: install the wheel (it carries hull), then pytest against it"
-python3 -m pip install -q --root-user-action=ignore ./bindings/python
+# The wheel reuses the debug build made above (MATURIN_PEP517_ARGS); a plain `pip install` builds release.
+MATURIN_PEP517_ARGS="--profile dev" python3 -m pip install -q --root-user-action=ignore ./bindings/python
 python3 -m pytest -q bindings/python/tests
 
 echo "== tests as the unprivileged user $TEST_USER"
@@ -27,11 +28,11 @@ for l in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         print(m["target"]["name"], m["executable"])' \
     | while read -r name exe; do
-        case "$name" in boundary|kernel|notify|policy_matches_file) cp "$exe" "$stage/$name" ;; esac
+        case "$name" in boundary|kernel|notify|policy_matches_file|serve_sandbox) cp "$exe" "$stage/$name" ;; esac
     done
 chmod -R a+rX "$stage"
 status=0
-for t in "$stage"/boundary "$stage"/kernel "$stage"/notify "$stage"/policy_matches_file; do
+for t in "$stage"/boundary "$stage"/kernel "$stage"/notify "$stage"/policy_matches_file "$stage"/serve_sandbox; do
     [ -x "$t" ] || continue
     echo "-- $(basename "$t") as $TEST_USER"
     su "$TEST_USER" -s /bin/bash -c "cd /tmp && HULL_BIN=$stage/hull HULL_CGROUP_PARENT=hull-$TEST_USER $t" || status=1
