@@ -19,6 +19,9 @@ pub const METHODS: &[&str] = &[
     "sandbox.snapshot", "sandbox.restore", "sandbox.destroy", "kernel.start", "kernel.run_code", "kernel.close",
 ];
 
+/// The most `sandbox.read_file` returns without `max_bytes`; larger files need `max_bytes`.
+const READ_WHOLE_MAX: u64 = 256 << 20;
+
 /// The live sandboxes of this server process.
 #[derive(Default)]
 pub struct Sessions {
@@ -139,11 +142,15 @@ impl Sessions {
             }
             "sandbox.read_file" => {
                 let sb = self.get(p)?;
-                let max = match p.get("max_bytes") {
-                    None | Some(Value::Null) => 64 << 20,
-                    Some(v) => v.as_u64().ok_or_else(|| bad("max_bytes", "must be a non-negative integer"))?,
+                let (max, whole) = match p.get("max_bytes") {
+                    None | Some(Value::Null) => (READ_WHOLE_MAX, true),
+                    Some(v) => (v.as_u64().ok_or_else(|| bad("max_bytes", "must be a non-negative integer"))?, false),
                 };
-                let (data, size) = sb.files().read_file(str_param(p, "path")?, max)?;
+                let path = str_param(p, "path")?;
+                let (data, size) = sb.files().read_file(path, max)?;
+                if whole && size > max {
+                    return Err(bad("max_bytes", &format!("{path} is {size} bytes, more than {READ_WHOLE_MAX} read whole; pass max_bytes to read its start, or snapshot the workspace")));
+                }
                 Ok(json!({ "data_b64": b64.encode(&data), "size": size, "truncated": (data.len() as u64) < size }))
             }
             "sandbox.list_files" => {

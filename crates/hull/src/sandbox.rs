@@ -389,6 +389,7 @@ impl Sandbox {
             return self.run(argv, sink);
         }
         let _slot = self.slots.take();
+        let t0 = std::time::Instant::now();
         let mut took_warm = false;
         let r = self.track(|| {
             let rb = match self.take_warm() {
@@ -407,7 +408,10 @@ impl Sandbox {
         if took_warm {
             self.refill();
         }
-        Ok(r?.1)
+        // The call's duration includes starting its box when none was ready.
+        let mut r = r?.1;
+        r.run.duration_ms = u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
+        Ok(r)
     }
 
     /// Runs an argv in a fresh box.
