@@ -103,3 +103,23 @@ def test_prewarmed_boxes_serve_calls_with_the_call_own_deadline():
         # Each box runs one call only: state does not leak between calls.
         sb.run_code("import builtins\nbuiltins.leak = 1")
         assert "NameError" in sb.run_code("leak").stderr
+
+
+def test_streamed_text_keeps_split_characters_whole():
+    got = []
+    with Sandbox(on_stdout=got.append) as sb:
+        # Write a multi-byte character one byte at a time: chunks split it.
+        r = sb.run_code("import os, time\nfor b in 'é€'.encode():\n    os.write(1, bytes([b]))\n    time.sleep(0.05)")
+        assert r.stdout == "é€"
+        deadline = time.monotonic() + 5
+        while "".join(got) != "é€" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert "".join(got) == "é€", got
+
+
+def test_a_given_workspace_is_used_and_kept(tmp_path):
+    (tmp_path / "input.txt").write_text("from the host")
+    with Sandbox(workspace=str(tmp_path)) as sb:
+        r = sb.run_code("print(open('input.txt').read())\nopen('output.txt', 'w').write('from the box')")
+        assert r.stdout == "from the host\n" and r.files == ["/workspace/output.txt"]
+    assert (tmp_path / "output.txt").read_text() == "from the box"

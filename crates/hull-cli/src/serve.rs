@@ -21,6 +21,17 @@ pub const PROTOCOL_VERSION: u32 = 1;
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {}
 
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn split_characters_are_held_back() {
+        let e = "é".as_bytes();
+        assert_eq!(super::incomplete_tail(&[b'a', e[0]]), 1);
+        assert_eq!(super::incomplete_tail("aé".as_bytes()), 0);
+        assert_eq!(super::incomplete_tail(&[0xff]), 0);
+    }
+}
+
 /// `run` parameters: the options of `hull run`, by the same names in snake_case.
 #[derive(Deserialize, Debug, Default)]
 #[serde(deny_unknown_fields, default)]
@@ -117,16 +128,43 @@ impl Out {
     }
 }
 
-/// Streams a run's output as events.
+/// Streams a run's output as events. A UTF-8 character split across two reads is held back
+/// until its end arrives, so `data` never carries a replacement character the program did not
+/// write.
 pub(crate) struct EventSink {
     pub(crate) out: Out,
     pub(crate) id: Value,
+    pub(crate) carry: [Vec<u8>; 2],
+}
+
+impl EventSink {
+    pub(crate) fn new(out: Out, id: Value) -> EventSink {
+        EventSink { out, id, carry: [Vec::new(), Vec::new()] }
+    }
+}
+
+/// How many bytes at the end of `b` are an incomplete (so far valid) UTF-8 sequence.
+fn incomplete_tail(b: &[u8]) -> usize {
+    match std::str::from_utf8(b) {
+        Ok(_) => 0,
+        Err(e) if e.error_len().is_none() => b.len() - e.valid_up_to(),
+        Err(_) => 0,
+    }
 }
 
 impl OutputSink for EventSink {
     fn chunk(&mut self, stream: Stream, data: &[u8]) {
+        let i = usize::from(stream == Stream::Stderr);
+        let mut buf = std::mem::take(&mut self.carry[i]);
+        buf.extend_from_slice(data);
+        let keep = incomplete_tail(&buf);
+        let tail = buf.split_off(buf.len() - keep);
+        self.carry[i] = tail;
+        if buf.is_empty() {
+            return;
+        }
         let name = if stream == Stream::Stdout { "stdout" } else { "stderr" };
-        self.out.send(&json!({ "id": self.id, "event": name, "data": String::from_utf8_lossy(data) }));
+        self.out.send(&json!({ "id": self.id, "event": name, "data": String::from_utf8_lossy(&buf) }));
     }
 }
 
@@ -156,7 +194,7 @@ fn handle(rt: &Arc<Runtime>, sessions: &crate::serve_sandbox::Sessions, out: &Ou
                 Ok(s) => s,
                 Err(m) => return reply(Err(invalid(m))),
             };
-            let mut sink = EventSink { out: out.clone(), id: id.clone() };
+            let mut sink = EventSink::new(out.clone(), id.clone());
             let res = if stream {
                 rt.run_detached(&spec, RunOptions { capture: true }, &mut sink)
             } else {

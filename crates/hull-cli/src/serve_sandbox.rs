@@ -73,7 +73,7 @@ fn opt_str<'a>(p: &'a Map<String, Value>, k: &str) -> Result<Option<&'a str>, Sa
 
 fn sink_for(p: &Map<String, Value>, out: &Out, id: &Value) -> Box<dyn OutputSink + Send> {
     if p.get("stream").and_then(Value::as_bool).unwrap_or(false) {
-        Box::new(EventSink { out: out.clone(), id: id.clone() })
+        Box::new(EventSink::new(out.clone(), id.clone()))
     } else {
         Box::new(hull_box::NoSink)
     }

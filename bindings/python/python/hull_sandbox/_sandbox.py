@@ -191,7 +191,7 @@ def _check(name, value, types, what):
 class Sandbox:
     """A session of fresh boxes that share one workspace. Use as a context manager."""
 
-    def __init__(self, image=None, setup=None, workspace=None, memory_mb=512, cpus=None, pids=256, timeout_s=30, network=False, mounts=None, tmpfs=None, env=None, max_output_bytes=None, deps_readonly=True, security_profile=None, require_limits=False, cap_drop=None, track_files=True, on_stdout=None, on_stderr=None, prewarm=0):
+    def __init__(self, image=None, setup=None, workspace=None, memory_mb=512, cpus=None, pids=256, timeout_s=30, network=False, mounts=None, tmpfs=None, env=None, max_output_bytes=None, deps_readonly=True, security_profile=None, require_limits=False, cap_drop=None, track_files=True, on_stdout=None, on_stderr=None, prewarm=0, setup_timeout_s=600):
         _check("image", image, str, "a string")
         _check("setup", setup, str, "a shell command string")
         _check("workspace", workspace, (str, os.PathLike), "a directory path")
@@ -210,6 +210,7 @@ class Sandbox:
         _check("cap_drop", cap_drop, (list, tuple), "a list of capability names")
         _check("track_files", track_files, bool, "True or False")
         _check("prewarm", prewarm, int, "an int")
+        _check("setup_timeout_s", setup_timeout_s, (int, float), "a number of seconds")
         for name, cb in (("on_stdout", on_stdout), ("on_stderr", on_stderr)):
             if cb is not None and not callable(cb):
                 raise TypeError("%s must be callable, got %r" % (name, cb))
@@ -225,7 +226,7 @@ class Sandbox:
             "mounts": list(mounts) if mounts is not None else None, "tmpfs": tmpfs, "env": env,
             "max_output_bytes": max_output_bytes, "deps_readonly": deps_readonly, "security_profile": security_profile,
             "require_limits": require_limits, "cap_drop": list(cap_drop) if cap_drop is not None else None,
-            "track_files": track_files, "prewarm": prewarm,
+            "track_files": track_files, "prewarm": prewarm, "setup_timeout_s": setup_timeout_s,
         }
         self._streamer = _Streamer(on_stdout, on_stderr) if (on_stdout or on_stderr) else None
         self._server = _Server(find_hull())
