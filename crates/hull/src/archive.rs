@@ -55,9 +55,11 @@ pub fn snapshot(ws: &Confined, dest: &Path) -> Result<SnapshotReport, SandboxErr
                 tar.append_data(&mut h, format!("{}/", e.path), std::io::empty()).map_err(|err| io_err("write", &tmp, err))?;
             }
             "file" => {
-                // Read through the confined open: the entry may have become a symlink since the walk.
-                let (data, _) = match ws.read_file(&e.path, u64::MAX) {
-                    Ok(d) => d,
+                // Opened through the confined open: the entry may have become a symlink or a
+                // FIFO since the walk. Streamed, at the size fstat saw (a file that shrinks
+                // meanwhile fails the snapshot rather than writing a short member).
+                let (f, size) = match ws.open_regular(&e.path) {
+                    Ok(x) => x,
                     Err(_) => {
                         report.skipped.push(e.path.clone());
                         continue;
@@ -65,10 +67,10 @@ pub fn snapshot(ws: &Confined, dest: &Path) -> Result<SnapshotReport, SandboxErr
                 };
                 h.set_entry_type(tar::EntryType::Regular);
                 h.set_mode(0o644);
-                h.set_size(data.len() as u64);
-                tar.append_data(&mut h, &e.path, data.as_slice()).map_err(|err| io_err("write", &tmp, err))?;
+                h.set_size(size);
+                tar.append_data(&mut h, &e.path, Exact { inner: f.take(size), left: size }).map_err(|err| io_err("write", &tmp, err))?;
                 report.files += 1;
-                report.bytes += data.len() as u64;
+                report.bytes += size;
             }
             _ => report.skipped.push(e.path.clone()),
         }
@@ -78,6 +80,27 @@ pub fn snapshot(ws: &Confined, dest: &Path) -> Result<SnapshotReport, SandboxErr
     f.flush().map_err(|e| io_err("write", &tmp, e))?;
     std::fs::rename(&tmp, dest).map_err(|e| io_err("rename into place", dest, e))?;
     Ok(report)
+}
+
+/// Reads exactly `left` bytes, or fails: a file that shrank after its header was written must
+/// not produce a short member (which would misalign the rest of the archive).
+struct Exact<R> {
+    inner: R,
+    left: u64,
+}
+
+impl<R: Read> Read for Exact<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.left == 0 {
+            return Ok(0);
+        }
+        let n = self.inner.read(buf)?;
+        if n == 0 {
+            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the file shrank while it was being archived"));
+        }
+        self.left -= n as u64;
+        Ok(n)
+    }
 }
 
 /// Why a member is refused, or its relative path.

@@ -117,8 +117,9 @@ impl Confined {
         self.open_rel(rel, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty())
     }
 
-    /// Reads at most `max_bytes` of a regular file. Returns the bytes and the file's size.
-    pub fn read_file(&self, path: &str, max_bytes: u64) -> Result<(Vec<u8>, u64), SandboxError> {
+    /// Opens a regular file for reading (no-follow, non-blocking, checked with `fstat` before
+    /// anything is read). Returns the file and its size.
+    pub fn open_regular(&self, path: &str) -> Result<(std::fs::File, u64), SandboxError> {
         let rel = relative(path)?;
         let fd = self.open_rel(&rel, OFlags::RDONLY, Mode::empty())?;
         let st = rustix::fs::fstat(&fd).map_err(|e| io_err("stat", &self.root.join(&rel), e))?;
@@ -126,9 +127,14 @@ impl Confined {
         if t != FileType::RegularFile {
             return Err(SandboxError::path(path, format!("is a {}, not a regular file; only regular files are read", kind_name(t))));
         }
-        let size = u64::try_from(st.st_size).unwrap_or(0);
+        Ok((std::fs::File::from(fd), u64::try_from(st.st_size).unwrap_or(0)))
+    }
+
+    /// Reads at most `max_bytes` of a regular file. Returns the bytes and the file's size.
+    pub fn read_file(&self, path: &str, max_bytes: u64) -> Result<(Vec<u8>, u64), SandboxError> {
+        let (f, size) = self.open_regular(path)?;
         let mut data = Vec::new();
-        std::fs::File::from(fd).take(max_bytes).read_to_end(&mut data).map_err(|e| io_err("read", &self.root.join(&rel), e))?;
+        f.take(max_bytes).read_to_end(&mut data).map_err(|e| io_err("read", &self.root.join(path.trim_start_matches("/workspace/")), e))?;
         Ok((data, size))
     }
 
