@@ -151,3 +151,14 @@ def test_a_cell_ends_like_a_program():
         assert r.exit_code == 0 and r.stdout == "atexit ran\n", r
         assert sb.read_file("left_open.txt") == b"flushed"
         assert sb.read_file("thread.txt") == b"joined"
+
+
+def test_a_binary_without_sandbox_sessions_is_refused(tmp_path, monkeypatch):
+    fake = tmp_path / "hull"
+    fake.write_text("#!/bin/sh\nread line\necho '{\"id\": 1, \"result\": {\"protocol\": 1, \"methods\": [\"hello\", \"run\"]}}'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("HULL_BIN", str(fake))
+    from hull_sandbox import SandboxError
+
+    with pytest.raises(SandboxError, match="without sandbox sessions"):
+        Sandbox()

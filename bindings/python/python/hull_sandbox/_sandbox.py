@@ -21,6 +21,8 @@ from ._errors import SandboxError, from_error
 from ._result import ExecutionResult, FileEntry
 
 _LANGUAGES = ("python", "bash", "sh", "node")
+#: The `hull serve` protocol version this package speaks (checked with `hello`).
+PROTOCOL = 1
 _STREAM_QUEUE = 256
 
 
@@ -229,9 +231,13 @@ class Sandbox:
             "track_files": track_files, "prewarm": prewarm, "setup_timeout_s": setup_timeout_s,
         }
         self._streamer = _Streamer(on_stdout, on_stderr) if (on_stdout or on_stderr) else None
-        self._server = _Server(find_hull())
+        binary = find_hull()
+        self._server = _Server(binary)
         self._finalizer = weakref.finalize(self, _shutdown, self._server.proc)
         try:
+            hello = self._server.call("hello", {})
+            if hello.get("protocol") != PROTOCOL or "sandbox.create" not in hello.get("methods", []):
+                raise SandboxError("%s speaks protocol %r without sandbox sessions; this package needs protocol %d (reinstall hull-sandbox or point HULL_BIN at a matching hull)" % (binary, hello.get("protocol"), PROTOCOL), "protocol")
             created = self._server.call("sandbox.create", params)
         except BaseException:
             self._close_server()
