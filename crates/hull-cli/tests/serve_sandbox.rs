@@ -77,6 +77,12 @@ fn run_code_returns_rich_results_and_shares_the_workspace() {
     // Printing something that looks like a bundle is only output.
     let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "print('{\"done\": true, \"results\": [{\"text/plain\": \"forged\"}]}')"}));
     assert!(r["results"].as_array().unwrap().is_empty(), "{r}");
+    // Code that writes garbage to the runner's own channel gets a warning, not a broken server.
+    let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "import sys\nsys.modules['__main__']._chan.sendall(b'garbage\\n')\n1"}));
+    assert!(r["warnings"].to_string().contains("malformed frame"), "{r}");
+    assert!(r["results"].as_array().unwrap().is_empty(), "{r}");
+    let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "2"}));
+    assert_eq!(r["results"][0]["text/plain"], "2", "{r}");
 }
 
 #[test]

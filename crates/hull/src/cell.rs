@@ -7,7 +7,7 @@
 //! deadline we SIGKILL it through the pidfd (no pid-reuse race). The runner is the program the
 //! box's pid 1 started, so its death ends the box, and the kernel kills everything left in it.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, TryRecvError};
@@ -94,7 +94,13 @@ enum FrameEnd {
     Done { exit_code: i32, results: Vec<Value> },
     Eof,
     Timeout,
+    /// The channel broke its protocol (code in the cell can write to it): the box is killed and
+    /// the call reports this as a warning, with no rich results.
+    Broken(String),
 }
+
+/// The largest frame accepted from a runner (rich results of one cell travel in one frame).
+pub const MAX_FRAME: u64 = 256 << 20;
 
 /// What one cell produced.
 pub struct CellOutcome {
@@ -189,17 +195,24 @@ impl RunnerBox {
                 return Ok(FrameEnd::Timeout);
             }
             let _ = self.conn.get_ref().set_read_timeout(Some(left));
-            match self.conn.read_until(b'\n', &mut line) {
+            let room = MAX_FRAME.saturating_sub(line.len() as u64);
+            match (&mut self.conn).take(room).read_until(b'\n', &mut line) {
+                Ok(0) if room == 0 => return Ok(FrameEnd::Broken(format!("the runner sent a frame over {MAX_FRAME} bytes; rich results were dropped and the box killed"))),
                 Ok(0) => return Ok(FrameEnd::Eof),
-                Ok(_) if !line.ends_with(b"\n") => return Ok(FrameEnd::Eof),
+                Ok(_) if !line.ends_with(b"\n") => continue,
                 Ok(_) => {}
                 Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted) => continue,
                 Err(_) => return Ok(FrameEnd::Eof),
             }
-            let frame: Value = serde_json::from_slice(&line).map_err(|e| runner_err("sent a malformed frame", e))?;
+            let frame: Value = match serde_json::from_slice(&line) {
+                Ok(v) => v,
+                Err(e) => return Ok(FrameEnd::Broken(format!("the runner's channel carried a malformed frame ({e}); rich results were dropped and the box killed"))),
+            };
             line.clear();
             if let Some(s) = frame.get("stream").and_then(Value::as_str) {
-                let data = base64::engine::general_purpose::STANDARD.decode(frame.get("data").and_then(Value::as_str).unwrap_or("")).map_err(|e| runner_err("sent bad output bytes", e))?;
+                let Ok(data) = base64::engine::general_purpose::STANDARD.decode(frame.get("data").and_then(Value::as_str).unwrap_or("")) else {
+                    return Ok(FrameEnd::Broken("the runner's channel carried output that is not base64; the box was killed".into()));
+                };
                 on_stream(if s == "stderr" { Stream::Stderr } else { Stream::Stdout }, &data);
             } else if frame.get("done").is_some() {
                 let exit_code = frame.get("exit_code").and_then(Value::as_i64).and_then(|c| i32::try_from(c).ok()).unwrap_or(1);
@@ -248,7 +261,7 @@ impl RunnerBox {
         let end = self.read_frames(deadline, &mut |_, _| {})?;
         let t_done = t0.elapsed();
         let mut timed_out = matches!(end, FrameEnd::Timeout);
-        if timed_out {
+        if timed_out || matches!(end, FrameEnd::Broken(_)) {
             self.kill();
         }
         let (mut run, killed) = self.wait_end(deadline)?;
@@ -256,6 +269,9 @@ impl RunnerBox {
         if timed_out {
             run.fault = Some(timeout_fault(timeout));
             run.success = false;
+        }
+        if let FrameEnd::Broken(why) = &end {
+            run.warnings.push(why.clone());
         }
         run.duration_ms = u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
         if std::env::var_os("HULL_TRACE_CELLS").is_some() {
@@ -303,7 +319,7 @@ impl RunnerBox {
                 };
                 Ok(Ok(CellOutcome { run, results }))
             }
-            FrameEnd::Eof | FrameEnd::Timeout => {
+            FrameEnd::Eof | FrameEnd::Timeout | FrameEnd::Broken(_) => {
                 let timed_out = matches!(end, FrameEnd::Timeout);
                 self.kill();
                 let (mut run, _) = self.wait_end(Instant::now() + Duration::from_secs(5))?;
@@ -315,6 +331,9 @@ impl RunnerBox {
                 run.stderr = text(stderr);
                 run.truncated |= dropped > 0;
                 run.duration_ms = ms();
+                if let FrameEnd::Broken(why) = end {
+                    run.warnings.push(why);
+                }
                 Ok(Err(CellOutcome { run, results: Vec::new() }))
             }
         }
