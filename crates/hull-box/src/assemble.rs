@@ -75,6 +75,7 @@ impl Sources {
 }
 
 /// The root entries of an image: (name, kind).
+#[derive(Clone)]
 enum Entry {
     Dir,
     File,
@@ -206,35 +207,48 @@ fn ancestors(path: &str) -> Vec<String> {
     (1..parts.len()).map(|n| format!("/{}", parts[..n].join("/"))).collect()
 }
 
+/// What the host offers for the `host` image: each of [`HOST_DIRS`] and [`HOST_ETC`] that exists,
+/// by absolute path. Looked up once per process: the ~35 lookups cost more than the rest of the
+/// plan, and the host's system directories do not change shape under a running hull.
+fn host_layout() -> &'static [(String, Entry)] {
+    static LAYOUT: std::sync::OnceLock<Vec<(String, Entry)>> = std::sync::OnceLock::new();
+    LAYOUT.get_or_init(|| {
+        let dirs = HOST_DIRS.iter().map(|n| format!("/{n}"));
+        let etc = HOST_ETC.iter().map(|n| format!("/etc/{n}"));
+        dirs.chain(etc).filter_map(|p| classify(Path::new(&p)).map(|e| (p, e))).collect()
+    })
+}
+
 fn host_root(b: &mut PlanBuilder<Skeleton>, spec: &BoxSpec, image_top: &mut Vec<String>) {
-    for name in HOST_DIRS {
-        let host = format!("/{name}");
-        match classify(Path::new(&host)) {
-            Some(Entry::Link(t)) => b.symlink(&t, &host),
-            Some(Entry::Dir) => {
-                b.mkdir(&host);
-                b.bind_host(&host, &host, &host, false);
-            }
-            _ => continue,
+    let layout = host_layout();
+    let mut etc_made = false;
+    for (host, entry) in layout {
+        let in_etc = host.starts_with("/etc/");
+        if in_etc && !etc_made {
+            image_top.push("etc".into());
+            b.mkdir("/etc");
+            etc_made = true;
         }
-        image_top.push((*name).to_string());
+        match entry {
+            Entry::Link(t) => b.symlink(t, host),
+            Entry::Dir => {
+                b.mkdir(host);
+                // Top-level system directories must be there; an /etc entry may vanish.
+                b.bind_host(host, host, host, in_etc);
+            }
+            Entry::File if in_etc => {
+                b.touch(host);
+                b.bind_host(host, host, host, true);
+            }
+            Entry::File => continue,
+        }
+        if !in_etc {
+            image_top.push(host.trim_start_matches('/').to_string());
+        }
     }
-    image_top.push("etc".into());
-    b.mkdir("/etc");
-    for name in HOST_ETC {
-        let host = format!("/etc/{name}");
-        match classify(Path::new(&host)) {
-            Some(Entry::Link(t)) => b.symlink(&t, &host),
-            Some(Entry::Dir) => {
-                b.mkdir(&host);
-                b.bind_host(&host, &host, &host, true);
-            }
-            Some(Entry::File) => {
-                b.touch(&host);
-                b.bind_host(&host, &host, &host, true);
-            }
-            None => {}
-        }
+    if !etc_made {
+        image_top.push("etc".into());
+        b.mkdir("/etc");
     }
     let host_name = &spec.hostname;
     b.write_file("/etc/passwd", b"root:x:0:0:root:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n".to_vec());

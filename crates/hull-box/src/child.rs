@@ -71,6 +71,12 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
             if sys::getppid() != 0 && sys::getppid() != *supervisor {
                 sys::exit_now(125);
             }
+            // In a new pid namespace getppid() is 0 whoever the parent is, so the reliable sign
+            // of a supervisor that died before the prctl is its end of our channel closing.
+            let mut fds = [libc::pollfd { fd: ctx.sock, events: 0, revents: 0 }];
+            if sys::poll(&mut fds, 0).is_ok() && fds[0].revents & (libc::POLLHUP | libc::POLLERR) != 0 {
+                sys::exit_now(125);
+            }
             Ok(())
         }
         Step::MapIds { uid_map, gid_map, .. } => {

@@ -9,6 +9,7 @@ pub mod assemble;
 pub mod caps;
 mod child;
 pub mod error;
+pub mod leftovers;
 pub mod plan;
 pub mod proto;
 pub mod result;

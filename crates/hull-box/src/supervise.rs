@@ -91,6 +91,16 @@ impl Runtime {
         Ok(Runtime { cgroups, cgroup_error, program, fprog, listener, rules: rules.len(), counter: AtomicU64::new(0), started_ns })
     }
 
+    /// Removes box cgroups and temporary workspaces that SIGKILLed hulls left behind (see
+    /// [`crate::leftovers`]). Reads the temporary directory, so long-lived front ends call it
+    /// once, off the hot path.
+    pub fn sweep_leftovers(&self) -> crate::leftovers::Swept {
+        let mut parents: Vec<PathBuf> = self.cgroups.as_ref().map(|h| h.report().into_iter().filter_map(|r| r.box_parent).collect()).unwrap_or_default();
+        parents.sort();
+        parents.dedup();
+        crate::leftovers::sweep(&parents, &std::env::temp_dir())
+    }
+
     /// The detected cgroup layout, for `hull doctor`.
     pub fn cgroups(&self) -> Result<&hull_cgroup::Host, String> {
         self.cgroups.as_ref().ok_or_else(|| self.cgroup_error.clone().unwrap_or_default())
@@ -153,7 +163,7 @@ impl Runtime {
         let seq = self.counter.fetch_add(1, Ordering::Relaxed);
         // The start time makes the name unique even when a SIGKILLed hull left its cgroup behind
         // and a later hull got the same pid.
-        let name = format!("hull-{}-{seq}-{}", sys::getpid(), self.started_ns);
+        let name = format!("{}{}-{seq}-{}", crate::leftovers::CGROUP_PREFIX, sys::getpid(), self.started_ns);
         let limits = hull_cgroup::Limits { memory_bytes: spec.memory, pids: spec.pids, cpu_millis: spec.cpu_millis() };
         let cgroup = match &self.cgroups {
             Some(h) => Some(h.create(&name, &limits)?),
@@ -190,7 +200,9 @@ impl Runtime {
         let failed = !(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0);
         let ws_full = failed && workspace_is_full(&workspace.path);
         let exited = outcome.exited;
-        let mut result = finish(spec, outcome, oom_kills, peak, ws_full);
+        // With a listener every kill the filter orders is reported through it, so a bare SIGSYS
+        // death is the program's own (`kill -SYS $$`), not a fault.
+        let mut result = finish(spec, outcome, oom_kills, peak, ws_full, !self.listener);
         result.warnings.splice(0..0, warnings);
         let teardown = Teardown { pid: if exited { None } else { Some(pid) }, cgroup: guard, workspace: Some(workspace), tracing: tracing.then_some(t0) };
         Ok((result, teardown))
@@ -310,7 +322,8 @@ struct Outcome {
     rusage_cpu_ms: u64,
     timed_out: bool,
     interrupted: Option<i32>,
-    escape: Option<(i32, String)>,
+    /// A seccomp notification: (what to name in the fault's `syscall`, the reason).
+    escape: Option<(String, String)>,
     exec_failed: Option<Errno>,
     stdout: Captured,
     stderr: Captured,
@@ -444,9 +457,13 @@ impl Watch<'_> {
             if ready_in(5) {
                 if let Some(l) = &listener {
                     if let Ok(n) = hull_seccomp::recv_notification(l.as_fd()) {
-                        let name = hull_seccomp::syscall_name(i64::from(n.nr)).unwrap_or("unknown").to_string();
                         if o.escape.is_none() {
-                            o.escape = Some((n.nr, name));
+                            let what = n.describe();
+                            let reason = match n.syscall_name() {
+                                Some(name) if what == name => format!("the box called {name} (syscall {}), an escape primitive; the box was killed", n.nr),
+                                _ => format!("the box made {what}, which the filter refuses; the box was killed"),
+                            };
+                            o.escape = Some((what, reason));
                         }
                         if !killed {
                             killed = true;
@@ -561,7 +578,8 @@ fn signal_name(sig: i32) -> String {
 }
 
 /// Classifies the outcome into exit code and fault (one fault, most telling first).
-fn finish(spec: &BoxSpec, mut o: Outcome, oom_kills: u64, peak: Option<u64>, ws_full: bool) -> RunResult {
+/// `sigsys_is_filter`: a SIGSYS death can only be the filter's doing (no listener reports kills).
+fn finish(spec: &BoxSpec, mut o: Outcome, oom_kills: u64, peak: Option<u64>, ws_full: bool, sigsys_is_filter: bool) -> RunResult {
     let status = o.status.unwrap_or(o.pid1_status);
     let (exit_code, signal) = if libc::WIFEXITED(status) {
         (libc::WEXITSTATUS(status), None)
@@ -572,9 +590,9 @@ fn finish(spec: &BoxSpec, mut o: Outcome, oom_kills: u64, peak: Option<u64>, ws_
     };
     let timeout = spec.timeout;
     let truncated = o.stdout.dropped > 0 || o.stderr.dropped > 0;
-    let fault = if let Some((nr, name)) = o.escape.take() {
-        Some(Fault { kind: FaultType::EscapeBlocked, reason: format!("the box called {name} (syscall {nr}), an escape primitive; the box was killed"), syscall: Some(name) })
-    } else if signal == Some(libc::SIGSYS) {
+    let fault = if let Some((name, reason)) = o.escape.take() {
+        Some(Fault { kind: FaultType::EscapeBlocked, reason, syscall: Some(name) })
+    } else if sigsys_is_filter && signal == Some(libc::SIGSYS) {
         Some(Fault { kind: FaultType::EscapeBlocked, reason: "killed by the seccomp filter (a foreign-architecture or x32 system call)".into(), syscall: None })
     } else if oom_kills > 0 && exit_code != 0 {
         Some(Fault { kind: FaultType::Oom, reason: format!("out of memory: the kernel killed a process at the {} cap ({oom_kills} OOM kill{})", spec.memory.map_or_else(|| "memory".to_string(), |m| Human(m).to_string()), if oom_kills == 1 { "" } else { "s" }), syscall: None })
@@ -687,7 +705,9 @@ struct Workspace {
 impl Workspace {
     fn temporary() -> Result<Workspace, BoxError> {
         let base = std::env::temp_dir();
-        let mut template = base.join("hull-ws-XXXXXX").into_os_string().into_vec();
+        // The pid lets a later hull sweep this directory if we are SIGKILLed (`leftovers`).
+        let name = format!("{}{}-XXXXXX", crate::leftovers::WORKSPACE_PREFIX, sys::getpid());
+        let mut template = base.join(name).into_os_string().into_vec();
         template.push(0);
         // SAFETY: template is a NUL-terminated, writable buffer ending in XXXXXX.
         let p = unsafe { libc::mkdtemp(template.as_mut_ptr().cast()) };
@@ -706,12 +726,18 @@ impl Drop for Workspace {
         if !self.temporary {
             return;
         }
-        if std::fs::remove_dir_all(&self.path).is_err() {
-            // The box may have left directories without write permission; restore and retry.
-            make_writable(&self.path);
-            let _ = std::fs::remove_dir_all(&self.path);
-        }
+        remove_workspace(&self.path);
     }
+}
+
+/// Removes a workspace tree; the box may have left directories without write permission, so
+/// those are restored and the removal retried. True when the tree is gone.
+pub(crate) fn remove_workspace(path: &Path) -> bool {
+    if std::fs::remove_dir_all(path).is_ok() {
+        return true;
+    }
+    make_writable(path);
+    std::fs::remove_dir_all(path).is_ok()
 }
 
 fn make_writable(dir: &Path) {

@@ -74,6 +74,10 @@ pub fn main(args: &DoctorArgs) -> i32 {
         }
         Err(e) => checks.push(check("seccomp", false, e.to_string(), Some("a kernel with CONFIG_SECCOMP_FILTER is required"))),
     }
+    if let Ok(rt) = &runtime {
+        let swept = rt.sweep_leftovers();
+        checks.push(check("leftovers", true, format!("removed {} cgroup(s) and {} temporary workspace(s) left by hull processes that were killed", swept.cgroups, swept.workspaces), None));
+    }
     let ll = landlock_abi();
     checks.push(check("landlock", ll.is_some(), ll.map_or("not available".into(), |v| format!("ABI version {v}")), Some("boot with lsm=...,landlock (optional: hull's boundary does not depend on it)")));
     let fs = read("/proc/filesystems").unwrap_or_default();

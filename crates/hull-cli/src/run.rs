@@ -306,6 +306,8 @@ pub fn main(args: RunArgs) -> i32 {
             }
             let _ = std::io::stdout().flush();
             teardown.finish();
+            // After the result is out: remove what SIGKILLed hulls left behind.
+            runtime.sweep_leftovers();
             r.exit_code
         }
         Err(e) => {

@@ -84,6 +84,36 @@ fn clone_with_namespace_flags_is_killed_but_threads_and_fork_work() {
 }
 
 #[test]
+fn a_program_killing_itself_with_sigsys_is_not_an_escape() {
+    // Only the filter's own kills count; they reach the supervisor through the listener.
+    let v = run_json(&["--code", "import os, signal\nprint('before', flush=True)\nos.kill(os.getpid(), signal.SIGSYS)"]);
+    assert_eq!(v["exit_code"].as_i64(), Some(128 + i64::from(libc::SIGSYS)), "{v}");
+    assert!(v["fault"].is_null(), "{v}");
+    assert!(stdout(&v).contains("before"), "{v}");
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn foreign_abi_calls_are_killed_and_named_by_their_abi() {
+    // x32 getpid: the x32 bit on a native call.
+    let x32 = "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nprint('before', flush=True)\nr = libc.syscall(0x40000000 | 39)\nprint('AFTER', r)";
+    let v = run_json(&["--code", x32]);
+    assert_eq!(fault(&v).as_deref(), Some("escape_blocked"), "{v}");
+    assert!(v["fault"]["syscall"].as_str().unwrap_or("").contains("x32"), "{v}");
+    assert!(stdout(&v).contains("before") && !stdout(&v).contains("AFTER"), "{v}");
+    // i386 getpid through `int 0x80` (arch AUDIT_ARCH_I386), from an executable page.
+    let i386 = "import ctypes, mmap\ncode = bytes([0xb8, 20, 0, 0, 0, 0xcd, 0x80, 0xc3])\nm = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\nm.write(code)\nf = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(m)))\nprint('before', flush=True)\nprint('AFTER', f())";
+    let v = run_json(&["--code", i386]);
+    if !std::path::Path::new("/proc/sys/abi/vsyscall32").exists() && v["fault"].is_null() {
+        eprintln!("skipped the int 0x80 half: this kernel has no IA-32 emulation ({v})");
+        return;
+    }
+    assert_eq!(fault(&v).as_deref(), Some("escape_blocked"), "{v}");
+    assert!(v["fault"]["syscall"].as_str().unwrap_or("").contains("foreign-architecture"), "{v}");
+    assert!(stdout(&v).contains("before") && !stdout(&v).contains("AFTER"), "{v}");
+}
+
+#[test]
 fn capabilities_inside_are_zero() {
     let v = run_json(&["--", "grep", "^Cap", "/proc/self/status"]);
     let out = stdout(&v);
@@ -501,4 +531,65 @@ fn a_stalled_reader_does_not_hold_off_the_deadline() {
     drop(child.stdout.take()); // unblock hull's writer
     child.wait().unwrap();
     assert!(!alive, "the box outlived its 1 s deadline while its reader stalled");
+}
+
+/// Paths under `dir` (to `depth` levels) whose name starts with `prefix`.
+fn find_named(dir: &std::path::Path, prefix: &str, depth: usize, out: &mut Vec<std::path::PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    for e in rd.flatten() {
+        if !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        if e.file_name().to_string_lossy().starts_with(prefix) {
+            out.push(e.path());
+        } else if depth > 1 {
+            find_named(&e.path(), prefix, depth - 1, out);
+        }
+    }
+}
+
+#[test]
+fn a_sigkilled_hull_leaves_nothing_the_next_hull_does_not_sweep() {
+    // A hull of our own, SIGKILLed (by its pid) while its box sleeps.
+    let mut child = std::process::Command::new(bin())
+        .args(["run", "--", "sleep", "30"])
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn hull");
+    let pid = child.id();
+    let temp = std::env::temp_dir();
+    let ws_prefix = format!("hull-ws-{pid}-");
+    let cg_prefix = format!("hull-{pid}-");
+    let leftovers = || {
+        let mut v = Vec::new();
+        find_named(&temp, &ws_prefix, 1, &mut v);
+        find_named(std::path::Path::new("/sys/fs/cgroup"), &cg_prefix, 5, &mut v);
+        v
+    };
+    // Wait until the box is up (its workspace and cgroup exist).
+    let t = std::time::Instant::now();
+    while leftovers().len() < 2 && t.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Seen while the box lives: other tests' hulls may sweep them as soon as ours is dead.
+    let before = leftovers();
+    child.kill().expect("SIGKILL our hull");
+    child.wait().unwrap();
+    assert!(before.iter().any(|p| p.starts_with(&temp)), "no workspace seen for hull {pid}: {before:?}");
+    if cap_enforced("Pids") {
+        assert!(before.iter().any(|p| p.starts_with("/sys/fs/cgroup")), "no cgroup seen for hull {pid}: {before:?}");
+    }
+    // The box died with its supervisor; the next hull removes what is left (a dying box's
+    // cgroup may stay busy for a moment, so allow a few runs).
+    let t = std::time::Instant::now();
+    loop {
+        let v = run_json(&["--", "true"]);
+        assert!(v["success"].as_bool().unwrap(), "{v}");
+        let left = leftovers();
+        if left.is_empty() {
+            break;
+        }
+        assert!(t.elapsed() < std::time::Duration::from_secs(10), "still left after sweeps: {left:?}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }

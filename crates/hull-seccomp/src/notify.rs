@@ -25,6 +25,19 @@ impl Notification {
     pub fn syscall_name(&self) -> Option<&'static str> {
         crate::syscall_name(i64::from(self.nr))
     }
+
+    /// What the call was, for a fault report: the policy's name for a native call, else the
+    /// ABI it came through (a foreign architecture's numbers mean other calls).
+    pub fn describe(&self) -> String {
+        let x32 = cfg!(target_arch = "x86_64") && u32::from_ne_bytes(self.nr.to_ne_bytes()) & crate::X32_SYSCALL_BIT != 0;
+        if self.arch != crate::AUDIT_ARCH_NATIVE {
+            format!("a foreign-architecture system call (audit arch {:#x}, nr {})", self.arch, self.nr)
+        } else if x32 {
+            format!("an x32 system call (nr {:#x})", self.nr)
+        } else {
+            self.syscall_name().unwrap_or("unknown").to_string()
+        }
+    }
 }
 
 /// Blocks until a filtered task hits a `SECCOMP_RET_USER_NOTIF` rule
