@@ -225,3 +225,19 @@ fn kernels_keep_state_and_die_cleanly() {
     let e = c.call("kernel.run_code", json!({"sandbox": sb, "kernel": k, "code": "count"})).unwrap_err();
     assert_eq!(e["kind"], "kernel_dead", "{e}");
 }
+
+#[test]
+fn a_killed_server_leaves_nothing_the_next_hull_does_not_sweep() {
+    let mut c = Client::new();
+    let sb = c.create(json!({}));
+    let ws = c.ok("sandbox.create", json!({}))["workspace"].as_str().unwrap().to_string();
+    c.ok("sandbox.write_file", json!({"sandbox": sb, "path": "f", "text": "x"}));
+    let session = std::path::Path::new(&ws).parent().unwrap().to_path_buf();
+    assert!(session.file_name().unwrap().to_str().unwrap().starts_with(&format!("hull-ws-{}-sb-", c.child.id())), "{}", session.display());
+    c.child.kill().unwrap();
+    c.child.wait().unwrap();
+    assert!(session.exists());
+    let out = common::hull(&["doctor"]);
+    assert!(out.status.code().is_some());
+    assert!(!session.exists(), "hull doctor did not sweep {}", session.display());
+}

@@ -28,6 +28,13 @@ pub const IO_DIR: &str = "/run/hull";
 
 type Ended = Result<(RunResult, Teardown), BoxError>;
 
+/// A name prefix for host directories a session makes in `$TMPDIR`: hull-box's temporary
+/// workspace pattern (`hull-ws-<pid>-...`), so if this process is SIGKILLed, the next `hull run`
+/// or `hull doctor` removes them as it removes a dead hull's box workspaces.
+pub fn leftover_prefix(kind: &str) -> String {
+    format!("hull-ws-{}-{kind}-", std::process::id())
+}
+
 /// Where a runner box's output goes; set when a call takes the box.
 pub type Route = Arc<Mutex<Option<Box<dyn OutputSink + Send>>>>;
 
@@ -115,7 +122,7 @@ fn runner_err(what: &str, e: impl std::fmt::Display) -> SandboxError {
 impl RunnerBox {
     /// Starts a box running the runner in `mode` (`once` or `kernel`) and waits for it to connect.
     pub fn start(rt: &Arc<Runtime>, base: &BoxSpec, mode: &str, box_timeout: Duration, reaper: &Reaper) -> Result<Started, SandboxError> {
-        let io = tempfile::Builder::new().prefix("hull-io-").tempdir().map_err(|e| runner_err("create its private directory", e))?;
+        let io = tempfile::Builder::new().prefix(&leftover_prefix("io")).tempdir().map_err(|e| runner_err("create its private directory", e))?;
         let sock = io.path().join("s");
         let listener = UnixListener::bind(&sock).map_err(|e| runner_err("listen on its socket", e))?;
         listener.set_nonblocking(true).map_err(|e| runner_err("listen on its socket", e))?;

@@ -169,7 +169,7 @@ impl Sandbox {
     /// Creates the session: checks every argument, makes the workspace, runs `setup` if given
     /// (the only box with a network), probes that a box can start, and fills the prewarm pool.
     pub fn create(rt: Arc<Runtime>, id: String, cfg: SandboxConfig) -> Result<Arc<Sandbox>, SandboxError> {
-        let session = tempfile::Builder::new().prefix("hull-sb-").tempdir().map_err(|e| SandboxError::Io { what: "create the session directory in", path: std::env::temp_dir(), error: e })?.keep();
+        let session = tempfile::Builder::new().prefix(&crate::cell::leftover_prefix("sb")).tempdir().map_err(|e| SandboxError::Io { what: "create the session directory in", path: std::env::temp_dir(), error: e })?.keep();
         let made = Self::create_in(rt, id, cfg, &session);
         if made.is_err() {
             remove_tree(&session);
