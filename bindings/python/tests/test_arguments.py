@@ -71,3 +71,9 @@ def test_network_flag_reaches_host_loopback_only_when_asked():
 def test_cap_drop_and_security_profile_default_are_accepted():
     with Sandbox(cap_drop=["NET_RAW"], security_profile="default", cpus=1) as sb:
         assert sb.run_code("print(1)").stdout == "1\n"
+
+
+def test_require_limits_runs_where_caps_are_enforced():
+    # CI machines of this project enforce every cap, so this must not raise there.
+    with Sandbox(require_limits=True, memory_mb=256, cpus=1, pids=64) as sb:
+        assert sb.run_code("print('capped')").stdout == "capped\n"
