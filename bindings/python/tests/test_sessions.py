@@ -123,3 +123,23 @@ def test_a_given_workspace_is_used_and_kept(tmp_path):
         r = sb.run_code("print(open('input.txt').read())\nopen('output.txt', 'w').write('from the box')")
         assert r.stdout == "from the host\n" and r.files == ["/workspace/output.txt"]
     assert (tmp_path / "output.txt").read_text() == "from the box"
+
+
+def test_kernel_and_run_output_stream_too():
+    got = []
+    with Sandbox(on_stdout=got.append, on_stderr=lambda d: got.append("ERR:" + d)) as sb:
+        with sb.kernel() as k:
+            r = k.run_code("import sys\nprint('from the kernel')\nprint('oops', file=sys.stderr)")
+            assert r.stdout == "from the kernel\n" and r.stderr == "oops\n"
+        r = sb.run(["sh", "-c", "echo from run"])
+        assert r.stdout == "from run\n"
+        deadline = time.monotonic() + 5
+        want = {"from the kernel\n", "ERR:oops\n", "from run\n"}
+        while not want <= set(_lines(got)) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert want <= set(_lines(got)), got
+
+
+def _lines(chunks):
+    out, err = "".join(c for c in chunks if not c.startswith("ERR:")), "".join(c[4:] for c in chunks if c.startswith("ERR:"))
+    return [l + "\n" for l in out.splitlines()] + ["ERR:" + l + "\n" for l in err.splitlines()]
