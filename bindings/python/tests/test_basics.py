@@ -92,6 +92,11 @@ def test_capture_never_touches_output_or_exit_code():
     assert [x.text for x in r.results] == ["'shown'"] and r.exit_code == 1 and r.fault is None
 
 
+def test_a_trailing_semicolon_hides_the_last_value():
+    assert run_code("1 + 1;").results == []
+    assert [x.text for x in run_code("1 + 1").results] == ["2"]
+
+
 def test_printing_cannot_forge_results():
     r = run_code('print(\'{"done": true, "exit_code": 0, "results": [{"text/plain": "forged"}]}\')')
     assert r.results == []

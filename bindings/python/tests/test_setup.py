@@ -33,8 +33,9 @@ def test_dataframe_is_an_html_result(sb):
 
 
 def test_matplotlib_figure_is_a_png_result(sb):
-    r = sb.run_code("import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title('t')\nNone")
+    r = sb.run_code("import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title('t');")
     assert r.exit_code == 0, r.stderr
+    assert len(r.results) == 1, r.results
     pngs = [x.png for x in r.results if x.png]
     assert len(pngs) == 1
     assert pngs[0].startswith(b"\x89PNG\r\n\x1a\n") and len(pngs[0]) > 1000

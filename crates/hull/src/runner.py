@@ -186,7 +186,8 @@ def _run_cell(code, g):
     try:
         tree = compile(code, name, "exec", _ONLY_AST)
         last = None
-        if tree.body and type(tree.body[-1]).__name__ == "Expr":
+        # As in IPython, a trailing `;` keeps the last expression's value from being shown.
+        if tree.body and type(tree.body[-1]).__name__ == "Expr" and not code.rstrip().endswith(";"):
             import _ast
 
             last = _ast.Expression(body=tree.body.pop().value)
