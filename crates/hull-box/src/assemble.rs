@@ -37,6 +37,8 @@ pub struct Context<'a> {
     pub seccomp_rules: usize,
     pub listener: bool,
     pub keep_caps: u64,
+    /// Where the root is assembled before the pivot (`plan::STAGE` unless templates are on).
+    pub stage: &'a str,
 }
 
 /// The namespace flags for `spec`.
@@ -108,7 +110,7 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
     for m in &spec.mounts {
         mount_src.push(src.add("--mount", &m.source)?);
     }
-    let mut b = PlanBuilder::start(clone_flags(spec), ctx.uid, ctx.gid, ctx.cgroup_procs, &src.list);
+    let mut b = PlanBuilder::start(clone_flags(spec), ctx.uid, ctx.gid, ctx.cgroup_procs, &src.list, ctx.stage);
     // Top-level names that come from the image (read-only, shared with the host or other boxes).
     let mut image_top: Vec<String> = Vec::new();
     match &spec.root {
@@ -393,11 +395,46 @@ mod tests {
     }
 
     #[test]
+    fn a_host_skeleton_splits_into_a_template_and_a_rootfs_one_does_not() {
+        use crate::plan::Step;
+        let d = tempfile::tempdir().unwrap();
+        let ctx = Context { uid: 0, gid: 0, cgroup_procs: &[], workspace: d.path(), seccomp_rules: 1, listener: true, keep_caps: 0, stage: "/tmp/hull-tmpl-x" };
+        let plan = build(&BoxSpec::new(vec!["true".into()]), &ctx).unwrap();
+        let (template, boxed) = plan.split_template().map_err(|_| "not split").unwrap();
+        let kinds = |p: &crate::plan::BoxPlan| p.steps.iter().map(Step::name).collect::<Vec<_>>();
+        let t = kinds(&template);
+        assert_eq!(t.first(), Some(&"tie the box to its supervisor"));
+        assert_eq!(t.last(), Some(&"hold the template"));
+        assert!(t.contains(&"make root read-only") && t.contains(&"bind mount"), "{t:?}");
+        assert!(!t.contains(&"open bind source") && !t.contains(&"mount proc"), "{t:?}");
+        let b = kinds(&boxed);
+        let at = |name: &str| b.iter().position(|n| *n == name).unwrap_or_else(|| panic!("{name} missing: {b:?}"));
+        // Sources open in the box's own mount namespace, before pid 1 is forked.
+        assert!(at("enter the template namespaces") < at("open bind source"));
+        assert!(at("open bind source") < at("fork pid 1"));
+        assert!(at("fork pid 1") < at("bind the staged root") && at("bind the staged root") < at("mount proc"));
+        assert!(!b.contains(&"make root read-only"), "{b:?}");
+        // The same spec gives the same template key; another hostname another.
+        let again = build(&BoxSpec::new(vec!["true".into()]), &ctx).unwrap().split_template().map_err(|_| "not split").unwrap().0;
+        assert_eq!(template.template_key(), again.template_key());
+        let mut other = BoxSpec::new(vec!["true".into()]);
+        other.hostname = "other".into();
+        let other = build(&other, &ctx).unwrap().split_template().map_err(|_| "not split").unwrap().0;
+        assert_ne!(template.template_key(), other.template_key());
+        // A --rootfs skeleton binds descriptors the box opens itself: not shareable.
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir(root.path().join("bin")).unwrap();
+        let mut s = BoxSpec::new(vec!["true".into()]);
+        s.root = RootSpec::Dir(root.path().to_path_buf());
+        assert!(build(&s, &ctx).unwrap().split_template().is_err());
+    }
+
+    #[test]
     fn targets_inside_the_image_are_refused() {
         let d = tempfile::tempdir().unwrap();
         let mut s = BoxSpec::new(vec!["true".into()]);
         s.mounts.push(crate::spec::BindMount { source: d.path().into(), target: "/usr/data".into(), read_only: true });
-        let ctx = Context { uid: 0, gid: 0, cgroup_procs: &[], workspace: d.path(), seccomp_rules: 1, listener: true, keep_caps: 0 };
+        let ctx = Context { uid: 0, gid: 0, cgroup_procs: &[], workspace: d.path(), seccomp_rules: 1, listener: true, keep_caps: 0, stage: crate::plan::STAGE };
         let err = build(&s, &ctx).expect_err("refused").to_string();
         assert!(err.contains("/usr/data") && err.contains("image"), "{err}");
     }

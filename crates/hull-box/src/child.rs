@@ -7,7 +7,7 @@
 //! (and with it every process in the pid namespace) as soon as the program exits.
 
 
-use std::os::fd::RawFd;
+use std::os::fd::{AsFd, RawFd};
 
 use crate::plan::{BoxPlan, Step};
 use crate::proto::Message;
@@ -17,6 +17,9 @@ use crate::sys::{self, Errno, SysResult, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MO
 pub(crate) struct ChildContext<'a> {
     pub plan: &'a BoxPlan,
     pub sock: RawFd,
+    /// The supervisor's end of the channel, inherited by the fork: closed first, so that the
+    /// supervisor's death shows as a hangup on `sock`.
+    pub peer: RawFd,
     pub stdin: RawFd,
     pub stdout: RawFd,
     pub stderr: RawFd,
@@ -35,6 +38,7 @@ fn send(sock: RawFd, m: Message, fd: Option<RawFd>) {
 
 /// Runs the plan and never returns.
 pub(crate) fn run(ctx: &ChildContext<'_>) -> ! {
+    sys::close_raw(ctx.peer);
     for (i, step) in ctx.plan.steps.iter().enumerate() {
         if let Some(t) = ctx.trace {
             if i < crate::supervise::TRACE_SLOTS {
@@ -148,6 +152,45 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
             Ok(())
         }
         Step::Exec { candidates, .. } => spawn_and_reap(ctx, candidates),
+        Step::HoldTemplate => {
+            send(ctx.sock, Message::Ready, None);
+            // The supervisor opens our namespaces, then closes its end: that hangup is the cue.
+            let mut fds = [libc::pollfd { fd: ctx.sock, events: libc::POLLIN, revents: 0 }];
+            let _ = sys::poll(&mut fds, -1);
+            sys::exit_now(0)
+        }
+        Step::EnterTemplate { user_fd, mnt_fd, flags, uid_map, gid_map } => {
+            sys::setns(*user_fd, libc::CLONE_NEWUSER)?;
+            sys::setns(*mnt_fd, libc::CLONE_NEWNS)?;
+            sys::unshare(*flags)?;
+            // The template's user namespace already denies setgroups, which its children inherit.
+            match sys::write_file(c"/proc/self/setgroups", b"deny", 0, 0) {
+                Ok(()) | Err(Errno(libc::ENOENT | libc::EPERM)) => {}
+                Err(e) => return Err(e),
+            }
+            sys::write_file(c"/proc/self/uid_map", uid_map, 0, 0)?;
+            sys::write_file(c"/proc/self/gid_map", gid_map, 0, 0)
+        }
+        Step::StartPid1 => {
+            // Pid 1 waits for the go byte, so its own messages (Ready...) reach the supervisor
+            // after our Pid1; a hangup instead means we died before sending it, and pid 1
+            // must not run unknown to the supervisor.
+            let (go_r, go_w) = sys::pipe()?;
+            // SAFETY: the child goes on with this same allocation-free plan loop.
+            let pid = unsafe { sys::clone_fork(libc::CLONE_PARENT) }?;
+            if pid == 0 {
+                drop(go_w);
+                let mut b = [0u8; 1];
+                return match sys::read(go_r.as_fd(), &mut b) {
+                    Ok(1) => Ok(()),
+                    _ => sys::exit_now(125),
+                };
+            }
+            send(ctx.sock, Message::Pid1 { pid }, None);
+            let _ = sys::write_all(go_w.as_fd(), b"g");
+            sys::exit_now(0)
+        }
+        Step::RebindStage { root } => sys::mount(Some(&root.c), &root.c, None, BIND, None),
     }
 }
 

@@ -11,6 +11,9 @@ use std::path::{Path, PathBuf};
 
 /// The temporary workspace name prefix; the supervisor's pid and a random suffix follow.
 pub(crate) const WORKSPACE_PREFIX: &str = "hull-ws-";
+/// The template staging directory prefix (an empty mount point on the host); the Runtime's pid
+/// and a random suffix follow.
+pub(crate) const STAGE_PREFIX: &str = "hull-tmpl-";
 /// The box cgroup name prefix; the supervisor's pid, a sequence number and a start time follow.
 pub(crate) const CGROUP_PREFIX: &str = "hull-";
 
@@ -54,6 +57,8 @@ pub(crate) fn sweep(parents: &[PathBuf], temp: &Path) -> Swept {
         // is the whole removal.
         swept.cgroups += orphans(parent, CGROUP_PREFIX).iter().filter(|p| std::fs::remove_dir(p).is_ok()).count();
     }
+    // Template staging directories are empty mount points on the host side.
+    swept.workspaces += orphans(temp, STAGE_PREFIX).iter().filter(|p| std::fs::remove_dir(p).is_ok()).count();
     let uid = crate::sys::geteuid();
     for ws in orphans(temp, WORKSPACE_PREFIX) {
         let ours = std::fs::symlink_metadata(&ws).is_ok_and(|m| m.is_dir() && m.uid() == uid);

@@ -19,16 +19,17 @@ use crate::size::Human;
 pub const STAGE: &str = "/tmp";
 
 /// A path inside the box, with the staged path the child uses before the pivot.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Hash)]
 pub struct BoxPath {
     pub shown: String,
     pub c: CString,
 }
 
 impl BoxPath {
-    /// `path` is an absolute box path; before the pivot it is reached under [`STAGE`].
-    fn staged(path: &str) -> BoxPath {
-        let full = if path == "/" { STAGE.to_string() } else { format!("{STAGE}{path}") };
+    /// `path` is an absolute box path; before the pivot it is reached under `stage` (usually
+    /// [`STAGE`]).
+    fn staged_at(stage: &str, path: &str) -> BoxPath {
+        let full = if path == "/" { stage.to_string() } else { format!("{stage}{path}") };
         BoxPath { shown: path.to_string(), c: cstring(&full) }
     }
 
@@ -49,7 +50,7 @@ pub(crate) fn cstring(s: &str) -> CString {
 }
 
 /// One setup step. The child executes them in order; a failure reports the step's index.
-#[derive(Debug)]
+#[derive(Debug, Hash)]
 pub enum Step {
     /// Ask the kernel to SIGKILL the box's pid 1 if the supervisor's thread dies; exit at once if
     /// it already has (its pid is no longer our parent).
@@ -105,6 +106,20 @@ pub enum Step {
     Seccomp { listener: bool, rules: usize },
     /// Fork the program (the plan's pid 1 stays as the box's reaper) and exec it.
     Exec { argv: Vec<CString>, candidates: Vec<CString>, env: Vec<CString> },
+    /// Template only: report the finished skeleton, then wait until the supervisor has taken
+    /// descriptors of our namespaces (it closes the channel), and exit.
+    HoldTemplate,
+    /// Join a template's user and mount namespaces (descriptors the Runtime holds), then unshare
+    /// the box's own namespaces below them (`flags`, a fresh user namespace first, so the
+    /// template's mounts arrive locked and read-only) and map our ids in it.
+    EnterTemplate { user_fd: i32, mnt_fd: i32, flags: libc::c_int, uid_map: Vec<u8>, gid_map: Vec<u8> },
+    /// Fork the process that becomes pid 1 of the box's new pid namespace, as a sibling
+    /// (`CLONE_PARENT`: the supervisor is its parent); the forking process reports its pid and
+    /// exits.
+    StartPid1,
+    /// Bind the staged root onto itself: the copy from the template is locked, and pivot_root
+    /// needs a root mount of the box's own.
+    RebindStage { root: BoxPath },
 }
 
 impl Step {
@@ -139,6 +154,10 @@ impl Step {
             Step::NoNewPrivs => "set no_new_privs",
             Step::Seccomp { .. } => "install seccomp filter",
             Step::Exec { .. } => "exec",
+            Step::HoldTemplate => "hold the template",
+            Step::EnterTemplate { .. } => "enter the template namespaces",
+            Step::StartPid1 => "fork pid 1",
+            Step::RebindStage { .. } => "bind the staged root",
         }
     }
 
@@ -151,7 +170,7 @@ impl Step {
             Step::Mkdir { path } | Step::Touch { path } | Step::WriteFile { path, .. } | Step::Symlink { path, .. } | Step::Chdir { path } => Some(path.shown.clone()),
             Step::Bind { source, target, .. } => Some(format!("{} -> {}", source.shown, target.shown)),
             Step::Tmpfs { target, .. } | Step::SetAttr { target, .. } | Step::ClearReadOnly { target } | Step::Devpts { target } | Step::Proc { target } | Step::MaskFile { target, .. } | Step::MaskDir { target } | Step::ProtectProc { target } => Some(target.shown.clone()),
-            Step::Seal { root, .. } | Step::Pivot { root } => Some(root.shown.clone()),
+            Step::Seal { root, .. } | Step::Pivot { root } | Step::RebindStage { root } => Some(root.shown.clone()),
             Step::Exec { argv, .. } => argv.first().map(|a| a.to_string_lossy().into_owned()),
             _ => None,
         }
@@ -195,6 +214,10 @@ impl fmt::Display for Step {
             }
             Step::NoNewPrivs => write!(f, "prctl(PR_SET_NO_NEW_PRIVS)"),
             Step::Seccomp { listener, rules } => write!(f, "install seccomp allowlist ({rules} rules, default ENOSYS; escape calls {})", if *listener { "reported to the supervisor, box killed" } else { "kill the box" }),
+            Step::HoldTemplate => write!(f, "report the template ready, hold it until the supervisor has its namespaces"),
+            Step::EnterTemplate { flags, .. } => write!(f, "setns into the template's user and mount namespaces, then unshare {} and map uid 0 -> 0", ns_names(*flags).join(", ")),
+            Step::StartPid1 => write!(f, "fork pid 1 of the new pid namespace (a child of the supervisor); this process exits"),
+            Step::RebindStage { root } => write!(f, "bind {} onto itself (the template's copy is locked)", root.shown),
             Step::Exec { argv, .. } => {
                 let shown: Vec<String> = argv.iter().map(|a| a.to_string_lossy().into_owned()).collect();
                 write!(f, "fork, then exec {:?} (pid 1 stays as the box's reaper)", shown)
@@ -226,22 +249,106 @@ pub struct BoxPlan {
     pub clone_flags: libc::c_int,
 }
 
-impl fmt::Display for BoxPlan {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut ns = Vec::new();
-        for (flag, name) in [
-            (libc::CLONE_NEWUSER, "user"),
-            (libc::CLONE_NEWNS, "mount"),
-            (libc::CLONE_NEWPID, "pid"),
-            (libc::CLONE_NEWNET, "net"),
-            (libc::CLONE_NEWIPC, "ipc"),
-            (libc::CLONE_NEWUTS, "uts"),
-        ] {
-            if self.clone_flags & flag != 0 {
-                ns.push(name);
+/// The namespace names in a set of CLONE_NEW* flags.
+fn ns_names(flags: libc::c_int) -> Vec<&'static str> {
+    let all = [
+        (libc::CLONE_NEWUSER, "user"),
+        (libc::CLONE_NEWNS, "mount"),
+        (libc::CLONE_NEWPID, "pid"),
+        (libc::CLONE_NEWNET, "net"),
+        (libc::CLONE_NEWIPC, "ipc"),
+        (libc::CLONE_NEWUTS, "uts"),
+    ];
+    all.iter().filter(|(flag, _)| flags & flag != 0).map(|(_, name)| *name).collect()
+}
+
+impl BoxPlan {
+    /// Splits this plan for a template (see `template.rs`): the read-only skeleton, which a
+    /// template process builds once in its own user and mount namespaces, and the rest, which
+    /// each box runs after entering a copy of it. `None` when the skeleton depends on this box
+    /// (binds from descriptors the box opens itself, as `--rootfs` entries are), so it cannot be
+    /// shared. The box plan's `EnterTemplate` carries no descriptors yet (see
+    /// [`BoxPlan::set_template_fds`]).
+    pub fn split_template(self) -> Result<(BoxPlan, BoxPlan), BoxPlan> {
+        let root = self.steps.iter().position(|s| matches!(s, Step::MountRoot { .. }));
+        let seal = self.steps.iter().position(|s| matches!(s, Step::Seal { .. }));
+        let (Some(root), Some(seal)) = (root, seal) else { return Err(self) };
+        let own_sources = self.steps[root..seal].iter().any(|s| matches!(s, Step::Bind { source, .. } if source.c.as_bytes().starts_with(b"/proc/self/fd/")));
+        if own_sources || root == 0 {
+            return Err(self);
+        }
+        let flags = self.clone_flags;
+        let mut steps = self.steps;
+        let rest = steps.split_off(seal + 1);
+        let skeleton = steps.split_off(root - 1); // PrivatizeMounts, MountRoot .. Seal
+        let mut template = Vec::with_capacity(skeleton.len() + 3);
+        let mut boxed = Vec::with_capacity(rest.len() + 8);
+        let mut die = None;
+        let mut sources = Vec::new();
+        for s in steps {
+            match s {
+                Step::DieWithSupervisor { supervisor } => {
+                    die = Some(supervisor);
+                    template.push(Step::DieWithSupervisor { supervisor });
+                    boxed.push(Step::DieWithSupervisor { supervisor });
+                }
+                Step::MapIds { .. } => template.push(s),
+                // After the template is entered: it needs the box's own user namespace.
+                Step::UnshareCgroupNs => {}
+                // Opened in the box's own mount namespace, or the binds would be refused as
+                // coming from another (the template stages its root away from the host's /tmp,
+                // so sources there stay reachable).
+                Step::OpenSource { .. } => sources.push(s),
+                // Cgroup joins run first, from the host's namespaces.
+                other => boxed.push(other),
             }
         }
-        writeln!(f, " 0. clone with new namespaces: {}", ns.join(", "))?;
+        template.extend(skeleton);
+        template.push(Step::HoldTemplate);
+        boxed.push(Step::EnterTemplate { user_fd: -1, mnt_fd: -1, flags, uid_map: b"0 0 1\n".to_vec(), gid_map: b"0 0 1\n".to_vec() });
+        boxed.push(Step::UnshareCgroupNs);
+        boxed.extend(sources);
+        boxed.push(Step::StartPid1);
+        if let Some(supervisor) = die {
+            boxed.push(Step::DieWithSupervisor { supervisor });
+        }
+        let stage = rest.iter().find_map(|s| match s {
+            Step::Pivot { root } => Some(root.clone()),
+            _ => None,
+        });
+        boxed.push(Step::RebindStage { root: stage.unwrap_or_else(|| BoxPath::plain(STAGE)) });
+        boxed.extend(rest);
+        Ok((BoxPlan { steps: template, clone_flags: libc::CLONE_NEWUSER | libc::CLONE_NEWNS }, BoxPlan { steps: boxed, clone_flags: 0 }))
+    }
+
+    /// Points the plan's `EnterTemplate` step at a template's namespace descriptors.
+    pub fn set_template_fds(&mut self, user: i32, mnt: i32) {
+        for s in &mut self.steps {
+            if let Step::EnterTemplate { user_fd, mnt_fd, .. } = s {
+                (*user_fd, *mnt_fd) = (user, mnt);
+            }
+        }
+    }
+
+    /// What identifies a template: a hash of every skeleton step (paths, sizes, file contents),
+    /// cheap enough to compute per box.
+    pub fn template_key(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for s in self.steps.iter().filter(|s| !matches!(s, Step::DieWithSupervisor { .. })) {
+            s.hash(&mut h);
+        }
+        h.finish()
+    }
+}
+
+impl fmt::Display for BoxPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.clone_flags != 0 {
+            writeln!(f, " 0. clone with new namespaces: {}", ns_names(self.clone_flags).join(", "))?;
+        } else {
+            writeln!(f, " 0. fork (no new namespaces yet)")?;
+        }
         for (i, s) in self.steps.iter().enumerate() {
             writeln!(f, "{:>2}. {s}", i + 1)?;
         }
@@ -258,13 +365,22 @@ pub struct Process;
 pub struct PlanBuilder<S> {
     steps: Vec<Step>,
     clone_flags: libc::c_int,
+    stage: String,
     _stage: PhantomData<S>,
+}
+
+impl<S> PlanBuilder<S> {
+    fn staged(&self, path: &str) -> BoxPath {
+        BoxPath::staged_at(&self.stage, path)
+    }
 }
 
 impl PlanBuilder<Skeleton> {
     /// The steps every box starts with: ids, cgroups, private mounts and the root tmpfs.
     /// `sources` are host paths opened at the given descriptor numbers before anything is mounted.
-    pub fn start(clone_flags: libc::c_int, uid: u32, gid: u32, cgroup_procs: &[CString], sources: &[(String, i32)]) -> PlanBuilder<Skeleton> {
+    /// `stage` is where the root is assembled before the pivot: [`STAGE`], or a Runtime's own
+    /// directory when the skeleton goes into a template (which must not cover the host's /tmp).
+    pub fn start(clone_flags: libc::c_int, uid: u32, gid: u32, cgroup_procs: &[CString], sources: &[(String, i32)], stage: &str) -> PlanBuilder<Skeleton> {
         let mut steps = vec![Step::DieWithSupervisor { supervisor: crate::sys::getpid() }, Step::MapIds {
             uid,
             gid,
@@ -280,97 +396,98 @@ impl PlanBuilder<Skeleton> {
             steps.push(Step::OpenSource { path: BoxPath::plain(path), fd: *fd });
         }
         steps.push(Step::PrivatizeMounts);
-        steps.push(Step::MountRoot { at: BoxPath::staged("/"), size: 1 << 20, opts: tmpfs_opts(1 << 20, 0o755) });
-        PlanBuilder { steps, clone_flags, _stage: PhantomData }
+        steps.push(Step::MountRoot { at: BoxPath::staged_at(stage, "/"), size: 1 << 20, opts: tmpfs_opts(1 << 20, 0o755) });
+        PlanBuilder { steps, clone_flags, stage: stage.to_string(), _stage: PhantomData }
     }
 
     pub fn mkdir(&mut self, path: &str) {
-        self.steps.push(Step::Mkdir { path: BoxPath::staged(path) });
+        self.steps.push(Step::Mkdir { path: self.staged(path) });
     }
 
     pub fn touch(&mut self, path: &str) {
-        self.steps.push(Step::Touch { path: BoxPath::staged(path) });
+        self.steps.push(Step::Touch { path: self.staged(path) });
     }
 
     pub fn symlink(&mut self, target: &str, path: &str) {
-        self.steps.push(Step::Symlink { target: cstring(target), shown_target: target.to_string(), path: BoxPath::staged(path) });
+        self.steps.push(Step::Symlink { target: cstring(target), shown_target: target.to_string(), path: self.staged(path) });
     }
 
     pub fn write_file(&mut self, path: &str, data: Vec<u8>) {
-        self.steps.push(Step::WriteFile { path: BoxPath::staged(path), data });
+        self.steps.push(Step::WriteFile { path: self.staged(path), data });
     }
 
     /// A read-only bind of a host path (sealed read-only with the rest of the tree).
     pub fn bind_host(&mut self, host: &str, shown: &str, target: &str, optional: bool) {
-        self.steps.push(Step::Bind { source: BoxPath { shown: shown.to_string(), c: cstring(host) }, target: BoxPath::staged(target), optional });
+        self.steps.push(Step::Bind { source: BoxPath { shown: shown.to_string(), c: cstring(host) }, target: self.staged(target), optional });
     }
 
     /// A tmpfs inside the skeleton (the /dev tmpfs); it is sealed read-only too.
     pub fn tmpfs(&mut self, target: &str, size: u64, mode: u32) {
-        self.steps.push(Step::Tmpfs { target: BoxPath::staged(target), size, mode, opts: tmpfs_opts(size, mode) });
+        self.steps.push(Step::Tmpfs { target: self.staged(target), size, mode, opts: tmpfs_opts(size, mode) });
     }
 
     /// Makes everything assembled so far read-only; only writable mounts may follow.
     pub fn seal(mut self) -> PlanBuilder<Writable> {
-        self.steps.push(Step::Seal { root: BoxPath::staged("/"), dev: BoxPath::staged("/dev") });
-        PlanBuilder { steps: self.steps, clone_flags: self.clone_flags, _stage: PhantomData }
+        self.steps.push(Step::Seal { root: self.staged("/"), dev: self.staged("/dev") });
+        PlanBuilder { steps: self.steps, clone_flags: self.clone_flags, stage: self.stage, _stage: PhantomData }
     }
 }
 
 impl PlanBuilder<Writable> {
     pub fn tmpfs(&mut self, target: &str, size: u64, mode: u32) {
-        self.steps.push(Step::Tmpfs { target: BoxPath::staged(target), size, mode, opts: tmpfs_opts(size, mode) });
+        self.steps.push(Step::Tmpfs { target: self.staged(target), size, mode, opts: tmpfs_opts(size, mode) });
     }
 
     /// Creates a mount point inside a writable mount made earlier in this stage.
     pub fn mkdir(&mut self, path: &str) {
-        self.steps.push(Step::Mkdir { path: BoxPath::staged(path) });
+        self.steps.push(Step::Mkdir { path: self.staged(path) });
     }
 
     pub fn touch(&mut self, path: &str) {
-        self.steps.push(Step::Touch { path: BoxPath::staged(path) });
+        self.steps.push(Step::Touch { path: self.staged(path) });
     }
 
     /// A bind of a host source (usually `/proc/self/fd/N`), then its own attributes.
     pub fn bind(&mut self, host: &str, shown: &str, target: &str, read_only: bool) {
         use crate::sys::{MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY};
-        self.steps.push(Step::Bind { source: BoxPath { shown: shown.to_string(), c: cstring(host) }, target: BoxPath::staged(target), optional: false });
+        self.steps.push(Step::Bind { source: BoxPath { shown: shown.to_string(), c: cstring(host) }, target: self.staged(target), optional: false });
         let mut set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
         if read_only {
             set |= MOUNT_ATTR_RDONLY;
         }
         // Restrictions apply to the whole bound tree; read-write is granted to the top mount
         // only, never recursively (a submount of the source keeps its own read-only flag).
-        self.steps.push(Step::SetAttr { target: BoxPath::staged(target), set, clear: 0 });
+        self.steps.push(Step::SetAttr { target: self.staged(target), set, clear: 0 });
         if !read_only {
-            self.steps.push(Step::ClearReadOnly { target: BoxPath::staged(target) });
+            self.steps.push(Step::ClearReadOnly { target: self.staged(target) });
         }
     }
 
     pub fn devpts(&mut self, target: &str) {
-        self.steps.push(Step::Devpts { target: BoxPath::staged(target) });
+        self.steps.push(Step::Devpts { target: self.staged(target) });
     }
 
     /// procfs with the usual sensitive paths masked and the kernel knobs read-only.
     pub fn proc(&mut self) {
-        self.steps.push(Step::Proc { target: BoxPath::staged("/proc") });
+        self.steps.push(Step::Proc { target: self.staged("/proc") });
         // The box's procfs comes from the same kernel as the host's, so a path the host's /proc
         // lacks needs no step (each costs a mount syscall per box).
         let present = |p: &str| std::path::Path::new(&format!("/proc/{p}")).exists();
         for f in ["kcore", "keys", "key-users", "timer_list", "sched_debug", "latency_stats", "kallsyms", "kmsg", "config.gz", "vmcore", "pagetypeinfo", "slabinfo"].into_iter().filter(|f| present(f)) {
-            self.steps.push(Step::MaskFile { target: BoxPath::staged(&format!("/proc/{f}")), null: BoxPath::staged("/dev/null") });
+            self.steps.push(Step::MaskFile { target: self.staged(&format!("/proc/{f}")), null: self.staged("/dev/null") });
         }
         for d in ["acpi", "scsi", "firmware", "asound"].into_iter().filter(|d| present(d)) {
-            self.steps.push(Step::MaskDir { target: BoxPath::staged(&format!("/proc/{d}")) });
+            self.steps.push(Step::MaskDir { target: self.staged(&format!("/proc/{d}")) });
         }
         for p in ["sys", "sysrq-trigger", "irq", "bus", "fs"].into_iter().filter(|p| present(p)) {
-            self.steps.push(Step::ProtectProc { target: BoxPath::staged(&format!("/proc/{p}")) });
+            self.steps.push(Step::ProtectProc { target: self.staged(&format!("/proc/{p}")) });
         }
     }
 
     pub fn pivot(mut self) -> PlanBuilder<Process> {
-        self.steps.push(Step::Pivot { root: BoxPath::plain(STAGE) });
-        PlanBuilder { steps: self.steps, clone_flags: self.clone_flags, _stage: PhantomData }
+        let root = BoxPath::plain(&self.stage);
+        self.steps.push(Step::Pivot { root });
+        PlanBuilder { steps: self.steps, clone_flags: self.clone_flags, stage: self.stage, _stage: PhantomData }
     }
 }
 
@@ -414,14 +531,14 @@ mod tests {
 
     #[test]
     fn staged_paths_live_under_the_stage() {
-        assert_eq!(BoxPath::staged("/").c.to_str().unwrap(), "/tmp");
-        assert_eq!(BoxPath::staged("/usr").c.to_str().unwrap(), "/tmp/usr");
-        assert_eq!(BoxPath::staged("/usr").shown, "/usr");
+        assert_eq!(BoxPath::staged_at(STAGE, "/").c.to_str().unwrap(), "/tmp");
+        assert_eq!(BoxPath::staged_at(STAGE, "/usr").c.to_str().unwrap(), "/tmp/usr");
+        assert_eq!(BoxPath::staged_at(STAGE, "/usr").shown, "/usr");
     }
 
     #[test]
     fn plan_order_is_skeleton_seal_writable_pivot_process() {
-        let mut b = PlanBuilder::start(libc::CLONE_NEWUSER, 1000, 1000, &[], &[]);
+        let mut b = PlanBuilder::start(libc::CLONE_NEWUSER, 1000, 1000, &[], &[], STAGE);
         b.mkdir("/usr");
         b.bind_host("/usr", "/usr", "/usr", false);
         let mut w = b.seal();

@@ -14,6 +14,8 @@ pub enum Message {
     /// The main program ended with this wait status, having used `cpu_ms` of CPU (with the
     /// children it waited for).
     MainExited { status: i32, cpu_ms: i32 },
+    /// A box entering a template forked its pid 1 (as the supervisor's child) with this pid.
+    Pid1 { pid: i32 },
 }
 
 pub const LEN: usize = 16;
@@ -25,6 +27,7 @@ impl Message {
             Message::SetupFailed { step, errno } => (2, i32::try_from(step).unwrap_or(i32::MAX), errno),
             Message::ExecFailed { errno } => (3, errno, 0),
             Message::MainExited { status, cpu_ms } => (4, status, cpu_ms),
+            Message::Pid1 { pid } => (5, pid, 0),
         };
         let mut out = [0u8; LEN];
         out[0..4].copy_from_slice(&tag.to_le_bytes());
@@ -50,6 +53,8 @@ impl Message {
             2 => Message::SetupFailed { step: u32::try_from(a).map_err(|_| ProtoError::Field)?, errno: b },
             3 => Message::ExecFailed { errno: a },
             4 => Message::MainExited { status: a, cpu_ms: b },
+            5 if a > 0 => Message::Pid1 { pid: a },
+            5 => return Err(ProtoError::Field),
             t => return Err(ProtoError::Tag(t)),
         })
     }
@@ -73,7 +78,7 @@ mod tests {
 
     #[test]
     fn round_trip_and_rejects() {
-        for m in [Message::Ready, Message::SetupFailed { step: 7, errno: 13 }, Message::ExecFailed { errno: 2 }, Message::MainExited { status: 256, cpu_ms: 12 }] {
+        for m in [Message::Ready, Message::SetupFailed { step: 7, errno: 13 }, Message::ExecFailed { errno: 2 }, Message::MainExited { status: 256, cpu_ms: 12 }, Message::Pid1 { pid: 42 }] {
             assert_eq!(Message::decode(&m.encode()), Ok(m));
         }
         assert_eq!(Message::decode(&[0; 3]), Err(ProtoError::Length(3)));

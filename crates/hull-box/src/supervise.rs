@@ -58,6 +58,8 @@ pub struct Runtime {
     rules: usize,
     counter: AtomicU64,
     started_ns: u64,
+    /// Shared read-only skeletons, when enabled ([`Runtime::enable_templates`]).
+    templates: Option<crate::template::Templates>,
 }
 
 // SAFETY: `fprog` points into `program`, which the Runtime owns and never mutates; the pointer is
@@ -88,7 +90,22 @@ impl Runtime {
             Err(e) => (None, Some(e.to_string())),
         };
         let started_ns = sys::monotonic_ns() % 1_000_000_000_000;
-        Ok(Runtime { cgroups, cgroup_error, program, fprog, listener, rules: rules.len(), counter: AtomicU64::new(0), started_ns })
+        Ok(Runtime { cgroups, cgroup_error, program, fprog, listener, rules: rules.len(), counter: AtomicU64::new(0), started_ns, templates: None })
+    }
+
+    /// Builds each distinct read-only skeleton once and lets boxes enter a locked copy of it
+    /// (see `template.rs`), instead of every box mounting its own ~90 steps. For long-lived
+    /// front ends; a one-shot `hull run` gains nothing.
+    pub fn enable_templates(&mut self) -> Result<(), BoxError> {
+        if self.templates.is_none() {
+            self.templates = Some(crate::template::Templates::new()?);
+        }
+        Ok(())
+    }
+
+    /// How many templates this Runtime holds (0 when templates are off).
+    pub fn templates_built(&self) -> usize {
+        self.templates.as_ref().map_or(0, crate::template::Templates::len)
     }
 
     /// Removes box cgroups and temporary workspaces that SIGKILLed hulls left behind (see
@@ -127,7 +144,7 @@ impl Runtime {
                 .collect();
         }
         let keep = crate::caps::resolve(&spec.cap_add, &spec.cap_drop).map_err(crate::spec::SpecError::from)?;
-        let ctx = Context { uid: sys::geteuid(), gid: sys::getegid(), cgroup_procs: &procs_shown, workspace: &ws, seccomp_rules: self.rules, listener: self.listener, keep_caps: keep };
+        let ctx = Context { uid: sys::geteuid(), gid: sys::getegid(), cgroup_procs: &procs_shown, workspace: &ws, seccomp_rules: self.rules, listener: self.listener, keep_caps: keep, stage: crate::plan::STAGE };
         let plan = assemble::build(spec, &ctx)?;
         Ok(plan)
     }
@@ -186,8 +203,13 @@ impl Runtime {
 
         mark("workspace and cgroup created");
         let procs: Vec<CString> = guard.0.as_ref().map(|c| c.procs_files().to_vec()).unwrap_or_default();
-        let ctx = Context { uid: sys::geteuid(), gid: sys::getegid(), cgroup_procs: &procs, workspace: &workspace.path, seccomp_rules: self.rules, listener: self.listener, keep_caps: keep };
+        let ctx = Context { uid: sys::geteuid(), gid: sys::getegid(), cgroup_procs: &procs, workspace: &workspace.path, seccomp_rules: self.rules, listener: self.listener, keep_caps: keep, stage: self.templates.as_ref().map_or(crate::plan::STAGE, |t| t.stage()) };
         let plan = assemble::build(spec, &ctx)?;
+        // Holds the template's namespaces until the box has entered them.
+        let (plan, _template) = match &self.templates {
+            Some(t) => t.prepare(plan)?,
+            None => (plan, None),
+        };
         mark("plan built");
         let outcome = self.supervise(spec, &plan, opts, sink, tracing);
         mark("result known");
@@ -230,6 +252,7 @@ impl Runtime {
         let ctx = ChildContext {
             plan,
             sock: sock_child.as_raw_fd(),
+        peer: sock_parent.as_raw_fd(),
             stdin: stdin_fd,
             stdout: out_w.as_raw_fd(),
             stderr: err_w.as_raw_fd(),
@@ -251,6 +274,18 @@ impl Runtime {
             }
         };
         drop((out_w, err_w, sock_child));
+        // A box entering a template starts with a plain fork that forks pid 1 and exits.
+        let pid = if plan.steps.iter().any(|s| matches!(s, Step::StartPid1)) {
+            match await_pid1(pid, &sock_parent, plan, spec) {
+                Ok(p) => p,
+                Err(e) => {
+                    sys::unblock_signals(&FORWARDED);
+                    return Err(e);
+                }
+            }
+        } else {
+            pid
+        };
         let watch = Watch { pid, start, spec, opts, tracing };
         let outcome = watch.run(&sock_parent, &out_r, &err_r, &sigfd, sink, plan);
         if outcome.is_err() {
@@ -266,6 +301,22 @@ impl Runtime {
             t.print(start, plan);
         }
         outcome.map(|o| (o, pid))
+    }
+}
+
+/// Waits for a template entry process (`entry`) to report the pid 1 it forked, reaps it, and
+/// returns that pid; a setup failure before the fork comes back as the box's error.
+fn await_pid1(entry: libc::pid_t, sock: &OwnedFd, plan: &BoxPlan, spec: &BoxSpec) -> Result<libc::pid_t, BoxError> {
+    let timeout = i32::try_from(spec.timeout.as_millis()).unwrap_or(i32::MAX);
+    let answer = crate::template::await_message(sock, timeout);
+    if answer.is_err() {
+        let _ = sys::kill(entry, libc::SIGKILL);
+    }
+    let reaped = sys::wait4(entry, false);
+    match answer? {
+        Message::Pid1 { pid } => Ok(pid),
+        Message::SetupFailed { step, errno } => Err(setup_error(plan, step, errno)),
+        _ => Err(BoxError::SetupVanished(reaped.ok().flatten().map_or(0, |w| w.status))),
     }
 }
 
@@ -425,17 +476,10 @@ impl Watch<'_> {
                             o.setup_us = (sys::monotonic_ns() - self.start) / 1000;
                             listener = fd;
                         }
-                        Message::SetupFailed { step, errno } => {
-                            let idx = usize::try_from(step).unwrap_or(usize::MAX);
-                            let s = plan.steps.get(idx);
-                            setup_error = Some(BoxError::Setup {
-                                index: idx + 1,
-                                step: s.map_or("unknown step", Step::name),
-                                path: s.and_then(Step::path),
-                                errno: Errno(errno),
-                                hint: s.and_then(|s| setup_hint(s, errno)),
-                            });
-                        }
+                        Message::SetupFailed { step, errno } => setup_error = Some(self::setup_error(plan, step, errno)),
+                        // Only a template's entry process sends this, and it is handled before
+                        // the watch starts.
+                        Message::Pid1 { .. } => return Err(crate::proto::ProtoError::Tag(5).into()),
                         Message::ExecFailed { errno } => o.exec_failed = Some(Errno(errno)),
                         Message::MainExited { status, cpu_ms } => {
                             o.main_cpu_ms = u64::try_from(cpu_ms).unwrap_or(0);
@@ -551,6 +595,13 @@ fn drain(fd: BorrowedFd<'_>, cap: &mut Captured, which: Stream, buf: &mut [u8], 
             }
         }
     }
+}
+
+/// The error for step `step` of `plan` failing with `errno`, as the box reported it.
+pub(crate) fn setup_error(plan: &BoxPlan, step: u32, errno: i32) -> BoxError {
+    let idx = usize::try_from(step).unwrap_or(usize::MAX);
+    let s = plan.steps.get(idx);
+    BoxError::Setup { index: idx + 1, step: s.map_or("unknown step", Step::name), path: s.and_then(Step::path), errno: Errno(errno), hint: s.and_then(|s| setup_hint(s, errno)) }
 }
 
 fn setup_hint(step: &Step, errno: i32) -> Option<String> {

@@ -81,6 +81,12 @@ pub fn exit_now(code: i32) -> ! {
     unsafe { libc::_exit(code) }
 }
 
+/// `setns(2)`: joins the namespace `fd` refers to (`nstype` names which kind it must be).
+pub fn setns(fd: RawFd, nstype: libc::c_int) -> SysResult<()> {
+    // SAFETY: setns takes a descriptor and flags; a bad descriptor is an error, not UB.
+    check(unsafe { libc::setns(fd, nstype) }).map(drop)
+}
+
 pub fn unshare(flags: libc::c_int) -> SysResult<()> {
     // SAFETY: unshare takes plain flags.
     check(unsafe { libc::unshare(flags) }).map(drop)
@@ -499,6 +505,23 @@ pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> SysResult<usize> {
             return Err(e);
         }
     }
+}
+
+/// `write(2)` of all of `data`, retried on EINTR. Allocation-free: usable in the child.
+pub fn write_all(fd: BorrowedFd<'_>, mut data: &[u8]) -> SysResult<()> {
+    while !data.is_empty() {
+        // SAFETY: data is a valid buffer of its length.
+        let ret = unsafe { libc::write(fd.as_raw_fd(), data.as_ptr().cast(), data.len()) };
+        if ret < 0 {
+            let e = Errno::last();
+            if e.0 == libc::EINTR {
+                continue;
+            }
+            return Err(e);
+        }
+        data = &data[usize::try_from(ret).unwrap_or(data.len())..];
+    }
+    Ok(())
 }
 
 /// `read(2)` into `buf`, retried on EINTR.

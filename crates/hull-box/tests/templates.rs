@@ -1,0 +1,90 @@
+//! Boxes that enter a shared template (a long-lived Runtime's fast path) keep every property of
+//! a box built from scratch. Real namespaces and mounts; runs as root and, in CI, unprivileged.
+
+use std::sync::Arc;
+
+use hull_box::{BoxSpec, NoSink, RunOptions, RunResult, Runtime};
+
+fn runtime() -> Runtime {
+    let mut rt = Runtime::new().expect("runtime");
+    rt.enable_templates().expect("templates");
+    rt
+}
+
+fn python(rt: &Runtime, code: &str) -> RunResult {
+    let spec = BoxSpec::new(vec!["python3".into(), "-c".into(), code.into()]);
+    rt.run(&spec, RunOptions { capture: true }, &mut NoSink).expect("box runs")
+}
+
+#[test]
+fn a_templated_box_is_read_only_with_its_own_writable_places() {
+    let rt = runtime();
+    let code = "import os, errno\nfor p in ['/usr/x', '/etc/x', '/x', '/dev/x']:\n    try:\n        open(p, 'w'); print(p, 'WROTE')\n    except OSError as e:\n        print(p, errno.errorcode[e.errno])\nopen('/tmp/a', 'w').write('1'); open('/workspace/a', 'w').write('1')\nprint('uid', os.getuid(), 'pid', os.getpid())\nprint(sorted(os.listdir('/')))";
+    let r = python(&rt, code);
+    assert!(r.success, "{r:?}");
+    assert_eq!(r.stdout.matches("EROFS").count(), 4, "{}", r.stdout);
+    assert!(!r.stdout.contains("WROTE"), "{}", r.stdout);
+    // Our own pid namespace (pid 1 is the reaper, the program is 2) and uid 0 inside only.
+    assert!(r.stdout.contains("uid 0 pid 2"), "{}", r.stdout);
+    // Nothing of the host's root or of the staging directory leaks into the box's root.
+    let top = r.stdout.lines().last().unwrap_or_default();
+    for name in ["'home'", "'root'", "'var'", "'run'", "hull-tmpl"] {
+        assert!(!top.contains(name), "{name} visible: {top}");
+    }
+    assert_eq!(rt.templates_built(), 1);
+}
+
+#[test]
+fn the_template_mounts_cannot_be_reopened_writable() {
+    // Capabilities are dropped and seccomp kills mount calls, so try from the one place that
+    // could: a box keeping CAP_SYS_ADMIN in its own user namespace still meets locked mounts.
+    let rt = runtime();
+    let mut spec = BoxSpec::new(vec!["python3".into(), "-c".into(), "import os; print(os.access('/usr', os.W_OK), os.statvfs('/usr').f_flag & 1)".into()]);
+    spec.cap_add = vec!["SYS_ADMIN".into()];
+    let r = rt.run(&spec, RunOptions { capture: true }, &mut NoSink).expect("box runs");
+    assert!(r.success, "{r:?}");
+    assert_eq!(r.stdout.trim(), "False 1", "{r:?}");
+}
+
+#[test]
+fn one_template_serves_many_boxes_at_once() {
+    let rt = Arc::new(runtime());
+    let handles: Vec<_> = (0..12)
+        .map(|i| {
+            let rt = Arc::clone(&rt);
+            std::thread::spawn(move || python(&rt, &format!("import os; print({i}, os.getpid())")))
+        })
+        .collect();
+    for (i, h) in handles.into_iter().enumerate() {
+        let r = h.join().expect("thread");
+        assert!(r.success, "{r:?}");
+        assert_eq!(r.stdout.trim(), format!("{i} 2"));
+    }
+    assert_eq!(rt.templates_built(), 1);
+    // Another hostname is another skeleton (/etc/hostname), so another template.
+    let mut spec = BoxSpec::new(vec!["cat".into(), "/etc/hostname".into()]);
+    spec.hostname = "other".into();
+    let r = rt.run(&spec, RunOptions { capture: true }, &mut NoSink).expect("box runs");
+    assert_eq!(r.stdout.trim(), "other", "{r:?}");
+    assert_eq!(rt.templates_built(), 2);
+}
+
+#[test]
+fn a_setup_failure_after_the_template_names_its_step() {
+    let rt = runtime();
+    let mut spec = BoxSpec::new(vec!["true".into()]);
+    spec.cwd = "/no/such/dir".into();
+    let err = rt.run(&spec, RunOptions { capture: true }, &mut NoSink).expect_err("refused").to_string();
+    assert!(err.contains("enter working directory") && err.contains("/no/such/dir"), "{err}");
+}
+
+#[test]
+fn the_network_stays_off_and_timeouts_kill_the_box() {
+    let rt = runtime();
+    let r = python(&rt, "import os; print(sorted(os.listdir('/sys/class/net')) if os.path.exists('/sys/class/net') else 'nosys')\nimport socket\ns = socket.socket(); s.settimeout(1)\ntry:\n    s.connect(('127.0.0.1', 9)); print('CONNECTED')\nexcept OSError as e:\n    print('refused', e.errno)");
+    assert!(r.stdout.contains("refused 111"), "{r:?}");
+    let mut spec = BoxSpec::new(vec!["python3".into(), "-c".into(), "while True: pass".into()]);
+    spec.timeout = std::time::Duration::from_secs(1);
+    let r = rt.run(&spec, RunOptions { capture: true }, &mut NoSink).expect("box runs");
+    assert_eq!(r.fault.map(|f| f.kind.as_str()), Some("timeout"));
+}
