@@ -214,13 +214,16 @@ fn handle(rt: &Arc<Runtime>, sessions: &crate::serve_sandbox::Sessions, out: &Ou
 }
 
 pub fn main(_args: &ServeArgs) -> i32 {
-    let rt = match Runtime::new() {
+    // A long-lived front end: boxes enter a shared read-only skeleton (templates), and what
+    // SIGKILLed hulls left behind is swept once, off the hot path.
+    let rt = match Runtime::new().and_then(|mut r| r.enable_templates().map(|()| r)) {
         Ok(r) => Arc::new(r),
         Err(e) => {
             crate::print_error(&e);
             return 125;
         }
     };
+    rt.sweep_leftovers();
     let out = Out(Arc::new(Mutex::new(std::io::stdout())));
     let sessions = Arc::new(crate::serve_sandbox::Sessions::default());
     let mut workers = Vec::new();
