@@ -9,7 +9,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 export DEBIAN_FRONTEND=noninteractive
-PKGS="python3 busybox-static uidmap ca-certificates python3-numpy python3-pandas python3-matplotlib gcc git"
+PKGS="python3 python3-pip busybox-static uidmap ca-certificates python3-numpy python3-pandas python3-matplotlib gcc git"
 missing=""
 # hull pull's tests: a loopback registry and the tools that build and push images to it.
 PKGS="$PKGS docker-registry skopeo umoci apache2-utils"
@@ -25,6 +25,9 @@ if ! command -v cargo >/dev/null; then
     echo "setup.sh: cargo not found; install the Rust toolchain (rustup) first" >&2
     exit 1
 fi
+
+# The Python SDK's build backend and test runner, for the interpreter that runs the SDK tests.
+python3 -m pip install -q --root-user-action=ignore "maturin>=1.5,<2" pytest
 
 # The unprivileged user the rootless test pass runs as.
 TEST_USER="${HULL_TEST_USER:-hulltest}"

@@ -13,6 +13,11 @@ echo "== tests as root"
 cargo build --workspace --bins
 cargo test --workspace --no-fail-fast
 
+echo "== Python SDK: install the wheel (it carries hull), then pytest against it"
+# The wheel reuses the debug build made above (MATURIN_PEP517_ARGS); a plain `pip install` builds release.
+MATURIN_PEP517_ARGS="--profile dev" python3 -m pip install -q --root-user-action=ignore ./bindings/python
+python3 -m pytest -q bindings/python/tests
+
 echo "== tests as the unprivileged user $TEST_USER"
 # The test binaries and hull are copied where the user can read them (the checkout may sit
 # under /root); tests find hull through HULL_BIN.
@@ -26,11 +31,11 @@ for l in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         print(m["target"]["name"], m["executable"])' \
     | while read -r name exe; do
-        case "$name" in boundary|kernel|notify|policy_matches_file|templates) cp "$exe" "$stage/$name" ;; esac
+        case "$name" in boundary|kernel|notify|policy_matches_file|templates|serve_sandbox) cp "$exe" "$stage/$name" ;; esac
     done
 chmod -R a+rX "$stage"
 status=0
-for t in "$stage"/boundary "$stage"/kernel "$stage"/notify "$stage"/policy_matches_file "$stage"/templates; do
+for t in "$stage"/boundary "$stage"/kernel "$stage"/notify "$stage"/policy_matches_file "$stage"/templates "$stage"/serve_sandbox; do
     [ -x "$t" ] || continue
     echo "-- $(basename "$t") as $TEST_USER"
     su "$TEST_USER" -s /bin/bash -c "cd /tmp && HULL_BIN=$stage/hull HULL_CGROUP_PARENT=hull-$TEST_USER $t" || status=1

@@ -23,6 +23,9 @@ pub struct BenchArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Measure the Sandbox layer instead: run_code("print(1)") cold and with prewarm=2, beside bare python3.
+    #[arg(long)]
+    pub sdk: bool,
 }
 
 fn bare(argv: &[&str]) -> f64 {
@@ -78,6 +81,9 @@ pub fn main(args: &BenchArgs) -> i32 {
             return 125;
         }
     };
+    if args.sdk {
+        return crate::bench_sdk::main(args, rt);
+    }
     let runs = args.runs.max(5);
     // The same interpreter in and out of the box (a PATH shim such as pyenv's would skew the bare side).
     let python = if std::path::Path::new("/usr/bin/python3").exists() { "/usr/bin/python3" } else { "python3" };

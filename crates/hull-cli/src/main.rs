@@ -1,12 +1,14 @@
 //! The `hull` command: parses arguments, hands work to hull-box, prints results and errors once.
 
 mod bench;
+mod bench_sdk;
 mod doctor;
 mod image_bench;
 mod images;
 mod pull;
 mod run;
 mod serve;
+mod serve_sandbox;
 
 use clap::{Parser, Subcommand};
 

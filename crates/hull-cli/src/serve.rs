@@ -21,6 +21,17 @@ pub const PROTOCOL_VERSION: u32 = 1;
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {}
 
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn split_characters_are_held_back() {
+        let e = "é".as_bytes();
+        assert_eq!(super::incomplete_tail(&[b'a', e[0]]), 1);
+        assert_eq!(super::incomplete_tail("aé".as_bytes()), 0);
+        assert_eq!(super::incomplete_tail(&[0xff]), 0);
+    }
+}
+
 /// `run` parameters: the options of `hull run`, by the same names in snake_case.
 #[derive(Deserialize, Debug, Default)]
 #[serde(deny_unknown_fields, default)]
@@ -105,10 +116,10 @@ impl RunParams {
 
 /// Writes whole lines to stdout, one writer at a time.
 #[derive(Clone)]
-struct Out(Arc<Mutex<std::io::Stdout>>);
+pub(crate) struct Out(Arc<Mutex<std::io::Stdout>>);
 
 impl Out {
-    fn send(&self, v: &Value) {
+    pub(crate) fn send(&self, v: &Value) {
         let line = v.to_string();
         if let Ok(mut o) = self.0.lock() {
             let _ = writeln!(o, "{line}");
@@ -117,20 +128,47 @@ impl Out {
     }
 }
 
-/// Streams a run's output as events.
-struct EventSink {
-    out: Out,
-    id: Value,
+/// Streams a run's output as events. A UTF-8 character split across two reads is held back
+/// until its end arrives, so `data` never carries a replacement character the program did not
+/// write.
+pub(crate) struct EventSink {
+    pub(crate) out: Out,
+    pub(crate) id: Value,
+    pub(crate) carry: [Vec<u8>; 2],
+}
+
+impl EventSink {
+    pub(crate) fn new(out: Out, id: Value) -> EventSink {
+        EventSink { out, id, carry: [Vec::new(), Vec::new()] }
+    }
+}
+
+/// How many bytes at the end of `b` are an incomplete (so far valid) UTF-8 sequence.
+fn incomplete_tail(b: &[u8]) -> usize {
+    match std::str::from_utf8(b) {
+        Ok(_) => 0,
+        Err(e) if e.error_len().is_none() => b.len() - e.valid_up_to(),
+        Err(_) => 0,
+    }
 }
 
 impl OutputSink for EventSink {
     fn chunk(&mut self, stream: Stream, data: &[u8]) {
+        let i = usize::from(stream == Stream::Stderr);
+        let mut buf = std::mem::take(&mut self.carry[i]);
+        buf.extend_from_slice(data);
+        let keep = incomplete_tail(&buf);
+        let tail = buf.split_off(buf.len() - keep);
+        self.carry[i] = tail;
+        if buf.is_empty() {
+            return;
+        }
         let name = if stream == Stream::Stdout { "stdout" } else { "stderr" };
-        self.out.send(&json!({ "id": self.id, "event": name, "data": String::from_utf8_lossy(data) }));
+        self.out.send(&json!({ "id": self.id, "event": name, "data": String::from_utf8_lossy(&buf) }));
     }
 }
 
-fn handle(rt: &Runtime, out: &Out, id: Value, method: &str, params: Value) {
+fn handle(rt: &Arc<Runtime>, sessions: &crate::serve_sandbox::Sessions, out: &Out, id: Value, method: &str, params: Value) {
     let reply = |r: Result<Value, Value>| match r {
         Ok(v) => out.send(&json!({ "id": id, "result": v })),
         Err(e) => out.send(&json!({ "id": id, "error": e })),
@@ -139,7 +177,7 @@ fn handle(rt: &Runtime, out: &Out, id: Value, method: &str, params: Value) {
         "hello" => reply(Ok(with_store_images(json!({
             "protocol": PROTOCOL_VERSION,
             "hull": env!("CARGO_PKG_VERSION"),
-            "methods": ["hello", "run", "shutdown"],
+            "methods": (["hello", "run", "shutdown"].iter().chain(crate::serve_sandbox::METHODS).collect::<Vec<&&str>>()),
             "images": ["host"],
         })))),
         "run" => {
@@ -156,7 +194,7 @@ fn handle(rt: &Runtime, out: &Out, id: Value, method: &str, params: Value) {
                 Ok(s) => s,
                 Err(m) => return reply(Err(invalid(m))),
             };
-            let mut sink = EventSink { out: out.clone(), id: id.clone() };
+            let mut sink = EventSink::new(out.clone(), id.clone());
             let res = if stream {
                 rt.run_detached(&spec, RunOptions { capture: true }, &mut sink)
             } else {
@@ -170,19 +208,24 @@ fn handle(rt: &Runtime, out: &Out, id: Value, method: &str, params: Value) {
                 Err(e) => reply(Err(json!({ "kind": e.kind(), "message": e.to_string(), "chain": crate::error_chain(&e) }))),
             }
         }
+        m if m.starts_with("sandbox.") || m.starts_with("kernel.") => reply(sessions.handle(rt, out, &id, m, params)),
         other => reply(Err(json!({ "kind": "unknown_method", "message": format!("unknown method `{other}`; see `hello` for the list"), "chain": [] }))),
     }
 }
 
 pub fn main(_args: &ServeArgs) -> i32 {
-    let rt = match Runtime::new() {
+    // A long-lived front end: boxes enter a shared read-only skeleton (templates), and what
+    // SIGKILLed hulls left behind is swept once, off the hot path.
+    let rt = match Runtime::new().and_then(|mut r| r.enable_templates().map(|()| r)) {
         Ok(r) => Arc::new(r),
         Err(e) => {
             crate::print_error(&e);
             return 125;
         }
     };
+    rt.sweep_leftovers();
     let out = Out(Arc::new(Mutex::new(std::io::stdout())));
+    let sessions = Arc::new(crate::serve_sandbox::Sessions::default());
     let mut workers = Vec::new();
     for line in std::io::stdin().lock().lines() {
         let Ok(line) = line else { break };
@@ -205,17 +248,19 @@ pub fn main(_args: &ServeArgs) -> i32 {
             for w in workers.drain(..) {
                 let _ = std::thread::JoinHandle::join(w);
             }
+            sessions.destroy_all();
             out.send(&json!({ "id": id, "result": {} }));
             return 0;
         }
         let params = req.get("params").cloned().unwrap_or(Value::Null);
-        let (rt, out) = (Arc::clone(&rt), out.clone());
-        workers.push(std::thread::spawn(move || handle(&rt, &out, id, &method, params)));
+        let (rt, out, sessions) = (Arc::clone(&rt), out.clone(), Arc::clone(&sessions));
+        workers.push(std::thread::spawn(move || handle(&rt, &sessions, &out, id, &method, params)));
         workers.retain(|w| !w.is_finished());
     }
     for w in workers {
         let _ = w.join();
     }
+    sessions.destroy_all();
     0
 }
 

@@ -1,0 +1,10 @@
+"""hull-sandbox: run untrusted code in a fresh, kernel-enforced box (the Python SDK of hull)."""
+
+from ._errors import FileOperationError, HullError, KernelDied, MountRefused, SandboxError
+from ._result import ExecutionResult, Fault, FileEntry, Result
+from ._sandbox import Kernel, Sandbox, find_hull, run_code
+
+__all__ = [
+    "run_code", "Sandbox", "Kernel", "ExecutionResult", "Result", "Fault", "FileEntry",
+    "HullError", "SandboxError", "MountRefused", "FileOperationError", "KernelDied", "find_hull",
+]

@@ -1,0 +1,59 @@
+"""Exceptions. Bad arguments raise ValueError/TypeError naming the argument."""
+
+
+class HullError(Exception):
+    """Base of hull's errors. `kind` is the server's error kind; `chain` its cause chain."""
+
+    def __init__(self, message, kind=None, chain=None, detail=None):
+        super().__init__(message)
+        self.kind = kind
+        self.chain = list(chain or [])
+        self.detail = dict(detail or {})
+
+
+class SandboxError(HullError):
+    """The box (or the sandbox) could not start or be used. `step` and `reason` say where the
+    box's setup failed when it did."""
+
+    @property
+    def step(self):
+        return self.detail.get("step")
+
+    @property
+    def reason(self):
+        return self.detail.get("reason") or str(self)
+
+
+class MountRefused(SandboxError, ValueError):
+    """A mount was refused (a sensitive host source, or a target hull sets up itself)."""
+
+
+class FileOperationError(HullError, OSError):
+    """A workspace file operation was refused (a symlink, FIFO, device, `..`) or failed."""
+
+
+class KernelDied(SandboxError):
+    """The kernel's interpreter is gone (a timeout or crash ended it)."""
+
+
+class InvalidArgument(ValueError):
+    """An argument was refused by the server; the message names it."""
+
+    def __init__(self, message, arg=None):
+        super().__init__(message)
+        self.arg = arg
+
+
+def from_error(err):
+    kind = err.get("kind")
+    msg = err.get("message", "hull error")
+    chain = err.get("chain")
+    if kind == "invalid_argument":
+        return InvalidArgument(msg, err.get("arg"))
+    if kind == "mount_refused":
+        return MountRefused(msg, kind, chain, err)
+    if kind in ("path_refused", "io"):
+        return FileOperationError(msg, kind, chain, err)
+    if kind == "kernel_dead":
+        return KernelDied(msg, kind, chain, err)
+    return SandboxError(msg, kind, chain, err)

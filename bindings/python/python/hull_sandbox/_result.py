@@ -1,0 +1,110 @@
+"""Results of a call: ExecutionResult, its rich results (mime bundles) and faults."""
+
+import base64
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Why a run did not end on its own terms (`timeout`, `oom`, `escape_blocked`, ...)."""
+
+    type: str
+    reason: str
+    syscall: Optional[str] = None
+
+
+class Result:
+    """One mime bundle: the last expression's value, a display(obj), or a matplotlib figure."""
+
+    def __init__(self, bundle):
+        self.data = dict(bundle)
+
+    def _b64(self, mime):
+        v = self.data.get(mime)
+        return base64.b64decode(v) if isinstance(v, str) else None
+
+    @property
+    def text(self):
+        return self.data.get("text/plain")
+
+    @property
+    def html(self):
+        return self.data.get("text/html")
+
+    @property
+    def markdown(self):
+        return self.data.get("text/markdown")
+
+    @property
+    def svg(self):
+        return self.data.get("image/svg+xml")
+
+    @property
+    def latex(self):
+        return self.data.get("text/latex")
+
+    @property
+    def json(self):
+        return self.data.get("application/json")
+
+    @property
+    def png(self):
+        """PNG bytes, or None."""
+        return self._b64("image/png")
+
+    @property
+    def jpeg(self):
+        """JPEG bytes, or None."""
+        return self._b64("image/jpeg")
+
+    def formats(self):
+        return list(self.data)
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return dict(self.data)
+
+    def __repr__(self):
+        return "Result(%s)" % ", ".join(self.data)
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    path: str
+    type: str
+    size: int
+
+
+@dataclass
+class ExecutionResult:
+    stdout: str
+    stderr: str
+    exit_code: int
+    success: bool
+    fault: Optional[Fault]
+    truncated: bool
+    duration_ms: int
+    files: List[str] = field(default_factory=list)
+    results: List[Result] = field(default_factory=list)
+    stats: dict = field(default_factory=dict)
+    warnings: List[str] = field(default_factory=list)
+    #: Output chunks the streaming callbacks did not get because they were too slow.
+    dropped_chunks: int = 0
+
+    @classmethod
+    def from_json(cls, r, dropped_chunks=0):
+        f = r.get("fault")
+        return cls(
+            stdout=r.get("stdout", ""),
+            stderr=r.get("stderr", ""),
+            exit_code=r.get("exit_code", -1),
+            success=bool(r.get("success")),
+            fault=Fault(f["type"], f.get("reason", ""), f.get("syscall")) if f else None,
+            truncated=bool(r.get("truncated")),
+            duration_ms=r.get("duration_ms", 0),
+            files=list(r.get("files") or []),
+            results=[Result(b) for b in r.get("results") or []],
+            stats=dict(r.get("stats") or {}),
+            warnings=list(r.get("warnings") or []),
+            dropped_chunks=dropped_chunks,
+        )

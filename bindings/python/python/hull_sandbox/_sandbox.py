@@ -1,0 +1,374 @@
+"""Sandbox: one `hull serve` child process per sandbox, JSON lines over its stdin/stdout.
+
+Requests carry ids; one reader thread reads every answer and hands it to the waiting caller, so
+a Sandbox can be used from many threads at once. Streamed output goes through a bounded queue to
+a separate callback thread: when a callback is slow, chunks are dropped (and counted) instead of
+stalling the reader, the server or the box.
+"""
+
+import base64
+import json
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import sysconfig
+import threading
+import weakref
+
+from ._errors import SandboxError, from_error
+from ._result import ExecutionResult, FileEntry
+
+_LANGUAGES = ("python", "bash", "sh", "node")
+#: The `hull serve` protocol version this package speaks (checked with `hello`).
+PROTOCOL = 1
+_STREAM_QUEUE = 256
+
+
+def find_hull():
+    """The `hull` binary: $HULL_BIN, else the one this package's wheel installed, else PATH."""
+    env = os.environ.get("HULL_BIN")
+    if env:
+        return env
+    candidates = [os.path.join(sysconfig.get_path("scripts"), "hull"), os.path.join(os.path.dirname(sys.executable), "hull")]
+    user = sysconfig.get_path("scripts", scheme=sysconfig.get_preferred_scheme("user")) if hasattr(sysconfig, "get_preferred_scheme") else None
+    if user:
+        candidates.append(os.path.join(user, "hull"))
+    for c in candidates:
+        if os.path.isfile(c) and os.access(c, os.X_OK):
+            return c
+    found = shutil.which("hull")
+    if found:
+        return found
+    raise SandboxError("the hull binary was not found: reinstall hull-sandbox (pip install ./bindings/python) or set HULL_BIN", "not_found")
+
+
+class _Call:
+    __slots__ = ("done", "answer", "on_event")
+
+    def __init__(self, on_event):
+        self.done = threading.Event()
+        self.answer = None
+        self.on_event = on_event
+
+
+class _Server:
+    """One `hull serve` process and the reader thread that dispatches its answers."""
+
+    def __init__(self, binary):
+        self.proc = subprocess.Popen([binary, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        self._wlock = threading.Lock()
+        self._plock = threading.Lock()
+        self._pending = {}
+        self._next = 0
+        self._closed = False
+        self._reader = threading.Thread(target=self._read, name="hull-serve-reader", daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            with self._plock:
+                call = self._pending.get(msg.get("id"))
+            if call is None:
+                continue
+            if "event" in msg:
+                if call.on_event is not None:
+                    call.on_event(msg["event"], msg.get("data", ""))
+                continue
+            with self._plock:
+                self._pending.pop(msg.get("id"), None)
+            call.answer = msg
+            call.done.set()
+        # The server is gone: fail whoever still waits.
+        with self._plock:
+            pending, self._pending = self._pending, {}
+        for call in pending.values():
+            call.answer = {"error": {"kind": "server_exited", "message": "hull serve exited (exit status %s)" % self.proc.poll()}}
+            call.done.set()
+
+    def call(self, method, params, on_event=None):
+        call = _Call(on_event)
+        with self._plock:
+            if self._closed:
+                raise SandboxError("the sandbox was destroyed; create a new one", "destroyed")
+            self._next += 1
+            rid = self._next
+            self._pending[rid] = call
+        line = (json.dumps({"id": rid, "method": method, "params": params}) + "\n").encode()
+        try:
+            with self._wlock:
+                self.proc.stdin.write(line)
+                self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as e:
+            with self._plock:
+                self._pending.pop(rid, None)
+            raise SandboxError("hull serve is not running: %s" % e, "server_exited") from e
+        call.done.wait()
+        ans = call.answer
+        if "error" in ans:
+            raise from_error(ans["error"])
+        return ans.get("result")
+
+    def close(self):
+        with self._plock:
+            if self._closed:
+                return
+            self._closed = True
+        _shutdown(self.proc)
+        self._reader.join(timeout=10)
+
+
+def _shutdown(proc):
+    if proc.poll() is not None:
+        return
+    try:
+        proc.stdin.write(b'{"id": 0, "method": "shutdown"}\n')
+        proc.stdin.flush()
+        proc.stdin.close()
+    except OSError:
+        pass
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+class _Streamer:
+    """Hands streamed output to the user's callbacks on their own thread, through a bounded
+    queue; when the queue is full the chunk is dropped, so a slow callback never stalls a box."""
+
+    def __init__(self, on_stdout, on_stderr):
+        self.on = {"stdout": on_stdout, "stderr": on_stderr}
+        self.q = queue.Queue(maxsize=_STREAM_QUEUE)
+        self.dropped = 0
+        self._lock = threading.Lock()
+        self.t = threading.Thread(target=self._loop, name="hull-stream-callbacks", daemon=True)
+        self.t.start()
+
+    def offer(self, stream, data):
+        if self.on.get(stream) is None:
+            return
+        try:
+            self.q.put_nowait((stream, data))
+        except queue.Full:
+            with self._lock:
+                self.dropped += 1
+
+    def _loop(self):
+        while True:
+            item = self.q.get()
+            if item is None:
+                return
+            stream, data = item
+            try:
+                self.on[stream](data)
+            except Exception:  # a callback's error must not kill the stream thread
+                import traceback
+
+                traceback.print_exc()
+
+    def take_dropped(self):
+        with self._lock:
+            d, self.dropped = self.dropped, 0
+        return d
+
+    def close(self):
+        try:
+            self.q.put(None, timeout=5)
+        except queue.Full:
+            pass
+
+
+def _check(name, value, types, what):
+    if value is not None and (not isinstance(value, types) or (isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)))):
+        raise TypeError("%s must be %s, got %r" % (name, what, value))
+
+
+class Sandbox:
+    """A session of fresh boxes that share one workspace. Use as a context manager."""
+
+    def __init__(self, image=None, setup=None, workspace=None, memory_mb=512, cpus=None, pids=256, timeout_s=30, network=False, mounts=None, tmpfs=None, env=None, max_output_bytes=None, deps_readonly=True, security_profile=None, require_limits=False, cap_drop=None, track_files=True, on_stdout=None, on_stderr=None, prewarm=0, setup_timeout_s=600):
+        _check("image", image, str, "a string")
+        _check("setup", setup, str, "a shell command string")
+        _check("workspace", workspace, (str, os.PathLike), "a directory path")
+        _check("memory_mb", memory_mb, int, "an int (MiB) or None")
+        _check("cpus", cpus, (int, float), "a number or None")
+        _check("pids", pids, int, "an int or None")
+        _check("timeout_s", timeout_s, (int, float), "a number of seconds")
+        _check("network", network, bool, "True or False")
+        _check("mounts", mounts, (list, tuple), "a list of 'SRC:DST[:ro]' strings")
+        _check("tmpfs", tmpfs, (dict, list, tuple), "a {path: size} dict")
+        _check("env", env, dict, "a dict of strings")
+        _check("max_output_bytes", max_output_bytes, int, "an int or None")
+        _check("deps_readonly", deps_readonly, bool, "True or False")
+        _check("security_profile", security_profile, str, "None or 'default'")
+        _check("require_limits", require_limits, bool, "True or False")
+        _check("cap_drop", cap_drop, (list, tuple), "a list of capability names")
+        _check("track_files", track_files, bool, "True or False")
+        _check("prewarm", prewarm, int, "an int")
+        _check("setup_timeout_s", setup_timeout_s, (int, float), "a number of seconds")
+        for name, cb in (("on_stdout", on_stdout), ("on_stderr", on_stderr)):
+            if cb is not None and not callable(cb):
+                raise TypeError("%s must be callable, got %r" % (name, cb))
+        if timeout_s is None or timeout_s <= 0:
+            raise ValueError("timeout_s must be more than 0, got %r" % (timeout_s,))
+        if memory_mb is not None and memory_mb < 16:
+            raise ValueError("memory_mb must be at least 16 (or None for no cap), got %r" % (memory_mb,))
+        if prewarm < 0:
+            raise ValueError("prewarm must be 0 or more, got %r" % (prewarm,))
+        params = {
+            "image": image, "setup": setup, "workspace": os.path.abspath(os.fspath(workspace)) if workspace is not None else None,
+            "memory_mb": memory_mb, "cpus": cpus, "pids": pids, "timeout_s": timeout_s, "network": network,
+            "mounts": list(mounts) if mounts is not None else None, "tmpfs": tmpfs, "env": env,
+            "max_output_bytes": max_output_bytes, "deps_readonly": deps_readonly, "security_profile": security_profile,
+            "require_limits": require_limits, "cap_drop": list(cap_drop) if cap_drop is not None else None,
+            "track_files": track_files, "prewarm": prewarm, "setup_timeout_s": setup_timeout_s,
+        }
+        self._streamer = _Streamer(on_stdout, on_stderr) if (on_stdout or on_stderr) else None
+        binary = find_hull()
+        self._server = _Server(binary)
+        self._finalizer = weakref.finalize(self, _shutdown, self._server.proc)
+        try:
+            hello = self._server.call("hello", {})
+            if hello.get("protocol") != PROTOCOL or "sandbox.create" not in hello.get("methods", []):
+                raise SandboxError("%s speaks protocol %r without sandbox sessions; this package needs protocol %d (reinstall hull-sandbox or point HULL_BIN at a matching hull)" % (binary, hello.get("protocol"), PROTOCOL), "protocol")
+            created = self._server.call("sandbox.create", params)
+        except BaseException:
+            self._close_server()
+            raise
+        self.id = created["sandbox"]
+        #: The sandbox's workspace directory on the host (bound at /workspace in every box).
+        self.workspace = created["workspace"]
+        #: The setup box's output ({stdout, stderr, exit_code, duration_ms}), or None.
+        self.setup_result = created.get("setup")
+        self._destroyed = False
+
+    # -- calls ---------------------------------------------------------------------------
+
+    def _p(self, **kw):
+        kw["sandbox"] = self.id
+        return kw
+
+    def _streaming(self, params):
+        if self._streamer is None:
+            return None
+        params["stream"] = True
+        return self._streamer.offer
+
+    def _result(self, r):
+        return ExecutionResult.from_json(r, self._streamer.take_dropped() if self._streamer else 0)
+
+    def run_code(self, code, language="python"):
+        """Runs code in a fresh box. Python returns rich `results`."""
+        if not isinstance(code, str):
+            raise TypeError("code must be a string, got %r" % (type(code).__name__,))
+        if language not in _LANGUAGES:
+            raise ValueError("language must be one of %s, got %r" % (", ".join(_LANGUAGES), language))
+        params = self._p(code=code, language=language)
+        return self._result(self._server.call("sandbox.run_code", params, self._streaming(params)))
+
+    def run(self, argv):
+        """Runs a command (a list of strings) in a fresh box."""
+        if isinstance(argv, str) or not all(isinstance(a, str) for a in argv):
+            raise TypeError("argv must be a list of strings, e.g. ['ls', '-l']")
+        params = self._p(argv=list(argv))
+        return self._result(self._server.call("sandbox.run", params, self._streaming(params)))
+
+    def write_file(self, path, data):
+        """Writes str (UTF-8) or bytes to a workspace path, creating parent directories."""
+        if isinstance(data, str):
+            data = data.encode()
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError("data must be str or bytes")
+        self._server.call("sandbox.write_file", self._p(path=os.fspath(path), data_b64=base64.b64encode(bytes(data)).decode()))
+
+    def read_file(self, path, max_bytes=None):
+        """Reads a regular file of the workspace (at most max_bytes of it) as bytes."""
+        _check("max_bytes", max_bytes, int, "an int or None")
+        r = self._server.call("sandbox.read_file", self._p(path=os.fspath(path), max_bytes=max_bytes))
+        return base64.b64decode(r["data_b64"])
+
+    def list_files(self, subdir=""):
+        """Every entry below subdir (recursive, symlinks listed, never followed)."""
+        r = self._server.call("sandbox.list_files", self._p(subdir=os.fspath(subdir)))
+        return [FileEntry(e["path"], e["type"], e["size"]) for e in r["entries"]]
+
+    def snapshot(self, dest):
+        """Writes the workspace as a .tar.gz at dest (a host path)."""
+        return self._server.call("sandbox.snapshot", self._p(dest=os.path.abspath(os.fspath(dest))))
+
+    def restore(self, src):
+        """Replaces the workspace's contents with a .tar.gz (hostile members are refused)."""
+        return self._server.call("sandbox.restore", self._p(src=os.path.abspath(os.fspath(src))))
+
+    def kernel(self):
+        """Starts one warm interpreter in a long-lived box; state is kept between its cells."""
+        r = self._server.call("kernel.start", self._p())
+        return Kernel(self, r["kernel"])
+
+    def destroy(self):
+        """Ends every box of the sandbox, removes its directories and stops its server."""
+        if getattr(self, "_destroyed", True):
+            return
+        self._destroyed = True
+        try:
+            self._server.call("sandbox.destroy", self._p())
+        except SandboxError:
+            pass
+        self._close_server()
+
+    def _close_server(self):
+        self._server.close()
+        if self._streamer is not None:
+            self._streamer.close()
+        self._finalizer.detach()
+
+    @property
+    def server_pid(self):
+        return self._server.proc.pid
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.destroy()
+        return False
+
+
+class Kernel:
+    """One warm interpreter (a long-lived box): cells share globals. Use as a context manager."""
+
+    def __init__(self, sandbox, kernel_id):
+        self._sb = sandbox
+        self.id = kernel_id
+
+    def run_code(self, code):
+        if not isinstance(code, str):
+            raise TypeError("code must be a string")
+        params = self._sb._p(kernel=self.id, code=code)
+        return self._sb._result(self._sb._server.call("kernel.run_code", params, self._sb._streaming(params)))
+
+    def close(self):
+        try:
+            self._sb._server.call("kernel.close", self._sb._p(kernel=self.id))
+        except SandboxError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+def run_code(code, language="python", **sandbox_args):
+    """Runs code once in a fresh sandbox and returns its ExecutionResult."""
+    with Sandbox(**sandbox_args) as sb:
+        return sb.run_code(code, language=language)

@@ -1,0 +1,79 @@
+"""The Sandbox() arguments do what they say, in the box."""
+
+import socket
+import threading
+
+from hull_sandbox import Sandbox
+
+
+def test_env_tmpfs_and_mounts(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "in.txt").write_text("mounted")
+    with Sandbox(env={"GREETING": "hi"}, tmpfs={"/scratch": "8m"}, mounts=["%s:/data:ro" % data]) as sb:
+        r = sb.run(["sh", "-c", "echo $GREETING; cat /data/in.txt; echo; df -k /scratch | tail -1; touch /data/x"])
+        lines = r.stdout.splitlines()
+        assert lines[0] == "hi" and lines[1] == "mounted", r
+        assert lines[2].split()[1] == "8192", r
+        assert r.exit_code != 0 and "Read-only" in r.stderr
+        assert not (data / "x").exists()
+
+
+def test_max_output_bytes_truncates():
+    with Sandbox(max_output_bytes=1000) as sb:
+        r = sb.run_code("print('x' * 5000)")
+        assert r.truncated and len(r.stdout) == 1000 and r.exit_code == 0
+
+
+def test_track_files_off():
+    with Sandbox(track_files=False) as sb:
+        r = sb.run_code("open('a', 'w').write('1')")
+        assert r.files == [] and sb.read_file("a") == b"1"
+
+
+def test_pids_cap():
+    script = ["sh", "-c", "for i in $(seq 30); do sleep 0.2 & done; wait"]
+    with Sandbox(pids=8) as sb:
+        r = sb.run(script)
+        assert r.exit_code != 0 and "Cannot fork" in r.stderr, r
+    with Sandbox(pids=None) as sb:
+        assert sb.run(script).exit_code == 0
+
+
+def test_network_flag_reaches_host_loopback_only_when_asked():
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    port = srv.getsockname()[1]
+
+    def serve():
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            c.sendall(b"hello from the host")
+            c.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    code = "import socket\ns = socket.create_connection(('127.0.0.1', %d), timeout=2)\nprint(s.recv(100).decode())" % port
+    try:
+        with Sandbox() as sb:
+            r = sb.run_code(code)
+            assert r.exit_code != 0 and "ConnectionRefused" in r.stderr, r
+        with Sandbox(network=True) as sb:
+            r = sb.run_code(code)
+            assert r.stdout == "hello from the host\n", r
+    finally:
+        srv.close()
+
+
+def test_cap_drop_and_security_profile_default_are_accepted():
+    with Sandbox(cap_drop=["NET_RAW"], security_profile="default", cpus=1) as sb:
+        assert sb.run_code("print(1)").stdout == "1\n"
+
+
+def test_require_limits_runs_where_caps_are_enforced():
+    # CI machines of this project enforce every cap, so this must not raise there.
+    with Sandbox(require_limits=True, memory_mb=256, cpus=1, pids=64) as sb:
+        assert sb.run_code("print('capped')").stdout == "capped\n"

@@ -1,0 +1,202 @@
+//! `hull serve` methods for Sandbox sessions (`sandbox.*`, `kernel.*`), over the `hull` crate.
+//! Each request names its sandbox by the id `sandbox.create` returned. Binary file contents
+//! travel base64-encoded (`data_b64`); paths are workspace paths (`x/y` or `/workspace/x/y`).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use base64::Engine;
+use hull::{Language, Sandbox, SandboxConfig, SandboxError};
+use hull_box::{OutputSink, Runtime};
+use serde_json::{json, Map, Value};
+
+use crate::serve::{EventSink, Out};
+
+/// The methods this module answers, for `hello`.
+pub const METHODS: &[&str] = &[
+    "sandbox.create", "sandbox.run_code", "sandbox.run", "sandbox.write_file", "sandbox.read_file", "sandbox.list_files",
+    "sandbox.snapshot", "sandbox.restore", "sandbox.destroy", "kernel.start", "kernel.run_code", "kernel.close",
+];
+
+/// The most `sandbox.read_file` returns without `max_bytes`; larger files need `max_bytes`.
+const READ_WHOLE_MAX: u64 = 256 << 20;
+
+/// The live sandboxes of this server process.
+#[derive(Default)]
+pub struct Sessions {
+    map: Mutex<HashMap<String, Arc<Sandbox>>>,
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl Sessions {
+    /// Destroys every sandbox (at shutdown or end of input), waiting for their boxes to go.
+    pub fn destroy_all(&self) {
+        let all: Vec<Arc<Sandbox>> = self.map.lock().map(|mut m| m.drain().map(|(_, s)| s).collect()).unwrap_or_default();
+        for s in all {
+            s.destroy();
+        }
+    }
+}
+
+fn error_json(e: &SandboxError) -> Value {
+    let mut v = json!({ "kind": e.kind(), "message": e.to_string(), "chain": crate::error_chain(e) });
+    match e {
+        SandboxError::Invalid { arg, .. } => v["arg"] = json!(arg),
+        SandboxError::Box(hull_box::BoxError::Setup { step, errno, path, .. }) => {
+            v["step"] = json!(step);
+            v["reason"] = json!(errno.to_string());
+            v["path"] = json!(path);
+        }
+        SandboxError::Path { path, .. } => v["path"] = json!(path),
+        SandboxError::Member { member, .. } => v["member"] = json!(member),
+        _ => {}
+    }
+    v
+}
+
+fn bad(arg: &str, why: &str) -> SandboxError {
+    SandboxError::Invalid { arg: arg.to_string(), why: why.to_string() }
+}
+
+fn str_param<'a>(p: &'a Map<String, Value>, k: &str) -> Result<&'a str, SandboxError> {
+    p.get(k).and_then(Value::as_str).ok_or_else(|| bad(k, "a string is required"))
+}
+
+fn opt_str<'a>(p: &'a Map<String, Value>, k: &str) -> Result<Option<&'a str>, SandboxError> {
+    match p.get(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(bad(k, "must be a string")),
+    }
+}
+
+fn sink_for(p: &Map<String, Value>, out: &Out, id: &Value) -> Box<dyn OutputSink + Send> {
+    if p.get("stream").and_then(Value::as_bool).unwrap_or(false) {
+        Box::new(EventSink::new(out.clone(), id.clone()))
+    } else {
+        Box::new(hull_box::NoSink)
+    }
+}
+
+fn exec_json(r: &hull::ExecResult) -> Value {
+    serde_json::to_value(r).unwrap_or(Value::Null)
+}
+
+impl Sessions {
+    fn get(&self, p: &Map<String, Value>) -> Result<Arc<Sandbox>, SandboxError> {
+        let id = str_param(p, "sandbox")?;
+        self.map.lock().ok().and_then(|m| m.get(id).cloned()).ok_or_else(|| bad("sandbox", &format!("no sandbox `{id}` in this server (destroyed, or never created)")))
+    }
+
+    /// Answers one `sandbox.*` or `kernel.*` request.
+    pub fn handle(&self, rt: &Arc<Runtime>, out: &Out, id: &Value, method: &str, params: Value) -> Result<Value, Value> {
+        self.dispatch(rt, out, id, method, params).map_err(|e| error_json(&e))
+    }
+
+    fn dispatch(&self, rt: &Arc<Runtime>, out: &Out, id: &Value, method: &str, params: Value) -> Result<Value, SandboxError> {
+        let empty = Map::new();
+        let p = match &params {
+            Value::Object(m) => m,
+            Value::Null => &empty,
+            _ => return Err(bad("params", "must be an object")),
+        };
+        let b64 = base64::engine::general_purpose::STANDARD;
+        match method {
+            "sandbox.create" => {
+                let cfg = SandboxConfig::from_json(&params)?;
+                let n = self.next.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                let sid = format!("sb{n}");
+                let sb = Sandbox::create(Arc::clone(rt), sid.clone(), cfg)?;
+                let setup = sb.setup.as_ref().map(|r| json!({ "stdout": r.stdout, "stderr": r.stderr, "exit_code": r.exit_code, "duration_ms": r.duration_ms }));
+                let ws = sb.workspace_path().display().to_string();
+                if let Ok(mut m) = self.map.lock() {
+                    m.insert(sid.clone(), sb);
+                }
+                Ok(json!({ "sandbox": sid, "workspace": ws, "setup": setup }))
+            }
+            "sandbox.run_code" => {
+                let sb = self.get(p)?;
+                let language = Language::parse(opt_str(p, "language")?)?;
+                let r = sb.run_code(str_param(p, "code")?, language, sink_for(p, out, id))?;
+                Ok(exec_json(&r))
+            }
+            "sandbox.run" => {
+                let sb = self.get(p)?;
+                let argv: Vec<String> = match p.get("argv") {
+                    Some(Value::Array(a)) => a.iter().map(|x| x.as_str().map(str::to_string).ok_or_else(|| bad("argv", "must be a list of strings"))).collect::<Result<_, _>>()?,
+                    _ => return Err(bad("argv", "a list of strings is required")),
+                };
+                let r = sb.run(argv, sink_for(p, out, id))?;
+                Ok(exec_json(&r))
+            }
+            "sandbox.write_file" => {
+                let sb = self.get(p)?;
+                let data = match (opt_str(p, "data_b64")?, opt_str(p, "text")?) {
+                    (Some(d), None) => b64.decode(d).map_err(|e| bad("data_b64", &format!("not base64: {e}")))?,
+                    (None, Some(t)) => t.as_bytes().to_vec(),
+                    _ => return Err(bad("data_b64", "give exactly one of `data_b64` or `text`")),
+                };
+                sb.files().write_file(str_param(p, "path")?, &data)?;
+                Ok(json!({ "bytes": data.len() }))
+            }
+            "sandbox.read_file" => {
+                let sb = self.get(p)?;
+                let (max, whole) = match p.get("max_bytes") {
+                    None | Some(Value::Null) => (READ_WHOLE_MAX, true),
+                    Some(v) => (v.as_u64().ok_or_else(|| bad("max_bytes", "must be a non-negative integer"))?, false),
+                };
+                let path = str_param(p, "path")?;
+                let (data, size) = sb.files().read_file(path, max)?;
+                if whole && size > max {
+                    return Err(bad("max_bytes", &format!("{path} is {size} bytes, more than {READ_WHOLE_MAX} read whole; pass max_bytes to read its start, or snapshot the workspace")));
+                }
+                Ok(json!({ "data_b64": b64.encode(&data), "size": size, "truncated": (data.len() as u64) < size }))
+            }
+            "sandbox.list_files" => {
+                let sb = self.get(p)?;
+                let (entries, complete) = sb.files().list(opt_str(p, "subdir")?.unwrap_or(""))?;
+                Ok(json!({ "entries": entries, "complete": complete }))
+            }
+            "sandbox.snapshot" => {
+                let sb = self.get(p)?;
+                let r = hull::archive::snapshot(sb.files(), &PathBuf::from(str_param(p, "dest")?))?;
+                Ok(serde_json::to_value(r).unwrap_or(Value::Null))
+            }
+            "sandbox.restore" => {
+                let sb = self.get(p)?;
+                let r = hull::archive::restore(sb.files(), &PathBuf::from(str_param(p, "src")?))?;
+                Ok(serde_json::to_value(r).unwrap_or(Value::Null))
+            }
+            "sandbox.destroy" => {
+                let sid = str_param(p, "sandbox")?;
+                let sb = self.map.lock().ok().and_then(|mut m| m.remove(sid));
+                if let Some(sb) = &sb {
+                    sb.destroy();
+                }
+                let existed = sb.is_some();
+                // Dropping the last reference reaps every box and removes the session's directories.
+                drop(sb);
+                Ok(json!({ "destroyed": existed }))
+            }
+            "kernel.start" => {
+                let sb = self.get(p)?;
+                let k = sb.kernel()?;
+                Ok(json!({ "kernel": k.id }))
+            }
+            "kernel.run_code" => {
+                let sb = self.get(p)?;
+                let kid = str_param(p, "kernel")?;
+                let k = sb.get_kernel(kid).ok_or_else(|| bad("kernel", &format!("no kernel `{kid}` in sandbox `{}`", sb.id)))?;
+                let mut sink = sink_for(p, out, id);
+                let r = sb.kernel_run(&k, str_param(p, "code")?, &mut *sink)?;
+                Ok(exec_json(&r))
+            }
+            "kernel.close" => {
+                let sb = self.get(p)?;
+                Ok(json!({ "closed": sb.close_kernel(str_param(p, "kernel")?) }))
+            }
+            other => Err(bad("method", &format!("unknown method `{other}`"))),
+        }
+    }
+}

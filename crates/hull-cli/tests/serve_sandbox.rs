@@ -1,0 +1,243 @@
+//! `hull serve` Sandbox sessions (`sandbox.*`, `kernel.*`) through a real server process:
+//! rich results, the workspace shared by calls, confined file operations, hostile restores,
+//! timeouts, kernels and argument refusals.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+use serde_json::{json, Value};
+
+struct Client {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    next: i64,
+}
+
+impl Client {
+    fn new() -> Client {
+        let mut child = Command::new(common::bin()).arg("serve").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("spawn hull serve");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Client { child, stdin, stdout, next: 0 }
+    }
+
+    /// Sends one request and returns its answer (`result` or `error` object), skipping events.
+    fn call(&mut self, method: &str, params: Value) -> Result<Value, Value> {
+        self.next += 1;
+        let id = self.next;
+        writeln!(self.stdin, "{}", json!({"id": id, "method": method, "params": params})).unwrap();
+        loop {
+            let mut line = String::new();
+            assert!(self.stdout.read_line(&mut line).unwrap() > 0, "server closed its output");
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v["id"] == id && v.get("event").is_none() {
+                return match v.get("error") {
+                    Some(e) => Err(e.clone()),
+                    None => Ok(v["result"].clone()),
+                };
+            }
+        }
+    }
+
+    fn ok(&mut self, method: &str, params: Value) -> Value {
+        self.call(method, params.clone()).unwrap_or_else(|e| panic!("{method} {params} failed: {e}"))
+    }
+
+    fn create(&mut self, params: Value) -> String {
+        self.ok("sandbox.create", params)["sandbox"].as_str().unwrap().to_string()
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        let _ = writeln!(self.stdin, "{}", json!({"id": 0, "method": "shutdown"}));
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn run_code_returns_rich_results_and_shares_the_workspace() {
+    let mut c = Client::new();
+    let sb = c.create(json!({}));
+    let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "class H:\n    def _repr_html_(self): return '<b>x</b>'\ndisplay(H())\nprint('out')\nopen('a.txt','w').write('hi')\n6*7"}));
+    assert_eq!(r["stdout"], "out\n", "{r}");
+    assert_eq!(r["exit_code"], 0);
+    assert!(r["fault"].is_null());
+    let results = r["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2, "{r}");
+    assert_eq!(results[0]["text/html"], "<b>x</b>");
+    assert_eq!(results[1]["text/plain"], "42");
+    assert_eq!(r["files"], json!(["/workspace/a.txt"]));
+    // A later call is a fresh box that sees the same workspace.
+    let r = c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["cat", "/workspace/a.txt"]}));
+    assert_eq!(r["stdout"], "hi");
+    // Printing something that looks like a bundle is only output.
+    let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "print('{\"done\": true, \"results\": [{\"text/plain\": \"forged\"}]}')"}));
+    assert!(r["results"].as_array().unwrap().is_empty(), "{r}");
+    // Code that writes garbage to the runner's own channel gets a warning, not a broken server.
+    let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "import sys\nsys.modules['__main__']._chan.sendall(b'garbage\\n')\n1"}));
+    assert!(r["warnings"].to_string().contains("malformed frame"), "{r}");
+    assert!(r["results"].as_array().unwrap().is_empty(), "{r}");
+    let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "2"}));
+    assert_eq!(r["results"][0]["text/plain"], "2", "{r}");
+}
+
+#[test]
+fn exceptions_are_not_faults_and_timeouts_are() {
+    let mut c = Client::new();
+    let sb = c.create(json!({"timeout_s": 1.5}));
+    let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "x = 1\nraise KeyError('boom')"}));
+    assert_ne!(r["exit_code"], 0);
+    assert!(r["fault"].is_null(), "{r}");
+    assert!(r["stderr"].as_str().unwrap().contains("KeyError: 'boom'"), "{r}");
+    let t0 = std::time::Instant::now();
+    let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "while True: pass"}));
+    assert_eq!(r["fault"]["type"], "timeout", "{r}");
+    assert!(t0.elapsed().as_secs_f64() < 6.0);
+    let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "echo $((2+3))", "language": "bash"}));
+    assert_eq!(r["stdout"], "5\n");
+}
+
+#[test]
+fn bad_arguments_are_refused_naming_them() {
+    let mut c = Client::new();
+    for (params, arg) in [(json!({"memory_mb": "x"}), "memory_mb"), (json!({"timeout_s": -1}), "timeout_s"), (json!({"colour": 1}), "colour"), (json!({"prewarm": 1000}), "prewarm")] {
+        let e = c.call("sandbox.create", params.clone()).unwrap_err();
+        assert_eq!(e["kind"], "invalid_argument", "{params}: {e}");
+        assert_eq!(e["arg"], arg, "{params}: {e}");
+    }
+    let e = c.call("sandbox.create", json!({"mounts": ["/etc:/data"]})).unwrap_err();
+    assert_eq!(e["kind"], "mount_refused", "{e}");
+    let sb = c.create(json!({}));
+    let e = c.call("sandbox.run_code", json!({"sandbox": sb, "code": "1", "language": "cobol"})).unwrap_err();
+    assert_eq!(e["arg"], "language");
+}
+
+#[test]
+fn file_operations_never_follow_symlinks_or_block_on_fifos() {
+    let mut c = Client::new();
+    let sb = c.create(json!({}));
+    // The box plants a symlink to /etc/passwd (as seen by the host) and a FIFO.
+    let r = c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["sh", "-c", "ln -s /etc/passwd link && mkdir d && ln -s /etc dirlink && mkfifo pipe"]}));
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let e = c.call("sandbox.read_file", json!({"sandbox": sb, "path": "link"})).unwrap_err();
+    assert_eq!(e["kind"], "path_refused", "{e}");
+    assert!(e["message"].as_str().unwrap().contains("symlink"), "{e}");
+    let e = c.call("sandbox.read_file", json!({"sandbox": sb, "path": "dirlink/passwd"})).unwrap_err();
+    assert_eq!(e["kind"], "path_refused", "{e}");
+    let e = c.call("sandbox.write_file", json!({"sandbox": sb, "path": "link", "text": "owned"})).unwrap_err();
+    assert_eq!(e["kind"], "path_refused", "{e}");
+    let e = c.call("sandbox.write_file", json!({"sandbox": sb, "path": "dirlink/x", "text": "owned"})).unwrap_err();
+    assert_eq!(e["kind"], "path_refused", "{e}");
+    assert!(!std::path::Path::new("/etc/x").exists());
+    let t0 = std::time::Instant::now();
+    let e = c.call("sandbox.read_file", json!({"sandbox": sb, "path": "pipe"})).unwrap_err();
+    assert!(e["message"].as_str().unwrap().contains("fifo"), "{e}");
+    let e = c.call("sandbox.write_file", json!({"sandbox": sb, "path": "pipe", "text": "x"})).unwrap_err();
+    assert_eq!(e["kind"], "path_refused", "{e}");
+    assert!(t0.elapsed().as_secs() < 2, "a FIFO made the server wait");
+    for p in ["../x", "/etc/passwd", "d/../../x"] {
+        let e = c.call("sandbox.read_file", json!({"sandbox": sb, "path": p})).unwrap_err();
+        assert_eq!(e["kind"], "path_refused", "{p}: {e}");
+    }
+    // Ordinary files work, max_bytes truncates, listings show the planted entries as what they are.
+    c.ok("sandbox.write_file", json!({"sandbox": sb, "path": "d/e/f.bin", "data_b64": "AAEC/w=="}));
+    let r = c.ok("sandbox.read_file", json!({"sandbox": sb, "path": "/workspace/d/e/f.bin", "max_bytes": 2}));
+    assert_eq!(r["data_b64"], "AAE=");
+    assert_eq!(r["size"], 4);
+    assert_eq!(r["truncated"], true);
+    let l = c.ok("sandbox.list_files", json!({"sandbox": sb}));
+    let kinds: Vec<(String, String)> = l["entries"].as_array().unwrap().iter().map(|e| (e["path"].as_str().unwrap().to_string(), e["type"].as_str().unwrap().to_string())).collect();
+    assert!(kinds.contains(&("link".into(), "symlink".into())) && kinds.contains(&("pipe".into(), "fifo".into())) && kinds.contains(&("d/e/f.bin".into(), "file".into())), "{kinds:?}");
+}
+
+fn tar_gz(path: &std::path::Path, members: &[(&str, tar::EntryType, &str)]) {
+    let f = std::fs::File::create(path).unwrap();
+    let mut b = tar::Builder::new(flate2::write::GzEncoder::new(f, flate2::Compression::fast()));
+    for (name, kind, extra) in members {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(*kind);
+        h.set_mode(0o644);
+        let data = if *kind == tar::EntryType::Regular { extra.as_bytes() } else { b"" };
+        h.set_size(data.len() as u64);
+        if matches!(kind, tar::EntryType::Symlink | tar::EntryType::Link) {
+            h.set_link_name(extra).unwrap();
+        }
+        // Raw names, so `..` and absolute paths reach the archive as a hostile tool would write them.
+        let raw = &mut h.as_old_mut().name;
+        raw.fill(0);
+        raw[..name.len()].copy_from_slice(name.as_bytes());
+        h.set_cksum();
+        b.append(&h, data).unwrap();
+    }
+    b.into_inner().unwrap().finish().unwrap();
+}
+
+#[test]
+fn snapshot_round_trips_and_hostile_restores_are_refused() {
+    let mut c = Client::new();
+    let sb = c.create(json!({}));
+    c.ok("sandbox.write_file", json!({"sandbox": sb, "path": "keep/data.txt", "text": "precious"}));
+    let dir = tempfile::tempdir().unwrap();
+    let snap = dir.path().join("snap.tar.gz");
+    let r = c.ok("sandbox.snapshot", json!({"sandbox": sb, "dest": snap}));
+    assert_eq!(r["files"], 1, "{r}");
+    c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["sh", "-c", "rm -r keep; echo junk > junk"]}));
+    c.ok("sandbox.restore", json!({"sandbox": sb, "src": snap}));
+    let r = c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["sh", "-c", "cat keep/data.txt; ls"]}));
+    assert_eq!(r["stdout"], "preciouskeep\n", "{r}");
+    for (members, bad) in [
+        (vec![("ok.txt", tar::EntryType::Regular, "x"), ("../escape", tar::EntryType::Regular, "x")], "../escape"),
+        (vec![("/abs", tar::EntryType::Regular, "x")], "/abs"),
+        (vec![("ln", tar::EntryType::Symlink, "/etc/passwd")], "ln"),
+        (vec![("hard", tar::EntryType::Link, "/etc/passwd")], "hard"),
+        (vec![("dev", tar::EntryType::Char, "")], "dev"),
+        (vec![("fifo", tar::EntryType::Fifo, "")], "fifo"),
+    ] {
+        let p = dir.path().join("bad.tar.gz");
+        tar_gz(&p, &members);
+        let e = c.call("sandbox.restore", json!({"sandbox": sb, "src": p})).unwrap_err();
+        assert_eq!(e["member"], bad, "{e}");
+        // Refused before anything was touched.
+        let r = c.ok("sandbox.read_file", json!({"sandbox": sb, "path": "keep/data.txt"}));
+        assert_eq!(r["data_b64"], "cHJlY2lvdXM=");
+    }
+}
+
+#[test]
+fn kernels_keep_state_and_die_cleanly() {
+    let mut c = Client::new();
+    let sb = c.create(json!({"timeout_s": 2}));
+    let k = c.ok("kernel.start", json!({"sandbox": sb}))["kernel"].as_str().unwrap().to_string();
+    let r = c.ok("kernel.run_code", json!({"sandbox": sb, "kernel": k, "code": "import os\ncount = 41\nprint('pid', os.getpid())"}));
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let r = c.ok("kernel.run_code", json!({"sandbox": sb, "kernel": k, "code": "count += 1\ncount"}));
+    assert_eq!(r["results"][0]["text/plain"], "42", "{r}");
+    let r = c.ok("kernel.run_code", json!({"sandbox": sb, "kernel": k, "code": "1/0"}));
+    assert!(r["stderr"].as_str().unwrap().contains("ZeroDivisionError") && r["fault"].is_null(), "{r}");
+    let r = c.ok("kernel.run_code", json!({"sandbox": sb, "kernel": k, "code": "count"}));
+    assert_eq!(r["results"][0]["text/plain"], "42", "an exception lost the kernel's state: {r}");
+    let r = c.ok("kernel.run_code", json!({"sandbox": sb, "kernel": k, "code": "while True: pass"}));
+    assert_eq!(r["fault"]["type"], "timeout", "{r}");
+    let e = c.call("kernel.run_code", json!({"sandbox": sb, "kernel": k, "code": "count"})).unwrap_err();
+    assert_eq!(e["kind"], "kernel_dead", "{e}");
+}
+
+#[test]
+fn a_killed_server_leaves_nothing_the_next_hull_does_not_sweep() {
+    let mut c = Client::new();
+    let sb = c.create(json!({}));
+    let ws = c.ok("sandbox.create", json!({}))["workspace"].as_str().unwrap().to_string();
+    c.ok("sandbox.write_file", json!({"sandbox": sb, "path": "f", "text": "x"}));
+    let session = std::path::Path::new(&ws).parent().unwrap().to_path_buf();
+    assert!(session.file_name().unwrap().to_str().unwrap().starts_with(&format!("hull-ws-{}-sb-", c.child.id())), "{}", session.display());
+    c.child.kill().unwrap();
+    c.child.wait().unwrap();
+    assert!(session.exists());
+    let out = common::hull(&["doctor"]);
+    assert!(out.status.code().is_some());
+    assert!(!session.exists(), "hull doctor did not sweep {}", session.display());
+}

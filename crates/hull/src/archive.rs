@@ -1,0 +1,182 @@
+//! Snapshot and restore of a workspace as a `.tar.gz`.
+//!
+//! A snapshot holds regular files and directories only (symlinks, FIFOs, sockets and devices in
+//! the workspace are skipped and named in the answer, since restore would refuse them). Restore
+//! treats the archive as hostile: it reads every header first and refuses the whole archive, naming
+//! the member, if any is absolute, has `..`, or is a symlink, hard link, device or FIFO, or if the
+//! archive is too large; only then does it replace the workspace's contents, creating each member
+//! through the confined, no-follow operations of [`crate::files`].
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::Path;
+
+use flate2::read::GzDecoder;
+use flate2::write::GzEncoder;
+use serde::Serialize;
+
+use crate::error::SandboxError;
+use crate::files::{relative, Confined};
+
+/// Restore refuses archives that would unpack to more than this many bytes or entries.
+pub const MAX_RESTORE_BYTES: u64 = 8 << 30;
+pub const MAX_RESTORE_ENTRIES: usize = 200_000;
+
+#[derive(Debug, Serialize)]
+pub struct SnapshotReport {
+    pub files: usize,
+    pub bytes: u64,
+    /// Non-regular entries left out (symlinks, FIFOs...), by path.
+    pub skipped: Vec<String>,
+}
+
+fn io_err(what: &'static str, path: &Path, e: std::io::Error) -> SandboxError {
+    SandboxError::Io { what, path: path.to_path_buf(), error: e }
+}
+
+/// Writes the workspace as a gzip-compressed tar to `dest` (a host path, created or replaced).
+pub fn snapshot(ws: &Confined, dest: &Path) -> Result<SnapshotReport, SandboxError> {
+    let (entries, complete) = ws.list("")?;
+    if !complete {
+        return Err(SandboxError::path("/workspace", format!("holds more than {} entries; too many to snapshot", crate::files::MAX_ENTRIES)));
+    }
+    let tmp = dest.with_extension("partial");
+    let out = File::create(&tmp).map_err(|e| io_err("create", &tmp, e))?;
+    let mut tar = tar::Builder::new(GzEncoder::new(out, flate2::Compression::fast()));
+    let mut report = SnapshotReport { files: 0, bytes: 0, skipped: Vec::new() };
+    for e in &entries {
+        let mut h = tar::Header::new_gnu();
+        h.set_mtime(u64::try_from(e.mtime_ns / 1_000_000_000).unwrap_or(0));
+        match e.kind {
+            "dir" => {
+                h.set_entry_type(tar::EntryType::Directory);
+                h.set_mode(0o755);
+                h.set_size(0);
+                tar.append_data(&mut h, format!("{}/", e.path), std::io::empty()).map_err(|err| io_err("write", &tmp, err))?;
+            }
+            "file" => {
+                // Opened through the confined open: the entry may have become a symlink or a
+                // FIFO since the walk. Streamed, at the size fstat saw (a file that shrinks
+                // meanwhile fails the snapshot rather than writing a short member).
+                let (f, size) = match ws.open_regular(&e.path) {
+                    Ok(x) => x,
+                    Err(_) => {
+                        report.skipped.push(e.path.clone());
+                        continue;
+                    }
+                };
+                h.set_entry_type(tar::EntryType::Regular);
+                h.set_mode(0o644);
+                h.set_size(size);
+                tar.append_data(&mut h, &e.path, Exact { inner: f.take(size), left: size }).map_err(|err| io_err("write", &tmp, err))?;
+                report.files += 1;
+                report.bytes += size;
+            }
+            _ => report.skipped.push(e.path.clone()),
+        }
+    }
+    let gz = tar.into_inner().map_err(|e| io_err("write", &tmp, e))?;
+    let mut f = gz.finish().map_err(|e| io_err("write", &tmp, e))?;
+    f.flush().map_err(|e| io_err("write", &tmp, e))?;
+    std::fs::rename(&tmp, dest).map_err(|e| io_err("rename into place", dest, e))?;
+    Ok(report)
+}
+
+/// Reads exactly `left` bytes, or fails: a file that shrank after its header was written must
+/// not produce a short member (which would misalign the rest of the archive).
+struct Exact<R> {
+    inner: R,
+    left: u64,
+}
+
+impl<R: Read> Read for Exact<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.left == 0 {
+            return Ok(0);
+        }
+        let n = self.inner.read(buf)?;
+        if n == 0 {
+            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the file shrank while it was being archived"));
+        }
+        self.left -= n as u64;
+        Ok(n)
+    }
+}
+
+/// Why a member is refused, or its relative path.
+fn check_member(name: &str, kind: tar::EntryType) -> Result<String, SandboxError> {
+    let refuse = |why: &str| SandboxError::Member { member: name.to_string(), why: why.to_string() };
+    if name.starts_with('/') {
+        return Err(refuse("absolute paths are refused; members must be relative"));
+    }
+    if name.split('/').any(|c| c == "..") {
+        return Err(refuse("`..` is refused; members must stay inside the workspace"));
+    }
+    match kind {
+        tar::EntryType::Regular | tar::EntryType::Continuous | tar::EntryType::Directory => {}
+        tar::EntryType::Symlink => return Err(refuse("symlinks are refused")),
+        tar::EntryType::Link => return Err(refuse("hard links are refused")),
+        tar::EntryType::Char | tar::EntryType::Block => return Err(refuse("device nodes are refused")),
+        tar::EntryType::Fifo => return Err(refuse("FIFOs are refused")),
+        tar::EntryType::XGlobalHeader | tar::EntryType::XHeader | tar::EntryType::GNULongName => {}
+        _ => return Err(refuse("only regular files and directories are restored")),
+    }
+    relative(name).map_err(|e| refuse(&e.to_string()))
+}
+
+fn open_archive(src: &Path) -> Result<tar::Archive<GzDecoder<File>>, SandboxError> {
+    let f = File::open(src).map_err(|e| io_err("open", src, e))?;
+    Ok(tar::Archive::new(GzDecoder::new(f)))
+}
+
+#[derive(Debug, Serialize)]
+pub struct RestoreReport {
+    pub files: usize,
+    pub bytes: u64,
+}
+
+/// Replaces the workspace's contents with the archive at `src` (a host path), after checking
+/// every member.
+pub fn restore(ws: &Confined, src: &Path) -> Result<RestoreReport, SandboxError> {
+    // Pass 1: headers only; nothing is written unless every member is acceptable.
+    let mut total = 0u64;
+    let mut count = 0usize;
+    let mut ar = open_archive(src)?;
+    for entry in ar.entries().map_err(|e| io_err("read", src, e))? {
+        let entry = entry.map_err(|e| io_err("read", src, e))?;
+        let name = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
+        check_member(&name, entry.header().entry_type())?;
+        total = total.saturating_add(entry.size());
+        count += 1;
+        if total > MAX_RESTORE_BYTES || count > MAX_RESTORE_ENTRIES {
+            return Err(SandboxError::Member { member: name, why: format!("the archive exceeds {MAX_RESTORE_BYTES} bytes or {MAX_RESTORE_ENTRIES} entries") });
+        }
+    }
+    // Pass 2: replace the contents.
+    ws.clear()?;
+    let mut report = RestoreReport { files: 0, bytes: 0 };
+    let mut ar = open_archive(src)?;
+    for entry in ar.entries().map_err(|e| io_err("read", src, e))? {
+        let mut entry = entry.map_err(|e| io_err("read", src, e))?;
+        let name = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
+        let kind = entry.header().entry_type();
+        let rel = check_member(&name, kind)?;
+        if rel.is_empty() {
+            continue;
+        }
+        match kind {
+            tar::EntryType::Directory => {
+                ws.make_dir(&rel)?;
+            }
+            tar::EntryType::Regular | tar::EntryType::Continuous => {
+                let mode = entry.header().mode().unwrap_or(0o644) & 0o755;
+                let mut f = ws.create_file(&rel, mode | 0o600)?;
+                let n = std::io::copy(&mut (&mut entry).take(MAX_RESTORE_BYTES), &mut f).map_err(|e| io_err("write", &ws.root().join(&rel), e))?;
+                report.files += 1;
+                report.bytes += n;
+            }
+            _ => {}
+        }
+    }
+    Ok(report)
+}

@@ -1,0 +1,367 @@
+//! The host side of a runner box: a box running `src/runner.py` that connects back over a Unix
+//! socket in a private directory (bound at `/run/hull`), takes cells, and sends back frames
+//! (`stream` output in kernel mode, then `done` with the cell's mime bundles).
+//!
+//! The socket is also how the deadline is enforced for a box that was started before its call:
+//! `SO_PEERCRED` names the runner's pid in our pid namespace, we hold a pidfd on it, and at the
+//! deadline we SIGKILL it through the pidfd (no pid-reuse race). The runner is the program the
+//! box's pid 1 started, so its death ends the box, and the kernel kills everything left in it.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, TryRecvError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use hull_box::{BindMount, BoxError, BoxSpec, Fault, FaultType, OutputSink, RunOptions, RunResult, Runtime, Stream, Teardown};
+use serde_json::Value;
+
+use crate::error::SandboxError;
+
+/// The runner, passed to `python3 -c`.
+pub const RUNNER: &str = include_str!("runner.py");
+/// Where the private directory with the socket appears in the box.
+pub const IO_DIR: &str = "/run/hull";
+
+type Ended = Result<(RunResult, Teardown), BoxError>;
+
+/// A name prefix for host directories a session makes in `$TMPDIR`: hull-box's temporary
+/// workspace pattern (`hull-ws-<pid>-...`), so if this process is SIGKILLed, the next `hull run`
+/// or `hull doctor` removes them as it removes a dead hull's box workspaces.
+pub fn leftover_prefix(kind: &str) -> String {
+    format!("hull-ws-{}-{kind}-", std::process::id())
+}
+
+/// Where a runner box's output goes; set when a call takes the box.
+pub type Route = Arc<Mutex<Option<Box<dyn OutputSink + Send>>>>;
+
+struct RouteSink(Route);
+
+impl OutputSink for RouteSink {
+    fn chunk(&mut self, stream: Stream, data: &[u8]) {
+        if let Ok(mut g) = self.0.lock() {
+            if let Some(s) = g.as_mut() {
+                s.chunk(stream, data);
+            }
+        }
+    }
+}
+
+/// Finishes box teardowns off the caller's path (reaping pid 1, removing its cgroup).
+#[derive(Clone)]
+pub struct Reaper(mpsc::Sender<Teardown>);
+
+impl Reaper {
+    pub fn start() -> (Reaper, JoinHandle<()>) {
+        let (tx, rx) = mpsc::channel::<Teardown>();
+        let h = std::thread::spawn(move || {
+            for t in rx {
+                t.finish();
+            }
+        });
+        (Reaper(tx), h)
+    }
+
+    /// A reaper over an existing channel (used to let the original channel close).
+    pub fn from_sender(tx: mpsc::Sender<Teardown>) -> Reaper {
+        Reaper(tx)
+    }
+
+    pub fn give(&self, t: Teardown) {
+        if let Err(mpsc::SendError(t)) = self.0.send(t) {
+            t.finish();
+        }
+    }
+}
+
+/// A box whose runner has connected and waits for a cell.
+pub struct RunnerBox {
+    _io: tempfile::TempDir,
+    conn: BufReader<UnixStream>,
+    pidfd: OwnedFd,
+    ended: Receiver<Ended>,
+    thread: Option<JoinHandle<()>>,
+    route: Route,
+    finished: bool,
+    reaper: Reaper,
+}
+
+/// How a start ended: a ready runner, or a box that ended before its runner connected (e.g.
+/// `exec_failed` because the image has no python3), whose result is the call's answer.
+pub enum Started {
+    Ready(RunnerBox),
+    Ended(RunResult),
+}
+
+/// How a cell's frames ended.
+enum FrameEnd {
+    Done { exit_code: i32, results: Vec<Value> },
+    Eof,
+    Timeout,
+    /// The channel broke its protocol (code in the cell can write to it): the box is killed and
+    /// the call reports this as a warning, with no rich results.
+    Broken(String),
+}
+
+/// The largest frame accepted from a runner (rich results of one cell travel in one frame).
+pub const MAX_FRAME: u64 = 256 << 20;
+
+/// What one cell produced.
+pub struct CellOutcome {
+    pub run: RunResult,
+    pub results: Vec<Value>,
+}
+
+fn runner_err(what: &str, e: impl std::fmt::Display) -> SandboxError {
+    SandboxError::Runner(format!("{what}: {e}"))
+}
+
+impl RunnerBox {
+    /// Starts a box running the runner in `mode` (`once` or `kernel`) and waits for it to connect.
+    pub fn start(rt: &Arc<Runtime>, base: &BoxSpec, mode: &str, box_timeout: Duration, reaper: &Reaper) -> Result<Started, SandboxError> {
+        let io = tempfile::Builder::new().prefix(&leftover_prefix("io")).tempdir().map_err(|e| runner_err("create its private directory", e))?;
+        let sock = io.path().join("s");
+        let listener = UnixListener::bind(&sock).map_err(|e| runner_err("listen on its socket", e))?;
+        listener.set_nonblocking(true).map_err(|e| runner_err("listen on its socket", e))?;
+        let mut spec = base.clone();
+        spec.mounts.push(BindMount { source: io.path().to_path_buf(), target: IO_DIR.into(), read_only: false });
+        spec.argv = vec!["python3".into(), "-c".into(), RUNNER.into(), mode.into(), format!("{IO_DIR}/s")];
+        spec.timeout = box_timeout;
+        let route: Route = Arc::new(Mutex::new(None));
+        let (tx, ended) = mpsc::channel::<Ended>();
+        let (rt2, route2) = (Arc::clone(rt), Arc::clone(&route));
+        let thread = std::thread::spawn(move || {
+            let mut sink = RouteSink(route2);
+            let _ = tx.send(rt2.run_detached(&spec, RunOptions { capture: true }, &mut sink));
+        });
+        let conn = loop {
+            match listener.accept() {
+                Ok((s, _)) => break s,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(runner_err("accept its connection", e)),
+            }
+            match ended.try_recv() {
+                Ok(r) => {
+                    let _ = thread.join();
+                    let (run, teardown) = r?;
+                    reaper.give(teardown);
+                    return Ok(Started::Ended(run));
+                }
+                Err(TryRecvError::Disconnected) => return Err(SandboxError::Runner("box thread ended without a result".into())),
+                Err(TryRecvError::Empty) => {}
+            }
+            let mut fds = [rustix::event::PollFd::new(&listener, rustix::event::PollFlags::IN)];
+            let ts = rustix::time::Timespec { tv_sec: 0, tv_nsec: 2_000_000 };
+            let _ = rustix::event::poll(&mut fds, Some(&ts));
+        };
+        drop(listener);
+        let _ = std::fs::remove_file(&sock);
+        conn.set_nonblocking(false).map_err(|e| runner_err("use its connection", e))?;
+        let cred = rustix::net::sockopt::socket_peercred(&conn).map_err(|e| runner_err("identify its process", e))?;
+        let pid = cred.pid;
+        let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).map_err(|e| runner_err("open a pidfd on its process", e))?;
+        Ok(Started::Ready(RunnerBox { _io: io, conn: BufReader::new(conn), pidfd, ended, thread: Some(thread), route, finished: false, reaper: reaper.clone() }))
+    }
+
+    /// True when the box already ended (an idle pooled box that hit its own deadline).
+    pub fn is_gone(&mut self) -> bool {
+        if self.finished {
+            return true;
+        }
+        match self.ended.try_recv() {
+            Ok(r) => {
+                self.finished = true;
+                if let Ok((_, t)) = r {
+                    self.reaper.give(t);
+                }
+                true
+            }
+            Err(TryRecvError::Empty) => false,
+            Err(TryRecvError::Disconnected) => true,
+        }
+    }
+
+    fn kill(&self) {
+        let _ = rustix::process::pidfd_send_signal(&self.pidfd, rustix::process::Signal::KILL);
+    }
+
+    fn send_cell(&mut self, code: &str) -> Result<(), SandboxError> {
+        let mut msg = format!("{}\n", code.len()).into_bytes();
+        msg.extend_from_slice(code.as_bytes());
+        self.conn.get_mut().write_all(&msg).map_err(|e| runner_err("send the cell", e))
+    }
+
+    fn read_frames(&mut self, deadline: Instant, on_stream: &mut dyn FnMut(Stream, &[u8])) -> Result<FrameEnd, SandboxError> {
+        let mut line = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(FrameEnd::Timeout);
+            }
+            let _ = self.conn.get_ref().set_read_timeout(Some(left));
+            let room = MAX_FRAME.saturating_sub(line.len() as u64);
+            match (&mut self.conn).take(room).read_until(b'\n', &mut line) {
+                Ok(0) if room == 0 => return Ok(FrameEnd::Broken(format!("the runner sent a frame over {MAX_FRAME} bytes; rich results were dropped and the box killed"))),
+                Ok(0) => return Ok(FrameEnd::Eof),
+                Ok(_) if !line.ends_with(b"\n") => continue,
+                Ok(_) => {}
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted) => continue,
+                Err(_) => return Ok(FrameEnd::Eof),
+            }
+            let frame: Value = match serde_json::from_slice(&line) {
+                Ok(v) => v,
+                Err(e) => return Ok(FrameEnd::Broken(format!("the runner's channel carried a malformed frame ({e}); rich results were dropped and the box killed"))),
+            };
+            line.clear();
+            if let Some(s) = frame.get("stream").and_then(Value::as_str) {
+                let Ok(data) = base64::engine::general_purpose::STANDARD.decode(frame.get("data").and_then(Value::as_str).unwrap_or("")) else {
+                    return Ok(FrameEnd::Broken("the runner's channel carried output that is not base64; the box was killed".into()));
+                };
+                on_stream(if s == "stderr" { Stream::Stderr } else { Stream::Stdout }, &data);
+            } else if frame.get("done").is_some() {
+                let exit_code = frame.get("exit_code").and_then(Value::as_i64).and_then(|c| i32::try_from(c).ok()).unwrap_or(1);
+                let results = match frame.get("results") {
+                    Some(Value::Array(a)) => a.clone(),
+                    _ => Vec::new(),
+                };
+                return Ok(FrameEnd::Done { exit_code, results });
+            }
+        }
+    }
+
+    /// Waits for the box to end, killing it at `deadline`. Returns the result and whether we
+    /// killed it.
+    fn wait_end(&mut self, deadline: Instant) -> Result<(RunResult, bool), SandboxError> {
+        let mut killed = false;
+        let r = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.ended.recv_timeout(if killed { Duration::from_secs(3600) } else { left }) {
+                Ok(r) => break r,
+                Err(RecvTimeoutError::Timeout) => {
+                    self.kill();
+                    killed = true;
+                }
+                Err(RecvTimeoutError::Disconnected) => return Err(SandboxError::Runner("box thread ended without a result".into())),
+            }
+        };
+        self.finished = true;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let (run, teardown) = r?;
+        self.reaper.give(teardown);
+        Ok((run, killed))
+    }
+
+    /// Runs one cell in a `once` box and waits for the box to end: its stdout, stderr, exit code
+    /// and faults come from the supervisor, the bundles from the socket.
+    pub fn run_once(mut self, code: &str, timeout: Duration, sink: Box<dyn OutputSink + Send>) -> Result<CellOutcome, SandboxError> {
+        if let Ok(mut g) = self.route.lock() {
+            *g = Some(sink);
+        }
+        let t0 = Instant::now();
+        let deadline = t0 + timeout;
+        self.send_cell(code)?;
+        let end = self.read_frames(deadline, &mut |_, _| {})?;
+        let t_done = t0.elapsed();
+        let mut timed_out = matches!(end, FrameEnd::Timeout);
+        if timed_out || matches!(end, FrameEnd::Broken(_)) {
+            self.kill();
+        }
+        let (mut run, killed) = self.wait_end(deadline)?;
+        timed_out |= killed;
+        if timed_out {
+            run.fault = Some(timeout_fault(timeout));
+            run.success = false;
+        }
+        if let FrameEnd::Broken(why) = &end {
+            run.warnings.push(why.clone());
+        }
+        run.duration_ms = u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
+        if std::env::var_os("HULL_TRACE_CELLS").is_some() {
+            eprintln!("cell: done frame {:?}, box ended {:?}", t_done, t0.elapsed());
+        }
+        let results = match end {
+            FrameEnd::Done { results, .. } => results,
+            _ => Vec::new(),
+        };
+        Ok(CellOutcome { run, results })
+    }
+
+    /// Runs one cell in a kernel box, which stays alive. `Err(outcome)` means the kernel died
+    /// during the cell (timeout, OOM, a crash): the outcome says how.
+    pub fn run_kernel_cell(&mut self, code: &str, timeout: Duration, max_output: u64, sink: &mut dyn OutputSink) -> Result<Result<CellOutcome, CellOutcome>, SandboxError> {
+        let t0 = Instant::now();
+        let deadline = t0 + timeout;
+        let mut out: [Vec<u8>; 2] = [Vec::new(), Vec::new()];
+        let mut dropped = 0u64;
+        self.send_cell(code)?;
+        let end = self.read_frames(deadline, &mut |s, data| {
+            sink.chunk(s, data);
+            let buf = &mut out[usize::from(s == Stream::Stderr)];
+            let room = usize::try_from(max_output.saturating_sub(buf.len() as u64)).unwrap_or(usize::MAX);
+            let take = data.len().min(room);
+            buf.extend_from_slice(&data[..take]);
+            dropped += (data.len() - take) as u64;
+        })?;
+        let ms = || u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let [stdout, stderr] = out;
+        let text = |b: Vec<u8>| String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+        match end {
+            FrameEnd::Done { exit_code, results } => {
+                let run = RunResult {
+                    stdout: text(stdout),
+                    stderr: text(stderr),
+                    exit_code,
+                    success: exit_code == 0,
+                    fault: None,
+                    truncated: dropped > 0,
+                    duration_ms: ms(),
+                    stats: hull_box::Stats::default(),
+                    warnings: Vec::new(),
+                    dropped_bytes: dropped,
+                };
+                Ok(Ok(CellOutcome { run, results }))
+            }
+            FrameEnd::Eof | FrameEnd::Timeout | FrameEnd::Broken(_) => {
+                let timed_out = matches!(end, FrameEnd::Timeout);
+                self.kill();
+                let (mut run, _) = self.wait_end(Instant::now() + Duration::from_secs(5))?;
+                if timed_out {
+                    run.fault = Some(timeout_fault(timeout));
+                }
+                run.success = false;
+                run.stdout = text(stdout);
+                run.stderr = text(stderr);
+                run.truncated |= dropped > 0;
+                run.duration_ms = ms();
+                if let FrameEnd::Broken(why) = end {
+                    run.warnings.push(why);
+                }
+                Ok(Err(CellOutcome { run, results: Vec::new() }))
+            }
+        }
+    }
+}
+
+fn timeout_fault(timeout: Duration) -> Fault {
+    Fault { kind: FaultType::Timeout, reason: format!("the call ran past its {:.3}s deadline; the box was killed", timeout.as_secs_f64()), syscall: None }
+}
+
+impl Drop for RunnerBox {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.kill();
+            if let Ok(Ok((_, t))) = self.ended.recv() {
+                self.reaper.give(t);
+            }
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = self.pidfd.as_fd();
+    }
+}

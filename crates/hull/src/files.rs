@@ -1,0 +1,324 @@
+//! File operations confined to a sandbox's workspace, done from the host side.
+//!
+//! The workspace is shared with code nobody has read, which can plant symlinks, FIFOs and
+//! device-looking names in it at any moment. So every path is resolved from a descriptor of the
+//! workspace with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)`: a
+//! symlink anywhere in the path (the last component too) fails the call instead of being
+//! followed, and `..` cannot climb out. Files are opened `O_NONBLOCK` and checked with `fstat`
+//! before any byte moves, so a FIFO or a device is refused and never blocks the server.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
+use serde::Serialize;
+
+use crate::error::SandboxError;
+
+const RESOLVE: ResolveFlags = ResolveFlags::BENEATH.union(ResolveFlags::NO_SYMLINKS).union(ResolveFlags::NO_MAGICLINKS);
+
+/// The most entries a listing or a change scan walks; past it the walk stops (and says so).
+pub const MAX_ENTRIES: usize = 100_000;
+
+/// A workspace directory, held open so later renames of its path do not redirect us.
+pub struct Confined {
+    dir: OwnedFd,
+    root: PathBuf,
+}
+
+/// One entry of a listing.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Entry {
+    /// Relative to the workspace, `/`-separated.
+    pub path: String,
+    /// `file`, `dir`, `symlink`, `fifo`, `socket`, `char_device`, `block_device`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub size: u64,
+    pub mtime_ns: i128,
+}
+
+fn kind_name(t: FileType) -> &'static str {
+    match t {
+        FileType::RegularFile => "file",
+        FileType::Directory => "dir",
+        FileType::Symlink => "symlink",
+        FileType::Fifo => "fifo",
+        FileType::Socket => "socket",
+        FileType::CharacterDevice => "char_device",
+        FileType::BlockDevice => "block_device",
+        FileType::Unknown => "unknown",
+    }
+}
+
+/// Normalises a caller's path to a relative one: `x/y`, `/workspace/x/y` and `./x` are accepted;
+/// other absolute paths, `..`, empty components and NUL are refused, naming the path.
+pub fn relative(path: &str) -> Result<String, SandboxError> {
+    if path.contains('\0') {
+        return Err(SandboxError::path(path, "contains a NUL byte"));
+    }
+    let rest = if path == "/workspace" {
+        ""
+    } else if let Some(r) = path.strip_prefix("/workspace/") {
+        r
+    } else if path.starts_with('/') {
+        return Err(SandboxError::path(path, "absolute paths must lie under /workspace (or give a path relative to it)"));
+    } else {
+        path
+    };
+    let mut parts = Vec::new();
+    for c in rest.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => return Err(SandboxError::path(path, "`..` is not allowed: paths stay inside the workspace")),
+            c => parts.push(c),
+        }
+    }
+    Ok(parts.join("/"))
+}
+
+fn io_err(what: &'static str, path: &Path, e: impl Into<std::io::Error>) -> SandboxError {
+    SandboxError::Io { what, path: path.to_path_buf(), error: e.into() }
+}
+
+/// Explains an `openat2` refusal in the caller's terms.
+fn resolve_err(rel: &str, e: rustix::io::Errno) -> SandboxError {
+    if e == rustix::io::Errno::LOOP {
+        SandboxError::path(rel, "a symlink is in the path; workspace file operations never follow symlinks")
+    } else if e == rustix::io::Errno::XDEV {
+        SandboxError::path(rel, "the path leaves the workspace")
+    } else if e == rustix::io::Errno::NXIO {
+        SandboxError::path(rel, "is a FIFO or socket with no reader; only regular files can be written")
+    } else {
+        SandboxError::path(rel, std::io::Error::from(e).to_string())
+    }
+}
+
+impl Confined {
+    /// Opens the workspace directory itself (a path the host chose, so it may be followed).
+    pub fn open(root: &Path) -> Result<Confined, SandboxError> {
+        let dir = rustix::fs::open(root, OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).map_err(|e| io_err("open workspace", root, e))?;
+        Ok(Confined { dir, root: root.to_path_buf() })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn open_rel(&self, rel: &str, flags: OFlags, mode: Mode) -> Result<OwnedFd, SandboxError> {
+        let p = if rel.is_empty() { "." } else { rel };
+        rustix::fs::openat2(&self.dir, p, flags | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK, mode, RESOLVE).map_err(|e| resolve_err(rel, e))
+    }
+
+    /// A directory below the workspace (the workspace itself for `""`).
+    pub fn open_dir(&self, rel: &str) -> Result<OwnedFd, SandboxError> {
+        self.open_rel(rel, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty())
+    }
+
+    /// Opens a regular file for reading (no-follow, non-blocking, checked with `fstat` before
+    /// anything is read). Returns the file and its size.
+    pub fn open_regular(&self, path: &str) -> Result<(std::fs::File, u64), SandboxError> {
+        let rel = relative(path)?;
+        let fd = self.open_rel(&rel, OFlags::RDONLY, Mode::empty())?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| io_err("stat", &self.root.join(&rel), e))?;
+        let t = FileType::from_raw_mode(st.st_mode);
+        if t != FileType::RegularFile {
+            return Err(SandboxError::path(path, format!("is a {}, not a regular file; only regular files are read", kind_name(t))));
+        }
+        Ok((std::fs::File::from(fd), u64::try_from(st.st_size).unwrap_or(0)))
+    }
+
+    /// Reads at most `max_bytes` of a regular file. Returns the bytes and the file's size.
+    pub fn read_file(&self, path: &str, max_bytes: u64) -> Result<(Vec<u8>, u64), SandboxError> {
+        let (f, size) = self.open_regular(path)?;
+        let mut data = Vec::new();
+        f.take(max_bytes).read_to_end(&mut data).map_err(|e| io_err("read", &self.root.join(path.trim_start_matches("/workspace/")), e))?;
+        Ok((data, size))
+    }
+
+    /// Makes the parent directories of `rel` (each one created with `mkdirat` on a descriptor
+    /// opened no-follow) and returns a descriptor of the last.
+    fn parent_dir(&self, rel: &str) -> Result<(OwnedFd, String), SandboxError> {
+        let (parents, name) = match rel.rsplit_once('/') {
+            Some((p, n)) => (p, n),
+            None => ("", rel),
+        };
+        let mut dir = self.open_dir("")?;
+        for comp in parents.split('/').filter(|c| !c.is_empty()) {
+            match rustix::fs::mkdirat(&dir, comp, Mode::from_raw_mode(0o755)) {
+                Ok(()) => {}
+                Err(e) if e == rustix::io::Errno::EXIST => {}
+                Err(e) => return Err(resolve_err(rel, e)),
+            }
+            dir = rustix::fs::openat2(&dir, comp, OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW, Mode::empty(), RESOLVE).map_err(|e| resolve_err(rel, e))?;
+        }
+        Ok((dir, name.to_string()))
+    }
+
+    /// Writes `data` to a regular file, creating it and its parent directories. An existing
+    /// symlink, FIFO, device or directory at the path is refused before anything is written.
+    pub fn write_file(&self, path: &str, data: &[u8]) -> Result<(), SandboxError> {
+        let rel = relative(path)?;
+        if rel.is_empty() {
+            return Err(SandboxError::path(path, "names the workspace itself; give a file path"));
+        }
+        let (dir, name) = self.parent_dir(&rel)?;
+        let fd = rustix::fs::openat2(&dir, name.as_str(), OFlags::WRONLY | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK, Mode::from_raw_mode(0o644), RESOLVE)
+            .map_err(|e| resolve_err(&rel, e))?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| io_err("stat", &self.root.join(&rel), e))?;
+        let t = FileType::from_raw_mode(st.st_mode);
+        if t != FileType::RegularFile {
+            return Err(SandboxError::path(path, format!("is a {}, not a regular file; only regular files are written", kind_name(t))));
+        }
+        rustix::fs::ftruncate(&fd, 0).map_err(|e| io_err("truncate", &self.root.join(&rel), e))?;
+        let mut f = std::fs::File::from(fd);
+        f.write_all(data).map_err(|e| io_err("write", &self.root.join(&rel), e))?;
+        Ok(())
+    }
+
+    /// Creates a directory (and its parents) no-follow; an existing directory is fine.
+    pub fn make_dir(&self, rel: &str) -> Result<OwnedFd, SandboxError> {
+        let (dir, name) = self.parent_dir(rel)?;
+        if name.is_empty() {
+            return Ok(dir);
+        }
+        match rustix::fs::mkdirat(&dir, name.as_str(), Mode::from_raw_mode(0o755)) {
+            Ok(()) => {}
+            Err(e) if e == rustix::io::Errno::EXIST => {}
+            Err(e) => return Err(resolve_err(rel, e)),
+        }
+        rustix::fs::openat2(&dir, name.as_str(), OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW, Mode::empty(), RESOLVE).map_err(|e| resolve_err(rel, e))
+    }
+
+    /// Creates a regular file for writing (restore); the name must not exist as anything but a
+    /// regular file, which is replaced.
+    pub fn create_file(&self, rel: &str, mode: u32) -> Result<std::fs::File, SandboxError> {
+        let (dir, name) = self.parent_dir(rel)?;
+        if let Ok(st) = rustix::fs::statat(&dir, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
+                rustix::fs::unlinkat(&dir, name.as_str(), AtFlags::empty()).map_err(|e| resolve_err(rel, e))?;
+            }
+        }
+        let fd = rustix::fs::openat2(&dir, name.as_str(), OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOFOLLOW, Mode::from_raw_mode(mode & 0o777), RESOLVE)
+            .map_err(|e| resolve_err(rel, e))?;
+        Ok(std::fs::File::from(fd))
+    }
+
+    /// Lists `subdir` recursively without following symlinks, shallow entries first per directory.
+    pub fn list(&self, subdir: &str) -> Result<(Vec<Entry>, bool), SandboxError> {
+        let rel = relative(subdir)?;
+        let dir = self.open_dir(&rel)?;
+        let mut out = Vec::new();
+        let complete = walk(dir.as_fd(), &rel, &mut out)?;
+        Ok((out, complete))
+    }
+
+    /// What the workspace holds now, for telling which paths a run changed.
+    pub fn scan(&self) -> Result<Snapshot, SandboxError> {
+        let (entries, _) = self.list("")?;
+        Ok(Snapshot(entries.into_iter().filter(|e| e.kind != "dir").map(|e| (e.path.clone(), e)).collect()))
+    }
+
+    /// Removes everything in the workspace (restore replaces its contents), no-follow.
+    pub fn clear(&self) -> Result<(), SandboxError> {
+        let dir = self.open_dir("")?;
+        clear_dir(dir.as_fd(), &self.root)
+    }
+}
+
+fn clear_dir(dir: BorrowedFd<'_>, shown: &Path) -> Result<(), SandboxError> {
+    let names = dir_names(dir, shown)?;
+    for (name, t) in names {
+        if t == FileType::Directory {
+            let sub = rustix::fs::openat(dir, name.as_str(), OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW, Mode::empty()).map_err(|e| io_err("open", &shown.join(&name), e))?;
+            clear_dir(sub.as_fd(), &shown.join(&name))?;
+            rustix::fs::unlinkat(dir, name.as_str(), AtFlags::REMOVEDIR).map_err(|e| io_err("remove", &shown.join(&name), e))?;
+        } else {
+            rustix::fs::unlinkat(dir, name.as_str(), AtFlags::empty()).map_err(|e| io_err("remove", &shown.join(&name), e))?;
+        }
+    }
+    Ok(())
+}
+
+/// The names in a directory with their types (from `fstatat`, never following links).
+fn dir_names(dir: BorrowedFd<'_>, shown: &Path) -> Result<Vec<(String, FileType)>, SandboxError> {
+    let mut reader = rustix::fs::Dir::read_from(dir).map_err(|e| io_err("list", shown, e))?;
+    let mut names = Vec::new();
+    while let Some(ent) = reader.read() {
+        let ent = ent.map_err(|e| io_err("list", shown, e))?;
+        let name = ent.file_name().to_string_lossy().into_owned();
+        if name == "." || name == ".." {
+            continue;
+        }
+        let st = match rustix::fs::statat(dir, ent.file_name(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(s) => s,
+            Err(_) => continue, // removed meanwhile
+        };
+        names.push((name, FileType::from_raw_mode(st.st_mode)));
+    }
+    names.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(names)
+}
+
+fn walk(dir: BorrowedFd<'_>, prefix: &str, out: &mut Vec<Entry>) -> Result<bool, SandboxError> {
+    let mut reader = rustix::fs::Dir::read_from(dir).map_err(|e| io_err("list", Path::new(prefix), e))?;
+    let mut subdirs = Vec::new();
+    let mut here = Vec::new();
+    while let Some(ent) = reader.read() {
+        let Ok(ent) = ent else { break };
+        let name = ent.file_name();
+        if name.to_bytes() == b"." || name.to_bytes() == b".." {
+            continue;
+        }
+        let Ok(st) = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) else { continue };
+        let t = FileType::from_raw_mode(st.st_mode);
+        let nm = name.to_string_lossy().into_owned();
+        let path = if prefix.is_empty() { nm.clone() } else { format!("{prefix}/{nm}") };
+        let mtime_ns = i128::from(st.st_mtime) * 1_000_000_000 + i128::from(st.st_mtime_nsec);
+        here.push(Entry { path: path.clone(), kind: kind_name(t), size: u64::try_from(st.st_size).unwrap_or(0), mtime_ns });
+        if t == FileType::Directory {
+            subdirs.push((nm, path));
+        }
+    }
+    here.sort_by(|a, b| a.path.cmp(&b.path));
+    out.extend(here);
+    if out.len() > MAX_ENTRIES {
+        out.truncate(MAX_ENTRIES);
+        return Ok(false);
+    }
+    subdirs.sort();
+    for (nm, path) in subdirs {
+        let Ok(sub) = rustix::fs::openat(dir, nm.as_str(), OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW, Mode::empty()) else { continue };
+        if !walk(sub.as_fd(), &path, out)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// The workspace's non-directory entries at one moment.
+pub struct Snapshot(BTreeMap<String, Entry>);
+
+impl Snapshot {
+    /// Paths added or modified since `self` (size, mtime or type differ), sorted.
+    pub fn changed_since(&self, now: &Snapshot) -> Vec<String> {
+        now.0.iter().filter(|(p, e)| self.0.get(*p).is_none_or(|old| old.size != e.size || old.mtime_ns != e.mtime_ns || old.kind != e.kind)).map(|(p, _)| format!("/workspace/{p}")).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_paths() {
+        assert_eq!(relative("a/b").unwrap(), "a/b");
+        assert_eq!(relative("/workspace/a/./b").unwrap(), "a/b");
+        assert_eq!(relative("/workspace").unwrap(), "");
+        assert!(relative("/etc/passwd").is_err());
+        assert!(relative("a/../../etc").is_err());
+        assert!(relative("/workspacex/a").is_err());
+    }
+}

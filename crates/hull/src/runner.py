@@ -1,0 +1,313 @@
+# hull's cell runner. It runs inside a box as `python3 -c RUNNER MODE SOCKET` and is not user
+# API. It connects to SOCKET (a Unix socket the supervisor listens on, in a private directory
+# bound at /run/hull), then runs cells like a notebook: the last bare expression's value, every
+# display(obj) and every open matplotlib figure become mime bundles. Bundles travel on the
+# socket, never on stdout/stderr, so printing cannot forge them and capture never changes the
+# program's output or exit code.
+#   once:   read one cell, run it with the box's own stdout/stderr, send the bundles, then end the
+#           way the interpreter would (non-daemon threads joined, atexit handlers run, files left
+#           open in the cell's globals closed) but skip interpreter teardown, which costs
+#           milliseconds; exit with the cell's code (1 for an exception, SystemExit's code).
+#   kernel: run cells until the socket closes, keeping globals; each cell's fd 1 and 2 are pipes
+#           whose bytes are forwarded as frames, then a `done` frame carries the bundles.
+# Host -> runner: `<byte length>\n<UTF-8 code>` per cell. Runner -> host: JSON lines.
+# Startup matters (a call waits for it), so only builtin modules are imported up front: the
+# socket is `_socket`, the parse is compile(..., PyCF_ONLY_AST), JSON is written by `_enc`, and
+# traceback/linecache/json/threading are imported only when needed.
+import _socket, binascii, builtins, os, sys
+
+_MODE, _SOCK = sys.argv[1], sys.argv[2]
+sys.argv = [""]
+_chan = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+_chan.connect(_SOCK)
+_results = []
+_cell_no = [0]
+_buf = [b""]
+_lock = None
+_ONLY_AST = 0x400  # ast.PyCF_ONLY_AST, without importing ast
+
+
+def _recv_cell():
+    """The next cell's code, or None when the host closed the socket."""
+    while b"\n" not in _buf[0]:
+        b = _chan.recv(65536)
+        if not b:
+            return None
+        _buf[0] += b
+    head, rest = _buf[0].split(b"\n", 1)
+    n = int(head)
+    while len(rest) < n:
+        b = _chan.recv(max(65536, n - len(rest)))
+        if not b:
+            return None
+        rest += b
+    _buf[0] = rest[n:]
+    return rest[:n].decode("utf-8", "replace")
+
+
+_ESC = {i: "\\u%04x" % i for i in range(32)}
+_ESC[34] = '\\"'
+_ESC[92] = "\\\\"
+
+
+def _enc(o):
+    if o is None:
+        return "null"
+    if o is True:
+        return "true"
+    if o is False:
+        return "false"
+    if isinstance(o, str):
+        return '"' + o.translate(_ESC) + '"'
+    if isinstance(o, int):
+        return int.__repr__(o)
+    if isinstance(o, float):
+        return float.__repr__(o) if o == o and o not in (float("inf"), float("-inf")) else "null"
+    if isinstance(o, dict):
+        return "{" + ",".join(_enc(str(k)) + ":" + _enc(v) for k, v in o.items()) + "}"
+    if isinstance(o, (list, tuple)):
+        return "[" + ",".join(_enc(v) for v in o) + "]"
+    return _enc(str(o))
+
+
+def _send(obj):
+    data = (_enc(obj) + "\n").encode("utf-8", "replace")
+    if _lock is None:
+        _chan.sendall(data)
+    else:
+        with _lock:
+            _chan.sendall(data)
+
+
+def _b64(b):
+    return binascii.b2a_base64(bytes(b), newline=False).decode("ascii")
+
+
+def _figure_bundle(fig):
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight")
+    w, h = fig.get_size_inches() * fig.dpi
+    return {"image/png": _b64(buf.getvalue()), "text/plain": "<Figure size %dx%d>" % (int(w), int(h))}
+
+
+_MIME = [
+    ("_repr_html_", "text/html"),
+    ("_repr_markdown_", "text/markdown"),
+    ("_repr_svg_", "image/svg+xml"),
+    ("_repr_png_", "image/png"),
+    ("_repr_jpeg_", "image/jpeg"),
+    ("_repr_json_", "application/json"),
+    ("_repr_latex_", "text/latex"),
+]
+
+
+def _put(data, mime, v):
+    if isinstance(v, tuple):
+        v = v[0]
+    if v is None:
+        return
+    if mime in ("image/png", "image/jpeg"):
+        data[mime] = _b64(v) if isinstance(v, (bytes, bytearray)) else str(v)
+    elif mime == "application/json":
+        if isinstance(v, str):
+            import json
+
+            v = json.loads(v)
+        data[mime] = v
+    else:
+        data[mime] = v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+
+
+def _bundle(obj):
+    if type(obj).__module__.startswith("matplotlib.figure"):
+        b = _figure_bundle(obj)
+        plt = sys.modules.get("matplotlib.pyplot")
+        if plt is not None:
+            plt.close(obj)
+        return b
+    data = {}
+    if not isinstance(obj, type):
+        mb = getattr(obj, "_repr_mimebundle_", None)
+        if callable(mb):
+            try:
+                r = mb()
+                if isinstance(r, tuple):
+                    r = r[0]
+                for mime, v in (r or {}).items():
+                    _put(data, mime, v)
+            except Exception:
+                pass
+        for meth, mime in _MIME:
+            f = getattr(obj, meth, None)
+            if callable(f) and mime not in data:
+                try:
+                    _put(data, mime, f())
+                except Exception:
+                    pass
+    try:
+        data.setdefault("text/plain", repr(obj))
+    except Exception as e:
+        data["text/plain"] = "<repr failed: %s>" % e
+    return data
+
+
+def display(*objs, raw=False, **_ignored):
+    """Show objects as rich results of this cell (like IPython's display)."""
+    for o in objs:
+        if raw and isinstance(o, dict):
+            _results.append({str(k): v for k, v in o.items()})
+        else:
+            _results.append(_bundle(o))
+
+
+builtins.display = display
+
+
+def _figures():
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is None:
+        return
+    try:
+        for n in plt.get_fignums():
+            _results.append(_figure_bundle(plt.figure(n)))
+        plt.close("all")
+    except Exception:
+        import traceback
+
+        traceback.print_exc()
+
+
+def _run_cell(code, g):
+    """Runs one cell; returns its exit code (0, 1 for an exception, SystemExit's code)."""
+    _cell_no[0] += 1
+    name = "<cell %d>" % _cell_no[0] if _MODE == "kernel" else "<cell>"
+    try:
+        tree = compile(code, name, "exec", _ONLY_AST)
+        last = None
+        # As in IPython, a trailing `;` keeps the last expression's value from being shown.
+        if tree.body and type(tree.body[-1]).__name__ == "Expr" and not code.rstrip().endswith(";"):
+            import _ast
+
+            last = _ast.Expression(body=tree.body.pop().value)
+        exec(compile(tree, name, "exec"), g)
+        if last is not None:
+            v = eval(compile(last, name, "eval"), g)
+            if v is not None:
+                g["_"] = v
+                display(v)
+        return 0
+    except SystemExit as e:
+        c = e.code
+        if c is None:
+            return 0
+        if isinstance(c, int):
+            return c
+        print(c, file=sys.stderr)
+        return 1
+    except BaseException as e:
+        import linecache, traceback
+
+        linecache.cache[name] = (len(code), None, code.splitlines(True), name)
+        tb = e.__traceback__
+        if tb is not None and tb.tb_frame.f_code is _run_cell.__code__:
+            tb = tb.tb_next
+        traceback.print_exception(type(e), e, tb)
+        return 1
+    finally:
+        _figures()
+
+
+def _globals():
+    return {"__name__": "__main__", "__builtins__": builtins, "display": display}
+
+
+def _flush():
+    for s in (sys.stdout, sys.stderr):
+        try:
+            s.flush()
+        except Exception:
+            pass
+
+
+def _pump(fd, stream):
+    while True:
+        try:
+            b = os.read(fd, 65536)
+        except OSError:
+            break
+        if not b:
+            break
+        _send({"stream": stream, "data": _b64(b)})
+    os.close(fd)
+
+
+def _kernel():
+    global _lock
+    import threading
+
+    _lock = threading.Lock()
+    g = _globals()
+    saved = (os.dup(1), os.dup(2))
+    while True:
+        code = _recv_cell()
+        if code is None:
+            return
+        _results.clear()
+        _flush()
+        r1, w1 = os.pipe()
+        r2, w2 = os.pipe()
+        os.dup2(w1, 1)
+        os.dup2(w2, 2)
+        os.close(w1)
+        os.close(w2)
+        pumps = [threading.Thread(target=_pump, args=(r1, "stdout"), daemon=True), threading.Thread(target=_pump, args=(r2, "stderr"), daemon=True)]
+        for p in pumps:
+            p.start()
+        rc = _run_cell(code, g)
+        _flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for p in pumps:
+            p.join(1.0)
+        _send({"done": True, "exit_code": rc, "results": list(_results)})
+
+
+def _end(rc, g):
+    """What interpreter shutdown does that a program can observe, then a fast exit."""
+    t = sys.modules.get("threading")
+    if t is not None:
+        try:
+            t._shutdown()  # join non-daemon threads, as Py_Finalize does first
+        except Exception:
+            pass
+    try:
+        import atexit
+
+        atexit._run_exitfuncs()
+    except Exception:
+        pass
+    try:
+        # Dropping the cell's globals closes (and so flushes) files it left open, as teardown would.
+        g.clear()
+    except Exception:
+        pass
+    _flush()
+    os._exit(rc & 0xFF if rc >= 0 else 1)
+
+
+# The first AST parse builds every AST node type (~3 ms); do it while the box waits for its cell.
+compile("0", "<warm-up>", "exec", _ONLY_AST)
+if _MODE == "kernel":
+    _kernel()
+else:
+    code = _recv_cell()
+    if code is None:
+        os._exit(0)
+    g = _globals()
+    rc = _run_cell(code, g)
+    _flush()
+    _send({"done": True, "exit_code": rc, "results": _results})
+    _chan.close()
+    _end(rc, g)

@@ -1,0 +1,541 @@
+//! A Sandbox: a session of boxes that share one workspace directory (bound at `/workspace`),
+//! optional dependencies installed once by a setup box (`/deps`), prewarmed runner boxes and
+//! kernels. Every call still gets a fresh box; only the workspace and `/deps` carry over.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use hull_box::spec::SpecError;
+use hull_box::{BindMount, BoxError, BoxSpec, Network, NoSink, OutputSink, RootSpec, RunOptions, RunResult, Runtime, TmpfsMount};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::cell::{Reaper, RunnerBox, Started};
+use crate::config::{SandboxConfig, DEPS_DIR};
+use crate::error::SandboxError;
+use crate::files::Confined;
+
+/// What one call produced: the box's result plus the rich results and changed files.
+#[derive(Debug, Serialize)]
+pub struct ExecResult {
+    #[serde(flatten)]
+    pub run: RunResult,
+    /// Mime bundles (`{"text/plain": ..., "image/png": base64, ...}`), in display order.
+    pub results: Vec<Value>,
+    /// Workspace paths (`/workspace/...`) added or modified by the call, when tracked.
+    pub files: Vec<String>,
+}
+
+/// Languages `run_code` accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Language {
+    Python,
+    Bash,
+    Sh,
+    Node,
+}
+
+impl Language {
+    pub fn parse(s: Option<&str>) -> Result<Language, SandboxError> {
+        match s {
+            None | Some("python") | Some("python3") => Ok(Language::Python),
+            Some("bash") => Ok(Language::Bash),
+            Some("sh") => Ok(Language::Sh),
+            Some("node") | Some("javascript") => Ok(Language::Node),
+            Some(other) => Err(SandboxError::invalid("language", format!("`{other}`: use python, bash, sh or node"))),
+        }
+    }
+}
+
+/// At most this many boxes of one Sandbox run at once; further calls wait their turn (their
+/// deadline starts when their box does).
+fn max_parallel() -> usize {
+    std::thread::available_parallelism().map_or(2, usize::from).saturating_mul(4).max(4)
+}
+
+/// A counting semaphore.
+struct Slots {
+    used: Mutex<usize>,
+    freed: Condvar,
+    max: usize,
+}
+
+struct SlotGuard<'a>(&'a Slots);
+
+impl Slots {
+    fn take(&self) -> SlotGuard<'_> {
+        let mut u = self.used.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        while *u >= self.max {
+            u = self.freed.wait(u).unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        *u += 1;
+        SlotGuard(self)
+    }
+}
+
+impl Drop for SlotGuard<'_> {
+    fn drop(&mut self) {
+        let mut u = self.0.used.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *u -= 1;
+        self.0.freed.notify_one();
+    }
+}
+
+/// How long an unused prewarmed box may wait before its own deadline ends it (it is replaced).
+const POOL_IDLE: Duration = Duration::from_secs(3600);
+/// How long a kernel box may live.
+const KERNEL_LIFE: Duration = Duration::from_secs(86400);
+/// Time a runner box gets to start, on top of the call's own timeout.
+const START_MARGIN: Duration = Duration::from_secs(20);
+
+struct Pool {
+    boxes: Mutex<VecDeque<RunnerBox>>,
+    refill: Mutex<Option<mpsc::Sender<()>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// A kernel: one warm interpreter in a long-lived box. Cells run one at a time.
+pub struct Kernel {
+    pub id: String,
+    rb: Mutex<Result<RunnerBox, String>>,
+}
+
+pub struct Sandbox {
+    pub id: String,
+    rt: Arc<Runtime>,
+    cfg: SandboxConfig,
+    base: BoxSpec,
+    workspace: Confined,
+    session: PathBuf,
+    slots: Slots,
+    reaper: Reaper,
+    reaper_thread: Mutex<Option<JoinHandle<()>>>,
+    pool: Pool,
+    kernels: Mutex<HashMap<String, Arc<Kernel>>>,
+    next_kernel: AtomicU64,
+    destroyed: AtomicBool,
+    /// The setup box's result, when there was one.
+    pub setup: Option<RunResult>,
+}
+
+/// Maps a box-engine refusal to the Python argument it came from.
+fn spec_error(e: BoxError) -> SandboxError {
+    let arg = match &e {
+        BoxError::Spec(SpecError::TargetRefused { arg, .. } | SpecError::SourceRefused { arg, .. } | SpecError::SourceMissing { arg, .. } | SpecError::Invalid { arg, .. }) => match *arg {
+            "--mount" => return SandboxError::MountRefused(e),
+            "--tmpfs" => "tmpfs",
+            "--workspace" => "workspace",
+            "--rootfs" => "image",
+            "--memory" => "memory_mb",
+            "--cpus" => "cpus",
+            "--pids" => "pids",
+            "--timeout" => "timeout_s",
+            "--max-output" => "max_output_bytes",
+            other => other,
+        },
+        BoxError::Spec(SpecError::DuplicateTarget(_) | SpecError::TmpfsCoversBind { .. }) => return SandboxError::MountRefused(e),
+        BoxError::Spec(SpecError::TmpfsOverMemory { .. }) => "tmpfs",
+        BoxError::Spec(SpecError::BadEnv(_)) => "env",
+        BoxError::Spec(SpecError::Caps(_)) => "cap_drop",
+        BoxError::Source { arg: "--mount", .. } => return SandboxError::MountRefused(e),
+        _ => return SandboxError::Box(e),
+    };
+    SandboxError::Invalid { arg: arg.to_string(), why: e.to_string() }
+}
+
+fn remove_tree(p: &Path) {
+    if std::fs::remove_dir_all(p).is_err() {
+        fn writable(d: &Path) {
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700));
+            if let Ok(rd) = std::fs::read_dir(d) {
+                for e in rd.flatten() {
+                    if e.file_type().is_ok_and(|t| t.is_dir()) {
+                        writable(&e.path());
+                    }
+                }
+            }
+        }
+        writable(p);
+        let _ = std::fs::remove_dir_all(p);
+    }
+}
+
+impl Sandbox {
+    /// Creates the session: checks every argument, makes the workspace, runs `setup` if given
+    /// (the only box with a network), probes that a box can start, and fills the prewarm pool.
+    pub fn create(rt: Arc<Runtime>, id: String, cfg: SandboxConfig) -> Result<Arc<Sandbox>, SandboxError> {
+        let session = tempfile::Builder::new().prefix(&crate::cell::leftover_prefix("sb")).tempdir().map_err(|e| SandboxError::Io { what: "create the session directory in", path: std::env::temp_dir(), error: e })?.keep();
+        let made = Self::create_in(rt, id, cfg, &session);
+        if made.is_err() {
+            remove_tree(&session);
+        }
+        made
+    }
+
+    fn create_in(rt: Arc<Runtime>, id: String, cfg: SandboxConfig, session: &Path) -> Result<Arc<Sandbox>, SandboxError> {
+        let ws_path = match &cfg.workspace {
+            Some(w) => w.clone(),
+            None => {
+                let w = session.join("workspace");
+                std::fs::create_dir(&w).map_err(|e| SandboxError::Io { what: "create", path: w.clone(), error: e })?;
+                w
+            }
+        };
+        let deps = session.join("deps");
+        std::fs::create_dir(&deps).map_err(|e| SandboxError::Io { what: "create", path: deps.clone(), error: e })?;
+        let mut base = BoxSpec::new(vec!["true".into()]);
+        match cfg.image.as_deref() {
+            None | Some("host") => {}
+            Some(name) => {
+                let store = hull_image::Store::open(&hull_image::default_home()).map_err(|e| SandboxError::invalid("image", format!("`{name}`: {e}")))?;
+                let info = store.resolve(name).map_err(|e| SandboxError::invalid("image", e.to_string()))?;
+                base.root = RootSpec::Dir(info.rootfs.clone());
+                base.image_name = info.name.clone();
+                for kv in info.config.env.iter().flatten() {
+                    if let Some((k, v)) = kv.split_once('=') {
+                        base.env.push((k.to_string(), v.to_string()));
+                    }
+                }
+            }
+        }
+        base.workspace = Some(ws_path.clone());
+        base.memory = cfg.memory_mb.map(|m| m << 20);
+        if let Some(m) = base.memory {
+            base.tmp_size = base.tmp_size.min(m / 2);
+            base.shm_size = base.shm_size.min(m / 2);
+        }
+        base.tmpfs = cfg.tmpfs.iter().map(|(t, s)| TmpfsMount { target: t.clone(), size: *s }).collect();
+        base.mounts.clone_from(&cfg.mounts);
+        base.network = if cfg.network { Network::Host } else { Network::None };
+        base.cap_drop.clone_from(&cfg.cap_drop);
+        base.pids = cfg.pids;
+        base.cpus = cfg.cpus;
+        base.require_limits = cfg.require_limits;
+        base.timeout = cfg.timeout;
+        if let Some(m) = cfg.max_output_bytes {
+            base.max_output = m;
+        }
+        let mut env: Vec<(String, String)> = vec![
+            ("MPLBACKEND".into(), "Agg".into()),
+            ("PYTHONUNBUFFERED".into(), "1".into()),
+            ("MPLCONFIGDIR".into(), "/tmp/.matplotlib".into()),
+        ];
+        if cfg.setup.is_some() {
+            let pp = cfg.env.get("PYTHONPATH").map_or(DEPS_DIR.to_string(), |p| format!("{DEPS_DIR}:{p}"));
+            env.push(("PYTHONPATH".into(), pp));
+            env.push(("HULL_DEPS".into(), DEPS_DIR.into()));
+            env.push(("PATH".into(), format!("{DEPS_DIR}/bin:{}", hull_box::spec::BOX_PATH)));
+            base.mounts.push(BindMount { source: deps.clone(), target: DEPS_DIR.into(), read_only: cfg.deps_readonly });
+        }
+        for (k, v) in &cfg.env {
+            if k == "PYTHONPATH" && cfg.setup.is_some() {
+                continue;
+            }
+            env.retain(|(ek, _)| ek != k);
+            env.push((k.clone(), v.clone()));
+        }
+        base.env.extend(env);
+        base.validate().map_err(|e| spec_error(BoxError::Spec(e)))?;
+        let workspace = Confined::open(&ws_path)?;
+        let (reaper, reaper_thread) = Reaper::start();
+        let mut sb = Sandbox {
+            id,
+            rt,
+            cfg,
+            base,
+            workspace,
+            session: session.to_path_buf(),
+            slots: Slots { used: Mutex::new(0), freed: Condvar::new(), max: max_parallel() },
+            reaper,
+            reaper_thread: Mutex::new(Some(reaper_thread)),
+            pool: Pool { boxes: Mutex::new(VecDeque::new()), refill: Mutex::new(None), thread: Mutex::new(None) },
+            kernels: Mutex::new(HashMap::new()),
+            next_kernel: AtomicU64::new(1),
+            destroyed: AtomicBool::new(false),
+            setup: None,
+        };
+        if let Some(cmd) = sb.cfg.setup.clone() {
+            sb.setup = Some(sb.run_setup(&cmd, &deps)?);
+        } else {
+            // A box that cannot start should fail here, at construction, not at the first call.
+            let mut probe = sb.base.clone();
+            probe.argv = vec!["/bin/true".into()];
+            probe.timeout = Duration::from_secs(10);
+            sb.rt.run(&probe, RunOptions { capture: true }, &mut NoSink).map_err(spec_error)?;
+        }
+        let sb = Arc::new(sb);
+        sb.start_pool();
+        Ok(sb)
+    }
+
+    /// The setup box: the session's only network window. It runs `sh -c SETUP` with the host
+    /// network and `/deps` writable; pip installs there (`PIP_TARGET`), byte-code is compiled,
+    /// and the box dies when the command ends.
+    fn run_setup(&self, cmd: &str, deps: &Path) -> Result<RunResult, SandboxError> {
+        let mut spec = self.base.clone();
+        spec.network = Network::Host;
+        spec.timeout = self.cfg.setup_timeout;
+        for m in &mut spec.mounts {
+            if m.target == DEPS_DIR {
+                m.read_only = false;
+            }
+        }
+        spec.env.extend([
+            ("PIP_TARGET".to_string(), DEPS_DIR.to_string()),
+            ("PIP_BREAK_SYSTEM_PACKAGES".into(), "1".into()),
+            ("PIP_DISABLE_PIP_VERSION_CHECK".into(), "1".into()),
+            ("PIP_NO_CACHE_DIR".into(), "1".into()),
+            ("PIP_ROOT_USER_ACTION".into(), "ignore".into()),
+            ("TMPDIR".into(), format!("{DEPS_DIR}/.tmp")),
+        ]);
+        let _ = std::fs::create_dir(deps.join(".tmp"));
+        spec.argv = vec!["sh".into(), "-c".into(), format!("set -e\n{cmd}\npython3 -m compileall -q {DEPS_DIR} >/dev/null 2>&1 || true\n")];
+        let r = self.rt.run(&spec, RunOptions { capture: true }, &mut NoSink).map_err(spec_error)?;
+        remove_tree(&deps.join(".tmp"));
+        if !r.success {
+            let why = match &r.fault {
+                Some(f) => format!("{}: {}", f.kind.as_str(), f.reason),
+                None => format!("exit code {}", r.exit_code),
+            };
+            let tail: String = r.stderr.chars().rev().take(2000).collect::<Vec<_>>().into_iter().rev().collect();
+            return Err(SandboxError::SetupFailed { command: cmd.to_string(), why, stderr_tail: tail });
+        }
+        Ok(r)
+    }
+
+    fn start_pool(self: &Arc<Self>) {
+        let n = self.cfg.prewarm;
+        if n == 0 {
+            return;
+        }
+        let (tx, rx) = mpsc::channel::<()>();
+        for _ in 0..n {
+            let _ = tx.send(());
+        }
+        let weak = Arc::downgrade(self);
+        let h = std::thread::spawn(move || {
+            for () in rx {
+                let Some(sb) = weak.upgrade() else { return };
+                if sb.destroyed.load(Ordering::SeqCst) {
+                    return;
+                }
+                if let Ok(Started::Ready(rb)) = RunnerBox::start(&sb.rt, &sb.base, "once", POOL_IDLE + sb.cfg.timeout, &sb.reaper) {
+                    if let Ok(mut q) = sb.pool.boxes.lock() {
+                        q.push_back(rb);
+                    }
+                }
+            }
+        });
+        if let Ok(mut r) = self.pool.refill.lock() {
+            *r = Some(tx);
+        }
+        if let Ok(mut t) = self.pool.thread.lock() {
+            *t = Some(h);
+        }
+    }
+
+    /// A prewarmed box, if one is ready. The caller asks for its replacement with [`refill`]
+    /// once its call is done, so the new box's start does not compete with the call for CPU.
+    fn take_warm(&self) -> Option<RunnerBox> {
+        loop {
+            let mut rb = self.pool.boxes.lock().ok()?.pop_front()?;
+            if !rb.is_gone() {
+                return Some(rb);
+            }
+            self.refill();
+        }
+    }
+
+    fn refill(&self) {
+        if let Ok(r) = self.pool.refill.lock() {
+            if let Some(tx) = r.as_ref() {
+                let _ = tx.send(());
+            }
+        }
+    }
+
+    fn check_alive(&self) -> Result<(), SandboxError> {
+        if self.destroyed.load(Ordering::SeqCst) {
+            return Err(SandboxError::Destroyed);
+        }
+        Ok(())
+    }
+
+    fn track<T>(&self, f: impl FnOnce() -> Result<(T, RunResult, Vec<Value>), SandboxError>) -> Result<(T, ExecResult), SandboxError> {
+        let before = if self.cfg.track_files { self.workspace.scan().ok() } else { None };
+        let (t, run, results) = f()?;
+        let files = match (&before, self.cfg.track_files) {
+            (Some(b), true) => self.workspace.scan().map(|now| b.changed_since(&now)).unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        Ok((t, ExecResult { run, results, files }))
+    }
+
+    /// Runs code in a fresh box. Python goes through the cell runner (rich results, a prewarmed
+    /// box when one is ready); bash, sh and node run their interpreter directly.
+    pub fn run_code(&self, code: &str, language: Language, sink: Box<dyn OutputSink + Send>) -> Result<ExecResult, SandboxError> {
+        self.check_alive()?;
+        if language != Language::Python {
+            let argv = match language {
+                Language::Bash => vec!["bash".into(), "-c".into(), code.into()],
+                Language::Sh => vec!["sh".into(), "-c".into(), code.into()],
+                _ => vec!["node".into(), "-e".into(), code.into()],
+            };
+            return self.run(argv, sink);
+        }
+        let _slot = self.slots.take();
+        let t0 = std::time::Instant::now();
+        let mut took_warm = false;
+        let r = self.track(|| {
+            let rb = match self.take_warm() {
+                Some(rb) => {
+                    took_warm = true;
+                    rb
+                }
+                None => match RunnerBox::start(&self.rt, &self.base, "once", self.cfg.timeout + START_MARGIN, &self.reaper)? {
+                    Started::Ready(rb) => rb,
+                    Started::Ended(run) => return Ok(((), run, Vec::new())),
+                },
+            };
+            let out = rb.run_once(code, self.cfg.timeout, sink)?;
+            Ok(((), out.run, out.results))
+        });
+        if took_warm {
+            self.refill();
+        }
+        // The call's duration includes starting its box when none was ready.
+        let mut r = r?.1;
+        r.run.duration_ms = u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
+        Ok(r)
+    }
+
+    /// Runs an argv in a fresh box.
+    pub fn run(&self, argv: Vec<String>, sink: Box<dyn OutputSink + Send>) -> Result<ExecResult, SandboxError> {
+        self.check_alive()?;
+        if argv.is_empty() {
+            return Err(SandboxError::invalid("argv", "give the command and its arguments, e.g. [\"ls\", \"-l\"]"));
+        }
+        let _slot = self.slots.take();
+        let mut spec = self.base.clone();
+        spec.argv = argv;
+        let mut sink = sink;
+        let ((), r) = self.track(|| {
+            let (run, teardown) = self.rt.run_detached(&spec, RunOptions { capture: true }, &mut *sink).map_err(spec_error)?;
+            self.reaper.give(teardown);
+            Ok(((), run, Vec::new()))
+        })?;
+        Ok(r)
+    }
+
+    pub fn files(&self) -> &Confined {
+        &self.workspace
+    }
+
+    /// Starts a kernel: one warm interpreter in a long-lived box.
+    pub fn kernel(&self) -> Result<Arc<Kernel>, SandboxError> {
+        self.check_alive()?;
+        let id = format!("{}-k{}", self.id, self.next_kernel.fetch_add(1, Ordering::SeqCst));
+        let rb = match RunnerBox::start(&self.rt, &self.base, "kernel", KERNEL_LIFE, &self.reaper)? {
+            Started::Ready(rb) => rb,
+            Started::Ended(run) => {
+                let why = run.fault.as_ref().map_or_else(|| format!("exit code {}: {}", run.exit_code, run.stderr.trim()), |f| f.reason.clone());
+                return Err(SandboxError::Runner(format!("of the kernel ended before it was ready ({why})")));
+            }
+        };
+        let k = Arc::new(Kernel { id: id.clone(), rb: Mutex::new(Ok(rb)) });
+        if let Ok(mut m) = self.kernels.lock() {
+            m.insert(id, Arc::clone(&k));
+        }
+        Ok(k)
+    }
+
+    pub fn get_kernel(&self, id: &str) -> Option<Arc<Kernel>> {
+        self.kernels.lock().ok()?.get(id).cloned()
+    }
+
+    /// Runs a cell in a kernel; state persists between cells. A cell that times out or kills
+    /// the interpreter ends the kernel (its result says why; later cells are refused).
+    pub fn kernel_run(&self, k: &Kernel, code: &str, sink: &mut dyn OutputSink) -> Result<ExecResult, SandboxError> {
+        self.check_alive()?;
+        let max_output = self.base.max_output;
+        let ((), r) = self.track(|| {
+            let mut g = k.rb.lock().map_err(|_poison| SandboxError::Runner("kernel lock poisoned".into()))?;
+            let rb = match g.as_mut() {
+                Ok(rb) => rb,
+                Err(why) => return Err(SandboxError::KernelDead(k.id.clone(), why.clone())),
+            };
+            match rb.run_kernel_cell(code, self.cfg.timeout, max_output, sink)? {
+                Ok(out) => Ok(((), out.run, out.results)),
+                Err(out) => {
+                    let why = out.run.fault.as_ref().map_or_else(|| format!("the interpreter exited with code {}", out.run.exit_code), |f| f.kind.as_str().to_string());
+                    *g = Err(why);
+                    Ok(((), out.run, out.results))
+                }
+            }
+        })?;
+        Ok(r)
+    }
+
+    pub fn close_kernel(&self, id: &str) -> bool {
+        let k = self.kernels.lock().ok().and_then(|mut m| m.remove(id));
+        if let Some(k) = k {
+            if let Ok(mut g) = k.rb.lock() {
+                *g = Err("closed".into());
+            }
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Ends every box of the session and removes its directories. Idempotent.
+    pub fn destroy(&self) {
+        if self.destroyed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        if let Ok(mut r) = self.pool.refill.lock() {
+            r.take();
+        }
+        if let Some(h) = self.pool.thread.lock().ok().and_then(|mut t| t.take()) {
+            let _ = h.join();
+        }
+        if let Ok(mut q) = self.pool.boxes.lock() {
+            q.clear();
+        }
+        let ks: Vec<String> = self.kernels.lock().map(|m| m.keys().cloned().collect()).unwrap_or_default();
+        for k in ks {
+            self.close_kernel(&k);
+        }
+    }
+
+    /// Waits until every box teardown handed to the reaper is done (boxes reaped, cgroups gone).
+    fn join_reaper(&mut self) {
+        let (dummy, _) = mpsc::channel();
+        self.reaper = Reaper::from_sender(dummy);
+        if let Some(h) = self.reaper_thread.lock().ok().and_then(|mut t| t.take()) {
+            let _ = h.join();
+        }
+    }
+
+    /// How many prewarmed boxes are ready now.
+    pub fn warm_count(&self) -> usize {
+        self.pool.boxes.lock().map(|q| q.len()).unwrap_or(0)
+    }
+
+    pub fn workspace_path(&self) -> &Path {
+        self.workspace.root()
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        self.destroy();
+        self.join_reaper();
+        remove_tree(&self.session);
+    }
+}
