@@ -777,29 +777,8 @@ impl Drop for Workspace {
         if !self.temporary {
             return;
         }
-        remove_workspace(&self.path);
+        crate::leftovers::remove_tree(&self.path);
     }
 }
 
-/// Removes a workspace tree; the box may have left directories without write permission, so
-/// those are restored and the removal retried. True when the tree is gone.
-pub(crate) fn remove_workspace(path: &Path) -> bool {
-    if std::fs::remove_dir_all(path).is_ok() {
-        return true;
-    }
-    make_writable(path);
-    std::fs::remove_dir_all(path).is_ok()
-}
-
-fn make_writable(dir: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
-    if let Ok(rd) = std::fs::read_dir(dir) {
-        for e in rd.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                make_writable(&e.path());
-            }
-        }
-    }
-}
 
