@@ -108,6 +108,11 @@ impl Runtime {
         self.templates.as_ref().map_or(0, crate::template::Templates::len)
     }
 
+    /// How many boxes entered a pooled network namespace (0 when templates are off).
+    pub fn pooled_nets_used(&self) -> u64 {
+        self.templates.as_ref().map_or(0, crate::template::Templates::pooled_nets)
+    }
+
     /// Removes box cgroups and temporary workspaces that SIGKILLed hulls left behind (see
     /// [`crate::leftovers`]). Reads the temporary directory, so long-lived front ends call it
     /// once, off the hot path.
@@ -205,8 +210,9 @@ impl Runtime {
         let procs: Vec<CString> = guard.0.as_ref().map(|c| c.procs_files().to_vec()).unwrap_or_default();
         let ctx = Context { uid: sys::geteuid(), gid: sys::getegid(), cgroup_procs: &procs, workspace: &workspace.path, seccomp_rules: self.rules, listener: self.listener, keep_caps: keep, stage: self.templates.as_ref().map_or(crate::plan::STAGE, |t| t.stage()) };
         let plan = assemble::build(spec, &ctx)?;
-        // Holds the template's namespaces until the box has entered them.
-        let (plan, _template) = match &self.templates {
+        // Holds the template's namespaces (and a pooled network namespace) until the box has
+        // entered them.
+        let (plan, _entered) = match &self.templates {
             Some(t) => t.prepare(plan)?,
             None => (plan, None),
         };
