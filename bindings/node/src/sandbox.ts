@@ -171,8 +171,12 @@ function createParams(opts: SandboxOptions): Record<string, unknown> {
  * A session of fresh boxes that share one workspace.
  *
  * ```ts
- * await using sb = await Sandbox.create({ timeoutS: 10 });
- * const r = await sb.runCode("print(6 * 7)");
+ * const sb = await Sandbox.create({ timeoutS: 10 });
+ * try {
+ *   const r = await sb.runCode("print(6 * 7)");
+ * } finally {
+ *   await sb.destroy();
+ * }
  * ```
  */
 export class Sandbox {
