@@ -4,7 +4,7 @@
 
 import { resolve as resolvePath } from "node:path";
 
-import { SandboxError } from "./errors.js";
+import { InvalidArgument, SandboxError } from "./errors.js";
 import { ExecutionResult, type FileEntry } from "./result.js";
 import { Server, findHull, type EventHandler } from "./server.js";
 
@@ -167,6 +167,14 @@ function createParams(opts: SandboxOptions): Record<string, unknown> {
   return params;
 }
 
+/** The server names refused arguments by their protocol (snake_case) names; say the option's. */
+function renameArg(e: unknown): unknown {
+  if (!(e instanceof InvalidArgument) || e.arg === undefined) return e;
+  const option = Object.entries(OPTIONS).find(([, [, p]]) => p === e.arg)?.[0];
+  if (option === undefined || option === e.arg) return e;
+  return new InvalidArgument(e.message.replaceAll(e.arg, option), option);
+}
+
 /**
  * A session of fresh boxes that share one workspace.
  *
@@ -234,7 +242,7 @@ export class Sandbox {
     } catch (e) {
       this.destroyed = true;
       await server.close();
-      throw e;
+      throw renameArg(e);
     }
   }
 
