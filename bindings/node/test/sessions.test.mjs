@@ -87,6 +87,7 @@ test("streaming callbacks get output as it arrives", async () => {
     t0 = Date.now();
     const r = await sb.runCode("import sys, time\nprint('start', flush=True)\ntime.sleep(1.0)\nprint('end')\nsys.stderr.write('e\\n')");
     assert.equal(r.stdout, "start\nend\n");
+    await waitFor(() => out.join("") === "start\nend\n" && err.join("") === "e\n");
     assert.equal(out.join(""), "start\nend\n");
     assert.equal(err.join(""), "e\n");
     assert.ok(firstAt < 900, `the first chunk came only after the program ended (${firstAt} ms)`);
@@ -96,6 +97,7 @@ test("streaming callbacks get output as it arrives", async () => {
     await k.runCode("print('from the kernel')");
     await k.close();
     await sb.run(["sh", "-c", "echo from run"]);
+    await waitFor(() => out.join("") === "from the kernel\nfrom run\n");
     assert.equal(out.join(""), "from the kernel\nfrom run\n");
   } finally {
     await sb.destroy();
@@ -108,6 +110,7 @@ test("streamed text keeps split characters whole", async () => {
   try {
     const r = await sb.runCode("import os, time\nfor b in 'é€'.encode():\n    os.write(1, bytes([b]))\n    time.sleep(0.05)");
     assert.equal(r.stdout, "é€");
+    await waitFor(() => got.join("") === "é€");
     assert.equal(got.join(""), "é€");
   } finally {
     await sb.destroy();
