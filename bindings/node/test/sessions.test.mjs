@@ -159,3 +159,36 @@ console.log(sb.serverPid, r.stdout.trim());
   assert.equal(said, "hi");
   assert.ok(await waitFor(() => !alive(Number(pid)), 10_000), "the orphaned hull serve kept running");
 });
+
+test("calls waiting on a server that dies reject with SandboxError", async () => {
+  const sb = await Sandbox.create({ timeoutS: 10 });
+  const pending = sb.runCode("import time\ntime.sleep(3)");
+  await new Promise((r) => setTimeout(r, 300));
+  process.kill(sb.serverPid, "SIGKILL"); // the hull serve this test started
+  await assert.rejects(pending, (e) => e instanceof SandboxError && e.kind === "server_exited" && /signal SIGKILL/.test(e.message));
+  await assert.rejects(sb.runCode("1"), SandboxError);
+  await sb.destroy();
+});
+
+test("a throwing output callback does not break the call", async () => {
+  const seen = [];
+  const sb = await Sandbox.create({
+    onStdout: (d) => {
+      seen.push(d);
+      throw new Error("callback bug");
+    },
+  });
+  const errors = [];
+  const saved = console.error;
+  console.error = (...a) => errors.push(a.join(" "));
+  try {
+    const r = await sb.runCode("print('a', flush=True)\nprint('b')");
+    assert.equal(r.stdout, "a\nb\n");
+    await waitFor(() => seen.join("") === "a\nb\n");
+    assert.equal(seen.join(""), "a\nb\n");
+    assert.ok(errors.some((e) => /callback bug/.test(e)));
+  } finally {
+    console.error = saved;
+    await sb.destroy();
+  }
+});

@@ -140,3 +140,12 @@ def test_a_tool_calling_loop_with_a_chat_model(tool):
     assert [type(m).__name__ for m in messages] == ["HumanMessage", "AIMessage", "ToolMessage", "AIMessage"]
     assert messages[2].content == "result:\n338350"
     assert "338350" in messages[-1].content
+
+
+def test_async_invoke(tool):
+    import asyncio
+
+    async def both():
+        return await asyncio.gather(tool.ainvoke({"code": "print(1)"}), tool.ainvoke({"code": "echo 2", "language": "sh"}))
+
+    assert asyncio.run(both()) == ["stdout:\n1", "stdout:\n2"]
