@@ -4,12 +4,13 @@
 calls; every call is a fresh network-off box) and returns a LangChain tool. The tool's output is
 text written for a model to act on: stdout, the trailing value, the traceback on error, a labelled
 sandbox fault (`[sandbox: timeout] ...`) and a mention of each image result. The program's own
-output cannot forge those labels: terminal escapes are stripped and a `[sandbox` it prints is
-shown as `(sandbox`.
+output cannot forge those labels: terminal escapes, control and invisible format characters are
+stripped, and a `[sandbox` it prints (or a look-alike bracket) is shown as `(sandbox`.
 """
 
 import re
 import threading
+from typing import Literal, Optional, Type
 
 try:
     from langchain_core.tools import BaseTool
@@ -19,8 +20,6 @@ except ImportError as e:  # pragma: no cover - exercised by a subprocess test
         "hull_sandbox.langchain needs langchain-core: pip install 'hull-sandbox[langchain]' "
         "(or pip install langchain-core)"
     ) from e
-
-from typing import Literal, Optional, Type
 
 from ._sandbox import Sandbox
 
@@ -32,6 +31,11 @@ DEFAULT_MAX_CHARS = 8000
 # CSI/OSC/other escape sequences, then any C0/C1 control character but tab and newline.
 _ESCAPES = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[@-Z\\-_])")
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# Invisible format characters (zero-width spaces and joiners, bidi overrides, BOM): they could
+# hide text or split a `[sandbox` so it escapes the rewrite below.
+_INVISIBLE = re.compile("[\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb]")
+# An opening bracket (ASCII or a look-alike) before "sandbox": what could pass for a label.
+_LABEL = re.compile(r"[\[\uff3b\u27e6\u2045\u298b\u298d\u298f](\s*)sandbox", re.IGNORECASE)
 _IMAGES = ("image/png", "image/jpeg", "image/svg+xml", "image/gif")
 
 
@@ -39,7 +43,7 @@ def _clean(text, max_chars):
     """Program output made safe to frame: no escapes or control characters, no forged labels,
     at most max_chars (the middle is cut, with a marker saying how much)."""
     text = _CONTROLS.sub("", _ESCAPES.sub("", text.replace("\r\n", "\n").replace("\r", "\n")))
-    text = re.sub(r"\[(\s*)sandbox", r"(\1sandbox", text, flags=re.IGNORECASE)
+    text = _LABEL.sub(r"(\1sandbox", _INVISIBLE.sub("", text))
     if len(text) > max_chars:
         head, tail = max_chars * 2 // 3, max_chars // 3
         cut = len(text) - head - tail
