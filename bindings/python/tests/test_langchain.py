@@ -80,15 +80,19 @@ def test_long_output_is_cut_with_a_marker():
 def test_a_chart_is_mentioned_as_an_image(tool):
     if "[exit code" in tool.invoke({"code": "import matplotlib"}):
         pytest.skip("matplotlib cannot be imported in the box (install python3-matplotlib)")
-    out = tool.invoke({"code": "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9]);"})
-    m = re.search(r"\[image/png result: (\d+) bytes\]", out)
-    assert m and int(m.group(1)) > 1000, out
+    msg = tool.invoke({"type": "tool_call", "name": "run_code", "id": "c", "args": {"code": "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9]);"}})
+    m = re.search(r"\[image/png result: (\d+) bytes\]", msg.content)
+    assert m and int(m.group(1)) > 1000, msg.content
+    # The application gets the chart itself as the message's artifact (the ExecutionResult).
+    png = msg.artifact.results[0].png
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) == int(m.group(1))
 
 
 def test_a_tool_call_gives_a_tool_message(tool):
     msg = tool.invoke({"type": "tool_call", "name": "run_code", "id": "call_7", "args": {"code": "6 * 7"}})
     assert isinstance(msg, ToolMessage)
     assert msg.tool_call_id == "call_7" and msg.content == "result:\n42"
+    assert msg.artifact.exit_code == 0 and msg.artifact.results[0].text == "42"
 
 
 def test_bad_sandbox_arguments_are_refused_when_the_tool_is_made():

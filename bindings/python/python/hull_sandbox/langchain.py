@@ -97,6 +97,9 @@ class HullCodeTool(BaseTool):
         "sandbox stopped the program (timeout, out of memory, blocked system call)."
     )
     args_schema: Type[BaseModel] = RunCodeInput
+    # The model reads the text; the application gets the ExecutionResult (charts as bytes) as
+    # the ToolMessage's artifact.
+    response_format: Literal["content", "content_and_artifact"] = "content_and_artifact"
     max_chars: int = DEFAULT_MAX_CHARS
 
     _sandbox: Optional[Sandbox] = PrivateAttr(default=None)
@@ -106,8 +109,9 @@ class HullCodeTool(BaseTool):
         with self._lock:
             sb = self._sandbox
         if sb is None:
-            return "[sandbox: closed] this tool's sandbox was destroyed"
-        return format_result(sb.run_code(code, language=language), self.max_chars)
+            return "[sandbox: closed] this tool's sandbox was destroyed", None
+        r = sb.run_code(code, language=language)
+        return format_result(r, self.max_chars), r
 
     @property
     def sandbox(self):
