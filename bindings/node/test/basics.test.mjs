@@ -125,3 +125,14 @@ test("the workspace persists across calls and changed files are reported", async
     await sb.destroy();
   }
 });
+
+test("a missing program is an exec_failed fault naming it", async () => {
+  const sb = await Sandbox.create();
+  try {
+    const r = await sb.run(["no-such-program-hull-test"]);
+    assert.equal(r.fault?.type, "exec_failed", JSON.stringify(r));
+    assert.match(r.fault.reason, /no-such-program-hull-test/);
+  } finally {
+    await sb.destroy();
+  }
+});
