@@ -136,3 +136,35 @@ test("a missing program is an exec_failed fault naming it", async () => {
     await sb.destroy();
   }
 });
+
+test("each option reaches the box under its protocol name", async () => {
+  const { mkdtempSync, readFileSync, rmSync, writeFileSync } = await import("node:fs");
+  const { tmpdir } = await import("node:os");
+  const { join, relative } = await import("node:path");
+  const dir = mkdtempSync(join(tmpdir(), "hull-node-ws-"));
+  writeFileSync(join(dir, "input.txt"), "from the host");
+  // A relative workspace path is resolved against the caller's cwd.
+  const sb = await Sandbox.create({
+    workspace: relative(process.cwd(), dir),
+    env: { GREETING: "hello" },
+    tmpfs: { "/cache": "8m" },
+    maxOutputBytes: 1000,
+    trackFiles: false,
+    pids: 64,
+  });
+  try {
+    assert.equal(sb.workspace, dir);
+    let r = await sb.runCode("import os\nprint(os.environ['GREETING'], os.path.ismount('/cache'), open('input.txt').read())\nopen('out.txt', 'w').write('x')");
+    assert.equal(r.stdout, "hello True from the host\n", r.stderr);
+    assert.deepEqual(r.files, [], "trackFiles: false still reported files");
+    assert.equal(readFileSync(join(dir, "out.txt"), "utf8"), "x");
+    r = await sb.runCode("print('y' * 5000)");
+    assert.equal(r.truncated, true);
+    assert.ok(r.stdout.length <= 1000, `${r.stdout.length} bytes kept`);
+  } finally {
+    await sb.destroy();
+  }
+  // The caller's workspace outlives the sandbox.
+  assert.equal(readFileSync(join(dir, "input.txt"), "utf8"), "from the host");
+  rmSync(dir, { recursive: true, force: true });
+});
