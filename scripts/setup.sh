@@ -28,6 +28,11 @@ fi
 
 # The Python SDK's build backend and test runner, for the interpreter that runs the SDK tests.
 python3 -m pip install -q --root-user-action=ignore "maturin>=1.5,<2" pytest
+# hull_sandbox.langchain's optional dependency, for its tests.
+python3 -m pip install -q --root-user-action=ignore "langchain-core>=0.3,<2"
+
+# The Node SDK's build and tests need node and npm (CI images carry them; else Debian's).
+command -v npm >/dev/null || { apt-get update -q; apt-get install -y -q --no-install-recommends nodejs npm; }
 
 # The unprivileged user the rootless test pass runs as.
 TEST_USER="${HULL_TEST_USER:-hulltest}"

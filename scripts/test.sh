@@ -18,6 +18,9 @@ echo "== Python SDK: install the wheel (it carries hull), then pytest against it
 MATURIN_PEP517_ARGS="--profile dev" python3 -m pip install -q --root-user-action=ignore ./bindings/python
 python3 -m pytest -q bindings/python/tests
 
+echo "== Node SDK: npm ci, build (tsc), node --test against the debug hull"
+(cd bindings/node && npm ci --no-audit --no-fund && npm run build && HULL_BIN="$PWD/../../target/debug/hull" npm test)
+
 echo "== tests as the unprivileged user $TEST_USER"
 # The test binaries and hull are copied where the user can read them (the checkout may sit
 # under /root); tests find hull through HULL_BIN.

@@ -1,0 +1,101 @@
+// Results of a call: ExecutionResult, its rich results (mime bundles) and faults.
+
+/** Why a run did not end on its own terms (`timeout`, `oom`, `escape_blocked`, `killed`,
+ * `exec_failed`, `output_limit`, `workspace_full`). A program's own error is not a fault. */
+export interface Fault {
+  type: string;
+  reason: string;
+  syscall?: string;
+}
+
+/** One mime bundle: the last expression's value, a `display(obj)`, or a matplotlib figure. */
+export class Result {
+  readonly data: Readonly<Record<string, unknown>>;
+
+  constructor(bundle: Record<string, unknown>) {
+    this.data = Object.freeze({ ...bundle });
+  }
+
+  private str(mime: string): string | null {
+    const v = this.data[mime];
+    return typeof v === "string" ? v : null;
+  }
+
+  private bytes(mime: string): Buffer | null {
+    const v = this.data[mime];
+    return typeof v === "string" ? Buffer.from(v, "base64") : null;
+  }
+
+  get text(): string | null {
+    return this.str("text/plain");
+  }
+  get html(): string | null {
+    return this.str("text/html");
+  }
+  get markdown(): string | null {
+    return this.str("text/markdown");
+  }
+  get svg(): string | null {
+    return this.str("image/svg+xml");
+  }
+  get latex(): string | null {
+    return this.str("text/latex");
+  }
+  /** The `application/json` value (any JSON value), or undefined when absent. */
+  get json(): unknown {
+    return this.data["application/json"];
+  }
+  /** PNG bytes, or null. */
+  get png(): Buffer | null {
+    return this.bytes("image/png");
+  }
+  /** JPEG bytes, or null. */
+  get jpeg(): Buffer | null {
+    return this.bytes("image/jpeg");
+  }
+  /** The mime types this bundle carries. */
+  formats(): string[] {
+    return Object.keys(this.data);
+  }
+}
+
+/** One workspace entry from `listFiles` (symlinks are listed, never followed). */
+export interface FileEntry {
+  path: string;
+  type: string;
+  size: number;
+}
+
+/** The outcome of one call (run, runCode, a kernel cell). */
+export class ExecutionResult {
+  stdout = "";
+  stderr = "";
+  exitCode = -1;
+  /** True when the program exited 0 without a fault. */
+  success = false;
+  fault: Fault | null = null;
+  truncated = false;
+  durationMs = 0;
+  /** Workspace paths (under /workspace) the call created or changed. */
+  files: string[] = [];
+  results: Result[] = [];
+  stats: Record<string, unknown> = {};
+  warnings: string[] = [];
+
+  static fromJson(r: Record<string, any>): ExecutionResult {
+    const out = new ExecutionResult();
+    out.stdout = typeof r.stdout === "string" ? r.stdout : "";
+    out.stderr = typeof r.stderr === "string" ? r.stderr : "";
+    out.exitCode = typeof r.exit_code === "number" ? r.exit_code : -1;
+    out.success = Boolean(r.success);
+    const f = r.fault;
+    out.fault = f && typeof f === "object" ? { type: String(f.type), reason: String(f.reason ?? ""), ...(f.syscall ? { syscall: String(f.syscall) } : {}) } : null;
+    out.truncated = Boolean(r.truncated);
+    out.durationMs = typeof r.duration_ms === "number" ? r.duration_ms : 0;
+    out.files = Array.isArray(r.files) ? r.files.map(String) : [];
+    out.results = Array.isArray(r.results) ? r.results.map((b: Record<string, unknown>) => new Result(b)) : [];
+    out.stats = r.stats && typeof r.stats === "object" ? { ...r.stats } : {};
+    out.warnings = Array.isArray(r.warnings) ? r.warnings.map(String) : [];
+    return out;
+  }
+}

@@ -1,0 +1,397 @@
+// Sandbox: one `hull serve` child per sandbox; every call is a fresh box sharing one workspace.
+// Options are checked when the Sandbox is constructed (TypeError/RangeError naming the option);
+// what only the server can judge (an unknown image, a refused mount) rejects `start()`.
+
+import { resolve as resolvePath } from "node:path";
+
+import { InvalidArgument, SandboxError } from "./errors.js";
+import { ExecutionResult, type FileEntry } from "./result.js";
+import { Server, findHull, type EventHandler } from "./server.js";
+
+/** The `hull serve` protocol version this package speaks (checked with `hello`). */
+export const PROTOCOL = 1;
+
+export const LANGUAGES = ["python", "bash", "sh", "node"] as const;
+export type Language = (typeof LANGUAGES)[number];
+
+export interface SandboxOptions {
+  /** An image from `hull pull`/the store; default: the embedded `host` image. */
+  image?: string;
+  /** A shell command run once, with network, in its own box; `pip install` lands in /deps. */
+  setup?: string;
+  /** A host directory to use as /workspace (kept after destroy); default: a private temporary one. */
+  workspace?: string;
+  /** Memory cap in MiB (at least 16), or null for none. Default 512. */
+  memoryMb?: number | null;
+  cpus?: number | null;
+  /** Process cap, or null for none. Default 256. */
+  pids?: number | null;
+  /** Each call's deadline in seconds. Default 30. */
+  timeoutS?: number;
+  /** Network for calls (setup always has it). Default false. */
+  network?: boolean;
+  /** "SRC:DST[:ro]" host binds. Sensitive sources are refused (MountRefused). */
+  mounts?: string[];
+  /** {path: size} tmpfs mounts; size as "8m" or a number of MiB. */
+  tmpfs?: Record<string, string | number>;
+  env?: Record<string, string>;
+  maxOutputBytes?: number | null;
+  depsReadonly?: boolean;
+  securityProfile?: string;
+  /** Refuse to run when a cap cannot be enforced. */
+  requireLimits?: boolean;
+  capDrop?: string[];
+  /** Report changed workspace files in each result (costs a scan before and after). */
+  trackFiles?: boolean;
+  /** Called with stdout chunks as they arrive (on the event loop; keep it quick). */
+  onStdout?: (data: string) => void;
+  onStderr?: (data: string) => void;
+  /** Boxes kept started and waiting, so a call skips the start-up. */
+  prewarm?: number;
+  setupTimeoutS?: number;
+}
+
+export interface RunCodeOptions extends SandboxOptions {
+  language?: Language;
+}
+
+type Check = (name: string, v: unknown) => void;
+
+const isInt = (v: unknown): v is number => typeof v === "number" && Number.isInteger(v);
+
+function typeErr(name: string, what: string, v: unknown): TypeError {
+  return new TypeError(`${name} must be ${what}, got ${describe(v)}`);
+}
+
+function describe(v: unknown): string {
+  if (typeof v === "string") return JSON.stringify(v);
+  if (typeof v === "function") return "a function";
+  try {
+    return JSON.stringify(v) ?? String(v);
+  } catch {
+    return String(v);
+  }
+}
+
+const str: Check = (n, v) => {
+  if (typeof v !== "string") throw typeErr(n, "a string", v);
+};
+const bool: Check = (n, v) => {
+  if (typeof v !== "boolean") throw typeErr(n, "true or false", v);
+};
+const strList: Check = (n, v) => {
+  if (!Array.isArray(v) || !v.every((x) => typeof x === "string")) throw typeErr(n, "an array of strings", v);
+};
+const intOrNull =
+  (min: number, unit: string): Check =>
+  (n, v) => {
+    if (v === null) return;
+    if (!isInt(v)) throw typeErr(n, `an integer${unit} or null`, v);
+    if (v < min) throw new RangeError(`${n} must be at least ${min} (or null for no cap), got ${v}`);
+  };
+const positive: Check = (n, v) => {
+  if (typeof v !== "number" || Number.isNaN(v)) throw typeErr(n, "a number of seconds", v);
+  if (!(v > 0) || !Number.isFinite(v)) throw new RangeError(`${n} must be more than 0 seconds, got ${v}`);
+};
+const strMap: Check = (n, v) => {
+  if (v === null || typeof v !== "object" || Array.isArray(v) || !Object.values(v).every((x) => typeof x === "string")) {
+    throw typeErr(n, "an object of string values, e.g. {NAME: \"value\"}", v);
+  }
+};
+const fn: Check = (n, v) => {
+  if (typeof v !== "function") throw typeErr(n, "a function", v);
+};
+
+/** Each option: its check and its `sandbox.create` parameter name. */
+const OPTIONS: Record<string, [Check, string]> = {
+  image: [str, "image"],
+  setup: [str, "setup"],
+  workspace: [str, "workspace"],
+  memoryMb: [intOrNull(16, " (MiB)"), "memory_mb"],
+  cpus: [
+    (n, v) => {
+      if (v === null) return;
+      if (typeof v !== "number" || Number.isNaN(v)) throw typeErr(n, "a number or null", v);
+      if (!(v > 0)) throw new RangeError(`${n} must be more than 0 (or null for no cap), got ${v}`);
+    },
+    "cpus",
+  ],
+  pids: [intOrNull(1, ""), "pids"],
+  timeoutS: [positive, "timeout_s"],
+  network: [bool, "network"],
+  mounts: [strList, "mounts"],
+  tmpfs: [
+    (n, v) => {
+      if (v === null || typeof v !== "object" || Array.isArray(v) || !Object.values(v).every((x) => typeof x === "string" || isInt(x))) {
+        throw typeErr(n, "an object of {path: size}, e.g. {\"/cache\": \"64m\"}", v);
+      }
+    },
+    "tmpfs",
+  ],
+  env: [strMap, "env"],
+  maxOutputBytes: [intOrNull(1, " (bytes)"), "max_output_bytes"],
+  depsReadonly: [bool, "deps_readonly"],
+  securityProfile: [str, "security_profile"],
+  requireLimits: [bool, "require_limits"],
+  capDrop: [strList, "cap_drop"],
+  trackFiles: [bool, "track_files"],
+  onStdout: [fn, ""],
+  onStderr: [fn, ""],
+  prewarm: [
+    (n, v) => {
+      if (!isInt(v)) throw typeErr(n, "an integer", v);
+      if (v < 0) throw new RangeError(`${n} must be 0 or more, got ${v}`);
+    },
+    "prewarm",
+  ],
+  setupTimeoutS: [positive, "setup_timeout_s"],
+};
+
+/** Checks options and turns them into `sandbox.create` params. Unknown names are refused. */
+function createParams(opts: SandboxOptions): Record<string, unknown> {
+  if (opts === null || typeof opts !== "object" || Array.isArray(opts)) {
+    throw new TypeError(`Sandbox options must be an object, got ${describe(opts)}`);
+  }
+  const params: Record<string, unknown> = {};
+  for (const [name, value] of Object.entries(opts)) {
+    const spec = OPTIONS[name];
+    if (spec === undefined) {
+      const snake = Object.entries(OPTIONS).find(([, [, p]]) => p === name);
+      const hint = snake ? ` (did you mean ${snake[0]}?)` : ` (known options: ${Object.keys(OPTIONS).join(", ")})`;
+      throw new TypeError(`unknown Sandbox option ${JSON.stringify(name)}${hint}`);
+    }
+    if (value === undefined) continue;
+    spec[0](name, value);
+    if (spec[1]) params[spec[1]] = name === "workspace" ? resolvePath(value as string) : value;
+  }
+  return params;
+}
+
+/** The server names refused arguments by their protocol (snake_case) names; say the option's. */
+function renameArg(e: unknown): unknown {
+  if (!(e instanceof InvalidArgument) || e.arg === undefined) return e;
+  const option = Object.entries(OPTIONS).find(([, [, p]]) => p === e.arg)?.[0];
+  if (option === undefined || option === e.arg) return e;
+  return new InvalidArgument(e.message.replaceAll(e.arg, option), option);
+}
+
+/**
+ * A session of fresh boxes that share one workspace.
+ *
+ * ```ts
+ * const sb = await Sandbox.create({ timeoutS: 10 });
+ * try {
+ *   const r = await sb.runCode("print(6 * 7)");
+ * } finally {
+ *   await sb.destroy();
+ * }
+ * ```
+ */
+export class Sandbox {
+  /** The sandbox id on its server (set by `start()`). */
+  id: string | undefined;
+  /** The workspace directory on the host (bound at /workspace in every box). */
+  workspace: string | undefined;
+  /** The setup box's output ({stdout, stderr, exit_code, duration_ms}), or null. */
+  setupResult: Record<string, unknown> | null = null;
+
+  private readonly params: Record<string, unknown>;
+  private readonly onStdout?: (data: string) => void;
+  private readonly onStderr?: (data: string) => void;
+  private server: Server | undefined;
+  private starting: Promise<this> | undefined;
+  private destroyed = false;
+
+  /** Checks the options (throwing TypeError/RangeError naming a bad one); `start()` (or any
+   * call) then starts the server and creates the sandbox. */
+  constructor(options: SandboxOptions = {}) {
+    this.params = createParams(options);
+    this.onStdout = options.onStdout;
+    this.onStderr = options.onStderr;
+  }
+
+  /** Constructs and starts a Sandbox. */
+  static async create(options: SandboxOptions = {}): Promise<Sandbox> {
+    return new Sandbox(options).start();
+  }
+
+  /** Starts the `hull serve` child and creates the sandbox (runs `setup`); idempotent. */
+  start(): Promise<this> {
+    if (this.destroyed) return Promise.reject(new SandboxError("the sandbox was destroyed; create a new one", "destroyed"));
+    this.starting ??= this.doStart();
+    return this.starting;
+  }
+
+  private async doStart(): Promise<this> {
+    const binary = findHull();
+    const server = new Server(binary);
+    this.server = server;
+    try {
+      const hello = await server.call("hello", {});
+      if (hello?.protocol !== PROTOCOL || !Array.isArray(hello?.methods) || !hello.methods.includes("sandbox.create")) {
+        throw new SandboxError(
+          `${binary} speaks protocol ${describe(hello?.protocol)} without sandbox sessions; this package needs protocol ${PROTOCOL} (point HULL_BIN at a matching hull)`,
+          "protocol",
+        );
+      }
+      const created = await server.call("sandbox.create", this.params);
+      this.id = created.sandbox;
+      this.workspace = created.workspace;
+      this.setupResult = created.setup ?? null;
+      return this;
+    } catch (e) {
+      this.destroyed = true;
+      await server.close();
+      throw renameArg(e);
+    }
+  }
+
+  private async call(method: string, params: Record<string, unknown>, stream = false): Promise<any> {
+    await this.start();
+    const server = this.server!;
+    let onEvent: EventHandler | undefined;
+    if (stream && (this.onStdout || this.onStderr)) {
+      params.stream = true;
+      onEvent = (event, data) => {
+        if (event === "stdout") this.onStdout?.(data);
+        else if (event === "stderr") this.onStderr?.(data);
+      };
+    }
+    return server.call(method, { sandbox: this.id, ...params }, onEvent);
+  }
+
+  /** Runs code in a fresh box. Python returns rich `results`. */
+  async runCode(code: string, options: { language?: Language } = {}): Promise<ExecutionResult> {
+    if (typeof code !== "string") throw typeErr("code", "a string", code);
+    const language = options.language ?? "python";
+    if (!LANGUAGES.includes(language)) {
+      throw new RangeError(`language must be one of ${LANGUAGES.join(", ")}, got ${describe(language)}`);
+    }
+    return ExecutionResult.fromJson(await this.call("sandbox.run_code", { code, language }, true));
+  }
+
+  /** Runs a command (an array of strings) in a fresh box. */
+  async run(argv: string[]): Promise<ExecutionResult> {
+    if (!Array.isArray(argv) || argv.length === 0 || !argv.every((a) => typeof a === "string")) {
+      throw typeErr("argv", "a non-empty array of strings, e.g. [\"ls\", \"-l\"]", argv);
+    }
+    return ExecutionResult.fromJson(await this.call("sandbox.run", { argv: [...argv] }, true));
+  }
+
+  /** Writes a string (UTF-8) or bytes to a workspace path, creating parent directories. */
+  async writeFile(path: string, data: string | Uint8Array): Promise<void> {
+    if (typeof path !== "string") throw typeErr("path", "a string", path);
+    let bytes: Buffer;
+    if (typeof data === "string") bytes = Buffer.from(data, "utf8");
+    else if (data instanceof Uint8Array) bytes = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+    else throw typeErr("data", "a string or a Uint8Array/Buffer", data);
+    await this.call("sandbox.write_file", { path, data_b64: bytes.toString("base64") });
+  }
+
+  /** Reads a regular workspace file (at most `maxBytes` of it). Symlinks, FIFOs and paths
+   * leaving the workspace are refused (FileOperationError). */
+  async readFile(path: string, options: { maxBytes?: number } = {}): Promise<Buffer> {
+    if (typeof path !== "string") throw typeErr("path", "a string", path);
+    const { maxBytes } = options;
+    if (maxBytes !== undefined && (!isInt(maxBytes) || maxBytes < 0)) throw typeErr("maxBytes", "a non-negative integer", maxBytes);
+    const r = await this.call("sandbox.read_file", { path, ...(maxBytes !== undefined ? { max_bytes: maxBytes } : {}) });
+    return Buffer.from(r.data_b64, "base64");
+  }
+
+  /** Every entry below `subdir` (recursive; symlinks listed, never followed). */
+  async listFiles(subdir = ""): Promise<FileEntry[]> {
+    if (typeof subdir !== "string") throw typeErr("subdir", "a string", subdir);
+    const r = await this.call("sandbox.list_files", { subdir });
+    return (r.entries as any[]).map((e) => ({ path: e.path, type: e.type, size: e.size }));
+  }
+
+  /** Writes the workspace as a .tar.gz at `dest` (a host path). */
+  async snapshot(dest: string): Promise<{ files: number; bytes: number; skipped: string[] }> {
+    if (typeof dest !== "string") throw typeErr("dest", "a host file path", dest);
+    return this.call("sandbox.snapshot", { dest: resolvePath(dest) });
+  }
+
+  /** Replaces the workspace's contents with a .tar.gz; hostile members (absolute, `..`, links,
+   * devices, FIFOs) refuse the whole archive before anything changes. */
+  async restore(src: string): Promise<{ files: number; bytes: number }> {
+    if (typeof src !== "string") throw typeErr("src", "a host file path", src);
+    return this.call("sandbox.restore", { src: resolvePath(src) });
+  }
+
+  /** Starts one warm Python interpreter in a long-lived box; globals persist across its cells. */
+  async kernel(): Promise<Kernel> {
+    const r = await this.call("kernel.start", {});
+    return new Kernel(this, r.kernel);
+  }
+
+  /** @internal */
+  async kernelCall(method: string, params: Record<string, unknown>, stream = false): Promise<any> {
+    return this.call(method, params, stream);
+  }
+
+  /** Ends every box of the sandbox, removes its directories and stops its server. Idempotent. */
+  async destroy(): Promise<void> {
+    if (this.destroyed) return;
+    this.destroyed = true;
+    if (this.starting === undefined) return;
+    try {
+      await this.starting;
+    } catch {
+      return; // a failed start already closed its server
+    }
+    const server = this.server!;
+    try {
+      await server.call("sandbox.destroy", { sandbox: this.id });
+    } catch {
+      // the server is gone: nothing left to destroy
+    }
+    await server.close();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.destroy();
+  }
+
+  /** The pid of this sandbox's `hull serve` child (undefined before `start()`). */
+  get serverPid(): number | undefined {
+    return this.server?.pid;
+  }
+}
+
+/** One warm interpreter (a long-lived box): cells share globals. */
+export class Kernel {
+  constructor(
+    private readonly sandbox: Sandbox,
+    readonly id: string,
+  ) {}
+
+  /** Runs one cell. A cell that times out or kills the interpreter ends the kernel: later cells
+   * reject with KernelDied. */
+  async runCode(code: string): Promise<ExecutionResult> {
+    if (typeof code !== "string") throw typeErr("code", "a string", code);
+    return ExecutionResult.fromJson(await this.sandbox.kernelCall("kernel.run_code", { kernel: this.id, code }, true));
+  }
+
+  async close(): Promise<void> {
+    try {
+      await this.sandbox.kernelCall("kernel.close", { kernel: this.id });
+    } catch {
+      // already closed or dead
+    }
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}
+
+/** Runs code once in a fresh sandbox and returns its result. */
+export async function runCode(code: string, options: RunCodeOptions = {}): Promise<ExecutionResult> {
+  const { language, ...sandboxOptions } = options ?? {};
+  const sb = new Sandbox(sandboxOptions);
+  try {
+    return await sb.runCode(code, language === undefined ? {} : { language });
+  } finally {
+    await sb.destroy();
+  }
+}

@@ -1,0 +1,67 @@
+// Bad arguments are refused naming the argument: at construction (TypeError/RangeError) for what
+// the SDK can judge, at start() for what only the server can (unknown image, refused mount).
+import assert from "node:assert/strict";
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { test } from "node:test";
+
+import "./helpers.mjs";
+import { InvalidArgument, MountRefused, Sandbox, SandboxError, runCode } from "../dist/index.js";
+
+test("bad options are refused at construction, naming the option", () => {
+  const cases = [
+    [{ memoryMb: "lots" }, TypeError, /memoryMb/],
+    [{ memoryMb: 8 }, RangeError, /memoryMb must be at least 16/],
+    [{ memoryMb: 1.5 }, TypeError, /memoryMb/],
+    [{ timeoutS: 0 }, RangeError, /timeoutS/],
+    [{ timeoutS: "10" }, TypeError, /timeoutS/],
+    [{ network: "yes" }, TypeError, /network must be true or false/],
+    [{ mounts: "/a:/b" }, TypeError, /mounts must be an array of strings/],
+    [{ env: { A: 1 } }, TypeError, /env/],
+    [{ tmpfs: ["/cache"] }, TypeError, /tmpfs/],
+    [{ prewarm: -1 }, RangeError, /prewarm must be 0 or more/],
+    [{ cpus: 0 }, RangeError, /cpus/],
+    [{ onStdout: "print" }, TypeError, /onStdout must be a function/],
+    [{ memory_mb: 64 }, TypeError, /unknown Sandbox option "memory_mb" \(did you mean memoryMb\?\)/],
+    [{ bogus: 1 }, TypeError, /unknown Sandbox option "bogus"/],
+  ];
+  for (const [opts, cls, msg] of cases) {
+    assert.throws(() => new Sandbox(opts), (e) => e instanceof cls && msg.test(e.message), JSON.stringify(opts));
+  }
+});
+
+test("bad call arguments are refused naming the argument", async () => {
+  const sb = new Sandbox(); // never started: the checks come first
+  await assert.rejects(sb.runCode(42), /code must be a string/);
+  await assert.rejects(sb.runCode("1", { language: "ruby" }), (e) => e instanceof RangeError && /language must be one of python, bash, sh, node/.test(e.message));
+  await assert.rejects(sb.run("ls -l"), /argv must be a non-empty array of strings/);
+  await assert.rejects(sb.writeFile("a", 5), /data must be a string or a Uint8Array/);
+  await assert.rejects(sb.readFile("a", { maxBytes: -1 }), /maxBytes/);
+  assert.equal(sb.serverPid, undefined);
+  await assert.rejects(runCode("1", { language: "cobol" }), RangeError);
+});
+
+test("what only the server can judge rejects start(), naming it", async () => {
+  await assert.rejects(Sandbox.create({ image: "no-such-image:1" }), (e) => e instanceof InvalidArgument && e instanceof RangeError && /image/.test(e.message));
+  await assert.rejects(Sandbox.create({ prewarm: 1000 }), (e) => e instanceof RangeError && /prewarm/.test(e.message));
+  await assert.rejects(Sandbox.create({ securityProfile: "lax" }), (e) => e instanceof RangeError && /securityProfile/.test(e.message) && e.arg === "securityProfile");
+  await assert.rejects(Sandbox.create({ mounts: ["/etc:/data"] }), (e) => e instanceof MountRefused && e instanceof SandboxError);
+});
+
+test("a binary without sandbox sessions is refused", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "hull-node-fake-"));
+  const saved = process.env.HULL_BIN;
+  try {
+    const fake = join(dir, "hull");
+    writeFileSync(fake, `#!/bin/sh\nread line\necho '{"id": 1, "result": {"protocol": 1, "methods": ["hello", "run"]}}'\nread line\n`);
+    chmodSync(fake, 0o755);
+    process.env.HULL_BIN = fake;
+    await assert.rejects(Sandbox.create(), (e) => e instanceof SandboxError && /without sandbox sessions/.test(e.message));
+    process.env.HULL_BIN = join(dir, "missing");
+    await assert.rejects(Sandbox.create(), (e) => e instanceof SandboxError && /HULL_BIN/.test(e.message));
+  } finally {
+    process.env.HULL_BIN = saved;
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
