@@ -165,7 +165,10 @@ pub fn main(_args: &McpArgs) -> i32 {
     for w in workers {
         let _ = w.join();
     }
-    // End of input: the client is done. Destroy the Sandbox (every box reaped, session removed).
+    // End of input: the client is done. Wait for the start to end (a failed start exits 2 from
+    // its thread, so bad settings are reported even when the client left at once), then destroy
+    // the Sandbox (every box reaped, the session directory removed).
+    drop(server.workspace());
     let ws = server.ready.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
     if let Some(ws) = ws {
         ws.sb.destroy();

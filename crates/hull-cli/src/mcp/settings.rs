@@ -56,7 +56,12 @@ pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Settings, String
     let max_output = match val("HULL_MCP_MAX_OUTPUT") {
         None => DEFAULT_MAX_OUTPUT,
         Some(m) => {
-            let n = hull_box::size::parse_size(m.trim()).map_err(|e| format!("HULL_MCP_MAX_OUTPUT={m}: {e}; write a byte count like 20000 or 64k"))?;
+            let t = m.trim();
+            // A bare number is bytes here (output is counted in bytes, not MiB).
+            let n = match t.parse::<u64>() {
+                Ok(n) => n,
+                Err(_) => hull_box::size::parse_size(t).map_err(|e| format!("HULL_MCP_MAX_OUTPUT={m}: {e}; or write a byte count like 20000"))?,
+            };
             usize::try_from(n).ok().filter(|n| (256..=(64 << 20)).contains(n)).ok_or_else(|| format!("HULL_MCP_MAX_OUTPUT={m}: give between 256 bytes and 64m"))?
         }
     };
@@ -96,6 +101,8 @@ mod tests {
         let s = with(&[("HULL_MCP_MEMORY", "1g"), ("HULL_MCP_TIMEOUT", "2m"), ("HULL_MCP_MAX_OUTPUT", "4k"), ("HULL_MCP_WORKSPACE", "/tmp/w"), ("HULL_MCP_SETUP", "true")]).unwrap();
         assert_eq!((s.memory_mb, s.timeout, s.max_output), (1024, Duration::from_secs(120), 4096));
         assert_eq!(s.workspace, Some(PathBuf::from("/tmp/w")));
+        assert_eq!(with(&[("HULL_MCP_MAX_OUTPUT", "1000")]).unwrap().max_output, 1000);
+        assert_eq!(with(&[("HULL_MCP_TIMEOUT", "")]).unwrap().timeout, Duration::from_secs(30));
     }
 
     #[test]
