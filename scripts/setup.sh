@@ -29,6 +29,15 @@ fi
 # The Python SDK's build backend and test runner, for the interpreter that runs the SDK tests.
 python3 -m pip install -q --root-user-action=ignore "maturin>=1.5,<2" pytest
 
+# hull mcp's tests: the official MCP clients, Python (the `mcp` package, 1.x: protocol
+# versions up to 2025-11-25) and TypeScript (@modelcontextprotocol/sdk, from the lock file).
+python3 -m pip install -q --root-user-action=ignore "mcp>=1.20,<2"
+if ! command -v npm >/dev/null; then
+    echo "setup.sh: npm not found; install Node.js 20+ with npm (hull mcp's client test needs it)" >&2
+    exit 1
+fi
+(cd "$(dirname "$0")/../tests/mcp/node" && npm ci --no-audit --no-fund --loglevel=error)
+
 # The unprivileged user the rootless test pass runs as.
 TEST_USER="${HULL_TEST_USER:-hulltest}"
 id "$TEST_USER" >/dev/null 2>&1 || useradd -m "$TEST_USER"
