@@ -159,10 +159,15 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
             let _ = sys::poll(&mut fds, -1);
             sys::exit_now(0)
         }
-        Step::EnterTemplate { user_fd, mnt_fd, flags, uid_map, gid_map } => {
+        Step::EnterTemplate { user_fd, mnt_fd, net_fd, flags, uid_map, gid_map } => {
             sys::setns(*user_fd, libc::CLONE_NEWUSER)?;
             sys::setns(*mnt_fd, libc::CLONE_NEWNS)?;
-            sys::unshare(*flags)?;
+            let mut flags = *flags;
+            if *net_fd >= 0 {
+                sys::setns(*net_fd, libc::CLONE_NEWNET)?;
+                flags &= !libc::CLONE_NEWNET;
+            }
+            sys::unshare(flags)?;
             // The template's user namespace already denies setgroups, which its children inherit.
             match sys::write_file(c"/proc/self/setgroups", b"deny", 0, 0) {
                 Ok(()) | Err(Errno(libc::ENOENT | libc::EPERM)) => {}

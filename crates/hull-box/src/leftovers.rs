@@ -62,11 +62,33 @@ pub(crate) fn sweep(parents: &[PathBuf], temp: &Path) -> Swept {
     let uid = crate::sys::geteuid();
     for ws in orphans(temp, WORKSPACE_PREFIX) {
         let ours = std::fs::symlink_metadata(&ws).is_ok_and(|m| m.is_dir() && m.uid() == uid);
-        if ours && crate::supervise::remove_workspace(&ws) {
+        if ours && remove_tree(&ws) {
             swept.workspaces += 1;
         }
     }
     swept
+}
+
+/// Removes a tree a box wrote (a workspace); the box may have left directories without write
+/// permission, so those are restored and the removal retried. True when the tree is gone.
+pub fn remove_tree(path: &Path) -> bool {
+    if std::fs::remove_dir_all(path).is_ok() {
+        return true;
+    }
+    make_writable(path);
+    std::fs::remove_dir_all(path).is_ok()
+}
+
+fn make_writable(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                make_writable(&e.path());
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -112,7 +112,9 @@ pub enum Step {
     /// Join a template's user and mount namespaces (descriptors the Runtime holds), then unshare
     /// the box's own namespaces below them (`flags`, a fresh user namespace first, so the
     /// template's mounts arrive locked and read-only) and map our ids in it.
-    EnterTemplate { user_fd: i32, mnt_fd: i32, flags: libc::c_int, uid_map: Vec<u8>, gid_map: Vec<u8> },
+    /// `net_fd`, when not -1, is a ready network namespace (loopback up) of the template's pool,
+    /// joined instead of unsharing a new one.
+    EnterTemplate { user_fd: i32, mnt_fd: i32, net_fd: i32, flags: libc::c_int, uid_map: Vec<u8>, gid_map: Vec<u8> },
     /// Fork the process that becomes pid 1 of the box's new pid namespace, as a sibling
     /// (`CLONE_PARENT`: the supervisor is its parent); the forking process reports its pid and
     /// exits.
@@ -215,6 +217,7 @@ impl fmt::Display for Step {
             Step::NoNewPrivs => write!(f, "prctl(PR_SET_NO_NEW_PRIVS)"),
             Step::Seccomp { listener, rules } => write!(f, "install seccomp allowlist ({rules} rules, default ENOSYS; escape calls {})", if *listener { "reported to the supervisor, box killed" } else { "kill the box" }),
             Step::HoldTemplate => write!(f, "report the template ready, hold it until the supervisor has its namespaces"),
+            Step::EnterTemplate { flags, net_fd, .. } if *net_fd >= 0 => write!(f, "setns into the template's user and mount namespaces and a fresh network namespace from its pool, then unshare {} and map uid 0 -> 0", ns_names(*flags & !libc::CLONE_NEWNET).join(", ")),
             Step::EnterTemplate { flags, .. } => write!(f, "setns into the template's user and mount namespaces, then unshare {} and map uid 0 -> 0", ns_names(*flags).join(", ")),
             Step::StartPid1 => write!(f, "fork pid 1 of the new pid namespace (a child of the supervisor); this process exits"),
             Step::RebindStage { root } => write!(f, "bind {} onto itself (the template's copy is locked)", root.shown),
@@ -305,7 +308,7 @@ impl BoxPlan {
         }
         template.extend(skeleton);
         template.push(Step::HoldTemplate);
-        boxed.push(Step::EnterTemplate { user_fd: -1, mnt_fd: -1, flags, uid_map: b"0 0 1\n".to_vec(), gid_map: b"0 0 1\n".to_vec() });
+        boxed.push(Step::EnterTemplate { user_fd: -1, mnt_fd: -1, net_fd: -1, flags, uid_map: b"0 0 1\n".to_vec(), gid_map: b"0 0 1\n".to_vec() });
         boxed.push(Step::UnshareCgroupNs);
         boxed.extend(sources);
         boxed.push(Step::StartPid1);
@@ -321,13 +324,28 @@ impl BoxPlan {
         Ok((BoxPlan { steps: template, clone_flags: libc::CLONE_NEWUSER | libc::CLONE_NEWNS }, BoxPlan { steps: boxed, clone_flags: 0 }))
     }
 
-    /// Points the plan's `EnterTemplate` step at a template's namespace descriptors.
-    pub fn set_template_fds(&mut self, user: i32, mnt: i32) {
+    /// Points the plan's `EnterTemplate` step at a template's namespace descriptors, and at a
+    /// pooled network namespace when `net` is given (whose loopback is up already, and which the
+    /// box has no capability to configure, so its own `LoopbackUp` step goes).
+    pub fn set_template_fds(&mut self, user: i32, mnt: i32, net: Option<i32>) {
         for s in &mut self.steps {
-            if let Step::EnterTemplate { user_fd, mnt_fd, .. } = s {
-                (*user_fd, *mnt_fd) = (user, mnt);
+            if let Step::EnterTemplate { user_fd, mnt_fd, net_fd, .. } = s {
+                (*user_fd, *mnt_fd, *net_fd) = (user, mnt, net.unwrap_or(-1));
             }
         }
+        if net.is_some() {
+            self.steps.retain(|s| !matches!(s, Step::LoopbackUp));
+        }
+    }
+
+    /// Whether this plan's box could use a pooled network namespace: it wants a private one, and
+    /// keeps no capability that would need its own user namespace to own it (binding low ports,
+    /// raw sockets, configuring interfaces).
+    pub fn can_share_pooled_net(&self) -> bool {
+        let net_caps = (1u64 << 10) | (1u64 << 12) | (1u64 << 13); // NET_BIND_SERVICE, NET_ADMIN, NET_RAW
+        let private = self.steps.iter().any(|s| matches!(s, Step::EnterTemplate { flags, .. } if flags & libc::CLONE_NEWNET != 0));
+        let keeps = self.steps.iter().any(|s| matches!(s, Step::DropCaps { keep } if keep & net_caps != 0));
+        private && !keeps
     }
 
     /// What identifies a template: a hash of every skeleton step (paths, sizes, file contents),

@@ -108,6 +108,11 @@ impl Runtime {
         self.templates.as_ref().map_or(0, crate::template::Templates::len)
     }
 
+    /// How many boxes entered a pooled network namespace (0 when templates are off).
+    pub fn pooled_nets_used(&self) -> u64 {
+        self.templates.as_ref().map_or(0, crate::template::Templates::pooled_nets)
+    }
+
     /// Removes box cgroups and temporary workspaces that SIGKILLed hulls left behind (see
     /// [`crate::leftovers`]). Reads the temporary directory, so long-lived front ends call it
     /// once, off the hot path.
@@ -205,8 +210,9 @@ impl Runtime {
         let procs: Vec<CString> = guard.0.as_ref().map(|c| c.procs_files().to_vec()).unwrap_or_default();
         let ctx = Context { uid: sys::geteuid(), gid: sys::getegid(), cgroup_procs: &procs, workspace: &workspace.path, seccomp_rules: self.rules, listener: self.listener, keep_caps: keep, stage: self.templates.as_ref().map_or(crate::plan::STAGE, |t| t.stage()) };
         let plan = assemble::build(spec, &ctx)?;
-        // Holds the template's namespaces until the box has entered them.
-        let (plan, _template) = match &self.templates {
+        // Holds the template's namespaces (and a pooled network namespace) until the box has
+        // entered them.
+        let (plan, _entered) = match &self.templates {
             Some(t) => t.prepare(plan)?,
             None => (plan, None),
         };
@@ -777,29 +783,8 @@ impl Drop for Workspace {
         if !self.temporary {
             return;
         }
-        remove_workspace(&self.path);
+        crate::leftovers::remove_tree(&self.path);
     }
 }
 
-/// Removes a workspace tree; the box may have left directories without write permission, so
-/// those are restored and the removal retried. True when the tree is gone.
-pub(crate) fn remove_workspace(path: &Path) -> bool {
-    if std::fs::remove_dir_all(path).is_ok() {
-        return true;
-    }
-    make_writable(path);
-    std::fs::remove_dir_all(path).is_ok()
-}
-
-fn make_writable(dir: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
-    if let Ok(rd) = std::fs::read_dir(dir) {
-        for e in rd.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                make_writable(&e.path());
-            }
-        }
-    }
-}
 

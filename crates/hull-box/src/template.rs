@@ -15,7 +15,8 @@
 //! box, building the template costs what it saves.
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 
 use crate::child::{self, ChildContext};
 use crate::error::BoxError;
@@ -27,22 +28,58 @@ use crate::sys::{self, Errno};
 /// mode, user mount points); past it the oldest is dropped (boxes using it keep it alive).
 const MAX_TEMPLATES: usize = 8;
 
-/// Descriptors of a template's user and mount namespaces.
+/// Ready network namespaces each template keeps: creating one (and bringing up its loopback)
+/// is the costliest part of entering a template, so a thread does it ahead of the boxes.
+const NET_POOL: usize = 2;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Descriptors of a template's user and mount namespaces, and its pool of network namespaces
+/// (owned by the template's user namespace, each used by one box only).
 pub(crate) struct Template {
     user: OwnedFd,
     mnt: OwnedFd,
+    nets: Mutex<Vec<OwnedFd>>,
+    /// Making a pooled namespace failed once: boxes unshare their own from then on.
+    pool_failed: AtomicBool,
 }
 
-/// The Runtime's templates, by skeleton.
+impl Template {
+    fn wants_net(&self) -> bool {
+        !self.pool_failed.load(Ordering::Relaxed) && lock(&self.nets).len() < NET_POOL
+    }
+}
+
+/// What a box entering a template holds until its entry process has joined the namespaces.
+pub(crate) struct Entered {
+    _template: Arc<Template>,
+    _net: Option<OwnedFd>,
+}
+
+/// The Runtime's templates, by skeleton, and the thread that fills their network pools.
 pub(crate) struct Templates {
-    built: Mutex<Vec<(u64, Arc<Template>)>>,
+    shared: Arc<Shared>,
     /// An empty host directory the templates assemble their roots on (in their own mount
     /// namespaces), so the host's /tmp, where bind sources may live, stays visible to boxes.
     stage: String,
 }
 
+#[derive(Default)]
+struct Shared {
+    built: Mutex<Vec<(u64, Arc<Template>)>>,
+    wake: Condvar,
+    stop: AtomicBool,
+    filler: std::sync::OnceLock<()>,
+    /// Boxes that entered a pooled network namespace (for tests and `hull bench`).
+    pooled: std::sync::atomic::AtomicU64,
+}
+
 impl Drop for Templates {
     fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        self.shared.wake.notify_all();
         let _ = std::fs::remove_dir(&self.stage);
     }
 }
@@ -52,11 +89,16 @@ impl Templates {
         // The pid lets a later hull sweep the directory if we are SIGKILLed (`leftovers`).
         let template = format!("{}{}-XXXXXX", crate::leftovers::STAGE_PREFIX, sys::getpid());
         let dir = tempfile_dir(&std::env::temp_dir().join(template))?;
-        Ok(Templates { built: Mutex::new(Vec::new()), stage: dir })
+        Ok(Templates { shared: Arc::default(), stage: dir })
     }
 
     pub fn len(&self) -> usize {
-        self.built.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len()
+        lock(&self.shared.built).len()
+    }
+
+    /// How many boxes entered a pooled network namespace so far.
+    pub fn pooled_nets(&self) -> u64 {
+        self.shared.pooled.load(Ordering::Relaxed)
     }
 
     /// Where this Runtime's templates assemble their roots.
@@ -65,28 +107,104 @@ impl Templates {
     }
 
     /// Splits `plan` and enters it into the template for its skeleton, building that template
-    /// the first time. A plan whose skeleton cannot be shared comes back whole, with no template.
-    pub fn prepare(&self, plan: BoxPlan) -> Result<(BoxPlan, Option<Arc<Template>>), BoxError> {
+    /// the first time, with a pooled network namespace when one is ready. A plan whose skeleton
+    /// cannot be shared comes back whole, with nothing entered.
+    pub fn prepare(&self, plan: BoxPlan) -> Result<(BoxPlan, Option<Entered>), BoxError> {
         let (skeleton, mut boxed) = match plan.split_template() {
             Ok(split) => split,
             Err(whole) => return Ok((whole, None)),
         };
         let key = skeleton.template_key();
-        let mut built = self.built.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let template = match built.iter().find(|(k, _)| *k == key) {
-            Some((_, t)) => Arc::clone(t),
-            None => {
-                let t = Arc::new(build(&skeleton)?);
-                if built.len() >= MAX_TEMPLATES {
-                    built.remove(0);
+        let template = {
+            let mut built = lock(&self.shared.built);
+            match built.iter().find(|(k, _)| *k == key) {
+                Some((_, t)) => Arc::clone(t),
+                None => {
+                    let t = Arc::new(build(&skeleton)?);
+                    if built.len() >= MAX_TEMPLATES {
+                        built.remove(0);
+                    }
+                    built.push((key, Arc::clone(&t)));
+                    t
                 }
-                built.push((key, Arc::clone(&t)));
-                t
             }
         };
-        boxed.set_template_fds(template.user.as_raw_fd(), template.mnt.as_raw_fd());
-        Ok((boxed, Some(template)))
+        let net = if boxed.can_share_pooled_net() { lock(&template.nets).pop() } else { None };
+        if net.is_some() {
+            self.shared.pooled.fetch_add(1, Ordering::Relaxed);
+        }
+        self.start_filler();
+        self.shared.wake.notify_all();
+        boxed.set_template_fds(template.user.as_raw_fd(), template.mnt.as_raw_fd(), net.as_ref().map(AsRawFd::as_raw_fd));
+        Ok((boxed, Some(Entered { _template: template, _net: net })))
     }
+
+    /// Starts the thread that keeps each template's network pool full (once).
+    fn start_filler(&self) {
+        let shared = Arc::clone(&self.shared);
+        self.shared.filler.get_or_init(move || {
+            // Without the thread there is no pool: boxes unshare their own network namespace.
+            let _ = std::thread::Builder::new().name("hull-netpool".into()).spawn(move || fill(&shared));
+        });
+    }
+}
+
+/// The pool filler: makes a namespace for the first template that wants one, else sleeps until
+/// a box takes one (or a second passes).
+fn fill(shared: &Shared) {
+    while !shared.stop.load(Ordering::Relaxed) {
+        let wanting = lock(&shared.built).iter().map(|(_, t)| Arc::clone(t)).find(|t| t.wants_net());
+        match wanting {
+            Some(t) => match make_net(&t) {
+                Ok(fd) => lock(&t.nets).push(fd),
+                Err(_) => t.pool_failed.store(true, Ordering::Relaxed),
+            },
+            None => {
+                let built = lock(&shared.built);
+                let _ = shared.wake.wait_timeout(built, std::time::Duration::from_secs(1));
+            }
+        }
+    }
+}
+
+/// A network namespace owned by `t`'s user namespace, with its loopback up: a child joins the
+/// template's user namespace, unshares a network namespace, brings `lo` up and waits to be
+/// killed once we hold a descriptor of it.
+fn make_net(t: &Template) -> Result<OwnedFd, BoxError> {
+    let sysf = |what: &'static str| move |errno: Errno| BoxError::Sys { what, errno };
+    let (ready_r, ready_w) = sys::pipe().map_err(sysf("create the pool pipe"))?;
+    let user = t.user.as_raw_fd();
+    let (r_raw, w_raw) = (ready_r.as_raw_fd(), ready_w.as_raw_fd());
+    // SAFETY: the child calls only allocation-free wrappers and ends in _exit (or is killed).
+    let pid = unsafe { sys::clone_fork(0) }.map_err(sysf("fork the network pool helper"))?;
+    if pid == 0 {
+        sys::close_raw(r_raw);
+        let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+        let made = sys::setns(user, libc::CLONE_NEWUSER).and_then(|()| sys::unshare(libc::CLONE_NEWNET)).and_then(|()| sys::loopback_up());
+        if made.is_err() {
+            sys::exit_now(1);
+        }
+        // SAFETY: w_raw is our copy of the pipe's write end.
+        let w = unsafe { std::os::fd::BorrowedFd::borrow_raw(w_raw) };
+        let _ = sys::write_all(w, b"r");
+        loop {
+            // SAFETY: pause takes no arguments; we wait for the parent's SIGKILL.
+            unsafe { libc::pause() };
+        }
+    }
+    drop(ready_w);
+    let mut fds = [libc::pollfd { fd: r_raw, events: libc::POLLIN, revents: 0 }];
+    let mut b = [0u8; 1];
+    let ready = sys::poll(&mut fds, 5000).is_ok_and(|n| n == 1) && sys::read(ready_r.as_fd(), &mut b).is_ok_and(|n| n == 1);
+    let result = if ready {
+        let path = format!("/proc/{pid}/ns/net");
+        std::fs::File::open(&path).map(OwnedFd::from).map_err(|error| BoxError::Io { what: format!("open {path}"), error })
+    } else {
+        Err(BoxError::Sys { what: "make a pooled network namespace", errno: Errno(libc::EIO) })
+    };
+    let _ = sys::kill(pid, libc::SIGKILL);
+    let _ = sys::wait4(pid, false);
+    result
 }
 
 /// `mkdtemp(3)` of `template` (ending in XXXXXX), as a UTF-8 path.
@@ -149,7 +267,7 @@ fn open_ns(pid: libc::pid_t) -> Result<Template, BoxError> {
         let path = format!("/proc/{pid}/ns/{kind}");
         std::fs::File::open(&path).map(OwnedFd::from).map_err(|error| BoxError::Io { what: format!("open the template's namespace {path}"), error })
     };
-    Ok(Template { user: open("user")?, mnt: open("mnt")? })
+    Ok(Template { user: open("user")?, mnt: open("mnt")?, nets: Mutex::new(Vec::new()), pool_failed: AtomicBool::new(false) })
 }
 
 /// Waits up to `timeout_ms` for one message on `sock`.

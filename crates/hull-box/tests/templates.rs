@@ -88,3 +88,34 @@ fn the_network_stays_off_and_timeouts_kill_the_box() {
     let r = rt.run(&spec, RunOptions { capture: true }, &mut NoSink).expect("box runs");
     assert_eq!(r.fault.map(|f| f.kind.as_str()), Some("timeout"));
 }
+
+#[test]
+fn pooled_network_namespaces_are_fresh_per_box_with_loopback_up() {
+    let rt = runtime();
+    let code = "import os, socket\ns = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(1)\nc = socket.create_connection(s.getsockname(), timeout=2)\nprint(os.readlink('/proc/self/ns/net'), 'lo-ok')";
+    for _ in 0..6 {
+        let r = python(&rt, code);
+        assert!(r.success && r.stdout.contains("lo-ok"), "{r:?}");
+        // Let the pool refill between boxes.
+        std::thread::sleep(std::time::Duration::from_millis(150));
+    }
+    assert!(rt.pooled_nets_used() >= 3, "only {} boxes used the pool", rt.pooled_nets_used());
+    // Boxes alive at the same time never share one (namespace numbers are only unique among
+    // live namespaces, so compare boxes that overlap).
+    let rt = Arc::new(rt);
+    let overlapping = format!("{code}\nimport time; time.sleep(0.7)");
+    let handles: Vec<_> = (0..4).map(|_| { let (rt, c) = (Arc::clone(&rt), overlapping.clone()); std::thread::spawn(move || python(&rt, &c)) }).collect();
+    let mut seen = std::collections::HashSet::new();
+    for h in handles {
+        let r = h.join().expect("thread");
+        assert!(r.success && r.stdout.contains("lo-ok"), "{r:?}");
+        assert!(seen.insert(r.stdout.clone()), "two live boxes shared a network namespace: {}", r.stdout);
+    }
+    // A box that keeps a network capability gets a namespace of its own user namespace instead.
+    let before = rt.pooled_nets_used();
+    let mut spec = BoxSpec::new(vec!["python3".into(), "-c".into(), "import socket; s = socket.socket(); s.bind(('127.0.0.1', 80)); print('bound 80')".into()]);
+    spec.cap_add = vec!["NET_BIND_SERVICE".into()];
+    let r = rt.run(&spec, RunOptions { capture: true }, &mut NoSink).expect("box runs");
+    assert!(r.stdout.contains("bound 80"), "{r:?}");
+    assert_eq!(rt.pooled_nets_used(), before);
+}

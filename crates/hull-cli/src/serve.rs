@@ -7,7 +7,8 @@
 //! with `hello`, which tells the protocol version and what the server offers.
 
 use std::io::{BufRead, Write};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use hull_box::{OutputSink, RunOptions, Runtime, Stream};
 use serde::Deserialize;
@@ -114,16 +115,72 @@ impl RunParams {
     }
 }
 
-/// Writes whole lines to stdout, one writer at a time.
+/// Streamed events that may wait for a slow client before new ones are dropped. Answers are
+/// never dropped (each is bounded by the run's own output caps).
+const MAX_PENDING_EVENT_BYTES: usize = 64 << 20;
+
+enum Line {
+    Text(String),
+    /// Answered once every line queued before it is written.
+    Flush(std::sync::mpsc::Sender<()>),
+}
+
+/// Writes whole lines to stdout from one writer thread, so a client that stops reading stalls
+/// nothing but that thread: boxes keep their deadlines, and requests keep being answered into
+/// the queue.
 #[derive(Clone)]
-pub(crate) struct Out(Arc<Mutex<std::io::Stdout>>);
+pub(crate) struct Out {
+    tx: std::sync::mpsc::Sender<Line>,
+    pending: Arc<AtomicUsize>,
+    dropped: Arc<AtomicU64>,
+}
 
 impl Out {
+    pub(crate) fn start() -> Out {
+        let (tx, rx) = std::sync::mpsc::channel::<Line>();
+        let pending = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&pending);
+        std::thread::spawn(move || {
+            let mut stdout = std::io::stdout().lock();
+            for line in rx {
+                match line {
+                    Line::Text(t) => {
+                        let _ = writeln!(stdout, "{t}");
+                        let _ = stdout.flush();
+                        counter.fetch_sub(t.len(), Ordering::Relaxed);
+                    }
+                    Line::Flush(done) => {
+                        let _ = done.send(());
+                    }
+                }
+            }
+        });
+        Out { tx, pending, dropped: Arc::new(AtomicU64::new(0)) }
+    }
+
+    /// Queues an answer (never dropped).
     pub(crate) fn send(&self, v: &Value) {
         let line = v.to_string();
-        if let Ok(mut o) = self.0.lock() {
-            let _ = writeln!(o, "{line}");
-            let _ = o.flush();
+        self.pending.fetch_add(line.len(), Ordering::Relaxed);
+        let _ = self.tx.send(Line::Text(line));
+    }
+
+    /// Queues a streamed event, or drops it (and counts it) while the client is too far behind.
+    fn event(&self, v: &Value) {
+        if self.pending.load(Ordering::Relaxed) > MAX_PENDING_EVENT_BYTES {
+            if self.dropped.fetch_add(1, Ordering::Relaxed) == 0 {
+                eprintln!("hull serve: the client is not reading; dropping streamed output events (answers still carry the captured output)");
+            }
+            return;
+        }
+        self.send(v);
+    }
+
+    /// Waits until everything queued so far is written.
+    pub(crate) fn flush(&self) {
+        let (done, wait) = std::sync::mpsc::channel();
+        if self.tx.send(Line::Flush(done)).is_ok() {
+            let _ = wait.recv();
         }
     }
 }
@@ -164,7 +221,7 @@ impl OutputSink for EventSink {
             return;
         }
         let name = if stream == Stream::Stdout { "stdout" } else { "stderr" };
-        self.out.send(&json!({ "id": self.id, "event": name, "data": String::from_utf8_lossy(&buf) }));
+        self.out.event(&json!({ "id": self.id, "event": name, "data": String::from_utf8_lossy(&buf) }));
     }
 }
 
@@ -224,7 +281,7 @@ pub fn main(_args: &ServeArgs) -> i32 {
         }
     };
     rt.sweep_leftovers();
-    let out = Out(Arc::new(Mutex::new(std::io::stdout())));
+    let out = Out::start();
     let sessions = Arc::new(crate::serve_sandbox::Sessions::default());
     let mut workers = Vec::new();
     for line in std::io::stdin().lock().lines() {
@@ -250,6 +307,7 @@ pub fn main(_args: &ServeArgs) -> i32 {
             }
             sessions.destroy_all();
             out.send(&json!({ "id": id, "result": {} }));
+            out.flush();
             return 0;
         }
         let params = req.get("params").cloned().unwrap_or(Value::Null);
@@ -261,6 +319,7 @@ pub fn main(_args: &ServeArgs) -> i32 {
         let _ = w.join();
     }
     sessions.destroy_all();
+    out.flush();
     0
 }
 

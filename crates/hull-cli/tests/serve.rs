@@ -81,3 +81,38 @@ fn concurrent_runs_in_one_session_all_answer() {
         assert_eq!(answer(&lines, i)["result"]["stdout"], format!("{}\n", i + 1));
     }
 }
+
+/// Whether a process whose command line contains `marker` is alive on this host.
+fn alive_with(marker: &str) -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        std::fs::read(e.path().join("cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).replace('\0', " ").contains(marker))
+    })
+}
+
+#[test]
+fn a_client_that_stops_reading_does_not_hold_off_deadlines() {
+    let mut child = Command::new(common::bin()).arg("serve").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    // A streamed flood fills the stdout pipe, which nobody reads...
+    let flood = json!({"id": 1, "method": "run", "params": {"code": "import sys\nfor _ in range(4000): sys.stdout.write('x' * 65536)", "stream": true, "max_output": "1m", "timeout": "20s"}});
+    // ...while another streaming box must still be killed at its deadline (its supervisor has
+    // output to hand over too).
+    let marker = format!("{}", 31_000_000 + std::process::id());
+    let sleeper = json!({"id": 2, "method": "run", "params": {"argv": ["sh", "-c", format!("echo started; exec sleep {marker}")], "timeout": "1s", "stream": true}});
+    writeln!(stdin, "{flood}").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    writeln!(stdin, "{sleeper}").unwrap();
+    let t = std::time::Instant::now();
+    while !alive_with(&format!("sleep {marker}")) && t.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(alive_with(&format!("sleep {marker}")), "the sleeper never started");
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    assert!(!alive_with(&format!("sleep {marker}")), "the sleeper outlived its 1 s deadline while stdout was not read");
+    // Now read: both answers arrive, the sleeper's as a timeout.
+    drop(stdin);
+    let lines: Vec<Value> = BufReader::new(child.stdout.take().unwrap()).lines().map(|l| serde_json::from_str(&l.unwrap()).unwrap()).collect();
+    assert!(child.wait().unwrap().success());
+    assert_eq!(answer(&lines, 2)["result"]["fault"]["type"], "timeout", "{:?}", answer(&lines, 2));
+    assert!(answer(&lines, 1)["result"]["truncated"].as_bool().unwrap_or(false), "{:?}", answer(&lines, 1));
+}

@@ -148,21 +148,7 @@ fn spec_error(e: BoxError) -> SandboxError {
 }
 
 fn remove_tree(p: &Path) {
-    if std::fs::remove_dir_all(p).is_err() {
-        fn writable(d: &Path) {
-            use std::os::unix::fs::PermissionsExt;
-            let _ = std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700));
-            if let Ok(rd) = std::fs::read_dir(d) {
-                for e in rd.flatten() {
-                    if e.file_type().is_ok_and(|t| t.is_dir()) {
-                        writable(&e.path());
-                    }
-                }
-            }
-        }
-        writable(p);
-        let _ = std::fs::remove_dir_all(p);
-    }
+    hull_box::leftovers::remove_tree(p);
 }
 
 impl Sandbox {
