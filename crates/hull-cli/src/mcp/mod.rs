@@ -127,7 +127,8 @@ pub fn main(_args: &McpArgs) -> i32 {
     // wait for it. A start that fails ends the server: its settings are wrong.
     {
         let server = Arc::clone(&server);
-        std::thread::spawn(move || match start(rt, s) {
+        // A panic in the start must end the server too, or tool calls would wait forever.
+        std::thread::spawn(move || match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| start(rt, s))).unwrap_or_else(|_panic| Err("start: the sandbox's start panicked (see the message above)".into())) {
             Ok(w) => {
                 *server.ready.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::new(w));
                 server.ready_cv.notify_all();
