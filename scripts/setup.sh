@@ -34,6 +34,15 @@ python3 -m pip install -q --root-user-action=ignore "langchain-core>=0.3,<2"
 # The Node SDK's build and tests need node and npm (CI images carry them; else Debian's).
 command -v npm >/dev/null || { apt-get update -q; apt-get install -y -q --no-install-recommends nodejs npm; }
 
+# hull mcp's tests: the official MCP clients, Python (the `mcp` package, 1.x: protocol
+# versions up to 2025-11-25) and TypeScript (@modelcontextprotocol/sdk, from the lock file).
+python3 -m pip install -q --root-user-action=ignore "mcp>=1.20,<2"
+if ! command -v npm >/dev/null; then
+    echo "setup.sh: npm not found; install Node.js 20+ with npm (hull mcp's client test needs it)" >&2
+    exit 1
+fi
+(cd "$(dirname "$0")/../tests/mcp/node" && npm ci --no-audit --no-fund --loglevel=error)
+
 # The unprivileged user the rootless test pass runs as.
 TEST_USER="${HULL_TEST_USER:-hulltest}"
 id "$TEST_USER" >/dev/null 2>&1 || useradd -m "$TEST_USER"

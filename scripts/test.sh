@@ -13,6 +13,10 @@ echo "== tests as root"
 cargo build --workspace --bins
 cargo test --workspace --no-fail-fast
 
+echo "== hull mcp: the official Python and TypeScript MCP clients over stdio"
+HULL_BIN="$PWD/target/debug/hull" python3 -m pytest -q tests/mcp
+(cd tests/mcp/node && HULL_BIN="$PWD/../../../target/debug/hull" node --test)
+
 echo "== Python SDK: install the wheel (it carries hull), then pytest against it"
 # The wheel reuses the debug build made above (MATURIN_PEP517_ARGS); a plain `pip install` builds release.
 MATURIN_PEP517_ARGS="--profile dev" python3 -m pip install -q --root-user-action=ignore ./bindings/python

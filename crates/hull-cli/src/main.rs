@@ -5,6 +5,7 @@ mod bench_sdk;
 mod doctor;
 mod image_bench;
 mod images;
+mod mcp;
 mod pull;
 mod run;
 mod serve;
@@ -38,6 +39,7 @@ enum Command {
     Rmi(images::RmiArgs),
     /// Speak the JSON-lines protocol on stdin/stdout (what the language bindings use).
     Serve(serve::ServeArgs),
+    Mcp(mcp::McpArgs),
 }
 
 fn main() {
@@ -51,6 +53,7 @@ fn main() {
         Command::Pull(args) => pull::main(&args),
         Command::Images(args) => images::images(&args),
         Command::Rmi(args) => images::rmi(&args),
+        Command::Mcp(args) => mcp::main(&args),
     };
     std::process::exit(code);
 }
