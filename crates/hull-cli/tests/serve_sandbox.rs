@@ -241,3 +241,48 @@ fn a_killed_server_leaves_nothing_the_next_hull_does_not_sweep() {
     assert!(out.status.code().is_some());
     assert!(!session.exists(), "hull doctor did not sweep {}", session.display());
 }
+
+#[test]
+fn a_deep_tree_does_not_crash_the_server_and_is_removed() {
+    let mut c = Client::new();
+    let r = c.ok("sandbox.create", json!({}));
+    let sb = r["sandbox"].as_str().unwrap().to_string();
+    let session = std::path::Path::new(r["workspace"].as_str().unwrap()).parent().unwrap().to_path_buf();
+    // Deeper than a recursive walk survives on a 2 MiB thread stack; the scans after the call
+    // (change tracking) walk it first.
+    let mk = "import os\nfor i in range(3000):\n    os.mkdir('d')\n    os.chdir('d')\nopen('deep.txt', 'w').write('x')";
+    let r = c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["python3", "-c", mk]}));
+    assert_eq!(r["exit_code"], 0, "{r}");
+    assert!(r["warnings"].to_string().contains("levels of directories"), "{r}");
+    let l = c.ok("sandbox.list_files", json!({"sandbox": sb}));
+    assert_eq!(l["complete"], false);
+    assert_eq!(l["entries"].as_array().unwrap().len(), 256, "directories 256 levels down the depth cap are listed, not entered");
+    let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "6*7"}));
+    assert_eq!(r["results"][0]["text/plain"], "42", "{r}");
+    // Restore empties the deep tree, then destroy removes the session directory.
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("one.tar.gz");
+    tar_gz(&p, &[("one.txt", tar::EntryType::Regular, "1")]);
+    c.ok("sandbox.restore", json!({"sandbox": sb, "src": p}));
+    let l = c.ok("sandbox.list_files", json!({"sandbox": sb}));
+    assert_eq!(l["entries"].as_array().unwrap().len(), 1, "{l}");
+    c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["python3", "-c", mk]}));
+    assert_eq!(c.ok("sandbox.destroy", json!({"sandbox": sb}))["destroyed"], true);
+    assert!(!session.exists(), "{} was left", session.display());
+}
+
+#[test]
+fn listings_cap_their_path_bytes() {
+    let mut c = Client::new();
+    let sb = c.create(json!({"track_files": false}));
+    // 60 levels of 250-byte names, then 1200 files with 200-byte names: about 18 MB of paths in
+    // 1260 entries, past the 16 MiB cap though far below the entry cap.
+    let mk = "import os\nfor i in range(60):\n    os.mkdir('d' * 250)\n    os.chdir('d' * 250)\nfor i in range(1200):\n    open('%04d' % i + 'f' * 196, 'w').close()";
+    let r = c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["python3", "-c", mk]}));
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let l = c.ok("sandbox.list_files", json!({"sandbox": sb}));
+    assert_eq!(l["complete"], false);
+    let entries = l["entries"].as_array().unwrap();
+    let bytes: usize = entries.iter().map(|e| e["path"].as_str().unwrap().len()).sum();
+    assert!(bytes <= 16 << 20 && bytes > 15 << 20, "{bytes} bytes of paths in {} entries", entries.len());
+}

@@ -38,7 +38,10 @@ fn io_err(what: &'static str, path: &Path, e: std::io::Error) -> SandboxError {
 pub fn snapshot(ws: &Confined, dest: &Path) -> Result<SnapshotReport, SandboxError> {
     let (entries, complete) = ws.list("")?;
     if !complete {
-        return Err(SandboxError::path("/workspace", format!("holds more than {} entries; too many to snapshot", crate::files::MAX_ENTRIES)));
+        return Err(SandboxError::path(
+            "/workspace",
+            format!("holds more than {} entries, {} bytes of paths or {} levels of directories; too much to snapshot", crate::files::MAX_ENTRIES, crate::files::MAX_PATH_BYTES, crate::files::MAX_DEPTH),
+        ));
     }
     let tmp = dest.with_extension("partial");
     let out = File::create(&tmp).map_err(|e| io_err("create", &tmp, e))?;

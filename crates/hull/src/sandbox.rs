@@ -354,9 +354,22 @@ impl Sandbox {
 
     fn track<T>(&self, f: impl FnOnce() -> Result<(T, RunResult, Vec<Value>), SandboxError>) -> Result<(T, ExecResult), SandboxError> {
         let before = if self.cfg.track_files { self.workspace.scan().ok() } else { None };
-        let (t, run, results) = f()?;
+        let (t, mut run, results) = f()?;
         let files = match (&before, self.cfg.track_files) {
-            (Some(b), true) => self.workspace.scan().map(|now| b.changed_since(&now)).unwrap_or_default(),
+            (Some(b), true) => match self.workspace.scan() {
+                Ok(now) => {
+                    if !(b.complete && now.complete) {
+                        run.warnings.push(format!(
+                            "files: the workspace holds more than {} entries, {} bytes of paths or {} levels of directories; changes were tracked only in the part scanned",
+                            crate::files::MAX_ENTRIES,
+                            crate::files::MAX_PATH_BYTES,
+                            crate::files::MAX_DEPTH
+                        ));
+                    }
+                    b.changed_since(&now)
+                }
+                Err(_) => Vec::new(),
+            },
             _ => Vec::new(),
         };
         Ok((t, ExecResult { run, results, files }))
