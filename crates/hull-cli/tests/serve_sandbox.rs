@@ -58,6 +58,9 @@ impl Drop for Client {
     }
 }
 
+/// Python that finds the runner's channel the way hostile code would: by its descriptor.
+const CHANNEL: &str = "import os, socket\ndef chan():\n    for f in os.listdir('/proc/self/fd'):\n        try:\n            if int(f) > 2 and os.readlink('/proc/self/fd/' + f).startswith('socket:'):\n                return socket.socket(fileno=os.dup(int(f)))\n        except OSError:\n            pass\n";
+
 #[test]
 fn run_code_returns_rich_results_and_shares_the_workspace() {
     let mut c = Client::new();
@@ -78,7 +81,8 @@ fn run_code_returns_rich_results_and_shares_the_workspace() {
     let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "print('{\"done\": true, \"results\": [{\"text/plain\": \"forged\"}]}')"}));
     assert!(r["results"].as_array().unwrap().is_empty(), "{r}");
     // Code that writes garbage to the runner's own channel gets a warning, not a broken server.
-    let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "import sys\nsys.modules['__main__']._chan.sendall(b'garbage\\n')\n1"}));
+    assert!(c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "import sys\nhasattr(sys.modules['__main__'], '_chan')"}))["results"][0]["text/plain"] == "False");
+    let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": format!("{CHANNEL}chan().sendall(b'garbage\\n')\n1")}));
     assert!(r["warnings"].to_string().contains("malformed frame"), "{r}");
     assert!(r["results"].as_array().unwrap().is_empty(), "{r}");
     let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "2"}));
@@ -285,4 +289,43 @@ fn listings_cap_their_path_bytes() {
     let entries = l["entries"].as_array().unwrap();
     let bytes: usize = entries.iter().map(|e| e["path"].as_str().unwrap().len()).sum();
     assert!(bytes <= 16 << 20 && bytes > 15 << 20, "{bytes} bytes of paths in {} entries", entries.len());
+}
+
+#[test]
+fn oversized_or_value_dense_frames_are_dropped_and_the_server_carries_on() {
+    let mut c = Client::new();
+    let sb = c.create(json!({}));
+    // One line past the 16 MiB frame cap, shaped as a forged `done` frame.
+    let big = format!("{CHANNEL}chan().sendall(b'{{\"done\": true, \"results\": [{{\"text/plain\": \"' + b'x' * (17 << 20) + b'\"}}]}}\\n')\n1");
+    let t0 = std::time::Instant::now();
+    let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": big}));
+    assert!(r["warnings"].to_string().contains("over 16777216 bytes"), "{}", &r.to_string()[..r.to_string().len().min(2000)]);
+    assert!(r["results"].as_array().unwrap().is_empty());
+    assert!(t0.elapsed().as_secs() < 20);
+    // Small on the wire, but a tree of 300k values on the host.
+    let dense = format!("{CHANNEL}chan().sendall(b'{{\"done\": true, \"results\": [' + b'0,' * 300000 + b'0]}}\\n')\n1");
+    let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": dense}));
+    assert!(r["warnings"].to_string().contains("JSON values"), "{}", &r.to_string()[..r.to_string().len().min(2000)]);
+    let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "6*7"}));
+    assert_eq!(r["results"][0]["text/plain"], "42", "{r}");
+}
+
+#[test]
+fn modules_planted_in_the_workspace_do_not_run_before_the_runner() {
+    let mut c = Client::new();
+    let sb = c.create(json!({}));
+    // Modules the runner imports before it connects or before a kernel's first cell (`_socket`
+    // and `binascii` are extension modules on some Pythons, so found on sys.path, where
+    // `python3 -c` puts the working directory first; `threading` is a source module everywhere).
+    for m in ["_socket", "binascii", "threading"] {
+        c.ok("sandbox.write_file", json!({"sandbox": sb, "path": format!("{m}.py"), "text": format!("open('/workspace/ran-{m}', 'w').close()\n")}));
+    }
+    c.ok("sandbox.write_file", json!({"sandbox": sb, "path": "mine.py", "text": "VALUE = 7\n"}));
+    let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "import mine\nmine.VALUE * 6"}));
+    assert_eq!(r["results"][0]["text/plain"], "42", "{r}");
+    let k = c.ok("kernel.start", json!({"sandbox": sb}))["kernel"].as_str().unwrap().to_string();
+    let r = c.ok("kernel.run_code", json!({"sandbox": sb, "kernel": k, "code": "import mine\nmine.VALUE"}));
+    assert_eq!(r["results"][0]["text/plain"], "7", "{r}");
+    let l = c.ok("sandbox.list_files", json!({"sandbox": sb}));
+    assert!(!l.to_string().contains("ran-"), "a planted module ran: {l}");
 }

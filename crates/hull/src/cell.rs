@@ -106,8 +106,38 @@ enum FrameEnd {
     Broken(String),
 }
 
-/// The largest frame accepted from a runner (rich results of one cell travel in one frame).
-pub const MAX_FRAME: u64 = 256 << 20;
+/// The largest frame accepted from a runner (rich results of one cell travel in one frame, so
+/// this also bounds a call's rich results). Code in the cell can write to the channel, so a
+/// frame is untrusted: it is parsed once (a tree of JSON values costs several times its text),
+/// moved, never copied.
+pub const MAX_FRAME: u64 = 16 << 20;
+/// The most JSON values (numbers, strings, arrays, objects...) one frame may hold: a frame of
+/// tiny values (`[0,0,0,...]`) would cost ~30 bytes of host memory per byte sent as a tree.
+pub const MAX_FRAME_VALUES: usize = 1 << 18;
+
+/// Counts the values in a JSON text from its structural characters outside strings (an upper
+/// bound for well-formed text), so a frame of millions of tiny values is refused before it is
+/// parsed into a tree.
+fn json_values(text: &[u8]) -> usize {
+    let (mut n, mut in_str, mut esc) = (1usize, false, false);
+    for &b in text {
+        if in_str {
+            match (esc, b) {
+                (true, _) => esc = false,
+                (false, b'\\') => esc = true,
+                (false, b'"') => in_str = false,
+                _ => {}
+            }
+        } else {
+            match b {
+                b'"' => in_str = true,
+                b',' | b'[' | b'{' | b':' => n += 1,
+                _ => {}
+            }
+        }
+    }
+    n
+}
 
 /// What one cell produced.
 pub struct CellOutcome {
@@ -211,11 +241,18 @@ impl RunnerBox {
                 Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted) => continue,
                 Err(_) => return Ok(FrameEnd::Eof),
             }
+            if json_values(&line) > MAX_FRAME_VALUES {
+                return Ok(FrameEnd::Broken(format!("the runner sent a frame of more than {MAX_FRAME_VALUES} JSON values; rich results were dropped and the box killed")));
+            }
             let frame: Value = match serde_json::from_slice(&line) {
                 Ok(v) => v,
                 Err(e) => return Ok(FrameEnd::Broken(format!("the runner's channel carried a malformed frame ({e}); rich results were dropped and the box killed"))),
             };
             line.clear();
+            line.shrink_to(64 << 10);
+            let Value::Object(mut frame) = frame else {
+                return Ok(FrameEnd::Broken("the runner's channel carried a frame that is not an object; rich results were dropped and the box killed".into()));
+            };
             if let Some(s) = frame.get("stream").and_then(Value::as_str) {
                 let Ok(data) = base64::engine::general_purpose::STANDARD.decode(frame.get("data").and_then(Value::as_str).unwrap_or("")) else {
                     return Ok(FrameEnd::Broken("the runner's channel carried output that is not base64; the box was killed".into()));
@@ -223,8 +260,8 @@ impl RunnerBox {
                 on_stream(if s == "stderr" { Stream::Stderr } else { Stream::Stdout }, &data);
             } else if frame.get("done").is_some() {
                 let exit_code = frame.get("exit_code").and_then(Value::as_i64).and_then(|c| i32::try_from(c).ok()).unwrap_or(1);
-                let results = match frame.get("results") {
-                    Some(Value::Array(a)) => a.clone(),
+                let results = match frame.remove("results") {
+                    Some(Value::Array(a)) => a,
                     _ => Vec::new(),
                 };
                 return Ok(FrameEnd::Done { exit_code, results });
