@@ -329,3 +329,76 @@ fn modules_planted_in_the_workspace_do_not_run_before_the_runner() {
     let l = c.ok("sandbox.list_files", json!({"sandbox": sb}));
     assert!(!l.to_string().contains("ran-"), "a planted module ran: {l}");
 }
+
+/// Kills the server (our child, still unreaped) if the test is not done within `secs`, so a
+/// hang fails the test instead of stalling the run.
+fn watchdog(c: &Client, secs: u64) -> std::sync::mpsc::Sender<()> {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let pid = i32::try_from(c.child.id()).unwrap();
+    std::thread::spawn(move || {
+        if rx.recv_timeout(std::time::Duration::from_secs(secs)) == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
+            eprintln!("watchdog: killing hull serve {pid}");
+            // SAFETY: kill has no memory preconditions; pid is our own unreaped child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    });
+    tx
+}
+
+/// The server's child processes (its boxes).
+fn children(pid: u32) -> Vec<String> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+        out.extend(std::fs::read_to_string(t.path().join("children")).unwrap_or_default().split_whitespace().map(str::to_string));
+    }
+    out
+}
+
+#[test]
+fn a_stopped_kernel_times_out_and_close_and_destroy_do_not_wait_for_cells() {
+    let mut c = Client::new();
+    let done = watchdog(&c, 40);
+    let r = c.ok("sandbox.create", json!({"timeout_s": 2}));
+    let sb = r["sandbox"].as_str().unwrap().to_string();
+    let session = std::path::Path::new(r["workspace"].as_str().unwrap()).parent().unwrap().to_path_buf();
+    let k = c.ok("kernel.start", json!({"sandbox": sb}))["kernel"].as_str().unwrap().to_string();
+    // Cell 1 leaves a thread that stops the runner after the cell; cell 2 is bigger than the
+    // socket's buffer, so sending it blocks on a runner that no longer reads.
+    let r = c.ok("kernel.run_code", json!({"sandbox": sb, "kernel": k, "code": "import os, signal, threading, time\nthreading.Thread(target=lambda: (time.sleep(0.3), os.kill(os.getpid(), signal.SIGSTOP)), daemon=True).start()"}));
+    assert_eq!(r["exit_code"], 0, "{r}");
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    let t0 = std::time::Instant::now();
+    let r = c.ok("kernel.run_code", json!({"sandbox": sb, "kernel": k, "code": format!("x = '{}'", "a".repeat(8 << 20))}));
+    assert_eq!(r["fault"]["type"], "timeout", "{}", &r.to_string()[..r.to_string().len().min(2000)]);
+    assert!(t0.elapsed().as_secs_f64() < 8.0, "{:?}", t0.elapsed());
+    let t0 = std::time::Instant::now();
+    c.ok("kernel.close", json!({"sandbox": sb, "kernel": k}));
+    assert!(t0.elapsed().as_secs_f64() < 3.0, "{:?}", t0.elapsed());
+    // A kernel busy in a long cell: close kills it at once instead of waiting for the cell.
+    let sb2 = c.create(json!({"timeout_s": 30}));
+    for _ in 0..2 {
+        let k2 = c.ok("kernel.start", json!({"sandbox": sb2}))["kernel"].as_str().unwrap().to_string();
+        c.next += 1;
+        writeln!(c.stdin, "{}", json!({"id": c.next, "method": "kernel.run_code", "params": {"sandbox": sb2, "kernel": k2, "code": "import time\ntime.sleep(25)"}})).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let t0 = std::time::Instant::now();
+        c.ok("kernel.close", json!({"sandbox": sb2, "kernel": k2}));
+        assert!(t0.elapsed().as_secs_f64() < 3.0, "kernel.close waited {:?}", t0.elapsed());
+    }
+    // Destroy kills a kernel in the middle of a cell, too.
+    let k3 = c.ok("kernel.start", json!({"sandbox": sb2}))["kernel"].as_str().unwrap().to_string();
+    c.next += 1;
+    writeln!(c.stdin, "{}", json!({"id": c.next, "method": "kernel.run_code", "params": {"sandbox": sb2, "kernel": k3, "code": "import time\ntime.sleep(25)"}})).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let t0 = std::time::Instant::now();
+    c.ok("sandbox.destroy", json!({"sandbox": sb2}));
+    c.ok("sandbox.destroy", json!({"sandbox": sb}));
+    assert!(t0.elapsed().as_secs_f64() < 3.0, "destroy waited {:?}", t0.elapsed());
+    let t0 = std::time::Instant::now();
+    while (!children(c.child.id()).is_empty() || session.exists()) && t0.elapsed().as_secs() < 3 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(children(c.child.id()).is_empty(), "boxes left: {:?}", children(c.child.id()));
+    assert!(!session.exists(), "{} was left", session.display());
+    let _ = done.send(());
+}

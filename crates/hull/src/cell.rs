@@ -218,10 +218,34 @@ impl RunnerBox {
         let _ = rustix::process::pidfd_send_signal(&self.pidfd, rustix::process::Signal::KILL);
     }
 
-    fn send_cell(&mut self, code: &str) -> Result<(), SandboxError> {
+    /// A second descriptor of the runner's pidfd, so a holder that cannot take the box's lock
+    /// (closing a kernel while one of its cells runs) can still kill it.
+    pub fn killer(&self) -> Result<OwnedFd, SandboxError> {
+        self.pidfd.try_clone().map_err(|e| runner_err("duplicate its pidfd", e))
+    }
+
+    /// Sends a cell, giving up at `deadline`: the runner reads it, so a runner that stopped
+    /// reading (code in an earlier kernel cell can SIGSTOP it) would block a plain write forever
+    /// once the socket's buffer is full. `Some(end)` when the cell did not go out: the deadline
+    /// passed, or the runner is gone.
+    fn send_cell(&mut self, code: &str, deadline: Instant) -> Option<FrameEnd> {
         let mut msg = format!("{}\n", code.len()).into_bytes();
         msg.extend_from_slice(code.as_bytes());
-        self.conn.get_mut().write_all(&msg).map_err(|e| runner_err("send the cell", e))
+        let mut sent = 0;
+        while sent < msg.len() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Some(FrameEnd::Timeout);
+            }
+            let _ = self.conn.get_ref().set_write_timeout(Some(left));
+            match self.conn.get_mut().write(&msg[sent..]) {
+                Ok(0) => return Some(FrameEnd::Eof),
+                Ok(n) => sent += n,
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted) => {}
+                Err(_) => return Some(FrameEnd::Eof),
+            }
+        }
+        None
     }
 
     fn read_frames(&mut self, deadline: Instant, on_stream: &mut dyn FnMut(Stream, &[u8])) -> Result<FrameEnd, SandboxError> {
@@ -301,8 +325,10 @@ impl RunnerBox {
         }
         let t0 = Instant::now();
         let deadline = t0 + timeout;
-        self.send_cell(code)?;
-        let end = self.read_frames(deadline, &mut |_, _| {})?;
+        let end = match self.send_cell(code, deadline) {
+            Some(end) => end,
+            None => self.read_frames(deadline, &mut |_, _| {})?,
+        };
         let t_done = t0.elapsed();
         let mut timed_out = matches!(end, FrameEnd::Timeout);
         if timed_out || matches!(end, FrameEnd::Broken(_)) {
@@ -335,15 +361,17 @@ impl RunnerBox {
         let deadline = t0 + timeout;
         let mut out: [Vec<u8>; 2] = [Vec::new(), Vec::new()];
         let mut dropped = 0u64;
-        self.send_cell(code)?;
-        let end = self.read_frames(deadline, &mut |s, data| {
-            sink.chunk(s, data);
-            let buf = &mut out[usize::from(s == Stream::Stderr)];
-            let room = usize::try_from(max_output.saturating_sub(buf.len() as u64)).unwrap_or(usize::MAX);
-            let take = data.len().min(room);
-            buf.extend_from_slice(&data[..take]);
-            dropped += (data.len() - take) as u64;
-        })?;
+        let end = match self.send_cell(code, deadline) {
+            Some(end) => end,
+            None => self.read_frames(deadline, &mut |s, data| {
+                sink.chunk(s, data);
+                let buf = &mut out[usize::from(s == Stream::Stderr)];
+                let room = usize::try_from(max_output.saturating_sub(buf.len() as u64)).unwrap_or(usize::MAX);
+                let take = data.len().min(room);
+                buf.extend_from_slice(&data[..take]);
+                dropped += (data.len() - take) as u64;
+            })?,
+        };
         let ms = || u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
         let [stdout, stderr] = out;
         let text = |b: Vec<u8>| String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());

@@ -3,6 +3,7 @@
 //! kernels. Every call still gets a fresh box; only the workspace and `/deps` carry over.
 
 use std::collections::{HashMap, VecDeque};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
@@ -102,6 +103,16 @@ struct Pool {
 pub struct Kernel {
     pub id: String,
     rb: Mutex<Result<RunnerBox, String>>,
+    /// The runner's pidfd, outside the lock a running cell holds, so closing the kernel (or
+    /// destroying its sandbox) kills it at once instead of waiting for the cell.
+    killer: OwnedFd,
+}
+
+impl Kernel {
+    /// Kills the kernel's box (its runner, so every process in it); idempotent.
+    fn kill(&self) {
+        let _ = rustix::process::pidfd_send_signal(&self.killer, rustix::process::Signal::KILL);
+    }
 }
 
 pub struct Sandbox {
@@ -446,7 +457,8 @@ impl Sandbox {
                 return Err(SandboxError::Runner(format!("of the kernel ended before it was ready ({why})")));
             }
         };
-        let k = Arc::new(Kernel { id: id.clone(), rb: Mutex::new(Ok(rb)) });
+        let killer = rb.killer()?;
+        let k = Arc::new(Kernel { id: id.clone(), rb: Mutex::new(Ok(rb)), killer });
         if let Ok(mut m) = self.kernels.lock() {
             m.insert(id, Arc::clone(&k));
         }
@@ -483,6 +495,7 @@ impl Sandbox {
     pub fn close_kernel(&self, id: &str) -> bool {
         let k = self.kernels.lock().ok().and_then(|mut m| m.remove(id));
         if let Some(k) = k {
+            k.kill();
             if let Ok(mut g) = k.rb.lock() {
                 *g = Err("closed".into());
             }
