@@ -402,3 +402,28 @@ fn a_stopped_kernel_times_out_and_close_and_destroy_do_not_wait_for_cells() {
     assert!(!session.exists(), "{} was left", session.display());
     let _ = done.send(());
 }
+
+#[test]
+fn session_directories_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut c = Client::new();
+    let r = c.ok("sandbox.create", json!({"setup": "true"}));
+    let sb = r["sandbox"].as_str().unwrap().to_string();
+    let ws = std::path::PathBuf::from(r["workspace"].as_str().unwrap());
+    let session = ws.parent().unwrap().to_path_buf();
+    c.ok("kernel.start", json!({"sandbox": sb}));
+    let io: Vec<std::path::PathBuf> = std::fs::read_dir(session.parent().unwrap())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("hull-ws-{}-io-", c.child.id())))
+        .map(|e| e.path())
+        .collect();
+    assert!(!io.is_empty(), "no runner io directory found");
+    for d in [session.clone(), ws.clone(), session.join("deps")].iter().chain(&io) {
+        let mode = std::fs::metadata(d).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{} is {mode:o}", d.display());
+    }
+    // The boxes still use them.
+    let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "open('x', 'w').write('y')\nimport os\nos.listdir('/deps') is not None"}));
+    assert_eq!(r["results"][0]["text/plain"], "True", "{r}");
+}

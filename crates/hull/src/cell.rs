@@ -152,7 +152,7 @@ fn runner_err(what: &str, e: impl std::fmt::Display) -> SandboxError {
 impl RunnerBox {
     /// Starts a box running the runner in `mode` (`once` or `kernel`) and waits for it to connect.
     pub fn start(rt: &Arc<Runtime>, base: &BoxSpec, mode: &str, box_timeout: Duration, reaper: &Reaper) -> Result<Started, SandboxError> {
-        let io = tempfile::Builder::new().prefix(&leftover_prefix("io")).tempdir().map_err(|e| runner_err("create its private directory", e))?;
+        let io = tempfile::Builder::new().prefix(&leftover_prefix("io")).permissions(crate::sandbox::private_dir_mode()).tempdir().map_err(|e| runner_err("create its private directory", e))?;
         let sock = io.path().join("s");
         let listener = UnixListener::bind(&sock).map_err(|e| runner_err("listen on its socket", e))?;
         listener.set_nonblocking(true).map_err(|e| runner_err("listen on its socket", e))?;

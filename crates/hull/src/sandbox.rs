@@ -158,6 +158,18 @@ fn spec_error(e: BoxError) -> SandboxError {
     SandboxError::Invalid { arg: arg.to_string(), why: e.to_string() }
 }
 
+/// Session directories are the caller's alone (0700): the workspace holds the box's files, which
+/// other host users have no business reading.
+pub(crate) fn private_dir_mode() -> std::fs::Permissions {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::Permissions::from_mode(0o700)
+}
+
+fn private_dir(p: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().mode(0o700).create(p)
+}
+
 fn remove_tree(p: &Path) {
     hull_box::leftovers::remove_tree(p);
 }
@@ -166,7 +178,7 @@ impl Sandbox {
     /// Creates the session: checks every argument, makes the workspace, runs `setup` if given
     /// (the only box with a network), probes that a box can start, and fills the prewarm pool.
     pub fn create(rt: Arc<Runtime>, id: String, cfg: SandboxConfig) -> Result<Arc<Sandbox>, SandboxError> {
-        let session = tempfile::Builder::new().prefix(&crate::cell::leftover_prefix("sb")).tempdir().map_err(|e| SandboxError::Io { what: "create the session directory in", path: std::env::temp_dir(), error: e })?.keep();
+        let session = tempfile::Builder::new().prefix(&crate::cell::leftover_prefix("sb")).permissions(private_dir_mode()).tempdir().map_err(|e| SandboxError::Io { what: "create the session directory in", path: std::env::temp_dir(), error: e })?.keep();
         let made = Self::create_in(rt, id, cfg, &session);
         if made.is_err() {
             remove_tree(&session);
@@ -179,12 +191,12 @@ impl Sandbox {
             Some(w) => w.clone(),
             None => {
                 let w = session.join("workspace");
-                std::fs::create_dir(&w).map_err(|e| SandboxError::Io { what: "create", path: w.clone(), error: e })?;
+                private_dir(&w).map_err(|e| SandboxError::Io { what: "create", path: w.clone(), error: e })?;
                 w
             }
         };
         let deps = session.join("deps");
-        std::fs::create_dir(&deps).map_err(|e| SandboxError::Io { what: "create", path: deps.clone(), error: e })?;
+        private_dir(&deps).map_err(|e| SandboxError::Io { what: "create", path: deps.clone(), error: e })?;
         let mut base = BoxSpec::new(vec!["true".into()]);
         match cfg.image.as_deref() {
             None | Some("host") => {}
