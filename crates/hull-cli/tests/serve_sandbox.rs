@@ -427,3 +427,31 @@ fn session_directories_are_private() {
     let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "open('x', 'w').write('y')\nimport os\nos.listdir('/deps') is not None"}));
     assert_eq!(r["results"][0]["text/plain"], "True", "{r}");
 }
+
+#[test]
+fn snapshots_refuse_huge_sparse_files_and_never_follow_a_planted_partial_file() {
+    let mut c = Client::new();
+    let done = watchdog(&c, 60);
+    let r = c.ok("sandbox.create", json!({}));
+    let sb = r["sandbox"].as_str().unwrap().to_string();
+    let ws = std::path::PathBuf::from(r["workspace"].as_str().unwrap());
+    let host = tempfile::tempdir().unwrap();
+    let victim = host.path().join("victim");
+    // The box plants a symlink where the old snapshot wrote its partial file (dest with extension `partial`).
+    let plant = format!("ln -s {} snap.tar.partial && echo x > small", victim.display());
+    assert_eq!(c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["sh", "-c", plant]}))["exit_code"], 0);
+    let r = c.ok("sandbox.snapshot", json!({"sandbox": sb, "dest": ws.join("snap.tar.gz")}));
+    assert_eq!(r["files"], 1, "{r}");
+    assert!(!victim.exists(), "the snapshot followed a symlink the box planted");
+    assert!(std::fs::symlink_metadata(ws.join("snap.tar.partial")).unwrap().file_type().is_symlink());
+    // A 20 GiB sparse file costs the box nothing; the snapshot is refused at once, naming it.
+    let r = c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["sh", "-c", "truncate -s 20G big"]}));
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let t0 = std::time::Instant::now();
+    let dest = host.path().join("s.tar.gz");
+    let e = c.call("sandbox.snapshot", json!({"sandbox": sb, "dest": dest})).unwrap_err();
+    assert!(e["message"].as_str().unwrap().contains("/workspace/big (21474836480 bytes)"), "{e}");
+    assert!(t0.elapsed().as_secs() < 5, "{:?}", t0.elapsed());
+    assert_eq!(std::fs::read_dir(host.path()).unwrap().count(), 0, "a partial snapshot was left");
+    let _ = done.send(());
+}

@@ -43,8 +43,29 @@ pub fn snapshot(ws: &Confined, dest: &Path) -> Result<SnapshotReport, SandboxErr
             format!("holds more than {} entries, {} bytes of paths or {} levels of directories; too much to snapshot", crate::files::MAX_ENTRIES, crate::files::MAX_PATH_BYTES, crate::files::MAX_DEPTH),
         ));
     }
-    let tmp = dest.with_extension("partial");
-    let out = File::create(&tmp).map_err(|e| io_err("create", &tmp, e))?;
+    // Refused up front, by the sizes the walk saw: a box can make a sparse file of any size in
+    // no time, and streaming a terabyte of zeros would hold the call for hours. The limit is
+    // the one restore enforces, so every snapshot can be restored.
+    let files = entries.iter().filter(|e| e.kind == "file");
+    let total = files.clone().fold(0u64, |t, e| t.saturating_add(e.size));
+    if total > MAX_RESTORE_BYTES {
+        let big = files.max_by_key(|e| e.size).map_or_else(String::new, |e| format!("; the biggest is /workspace/{} ({} bytes)", e.path, e.size));
+        return Err(SandboxError::path("/workspace", format!("its files total {total} bytes, more than the {MAX_RESTORE_BYTES} a snapshot may hold (restore's limit){big}")));
+    }
+    // Written under a fresh random name beside `dest` (created O_EXCL, so nothing planted there,
+    // e.g. a symlink when `dest` lies in the workspace, is followed) and renamed into place.
+    let dir = match dest.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let tmp_file = tempfile::Builder::new()
+        .prefix(&format!(".{}.", dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()))
+        .suffix(".partial")
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))
+        .tempfile_in(dir)
+        .map_err(|e| io_err("create a temporary file in", dir, e))?;
+    let tmp = tmp_file.path().to_path_buf();
+    let out = tmp_file.as_file().try_clone().map_err(|e| io_err("open", &tmp, e))?;
     let mut tar = tar::Builder::new(GzEncoder::new(out, flate2::Compression::fast()));
     let mut report = SnapshotReport { files: 0, bytes: 0, skipped: Vec::new() };
     for e in &entries {
@@ -68,6 +89,9 @@ pub fn snapshot(ws: &Confined, dest: &Path) -> Result<SnapshotReport, SandboxErr
                         continue;
                     }
                 };
+                if report.bytes.saturating_add(size) > MAX_RESTORE_BYTES {
+                    return Err(SandboxError::path(&format!("/workspace/{}", e.path), format!("grew to {size} bytes during the snapshot, past the {MAX_RESTORE_BYTES} a snapshot may hold")));
+                }
                 h.set_entry_type(tar::EntryType::Regular);
                 h.set_mode(0o644);
                 h.set_size(size);
@@ -81,7 +105,8 @@ pub fn snapshot(ws: &Confined, dest: &Path) -> Result<SnapshotReport, SandboxErr
     let gz = tar.into_inner().map_err(|e| io_err("write", &tmp, e))?;
     let mut f = gz.finish().map_err(|e| io_err("write", &tmp, e))?;
     f.flush().map_err(|e| io_err("write", &tmp, e))?;
-    std::fs::rename(&tmp, dest).map_err(|e| io_err("rename into place", dest, e))?;
+    drop(f);
+    tmp_file.persist(dest).map_err(|e| io_err("rename into place", dest, e.error))?;
     Ok(report)
 }
 
