@@ -455,3 +455,39 @@ fn snapshots_refuse_huge_sparse_files_and_never_follow_a_planted_partial_file() 
     assert_eq!(std::fs::read_dir(host.path()).unwrap().count(), 0, "a partial snapshot was left");
     let _ = done.send(());
 }
+
+#[test]
+fn restore_refuses_huge_long_names_without_reading_them() {
+    let mut c = Client::new();
+    let sb = c.create(json!({}));
+    let dir = tempfile::tempdir().unwrap();
+    let build = |name: &str, pax: Option<&str>| {
+        let p = dir.path().join(format!("{}.tar.gz", name.len() + pax.map_or(0, str::len)));
+        let mut b = tar::Builder::new(flate2::write::GzEncoder::new(std::fs::File::create(&p).unwrap(), flate2::Compression::best()));
+        if let Some(path) = pax {
+            b.append_pax_extensions([("path", path.as_bytes())]).unwrap();
+        }
+        let mut h = tar::Header::new_gnu();
+        h.set_mode(0o644);
+        h.set_size(1);
+        b.append_data(&mut h, name, &b"x"[..]).unwrap();
+        b.into_inner().unwrap().finish().unwrap();
+        p
+    };
+    // A 4 MiB GNU long name and a 4 MiB PAX path: small compressed, and refused by their size.
+    let huge = "a/".repeat(2 << 20);
+    for p in [build(&huge, None), build("short", Some(&huge))] {
+        assert!(std::fs::metadata(&p).unwrap().len() < 64 << 10);
+        let e = c.call("sandbox.restore", json!({"sandbox": sb, "src": p})).unwrap_err();
+        assert_eq!(e["kind"], "path_refused", "{}", &e.to_string()[..e.to_string().len().min(500)]);
+        assert!(e["message"].as_str().unwrap().contains("at most 65536"), "{}", &e.to_string()[..e.to_string().len().min(500)]);
+        assert!(e.to_string().len() < 2000, "the error repeats the name: {} bytes", e.to_string().len());
+    }
+    // Ordinary long names (GNU and PAX) still restore.
+    let long = format!("{}/f.txt", "d".repeat(150));
+    let r = c.ok("sandbox.restore", json!({"sandbox": sb, "src": build(&long, None)}));
+    assert_eq!(r["files"], 1, "{r}");
+    let r = c.ok("sandbox.restore", json!({"sandbox": sb, "src": build("ignored", Some("pax/name.txt"))}));
+    assert_eq!(r["files"], 1, "{r}");
+    assert_eq!(c.ok("sandbox.read_file", json!({"sandbox": sb, "path": "pax/name.txt"}))["data_b64"], "eA==");
+}
