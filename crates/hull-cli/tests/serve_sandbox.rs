@@ -491,3 +491,26 @@ fn restore_refuses_huge_long_names_without_reading_them() {
     assert_eq!(r["files"], 1, "{r}");
     assert_eq!(c.ok("sandbox.read_file", json!({"sandbox": sb, "path": "pax/name.txt"}))["data_b64"], "eA==");
 }
+
+#[test]
+fn site_code_runs_after_the_runner_connects_and_cells_see_python_c_paths() {
+    let mut c = Client::new();
+    let done = watchdog(&c, 60);
+    let sb = c.create(json!({"setup": "true", "deps_readonly": false, "timeout_s": 2}));
+    // The same sys.path as `python3 -c`, and sitecustomize (here from /deps) still runs for cells.
+    c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["sh", "-c", "echo 'import builtins; builtins.SITE_RAN = 1' > /deps/sitecustomize.py"]}));
+    let want = c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["python3", "-c", "import sys; print(sys.path)"]}))["stdout"].as_str().unwrap().trim().to_string();
+    let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "import sys\nprint(sys.path)\nSITE_RAN"}));
+    assert_eq!(r["stdout"].as_str().unwrap().trim(), want, "{r}");
+    assert_eq!(r["results"][0]["text/plain"], "1", "{r}");
+    // A sitecustomize that never returns holds a cell to its deadline, not kernel.start for 24 h.
+    c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["sh", "-c", "echo 'import time; time.sleep(3600)' > /deps/sitecustomize.py"]}));
+    let t0 = std::time::Instant::now();
+    let k = c.ok("kernel.start", json!({"sandbox": sb}))["kernel"].as_str().unwrap().to_string();
+    let r = c.ok("kernel.run_code", json!({"sandbox": sb, "kernel": k, "code": "1"}));
+    assert_eq!(r["fault"]["type"], "timeout", "{r}");
+    let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "1"}));
+    assert_eq!(r["fault"]["type"], "timeout", "{r}");
+    assert!(t0.elapsed().as_secs() < 15, "{:?}", t0.elapsed());
+    let _ = done.send(());
+}

@@ -158,7 +158,9 @@ impl RunnerBox {
         listener.set_nonblocking(true).map_err(|e| runner_err("listen on its socket", e))?;
         let mut spec = base.clone();
         spec.mounts.push(BindMount { source: io.path().to_path_buf(), target: IO_DIR.into(), read_only: false });
-        spec.argv = vec!["python3".into(), "-c".into(), RUNNER.into(), mode.into(), format!("{IO_DIR}/s")];
+        // `-S`: site (and any sitecustomize on PYTHONPATH, e.g. in a writable /deps) is imported by
+        // the runner after it has connected, so nothing but the interpreter runs before that.
+        spec.argv = vec!["python3".into(), "-S".into(), "-c".into(), RUNNER.into(), mode.into(), format!("{IO_DIR}/s")];
         spec.timeout = box_timeout;
         let route: Route = Arc::new(Mutex::new(None));
         let (tx, ended) = mpsc::channel::<Ended>();

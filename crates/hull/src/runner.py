@@ -1,4 +1,4 @@
-# hull's cell runner. It runs inside a box as `python3 -c RUNNER MODE SOCKET` and is not user
+# hull's cell runner. It runs inside a box as `python3 -S -c RUNNER MODE SOCKET` and is not user
 # API. It connects to SOCKET (a Unix socket the supervisor listens on, in a private directory
 # bound at /run/hull), then runs cells like a notebook: the last bare expression's value, every
 # display(obj) and every open matplotlib figure become mime bundles. Bundles travel on the
@@ -21,6 +21,7 @@ import sys
 # the runner has connected. The runner imports without it and puts it back for the cell, whose
 # `import x` finds /workspace/x.py as under `python3 -c`.
 _CWD_PATH = [sys.path.pop(0)] if sys.path and sys.path[0] in ("", ".") else []
+_SITE_PENDING = [True]
 import _socket, binascii, builtins, os
 
 _MODE, _SOCK = sys.argv[1], sys.argv[2]
@@ -41,7 +42,19 @@ del _channel
 
 
 def _restore_path():
-    """Puts the working directory back on sys.path for the cell (once)."""
+    """Runs what `-S` held back (site: site-packages, .pth files, sitecustomize) and puts the
+    working directory back on sys.path, as `python3 -c` would have them for the cell (once)."""
+    if not _SITE_PENDING:
+        return
+    _SITE_PENDING.clear()
+    try:
+        import site
+
+        site.main()
+    except Exception:
+        import traceback
+
+        traceback.print_exc()
     while _CWD_PATH:
         sys.path.insert(0, _CWD_PATH.pop())
 
