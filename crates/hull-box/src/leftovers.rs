@@ -237,7 +237,7 @@ mod tests {
         std::fs::write(top.join("locked/inner/f"), "x").unwrap();
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(top.join("locked/inner"), std::fs::Permissions::from_mode(0o500)).unwrap();
-        std::fs::set_permissions(top.join("locked"), std::fs::Permissions::from_mode(0)).unwrap();
+        std::fs::set_permissions(top.join("locked"), std::fs::Permissions::from_mode(0o000)).unwrap();
         // The common default soft limit, so a removal holding one fd per level fails here too.
         let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
         // SAFETY: getrlimit/setrlimit write/read only the struct we pass.

@@ -514,3 +514,24 @@ fn site_code_runs_after_the_runner_connects_and_cells_see_python_c_paths() {
     assert!(t0.elapsed().as_secs() < 15, "{:?}", t0.elapsed());
     let _ = done.send(());
 }
+
+#[test]
+fn names_that_are_not_utf8_are_tracked_listed_and_cleared() {
+    let mut c = Client::new();
+    let sb = c.create(json!({}));
+    // Two names that differ only in bytes that are not UTF-8, and a file under such a directory.
+    let mk = "import os\nfor n in (b'a\\xff', b'a\\xfe'):\n    open(n, 'w').write('x')\nos.mkdir(b'd\\xff')\nopen(b'd\\xff/inner', 'w').write('y')";
+    let r = c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["python3", "-c", mk]}));
+    assert_eq!(r["exit_code"], 0, "{r}");
+    assert_eq!(r["files"].as_array().unwrap().len(), 3, "{r}");
+    let l = c.ok("sandbox.list_files", json!({"sandbox": sb}));
+    assert_eq!(l["entries"].as_array().unwrap().len(), 4, "{l}");
+    assert!(l.to_string().contains("d\u{fffd}/inner"), "{l}");
+    // Restore empties the workspace, these names included.
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("one.tar.gz");
+    tar_gz(&p, &[("one.txt", tar::EntryType::Regular, "1")]);
+    c.ok("sandbox.restore", json!({"sandbox": sb, "src": p}));
+    let l = c.ok("sandbox.list_files", json!({"sandbox": sb}));
+    assert_eq!(l["entries"].as_array().unwrap().len(), 1, "{l}");
+}

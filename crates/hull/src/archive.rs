@@ -72,6 +72,9 @@ pub fn snapshot(ws: &Confined, dest: &Path) -> Result<SnapshotReport, SandboxErr
         let mut h = tar::Header::new_gnu();
         h.set_mtime(u64::try_from(e.mtime_ns / 1_000_000_000).unwrap_or(0));
         match e.kind {
+            // A name that is not UTF-8 has no faithful tar name here (restore reads names as
+            // UTF-8); it is skipped and named rather than stored under a look-alike.
+            "file" | "dir" if e.path_bytes() != e.path.as_bytes() => report.skipped.push(e.path.clone()),
             "dir" => {
                 h.set_entry_type(tar::EntryType::Directory);
                 h.set_mode(0o755);

@@ -44,6 +44,17 @@ pub struct Entry {
     pub kind: &'static str,
     pub size: u64,
     pub mtime_ns: i128,
+    /// The path's bytes when a name in it is not UTF-8 (`path` then shows U+FFFD for the bad
+    /// bytes, so two such names can look alike); change tracking compares these.
+    #[serde(skip)]
+    raw: Option<Vec<u8>>,
+}
+
+impl Entry {
+    /// The path's bytes: distinct for distinct names, UTF-8 or not.
+    pub fn path_bytes(&self) -> &[u8] {
+        self.raw.as_deref().unwrap_or(self.path.as_bytes())
+    }
 }
 
 fn kind_name(t: FileType) -> &'static str {
@@ -224,7 +235,9 @@ impl Confined {
     /// What the workspace holds now, for telling which paths a run changed.
     pub fn scan(&self) -> Result<Snapshot, SandboxError> {
         let (entries, complete) = self.list("")?;
-        Ok(Snapshot { entries: entries.into_iter().filter(|e| e.kind != "dir").map(|mut e| (std::mem::take(&mut e.path), e)).collect(), complete })
+        // Keyed by the path's bytes, so names that differ only in non-UTF-8 bytes stay apart.
+        let entries = entries.into_iter().filter(|e| e.kind != "dir").map(|mut e| (e.raw.take().unwrap_or_else(|| std::mem::take(&mut e.path).into_bytes()), e)).collect();
+        Ok(Snapshot { entries, complete })
     }
 
     /// Removes everything in the workspace (restore replaces its contents), no-follow, one
@@ -241,8 +254,9 @@ impl Confined {
 /// box moves during the walk ends the walk (incomplete) instead of leading it elsewhere. Stops,
 /// returning false, past [`MAX_ENTRIES`] entries or [`MAX_PATH_BYTES`] path bytes, and does not
 /// enter directories [`MAX_DEPTH`] levels down.
-/// A subdirectory still to visit: its raw name (non-UTF-8 names open as they are) and its shown path.
-type Pending = Vec<(Vec<u8>, String)>;
+/// A subdirectory still to visit: its raw name (non-UTF-8 names open as they are), its shown
+/// path and, when that differs from its bytes, its raw path.
+type Pending = Vec<(Vec<u8>, String, Option<Vec<u8>>)>;
 
 fn walk(root: OwnedFd, prefix: &str, out: &mut Vec<Entry>) -> Result<bool, SandboxError> {
     struct Up {
@@ -253,9 +267,9 @@ fn walk(root: OwnedFd, prefix: &str, out: &mut Vec<Entry>) -> Result<bool, Sandb
     let mut complete = true;
     let mut cur = root;
     let mut ups: Vec<Up> = Vec::new();
-    let Some(mut pending) = list_one(&cur, prefix, out, &mut bytes)? else { return Ok(false) };
+    let Some(mut pending) = list_one(&cur, prefix, None, out, &mut bytes)? else { return Ok(false) };
     loop {
-        if let Some((name, path)) = pending.pop() {
+        if let Some((name, path, raw)) = pending.pop() {
             if ups.len() + 1 >= MAX_DEPTH {
                 complete = false;
                 continue;
@@ -264,7 +278,7 @@ fn walk(root: OwnedFd, prefix: &str, out: &mut Vec<Entry>) -> Result<bool, Sandb
             let Ok(id) = dir_id(&cur) else { return Ok(false) };
             ups.push(Up { id, pending: std::mem::take(&mut pending) });
             cur = sub;
-            match list_one(&cur, &path, out, &mut bytes)? {
+            match list_one(&cur, &path, raw.as_deref(), out, &mut bytes)? {
                 Some(p) => pending = p,
                 None => return Ok(false),
             }
@@ -289,7 +303,7 @@ fn dir_id(fd: &OwnedFd) -> rustix::io::Result<(u64, u64)> {
 /// Appends one directory's entries (sorted) to `out` and returns its subdirectories (raw name,
 /// shown path), last-first so popping visits them in order; `None` when a cap was reached
 /// (what fits is kept).
-fn list_one(dir: &OwnedFd, prefix: &str, out: &mut Vec<Entry>, bytes: &mut usize) -> Result<Option<Pending>, SandboxError> {
+fn list_one(dir: &OwnedFd, prefix: &str, raw_prefix: Option<&[u8]>, out: &mut Vec<Entry>, bytes: &mut usize) -> Result<Option<Pending>, SandboxError> {
     let mut reader = rustix::fs::Dir::read_from(dir).map_err(|e| io_err("list", Path::new(prefix), e))?;
     let mut subdirs = Vec::new();
     let mut here = Vec::new();
@@ -303,20 +317,32 @@ fn list_one(dir: &OwnedFd, prefix: &str, out: &mut Vec<Entry>, bytes: &mut usize
         let Ok(st) = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) else { continue };
         let t = FileType::from_raw_mode(st.st_mode);
         let nm = name.to_string_lossy();
+        // Raw bytes are kept only when they differ from what is shown (a non-UTF-8 name here or above).
+        let raw = if raw_prefix.is_some() || std::str::from_utf8(name.to_bytes()).is_err() {
+            let mut r = raw_prefix.map_or_else(|| prefix.as_bytes().to_vec(), <[u8]>::to_vec);
+            if !r.is_empty() {
+                r.push(b'/');
+            }
+            r.extend_from_slice(name.to_bytes());
+            Some(r)
+        } else {
+            None
+        };
         let path = if prefix.is_empty() { nm.into_owned() } else { format!("{prefix}/{nm}") };
-        if out.len() + here.len() >= MAX_ENTRIES || *bytes + path.len() > MAX_PATH_BYTES {
+        let cost = path.len() + raw.as_ref().map_or(0, Vec::len);
+        if out.len() + here.len() >= MAX_ENTRIES || *bytes + cost > MAX_PATH_BYTES {
             full = true;
             break;
         }
-        *bytes += path.len();
+        *bytes += cost;
         let mtime_ns = i128::from(st.st_mtime) * 1_000_000_000 + i128::from(st.st_mtime_nsec);
         if t == FileType::Directory {
-            subdirs.push((name.to_bytes().to_vec(), path.clone()));
+            subdirs.push((name.to_bytes().to_vec(), path.clone(), raw.clone()));
         }
-        here.push(Entry { path, kind: kind_name(t), size: u64::try_from(st.st_size).unwrap_or(0), mtime_ns });
+        here.push(Entry { path, kind: kind_name(t), size: u64::try_from(st.st_size).unwrap_or(0), mtime_ns, raw });
     }
     drop(reader);
-    here.sort_by(|a, b| a.path.cmp(&b.path));
+    here.sort_by(|a, b| a.path.cmp(&b.path).then_with(|| a.path_bytes().cmp(b.path_bytes())));
     out.extend(here);
     if full {
         return Ok(None);
@@ -327,7 +353,7 @@ fn list_one(dir: &OwnedFd, prefix: &str, out: &mut Vec<Entry>, bytes: &mut usize
 
 /// The workspace's non-directory entries at one moment.
 pub struct Snapshot {
-    entries: BTreeMap<String, Entry>,
+    entries: BTreeMap<Vec<u8>, Entry>,
     /// False when the scan stopped at a cap (entries, path bytes, depth).
     pub complete: bool,
 }
@@ -335,7 +361,7 @@ pub struct Snapshot {
 impl Snapshot {
     /// Paths added or modified since `self` (size, mtime or type differ), sorted.
     pub fn changed_since(&self, now: &Snapshot) -> Vec<String> {
-        now.entries.iter().filter(|(p, e)| self.entries.get(*p).is_none_or(|old| old.size != e.size || old.mtime_ns != e.mtime_ns || old.kind != e.kind)).map(|(p, _)| format!("/workspace/{p}")).collect()
+        now.entries.iter().filter(|(p, e)| self.entries.get(*p).is_none_or(|old| old.size != e.size || old.mtime_ns != e.mtime_ns || old.kind != e.kind)).map(|(p, _)| format!("/workspace/{}", String::from_utf8_lossy(p))).collect()
     }
 }
 
