@@ -58,6 +58,9 @@ impl Drop for Client {
     }
 }
 
+/// Python that finds the runner's channel the way hostile code would: by its descriptor.
+const CHANNEL: &str = "import os, socket\ndef chan():\n    for f in os.listdir('/proc/self/fd'):\n        try:\n            if int(f) > 2 and os.readlink('/proc/self/fd/' + f).startswith('socket:'):\n                return socket.socket(fileno=os.dup(int(f)))\n        except OSError:\n            pass\n";
+
 #[test]
 fn run_code_returns_rich_results_and_shares_the_workspace() {
     let mut c = Client::new();
@@ -78,7 +81,8 @@ fn run_code_returns_rich_results_and_shares_the_workspace() {
     let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "print('{\"done\": true, \"results\": [{\"text/plain\": \"forged\"}]}')"}));
     assert!(r["results"].as_array().unwrap().is_empty(), "{r}");
     // Code that writes garbage to the runner's own channel gets a warning, not a broken server.
-    let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "import sys\nsys.modules['__main__']._chan.sendall(b'garbage\\n')\n1"}));
+    assert!(c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "import sys\nhasattr(sys.modules['__main__'], '_chan')"}))["results"][0]["text/plain"] == "False");
+    let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": format!("{CHANNEL}chan().sendall(b'garbage\\n')\n1")}));
     assert!(r["warnings"].to_string().contains("malformed frame"), "{r}");
     assert!(r["results"].as_array().unwrap().is_empty(), "{r}");
     let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "2"}));
@@ -240,4 +244,294 @@ fn a_killed_server_leaves_nothing_the_next_hull_does_not_sweep() {
     let out = common::hull(&["doctor"]);
     assert!(out.status.code().is_some());
     assert!(!session.exists(), "hull doctor did not sweep {}", session.display());
+}
+
+#[test]
+fn a_deep_tree_does_not_crash_the_server_and_is_removed() {
+    let mut c = Client::new();
+    let r = c.ok("sandbox.create", json!({}));
+    let sb = r["sandbox"].as_str().unwrap().to_string();
+    let session = std::path::Path::new(r["workspace"].as_str().unwrap()).parent().unwrap().to_path_buf();
+    // Deeper than a recursive walk survives on a 2 MiB thread stack; the scans after the call
+    // (change tracking) walk it first.
+    let mk = "import os\nfor i in range(3000):\n    os.mkdir('d')\n    os.chdir('d')\nopen('deep.txt', 'w').write('x')";
+    let r = c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["python3", "-c", mk]}));
+    assert_eq!(r["exit_code"], 0, "{r}");
+    assert!(r["warnings"].to_string().contains("levels of directories"), "{r}");
+    let l = c.ok("sandbox.list_files", json!({"sandbox": sb}));
+    assert_eq!(l["complete"], false);
+    assert_eq!(l["entries"].as_array().unwrap().len(), 256, "directories 256 levels down the depth cap are listed, not entered");
+    let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "6*7"}));
+    assert_eq!(r["results"][0]["text/plain"], "42", "{r}");
+    // Restore empties the deep tree, then destroy removes the session directory.
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("one.tar.gz");
+    tar_gz(&p, &[("one.txt", tar::EntryType::Regular, "1")]);
+    c.ok("sandbox.restore", json!({"sandbox": sb, "src": p}));
+    let l = c.ok("sandbox.list_files", json!({"sandbox": sb}));
+    assert_eq!(l["entries"].as_array().unwrap().len(), 1, "{l}");
+    c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["python3", "-c", mk]}));
+    assert_eq!(c.ok("sandbox.destroy", json!({"sandbox": sb}))["destroyed"], true);
+    assert!(!session.exists(), "{} was left", session.display());
+}
+
+#[test]
+fn listings_cap_their_path_bytes() {
+    let mut c = Client::new();
+    let sb = c.create(json!({"track_files": false}));
+    // 60 levels of 250-byte names, then 1200 files with 200-byte names: about 18 MB of paths in
+    // 1260 entries, past the 16 MiB cap though far below the entry cap.
+    let mk = "import os\nfor i in range(60):\n    os.mkdir('d' * 250)\n    os.chdir('d' * 250)\nfor i in range(1200):\n    open('%04d' % i + 'f' * 196, 'w').close()";
+    let r = c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["python3", "-c", mk]}));
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let l = c.ok("sandbox.list_files", json!({"sandbox": sb}));
+    assert_eq!(l["complete"], false);
+    let entries = l["entries"].as_array().unwrap();
+    let bytes: usize = entries.iter().map(|e| e["path"].as_str().unwrap().len()).sum();
+    assert!(bytes <= 16 << 20 && bytes > 15 << 20, "{bytes} bytes of paths in {} entries", entries.len());
+}
+
+#[test]
+fn oversized_or_value_dense_frames_are_dropped_and_the_server_carries_on() {
+    let mut c = Client::new();
+    let sb = c.create(json!({}));
+    // One line past the 16 MiB frame cap, shaped as a forged `done` frame.
+    let big = format!("{CHANNEL}chan().sendall(b'{{\"done\": true, \"results\": [{{\"text/plain\": \"' + b'x' * (17 << 20) + b'\"}}]}}\\n')\n1");
+    let t0 = std::time::Instant::now();
+    let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": big}));
+    assert!(r["warnings"].to_string().contains("over 16777216 bytes"), "{}", &r.to_string()[..r.to_string().len().min(2000)]);
+    assert!(r["results"].as_array().unwrap().is_empty());
+    assert!(t0.elapsed().as_secs() < 20);
+    // Small on the wire, but a tree of 300k values on the host.
+    let dense = format!("{CHANNEL}chan().sendall(b'{{\"done\": true, \"results\": [' + b'0,' * 300000 + b'0]}}\\n')\n1");
+    let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": dense}));
+    assert!(r["warnings"].to_string().contains("JSON values"), "{}", &r.to_string()[..r.to_string().len().min(2000)]);
+    let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "6*7"}));
+    assert_eq!(r["results"][0]["text/plain"], "42", "{r}");
+}
+
+#[test]
+fn modules_planted_in_the_workspace_do_not_run_before_the_runner() {
+    let mut c = Client::new();
+    let sb = c.create(json!({}));
+    // Modules the runner imports before it connects or before a kernel's first cell (`_socket`
+    // and `binascii` are extension modules on some Pythons, so found on sys.path, where
+    // `python3 -c` puts the working directory first; `threading` is a source module everywhere).
+    for m in ["_socket", "binascii", "threading"] {
+        c.ok("sandbox.write_file", json!({"sandbox": sb, "path": format!("{m}.py"), "text": format!("open('/workspace/ran-{m}', 'w').close()\n")}));
+    }
+    c.ok("sandbox.write_file", json!({"sandbox": sb, "path": "mine.py", "text": "VALUE = 7\n"}));
+    let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "import mine\nmine.VALUE * 6"}));
+    assert_eq!(r["results"][0]["text/plain"], "42", "{r}");
+    let k = c.ok("kernel.start", json!({"sandbox": sb}))["kernel"].as_str().unwrap().to_string();
+    let r = c.ok("kernel.run_code", json!({"sandbox": sb, "kernel": k, "code": "import mine\nmine.VALUE"}));
+    assert_eq!(r["results"][0]["text/plain"], "7", "{r}");
+    let l = c.ok("sandbox.list_files", json!({"sandbox": sb}));
+    assert!(!l.to_string().contains("ran-"), "a planted module ran: {l}");
+}
+
+/// Kills the server (our child, still unreaped) if the test is not done within `secs`, so a
+/// hang fails the test instead of stalling the run.
+fn watchdog(c: &Client, secs: u64) -> std::sync::mpsc::Sender<()> {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let pid = i32::try_from(c.child.id()).unwrap();
+    std::thread::spawn(move || {
+        if rx.recv_timeout(std::time::Duration::from_secs(secs)) == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
+            eprintln!("watchdog: killing hull serve {pid}");
+            // SAFETY: kill has no memory preconditions; pid is our own unreaped child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    });
+    tx
+}
+
+/// The server's child processes (its boxes).
+fn children(pid: u32) -> Vec<String> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+        out.extend(std::fs::read_to_string(t.path().join("children")).unwrap_or_default().split_whitespace().map(str::to_string));
+    }
+    out
+}
+
+#[test]
+fn a_stopped_kernel_times_out_and_close_and_destroy_do_not_wait_for_cells() {
+    let mut c = Client::new();
+    let done = watchdog(&c, 40);
+    let r = c.ok("sandbox.create", json!({"timeout_s": 2}));
+    let sb = r["sandbox"].as_str().unwrap().to_string();
+    let session = std::path::Path::new(r["workspace"].as_str().unwrap()).parent().unwrap().to_path_buf();
+    let k = c.ok("kernel.start", json!({"sandbox": sb}))["kernel"].as_str().unwrap().to_string();
+    // Cell 1 leaves a thread that stops the runner after the cell; cell 2 is bigger than the
+    // socket's buffer, so sending it blocks on a runner that no longer reads.
+    let r = c.ok("kernel.run_code", json!({"sandbox": sb, "kernel": k, "code": "import os, signal, threading, time\nthreading.Thread(target=lambda: (time.sleep(0.3), os.kill(os.getpid(), signal.SIGSTOP)), daemon=True).start()"}));
+    assert_eq!(r["exit_code"], 0, "{r}");
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    let t0 = std::time::Instant::now();
+    let r = c.ok("kernel.run_code", json!({"sandbox": sb, "kernel": k, "code": format!("x = '{}'", "a".repeat(8 << 20))}));
+    assert_eq!(r["fault"]["type"], "timeout", "{}", &r.to_string()[..r.to_string().len().min(2000)]);
+    assert!(t0.elapsed().as_secs_f64() < 8.0, "{:?}", t0.elapsed());
+    let t0 = std::time::Instant::now();
+    c.ok("kernel.close", json!({"sandbox": sb, "kernel": k}));
+    assert!(t0.elapsed().as_secs_f64() < 3.0, "{:?}", t0.elapsed());
+    // A kernel busy in a long cell: close kills it at once instead of waiting for the cell.
+    let sb2 = c.create(json!({"timeout_s": 30}));
+    for _ in 0..2 {
+        let k2 = c.ok("kernel.start", json!({"sandbox": sb2}))["kernel"].as_str().unwrap().to_string();
+        c.next += 1;
+        writeln!(c.stdin, "{}", json!({"id": c.next, "method": "kernel.run_code", "params": {"sandbox": sb2, "kernel": k2, "code": "import time\ntime.sleep(25)"}})).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let t0 = std::time::Instant::now();
+        c.ok("kernel.close", json!({"sandbox": sb2, "kernel": k2}));
+        assert!(t0.elapsed().as_secs_f64() < 3.0, "kernel.close waited {:?}", t0.elapsed());
+    }
+    // Destroy kills a kernel in the middle of a cell, too.
+    let k3 = c.ok("kernel.start", json!({"sandbox": sb2}))["kernel"].as_str().unwrap().to_string();
+    c.next += 1;
+    writeln!(c.stdin, "{}", json!({"id": c.next, "method": "kernel.run_code", "params": {"sandbox": sb2, "kernel": k3, "code": "import time\ntime.sleep(25)"}})).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let t0 = std::time::Instant::now();
+    c.ok("sandbox.destroy", json!({"sandbox": sb2}));
+    c.ok("sandbox.destroy", json!({"sandbox": sb}));
+    assert!(t0.elapsed().as_secs_f64() < 3.0, "destroy waited {:?}", t0.elapsed());
+    let t0 = std::time::Instant::now();
+    while (!children(c.child.id()).is_empty() || session.exists()) && t0.elapsed().as_secs() < 3 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(children(c.child.id()).is_empty(), "boxes left: {:?}", children(c.child.id()));
+    assert!(!session.exists(), "{} was left", session.display());
+    let _ = done.send(());
+}
+
+#[test]
+fn session_directories_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut c = Client::new();
+    let r = c.ok("sandbox.create", json!({"setup": "true"}));
+    let sb = r["sandbox"].as_str().unwrap().to_string();
+    let ws = std::path::PathBuf::from(r["workspace"].as_str().unwrap());
+    let session = ws.parent().unwrap().to_path_buf();
+    c.ok("kernel.start", json!({"sandbox": sb}));
+    let io: Vec<std::path::PathBuf> = std::fs::read_dir(session.parent().unwrap())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("hull-ws-{}-io-", c.child.id())))
+        .map(|e| e.path())
+        .collect();
+    assert!(!io.is_empty(), "no runner io directory found");
+    for d in [session.clone(), ws.clone(), session.join("deps")].iter().chain(&io) {
+        let mode = std::fs::metadata(d).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{} is {mode:o}", d.display());
+    }
+    // The boxes still use them.
+    let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "open('x', 'w').write('y')\nimport os\nos.listdir('/deps') is not None"}));
+    assert_eq!(r["results"][0]["text/plain"], "True", "{r}");
+}
+
+#[test]
+fn snapshots_refuse_huge_sparse_files_and_never_follow_a_planted_partial_file() {
+    let mut c = Client::new();
+    let done = watchdog(&c, 60);
+    let r = c.ok("sandbox.create", json!({}));
+    let sb = r["sandbox"].as_str().unwrap().to_string();
+    let ws = std::path::PathBuf::from(r["workspace"].as_str().unwrap());
+    let host = tempfile::tempdir().unwrap();
+    let victim = host.path().join("victim");
+    // The box plants a symlink where the old snapshot wrote its partial file (dest with extension `partial`).
+    let plant = format!("ln -s {} snap.tar.partial && echo x > small", victim.display());
+    assert_eq!(c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["sh", "-c", plant]}))["exit_code"], 0);
+    let r = c.ok("sandbox.snapshot", json!({"sandbox": sb, "dest": ws.join("snap.tar.gz")}));
+    assert_eq!(r["files"], 1, "{r}");
+    assert!(!victim.exists(), "the snapshot followed a symlink the box planted");
+    assert!(std::fs::symlink_metadata(ws.join("snap.tar.partial")).unwrap().file_type().is_symlink());
+    // A 20 GiB sparse file costs the box nothing; the snapshot is refused at once, naming it.
+    let r = c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["sh", "-c", "truncate -s 20G big"]}));
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let t0 = std::time::Instant::now();
+    let dest = host.path().join("s.tar.gz");
+    let e = c.call("sandbox.snapshot", json!({"sandbox": sb, "dest": dest})).unwrap_err();
+    assert!(e["message"].as_str().unwrap().contains("/workspace/big (21474836480 bytes)"), "{e}");
+    assert!(t0.elapsed().as_secs() < 5, "{:?}", t0.elapsed());
+    assert_eq!(std::fs::read_dir(host.path()).unwrap().count(), 0, "a partial snapshot was left");
+    let _ = done.send(());
+}
+
+#[test]
+fn restore_refuses_huge_long_names_without_reading_them() {
+    let mut c = Client::new();
+    let sb = c.create(json!({}));
+    let dir = tempfile::tempdir().unwrap();
+    let build = |name: &str, pax: Option<&str>| {
+        let p = dir.path().join(format!("{}.tar.gz", name.len() + pax.map_or(0, str::len)));
+        let mut b = tar::Builder::new(flate2::write::GzEncoder::new(std::fs::File::create(&p).unwrap(), flate2::Compression::best()));
+        if let Some(path) = pax {
+            b.append_pax_extensions([("path", path.as_bytes())]).unwrap();
+        }
+        let mut h = tar::Header::new_gnu();
+        h.set_mode(0o644);
+        h.set_size(1);
+        b.append_data(&mut h, name, &b"x"[..]).unwrap();
+        b.into_inner().unwrap().finish().unwrap();
+        p
+    };
+    // A 4 MiB GNU long name and a 4 MiB PAX path: small compressed, and refused by their size.
+    let huge = "a/".repeat(2 << 20);
+    for p in [build(&huge, None), build("short", Some(&huge))] {
+        assert!(std::fs::metadata(&p).unwrap().len() < 64 << 10);
+        let e = c.call("sandbox.restore", json!({"sandbox": sb, "src": p})).unwrap_err();
+        assert_eq!(e["kind"], "path_refused", "{}", &e.to_string()[..e.to_string().len().min(500)]);
+        assert!(e["message"].as_str().unwrap().contains("at most 65536"), "{}", &e.to_string()[..e.to_string().len().min(500)]);
+        assert!(e.to_string().len() < 2000, "the error repeats the name: {} bytes", e.to_string().len());
+    }
+    // Ordinary long names (GNU and PAX) still restore.
+    let long = format!("{}/f.txt", "d".repeat(150));
+    let r = c.ok("sandbox.restore", json!({"sandbox": sb, "src": build(&long, None)}));
+    assert_eq!(r["files"], 1, "{r}");
+    let r = c.ok("sandbox.restore", json!({"sandbox": sb, "src": build("ignored", Some("pax/name.txt"))}));
+    assert_eq!(r["files"], 1, "{r}");
+    assert_eq!(c.ok("sandbox.read_file", json!({"sandbox": sb, "path": "pax/name.txt"}))["data_b64"], "eA==");
+}
+
+#[test]
+fn site_code_runs_after_the_runner_connects_and_cells_see_python_c_paths() {
+    let mut c = Client::new();
+    let done = watchdog(&c, 60);
+    let sb = c.create(json!({"setup": "true", "deps_readonly": false, "timeout_s": 2}));
+    // The same sys.path as `python3 -c`, and sitecustomize (here from /deps) still runs for cells.
+    c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["sh", "-c", "echo 'import builtins; builtins.SITE_RAN = 1' > /deps/sitecustomize.py"]}));
+    let want = c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["python3", "-c", "import sys; print(sys.path)"]}))["stdout"].as_str().unwrap().trim().to_string();
+    let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "import sys\nprint(sys.path)\nSITE_RAN"}));
+    assert_eq!(r["stdout"].as_str().unwrap().trim(), want, "{r}");
+    assert_eq!(r["results"][0]["text/plain"], "1", "{r}");
+    // A sitecustomize that never returns holds a cell to its deadline, not kernel.start for 24 h.
+    c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["sh", "-c", "echo 'import time; time.sleep(3600)' > /deps/sitecustomize.py"]}));
+    let t0 = std::time::Instant::now();
+    let k = c.ok("kernel.start", json!({"sandbox": sb}))["kernel"].as_str().unwrap().to_string();
+    let r = c.ok("kernel.run_code", json!({"sandbox": sb, "kernel": k, "code": "1"}));
+    assert_eq!(r["fault"]["type"], "timeout", "{r}");
+    let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "1"}));
+    assert_eq!(r["fault"]["type"], "timeout", "{r}");
+    assert!(t0.elapsed().as_secs() < 15, "{:?}", t0.elapsed());
+    let _ = done.send(());
+}
+
+#[test]
+fn names_that_are_not_utf8_are_tracked_listed_and_cleared() {
+    let mut c = Client::new();
+    let sb = c.create(json!({}));
+    // Two names that differ only in bytes that are not UTF-8, and a file under such a directory.
+    let mk = "import os\nfor n in (b'a\\xff', b'a\\xfe'):\n    open(n, 'w').write('x')\nos.mkdir(b'd\\xff')\nopen(b'd\\xff/inner', 'w').write('y')";
+    let r = c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["python3", "-c", mk]}));
+    assert_eq!(r["exit_code"], 0, "{r}");
+    assert_eq!(r["files"].as_array().unwrap().len(), 3, "{r}");
+    let l = c.ok("sandbox.list_files", json!({"sandbox": sb}));
+    assert_eq!(l["entries"].as_array().unwrap().len(), 4, "{l}");
+    assert!(l.to_string().contains("d\u{fffd}/inner"), "{l}");
+    // Restore empties the workspace, these names included.
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("one.tar.gz");
+    tar_gz(&p, &[("one.txt", tar::EntryType::Regular, "1")]);
+    c.ok("sandbox.restore", json!({"sandbox": sb, "src": p}));
+    let l = c.ok("sandbox.list_files", json!({"sandbox": sb}));
+    assert_eq!(l["entries"].as_array().unwrap().len(), 1, "{l}");
 }

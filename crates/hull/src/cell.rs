@@ -106,8 +106,38 @@ enum FrameEnd {
     Broken(String),
 }
 
-/// The largest frame accepted from a runner (rich results of one cell travel in one frame).
-pub const MAX_FRAME: u64 = 256 << 20;
+/// The largest frame accepted from a runner (rich results of one cell travel in one frame, so
+/// this also bounds a call's rich results). Code in the cell can write to the channel, so a
+/// frame is untrusted: it is parsed once (a tree of JSON values costs several times its text),
+/// moved, never copied.
+pub const MAX_FRAME: u64 = 16 << 20;
+/// The most JSON values (numbers, strings, arrays, objects...) one frame may hold: a frame of
+/// tiny values (`[0,0,0,...]`) would cost ~30 bytes of host memory per byte sent as a tree.
+pub const MAX_FRAME_VALUES: usize = 1 << 18;
+
+/// Counts the values in a JSON text from its structural characters outside strings (an upper
+/// bound for well-formed text), so a frame of millions of tiny values is refused before it is
+/// parsed into a tree.
+fn json_values(text: &[u8]) -> usize {
+    let (mut n, mut in_str, mut esc) = (1usize, false, false);
+    for &b in text {
+        if in_str {
+            match (esc, b) {
+                (true, _) => esc = false,
+                (false, b'\\') => esc = true,
+                (false, b'"') => in_str = false,
+                _ => {}
+            }
+        } else {
+            match b {
+                b'"' => in_str = true,
+                b',' | b'[' | b'{' | b':' => n += 1,
+                _ => {}
+            }
+        }
+    }
+    n
+}
 
 /// What one cell produced.
 pub struct CellOutcome {
@@ -122,13 +152,15 @@ fn runner_err(what: &str, e: impl std::fmt::Display) -> SandboxError {
 impl RunnerBox {
     /// Starts a box running the runner in `mode` (`once` or `kernel`) and waits for it to connect.
     pub fn start(rt: &Arc<Runtime>, base: &BoxSpec, mode: &str, box_timeout: Duration, reaper: &Reaper) -> Result<Started, SandboxError> {
-        let io = tempfile::Builder::new().prefix(&leftover_prefix("io")).tempdir().map_err(|e| runner_err("create its private directory", e))?;
+        let io = tempfile::Builder::new().prefix(&leftover_prefix("io")).permissions(crate::sandbox::private_dir_mode()).tempdir().map_err(|e| runner_err("create its private directory", e))?;
         let sock = io.path().join("s");
         let listener = UnixListener::bind(&sock).map_err(|e| runner_err("listen on its socket", e))?;
         listener.set_nonblocking(true).map_err(|e| runner_err("listen on its socket", e))?;
         let mut spec = base.clone();
         spec.mounts.push(BindMount { source: io.path().to_path_buf(), target: IO_DIR.into(), read_only: false });
-        spec.argv = vec!["python3".into(), "-c".into(), RUNNER.into(), mode.into(), format!("{IO_DIR}/s")];
+        // `-S`: site (and any sitecustomize on PYTHONPATH, e.g. in a writable /deps) is imported by
+        // the runner after it has connected, so nothing but the interpreter runs before that.
+        spec.argv = vec!["python3".into(), "-S".into(), "-c".into(), RUNNER.into(), mode.into(), format!("{IO_DIR}/s")];
         spec.timeout = box_timeout;
         let route: Route = Arc::new(Mutex::new(None));
         let (tx, ended) = mpsc::channel::<Ended>();
@@ -188,10 +220,34 @@ impl RunnerBox {
         let _ = rustix::process::pidfd_send_signal(&self.pidfd, rustix::process::Signal::KILL);
     }
 
-    fn send_cell(&mut self, code: &str) -> Result<(), SandboxError> {
+    /// A second descriptor of the runner's pidfd, so a holder that cannot take the box's lock
+    /// (closing a kernel while one of its cells runs) can still kill it.
+    pub fn killer(&self) -> Result<OwnedFd, SandboxError> {
+        self.pidfd.try_clone().map_err(|e| runner_err("duplicate its pidfd", e))
+    }
+
+    /// Sends a cell, giving up at `deadline`: the runner reads it, so a runner that stopped
+    /// reading (code in an earlier kernel cell can SIGSTOP it) would block a plain write forever
+    /// once the socket's buffer is full. `Some(end)` when the cell did not go out: the deadline
+    /// passed, or the runner is gone.
+    fn send_cell(&mut self, code: &str, deadline: Instant) -> Option<FrameEnd> {
         let mut msg = format!("{}\n", code.len()).into_bytes();
         msg.extend_from_slice(code.as_bytes());
-        self.conn.get_mut().write_all(&msg).map_err(|e| runner_err("send the cell", e))
+        let mut sent = 0;
+        while sent < msg.len() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Some(FrameEnd::Timeout);
+            }
+            let _ = self.conn.get_ref().set_write_timeout(Some(left));
+            match self.conn.get_mut().write(&msg[sent..]) {
+                Ok(0) => return Some(FrameEnd::Eof),
+                Ok(n) => sent += n,
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted) => {}
+                Err(_) => return Some(FrameEnd::Eof),
+            }
+        }
+        None
     }
 
     fn read_frames(&mut self, deadline: Instant, on_stream: &mut dyn FnMut(Stream, &[u8])) -> Result<FrameEnd, SandboxError> {
@@ -211,11 +267,18 @@ impl RunnerBox {
                 Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted) => continue,
                 Err(_) => return Ok(FrameEnd::Eof),
             }
+            if json_values(&line) > MAX_FRAME_VALUES {
+                return Ok(FrameEnd::Broken(format!("the runner sent a frame of more than {MAX_FRAME_VALUES} JSON values; rich results were dropped and the box killed")));
+            }
             let frame: Value = match serde_json::from_slice(&line) {
                 Ok(v) => v,
                 Err(e) => return Ok(FrameEnd::Broken(format!("the runner's channel carried a malformed frame ({e}); rich results were dropped and the box killed"))),
             };
             line.clear();
+            line.shrink_to(64 << 10);
+            let Value::Object(mut frame) = frame else {
+                return Ok(FrameEnd::Broken("the runner's channel carried a frame that is not an object; rich results were dropped and the box killed".into()));
+            };
             if let Some(s) = frame.get("stream").and_then(Value::as_str) {
                 let Ok(data) = base64::engine::general_purpose::STANDARD.decode(frame.get("data").and_then(Value::as_str).unwrap_or("")) else {
                     return Ok(FrameEnd::Broken("the runner's channel carried output that is not base64; the box was killed".into()));
@@ -223,8 +286,8 @@ impl RunnerBox {
                 on_stream(if s == "stderr" { Stream::Stderr } else { Stream::Stdout }, &data);
             } else if frame.get("done").is_some() {
                 let exit_code = frame.get("exit_code").and_then(Value::as_i64).and_then(|c| i32::try_from(c).ok()).unwrap_or(1);
-                let results = match frame.get("results") {
-                    Some(Value::Array(a)) => a.clone(),
+                let results = match frame.remove("results") {
+                    Some(Value::Array(a)) => a,
                     _ => Vec::new(),
                 };
                 return Ok(FrameEnd::Done { exit_code, results });
@@ -264,8 +327,10 @@ impl RunnerBox {
         }
         let t0 = Instant::now();
         let deadline = t0 + timeout;
-        self.send_cell(code)?;
-        let end = self.read_frames(deadline, &mut |_, _| {})?;
+        let end = match self.send_cell(code, deadline) {
+            Some(end) => end,
+            None => self.read_frames(deadline, &mut |_, _| {})?,
+        };
         let t_done = t0.elapsed();
         let mut timed_out = matches!(end, FrameEnd::Timeout);
         if timed_out || matches!(end, FrameEnd::Broken(_)) {
@@ -298,15 +363,17 @@ impl RunnerBox {
         let deadline = t0 + timeout;
         let mut out: [Vec<u8>; 2] = [Vec::new(), Vec::new()];
         let mut dropped = 0u64;
-        self.send_cell(code)?;
-        let end = self.read_frames(deadline, &mut |s, data| {
-            sink.chunk(s, data);
-            let buf = &mut out[usize::from(s == Stream::Stderr)];
-            let room = usize::try_from(max_output.saturating_sub(buf.len() as u64)).unwrap_or(usize::MAX);
-            let take = data.len().min(room);
-            buf.extend_from_slice(&data[..take]);
-            dropped += (data.len() - take) as u64;
-        })?;
+        let end = match self.send_cell(code, deadline) {
+            Some(end) => end,
+            None => self.read_frames(deadline, &mut |s, data| {
+                sink.chunk(s, data);
+                let buf = &mut out[usize::from(s == Stream::Stderr)];
+                let room = usize::try_from(max_output.saturating_sub(buf.len() as u64)).unwrap_or(usize::MAX);
+                let take = data.len().min(room);
+                buf.extend_from_slice(&data[..take]);
+                dropped += (data.len() - take) as u64;
+            })?,
+        };
         let ms = || u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
         let [stdout, stderr] = out;
         let text = |b: Vec<u8>| String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
@@ -21,6 +21,12 @@ const RESOLVE: ResolveFlags = ResolveFlags::BENEATH.union(ResolveFlags::NO_SYMLI
 
 /// The most entries a listing or a change scan walks; past it the walk stops (and says so).
 pub const MAX_ENTRIES: usize = 100_000;
+/// The most path bytes a listing or a change scan holds (paths under deep trees are long, so
+/// the entry cap alone would allow gigabytes); past it the walk stops (and says so).
+pub const MAX_PATH_BYTES: usize = 16 << 20;
+/// How many levels below its start a listing or change scan descends; directories deeper than
+/// this are listed but not entered (and the walk says it is incomplete).
+pub const MAX_DEPTH: usize = 256;
 
 /// A workspace directory, held open so later renames of its path do not redirect us.
 pub struct Confined {
@@ -38,6 +44,17 @@ pub struct Entry {
     pub kind: &'static str,
     pub size: u64,
     pub mtime_ns: i128,
+    /// The path's bytes when a name in it is not UTF-8 (`path` then shows U+FFFD for the bad
+    /// bytes, so two such names can look alike); change tracking compares these.
+    #[serde(skip)]
+    raw: Option<Vec<u8>>,
+}
+
+impl Entry {
+    /// The path's bytes: distinct for distinct names, UTF-8 or not.
+    pub fn path_bytes(&self) -> &[u8] {
+        self.raw.as_deref().unwrap_or(self.path.as_bytes())
+    }
 }
 
 fn kind_name(t: FileType) -> &'static str {
@@ -211,61 +228,86 @@ impl Confined {
         let rel = relative(subdir)?;
         let dir = self.open_dir(&rel)?;
         let mut out = Vec::new();
-        let complete = walk(dir.as_fd(), &rel, &mut out)?;
+        let complete = walk(dir, &rel, &mut out)?;
         Ok((out, complete))
     }
 
     /// What the workspace holds now, for telling which paths a run changed.
     pub fn scan(&self) -> Result<Snapshot, SandboxError> {
-        let (entries, _) = self.list("")?;
-        Ok(Snapshot(entries.into_iter().filter(|e| e.kind != "dir").map(|e| (e.path.clone(), e)).collect()))
+        let (entries, complete) = self.list("")?;
+        // Keyed by the path's bytes, so names that differ only in non-UTF-8 bytes stay apart.
+        let entries = entries.into_iter().filter(|e| e.kind != "dir").map(|mut e| (e.raw.take().unwrap_or_else(|| std::mem::take(&mut e.path).into_bytes()), e)).collect();
+        Ok(Snapshot { entries, complete })
     }
 
-    /// Removes everything in the workspace (restore replaces its contents), no-follow.
+    /// Removes everything in the workspace (restore replaces its contents), no-follow, one
+    /// directory open at a time (any depth).
     pub fn clear(&self) -> Result<(), SandboxError> {
         let dir = self.open_dir("")?;
-        clear_dir(dir.as_fd(), &self.root)
+        hull_box::leftovers::empty_dir(dir).map_err(|e| io_err("empty", &self.root, e))
     }
 }
 
-fn clear_dir(dir: BorrowedFd<'_>, shown: &Path) -> Result<(), SandboxError> {
-    let names = dir_names(dir, shown)?;
-    for (name, t) in names {
-        if t == FileType::Directory {
-            let sub = rustix::fs::openat(dir, name.as_str(), OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW, Mode::empty()).map_err(|e| io_err("open", &shown.join(&name), e))?;
-            clear_dir(sub.as_fd(), &shown.join(&name))?;
-            rustix::fs::unlinkat(dir, name.as_str(), AtFlags::REMOVEDIR).map_err(|e| io_err("remove", &shown.join(&name), e))?;
+/// Walks the tree below `root` depth first, each directory's entries (sorted) before its
+/// subdirectories' (sorted). Iterative, with one directory open at a time: going back up opens
+/// `..` and checks it is the directory we came down from (device and inode), so a directory the
+/// box moves during the walk ends the walk (incomplete) instead of leading it elsewhere. Stops,
+/// returning false, past [`MAX_ENTRIES`] entries or [`MAX_PATH_BYTES`] path bytes, and does not
+/// enter directories [`MAX_DEPTH`] levels down.
+/// A subdirectory still to visit: its raw name (non-UTF-8 names open as they are), its shown
+/// path and, when that differs from its bytes, its raw path.
+type Pending = Vec<(Vec<u8>, String, Option<Vec<u8>>)>;
+
+fn walk(root: OwnedFd, prefix: &str, out: &mut Vec<Entry>) -> Result<bool, SandboxError> {
+    struct Up {
+        id: (u64, u64),
+        pending: Pending,
+    }
+    let mut bytes = 0usize;
+    let mut complete = true;
+    let mut cur = root;
+    let mut ups: Vec<Up> = Vec::new();
+    let Some(mut pending) = list_one(&cur, prefix, None, out, &mut bytes)? else { return Ok(false) };
+    loop {
+        if let Some((name, path, raw)) = pending.pop() {
+            if ups.len() + 1 >= MAX_DEPTH {
+                complete = false;
+                continue;
+            }
+            let Ok(sub) = rustix::fs::openat(&cur, name.as_slice(), OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK, Mode::empty()) else { continue };
+            let Ok(id) = dir_id(&cur) else { return Ok(false) };
+            ups.push(Up { id, pending: std::mem::take(&mut pending) });
+            cur = sub;
+            match list_one(&cur, &path, raw.as_deref(), out, &mut bytes)? {
+                Some(p) => pending = p,
+                None => return Ok(false),
+            }
         } else {
-            rustix::fs::unlinkat(dir, name.as_str(), AtFlags::empty()).map_err(|e| io_err("remove", &shown.join(&name), e))?;
+            let Some(up) = ups.pop() else { return Ok(complete) };
+            let Ok(parent) = rustix::fs::openat(&cur, "..", OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW, Mode::empty()) else { return Ok(false) };
+            if dir_id(&parent).ok() != Some(up.id) {
+                return Ok(false);
+            }
+            cur = parent;
+            pending = up.pending;
         }
     }
-    Ok(())
 }
 
-/// The names in a directory with their types (from `fstatat`, never following links).
-fn dir_names(dir: BorrowedFd<'_>, shown: &Path) -> Result<Vec<(String, FileType)>, SandboxError> {
-    let mut reader = rustix::fs::Dir::read_from(dir).map_err(|e| io_err("list", shown, e))?;
-    let mut names = Vec::new();
-    while let Some(ent) = reader.read() {
-        let ent = ent.map_err(|e| io_err("list", shown, e))?;
-        let name = ent.file_name().to_string_lossy().into_owned();
-        if name == "." || name == ".." {
-            continue;
-        }
-        let st = match rustix::fs::statat(dir, ent.file_name(), AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(s) => s,
-            Err(_) => continue, // removed meanwhile
-        };
-        names.push((name, FileType::from_raw_mode(st.st_mode)));
-    }
-    names.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(names)
+fn dir_id(fd: &OwnedFd) -> rustix::io::Result<(u64, u64)> {
+    let st = rustix::fs::fstat(fd)?;
+    #[allow(clippy::useless_conversion)]
+    Ok((u64::from(st.st_dev), u64::from(st.st_ino)))
 }
 
-fn walk(dir: BorrowedFd<'_>, prefix: &str, out: &mut Vec<Entry>) -> Result<bool, SandboxError> {
+/// Appends one directory's entries (sorted) to `out` and returns its subdirectories (raw name,
+/// shown path), last-first so popping visits them in order; `None` when a cap was reached
+/// (what fits is kept).
+fn list_one(dir: &OwnedFd, prefix: &str, raw_prefix: Option<&[u8]>, out: &mut Vec<Entry>, bytes: &mut usize) -> Result<Option<Pending>, SandboxError> {
     let mut reader = rustix::fs::Dir::read_from(dir).map_err(|e| io_err("list", Path::new(prefix), e))?;
     let mut subdirs = Vec::new();
     let mut here = Vec::new();
+    let mut full = false;
     while let Some(ent) = reader.read() {
         let Ok(ent) = ent else { break };
         let name = ent.file_name();
@@ -274,37 +316,52 @@ fn walk(dir: BorrowedFd<'_>, prefix: &str, out: &mut Vec<Entry>) -> Result<bool,
         }
         let Ok(st) = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) else { continue };
         let t = FileType::from_raw_mode(st.st_mode);
-        let nm = name.to_string_lossy().into_owned();
-        let path = if prefix.is_empty() { nm.clone() } else { format!("{prefix}/{nm}") };
+        let nm = name.to_string_lossy();
+        // Raw bytes are kept only when they differ from what is shown (a non-UTF-8 name here or above).
+        let raw = if raw_prefix.is_some() || std::str::from_utf8(name.to_bytes()).is_err() {
+            let mut r = raw_prefix.map_or_else(|| prefix.as_bytes().to_vec(), <[u8]>::to_vec);
+            if !r.is_empty() {
+                r.push(b'/');
+            }
+            r.extend_from_slice(name.to_bytes());
+            Some(r)
+        } else {
+            None
+        };
+        let path = if prefix.is_empty() { nm.into_owned() } else { format!("{prefix}/{nm}") };
+        let cost = path.len() + raw.as_ref().map_or(0, Vec::len);
+        if out.len() + here.len() >= MAX_ENTRIES || *bytes + cost > MAX_PATH_BYTES {
+            full = true;
+            break;
+        }
+        *bytes += cost;
         let mtime_ns = i128::from(st.st_mtime) * 1_000_000_000 + i128::from(st.st_mtime_nsec);
-        here.push(Entry { path: path.clone(), kind: kind_name(t), size: u64::try_from(st.st_size).unwrap_or(0), mtime_ns });
         if t == FileType::Directory {
-            subdirs.push((nm, path));
+            subdirs.push((name.to_bytes().to_vec(), path.clone(), raw.clone()));
         }
+        here.push(Entry { path, kind: kind_name(t), size: u64::try_from(st.st_size).unwrap_or(0), mtime_ns, raw });
     }
-    here.sort_by(|a, b| a.path.cmp(&b.path));
+    drop(reader);
+    here.sort_by(|a, b| a.path.cmp(&b.path).then_with(|| a.path_bytes().cmp(b.path_bytes())));
     out.extend(here);
-    if out.len() > MAX_ENTRIES {
-        out.truncate(MAX_ENTRIES);
-        return Ok(false);
+    if full {
+        return Ok(None);
     }
-    subdirs.sort();
-    for (nm, path) in subdirs {
-        let Ok(sub) = rustix::fs::openat(dir, nm.as_str(), OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW, Mode::empty()) else { continue };
-        if !walk(sub.as_fd(), &path, out)? {
-            return Ok(false);
-        }
-    }
-    Ok(true)
+    subdirs.sort_by(|a, b| b.1.cmp(&a.1));
+    Ok(Some(subdirs))
 }
 
 /// The workspace's non-directory entries at one moment.
-pub struct Snapshot(BTreeMap<String, Entry>);
+pub struct Snapshot {
+    entries: BTreeMap<Vec<u8>, Entry>,
+    /// False when the scan stopped at a cap (entries, path bytes, depth).
+    pub complete: bool,
+}
 
 impl Snapshot {
     /// Paths added or modified since `self` (size, mtime or type differ), sorted.
     pub fn changed_since(&self, now: &Snapshot) -> Vec<String> {
-        now.0.iter().filter(|(p, e)| self.0.get(*p).is_none_or(|old| old.size != e.size || old.mtime_ns != e.mtime_ns || old.kind != e.kind)).map(|(p, _)| format!("/workspace/{p}")).collect()
+        now.entries.iter().filter(|(p, e)| self.entries.get(*p).is_none_or(|old| old.size != e.size || old.mtime_ns != e.mtime_ns || old.kind != e.kind)).map(|(p, _)| format!("/workspace/{}", String::from_utf8_lossy(p))).collect()
     }
 }
 

@@ -1,4 +1,4 @@
-# hull's cell runner. It runs inside a box as `python3 -c RUNNER MODE SOCKET` and is not user
+# hull's cell runner. It runs inside a box as `python3 -S -c RUNNER MODE SOCKET` and is not user
 # API. It connects to SOCKET (a Unix socket the supervisor listens on, in a private directory
 # bound at /run/hull), then runs cells like a notebook: the last bare expression's value, every
 # display(obj) and every open matplotlib figure become mime bundles. Bundles travel on the
@@ -14,12 +14,50 @@
 # Startup matters (a call waits for it), so only builtin modules are imported up front: the
 # socket is `_socket`, the parse is compile(..., PyCF_ONLY_AST), JSON is written by `_enc`, and
 # traceback/linecache/json/threading are imported only when needed.
-import _socket, binascii, builtins, os, sys
+import sys
+
+# `python3 -c` puts '' (the working directory, /workspace) first on sys.path, so a module the
+# box planted there (`_socket.py`, `binascii.py` where those are not built in) would run before
+# the runner has connected. The runner imports without it and puts it back for the cell, whose
+# `import x` finds /workspace/x.py as under `python3 -c`.
+_CWD_PATH = [sys.path.pop(0)] if sys.path and sys.path[0] in ("", ".") else []
+_SITE_PENDING = [True]
+import _socket, binascii, builtins, os
 
 _MODE, _SOCK = sys.argv[1], sys.argv[2]
 sys.argv = [""]
-_chan = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-_chan.connect(_SOCK)
+
+
+def _channel(path):
+    # The socket lives only in these closures, not in __main__'s globals, so a cell does not
+    # come across it by name. It can still find the descriptor: the host treats every frame as
+    # untrusted (size- and value-capped, a malformed one kills the box).
+    s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    s.connect(path)
+    return (lambda n: s.recv(n)), (lambda b: s.sendall(b)), (lambda: s.close())
+
+
+_recv, _sendall, _close = _channel(_SOCK)
+del _channel
+
+
+def _restore_path():
+    """Runs what `-S` held back (site: site-packages, .pth files, sitecustomize) and puts the
+    working directory back on sys.path, as `python3 -c` would have them for the cell (once)."""
+    if not _SITE_PENDING:
+        return
+    _SITE_PENDING.clear()
+    try:
+        import site
+
+        site.main()
+    except Exception:
+        import traceback
+
+        traceback.print_exc()
+    while _CWD_PATH:
+        sys.path.insert(0, _CWD_PATH.pop())
+
 _results = []
 _cell_no = [0]
 _buf = [b""]
@@ -30,14 +68,14 @@ _ONLY_AST = 0x400  # ast.PyCF_ONLY_AST, without importing ast
 def _recv_cell():
     """The next cell's code, or None when the host closed the socket."""
     while b"\n" not in _buf[0]:
-        b = _chan.recv(65536)
+        b = _recv(65536)
         if not b:
             return None
         _buf[0] += b
     head, rest = _buf[0].split(b"\n", 1)
     n = int(head)
     while len(rest) < n:
-        b = _chan.recv(max(65536, n - len(rest)))
+        b = _recv(max(65536, n - len(rest)))
         if not b:
             return None
         rest += b
@@ -73,10 +111,10 @@ def _enc(o):
 def _send(obj):
     data = (_enc(obj) + "\n").encode("utf-8", "replace")
     if _lock is None:
-        _chan.sendall(data)
+        _sendall(data)
     else:
         with _lock:
-            _chan.sendall(data)
+            _sendall(data)
 
 
 def _b64(b):
@@ -248,6 +286,7 @@ def _kernel():
     import threading
 
     _lock = threading.Lock()
+    _restore_path()
     g = _globals()
     saved = (os.dup(1), os.dup(2))
     while True:
@@ -305,9 +344,10 @@ else:
     code = _recv_cell()
     if code is None:
         os._exit(0)
+    _restore_path()
     g = _globals()
     rc = _run_cell(code, g)
     _flush()
     _send({"done": True, "exit_code": rc, "results": _results})
-    _chan.close()
+    _close()
     _end(rc, g)

@@ -3,6 +3,7 @@
 //! kernels. Every call still gets a fresh box; only the workspace and `/deps` carry over.
 
 use std::collections::{HashMap, VecDeque};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
@@ -102,6 +103,16 @@ struct Pool {
 pub struct Kernel {
     pub id: String,
     rb: Mutex<Result<RunnerBox, String>>,
+    /// The runner's pidfd, outside the lock a running cell holds, so closing the kernel (or
+    /// destroying its sandbox) kills it at once instead of waiting for the cell.
+    killer: OwnedFd,
+}
+
+impl Kernel {
+    /// Kills the kernel's box (its runner, so every process in it); idempotent.
+    fn kill(&self) {
+        let _ = rustix::process::pidfd_send_signal(&self.killer, rustix::process::Signal::KILL);
+    }
 }
 
 pub struct Sandbox {
@@ -147,6 +158,18 @@ fn spec_error(e: BoxError) -> SandboxError {
     SandboxError::Invalid { arg: arg.to_string(), why: e.to_string() }
 }
 
+/// Session directories are the caller's alone (0700): the workspace holds the box's files, which
+/// other host users have no business reading.
+pub(crate) fn private_dir_mode() -> std::fs::Permissions {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::Permissions::from_mode(0o700)
+}
+
+fn private_dir(p: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().mode(0o700).create(p)
+}
+
 fn remove_tree(p: &Path) {
     hull_box::leftovers::remove_tree(p);
 }
@@ -155,7 +178,7 @@ impl Sandbox {
     /// Creates the session: checks every argument, makes the workspace, runs `setup` if given
     /// (the only box with a network), probes that a box can start, and fills the prewarm pool.
     pub fn create(rt: Arc<Runtime>, id: String, cfg: SandboxConfig) -> Result<Arc<Sandbox>, SandboxError> {
-        let session = tempfile::Builder::new().prefix(&crate::cell::leftover_prefix("sb")).tempdir().map_err(|e| SandboxError::Io { what: "create the session directory in", path: std::env::temp_dir(), error: e })?.keep();
+        let session = tempfile::Builder::new().prefix(&crate::cell::leftover_prefix("sb")).permissions(private_dir_mode()).tempdir().map_err(|e| SandboxError::Io { what: "create the session directory in", path: std::env::temp_dir(), error: e })?.keep();
         let made = Self::create_in(rt, id, cfg, &session);
         if made.is_err() {
             remove_tree(&session);
@@ -168,12 +191,12 @@ impl Sandbox {
             Some(w) => w.clone(),
             None => {
                 let w = session.join("workspace");
-                std::fs::create_dir(&w).map_err(|e| SandboxError::Io { what: "create", path: w.clone(), error: e })?;
+                private_dir(&w).map_err(|e| SandboxError::Io { what: "create", path: w.clone(), error: e })?;
                 w
             }
         };
         let deps = session.join("deps");
-        std::fs::create_dir(&deps).map_err(|e| SandboxError::Io { what: "create", path: deps.clone(), error: e })?;
+        private_dir(&deps).map_err(|e| SandboxError::Io { what: "create", path: deps.clone(), error: e })?;
         let mut base = BoxSpec::new(vec!["true".into()]);
         match cfg.image.as_deref() {
             None | Some("host") => {}
@@ -354,9 +377,22 @@ impl Sandbox {
 
     fn track<T>(&self, f: impl FnOnce() -> Result<(T, RunResult, Vec<Value>), SandboxError>) -> Result<(T, ExecResult), SandboxError> {
         let before = if self.cfg.track_files { self.workspace.scan().ok() } else { None };
-        let (t, run, results) = f()?;
+        let (t, mut run, results) = f()?;
         let files = match (&before, self.cfg.track_files) {
-            (Some(b), true) => self.workspace.scan().map(|now| b.changed_since(&now)).unwrap_or_default(),
+            (Some(b), true) => match self.workspace.scan() {
+                Ok(now) => {
+                    if !(b.complete && now.complete) {
+                        run.warnings.push(format!(
+                            "files: the workspace holds more than {} entries, {} bytes of paths or {} levels of directories; changes were tracked only in the part scanned",
+                            crate::files::MAX_ENTRIES,
+                            crate::files::MAX_PATH_BYTES,
+                            crate::files::MAX_DEPTH
+                        ));
+                    }
+                    b.changed_since(&now)
+                }
+                Err(_) => Vec::new(),
+            },
             _ => Vec::new(),
         };
         Ok((t, ExecResult { run, results, files }))
@@ -433,7 +469,8 @@ impl Sandbox {
                 return Err(SandboxError::Runner(format!("of the kernel ended before it was ready ({why})")));
             }
         };
-        let k = Arc::new(Kernel { id: id.clone(), rb: Mutex::new(Ok(rb)) });
+        let killer = rb.killer()?;
+        let k = Arc::new(Kernel { id: id.clone(), rb: Mutex::new(Ok(rb)), killer });
         if let Ok(mut m) = self.kernels.lock() {
             m.insert(id, Arc::clone(&k));
         }
@@ -470,6 +507,7 @@ impl Sandbox {
     pub fn close_kernel(&self, id: &str) -> bool {
         let k = self.kernels.lock().ok().and_then(|mut m| m.remove(id));
         if let Some(k) = k {
+            k.kill();
             if let Ok(mut g) = k.rb.lock() {
                 *g = Err("closed".into());
             }
