@@ -406,13 +406,25 @@ mod tests {
         assert_eq!(t.first(), Some(&"tie the box to its supervisor"));
         assert_eq!(t.last(), Some(&"hold the template"));
         assert!(t.contains(&"make root read-only") && t.contains(&"bind mount"), "{t:?}");
-        assert!(!t.contains(&"open bind source") && !t.contains(&"mount proc"), "{t:?}");
+        assert!(!t.contains(&"open bind source") && !t.contains(&"clone bind source"), "{t:?}");
+        // The template mounts a procfs of its own (so boxes may mount theirs), then pivots.
+        let tat = |name: &str| t.iter().position(|n| *n == name).unwrap_or_else(|| panic!("{name} missing: {t:?}"));
+        assert!(tat("make root read-only") < tat("mount proc") && tat("mount proc") < tat("pivot the template into its root"));
         let b = kinds(&boxed);
         let at = |name: &str| b.iter().position(|n| *n == name).unwrap_or_else(|| panic!("{name} missing: {b:?}"));
-        // Sources open in the box's own mount namespace, before pid 1 is forked.
-        assert!(at("enter the template namespaces") < at("open bind source"));
-        assert!(at("open bind source") < at("fork pid 1"));
-        assert!(at("fork pid 1") < at("bind the staged root") && at("bind the staged root") < at("mount proc"));
+        // Sources are cloned where the host's paths are, before the box enters the sealed root.
+        assert!(at("join the template's namespaces") < at("clone bind source"));
+        assert!(at("clone bind source") < at("enter the template's root"));
+        assert!(at("enter the template's root") < at("fork pid 1"));
+        assert!(at("fork pid 1") < at("attach bind source") && at("attach bind source") < at("mount proc"));
+        assert!(!b.contains(&"pivot root") && !b.contains(&"bind mount") && !b.contains(&"open bind source"), "{b:?}");
+        // The root is in place: the box's paths carry no staging prefix.
+        let shown = boxed.to_string();
+        assert!(!shown.contains("/tmp/hull-tmpl-x"), "{shown}");
+        assert!(boxed.steps.iter().all(|s| match s {
+            Step::Tmpfs { target, .. } | Step::Proc { target } | Step::AttachSource { target, .. } => !target.c.to_bytes().starts_with(b"/tmp/hull-tmpl-x"),
+            _ => true,
+        }));
         assert!(!b.contains(&"make root read-only"), "{b:?}");
         // The same spec gives the same template key; another hostname another.
         let again = build(&BoxSpec::new(vec!["true".into()]), &ctx).unwrap().split_template().map_err(|_| "not split").unwrap().0;

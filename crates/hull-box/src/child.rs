@@ -7,7 +7,8 @@
 //! (and with it every process in the pid namespace) as soon as the program exits.
 
 
-use std::os::fd::{AsFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, IntoRawFd, RawFd};
+use std::sync::atomic::{AtomicI32, Ordering};
 
 use crate::plan::{BoxPlan, Step};
 use crate::proto::Message;
@@ -31,7 +32,22 @@ pub(crate) struct ChildContext<'a> {
     pub trace: Option<*mut u64>,
 }
 
+/// In a pid 1 forked by a template's entry process: the read end of the pipe on which the entry
+/// process says it has reported our pid. Our first message waits for it (see `StartPid1`).
+static GATE: AtomicI32 = AtomicI32::new(-1);
+
 fn send(sock: RawFd, m: Message, fd: Option<RawFd>) {
+    let gate = GATE.swap(-1, Ordering::Relaxed);
+    if gate >= 0 {
+        // SAFETY: the gate is our own descriptor, read once and closed here.
+        let go = unsafe { std::os::fd::OwnedFd::from_raw_fd(gate) };
+        let mut b = [0u8; 1];
+        if !matches!(sys::read(go.as_fd(), &mut b), Ok(1)) {
+            // The entry process died before reporting us: the supervisor must not hear from a
+            // pid 1 it does not know.
+            sys::exit_now(125);
+        }
+    }
     // Nothing useful can be done if the supervisor is gone; the exit status still tells.
     let _ = sys::send_with_fd(sock, &m.encode(), fd);
 }
@@ -122,12 +138,7 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
             }
             sys::mount_setattr(&target.c, true, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, 0)
         }
-        Step::Pivot { root } => {
-            sys::chdir(&root.c)?;
-            sys::pivot_root(c".", c".")?;
-            sys::umount_detach(c".")?;
-            sys::chdir(c"/")
-        }
+        Step::Pivot { root } => pivot(root),
         Step::Hostname { name } => sys::sethostname(name.as_bytes()),
         Step::LoopbackUp => sys::loopback_up(),
         Step::Chdir { path } => sys::chdir(&path.c),
@@ -152,15 +163,30 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
             Ok(())
         }
         Step::Exec { candidates, .. } => spawn_and_reap(ctx, candidates),
-        Step::HoldTemplate => {
-            send(ctx.sock, Message::Ready, None);
+        Step::LeanRoot { root, keep_fd } => {
+            sys::keep_mount_ns(*keep_fd)?;
+            sys::unshare(libc::CLONE_NEWNS)?;
+            pivot(root)
+        }
+        Step::HoldTemplate { keep_fd } => {
+            send(ctx.sock, Message::Ready, Some(*keep_fd));
             // The supervisor opens our namespaces, then closes its end: that hangup is the cue.
             let mut fds = [libc::pollfd { fd: ctx.sock, events: libc::POLLIN, revents: 0 }];
             let _ = sys::poll(&mut fds, -1);
             sys::exit_now(0)
         }
-        Step::EnterTemplate { user_fd, mnt_fd, net_fd, flags, uid_map, gid_map } => {
+        Step::JoinTemplate { user_fd, mnt_fd } => {
             sys::setns(*user_fd, libc::CLONE_NEWUSER)?;
+            sys::setns(*mnt_fd, libc::CLONE_NEWNS)
+        }
+        Step::CloneSource { path, fd } => {
+            sys::open_path_at(&path.c, *fd)?;
+            sys::clone_tree_at(*fd)
+        }
+        Step::EnterTemplate { mnt_fd, net_fd, flags, uid_map, gid_map } => {
+            // The template's root has no /proc mounted: keep our own /proc entry for the maps.
+            let proc_self = sys::open_dir_path(c"/proc/self")?;
+            let dir = proc_self.as_raw_fd();
             sys::setns(*mnt_fd, libc::CLONE_NEWNS)?;
             let mut flags = *flags;
             if *net_fd >= 0 {
@@ -169,34 +195,42 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
             }
             sys::unshare(flags)?;
             // The template's user namespace already denies setgroups, which its children inherit.
-            match sys::write_file(c"/proc/self/setgroups", b"deny", 0, 0) {
+            match sys::write_file_at(dir, c"setgroups", b"deny", 0, 0) {
                 Ok(()) | Err(Errno(libc::ENOENT | libc::EPERM)) => {}
                 Err(e) => return Err(e),
             }
-            sys::write_file(c"/proc/self/uid_map", uid_map, 0, 0)?;
-            sys::write_file(c"/proc/self/gid_map", gid_map, 0, 0)
+            sys::write_file_at(dir, c"uid_map", uid_map, 0, 0)?;
+            sys::write_file_at(dir, c"gid_map", gid_map, 0, 0)
         }
         Step::StartPid1 => {
-            // Pid 1 waits for the go byte, so its own messages (Ready...) reach the supervisor
-            // after our Pid1; a hangup instead means we died before sending it, and pid 1
-            // must not run unknown to the supervisor.
+            // Pid 1's first message waits for the go byte, so its messages (Ready...) reach the
+            // supervisor after our Pid1; a hangup instead means we died before sending it, and
+            // pid 1 must not run unknown to the supervisor.
             let (go_r, go_w) = sys::pipe()?;
             // SAFETY: the child goes on with this same allocation-free plan loop.
             let pid = unsafe { sys::clone_fork(libc::CLONE_PARENT) }?;
             if pid == 0 {
                 drop(go_w);
-                let mut b = [0u8; 1];
-                return match sys::read(go_r.as_fd(), &mut b) {
-                    Ok(1) => Ok(()),
-                    _ => sys::exit_now(125),
-                };
+                // Setup goes on at once (it only touches our own namespaces); our first
+                // message waits for the go byte, by then long written.
+                GATE.store(go_r.into_raw_fd(), Ordering::Relaxed);
+                return Ok(());
             }
             send(ctx.sock, Message::Pid1 { pid }, None);
             let _ = sys::write_all(go_w.as_fd(), b"g");
             sys::exit_now(0)
         }
-        Step::RebindStage { root } => sys::mount(Some(&root.c), &root.c, None, BIND, None),
+        Step::AttachSource { fd, target, .. } => sys::attach_tree(*fd, &target.c),
     }
+}
+
+/// Makes `root` the root of our mount namespace and detaches the old root (stacked on top of
+/// it by `pivot_root(".", ".")`) with everything mounted below it.
+fn pivot(root: &crate::plan::BoxPath) -> SysResult<()> {
+    sys::chdir(&root.c)?;
+    sys::pivot_root(c".", c".")?;
+    sys::umount_detach(c".")?;
+    sys::chdir(c"/")
 }
 
 /// Drops every capability not in `keep` from the bounding and ambient sets, then sets the

@@ -37,6 +37,22 @@ impl BoxPath {
     fn plain(path: &str) -> BoxPath {
         BoxPath { shown: path.to_string(), c: cstring(path) }
     }
+
+    /// A staged path (under `stage`) becomes its box path, for a box whose root is in place.
+    fn unstage(&mut self, stage: &std::ffi::CStr) {
+        let (c, stage) = (self.c.as_bytes(), stage.to_bytes());
+        if c.starts_with(stage) && (c.len() == stage.len() || c[stage.len()] == b'/') {
+            self.c = cstring(&self.shown);
+        }
+    }
+}
+
+/// The descriptor a template process keeps its first mount namespace at (below the sources').
+pub const TEMPLATE_HOST_FD: i32 = 899;
+
+/// The descriptor number of a bind source given as `/proc/self/fd/N`.
+fn source_fd(source: &BoxPath) -> Option<i32> {
+    source.c.to_str().ok()?.strip_prefix("/proc/self/fd/")?.parse().ok()
 }
 
 /// tmpfs mount options for a size cap and a mode.
@@ -106,22 +122,31 @@ pub enum Step {
     Seccomp { listener: bool, rules: usize },
     /// Fork the program (the plan's pid 1 stays as the box's reaper) and exec it.
     Exec { argv: Vec<CString>, candidates: Vec<CString>, env: Vec<CString> },
-    /// Template only: report the finished skeleton, then wait until the supervisor has taken
-    /// descriptors of our namespaces (it closes the channel), and exit.
-    HoldTemplate,
-    /// Join a template's user and mount namespaces (descriptors the Runtime holds), then unshare
-    /// the box's own namespaces below them (`flags`, a fresh user namespace first, so the
-    /// template's mounts arrive locked and read-only) and map our ids in it.
-    /// `net_fd`, when not -1, is a ready network namespace (loopback up) of the template's pool,
-    /// joined instead of unsharing a new one.
-    EnterTemplate { user_fd: i32, mnt_fd: i32, net_fd: i32, flags: libc::c_int, uid_map: Vec<u8>, gid_map: Vec<u8> },
+    /// Template only: keep the mount namespace the skeleton was built in (descriptor `keep_fd`,
+    /// with the host's tree, where boxes open their bind sources), then, in a copy of it, pivot
+    /// into the sealed root and detach the host's tree: the namespace boxes copy holds nothing
+    /// else, so they need no pivot (and no unmount) of their own.
+    LeanRoot { root: BoxPath, keep_fd: i32 },
+    /// Template only: report the finished skeleton (sending `keep_fd`), then wait until the
+    /// supervisor has taken descriptors of our namespaces (it closes the channel), and exit.
+    HoldTemplate { keep_fd: i32 },
+    /// Join a template's user namespace and the mount namespace it was built in (descriptors the
+    /// Runtime holds), where the host's paths are, to clone bind sources from.
+    JoinTemplate { user_fd: i32, mnt_fd: i32 },
+    /// Open a bind source like `OpenSource`, then replace the descriptor with a detached copy of
+    /// its mount tree (`open_tree(OPEN_TREE_CLONE)`), attached later with `AttachSource`.
+    CloneSource { path: BoxPath, fd: i32 },
+    /// Join the template's sealed root namespace, then unshare the box's own namespaces below
+    /// it (`flags`, a fresh user namespace first, so the template's mounts arrive locked and
+    /// read-only) and map our ids in it. `net_fd`, when not -1, is a ready network namespace
+    /// (loopback up) of the template's pool, joined instead of unsharing a new one.
+    EnterTemplate { mnt_fd: i32, net_fd: i32, flags: libc::c_int, uid_map: Vec<u8>, gid_map: Vec<u8> },
     /// Fork the process that becomes pid 1 of the box's new pid namespace, as a sibling
     /// (`CLONE_PARENT`: the supervisor is its parent); the forking process reports its pid and
     /// exits.
     StartPid1,
-    /// Bind the staged root onto itself: the copy from the template is locked, and pivot_root
-    /// needs a root mount of the box's own.
-    RebindStage { root: BoxPath },
+    /// Attach a source cloned by `CloneSource` (descriptor `fd`) at `target` (`move_mount`).
+    AttachSource { fd: i32, source: String, target: BoxPath },
 }
 
 impl Step {
@@ -156,10 +181,25 @@ impl Step {
             Step::NoNewPrivs => "set no_new_privs",
             Step::Seccomp { .. } => "install seccomp filter",
             Step::Exec { .. } => "exec",
-            Step::HoldTemplate => "hold the template",
-            Step::EnterTemplate { .. } => "enter the template namespaces",
+            Step::LeanRoot { .. } => "pivot the template into its root",
+            Step::HoldTemplate { .. } => "hold the template",
+            Step::JoinTemplate { .. } => "join the template's namespaces",
+            Step::CloneSource { .. } => "clone bind source",
+            Step::EnterTemplate { .. } => "enter the template's root",
             Step::StartPid1 => "fork pid 1",
-            Step::RebindStage { .. } => "bind the staged root",
+            Step::AttachSource { .. } => "attach bind source",
+        }
+    }
+
+    /// Every box path the step mounts on or creates (not its sources).
+    fn paths_mut(&mut self) -> Vec<&mut BoxPath> {
+        match self {
+            Step::Mkdir { path } | Step::Touch { path } | Step::WriteFile { path, .. } | Step::Symlink { path, .. } | Step::Chdir { path } => vec![path],
+            Step::Tmpfs { target, .. } | Step::SetAttr { target, .. } | Step::ClearReadOnly { target } | Step::Devpts { target } | Step::Proc { target } | Step::MaskDir { target } | Step::ProtectProc { target } | Step::AttachSource { target, .. } | Step::Bind { target, .. } => vec![target],
+            Step::MaskFile { target, null } => vec![target, null],
+            Step::MountRoot { at, .. } => vec![at],
+            Step::Seal { root, dev } => vec![root, dev],
+            _ => Vec::new(),
         }
     }
 
@@ -167,12 +207,13 @@ impl Step {
     pub fn path(&self) -> Option<String> {
         match self {
             Step::JoinCgroup { procs } => Some(procs.shown.clone()),
-            Step::OpenSource { path, .. } => Some(path.shown.clone()),
+            Step::OpenSource { path, .. } | Step::CloneSource { path, .. } => Some(path.shown.clone()),
+            Step::AttachSource { source, target, .. } => Some(format!("{source} -> {}", target.shown)),
             Step::MountRoot { at, .. } => Some(at.shown.clone()),
             Step::Mkdir { path } | Step::Touch { path } | Step::WriteFile { path, .. } | Step::Symlink { path, .. } | Step::Chdir { path } => Some(path.shown.clone()),
             Step::Bind { source, target, .. } => Some(format!("{} -> {}", source.shown, target.shown)),
             Step::Tmpfs { target, .. } | Step::SetAttr { target, .. } | Step::ClearReadOnly { target } | Step::Devpts { target } | Step::Proc { target } | Step::MaskFile { target, .. } | Step::MaskDir { target } | Step::ProtectProc { target } => Some(target.shown.clone()),
-            Step::Seal { root, .. } | Step::Pivot { root } | Step::RebindStage { root } => Some(root.shown.clone()),
+            Step::Seal { root, .. } | Step::Pivot { root } | Step::LeanRoot { root, .. } => Some(root.shown.clone()),
             Step::Exec { argv, .. } => argv.first().map(|a| a.to_string_lossy().into_owned()),
             _ => None,
         }
@@ -216,11 +257,14 @@ impl fmt::Display for Step {
             }
             Step::NoNewPrivs => write!(f, "prctl(PR_SET_NO_NEW_PRIVS)"),
             Step::Seccomp { listener, rules } => write!(f, "install seccomp allowlist ({rules} rules, default ENOSYS; escape calls {})", if *listener { "reported to the supervisor, box killed" } else { "kill the box" }),
-            Step::HoldTemplate => write!(f, "report the template ready, hold it until the supervisor has its namespaces"),
-            Step::EnterTemplate { flags, net_fd, .. } if *net_fd >= 0 => write!(f, "setns into the template's user and mount namespaces and a fresh network namespace from its pool, then unshare {} and map uid 0 -> 0", ns_names(*flags & !libc::CLONE_NEWNET).join(", ")),
-            Step::EnterTemplate { flags, .. } => write!(f, "setns into the template's user and mount namespaces, then unshare {} and map uid 0 -> 0", ns_names(*flags).join(", ")),
+            Step::LeanRoot { root, keep_fd } => write!(f, "keep this mount namespace as fd {keep_fd}, then in a copy of it pivot_root to {} and detach the host's tree", root.shown),
+            Step::HoldTemplate { .. } => write!(f, "report the template ready, hold it until the supervisor has its namespaces"),
+            Step::JoinTemplate { .. } => write!(f, "setns into the template's user namespace and the mount namespace it was built in"),
+            Step::CloneSource { path, fd } => write!(f, "open {} (O_PATH) and clone its mount tree (detached) as fd {fd}", path.shown),
+            Step::EnterTemplate { flags, net_fd, .. } if *net_fd >= 0 => write!(f, "setns into the template's sealed root and a fresh network namespace from its pool, then unshare {} and map uid 0 -> 0", ns_names(*flags & !libc::CLONE_NEWNET).join(", ")),
+            Step::EnterTemplate { flags, .. } => write!(f, "setns into the template's sealed root, then unshare {} and map uid 0 -> 0", ns_names(*flags).join(", ")),
             Step::StartPid1 => write!(f, "fork pid 1 of the new pid namespace (a child of the supervisor); this process exits"),
-            Step::RebindStage { root } => write!(f, "bind {} onto itself (the template's copy is locked)", root.shown),
+            Step::AttachSource { fd, source, target } => write!(f, "attach {source} (fd {fd}) at {}", target.shown),
             Step::Exec { argv, .. } => {
                 let shown: Vec<String> = argv.iter().map(|a| a.to_string_lossy().into_owned()).collect();
                 write!(f, "fork, then exec {:?} (pid 1 stays as the box's reaper)", shown)
@@ -267,24 +311,33 @@ fn ns_names(flags: libc::c_int) -> Vec<&'static str> {
 
 impl BoxPlan {
     /// Splits this plan for a template (see `template.rs`): the read-only skeleton, which a
-    /// template process builds once in its own user and mount namespaces, and the rest, which
-    /// each box runs after entering a copy of it. `None` when the skeleton depends on this box
-    /// (binds from descriptors the box opens itself, as `--rootfs` entries are), so it cannot be
-    /// shared. The box plan's `EnterTemplate` carries no descriptors yet (see
-    /// [`BoxPlan::set_template_fds`]).
+    /// template process builds once in its own user and mount namespaces (then pivots a copy of
+    /// that namespace into it), and the rest, which each box runs after entering a copy of the
+    /// pivoted one: its bind sources are cloned from the template's first namespace (which
+    /// still has the host's paths) and attached, and its paths lose the staging prefix, since
+    /// the root is already in place. `None` when the skeleton depends on this box (binds from
+    /// descriptors the box opens itself, as `--rootfs` entries are), so it cannot be shared.
+    /// The box plan carries no namespace descriptors yet (see [`BoxPlan::set_template_fds`]).
     pub fn split_template(self) -> Result<(BoxPlan, BoxPlan), BoxPlan> {
         let root = self.steps.iter().position(|s| matches!(s, Step::MountRoot { .. }));
         let seal = self.steps.iter().position(|s| matches!(s, Step::Seal { .. }));
-        let (Some(root), Some(seal)) = (root, seal) else { return Err(self) };
-        let own_sources = self.steps[root..seal].iter().any(|s| matches!(s, Step::Bind { source, .. } if source.c.as_bytes().starts_with(b"/proc/self/fd/")));
-        if own_sources || root == 0 {
+        let stage = self.steps.iter().find_map(|s| match s {
+            Step::Pivot { root } => Some(root.c.clone()),
+            _ => None,
+        });
+        let (Some(root), Some(seal), Some(stage)) = (root, seal, stage) else { return Err(self) };
+        let own_sources = self.steps[root..seal].iter().any(|s| matches!(s, Step::Bind { source, .. } if source_fd(source).is_some()));
+        // After the seal every bind must come from a descriptor: the pivoted template has no
+        // host paths to bind from.
+        let host_binds = self.steps[seal..].iter().any(|s| matches!(s, Step::Bind { source, .. } if source_fd(source).is_none()));
+        if own_sources || host_binds || root == 0 {
             return Err(self);
         }
         let flags = self.clone_flags;
         let mut steps = self.steps;
         let rest = steps.split_off(seal + 1);
         let skeleton = steps.split_off(root - 1); // PrivatizeMounts, MountRoot .. Seal
-        let mut template = Vec::with_capacity(skeleton.len() + 3);
+        let mut template = Vec::with_capacity(skeleton.len() + 4);
         let mut boxed = Vec::with_capacity(rest.len() + 8);
         let mut die = None;
         let mut sources = Vec::new();
@@ -298,39 +351,50 @@ impl BoxPlan {
                 Step::MapIds { .. } => template.push(s),
                 // After the template is entered: it needs the box's own user namespace.
                 Step::UnshareCgroupNs => {}
-                // Opened in the box's own mount namespace, or the binds would be refused as
-                // coming from another (the template stages its root away from the host's /tmp,
-                // so sources there stay reachable).
-                Step::OpenSource { .. } => sources.push(s),
+                Step::OpenSource { path, fd } => sources.push(Step::CloneSource { path, fd }),
                 // Cgroup joins run first, from the host's namespaces.
                 other => boxed.push(other),
             }
         }
         template.extend(skeleton);
-        template.push(Step::HoldTemplate);
-        boxed.push(Step::EnterTemplate { user_fd: -1, mnt_fd: -1, net_fd: -1, flags, uid_map: b"0 0 1\n".to_vec(), gid_map: b"0 0 1\n".to_vec() });
-        boxed.push(Step::UnshareCgroupNs);
+        // A box may mount a procfs only where one is already fully visible; the pivoted root has
+        // none of the host's, so the template mounts one of its own empty pid namespace (the
+        // template process is its pid 1 and leaves it), which each box's procfs then covers.
+        template.push(Step::Proc { target: BoxPath::staged_at(&String::from_utf8_lossy(stage.as_bytes()), "/proc") });
+        template.push(Step::LeanRoot { root: BoxPath { shown: String::from_utf8_lossy(stage.as_bytes()).into_owned(), c: stage.clone() }, keep_fd: TEMPLATE_HOST_FD });
+        template.push(Step::HoldTemplate { keep_fd: TEMPLATE_HOST_FD });
+        boxed.push(Step::JoinTemplate { user_fd: -1, mnt_fd: -1 });
         boxed.extend(sources);
+        boxed.push(Step::EnterTemplate { mnt_fd: -1, net_fd: -1, flags, uid_map: b"0 0 1\n".to_vec(), gid_map: b"0 0 1\n".to_vec() });
+        boxed.push(Step::UnshareCgroupNs);
         boxed.push(Step::StartPid1);
         if let Some(supervisor) = die {
             boxed.push(Step::DieWithSupervisor { supervisor });
         }
-        let stage = rest.iter().find_map(|s| match s {
-            Step::Pivot { root } => Some(root.clone()),
-            _ => None,
-        });
-        boxed.push(Step::RebindStage { root: stage.unwrap_or_else(|| BoxPath::plain(STAGE)) });
-        boxed.extend(rest);
-        Ok((BoxPlan { steps: template, clone_flags: libc::CLONE_NEWUSER | libc::CLONE_NEWNS }, BoxPlan { steps: boxed, clone_flags: 0 }))
+        for s in rest {
+            let mut s = match s {
+                Step::Pivot { .. } => continue,
+                Step::Bind { source, target, .. } => Step::AttachSource { fd: source_fd(&source).unwrap_or(-1), source: source.shown, target },
+                other => other,
+            };
+            for p in s.paths_mut() {
+                p.unstage(&stage);
+            }
+            boxed.push(s);
+        }
+        Ok((BoxPlan { steps: template, clone_flags: libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID }, BoxPlan { steps: boxed, clone_flags: 0 }))
     }
 
-    /// Points the plan's `EnterTemplate` step at a template's namespace descriptors, and at a
-    /// pooled network namespace when `net` is given (whose loopback is up already, and which the
-    /// box has no capability to configure, so its own `LoopbackUp` step goes).
-    pub fn set_template_fds(&mut self, user: i32, mnt: i32, net: Option<i32>) {
+    /// Points the plan's template steps at a template's namespace descriptors: its user
+    /// namespace, the mount namespace it was built in (`host`) and its pivoted one (`root`), and
+    /// a pooled network namespace when `net` is given (whose loopback is up already, and which
+    /// the box has no capability to configure, so its own `LoopbackUp` step goes).
+    pub fn set_template_fds(&mut self, user: i32, host: i32, root: i32, net: Option<i32>) {
         for s in &mut self.steps {
-            if let Step::EnterTemplate { user_fd, mnt_fd, net_fd, .. } = s {
-                (*user_fd, *mnt_fd, *net_fd) = (user, mnt, net.unwrap_or(-1));
+            match s {
+                Step::JoinTemplate { user_fd, mnt_fd } => (*user_fd, *mnt_fd) = (user, host),
+                Step::EnterTemplate { mnt_fd, net_fd, .. } => (*mnt_fd, *net_fd) = (root, net.unwrap_or(-1)),
+                _ => {}
             }
         }
         if net.is_some() {

@@ -111,8 +111,13 @@ pub fn unshare(flags: libc::c_int) -> SysResult<()> {
 
 /// Opens `path` and writes all of `data` to it.
 pub fn write_file(path: &CStr, data: &[u8], flags: libc::c_int, mode: libc::mode_t) -> SysResult<()> {
-    // SAFETY: path is a valid C string.
-    let fd = check(unsafe { libc::open(path.as_ptr(), flags | libc::O_WRONLY | libc::O_CLOEXEC, mode) })?;
+    write_file_at(libc::AT_FDCWD, path, data, flags, mode)
+}
+
+/// [`write_file`] relative to the directory descriptor `dir`.
+pub fn write_file_at(dir: RawFd, path: &CStr, data: &[u8], flags: libc::c_int, mode: libc::mode_t) -> SysResult<()> {
+    // SAFETY: path is a valid C string; `dir` is a directory descriptor or AT_FDCWD.
+    let fd = check(unsafe { libc::openat(dir, path.as_ptr(), flags | libc::O_WRONLY | libc::O_CLOEXEC, mode) })?;
     let mut done = 0;
     let mut result = Ok(());
     while done < data.len() {
@@ -148,6 +153,51 @@ pub fn mount(
 pub fn umount_detach(target: &CStr) -> SysResult<()> {
     // SAFETY: target is a valid C string.
     check(unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) }).map(drop)
+}
+
+/// Replaces the O_PATH descriptor `fd` by a detached copy of the mount tree it points into
+/// (`open_tree(OPEN_TREE_CLONE | AT_RECURSIVE)`), at the same number: a bind that can be attached
+/// in another mount namespace with [`attach_tree`].
+pub fn clone_tree_at(fd: RawFd) -> SysResult<()> {
+    const OPEN_TREE_CLONE: libc::c_uint = 1;
+    const AT_RECURSIVE: libc::c_uint = 0x8000;
+    let flags = OPEN_TREE_CLONE | AT_RECURSIVE | libc::AT_EMPTY_PATH as libc::c_uint | libc::O_CLOEXEC as libc::c_uint;
+    // SAFETY: an empty C string with AT_EMPTY_PATH names `fd` itself.
+    let ret = unsafe { libc::syscall(libc::SYS_open_tree, fd, c"".as_ptr(), flags) };
+    let tree = RawFd::try_from(check_long(ret)?).unwrap_or(-1);
+    // SAFETY: dup3 onto the number the plan reserved (closing the O_PATH descriptor there).
+    let r = check(unsafe { libc::dup3(tree, fd, libc::O_CLOEXEC) }).map(drop);
+    close_raw(tree);
+    r
+}
+
+/// Attaches the detached mount tree `fd` (from [`clone_tree_at`]) at `target`.
+pub fn attach_tree(fd: RawFd, target: &CStr) -> SysResult<()> {
+    const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+    // SAFETY: an empty C string with F_EMPTY_PATH names `fd`; target is a valid C string.
+    let ret = unsafe { libc::syscall(libc::SYS_move_mount, fd, c"".as_ptr(), libc::AT_FDCWD, target.as_ptr(), MOVE_MOUNT_F_EMPTY_PATH) };
+    check_long(ret).map(drop)
+}
+
+/// Opens `path` as an `O_PATH` directory descriptor.
+pub fn open_dir_path(path: &CStr) -> SysResult<OwnedFd> {
+    // SAFETY: a valid C string; the descriptor returned is ours.
+    let fd = check(unsafe { libc::open(path.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) })?;
+    // SAFETY: fd was just opened and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Opens this process's mount namespace at descriptor `at`.
+pub fn keep_mount_ns(at: RawFd) -> SysResult<()> {
+    // SAFETY: a valid C string; the descriptor is moved to `at` and the original closed.
+    let fd = check(unsafe { libc::open(c"/proc/self/ns/mnt".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) })?;
+    if fd == at {
+        return Ok(());
+    }
+    // SAFETY: dup3 onto a number the plan reserved; fd is ours and closed right after.
+    let r = check(unsafe { libc::dup3(fd, at, libc::O_CLOEXEC) }).map(drop);
+    close_raw(fd);
+    r
 }
 
 /// The kernel's `struct mount_attr` (linux/mount.h).

@@ -40,6 +40,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// (owned by the template's user namespace, each used by one box only).
 pub(crate) struct Template {
     user: OwnedFd,
+    /// The mount namespace the skeleton was built in: the host's tree plus the sealed root
+    /// (where boxes clone their bind sources from).
+    host: OwnedFd,
+    /// A copy of it pivoted into the sealed root, with the host's tree detached (what boxes copy).
     mnt: OwnedFd,
     nets: Mutex<Vec<OwnedFd>>,
     /// Making a pooled namespace failed once: boxes unshare their own from then on.
@@ -135,7 +139,7 @@ impl Templates {
         }
         self.start_filler();
         self.shared.wake.notify_all();
-        boxed.set_template_fds(template.user.as_raw_fd(), template.mnt.as_raw_fd(), net.as_ref().map(AsRawFd::as_raw_fd));
+        boxed.set_template_fds(template.user.as_raw_fd(), template.host.as_raw_fd(), template.mnt.as_raw_fd(), net.as_ref().map(AsRawFd::as_raw_fd));
         Ok((boxed, Some(Entered { _template: template, _net: net })))
     }
 
@@ -246,10 +250,11 @@ fn build(plan: &BoxPlan) -> Result<Template, BoxError> {
         Err(errno) => return Err(BoxError::Clone { errno, hint: "building a template needs user and mount namespaces; run `hull doctor`".into() }),
     };
     drop(sock_child);
-    let answer = await_message(&sock_parent, 10_000);
+    let answer = await_message_fd(&sock_parent, 10_000);
     let result = match answer {
-        Ok(Message::Ready) => open_ns(pid),
-        Ok(Message::SetupFailed { step, errno }) => Err(crate::supervise::setup_error(plan, step, errno)),
+        Ok((Message::Ready, Some(host))) => open_ns(pid, host),
+        Ok((Message::Ready, None)) => Err(BoxError::Sys { what: "build a template (no mount namespace sent)", errno: Errno(libc::EPROTO) }),
+        Ok((Message::SetupFailed { step, errno }, _)) => Err(crate::supervise::setup_error(plan, step, errno)),
         Ok(_) => Err(BoxError::Sys { what: "build a template (unexpected message)", errno: Errno(libc::EPROTO) }),
         Err(e) => Err(e),
     };
@@ -262,16 +267,21 @@ fn build(plan: &BoxPlan) -> Result<Template, BoxError> {
     result
 }
 
-fn open_ns(pid: libc::pid_t) -> Result<Template, BoxError> {
+fn open_ns(pid: libc::pid_t, host: OwnedFd) -> Result<Template, BoxError> {
     let open = |kind: &str| -> Result<OwnedFd, BoxError> {
         let path = format!("/proc/{pid}/ns/{kind}");
         std::fs::File::open(&path).map(OwnedFd::from).map_err(|error| BoxError::Io { what: format!("open the template's namespace {path}"), error })
     };
-    Ok(Template { user: open("user")?, mnt: open("mnt")?, nets: Mutex::new(Vec::new()), pool_failed: AtomicBool::new(false) })
+    Ok(Template { user: open("user")?, host, mnt: open("mnt")?, nets: Mutex::new(Vec::new()), pool_failed: AtomicBool::new(false) })
 }
 
 /// Waits up to `timeout_ms` for one message on `sock`.
 pub(crate) fn await_message(sock: &OwnedFd, timeout_ms: i32) -> Result<Message, BoxError> {
+    await_message_fd(sock, timeout_ms).map(|(m, _)| m)
+}
+
+/// Waits up to `timeout_ms` for one message on `sock`, with the descriptor it carries.
+fn await_message_fd(sock: &OwnedFd, timeout_ms: i32) -> Result<(Message, Option<OwnedFd>), BoxError> {
     let mut fds = [libc::pollfd { fd: sock.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
     let n = sys::poll(&mut fds, timeout_ms).map_err(|errno| BoxError::Sys { what: "wait for the box", errno })?;
     if n == 0 {
@@ -280,7 +290,7 @@ pub(crate) fn await_message(sock: &OwnedFd, timeout_ms: i32) -> Result<Message, 
     let mut m = [0u8; 64];
     match sys::recv_with_fd(sock.as_fd(), &mut m) {
         Ok((0, _)) => Err(BoxError::SetupVanished(0)),
-        Ok((len, _)) => Ok(Message::decode(&m[..len])?),
+        Ok((len, fd)) => Ok((Message::decode(&m[..len])?, fd)),
         Err(errno) => Err(BoxError::Sys { what: "read the box channel", errno }),
     }
 }

@@ -35,6 +35,32 @@ fn a_templated_box_is_read_only_with_its_own_writable_places() {
 }
 
 #[test]
+fn a_templated_box_mounts_only_its_own_tree_and_sees_only_its_own_processes() {
+    // The template pivots into its sealed root once, so a box's copy holds no host mount (no
+    // cgroup, sysfs or staging directory), and its /proc (over the template's own, of an empty
+    // pid namespace) lists only the box's processes.
+    let rt = runtime();
+    let code = "import os\nfor l in open('/proc/self/mountinfo'): print('M', l.split()[4], l.split(' - ')[1].split()[0])\nprint('P', sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))";
+    let r = python(&rt, code);
+    assert!(r.success, "{r:?}");
+    let points: Vec<&str> = r.stdout.lines().filter_map(|l| l.strip_prefix("M ")).collect();
+    assert!(points.iter().any(|l| l.starts_with("/usr ")), "{points:?}");
+    for l in &points {
+        let point = l.split(' ').next().unwrap_or_default();
+        assert!(!point.starts_with("/sys") && !point.contains("hull-tmpl") && !point.starts_with("/home") && !point.starts_with("/var"), "host mount {l} in {points:?}");
+    }
+    // The last procfs mounted at /proc is the box's own.
+    assert!(points.iter().filter(|l| l.starts_with("/proc ")).all(|l| l.ends_with(" proc")), "{points:?}");
+    assert!(r.stdout.contains("P [1, 2]"), "{}", r.stdout);
+    // Uncovering the template's procfs takes an unmount, which the filter refuses even to a box
+    // that keeps CAP_SYS_ADMIN in its own user namespace.
+    let mut spec = BoxSpec::new(vec!["python3".into(), "-c".into(), "import ctypes; print(ctypes.CDLL(None, use_errno=True).umount2(b'/proc', 2))".into()]);
+    spec.cap_add = vec!["SYS_ADMIN".into()];
+    let r = rt.run(&spec, RunOptions { capture: true }, &mut NoSink).expect("box runs");
+    assert_eq!(r.fault.as_ref().map(|f| f.kind), Some(hull_box::FaultType::EscapeBlocked), "{r:?}");
+}
+
+#[test]
 fn the_template_mounts_cannot_be_reopened_writable() {
     // Capabilities are dropped and seccomp kills mount calls, so try from the one place that
     // could: a box keeping CAP_SYS_ADMIN in its own user namespace still meets locked mounts.
