@@ -457,6 +457,27 @@ impl<S> PlanBuilder<S> {
     }
 }
 
+/// The sensitive /proc paths this kernel has, looked up once per process.
+struct ProcPresent {
+    files: Vec<&'static str>,
+    dirs: Vec<&'static str>,
+    protected: Vec<&'static str>,
+}
+
+/// The box's procfs comes from the same kernel as the host's, so a path the host's /proc lacks
+/// needs no step (each costs a mount syscall per box), and the answer never changes.
+fn proc_present() -> &'static ProcPresent {
+    static PRESENT: std::sync::OnceLock<ProcPresent> = std::sync::OnceLock::new();
+    PRESENT.get_or_init(|| {
+        let present = |p: &&str| std::path::Path::new(&format!("/proc/{p}")).exists();
+        ProcPresent {
+            files: ["kcore", "keys", "key-users", "timer_list", "sched_debug", "latency_stats", "kallsyms", "kmsg", "config.gz", "vmcore", "pagetypeinfo", "slabinfo"].into_iter().filter(present).collect(),
+            dirs: ["acpi", "scsi", "firmware", "asound"].into_iter().filter(present).collect(),
+            protected: ["sys", "sysrq-trigger", "irq", "bus", "fs"].into_iter().filter(present).collect(),
+        }
+    })
+}
+
 impl PlanBuilder<Skeleton> {
     /// The steps every box starts with: ids, cgroups, private mounts and the root tmpfs.
     /// `sources` are host paths opened at the given descriptor numbers before anything is mounted.
@@ -552,16 +573,14 @@ impl PlanBuilder<Writable> {
     /// procfs with the usual sensitive paths masked and the kernel knobs read-only.
     pub fn proc(&mut self) {
         self.steps.push(Step::Proc { target: self.staged("/proc") });
-        // The box's procfs comes from the same kernel as the host's, so a path the host's /proc
-        // lacks needs no step (each costs a mount syscall per box).
-        let present = |p: &str| std::path::Path::new(&format!("/proc/{p}")).exists();
-        for f in ["kcore", "keys", "key-users", "timer_list", "sched_debug", "latency_stats", "kallsyms", "kmsg", "config.gz", "vmcore", "pagetypeinfo", "slabinfo"].into_iter().filter(|f| present(f)) {
+        let present = proc_present();
+        for f in &present.files {
             self.steps.push(Step::MaskFile { target: self.staged(&format!("/proc/{f}")), null: self.staged("/dev/null") });
         }
-        for d in ["acpi", "scsi", "firmware", "asound"].into_iter().filter(|d| present(d)) {
+        for d in &present.dirs {
             self.steps.push(Step::MaskDir { target: self.staged(&format!("/proc/{d}")) });
         }
-        for p in ["sys", "sysrq-trigger", "irq", "bus", "fs"].into_iter().filter(|p| present(p)) {
+        for p in &present.protected {
             self.steps.push(Step::ProtectProc { target: self.staged(&format!("/proc/{p}")) });
         }
     }
