@@ -3,11 +3,13 @@
 //! Runs between `clone` and `execve`, so it only reads data the parent prepared and calls the
 //! allocation-free wrappers of [`crate::sys`]. A failed step is sent to the supervisor as
 //! [`Message::SetupFailed`] with the step's index and errno, then the process exits with 125.
-//! After setup, pid 1 forks the program and stays behind as the box's reaper: it ends the box
-//! (and with it every process in the pid namespace) as soon as the program exits.
+//! After setup, pid 1 forks the program and stays behind as the box's reaper: as soon as the
+//! program exits it kills every other process in the pid namespace and reports the status,
+//! then waits for the supervisor's teardown to kill it (its exit is the namespace teardown,
+//! kept off the result's path).
 
 
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, IntoRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, RawFd};
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use crate::plan::{BoxPlan, Step};
@@ -30,6 +32,9 @@ pub(crate) struct ChildContext<'a> {
     pub seccomp: Option<&'a libc::sock_fprog>,
     /// `HULL_TRACE_STEPS`: a shared page where each step's end time (CLOCK_MONOTONIC ns) is stored.
     pub trace: Option<*mut u64>,
+    /// For a plan with `StartPid1`: the stack pid 1 runs on (memory the supervisor set aside;
+    /// in the entry process it is that process's own copy, which only pid 1 touches).
+    pub pid1_stack: Option<(*mut u8, usize)>,
 }
 
 /// In a pid 1 forked by a template's entry process: the read end of the pipe on which the entry
@@ -55,14 +60,23 @@ fn send(sock: RawFd, m: Message, fd: Option<RawFd>) {
 /// Runs the plan and never returns.
 pub(crate) fn run(ctx: &ChildContext<'_>) -> ! {
     sys::close_raw(ctx.peer);
-    for (i, step) in ctx.plan.steps.iter().enumerate() {
+    run_from(ctx, 0)
+}
+
+/// Runs the plan from step `first` on and never returns.
+fn run_from(ctx: &ChildContext<'_>, first: usize) -> ! {
+    for (i, step) in ctx.plan.steps.iter().enumerate().skip(first) {
         if let Some(t) = ctx.trace {
             if i < crate::supervise::TRACE_SLOTS {
                 // SAFETY: `t` is a shared mapping of TRACE_SLOTS u64s made by the parent.
                 unsafe { *t.add(i) = sys::monotonic_ns() };
             }
         }
-        if let Err(e) = execute(ctx, step) {
+        let done = match step {
+            Step::StartPid1 => start_pid1(ctx, i + 1),
+            _ => execute(ctx, step),
+        };
+        if let Err(e) = done {
             send(ctx.sock, Message::SetupFailed { step: u32::try_from(i).unwrap_or(u32::MAX), errno: e.0 }, None);
             sys::exit_now(125);
         }
@@ -70,6 +84,44 @@ pub(crate) fn run(ctx: &ChildContext<'_>) -> ! {
     // The last step is Exec, which never returns; a plan without one is a bug in the builder.
     send(ctx.sock, Message::SetupFailed { step: u32::try_from(ctx.plan.steps.len()).unwrap_or(u32::MAX), errno: libc::EINVAL }, None);
     sys::exit_now(125)
+}
+
+/// What pid 1 needs to go on with the plan, passed through `clone`'s single pointer argument.
+struct Pid1Args<'a> {
+    ctx: &'a ChildContext<'a>,
+    next: usize,
+    go_r: RawFd,
+    go_w: RawFd,
+}
+
+/// Forks the process that becomes pid 1 of the box's new pid namespace, as the supervisor's
+/// child (`CLONE_PARENT`), reports its pid and exits. Pid 1 shares our memory (`CLONE_VM`), so
+/// no page tables are copied; we exit right after, and from then on the memory is its alone.
+fn start_pid1(ctx: &ChildContext<'_>, next: usize) -> SysResult<()> {
+    let Some((stack, len)) = ctx.pid1_stack else { return Err(Errno(libc::EINVAL)) };
+    // Pid 1's first message waits for the go byte, so its messages (Ready...) reach the
+    // supervisor after our Pid1; a hangup instead means we died before sending it, and pid 1
+    // must not run unknown to the supervisor.
+    let (go_r, go_w) = sys::pipe()?;
+    let args = Pid1Args { ctx, next, go_r: go_r.as_raw_fd(), go_w: go_w.as_raw_fd() };
+    // SAFETY: the supervisor set this memory aside for pid 1's stack and nothing else uses it.
+    let stack = unsafe { std::slice::from_raw_parts_mut(stack, len) };
+    // SAFETY: `pid1_main` runs the allocation-free plan loop and ends in execve or _exit;
+    // `args` stays in place, since we never return from here.
+    let pid = unsafe { sys::spawn_shared(stack, pid1_main, std::ptr::addr_of!(args).cast_mut().cast(), libc::CLONE_PARENT) }?;
+    // Not `send`: the gate in our shared memory is pid 1's now.
+    let _ = sys::send_with_fd(ctx.sock, &Message::Pid1 { pid }.encode(), None);
+    let _ = sys::write_all(go_w.as_fd(), b"g");
+    sys::exit_now(0)
+}
+
+extern "C" fn pid1_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the Pid1Args start_pid1 passed; that frame is never left.
+    let args = unsafe { &*arg.cast::<Pid1Args<'_>>() };
+    // Our descriptor table is our own copy: keep only the read end of the go pipe.
+    sys::close_raw(args.go_w);
+    GATE.store(args.go_r, Ordering::Relaxed);
+    run_from(args.ctx, args.next)
 }
 
 /// ENOENT on an optional step means the kernel or host simply has no such path.
@@ -202,26 +254,14 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
             sys::write_file_at(dir, c"uid_map", uid_map, 0, 0)?;
             sys::write_file_at(dir, c"gid_map", gid_map, 0, 0)
         }
-        Step::StartPid1 => {
-            // Pid 1's first message waits for the go byte, so its messages (Ready...) reach the
-            // supervisor after our Pid1; a hangup instead means we died before sending it, and
-            // pid 1 must not run unknown to the supervisor.
-            let (go_r, go_w) = sys::pipe()?;
-            // SAFETY: the child goes on with this same allocation-free plan loop.
-            let pid = unsafe { sys::clone_fork(libc::CLONE_PARENT) }?;
-            if pid == 0 {
-                drop(go_w);
-                // Setup goes on at once (it only touches our own namespaces); our first
-                // message waits for the go byte, by then long written.
-                GATE.store(go_r.into_raw_fd(), Ordering::Relaxed);
-                return Ok(());
-            }
-            send(ctx.sock, Message::Pid1 { pid }, None);
-            let _ = sys::write_all(go_w.as_fd(), b"g");
-            sys::exit_now(0)
-        }
+        Step::StartPid1 => unreachable_step(),
         Step::AttachSource { fd, target, .. } => sys::attach_tree(*fd, &target.c),
     }
+}
+
+/// `StartPid1` is handled by the plan loop itself (it needs the step's index).
+fn unreachable_step() -> SysResult<()> {
+    Err(Errno(libc::EINVAL))
 }
 
 /// Makes `root` the root of our mount namespace and detaches the old root (stacked on top of
@@ -278,8 +318,17 @@ fn spawn_and_reap(ctx: &ChildContext<'_>, candidates: &[std::ffi::CString]) -> S
                 #[allow(clippy::useless_conversion)] // tv_sec and tv_usec are not i64 on every target
                 let ms = |t: libc::timeval| i64::from(t.tv_sec) * 1000 + i64::from(t.tv_usec) / 1000;
                 let cpu = i32::try_from(ms(w.rusage.ru_utime) + ms(w.rusage.ru_stime)).unwrap_or(i32::MAX);
+                // Everything else in the box goes now (so no leftover holds the output pipes),
+                // but pid 1 itself stays until the supervisor's teardown kills it: its exit
+                // tears down the box's namespaces, which would otherwise compete with the
+                // supervisor for the CPU on the result's path.
+                let _ = sys::kill(-1, libc::SIGKILL);
                 send(ctx.sock, Message::MainExited { status: w.status, cpu_ms: cpu }, None);
-                sys::exit_now(0);
+                loop {
+                    // SAFETY: pause takes no arguments; SIGKILL (teardown, deadline or the
+                    // supervisor's death through PDEATHSIG) ends it.
+                    unsafe { libc::pause() };
+                }
             }
             Ok(_) => {}
             Err(Errno(libc::ECHILD)) => sys::exit_now(0),

@@ -253,6 +253,9 @@ impl Runtime {
         let Some(Step::Exec { argv, env, .. }) = plan.steps.last() else {
             return Err(BoxError::Seccomp("plan without exec".into()));
         };
+        // Pid 1 of a box entering a template runs on memory set aside here (the entry process's
+        // copy of it); our own copy is freed when this call returns.
+        let mut pid1_stack = if plan.steps.iter().any(|s| matches!(s, Step::StartPid1)) { vec![0u8; PID1_STACK] } else { Vec::new() };
         let argv_ptrs = child::pointer_array(argv);
         let env_ptrs = child::pointer_array(env);
         let ctx = ChildContext {
@@ -266,6 +269,7 @@ impl Runtime {
             envp: &env_ptrs,
             seccomp: Some(&self.fprog),
             trace: trace.as_ref().map(|t| t.0),
+            pid1_stack: (!pid1_stack.is_empty()).then(|| (pid1_stack.as_mut_ptr(), pid1_stack.len())),
         };
         let sigfd = sys::block_signals_fd(&FORWARDED).map_err(sysf("block signals"))?;
         let start = sys::monotonic_ns();
@@ -309,6 +313,10 @@ impl Runtime {
         outcome.map(|o| (o, pid))
     }
 }
+
+/// The stack of a template box's pid 1, which also carves its program's 64 KiB start stack from
+/// it.
+const PID1_STACK: usize = 256 * 1024;
 
 /// Waits for a template entry process (`entry`) to report the pid 1 it forked, reaps it, and
 /// returns that pid; a setup failure before the fork comes back as the box's error.
@@ -715,6 +723,9 @@ impl Teardown {
 
     fn run(&mut self) {
         if let Some(pid) = self.pid.take() {
+            // Pid 1 waits to be killed once the program has exited (its own exit is the box's
+            // namespace teardown); it is our unreaped child, so the pid is still its.
+            let _ = sys::kill(pid, libc::SIGKILL);
             let _ = sys::wait4(pid, false);
         }
         if let Some(t0) = self.tracing {

@@ -83,6 +83,22 @@ pub unsafe fn spawn_vfork(stack: &mut [u8], entry: extern "C" fn(*mut libc::c_vo
     check(ret)
 }
 
+/// Starts `entry(arg)` in a new process that shares our memory for good (`CLONE_VM` without
+/// `CLONE_VFORK`, plus `flags`): no page tables are copied and we go on at once. The child runs
+/// on `stack`, which we must never touch again.
+///
+/// # Safety
+/// `entry` must only call allocation-free wrappers, must not unwind, and must end in execve or
+/// `_exit`; we must not write anything the child reads, and must only `_exit` once we are done
+/// (our memory lives on as the child's).
+pub unsafe fn spawn_shared(stack: &mut [u8], entry: extern "C" fn(*mut libc::c_void) -> libc::c_int, arg: *mut libc::c_void, flags: libc::c_int) -> SysResult<libc::pid_t> {
+    let top = stack.as_mut_ptr().wrapping_add(stack.len());
+    let top = top.wrapping_sub(top as usize % 16);
+    // SAFETY: `top` lies within (the end of) `stack`, which only the child uses from now on.
+    let ret = unsafe { libc::clone(entry, top.cast(), libc::CLONE_VM | flags | libc::SIGCHLD, arg) };
+    check(ret)
+}
+
 /// `fork(2)` through libc (runs the atfork handlers).
 ///
 /// # Safety

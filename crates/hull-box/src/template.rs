@@ -2,14 +2,18 @@
 //!
 //! Most of a box's setup is the same for every box of one image: ~90 steps that make a tmpfs
 //! root, bind the image's directories and files into it and seal it read-only. A template
-//! process does those steps once, in a user and mount namespace of its own, and exits; the
-//! Runtime keeps descriptors of the two namespaces. Each box then forks a plain child that
-//! joins them and unshares its own namespaces below them (a fresh user namespace first), so the
-//! kernel copies the sealed tree in one step, with every mount locked read-only in the copy
-//! (a box cannot unmount or remount what it was given). The box's own writable mounts, its
-//! procfs and the pivot follow as before, in a pid 1 the entry process forks as the
-//! supervisor's child. Boxes stay independent: none can reach the template's namespaces (it has
-//! no capability there), and the shared tree is read-only for all.
+//! process does those steps once, in a user, mount and pid namespace of its own, mounts a
+//! procfs of its pid namespace in the root, keeps that mount namespace (the "host" one: the
+//! host's tree plus the sealed root) and pivots a copy of it into the sealed root (the "root"
+//! one: nothing else), then exits; the Runtime keeps descriptors of the user namespace and both
+//! mount namespaces. Each box forks a plain child that joins the host one to clone its bind
+//! sources into detached mounts, joins the root one and unshares its own namespaces below it
+//! (a fresh user namespace first), so the kernel copies the sealed tree in one step, with every
+//! mount locked read-only in the copy (a box cannot unmount or remount what it was given). The
+//! box's own writable mounts (the cloned sources attached) and its procfs follow in a pid 1
+//! the entry process forks as the supervisor's child; no pivot or unmount is left per box.
+//! Boxes stay independent: none can reach the template's namespaces (it has no capability
+//! there), and the shared tree is read-only for all.
 //!
 //! Worth it only in a long-lived Runtime (`hull serve`, `hull bench`, the SDKs): for a single
 //! box, building the template costs what it saves.
@@ -241,6 +245,7 @@ fn build(plan: &BoxPlan) -> Result<Template, BoxError> {
         envp: &empty,
         seccomp: None,
         trace: None,
+        pid1_stack: None,
     };
     // SAFETY: the child runs only `child::run` over the template plan (allocation-free wrappers,
     // ending in HoldTemplate's exit).
