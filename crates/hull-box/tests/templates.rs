@@ -149,3 +149,18 @@ fn pooled_network_namespaces_are_fresh_per_box_with_loopback_up() {
     assert!(r.stdout.contains("bound 80"), "{r:?}");
     assert_eq!(rt.pooled_nets_used(), before);
 }
+
+#[test]
+fn a_background_process_holding_the_output_ends_with_the_program() {
+    // When the program exits, pid 1 kills the rest of the box before reporting (its own exit
+    // waits for the teardown), so a leftover holding stdout neither stalls the result until the
+    // deadline nor writes after it. Both a templated and a from-scratch box.
+    for rt in [runtime(), Runtime::new().expect("runtime")] {
+        let mut spec = BoxSpec::new(vec!["sh".into(), "-c".into(), "(sleep 20; echo late) & echo early".into()]);
+        spec.timeout = std::time::Duration::from_secs(15);
+        let (r, teardown) = rt.run_detached(&spec, RunOptions { capture: true }, &mut NoSink).expect("box runs");
+        teardown.finish();
+        assert!(r.success && r.fault.is_none(), "{r:?}");
+        assert_eq!(r.stdout.trim(), "early", "{r:?}");
+    }
+}
