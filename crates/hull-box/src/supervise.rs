@@ -298,6 +298,7 @@ impl Runtime {
         };
         let watch = Watch { pid, start, spec, opts, tracing };
         let outcome = watch.run(&sock_parent, &out_r, &err_r, &sigfd, sink, plan);
+        let watched = sys::monotonic_ns();
         if outcome.is_err() {
             // A failed setup. Signal pid 1 only while it is still our unreaped child (WNOHANG
             // reaps a zombie; ECHILD means it was reaped already and the pid may be reused).
@@ -308,6 +309,7 @@ impl Runtime {
         }
         sys::unblock_signals(&FORWARDED);
         if let Some(t) = &trace {
+            eprintln!("hull trace: watch ended {:>7} us after clone", (watched - start) / 1000);
             t.print(start, plan);
         }
         outcome.map(|o| (o, pid))
@@ -487,6 +489,9 @@ impl Watch<'_> {
                     Ok((len, fd)) => match Message::decode(&m[..len])? {
                         Message::Ready => {
                             ready = true;
+                            if self.tracing {
+                                eprintln!("hull trace: ready {:>7} us after clone", (sys::monotonic_ns() - self.start) / 1000);
+                            }
                             o.setup_us = (sys::monotonic_ns() - self.start) / 1000;
                             listener = fd;
                         }

@@ -352,6 +352,19 @@ pub fn close_raw(fd: RawFd) {
 }
 
 /// Closes the descriptors `first..=last`.
+/// Closes every descriptor but `keep` (sorted, ascending).
+pub fn close_all_except(keep: &[RawFd]) {
+    let mut first = 0u32;
+    for &fd in keep {
+        let Ok(fd) = u32::try_from(fd) else { continue };
+        if fd > first {
+            close_range(first, fd - 1);
+        }
+        first = fd.saturating_add(1);
+    }
+    close_range(first, u32::MAX);
+}
+
 pub fn close_range(first: u32, last: u32) {
     if first > last {
         return;

@@ -186,7 +186,11 @@ fn make_net(t: &Template) -> Result<OwnedFd, BoxError> {
     // SAFETY: the child calls only allocation-free wrappers and ends in _exit (or is killed).
     let pid = unsafe { sys::clone_fork(0) }.map_err(sysf("fork the network pool helper"))?;
     if pid == 0 {
-        sys::close_raw(r_raw);
+        // We are a fork of a busy process: drop every descriptor we inherited (another
+        // thread's box pipes among them, whose end of output we would otherwise delay).
+        let mut keep = [user, w_raw];
+        keep.sort_unstable();
+        sys::close_all_except(&keep);
         let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
         let made = sys::setns(user, libc::CLONE_NEWUSER).and_then(|()| sys::unshare(libc::CLONE_NEWNET)).and_then(|()| sys::loopback_up());
         if made.is_err() {
