@@ -492,16 +492,28 @@ fn restore_refuses_huge_long_names_without_reading_them() {
     assert_eq!(c.ok("sandbox.read_file", json!({"sandbox": sb, "path": "pax/name.txt"}))["data_b64"], "eA==");
 }
 
+/// The host's python3 `major.minor` (the default image is a view of the host).
+fn python_version() -> String {
+    let out = std::process::Command::new("python3").args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"]).output().expect("python3");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 #[test]
 fn site_code_runs_after_the_runner_connects_and_cells_see_python_c_paths() {
     let mut c = Client::new();
     let done = watchdog(&c, 60);
-    let sb = c.create(json!({"setup": "true", "deps_readonly": false, "timeout_s": 2}));
+    let sb = c.create(json!({"setup": "true", "deps_readonly": false, "timeout_s": 2, "env": {"HOME": "/workspace"}}));
     // The same sys.path as `python3 -c`, and sitecustomize (here from /deps) still runs for cells.
     c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["sh", "-c", "echo 'import builtins; builtins.SITE_RAN = 1' > /deps/sitecustomize.py"]}));
+    // A user site in the (writable) home, with a .pth: it is read for the cell, in python3 -c's
+    // place (before the system site-packages), never before the cell arrives.
+    let user_site = "import site, os; d = site.getusersitepackages(); os.makedirs(d, exist_ok=True); open(d + '/hull-user.pth', 'w').write('/usr/share\\n'); print(d)";
+    let r = c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["python3", "-c", user_site]}));
+    assert_eq!(r["stdout"].as_str().unwrap().trim(), format!("/workspace/.local/lib/python{}/site-packages", python_version()), "{r}");
     let want = c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["python3", "-c", "import sys; print(sys.path)"]}))["stdout"].as_str().unwrap().trim().to_string();
     let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "import sys\nprint(sys.path)\nSITE_RAN"}));
     assert_eq!(r["stdout"].as_str().unwrap().trim(), want, "{r}");
+    assert!(want.contains("'/workspace/.local/lib/") && want.contains("'/usr/share'") && want.contains("/deps"), "{want}");
     assert_eq!(r["results"][0]["text/plain"], "1", "{r}");
     // A sitecustomize that never returns holds a cell to its deadline, not kernel.start for 24 h.
     c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["sh", "-c", "echo 'import time; time.sleep(3600)' > /deps/sitecustomize.py"]}));

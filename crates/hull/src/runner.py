@@ -11,7 +11,7 @@
 #   kernel: run cells until the socket closes, keeping globals; each cell's fd 1 and 2 are pipes
 #           whose bytes are forwarded as frames, then a `done` frame carries the bundles.
 # Host -> runner: `<byte length>\n<UTF-8 code>` per cell. Runner -> host: JSON lines.
-# Startup matters (a call waits for it), so only builtin modules are imported up front: the
+# Startup matters (a call waits for it), so only builtin modules are imported before connecting: the
 # socket is `_socket`, the parse is compile(..., PyCF_ONLY_AST), JSON is written by `_enc`, and
 # traceback/linecache/json/threading are imported only when needed.
 import sys
@@ -41,16 +41,65 @@ _recv, _sendall, _close = _channel(_SOCK)
 del _channel
 
 
+def _system_site():
+    """Runs the image's part of what `-S` held back, before the cell arrives: the system
+    site-packages directories and their .pth files (read-only image files, whose imports can
+    take milliseconds). Imports here resolve only in the image: PYTHONPATH entries (/deps,
+    which setup and cells write) are off sys.path meanwhile, and the user site (under the
+    writable HOME) and sitecustomize/usercustomize wait for the cell (`_restore_path`)."""
+    # PYTHONPATH's entries lead sys.path (the working directory is off it already).
+    extra = set(os.environ.get("PYTHONPATH", "").split(os.pathsep))
+    n = 0
+    while n < len(sys.path) and sys.path[n] in extra:
+        n += 1
+    held = sys.path[:n]
+    del sys.path[:n]
+    before = list(sys.path)
+    try:
+        import site
+
+        site.ENABLE_USER_SITE = False
+        customize = (site.execsitecustomize, site.execusercustomize)
+        site.execsitecustomize = site.execusercustomize = lambda: None
+        try:
+            site.main()
+        finally:
+            site.execsitecustomize, site.execusercustomize = customize
+    except Exception:
+        import traceback
+
+        traceback.print_exc()
+    added = [p for p in sys.path if p not in before]
+    _SITE_AT.append(added[0] if added else None)
+    sys.path[0:0] = held
+
+
+_SITE_AT = []
+
+
 def _restore_path():
-    """Runs what `-S` held back (site: site-packages, .pth files, sitecustomize) and puts the
-    working directory back on sys.path, as `python3 -c` would have them for the cell (once)."""
+    """Runs the rest of what `-S` held back (the user site, sitecustomize, usercustomize) and
+    puts the working directory back on sys.path, as `python3 -c` would have them for the cell
+    (once)."""
     if not _SITE_PENDING:
         return
     _SITE_PENDING.clear()
     try:
         import site
 
-        site.main()
+        site.ENABLE_USER_SITE = site.check_enableusersite()
+        if site.ENABLE_USER_SITE:
+            # The user site goes where site.main() puts it: before the system site-packages.
+            before = list(sys.path)
+            site.addusersitepackages(None)
+            new = [p for p in sys.path if p not in before]
+            for p in new:
+                sys.path.remove(p)
+            at = sys.path.index(_SITE_AT[0]) if _SITE_AT and _SITE_AT[0] in sys.path else len(sys.path)
+            sys.path[at:at] = new
+        site.execsitecustomize()
+        if site.ENABLE_USER_SITE:
+            site.execusercustomize()
     except Exception:
         import traceback
 
@@ -336,8 +385,10 @@ def _end(rc, g):
     os._exit(rc & 0xFF if rc >= 0 else 1)
 
 
-# The first AST parse builds every AST node type (~3 ms); do it while the box waits for its cell.
+# The first AST parse builds every AST node type (~3 ms); do it while the box waits for its cell,
+# and the image's site-packages (.pth files can import for milliseconds) too.
 compile("0", "<warm-up>", "exec", _ONLY_AST)
+_system_site()
 if _MODE == "kernel":
     _kernel()
 else:
