@@ -269,7 +269,7 @@ impl Runtime {
             envp: &env_ptrs,
             seccomp: Some(&self.fprog),
             trace: trace.as_ref().map(|t| t.0),
-            pid1_stack: (!pid1_stack.is_empty()).then(|| (pid1_stack.as_mut_ptr(), pid1_stack.len())),
+            pid1_stack: (!pid1_stack.is_empty()).then_some((pid1_stack.as_mut_ptr(), pid1_stack.len())),
         };
         let sigfd = sys::block_signals_fd(&FORWARDED).map_err(sysf("block signals"))?;
         let start = sys::monotonic_ns();

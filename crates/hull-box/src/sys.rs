@@ -180,11 +180,8 @@ pub fn clone_tree_at(fd: RawFd) -> SysResult<()> {
     let flags = OPEN_TREE_CLONE | AT_RECURSIVE | libc::AT_EMPTY_PATH as libc::c_uint | libc::O_CLOEXEC as libc::c_uint;
     // SAFETY: an empty C string with AT_EMPTY_PATH names `fd` itself.
     let ret = unsafe { libc::syscall(libc::SYS_open_tree, fd, c"".as_ptr(), flags) };
-    let tree = RawFd::try_from(check_long(ret)?).unwrap_or(-1);
-    // SAFETY: dup3 onto the number the plan reserved (closing the O_PATH descriptor there).
-    let r = check(unsafe { libc::dup3(tree, fd, libc::O_CLOEXEC) }).map(drop);
-    close_raw(tree);
-    r
+    // The tree replaces the O_PATH descriptor at the number the plan reserved.
+    place_at(RawFd::try_from(check_long(ret)?).unwrap_or(-1), fd)
 }
 
 /// Attaches the detached mount tree `fd` (from [`clone_tree_at`]) at `target`.
@@ -207,13 +204,7 @@ pub fn open_dir_path(path: &CStr) -> SysResult<OwnedFd> {
 pub fn keep_mount_ns(at: RawFd) -> SysResult<()> {
     // SAFETY: a valid C string; the descriptor is moved to `at` and the original closed.
     let fd = check(unsafe { libc::open(c"/proc/self/ns/mnt".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) })?;
-    if fd == at {
-        return Ok(());
-    }
-    // SAFETY: dup3 onto a number the plan reserved; fd is ours and closed right after.
-    let r = check(unsafe { libc::dup3(fd, at, libc::O_CLOEXEC) }).map(drop);
-    close_raw(fd);
-    r
+    place_at(fd, at)
 }
 
 /// The kernel's `struct mount_attr` (linux/mount.h).
@@ -656,7 +647,11 @@ pub fn open_path_at(path: &CStr, at: RawFd) -> SysResult<()> {
     let how = OpenHow { flags: u64::try_from(libc::O_PATH | libc::O_CLOEXEC).unwrap_or(0), mode: 0, resolve: RESOLVE_NO_SYMLINKS };
     // SAFETY: path is a valid C string and `how` a valid open_how of the size passed.
     let ret = unsafe { libc::syscall(libc::SYS_openat2, libc::AT_FDCWD, path.as_ptr(), ptr::from_ref(&how), std::mem::size_of::<OpenHow>()) };
-    let fd = RawFd::try_from(check_long(ret)?).unwrap_or(-1);
+    place_at(RawFd::try_from(check_long(ret)?).unwrap_or(-1), at)
+}
+
+/// Moves our descriptor `fd` to the number `at` (close-on-exec), closing `fd`.
+fn place_at(fd: RawFd, at: RawFd) -> SysResult<()> {
     if fd == at {
         return Ok(());
     }
