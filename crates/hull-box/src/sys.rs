@@ -99,6 +99,14 @@ pub unsafe fn spawn_shared(stack: &mut [u8], entry: extern "C" fn(*mut libc::c_v
     check(ret)
 }
 
+/// Reserves `len` bytes of anonymous memory for a child's stack, never touched here (so no page
+/// of it is ever faulted in or copied on our side) and never unmapped. None if mmap fails.
+pub fn reserve_stack(len: usize) -> Option<usize> {
+    // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
+    let p = unsafe { libc::mmap(ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK | libc::MAP_NORESERVE, -1, 0) };
+    (p != libc::MAP_FAILED).then_some(p as usize)
+}
+
 /// `fork(2)` through libc (runs the atfork handlers).
 ///
 /// # Safety
