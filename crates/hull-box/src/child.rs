@@ -110,8 +110,11 @@ fn start_pid1(ctx: &ChildContext<'_>, next: usize) -> SysResult<()> {
     // `args` stays in place, since we never return from here.
     let pid = unsafe { sys::spawn_shared(stack, pid1_main, std::ptr::addr_of!(args).cast_mut().cast(), libc::CLONE_PARENT) }?;
     // Not `send`: the gate in our shared memory is pid 1's now.
-    let _ = sys::send_with_fd(ctx.sock, &Message::Pid1 { pid }.encode(), None);
-    let _ = sys::write_all(go_w.as_fd(), b"g");
+    // The go byte only follows a Pid1 that was sent: otherwise pid 1 sees the pipe close with
+    // us and exits instead of running unknown to the supervisor.
+    if sys::send_with_fd(ctx.sock, &Message::Pid1 { pid }.encode(), None).is_ok() {
+        let _ = sys::write_all(go_w.as_fd(), b"g");
+    }
     sys::exit_now(0)
 }
 
@@ -298,6 +301,14 @@ fn spawn_and_reap(ctx: &ChildContext<'_>, candidates: &[std::ffi::CString]) -> S
     // The program starts as a vfork-style child on a stack carved from ours: copying pid 1's
     // page tables (a copy of the supervisor's) for a process that execs at once costs more
     // than the rest of its start.
+    // Pid 1 is not dumpable (the program cannot read its memory or descriptors through
+    // /proc/1) and keeps only what the program needs before it exists, so nothing it inherited
+    // from the supervisor (other boxes' pipes, a template's namespaces) is reachable even in the
+    // moment between the program's exec and our return.
+    let _ = sys::prctl(libc::PR_SET_DUMPABLE, 0);
+    let mut keep = [ctx.sock, ctx.stdin, ctx.stdout, ctx.stderr];
+    keep.sort_unstable();
+    sys::close_all_except(&keep);
     let mut stack = std::mem::MaybeUninit::<[u8; 64 * 1024]>::uninit();
     // SAFETY: a byte array needs no initialisation to be written through a raw pointer; the
     // child only uses it as its stack.
@@ -306,12 +317,8 @@ fn spawn_and_reap(ctx: &ChildContext<'_>, candidates: &[std::ffi::CString]) -> S
     // SAFETY: `exec_entry` only calls allocation-free wrappers and ends in execve or _exit;
     // `args` lives on our stack, which stays untouched while we are suspended.
     let pid = unsafe { sys::spawn_vfork(stack, exec_entry, std::ptr::addr_of!(args).cast_mut().cast()) }?;
-    // Pid 1 keeps only its channel to the supervisor; it is not dumpable, so the program cannot
-    // read its memory or descriptors through /proc/1.
-    let _ = sys::prctl(libc::PR_SET_DUMPABLE, 0);
-    let sock = u32::try_from(ctx.sock).unwrap_or(u32::MAX);
-    sys::close_range(0, sock.saturating_sub(1));
-    sys::close_range(sock.saturating_add(1), u32::MAX);
+    // Pid 1 keeps only its channel to the supervisor.
+    sys::close_all_except(&[ctx.sock]);
     loop {
         match sys::wait4(-1, false) {
             Ok(Some(w)) if w.pid == pid => {

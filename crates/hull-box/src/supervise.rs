@@ -324,8 +324,17 @@ const PID1_STACK: usize = 256 * 1024;
 /// gets its own copy through its entry process's fork, and nothing writes ours. (A fresh zeroed
 /// allocation per box cost ~0.14 ms of page faults and zeroing here.)
 fn pid1_stack() -> Option<(*mut u8, usize)> {
-    static STACK: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    STACK.get_or_init(|| sys::reserve_stack(PID1_STACK)).map(|addr| (addr as *mut u8, PID1_STACK))
+    static STACK: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let addr = match STACK.get() {
+        Some(a) => *a,
+        // A failed reservation is not remembered: the next box tries again. (Two threads racing
+        // here may each map one; the loser's stays unused.)
+        None => {
+            let mapped = sys::reserve_stack(PID1_STACK)?;
+            *STACK.get_or_init(|| mapped)
+        }
+    };
+    Some((addr as *mut u8, PID1_STACK))
 }
 
 /// Waits for a template entry process (`entry`) to report the pid 1 it forked, reaps it, and
@@ -337,6 +346,14 @@ fn await_pid1(entry: libc::pid_t, sock: &OwnedFd, plan: &BoxPlan, spec: &BoxSpec
         let _ = sys::kill(entry, libc::SIGKILL);
     }
     let reaped = sys::wait4(entry, false);
+    if answer.is_err() {
+        // A Pid1 sent just as we gave up: that pid 1 is our child; end it rather than leave it
+        // running without a supervisor.
+        if let Ok(Message::Pid1 { pid }) = crate::template::await_message(sock, 0) {
+            let _ = sys::kill(pid, libc::SIGKILL);
+            let _ = sys::wait4(pid, false);
+        }
+    }
     match answer? {
         Message::Pid1 { pid } => Ok(pid),
         Message::SetupFailed { step, errno } => Err(setup_error(plan, step, errno)),

@@ -100,11 +100,23 @@ pub unsafe fn spawn_shared(stack: &mut [u8], entry: extern "C" fn(*mut libc::c_v
 }
 
 /// Reserves `len` bytes of anonymous memory for a child's stack, never touched here (so no page
-/// of it is ever faulted in or copied on our side) and never unmapped. None if mmap fails.
+/// of it is ever faulted in or copied on our side) and never unmapped, with an inaccessible
+/// guard page below it (an overflow faults instead of writing into a neighbouring mapping).
+/// Returns the start of the usable `len` bytes; None if mmap fails.
 pub fn reserve_stack(len: usize) -> Option<usize> {
+    const GUARD: usize = 4096;
     // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
-    let p = unsafe { libc::mmap(ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK | libc::MAP_NORESERVE, -1, 0) };
-    (p != libc::MAP_FAILED).then_some(p as usize)
+    let p = unsafe { libc::mmap(ptr::null_mut(), len + GUARD, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK | libc::MAP_NORESERVE, -1, 0) };
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    // SAFETY: the lowest page of the mapping just made, which nothing uses.
+    if unsafe { libc::mprotect(p, GUARD, libc::PROT_NONE) } != 0 {
+        // SAFETY: unmapping what we just mapped, unused.
+        unsafe { libc::munmap(p, len + GUARD) };
+        return None;
+    }
+    Some(p as usize + GUARD)
 }
 
 /// `fork(2)` through libc (runs the atfork handlers).
@@ -350,7 +362,6 @@ pub fn close_raw(fd: RawFd) {
     unsafe { libc::close(fd) };
 }
 
-/// Closes the descriptors `first..=last`.
 /// Closes every descriptor but `keep` (sorted, ascending).
 pub fn close_all_except(keep: &[RawFd]) {
     let mut first = 0u32;
@@ -364,6 +375,7 @@ pub fn close_all_except(keep: &[RawFd]) {
     close_range(first, u32::MAX);
 }
 
+/// Closes the descriptors `first..=last`.
 pub fn close_range(first: u32, last: u32) {
     if first > last {
         return;

@@ -47,8 +47,11 @@ def _system_site():
     take milliseconds). Imports here resolve only in the image: PYTHONPATH entries (/deps,
     which setup and cells write) are off sys.path meanwhile, and the user site (under the
     writable HOME) and sitecustomize/usercustomize wait for the cell (`_restore_path`)."""
-    # PYTHONPATH's entries lead sys.path (the working directory is off it already).
-    extra = set(os.environ.get("PYTHONPATH", "").split(os.pathsep))
+    # PYTHONPATH's entries lead sys.path (the working directory is off it already), made
+    # absolute by the interpreter (an empty entry is the working directory).
+    extra = set()
+    for p in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        extra.update((p, os.path.abspath(p)) if p else (p, os.getcwd()))
     n = 0
     while n < len(sys.path) and sys.path[n] in extra:
         n += 1
@@ -58,13 +61,15 @@ def _system_site():
     try:
         import site
 
-        site.ENABLE_USER_SITE = False
-        customize = (site.execsitecustomize, site.execusercustomize)
+        # site.main() decides whether the user site is on (ENABLE_USER_SITE: off in a venv
+        # without system packages, for one); only reading it waits for the cell.
+        held_back = (site.addusersitepackages, site.execsitecustomize, site.execusercustomize)
+        site.addusersitepackages = lambda known_paths: known_paths
         site.execsitecustomize = site.execusercustomize = lambda: None
         try:
             site.main()
         finally:
-            site.execsitecustomize, site.execusercustomize = customize
+            site.addusersitepackages, site.execsitecustomize, site.execusercustomize = held_back
     except Exception:
         import traceback
 
@@ -87,7 +92,6 @@ def _restore_path():
     try:
         import site
 
-        site.ENABLE_USER_SITE = site.check_enableusersite()
         if site.ENABLE_USER_SITE:
             # The user site goes where site.main() puts it: before the system site-packages.
             before = list(sys.path)
