@@ -238,16 +238,22 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
             sys::open_path_at(&path.c, *fd)?;
             sys::clone_tree_at(*fd)
         }
-        Step::EnterTemplate { mnt_fd, net_fd, flags, uid_map, gid_map } => {
-            // The template's root has no /proc mounted: keep our own /proc entry for the maps.
-            let proc_self = sys::open_dir_path(c"/proc/self")?;
-            let dir = proc_self.as_raw_fd();
-            sys::setns(*mnt_fd, libc::CLONE_NEWNS)?;
+        Step::EnterTemplate { mnt_fd, net_fd, user_fd, flags, uid_map, gid_map } => {
             let mut flags = *flags;
+            // The template's root has no /proc mounted: keep our own /proc entry for the maps.
+            let proc_self = if *user_fd < 0 { Some(sys::open_dir_path(c"/proc/self")?) } else { None };
+            sys::setns(*mnt_fd, libc::CLONE_NEWNS)?;
             if *net_fd >= 0 {
                 sys::setns(*net_fd, libc::CLONE_NEWNET)?;
                 flags &= !libc::CLONE_NEWNET;
             }
+            let Some(proc_self) = proc_self else {
+                // A pooled user namespace, ids mapped already; joined last, since the joins
+                // above need our capabilities in the template's.
+                sys::setns(*user_fd, libc::CLONE_NEWUSER)?;
+                return sys::unshare(flags & !libc::CLONE_NEWUSER);
+            };
+            let dir = proc_self.as_raw_fd();
             sys::unshare(flags)?;
             // The template's user namespace already denies setgroups, which its children inherit.
             match sys::write_file_at(dir, c"setgroups", b"deny", 0, 0) {

@@ -113,6 +113,11 @@ impl Runtime {
         self.templates.as_ref().map_or(0, crate::template::Templates::pooled_nets)
     }
 
+    /// How many boxes entered a pooled user namespace (templates only).
+    pub fn pooled_users_used(&self) -> u64 {
+        self.templates.as_ref().map_or(0, crate::template::Templates::pooled_users)
+    }
+
     /// Removes box cgroups and temporary workspaces that SIGKILLed hulls left behind (see
     /// [`crate::leftovers`]). Reads the temporary directory, so long-lived front ends call it
     /// once, off the hot path.

@@ -32,9 +32,10 @@ use crate::sys::{self, Errno};
 /// mode, user mount points); past it the oldest is dropped (boxes using it keep it alive).
 const MAX_TEMPLATES: usize = 8;
 
-/// Ready network namespaces each template keeps: creating one (and bringing up its loopback)
-/// is the costliest part of entering a template, so a thread does it ahead of the boxes.
-const NET_POOL: usize = 2;
+/// Ready network and user namespaces each template keeps: creating them (and bringing up a
+/// loopback) is the costliest part of entering a template, so a thread does it ahead of the
+/// boxes.
+const POOL: usize = 2;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -50,13 +51,32 @@ pub(crate) struct Template {
     /// A copy of it pivoted into the sealed root, with the host's tree detached (what boxes copy).
     mnt: OwnedFd,
     nets: Mutex<Vec<OwnedFd>>,
+    /// Ready user namespaces, children of `user` with uid and gid 0 mapped (one per box).
+    users: Mutex<Vec<OwnedFd>>,
     /// Making a pooled namespace failed once: boxes unshare their own from then on.
     pool_failed: AtomicBool,
 }
 
+/// What a pool helper makes.
+#[derive(Clone, Copy)]
+enum Pooled {
+    Net,
+    User,
+}
+
 impl Template {
-    fn wants_net(&self) -> bool {
-        !self.pool_failed.load(Ordering::Relaxed) && lock(&self.nets).len() < NET_POOL
+    /// The kind of namespace this template's pools are short of, if any (user namespaces first:
+    /// every box takes one).
+    fn wants(&self) -> Option<Pooled> {
+        if self.pool_failed.load(Ordering::Relaxed) {
+            None
+        } else if lock(&self.users).len() < POOL {
+            Some(Pooled::User)
+        } else if lock(&self.nets).len() < POOL {
+            Some(Pooled::Net)
+        } else {
+            None
+        }
     }
 }
 
@@ -64,6 +84,7 @@ impl Template {
 pub(crate) struct Entered {
     _template: Arc<Template>,
     _net: Option<OwnedFd>,
+    _user: Option<OwnedFd>,
 }
 
 /// The Runtime's templates, by skeleton, and the thread that fills their network pools.
@@ -82,6 +103,8 @@ struct Shared {
     filler: std::sync::OnceLock<()>,
     /// Boxes that entered a pooled network namespace (for tests and `hull bench`).
     pooled: std::sync::atomic::AtomicU64,
+    /// Boxes that entered a pooled user namespace.
+    pooled_users: std::sync::atomic::AtomicU64,
 }
 
 impl Drop for Templates {
@@ -107,6 +130,11 @@ impl Templates {
     /// How many boxes entered a pooled network namespace so far.
     pub fn pooled_nets(&self) -> u64 {
         self.shared.pooled.load(Ordering::Relaxed)
+    }
+
+    /// How many boxes entered a pooled user namespace so far.
+    pub fn pooled_users(&self) -> u64 {
+        self.shared.pooled_users.load(Ordering::Relaxed)
     }
 
     /// Where this Runtime's templates assemble their roots.
@@ -141,10 +169,14 @@ impl Templates {
         if net.is_some() {
             self.shared.pooled.fetch_add(1, Ordering::Relaxed);
         }
+        let user = lock(&template.users).pop();
+        if user.is_some() {
+            self.shared.pooled_users.fetch_add(1, Ordering::Relaxed);
+        }
         self.start_filler();
         self.shared.wake.notify_all();
-        boxed.set_template_fds(template.user.as_raw_fd(), template.host.as_raw_fd(), template.mnt.as_raw_fd(), net.as_ref().map(AsRawFd::as_raw_fd));
-        Ok((boxed, Some(Entered { _template: template, _net: net })))
+        boxed.set_template_fds(template.user.as_raw_fd(), template.host.as_raw_fd(), template.mnt.as_raw_fd(), net.as_ref().map(AsRawFd::as_raw_fd), user.as_ref().map(AsRawFd::as_raw_fd));
+        Ok((boxed, Some(Entered { _template: template, _net: net, _user: user })))
     }
 
     /// Starts the thread that keeps each template's network pool full (once).
@@ -161,10 +193,14 @@ impl Templates {
 /// a box takes one (or a second passes).
 fn fill(shared: &Shared) {
     while !shared.stop.load(Ordering::Relaxed) {
-        let wanting = lock(&shared.built).iter().map(|(_, t)| Arc::clone(t)).find(|t| t.wants_net());
+        let wanting = lock(&shared.built).iter().find_map(|(_, t)| t.wants().map(|k| (Arc::clone(t), k)));
         match wanting {
-            Some(t) => match make_net(&t) {
-                Ok(fd) => lock(&t.nets).push(fd),
+            Some((t, kind)) => match make_pooled(&t, kind) {
+                Ok(fd) => lock(match kind {
+                    Pooled::Net => &t.nets,
+                    Pooled::User => &t.users,
+                })
+                .push(fd),
                 Err(_) => t.pool_failed.store(true, Ordering::Relaxed),
             },
             None => {
@@ -175,16 +211,17 @@ fn fill(shared: &Shared) {
     }
 }
 
-/// A network namespace owned by `t`'s user namespace, with its loopback up: a child joins the
-/// template's user namespace, unshares a network namespace, brings `lo` up and waits to be
-/// killed once we hold a descriptor of it.
-fn make_net(t: &Template) -> Result<OwnedFd, BoxError> {
+/// A namespace for one box, made by a child that joins the template's user namespace and waits
+/// to be killed once we hold a descriptor of it: a network namespace owned by that user
+/// namespace, with its loopback up, or a user namespace below it with uid and gid 0 mapped (to
+/// the template's 0, as a box's own would be).
+fn make_pooled(t: &Template, kind: Pooled) -> Result<OwnedFd, BoxError> {
     let sysf = |what: &'static str| move |errno: Errno| BoxError::Sys { what, errno };
     let (ready_r, ready_w) = sys::pipe().map_err(sysf("create the pool pipe"))?;
     let user = t.user.as_raw_fd();
     let (r_raw, w_raw) = (ready_r.as_raw_fd(), ready_w.as_raw_fd());
     // SAFETY: the child calls only allocation-free wrappers and ends in _exit (or is killed).
-    let pid = unsafe { sys::clone_fork(0) }.map_err(sysf("fork the network pool helper"))?;
+    let pid = unsafe { sys::clone_fork(0) }.map_err(sysf("fork the namespace pool helper"))?;
     if pid == 0 {
         // We are a fork of a busy process: drop every descriptor we inherited (another
         // thread's box pipes among them, whose end of output we would otherwise delay).
@@ -192,7 +229,18 @@ fn make_net(t: &Template) -> Result<OwnedFd, BoxError> {
         keep.sort_unstable();
         sys::close_all_except(&keep);
         let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-        let made = sys::setns(user, libc::CLONE_NEWUSER).and_then(|()| sys::unshare(libc::CLONE_NEWNET)).and_then(|()| sys::loopback_up());
+        let made = sys::setns(user, libc::CLONE_NEWUSER).and_then(|()| match kind {
+            Pooled::Net => sys::unshare(libc::CLONE_NEWNET).and_then(|()| sys::loopback_up()),
+            Pooled::User => sys::unshare(libc::CLONE_NEWUSER).and_then(|()| {
+                // The template's user namespace already denies setgroups, which children inherit.
+                match sys::write_file(c"/proc/self/setgroups", b"deny", 0, 0) {
+                    Ok(()) | Err(Errno(libc::ENOENT | libc::EPERM)) => {}
+                    Err(e) => return Err(e),
+                }
+                sys::write_file(c"/proc/self/uid_map", b"0 0 1\n", 0, 0)?;
+                sys::write_file(c"/proc/self/gid_map", b"0 0 1\n", 0, 0)
+            }),
+        });
         if made.is_err() {
             sys::exit_now(1);
         }
@@ -209,10 +257,13 @@ fn make_net(t: &Template) -> Result<OwnedFd, BoxError> {
     let mut b = [0u8; 1];
     let ready = sys::poll(&mut fds, 5000).is_ok_and(|n| n == 1) && sys::read(ready_r.as_fd(), &mut b).is_ok_and(|n| n == 1);
     let result = if ready {
-        let path = format!("/proc/{pid}/ns/net");
+        let path = format!("/proc/{pid}/ns/{}", match kind {
+            Pooled::Net => "net",
+            Pooled::User => "user",
+        });
         std::fs::File::open(&path).map(OwnedFd::from).map_err(|error| BoxError::Io { what: format!("open {path}"), error })
     } else {
-        Err(BoxError::Sys { what: "make a pooled network namespace", errno: Errno(libc::EIO) })
+        Err(BoxError::Sys { what: "make a pooled namespace", errno: Errno(libc::EIO) })
     };
     let _ = sys::kill(pid, libc::SIGKILL);
     let _ = sys::wait4(pid, false);
@@ -281,7 +332,7 @@ fn open_ns(pid: libc::pid_t, host: OwnedFd) -> Result<Template, BoxError> {
         let path = format!("/proc/{pid}/ns/{kind}");
         std::fs::File::open(&path).map(OwnedFd::from).map_err(|error| BoxError::Io { what: format!("open the template's namespace {path}"), error })
     };
-    Ok(Template { user: open("user")?, host, mnt: open("mnt")?, nets: Mutex::new(Vec::new()), pool_failed: AtomicBool::new(false) })
+    Ok(Template { user: open("user")?, host, mnt: open("mnt")?, nets: Mutex::new(Vec::new()), users: Mutex::new(Vec::new()), pool_failed: AtomicBool::new(false) })
 }
 
 /// Waits up to `timeout_ms` for one message on `sock`.

@@ -118,22 +118,23 @@ fn the_network_stays_off_and_timeouts_kill_the_box() {
 }
 
 #[test]
-fn pooled_network_namespaces_are_fresh_per_box_with_loopback_up() {
+fn pooled_network_and_user_namespaces_are_fresh_per_box() {
     let rt = runtime();
-    let code = "import os, socket\ns = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(1)\nc = socket.create_connection(s.getsockname(), timeout=2)\nprint(os.readlink('/proc/self/ns/net'), 'lo-ok')";
+    let code = "import os, socket\ns = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(1)\nc = socket.create_connection(s.getsockname(), timeout=2)\nprint(os.readlink('/proc/self/ns/net'), os.readlink('/proc/self/ns/user'), 'uid', os.getuid(), 'lo-ok')";
     // The pool fills in the background; give a loaded machine time (up to 30 boxes, 200 ms
     // apart) for three boxes to have used it.
     for _ in 0..30 {
         let r = python(&rt, code);
-        assert!(r.success && r.stdout.contains("lo-ok"), "{r:?}");
-        if rt.pooled_nets_used() >= 3 {
+        assert!(r.success && r.stdout.contains("uid 0 lo-ok"), "{r:?}");
+        if rt.pooled_nets_used() >= 3 && rt.pooled_users_used() >= 3 {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
     assert!(rt.pooled_nets_used() >= 3, "only {} boxes used the pool", rt.pooled_nets_used());
-    // Boxes alive at the same time never share one (namespace numbers are only unique among
-    // live namespaces, so compare boxes that overlap).
+    assert!(rt.pooled_users_used() >= 3, "only {} boxes used the user namespace pool", rt.pooled_users_used());
+    // Boxes alive at the same time never share one, network or user namespace (namespace
+    // numbers are only unique among live namespaces, so compare boxes that overlap).
     let rt = Arc::new(rt);
     let overlapping = format!("{code}\nimport time; time.sleep(0.7)");
     let handles: Vec<_> = (0..4).map(|_| { let (rt, c) = (Arc::clone(&rt), overlapping.clone()); std::thread::spawn(move || python(&rt, &c)) }).collect();
@@ -141,7 +142,9 @@ fn pooled_network_namespaces_are_fresh_per_box_with_loopback_up() {
     for h in handles {
         let r = h.join().expect("thread");
         assert!(r.success && r.stdout.contains("lo-ok"), "{r:?}");
-        assert!(seen.insert(r.stdout.clone()), "two live boxes shared a network namespace: {}", r.stdout);
+        for ns in r.stdout.split_whitespace().take(2) {
+            assert!(seen.insert(ns.to_string()), "two live boxes shared a namespace: {}", r.stdout);
+        }
     }
     // A box that keeps a network capability gets a namespace of its own user namespace instead.
     let before = rt.pooled_nets_used();
