@@ -238,10 +238,10 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
             sys::open_path_at(&path.c, *fd)?;
             sys::clone_tree_at(*fd)
         }
-        Step::EnterTemplate { mnt_fd, net_fd, user_fd, flags, uid_map, gid_map } => {
+        Step::EnterTemplate { mnt_fd, net_fd, own_fds, flags, uid_map, gid_map } => {
             let mut flags = *flags;
             // The template's root has no /proc mounted: keep our own /proc entry for the maps.
-            let proc_self = if *user_fd < 0 { Some(sys::open_dir_path(c"/proc/self")?) } else { None };
+            let proc_self = if own_fds[0] < 0 { Some(sys::open_dir_path(c"/proc/self")?) } else { None };
             sys::setns(*mnt_fd, libc::CLONE_NEWNS)?;
             if *net_fd >= 0 {
                 sys::setns(*net_fd, libc::CLONE_NEWNET)?;
@@ -250,8 +250,15 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
             let Some(proc_self) = proc_self else {
                 // A pooled user namespace, ids mapped already; joined last, since the joins
                 // above need our capabilities in the template's.
-                sys::setns(*user_fd, libc::CLONE_NEWUSER)?;
-                return sys::unshare(flags & !libc::CLONE_NEWUSER);
+                let [user, ipc, uts] = *own_fds;
+                sys::setns(user, libc::CLONE_NEWUSER)?;
+                if flags & libc::CLONE_NEWIPC != 0 {
+                    sys::setns(ipc, libc::CLONE_NEWIPC)?;
+                }
+                if flags & libc::CLONE_NEWUTS != 0 {
+                    sys::setns(uts, libc::CLONE_NEWUTS)?;
+                }
+                return sys::unshare(flags & !(libc::CLONE_NEWUSER | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS));
             };
             let dir = proc_self.as_raw_fd();
             sys::unshare(flags)?;

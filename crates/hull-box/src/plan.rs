@@ -140,9 +140,9 @@ pub enum Step {
     /// it (`flags`, a fresh user namespace first, so the template's mounts arrive locked and
     /// read-only) and map our ids in it. `net_fd`, when not -1, is a ready network namespace
     /// (loopback up) of the template's pool, joined instead of unsharing a new one.
-    /// `user_fd`, when not -1, is a ready user namespace of the pool (below the template's,
-    /// ids mapped), joined last instead of unsharing one.
-    EnterTemplate { mnt_fd: i32, net_fd: i32, user_fd: i32, flags: libc::c_int, uid_map: Vec<u8>, gid_map: Vec<u8> },
+    /// `own_fds`, when not -1, are a ready user namespace of the pool (below the template's,
+    /// ids mapped) and the ipc and uts namespaces it owns, joined last instead of unsharing them.
+    EnterTemplate { mnt_fd: i32, net_fd: i32, own_fds: [i32; 3], flags: libc::c_int, uid_map: Vec<u8>, gid_map: Vec<u8> },
     /// Fork the process that becomes pid 1 of the box's new pid namespace, as a sibling
     /// (`CLONE_PARENT`: the supervisor is its parent); the forking process reports its pid and
     /// exits.
@@ -263,19 +263,19 @@ impl fmt::Display for Step {
             Step::HoldTemplate { .. } => write!(f, "report the template ready, hold it until the supervisor has its namespaces"),
             Step::JoinTemplate { .. } => write!(f, "setns into the template's user namespace and the mount namespace it was built in"),
             Step::CloneSource { path, fd } => write!(f, "open {} (O_PATH) and clone its mount tree (detached) as fd {fd}", path.shown),
-            Step::EnterTemplate { flags, net_fd, user_fd, .. } => {
+            Step::EnterTemplate { flags, net_fd, own_fds, .. } => {
                 let mut flags = *flags;
                 write!(f, "setns into the template's sealed root")?;
                 if *net_fd >= 0 {
                     flags &= !libc::CLONE_NEWNET;
                     write!(f, ", a fresh network namespace from its pool")?;
                 }
-                if *user_fd >= 0 {
-                    flags &= !libc::CLONE_NEWUSER;
-                    write!(f, ", a fresh user namespace from its pool (uid 0 -> 0)")?;
+                if own_fds[0] >= 0 {
+                    flags &= !(libc::CLONE_NEWUSER | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS);
+                    write!(f, ", a fresh user namespace from its pool (uid 0 -> 0) with its ipc and uts namespaces")?;
                 }
                 write!(f, ", then unshare {}", ns_names(flags).join(", "))?;
-                if *user_fd < 0 {
+                if own_fds[0] < 0 {
                     write!(f, " and map uid 0 -> 0")?;
                 }
                 Ok(())
@@ -382,7 +382,7 @@ impl BoxPlan {
         template.push(Step::HoldTemplate { keep_fd: TEMPLATE_HOST_FD });
         boxed.push(Step::JoinTemplate { user_fd: -1, mnt_fd: -1 });
         boxed.extend(sources);
-        boxed.push(Step::EnterTemplate { mnt_fd: -1, net_fd: -1, user_fd: -1, flags, uid_map: b"0 0 1\n".to_vec(), gid_map: b"0 0 1\n".to_vec() });
+        boxed.push(Step::EnterTemplate { mnt_fd: -1, net_fd: -1, own_fds: [-1; 3], flags, uid_map: b"0 0 1\n".to_vec(), gid_map: b"0 0 1\n".to_vec() });
         boxed.push(Step::UnshareCgroupNs);
         boxed.push(Step::StartPid1);
         if let Some(supervisor) = die {
@@ -404,14 +404,14 @@ impl BoxPlan {
 
     /// Points the plan's template steps at a template's namespace descriptors: its user
     /// namespace, the mount namespace it was built in (`host`) and its pivoted one (`root`), a
-    /// pooled user namespace for the box when `own_user` is given, and a pooled network
+    /// pooled user namespace with its ipc and uts namespaces for the box when `own` is given, and a pooled network
     /// namespace when `net` is given (whose loopback is up already, and which
     /// the box has no capability to configure, so its own `LoopbackUp` step goes).
-    pub fn set_template_fds(&mut self, user: i32, host: i32, root: i32, net: Option<i32>, own_user: Option<i32>) {
+    pub fn set_template_fds(&mut self, user: i32, host: i32, root: i32, net: Option<i32>, own: Option<[i32; 3]>) {
         for s in &mut self.steps {
             match s {
                 Step::JoinTemplate { user_fd, mnt_fd } => (*user_fd, *mnt_fd) = (user, host),
-                Step::EnterTemplate { mnt_fd, net_fd, user_fd, .. } => (*mnt_fd, *net_fd, *user_fd) = (root, net.unwrap_or(-1), own_user.unwrap_or(-1)),
+                Step::EnterTemplate { mnt_fd, net_fd, own_fds, .. } => (*mnt_fd, *net_fd, *own_fds) = (root, net.unwrap_or(-1), own.unwrap_or([-1; 3])),
                 _ => {}
             }
         }

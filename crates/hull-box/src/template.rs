@@ -51,10 +51,18 @@ pub(crate) struct Template {
     /// A copy of it pivoted into the sealed root, with the host's tree detached (what boxes copy).
     mnt: OwnedFd,
     nets: Mutex<Vec<OwnedFd>>,
-    /// Ready user namespaces, children of `user` with uid and gid 0 mapped (one per box).
-    users: Mutex<Vec<OwnedFd>>,
+    /// Ready namespaces of a box's own: a user namespace below `user` with uid and gid 0 mapped,
+    /// and ipc and uts namespaces it owns (one set per box).
+    users: Mutex<Vec<OwnNs>>,
     /// Making a pooled namespace failed once: boxes unshare their own from then on.
     pool_failed: AtomicBool,
+}
+
+/// A box's own user namespace (ids mapped) with the ipc and uts namespaces it owns.
+pub(crate) struct OwnNs {
+    user: OwnedFd,
+    ipc: OwnedFd,
+    uts: OwnedFd,
 }
 
 /// What a pool helper makes.
@@ -84,7 +92,7 @@ impl Template {
 pub(crate) struct Entered {
     _template: Arc<Template>,
     _net: Option<OwnedFd>,
-    _user: Option<OwnedFd>,
+    _own: Option<OwnNs>,
 }
 
 /// The Runtime's templates, by skeleton, and the thread that fills their network pools.
@@ -169,14 +177,14 @@ impl Templates {
         if net.is_some() {
             self.shared.pooled.fetch_add(1, Ordering::Relaxed);
         }
-        let user = lock(&template.users).pop();
-        if user.is_some() {
+        let own = lock(&template.users).pop();
+        if own.is_some() {
             self.shared.pooled_users.fetch_add(1, Ordering::Relaxed);
         }
         self.start_filler();
         self.shared.wake.notify_all();
-        boxed.set_template_fds(template.user.as_raw_fd(), template.host.as_raw_fd(), template.mnt.as_raw_fd(), net.as_ref().map(AsRawFd::as_raw_fd), user.as_ref().map(AsRawFd::as_raw_fd));
-        Ok((boxed, Some(Entered { _template: template, _net: net, _user: user })))
+        boxed.set_template_fds(template.user.as_raw_fd(), template.host.as_raw_fd(), template.mnt.as_raw_fd(), net.as_ref().map(AsRawFd::as_raw_fd), own.as_ref().map(|o| [o.user.as_raw_fd(), o.ipc.as_raw_fd(), o.uts.as_raw_fd()]));
+        Ok((boxed, Some(Entered { _template: template, _net: net, _own: own })))
     }
 
     /// Starts the thread that keeps each template's network pool full (once).
@@ -196,11 +204,14 @@ fn fill(shared: &Shared) {
         let wanting = lock(&shared.built).iter().find_map(|(_, t)| t.wants().map(|k| (Arc::clone(t), k)));
         match wanting {
             Some((t, kind)) => match make_pooled(&t, kind) {
-                Ok(fd) => lock(match kind {
-                    Pooled::Net => &t.nets,
-                    Pooled::User => &t.users,
-                })
-                .push(fd),
+                Ok(mut fds) => match kind {
+                    Pooled::Net => lock(&t.nets).extend(fds.pop()),
+                    Pooled::User => {
+                        if let (Some(uts), Some(ipc), Some(user)) = (fds.pop(), fds.pop(), fds.pop()) {
+                            lock(&t.users).push(OwnNs { user, ipc, uts });
+                        }
+                    }
+                },
                 Err(_) => t.pool_failed.store(true, Ordering::Relaxed),
             },
             None => {
@@ -211,11 +222,12 @@ fn fill(shared: &Shared) {
     }
 }
 
-/// A namespace for one box, made by a child that joins the template's user namespace and waits
-/// to be killed once we hold a descriptor of it: a network namespace owned by that user
-/// namespace, with its loopback up, or a user namespace below it with uid and gid 0 mapped (to
-/// the template's 0, as a box's own would be).
-fn make_pooled(t: &Template, kind: Pooled) -> Result<OwnedFd, BoxError> {
+/// Namespaces for one box, made by a child that joins the template's user namespace and waits
+/// to be killed once we hold descriptors of them: a network namespace owned by that user
+/// namespace, with its loopback up; or a user namespace below it with uid and gid 0 mapped (to
+/// the template's 0, as a box's own would be) and ipc and uts namespaces owned by it (in that
+/// order).
+fn make_pooled(t: &Template, kind: Pooled) -> Result<Vec<OwnedFd>, BoxError> {
     let sysf = |what: &'static str| move |errno: Errno| BoxError::Sys { what, errno };
     let (ready_r, ready_w) = sys::pipe().map_err(sysf("create the pool pipe"))?;
     let user = t.user.as_raw_fd();
@@ -238,7 +250,8 @@ fn make_pooled(t: &Template, kind: Pooled) -> Result<OwnedFd, BoxError> {
                     Err(e) => return Err(e),
                 }
                 sys::write_file(c"/proc/self/uid_map", b"0 0 1\n", 0, 0)?;
-                sys::write_file(c"/proc/self/gid_map", b"0 0 1\n", 0, 0)
+                sys::write_file(c"/proc/self/gid_map", b"0 0 1\n", 0, 0)?;
+                sys::unshare(libc::CLONE_NEWIPC | libc::CLONE_NEWUTS)
             }),
         });
         if made.is_err() {
@@ -257,11 +270,17 @@ fn make_pooled(t: &Template, kind: Pooled) -> Result<OwnedFd, BoxError> {
     let mut b = [0u8; 1];
     let ready = sys::poll(&mut fds, 5000).is_ok_and(|n| n == 1) && sys::read(ready_r.as_fd(), &mut b).is_ok_and(|n| n == 1);
     let result = if ready {
-        let path = format!("/proc/{pid}/ns/{}", match kind {
-            Pooled::Net => "net",
-            Pooled::User => "user",
-        });
-        std::fs::File::open(&path).map(OwnedFd::from).map_err(|error| BoxError::Io { what: format!("open {path}"), error })
+        let kinds: &[&str] = match kind {
+            Pooled::Net => &["net"],
+            Pooled::User => &["user", "ipc", "uts"],
+        };
+        kinds
+            .iter()
+            .map(|k| {
+                let path = format!("/proc/{pid}/ns/{k}");
+                std::fs::File::open(&path).map(OwnedFd::from).map_err(|error| BoxError::Io { what: format!("open {path}"), error })
+            })
+            .collect()
     } else {
         Err(BoxError::Sys { what: "make a pooled namespace", errno: Errno(libc::EIO) })
     };

@@ -120,12 +120,13 @@ fn the_network_stays_off_and_timeouts_kill_the_box() {
 #[test]
 fn pooled_network_and_user_namespaces_are_fresh_per_box() {
     let rt = runtime();
-    let code = "import os, socket\ns = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(1)\nc = socket.create_connection(s.getsockname(), timeout=2)\nprint(os.readlink('/proc/self/ns/net'), os.readlink('/proc/self/ns/user'), 'uid', os.getuid(), 'lo-ok')";
+    let code = "import os, socket\ns = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(1)\nc = socket.create_connection(s.getsockname(), timeout=2)\nprint(*(os.readlink('/proc/self/ns/' + n) for n in ('net', 'user', 'ipc', 'uts')), 'uid', os.getuid(), socket.gethostname(), 'lo-ok')";
     // The pool fills in the background; give a loaded machine time (up to 30 boxes, 200 ms
     // apart) for three boxes to have used it.
     for _ in 0..30 {
         let r = python(&rt, code);
-        assert!(r.success && r.stdout.contains("uid 0 lo-ok"), "{r:?}");
+        // uid 0 of the box's own user namespace, and the hostname it set in its uts namespace.
+        assert!(r.success && r.stdout.contains("uid 0 hull lo-ok"), "{r:?}");
         if rt.pooled_nets_used() >= 3 && rt.pooled_users_used() >= 3 {
             break;
         }
@@ -133,7 +134,7 @@ fn pooled_network_and_user_namespaces_are_fresh_per_box() {
     }
     assert!(rt.pooled_nets_used() >= 3, "only {} boxes used the pool", rt.pooled_nets_used());
     assert!(rt.pooled_users_used() >= 3, "only {} boxes used the user namespace pool", rt.pooled_users_used());
-    // Boxes alive at the same time never share one, network or user namespace (namespace
+    // Boxes alive at the same time never share a network, user, ipc or uts namespace (namespace
     // numbers are only unique among live namespaces, so compare boxes that overlap).
     let rt = Arc::new(rt);
     let overlapping = format!("{code}\nimport time; time.sleep(0.7)");
@@ -142,7 +143,7 @@ fn pooled_network_and_user_namespaces_are_fresh_per_box() {
     for h in handles {
         let r = h.join().expect("thread");
         assert!(r.success && r.stdout.contains("lo-ok"), "{r:?}");
-        for ns in r.stdout.split_whitespace().take(2) {
+        for ns in r.stdout.split_whitespace().take(4) {
             assert!(seen.insert(ns.to_string()), "two live boxes shared a namespace: {}", r.stdout);
         }
     }
