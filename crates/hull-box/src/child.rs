@@ -161,7 +161,10 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
         }
         Step::JoinCgroup { procs } => sys::write_file(&procs.c, b"0", 0, 0),
         Step::UnshareCgroupNs => sys::unshare(libc::CLONE_NEWCGROUP),
-        Step::OpenSource { path, fd } => sys::open_path_at(&path.c, *fd),
+        Step::OpenSource { path, fd } => {
+            reserved_is_free(ctx, *fd)?;
+            sys::open_path_at(&path.c, *fd)
+        }
         Step::PrivatizeMounts => sys::mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE, None),
         Step::MountRoot { at, opts, .. } => sys::mount(Some(c"tmpfs"), &at.c, Some(c"tmpfs"), libc::MS_NOSUID | libc::MS_NODEV, Some(opts)),
         Step::Mkdir { path } => sys::mkdir(&path.c, 0o755),
@@ -235,6 +238,7 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
             sys::setns(*mnt_fd, libc::CLONE_NEWNS)
         }
         Step::CloneSource { path, fd } => {
+            reserved_is_free(ctx, *fd)?;
             sys::open_path_at(&path.c, *fd)?;
             sys::clone_tree_at(*fd)
         }
@@ -272,6 +276,25 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
         }
         Step::StartPid1 => unreachable_step(),
         Step::AttachSource { fd, target, .. } => sys::attach_tree(*fd, &target.c),
+    }
+}
+
+/// A bind source goes to a fixed descriptor number; in a supervisor with that many descriptors
+/// open, the number could be one we still need (our channel, the output pipes, a template's
+/// namespaces). Refuse (EBUSY, naming the step) rather than replace it.
+fn reserved_is_free(ctx: &ChildContext<'_>, fd: RawFd) -> SysResult<()> {
+    let mut used = [ctx.sock, ctx.stdin, ctx.stdout, ctx.stderr].into_iter().any(|u| u == fd);
+    for s in &ctx.plan.steps {
+        used |= match s {
+            Step::JoinTemplate { user_fd, mnt_fd } => *user_fd == fd || *mnt_fd == fd,
+            Step::EnterTemplate { mnt_fd, net_fd, own_fds, .. } => *mnt_fd == fd || *net_fd == fd || own_fds.contains(&fd),
+            _ => false,
+        };
+    }
+    if used {
+        Err(Errno(libc::EBUSY))
+    } else {
+        Ok(())
     }
 }
 
@@ -403,3 +426,21 @@ pub(crate) fn pointer_array(strings: &[std::ffi::CString]) -> Vec<*const libc::c
     v
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_source_number_still_in_use_is_refused_not_replaced() {
+        let plan = BoxPlan { steps: vec![Step::JoinTemplate { user_fd: 905, mnt_fd: 906 }, Step::EnterTemplate { mnt_fd: 907, net_fd: -1, own_fds: [908, 909, 910], flags: 0, uid_map: Vec::new(), gid_map: Vec::new() }], clone_flags: 0 };
+        let none = pointer_array(&[]);
+        let ctx = ChildContext { plan: &plan, sock: 901, peer: 3, stdin: 0, stdout: 902, stderr: 903, argv: &none, envp: &none, seccomp: None, trace: None, pid1_stack: None };
+        for busy in [901, 902, 903, 905, 906, 907, 908, 909, 910] {
+            assert_eq!(reserved_is_free(&ctx, busy), Err(Errno(libc::EBUSY)), "fd {busy}");
+        }
+        for free in [900, 904, 911] {
+            assert_eq!(reserved_is_free(&ctx, free), Ok(()), "fd {free}");
+        }
+    }
+}
