@@ -242,7 +242,7 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
             sys::open_path_at(&path.c, *fd)?;
             sys::clone_tree_at(*fd)
         }
-        Step::EnterTemplate { mnt_fd, net_fd, own_fds, flags, uid_map, gid_map } => {
+        Step::EnterTemplate { mnt_fd, net_fd, own_fds, flags } => {
             let mut flags = *flags;
             // The template's root has no /proc mounted: keep our own /proc entry for the maps.
             let proc_self = if own_fds[0] < 0 { Some(sys::open_dir_path(c"/proc/self")?) } else { None };
@@ -264,17 +264,11 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
                 }
                 return sys::unshare(flags & !(libc::CLONE_NEWUSER | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS));
             };
-            let dir = proc_self.as_raw_fd();
             sys::unshare(flags)?;
-            // The template's user namespace already denies setgroups, which its children inherit.
-            match sys::write_file_at(dir, c"setgroups", b"deny", 0, 0) {
-                Ok(()) | Err(Errno(libc::ENOENT | libc::EPERM)) => {}
-                Err(e) => return Err(e),
-            }
-            sys::write_file_at(dir, c"uid_map", uid_map, 0, 0)?;
-            sys::write_file_at(dir, c"gid_map", gid_map, 0, 0)
+            map_root_in(proc_self.as_raw_fd())
         }
-        Step::StartPid1 => unreachable_step(),
+        // Handled by the plan loop itself (it needs the step's index).
+        Step::StartPid1 => Err(Errno(libc::EINVAL)),
         Step::AttachSource { fd, target, .. } => sys::attach_tree(*fd, &target.c),
     }
 }
@@ -298,9 +292,17 @@ fn reserved_is_free(ctx: &ChildContext<'_>, fd: RawFd) -> SysResult<()> {
     }
 }
 
-/// `StartPid1` is handled by the plan loop itself (it needs the step's index).
-fn unreachable_step() -> SysResult<()> {
-    Err(Errno(libc::EINVAL))
+/// Maps uid and gid 0 of the user namespace we just unshared to 0 of its parent (a template's),
+/// through `proc_self`, a descriptor of our /proc entry. The template's user namespace already
+/// denies setgroups, which its children inherit (EPERM).
+pub(crate) fn map_root_in(proc_self: RawFd) -> SysResult<()> {
+    const ROOT_MAP: &[u8] = b"0 0 1\n";
+    match sys::write_file_at(proc_self, c"setgroups", b"deny", 0, 0) {
+        Ok(()) | Err(Errno(libc::ENOENT | libc::EPERM)) => {}
+        Err(e) => return Err(e),
+    }
+    sys::write_file_at(proc_self, c"uid_map", ROOT_MAP, 0, 0)?;
+    sys::write_file_at(proc_self, c"gid_map", ROOT_MAP, 0, 0)
 }
 
 /// Makes `root` the root of our mount namespace and detaches the old root (stacked on top of
@@ -334,17 +336,15 @@ fn spawn_and_reap(ctx: &ChildContext<'_>, candidates: &[std::ffi::CString]) -> S
     // A new session: the program has no controlling terminal, so it cannot push input into the
     // caller's terminal (TIOCSTI) even when stdin is inherited.
     sys::setsid()?;
-    // The program starts as a vfork-style child on a stack carved from ours: copying pid 1's
-    // page tables (a copy of the supervisor's) for a process that execs at once costs more
-    // than the rest of its start.
     // Pid 1 is not dumpable (the program cannot read its memory or descriptors through
     // /proc/1) and keeps only what the program needs before it exists, so nothing it inherited
     // from the supervisor (other boxes' pipes, a template's namespaces) is reachable even in the
     // moment between the program's exec and our return.
     let _ = sys::prctl(libc::PR_SET_DUMPABLE, 0);
-    let mut keep = [ctx.sock, ctx.stdin, ctx.stdout, ctx.stderr];
-    keep.sort_unstable();
-    sys::close_all_except(&keep);
+    sys::close_all_except(&mut [ctx.sock, ctx.stdin, ctx.stdout, ctx.stderr]);
+    // The program starts as a vfork-style child on a stack carved from ours: copying pid 1's
+    // page tables (a copy of the supervisor's) for a process that execs at once costs more
+    // than the rest of its start.
     let mut stack = std::mem::MaybeUninit::<[u8; 64 * 1024]>::uninit();
     // SAFETY: a byte array needs no initialisation to be written through a raw pointer; the
     // child only uses it as its stack.
@@ -354,7 +354,7 @@ fn spawn_and_reap(ctx: &ChildContext<'_>, candidates: &[std::ffi::CString]) -> S
     // `args` lives on our stack, which stays untouched while we are suspended.
     let pid = unsafe { sys::spawn_vfork(stack, exec_entry, std::ptr::addr_of!(args).cast_mut().cast()) }?;
     // Pid 1 keeps only its channel to the supervisor.
-    sys::close_all_except(&[ctx.sock]);
+    sys::close_all_except(&mut [ctx.sock]);
     loop {
         match sys::wait4(-1, false) {
             Ok(Some(w)) if w.pid == pid => {
@@ -426,14 +426,13 @@ pub(crate) fn pointer_array(strings: &[std::ffi::CString]) -> Vec<*const libc::c
     v
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn a_source_number_still_in_use_is_refused_not_replaced() {
-        let plan = BoxPlan { steps: vec![Step::JoinTemplate { user_fd: 905, mnt_fd: 906 }, Step::EnterTemplate { mnt_fd: 907, net_fd: -1, own_fds: [908, 909, 910], flags: 0, uid_map: Vec::new(), gid_map: Vec::new() }], clone_flags: 0 };
+        let plan = BoxPlan { steps: vec![Step::JoinTemplate { user_fd: 905, mnt_fd: 906 }, Step::EnterTemplate { mnt_fd: 907, net_fd: -1, own_fds: [908, 909, 910], flags: 0 }], clone_flags: 0 };
         let none = pointer_array(&[]);
         let ctx = ChildContext { plan: &plan, sock: 901, peer: 3, stdin: 0, stdout: 902, stderr: 903, argv: &none, envp: &none, seccomp: None, trace: None, pid1_stack: None };
         for busy in [901, 902, 903, 905, 906, 907, 908, 909, 910] {

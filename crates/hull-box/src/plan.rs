@@ -142,7 +142,7 @@ pub enum Step {
     /// (loopback up) of the template's pool, joined instead of unsharing a new one.
     /// `own_fds`, when not -1, are a ready user namespace of the pool (below the template's,
     /// ids mapped) and the ipc and uts namespaces it owns, joined last instead of unsharing them.
-    EnterTemplate { mnt_fd: i32, net_fd: i32, own_fds: [i32; 3], flags: libc::c_int, uid_map: Vec<u8>, gid_map: Vec<u8> },
+    EnterTemplate { mnt_fd: i32, net_fd: i32, own_fds: [i32; 3], flags: libc::c_int },
     /// Fork the process that becomes pid 1 of the box's new pid namespace, as a sibling
     /// (`CLONE_PARENT`: the supervisor is its parent); the forking process reports its pid and
     /// exits.
@@ -339,7 +339,7 @@ impl BoxPlan {
         let root = self.steps.iter().position(|s| matches!(s, Step::MountRoot { .. }));
         let seal = self.steps.iter().position(|s| matches!(s, Step::Seal { .. }));
         let stage = self.steps.iter().find_map(|s| match s {
-            Step::Pivot { root } => Some(root.c.clone()),
+            Step::Pivot { root } => Some(root.clone()),
             _ => None,
         });
         let (Some(root), Some(seal), Some(stage)) = (root, seal, stage) else { return Err(self) };
@@ -377,12 +377,12 @@ impl BoxPlan {
         // A box may mount a procfs only where one is already fully visible; the pivoted root has
         // none of the host's, so the template mounts one of its own empty pid namespace (the
         // template process is its pid 1 and leaves it), which each box's procfs then covers.
-        template.push(Step::Proc { target: BoxPath::staged_at(&String::from_utf8_lossy(stage.as_bytes()), "/proc") });
-        template.push(Step::LeanRoot { root: BoxPath { shown: String::from_utf8_lossy(stage.as_bytes()).into_owned(), c: stage.clone() }, keep_fd: TEMPLATE_HOST_FD });
+        template.push(Step::Proc { target: BoxPath::staged_at(&stage.shown, "/proc") });
+        template.push(Step::LeanRoot { root: stage.clone(), keep_fd: TEMPLATE_HOST_FD });
         template.push(Step::HoldTemplate { keep_fd: TEMPLATE_HOST_FD });
         boxed.push(Step::JoinTemplate { user_fd: -1, mnt_fd: -1 });
         boxed.extend(sources);
-        boxed.push(Step::EnterTemplate { mnt_fd: -1, net_fd: -1, own_fds: [-1; 3], flags, uid_map: b"0 0 1\n".to_vec(), gid_map: b"0 0 1\n".to_vec() });
+        boxed.push(Step::EnterTemplate { mnt_fd: -1, net_fd: -1, own_fds: [-1; 3], flags });
         boxed.push(Step::UnshareCgroupNs);
         boxed.push(Step::StartPid1);
         if let Some(supervisor) = die {
@@ -395,7 +395,7 @@ impl BoxPlan {
                 other => other,
             };
             for p in s.paths_mut() {
-                p.unstage(&stage);
+                p.unstage(&stage.c);
             }
             boxed.push(s);
         }

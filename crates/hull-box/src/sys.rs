@@ -74,13 +74,9 @@ pub unsafe fn clone_fork(flags: libc::c_int) -> SysResult<libc::pid_t> {
 /// `entry` must only call allocation-free wrappers, must not unwind, and must end in execve or
 /// `_exit`; everything it writes outside `stack` is our memory.
 pub unsafe fn spawn_vfork(stack: &mut [u8], entry: extern "C" fn(*mut libc::c_void) -> libc::c_int, arg: *mut libc::c_void) -> SysResult<libc::pid_t> {
-    // The stack grows down from its 16-byte aligned top.
-    let top = stack.as_mut_ptr().wrapping_add(stack.len());
-    let top = top.wrapping_sub(top as usize % 16);
-    // SAFETY: `top` lies within (the end of) `stack`, which outlives the child's use of it
-    // because CLONE_VFORK suspends us until the child execs or exits.
-    let ret = unsafe { libc::clone(entry, top.cast(), libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD, arg) };
-    check(ret)
+    // SAFETY: `stack` outlives the child's use of it because CLONE_VFORK suspends us until the
+    // child execs or exits; the caller upholds the rest.
+    unsafe { spawn_shared(stack, entry, arg, libc::CLONE_VFORK) }
 }
 
 /// Starts `entry(arg)` in a new process that shares our memory for good (`CLONE_VM` without
@@ -92,6 +88,7 @@ pub unsafe fn spawn_vfork(stack: &mut [u8], entry: extern "C" fn(*mut libc::c_vo
 /// `_exit`; we must not write anything the child reads, and must only `_exit` once we are done
 /// (our memory lives on as the child's).
 pub unsafe fn spawn_shared(stack: &mut [u8], entry: extern "C" fn(*mut libc::c_void) -> libc::c_int, arg: *mut libc::c_void, flags: libc::c_int) -> SysResult<libc::pid_t> {
+    // The stack grows down from its 16-byte aligned top.
     let top = stack.as_mut_ptr().wrapping_add(stack.len());
     let top = top.wrapping_sub(top as usize % 16);
     // SAFETY: `top` lies within (the end of) `stack`, which only the child uses from now on.
@@ -362,10 +359,11 @@ pub fn close_raw(fd: RawFd) {
     unsafe { libc::close(fd) };
 }
 
-/// Closes every descriptor but `keep` (sorted, ascending).
-pub fn close_all_except(keep: &[RawFd]) {
+/// Closes every descriptor but `keep` (sorted here, in place).
+pub fn close_all_except(keep: &mut [RawFd]) {
+    keep.sort_unstable();
     let mut first = 0u32;
-    for &fd in keep {
+    for &fd in keep.iter() {
         let Ok(fd) = u32::try_from(fd) else { continue };
         if fd > first {
             close_range(first, fd - 1);

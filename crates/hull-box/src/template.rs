@@ -204,10 +204,10 @@ fn fill(shared: &Shared) {
         let wanting = lock(&shared.built).iter().find_map(|(_, t)| t.wants().map(|k| (Arc::clone(t), k)));
         match wanting {
             Some((t, kind)) => match make_pooled(&t, kind) {
-                Ok(mut fds) => match kind {
-                    Pooled::Net => lock(&t.nets).extend(fds.pop()),
+                Ok(fds) => match kind {
+                    Pooled::Net => lock(&t.nets).extend(fds),
                     Pooled::User => {
-                        if let (Some(uts), Some(ipc), Some(user)) = (fds.pop(), fds.pop(), fds.pop()) {
+                        if let Ok([user, ipc, uts]) = <[OwnedFd; 3]>::try_from(fds) {
                             lock(&t.users).push(OwnNs { user, ipc, uts });
                         }
                     }
@@ -237,20 +237,13 @@ fn make_pooled(t: &Template, kind: Pooled) -> Result<Vec<OwnedFd>, BoxError> {
     if pid == 0 {
         // We are a fork of a busy process: drop every descriptor we inherited (another
         // thread's box pipes among them, whose end of output we would otherwise delay).
-        let mut keep = [user, w_raw];
-        keep.sort_unstable();
-        sys::close_all_except(&keep);
+        sys::close_all_except(&mut [user, w_raw]);
         let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
         let made = sys::setns(user, libc::CLONE_NEWUSER).and_then(|()| match kind {
             Pooled::Net => sys::unshare(libc::CLONE_NEWNET).and_then(|()| sys::loopback_up()),
-            Pooled::User => sys::unshare(libc::CLONE_NEWUSER).and_then(|()| {
-                // The template's user namespace already denies setgroups, which children inherit.
-                match sys::write_file(c"/proc/self/setgroups", b"deny", 0, 0) {
-                    Ok(()) | Err(Errno(libc::ENOENT | libc::EPERM)) => {}
-                    Err(e) => return Err(e),
-                }
-                sys::write_file(c"/proc/self/uid_map", b"0 0 1\n", 0, 0)?;
-                sys::write_file(c"/proc/self/gid_map", b"0 0 1\n", 0, 0)?;
+            Pooled::User => sys::open_dir_path(c"/proc/self").and_then(|proc_self| {
+                sys::unshare(libc::CLONE_NEWUSER)?;
+                child::map_root_in(proc_self.as_raw_fd())?;
                 sys::unshare(libc::CLONE_NEWIPC | libc::CLONE_NEWUTS)
             }),
         });

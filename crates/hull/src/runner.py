@@ -75,11 +75,9 @@ def _system_site():
 
         traceback.print_exc()
     added = [p for p in sys.path if p not in before]
-    _SITE_AT.append(added[0] if added else None)
     sys.path[0:0] = held
-
-
-_SITE_AT = []
+    # Where the system site-packages begin (the user site goes before them).
+    return added[0] if added else None
 
 
 def _restore_path():
@@ -99,7 +97,7 @@ def _restore_path():
             new = [p for p in sys.path if p not in before]
             for p in new:
                 sys.path.remove(p)
-            at = sys.path.index(_SITE_AT[0]) if _SITE_AT and _SITE_AT[0] in sys.path else len(sys.path)
+            at = sys.path.index(_SITE_AT) if _SITE_AT in sys.path else len(sys.path)
             sys.path[at:at] = new
         site.execsitecustomize()
         if site.ENABLE_USER_SITE:
@@ -392,7 +390,7 @@ def _end(rc, g):
 # The first AST parse builds every AST node type (~3 ms); do it while the box waits for its cell,
 # and the image's site-packages (.pth files can import for milliseconds) too.
 compile("0", "<warm-up>", "exec", _ONLY_AST)
-_system_site()
+_SITE_AT = _system_site()
 if _MODE == "kernel":
     _kernel()
 else:
