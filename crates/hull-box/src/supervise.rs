@@ -8,6 +8,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::assemble::{self, Context};
@@ -50,7 +51,7 @@ pub struct RunOptions {
 /// Process-wide state: the detected cgroup layout and the compiled seccomp filter. Create once,
 /// run many boxes (concurrently from several threads, too).
 pub struct Runtime {
-    cgroups: Option<hull_cgroup::Host>,
+    cgroups: Option<Arc<hull_cgroup::Host>>,
     cgroup_error: Option<String>,
     program: hull_seccomp::Program,
     fprog: libc::sock_fprog,
@@ -60,6 +61,8 @@ pub struct Runtime {
     started_ns: u64,
     /// Shared read-only skeletons, when enabled ([`Runtime::enable_templates`]).
     templates: Option<crate::template::Templates>,
+    /// Cgroups and workspaces made ahead, with templates ([`Runtime::enable_templates`]).
+    spares: Option<crate::spares::Spares>,
 }
 
 // SAFETY: `fprog` points into `program`, which the Runtime owns and never mutates; the pointer is
@@ -86,11 +89,11 @@ impl Runtime {
         let program = hull_seccomp::compile(rules, &opts).map_err(|e| BoxError::Seccomp(e.to_string()))?;
         let fprog = program.as_fprog();
         let (cgroups, cgroup_error) = match hull_cgroup::Host::detect() {
-            Ok(h) => (Some(h), None),
+            Ok(h) => (Some(Arc::new(h)), None),
             Err(e) => (None, Some(e.to_string())),
         };
         let started_ns = sys::monotonic_ns() % 1_000_000_000_000;
-        Ok(Runtime { cgroups, cgroup_error, program, fprog, listener, rules: rules.len(), counter: AtomicU64::new(0), started_ns, templates: None })
+        Ok(Runtime { cgroups, cgroup_error, program, fprog, listener, rules: rules.len(), counter: AtomicU64::new(0), started_ns, templates: None, spares: None })
     }
 
     /// Builds each distinct read-only skeleton once and lets boxes enter a locked copy of it
@@ -99,6 +102,9 @@ impl Runtime {
     pub fn enable_templates(&mut self) -> Result<(), BoxError> {
         if self.templates.is_none() {
             self.templates = Some(crate::template::Templates::new()?);
+        }
+        if self.spares.is_none() {
+            self.spares = Some(crate::spares::Spares::new(self.cgroups.clone(), self.started_ns));
         }
         Ok(())
     }
@@ -118,6 +124,18 @@ impl Runtime {
         self.templates.as_ref().map_or(0, crate::template::Templates::pooled_users)
     }
 
+    /// How many boxes got a cgroup, and a temporary workspace, made ahead by the spares thread
+    /// (0 when templates are off).
+    pub fn spares_used(&self) -> (u64, u64) {
+        self.spares.as_ref().map_or((0, 0), crate::spares::Spares::used)
+    }
+
+    /// The directories (cgroups, then workspaces) of the spares made ahead and not yet used;
+    /// they are removed with the Runtime.
+    pub fn spare_paths(&self) -> Vec<PathBuf> {
+        self.spares.as_ref().map_or_else(Vec::new, crate::spares::Spares::paths)
+    }
+
     /// Removes box cgroups and temporary workspaces that SIGKILLed hulls left behind (see
     /// [`crate::leftovers`]). Reads the temporary directory, so long-lived front ends call it
     /// once, off the hot path.
@@ -130,7 +148,7 @@ impl Runtime {
 
     /// The detected cgroup layout, for `hull doctor`.
     pub fn cgroups(&self) -> Result<&hull_cgroup::Host, String> {
-        self.cgroups.as_ref().ok_or_else(|| self.cgroup_error.clone().unwrap_or_default())
+        self.cgroups.as_deref().ok_or_else(|| self.cgroup_error.clone().unwrap_or_default())
     }
 
     pub fn seccomp_program(&self) -> &hull_seccomp::Program {
@@ -184,7 +202,10 @@ impl Runtime {
 
         let workspace = match &spec.workspace {
             Some(w) => Workspace { path: w.clone(), temporary: false },
-            None => Workspace::temporary()?,
+            None => match self.spares.as_ref().and_then(crate::spares::Spares::workspace) {
+                Some(w) => w,
+                None => Workspace::temporary()?,
+            },
         };
 
         let seq = self.counter.fetch_add(1, Ordering::Relaxed);
@@ -193,7 +214,10 @@ impl Runtime {
         let name = format!("{}{}-{seq}-{}", crate::leftovers::CGROUP_PREFIX, sys::getpid(), self.started_ns);
         let limits = hull_cgroup::Limits { memory_bytes: spec.memory, pids: spec.pids, cpu_millis: spec.cpu_millis() };
         let cgroup = match &self.cgroups {
-            Some(h) => Some(h.create(&name, &limits)?),
+            Some(h) => match self.spares.as_ref().and_then(|s| s.cgroup(&limits)) {
+                Some(cg) => Some(cg),
+                None => Some(h.create(&name, &limits)?),
+            },
             None => None,
         };
         let guard = CgroupGuard(cgroup);
@@ -335,7 +359,7 @@ fn pid1_stack() -> Option<(*mut u8, usize)> {
         // A failed reservation is not remembered: the next box tries again. (Two threads racing
         // here may each map one; the loser's stays unused.)
         None => {
-            let mapped = sys::reserve_stack(PID1_STACK)?;
+            let mapped = sys::Stack::reserve(PID1_STACK)?.leak();
             *STACK.get_or_init(|| mapped)
         }
     };
@@ -800,13 +824,13 @@ impl Drop for CgroupGuard {
 }
 
 /// The box's /workspace on the host; a temporary one is deleted when dropped.
-struct Workspace {
-    path: PathBuf,
+pub(crate) struct Workspace {
+    pub(crate) path: PathBuf,
     temporary: bool,
 }
 
 impl Workspace {
-    fn temporary() -> Result<Workspace, BoxError> {
+    pub(crate) fn temporary() -> Result<Workspace, BoxError> {
         let base = std::env::temp_dir();
         // The pid lets a later hull sweep this directory if we are SIGKILLed (`leftovers`).
         let name = format!("{}{}-XXXXXX", crate::leftovers::WORKSPACE_PREFIX, sys::getpid());

@@ -96,24 +96,52 @@ pub unsafe fn spawn_shared(stack: &mut [u8], entry: extern "C" fn(*mut libc::c_v
     check(ret)
 }
 
-/// Reserves `len` bytes of anonymous memory for a child's stack, never touched here (so no page
-/// of it is ever faulted in or copied on our side) and never unmapped, with an inaccessible
-/// guard page below it (an overflow faults instead of writing into a neighbouring mapping).
-/// Returns the start of the usable `len` bytes; None if mmap fails.
-pub fn reserve_stack(len: usize) -> Option<usize> {
-    const GUARD: usize = 4096;
-    // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
-    let p = unsafe { libc::mmap(ptr::null_mut(), len + GUARD, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK | libc::MAP_NORESERVE, -1, 0) };
-    if p == libc::MAP_FAILED {
-        return None;
+/// Anonymous memory for a child's stack, with an inaccessible guard page below it (an overflow
+/// faults instead of writing into a neighbouring mapping). Our side never touches it, so no page
+/// of it is faulted in or copied here. Unmapped on drop; [`Stack::leak`] keeps it for good.
+pub struct Stack {
+    base: *mut libc::c_void,
+    len: usize,
+}
+
+// SAFETY: a Stack is only an address range; who runs on it is the caller's business.
+unsafe impl Send for Stack {}
+
+const GUARD: usize = 4096;
+
+impl Stack {
+    /// Maps `len` usable bytes plus the guard page; None if mmap fails.
+    pub fn reserve(len: usize) -> Option<Stack> {
+        // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
+        let p = unsafe { libc::mmap(ptr::null_mut(), len + GUARD, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK | libc::MAP_NORESERVE, -1, 0) };
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        let stack = Stack { base: p, len };
+        // SAFETY: the lowest page of the mapping just made, which nothing uses.
+        (unsafe { libc::mprotect(p, GUARD, libc::PROT_NONE) } == 0).then_some(stack)
     }
-    // SAFETY: the lowest page of the mapping just made, which nothing uses.
-    if unsafe { libc::mprotect(p, GUARD, libc::PROT_NONE) } != 0 {
-        // SAFETY: unmapping what we just mapped, unused.
-        unsafe { libc::munmap(p, len + GUARD) };
-        return None;
+
+    /// The usable bytes, above the guard page.
+    pub fn get(&mut self) -> &mut [u8] {
+        // SAFETY: the mapping is ours and `len` bytes long above the guard page; the caller hands
+        // it to one child at a time.
+        unsafe { std::slice::from_raw_parts_mut(self.base.cast::<u8>().add(GUARD), self.len) }
     }
-    Some(p as usize + GUARD)
+
+    /// Keeps the mapping for the life of the process; returns the start of the usable bytes.
+    pub fn leak(self) -> usize {
+        let start = self.base as usize + GUARD;
+        std::mem::forget(self);
+        start
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the mapping `reserve` made, which nobody runs on any more.
+        unsafe { libc::munmap(self.base, self.len + GUARD) };
+    }
 }
 
 /// `fork(2)` through libc (runs the atfork handlers).

@@ -18,7 +18,7 @@
 //! Worth it only in a long-lived Runtime (`hull serve`, `hull bench`, the SDKs): for a single
 //! box, building the template costs what it saves.
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -197,13 +197,20 @@ impl Templates {
     }
 }
 
+/// The pool helpers' stack (they make a namespace or two and pause).
+const HELPER_STACK: usize = 64 * 1024;
+
 /// The pool filler: makes a namespace for the first template that wants one, else sleeps until
 /// a box takes one (or a second passes).
 fn fill(shared: &Shared) {
+    let Some(mut stack) = sys::Stack::reserve(HELPER_STACK) else {
+        // Without a stack for the helpers there is no pool: boxes unshare their own namespaces.
+        return;
+    };
     while !shared.stop.load(Ordering::Relaxed) {
         let wanting = lock(&shared.built).iter().find_map(|(_, t)| t.wants().map(|k| (Arc::clone(t), k)));
         match wanting {
-            Some((t, kind)) => match make_pooled(&t, kind) {
+            Some((t, kind)) => match make_pooled(&t, kind, stack.get()) {
                 Ok(fds) => match kind {
                     Pooled::Net => lock(&t.nets).extend(fds),
                     Pooled::User => {
@@ -227,37 +234,19 @@ fn fill(shared: &Shared) {
 /// namespace, with its loopback up; or a user namespace below it with uid and gid 0 mapped (to
 /// the template's 0, as a box's own would be) and ipc and uts namespaces owned by it (in that
 /// order).
-fn make_pooled(t: &Template, kind: Pooled) -> Result<Vec<OwnedFd>, BoxError> {
+///
+/// The child shares our memory (`CLONE_VM`) and runs on `stack`, the pool thread's own: a fork
+/// would copy the supervisor's page tables and leave every page it writes afterwards to be
+/// copied again on the next write, twice per box on top of the box's own fork.
+fn make_pooled(t: &Template, kind: Pooled, stack: &mut [u8]) -> Result<Vec<OwnedFd>, BoxError> {
     let sysf = |what: &'static str| move |errno: Errno| BoxError::Sys { what, errno };
     let (ready_r, ready_w) = sys::pipe().map_err(sysf("create the pool pipe"))?;
-    let user = t.user.as_raw_fd();
-    let (r_raw, w_raw) = (ready_r.as_raw_fd(), ready_w.as_raw_fd());
-    // SAFETY: the child calls only allocation-free wrappers and ends in _exit (or is killed).
-    let pid = unsafe { sys::clone_fork(0) }.map_err(sysf("fork the namespace pool helper"))?;
-    if pid == 0 {
-        // We are a fork of a busy process: drop every descriptor we inherited (another
-        // thread's box pipes among them, whose end of output we would otherwise delay).
-        sys::close_all_except(&mut [user, w_raw]);
-        let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-        let made = sys::setns(user, libc::CLONE_NEWUSER).and_then(|()| match kind {
-            Pooled::Net => sys::unshare(libc::CLONE_NEWNET).and_then(|()| sys::loopback_up()),
-            Pooled::User => sys::open_dir_path(c"/proc/self").and_then(|proc_self| {
-                sys::unshare(libc::CLONE_NEWUSER)?;
-                child::map_root_in(proc_self.as_raw_fd())?;
-                sys::unshare(libc::CLONE_NEWIPC | libc::CLONE_NEWUTS)
-            }),
-        });
-        if made.is_err() {
-            sys::exit_now(1);
-        }
-        // SAFETY: w_raw is our copy of the pipe's write end.
-        let w = unsafe { std::os::fd::BorrowedFd::borrow_raw(w_raw) };
-        let _ = sys::write_all(w, b"r");
-        loop {
-            // SAFETY: pause takes no arguments; we wait for the parent's SIGKILL.
-            unsafe { libc::pause() };
-        }
-    }
+    let args = HelperArgs { user: t.user.as_raw_fd(), ready: ready_w.as_raw_fd(), kind };
+    // SAFETY: `pool_helper` calls only allocation-free wrappers and ends in _exit or is killed;
+    // it reads `args`, which stays in place until the child is reaped below, and runs on
+    // `stack`, which only this thread hands out, one helper at a time.
+    let pid = unsafe { sys::spawn_shared(stack, pool_helper, std::ptr::addr_of!(args).cast_mut().cast(), 0) }.map_err(sysf("start the namespace pool helper"))?;
+    let r_raw = ready_r.as_raw_fd();
     drop(ready_w);
     let mut fds = [libc::pollfd { fd: r_raw, events: libc::POLLIN, revents: 0 }];
     let mut b = [0u8; 1];
@@ -280,6 +269,41 @@ fn make_pooled(t: &Template, kind: Pooled) -> Result<Vec<OwnedFd>, BoxError> {
     let _ = sys::kill(pid, libc::SIGKILL);
     let _ = sys::wait4(pid, false);
     result
+}
+
+/// What a pool helper is told: the template's user namespace, the pipe end it reports on, and
+/// which namespaces to make.
+struct HelperArgs {
+    user: RawFd,
+    ready: RawFd,
+    kind: Pooled,
+}
+
+extern "C" fn pool_helper(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the HelperArgs make_pooled passed, alive until we are reaped.
+    let HelperArgs { user, ready, kind } = unsafe { std::ptr::read(arg.cast::<HelperArgs>()) };
+    // Our descriptor table is a copy of a busy process's: drop every descriptor but ours
+    // (another thread's box pipes among them, whose end of output we would otherwise delay).
+    sys::close_all_except(&mut [user, ready]);
+    let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+    let made = sys::setns(user, libc::CLONE_NEWUSER).and_then(|()| match kind {
+        Pooled::Net => sys::unshare(libc::CLONE_NEWNET).and_then(|()| sys::loopback_up()),
+        Pooled::User => sys::open_dir_path(c"/proc/self").and_then(|proc_self| {
+            sys::unshare(libc::CLONE_NEWUSER)?;
+            child::map_root_in(proc_self.as_raw_fd())?;
+            sys::unshare(libc::CLONE_NEWIPC | libc::CLONE_NEWUTS)
+        }),
+    });
+    if made.is_err() {
+        sys::exit_now(1);
+    }
+    // SAFETY: `ready` is our copy of the pipe's write end.
+    let w = unsafe { std::os::fd::BorrowedFd::borrow_raw(ready) };
+    let _ = sys::write_all(w, b"r");
+    loop {
+        // SAFETY: pause takes no arguments; we wait for the parent's SIGKILL.
+        unsafe { libc::pause() };
+    }
 }
 
 /// `mkdtemp(3)` of `template` (ending in XXXXXX), as a UTF-8 path.

@@ -170,3 +170,53 @@ fn a_background_process_holding_the_output_ends_with_the_program() {
         assert_eq!(r.stdout.trim(), "early", "{r:?}");
     }
 }
+
+#[test]
+fn spare_cgroups_and_workspaces_are_fresh_per_box_and_go_with_the_runtime() {
+    // A long-lived Runtime makes box cgroups and temporary workspaces ahead of time; each goes to
+    // one box only, a cgroup carries the limits of the box that takes it, and the unused ones are
+    // removed with the Runtime.
+    let rt = runtime();
+    let code = "import os\nprint('ws', sorted(os.listdir('/workspace')))\nopen('/workspace/mark', 'w').write('x')\nb = bytearray(24 << 20)\nprint('ok')";
+    let mut spec = BoxSpec::new(vec!["python3".into(), "-c".into(), code.into()]);
+    spec.memory = Some(96 << 20);
+    for _ in 0..30 {
+        let r = rt.run(&spec, RunOptions { capture: true }, &mut NoSink).expect("box runs");
+        // An empty workspace every time: none is handed to a second box.
+        assert!(r.success && r.stdout.contains("ws []") && r.stdout.contains("ok"), "{r:?}");
+        let (cgroups, workspaces) = rt.spares_used();
+        if cgroups >= 3 && workspaces >= 3 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let (cgroups, workspaces) = rt.spares_used();
+    assert!(workspaces >= 3, "only {workspaces} boxes used a spare workspace");
+    if rt.cgroups().is_ok() {
+        assert!(cgroups >= 3, "only {cgroups} boxes used a spare cgroup");
+        // A box asking for other limits gets them, not the spares' 96 MiB: 64 MiB of 16 is OOM.
+        let mut small = BoxSpec::new(vec!["python3".into(), "-c".into(), "b = bytearray(64 << 20); print('fits')".into()]);
+        small.memory = Some(16 << 20);
+        (small.tmp_size, small.shm_size) = (8 << 20, 8 << 20);
+        for _ in 0..3 {
+            let r = rt.run(&small, RunOptions { capture: true }, &mut NoSink).expect("box runs");
+            assert_eq!(r.fault.as_ref().map(|f| f.kind), Some(hull_box::FaultType::Oom), "{r:?}");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+    // Let the thread refill, then check the ready ones are removed with the Runtime.
+    let mut spare = Vec::new();
+    for _ in 0..100 {
+        spare = rt.spare_paths();
+        if spare.len() >= 3 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(!spare.is_empty(), "no spares were ready");
+    assert!(spare.iter().all(|p| p.is_dir()), "{spare:?}");
+    drop(rt);
+    for p in &spare {
+        assert!(!p.exists(), "{} outlived its Runtime", p.display());
+    }
+}
