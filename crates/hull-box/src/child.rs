@@ -35,6 +35,9 @@ pub(crate) struct ChildContext<'a> {
     /// For a plan with `StartPid1`: the stack pid 1 runs on (memory the supervisor set aside;
     /// in the entry process it is that process's own copy, which only pid 1 touches).
     pub pid1_stack: Option<(*mut u8, usize)>,
+    /// A ready box (see `ready.rs`): at `Exec`, pid 1 waits for the program to run, sent later
+    /// as a [`crate::proto::go`] datagram, instead of running the plan's own.
+    pub ready_box: bool,
 }
 
 /// In a pid 1 forked by a template's entry process: the read end of the pipe on which the entry
@@ -220,7 +223,15 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
             }
             Ok(())
         }
-        Step::Exec { candidates, .. } => spawn_and_reap(ctx, candidates),
+        Step::Exec { candidates, .. } => {
+            isolate_pid1(ctx)?;
+            if ctx.ready_box {
+                let go = await_go(ctx)?;
+                spawn_and_reap(ctx, &go.program())
+            } else {
+                spawn_and_reap(ctx, &Program { argv: ctx.argv, envp: ctx.envp, candidates: Candidates::Plan(candidates) })
+            }
+        }
         Step::LeanRoot { root, keep_fd } => {
             sys::keep_mount_ns(*keep_fd)?;
             sys::unshare(libc::CLONE_NEWNS)?;
@@ -331,17 +342,78 @@ fn drop_caps(keep: u64) -> SysResult<()> {
     sys::capset(keep)
 }
 
-/// Forks the program, then reaps until it exits and reports its status. Never returns on success.
-fn spawn_and_reap(ctx: &ChildContext<'_>, candidates: &[std::ffi::CString]) -> SysResult<()> {
+/// Before the program exists: a session of its own, pid 1 non-dumpable and holding only the
+/// program's descriptors and its channel.
+fn isolate_pid1(ctx: &ChildContext<'_>) -> SysResult<()> {
     // A new session: the program has no controlling terminal, so it cannot push input into the
     // caller's terminal (TIOCSTI) even when stdin is inherited.
     sys::setsid()?;
     // Pid 1 is not dumpable (the program cannot read its memory or descriptors through
     // /proc/1) and keeps only what the program needs before it exists, so nothing it inherited
     // from the supervisor (other boxes' pipes, a template's namespaces) is reachable even in the
-    // moment between the program's exec and our return.
+    // moment between the program's exec and our return, nor kept while a ready box waits.
     let _ = sys::prctl(libc::PR_SET_DUMPABLE, 0);
     sys::close_all_except(&mut [ctx.sock, ctx.stdin, ctx.stdout, ctx.stderr]);
+    Ok(())
+}
+
+/// The program to start: execve's null-terminated argv and envp, and the paths to try.
+struct Program<'a> {
+    argv: &'a [*const libc::c_char],
+    envp: &'a [*const libc::c_char],
+    candidates: Candidates<'a>,
+}
+
+enum Candidates<'a> {
+    /// The plan's own.
+    Plan(&'a [std::ffi::CString]),
+    /// Pointers into a ready box's go datagram.
+    Raw(&'a [*const libc::c_char]),
+}
+
+/// A ready box's program: pointer arrays into a private mapping that holds its go datagram,
+/// kept until pid 1 execs or exits.
+struct Go {
+    ptrs: &'static [*const libc::c_char],
+    counts: (usize, usize),
+}
+
+impl Go {
+    fn program(&self) -> Program<'_> {
+        let (argc, envc) = self.counts;
+        Program {
+            argv: &self.ptrs[..=argc],
+            envp: &self.ptrs[argc + 1..=argc + 1 + envc],
+            candidates: Candidates::Raw(&self.ptrs[argc + envc + 2..]),
+        }
+    }
+}
+
+/// Waits for the supervisor's go datagram (see [`crate::proto::go`]) and lays out its strings
+/// for execve, without allocating: the datagram and the pointer arrays live in one fresh private
+/// mapping. A hangup means the ready box was never used: exit quietly.
+fn await_go(ctx: &ChildContext<'_>) -> SysResult<Go> {
+    use crate::proto::go;
+    let nomem = Errno(libc::ENOMEM);
+    let data = sys::anonymous::<u8>(go::MAX).ok_or(nomem)?;
+    let starts = sys::anonymous::<usize>(go::POINTERS).ok_or(nomem)?;
+    let ptrs = sys::anonymous::<*const libc::c_char>(go::POINTERS).ok_or(nomem)?;
+    // SAFETY: the channel is ours for the life of the process.
+    let sock = unsafe { std::os::fd::BorrowedFd::borrow_raw(ctx.sock) };
+    let n = sys::read(sock, data)?;
+    if n == 0 {
+        sys::exit_now(0);
+    }
+    let (argc, envc, candc) = go::parse(&data[..n], starts).ok_or(Errno(libc::EINVAL))?;
+    let total = argc + envc + candc + 2;
+    for (p, &at) in ptrs.iter_mut().zip(starts.iter()).take(total) {
+        *p = if at == go::NULL { std::ptr::null() } else { data[at..].as_ptr().cast() };
+    }
+    Ok(Go { ptrs: &ptrs[..total], counts: (argc, envc) })
+}
+
+/// Forks the program, then reaps until it exits and reports its status. Never returns on success.
+fn spawn_and_reap(ctx: &ChildContext<'_>, program: &Program<'_>) -> SysResult<()> {
     // The program starts as a vfork-style child on a stack carved from ours: copying pid 1's
     // page tables (a copy of the supervisor's) for a process that execs at once costs more
     // than the rest of its start.
@@ -349,7 +421,7 @@ fn spawn_and_reap(ctx: &ChildContext<'_>, candidates: &[std::ffi::CString]) -> S
     // SAFETY: a byte array needs no initialisation to be written through a raw pointer; the
     // child only uses it as its stack.
     let stack = unsafe { &mut *stack.as_mut_ptr() };
-    let args = ExecArgs { ctx, candidates };
+    let args = ExecArgs { ctx, program };
     // SAFETY: `exec_entry` only calls allocation-free wrappers and ends in execve or _exit;
     // `args` lives on our stack, which stays untouched while we are suspended.
     let pid = unsafe { sys::spawn_vfork(stack, exec_entry, std::ptr::addr_of!(args).cast_mut().cast()) }?;
@@ -383,16 +455,16 @@ fn spawn_and_reap(ctx: &ChildContext<'_>, candidates: &[std::ffi::CString]) -> S
 /// What the program's starter needs, passed through `clone`'s single pointer argument.
 struct ExecArgs<'a> {
     ctx: &'a ChildContext<'a>,
-    candidates: &'a [std::ffi::CString],
+    program: &'a Program<'a>,
 }
 
 extern "C" fn exec_entry(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the `ExecArgs` spawn_and_reap passed, alive while it is suspended.
     let args = unsafe { &*arg.cast::<ExecArgs<'_>>() };
-    exec_program(args.ctx, args.candidates)
+    exec_program(args.ctx, args.program)
 }
 
-fn exec_program(ctx: &ChildContext<'_>, candidates: &[std::ffi::CString]) -> ! {
+fn exec_program(ctx: &ChildContext<'_>, program: &Program<'_>) -> ! {
     let stdio = [(ctx.stdin, 0), (ctx.stdout, 1), (ctx.stderr, 2)];
     for (from, to) in stdio {
         if sys::dup2(from, to).is_err() {
@@ -407,13 +479,19 @@ fn exec_program(ctx: &ChildContext<'_>, candidates: &[std::ffi::CString]) -> ! {
         sys::close_range(sock.saturating_add(1), u32::MAX);
     }
     let mut worst = Errno(libc::ENOENT);
-    for c in candidates {
-        let e = sys::execve(c.as_c_str(), ctx.argv, ctx.envp);
+    let mut try_one = |c: &std::ffi::CStr| {
+        let e = sys::execve(c, program.argv, program.envp);
         // ENOENT and ENOTDIR mean "not here, try the next PATH entry"; anything else
         // (EACCES, ENOEXEC, E2BIG) is what the user needs to hear about.
         if e.0 != libc::ENOENT && e.0 != libc::ENOTDIR {
             worst = e;
         }
+    };
+    match program.candidates {
+        Candidates::Plan(list) => list.iter().for_each(|c| try_one(c.as_c_str())),
+        // SAFETY: each pointer is to a NUL-terminated string inside the go datagram (await_go
+        // checked every terminator), which stays mapped until we exec or exit.
+        Candidates::Raw(list) => list.iter().for_each(|&c| try_one(unsafe { std::ffi::CStr::from_ptr(c) })),
     }
     send(ctx.sock, Message::ExecFailed { errno: worst.0 }, None);
     sys::exit_now(127)
@@ -434,7 +512,7 @@ mod tests {
     fn a_source_number_still_in_use_is_refused_not_replaced() {
         let plan = BoxPlan { steps: vec![Step::JoinTemplate { user_fd: 905, mnt_fd: 906 }, Step::EnterTemplate { mnt_fd: 907, net_fd: -1, own_fds: [908, 909, 910], flags: 0 }], clone_flags: 0 };
         let none = pointer_array(&[]);
-        let ctx = ChildContext { plan: &plan, sock: 901, peer: 3, stdin: 0, stdout: 902, stderr: 903, argv: &none, envp: &none, seccomp: None, trace: None, pid1_stack: None };
+        let ctx = ChildContext { plan: &plan, sock: 901, peer: 3, stdin: 0, stdout: 902, stderr: 903, argv: &none, envp: &none, seccomp: None, trace: None, pid1_stack: None, ready_box: false };
         for busy in [901, 902, 903, 905, 906, 907, 908, 909, 910] {
             assert_eq!(reserved_is_free(&ctx, busy), Err(Errno(libc::EBUSY)), "fd {busy}");
         }

@@ -16,6 +16,7 @@ pub mod result;
 pub mod size;
 pub mod spec;
 mod supervise;
+mod ready;
 mod spares;
 mod template;
 pub mod sys;

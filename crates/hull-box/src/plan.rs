@@ -19,7 +19,7 @@ use crate::size::Human;
 pub const STAGE: &str = "/tmp";
 
 /// A path inside the box, with the staged path the child uses before the pivot.
-#[derive(Clone, Debug, Hash)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct BoxPath {
     pub shown: String,
     pub c: CString,
@@ -66,7 +66,7 @@ pub(crate) fn cstring(s: &str) -> CString {
 }
 
 /// One setup step. The child executes them in order; a failure reports the step's index.
-#[derive(Debug, Hash)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub enum Step {
     /// Ask the kernel to SIGKILL the box's pid 1 if the supervisor's thread dies; exit at once if
     /// it already has (its pid is no longer our parent).
@@ -306,7 +306,7 @@ fn attr_names(mask: u64) -> String {
 }
 
 /// The checked, ordered steps of one box.
-#[derive(Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BoxPlan {
     pub steps: Vec<Step>,
     /// Namespaces created by the clone (CLONE_NEW* flags).

@@ -60,6 +60,70 @@ impl Message {
     }
 }
 
+/// The program a ready box runs (see `ready.rs`): one datagram from the supervisor to its
+/// waiting pid 1. Layout: `HGO1`, then the argv, env and exec-candidate counts as little-endian
+/// u32, then that many NUL-terminated strings in that order.
+pub mod go {
+    use std::ffi::CString;
+
+    const MAGIC: &[u8; 4] = b"HGO1";
+    const HEADER: usize = 16;
+    /// The largest datagram; a bigger program takes the ordinary path.
+    pub const MAX: usize = 128 * 1024;
+    /// Room for the pointer arrays of any datagram up to MAX (each string takes two bytes at
+    /// least, plus a null after argv and one after envp).
+    pub const POINTERS: usize = MAX / 2 + 2;
+
+    /// None if the program does not fit in one datagram.
+    pub fn encode(argv: &[CString], env: &[CString], candidates: &[CString]) -> Option<Vec<u8>> {
+        let strings = argv.iter().chain(env).chain(candidates);
+        let len = HEADER + strings.clone().map(|c| c.as_bytes_with_nul().len()).sum::<usize>();
+        if len > MAX || argv.is_empty() || candidates.is_empty() {
+            return None;
+        }
+        let mut out = Vec::with_capacity(len);
+        out.extend_from_slice(MAGIC);
+        for n in [argv.len(), env.len(), candidates.len()] {
+            out.extend_from_slice(&u32::try_from(n).ok()?.to_le_bytes());
+        }
+        strings.for_each(|c| out.extend_from_slice(c.as_bytes_with_nul()));
+        Some(out)
+    }
+
+    /// Marks the null after argv and after env in [`parse`]'s `starts`.
+    pub const NULL: usize = usize::MAX;
+
+    /// Where each string of a datagram starts, written into `starts` in order (argv, a [`NULL`]
+    /// slot, env, a [`NULL`] slot, candidates), without allocating: returns the three counts, or
+    /// None for anything malformed (wrong marker, a count that does not match the strings, a
+    /// missing terminator, no argv or no candidate, bytes after the last string).
+    pub fn parse(data: &[u8], starts: &mut [usize]) -> Option<(usize, usize, usize)> {
+        if data.len() < HEADER || &data[..4] != MAGIC {
+            return None;
+        }
+        let count = |i: usize| usize::try_from(u32::from_le_bytes([data[i], data[i + 1], data[i + 2], data[i + 3]])).ok();
+        let (argc, envc, candc) = (count(4)?, count(8)?, count(12)?);
+        if argc == 0 || candc == 0 || argc.checked_add(envc)?.checked_add(candc)?.checked_add(2)? > starts.len() {
+            return None;
+        }
+        let mut pos = HEADER;
+        let mut slot = 0;
+        for (i, n) in [argc, envc, candc].into_iter().enumerate() {
+            for _ in 0..n {
+                let nul = data.get(pos..)?.iter().position(|&b| b == 0)?;
+                starts[slot] = pos;
+                slot += 1;
+                pos += nul + 1;
+            }
+            if i < 2 {
+                starts[slot] = NULL;
+                slot += 1;
+            }
+        }
+        (pos == data.len()).then_some((argc, envc, candc))
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProtoError {
     #[error("box message of {0} bytes (expected 16)")]
@@ -86,5 +150,29 @@ mod tests {
         let mut bad = Message::Ready.encode();
         bad[0] = 9;
         assert_eq!(Message::decode(&bad), Err(ProtoError::Tag(9)));
+    }
+
+    #[test]
+    fn go_datagrams_round_trip_and_malformed_ones_are_refused() {
+        let c = |s: &str| std::ffi::CString::new(s).unwrap();
+        let data = go::encode(&[c("python3"), c("-c"), c("")], &[c("A=1")], &[c("/usr/bin/python3")]).unwrap();
+        let mut starts = vec![0; 16];
+        assert_eq!(go::parse(&data, &mut starts), Some((3, 1, 1)));
+        let at = |slot: usize| (starts[slot] != go::NULL).then(|| std::ffi::CStr::from_bytes_until_nul(&data[starts[slot]..]).unwrap().to_str().unwrap());
+        assert_eq!((0..7).map(at).collect::<Vec<_>>(), [Some("python3"), Some("-c"), Some(""), None, Some("A=1"), None, Some("/usr/bin/python3")]);
+        // Too few slots, a lost terminator, trailing bytes, a wrong count, a wrong marker.
+        assert_eq!(go::parse(&data, &mut [0; 6]), None);
+        assert_eq!(go::parse(&data[..data.len() - 1], &mut starts), None);
+        assert_eq!(go::parse(&[data.as_slice(), b"x"].concat(), &mut starts), None);
+        let mut more = data.clone();
+        more[4] = 4;
+        assert_eq!(go::parse(&more, &mut starts), None);
+        let mut marker = data.clone();
+        marker[0] = b'X';
+        assert_eq!(go::parse(&marker, &mut starts), None);
+        // No argv, no candidate, or too big for one datagram: not sent at all.
+        assert!(go::encode(&[], &[], &[c("/bin/true")]).is_none());
+        assert!(go::encode(&[c("true")], &[], &[]).is_none());
+        assert!(go::encode(&[c(&"x".repeat(go::MAX))], &[], &[c("/bin/true")]).is_none());
     }
 }

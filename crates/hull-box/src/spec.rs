@@ -48,7 +48,7 @@ pub enum Stdin {
 }
 
 /// Everything one box needs. Built by a front end, checked by [`BoxSpec::validate`].
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct BoxSpec {
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,

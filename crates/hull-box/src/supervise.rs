@@ -51,6 +51,11 @@ pub struct RunOptions {
 /// Process-wide state: the detected cgroup layout and the compiled seccomp filter. Create once,
 /// run many boxes (concurrently from several threads, too).
 pub struct Runtime {
+    core: Arc<Core>,
+}
+
+/// What a [`Runtime`] holds, shared with its ready-box thread (`ready.rs`).
+pub(crate) struct Core {
     cgroups: Option<Arc<hull_cgroup::Host>>,
     cgroup_error: Option<String>,
     program: hull_seccomp::Program,
@@ -63,19 +68,118 @@ pub struct Runtime {
     templates: Option<crate::template::Templates>,
     /// Cgroups and workspaces made ahead, with templates ([`Runtime::enable_templates`]).
     spares: Option<crate::spares::Spares>,
+    /// Boxes set up ahead, waiting for their program, with templates.
+    ready: Option<crate::ready::ReadyBoxes>,
 }
 
-// SAFETY: `fprog` points into `program`, which the Runtime owns and never mutates; the pointer is
+// SAFETY: `fprog` points into `program`, which the Core owns and never mutates; the pointer is
 // only read (by the kernel, in a child's copy of memory).
-unsafe impl Send for Runtime {}
+unsafe impl Send for Core {}
 // SAFETY: as above, all shared access is read-only.
-unsafe impl Sync for Runtime {}
+unsafe impl Sync for Core {}
 
 /// The signals the supervisor turns into "kill the box, clean up, report".
 const FORWARDED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 
 impl Runtime {
     pub fn new() -> Result<Runtime, BoxError> {
+        Ok(Runtime { core: Arc::new(Core::new()?) })
+    }
+
+    /// Builds each distinct read-only skeleton once and lets boxes enter a locked copy of it
+    /// (see `template.rs`), instead of every box mounting its own ~90 steps; also keeps box
+    /// cgroups and workspaces (`spares.rs`) and whole boxes (`ready.rs`) made ahead. For
+    /// long-lived front ends; a one-shot `hull run` gains nothing.
+    pub fn enable_templates(&mut self) -> Result<(), BoxError> {
+        let core = Arc::get_mut(&mut self.core).ok_or(BoxError::Sys { what: "enable templates on a runtime already shared", errno: Errno(libc::EBUSY) })?;
+        core.enable_templates()
+    }
+
+    /// How many templates this Runtime holds (0 when templates are off).
+    pub fn templates_built(&self) -> usize {
+        self.core.templates.as_ref().map_or(0, crate::template::Templates::len)
+    }
+
+    /// How many boxes entered a pooled network namespace (0 when templates are off).
+    pub fn pooled_nets_used(&self) -> u64 {
+        self.core.templates.as_ref().map_or(0, crate::template::Templates::pooled_nets)
+    }
+
+    /// How many boxes entered a pooled user namespace (templates only).
+    pub fn pooled_users_used(&self) -> u64 {
+        self.core.templates.as_ref().map_or(0, crate::template::Templates::pooled_users)
+    }
+
+    /// How many boxes got a cgroup, and a temporary workspace, made ahead by the spares thread
+    /// (0 when templates are off).
+    pub fn spares_used(&self) -> (u64, u64) {
+        self.core.spares.as_ref().map_or((0, 0), crate::spares::Spares::used)
+    }
+
+    /// The directories (cgroups, then workspaces) of the spares made ahead and not yet used;
+    /// they are removed with the Runtime.
+    pub fn spare_paths(&self) -> Vec<PathBuf> {
+        self.core.spares.as_ref().map_or_else(Vec::new, crate::spares::Spares::paths)
+    }
+
+    /// How many boxes ran in a box set up ahead of time (templates only).
+    pub fn ready_used(&self) -> u64 {
+        self.core.ready.as_ref().map_or(0, crate::ready::ReadyBoxes::used)
+    }
+
+    /// The pid 1s of the boxes set up ahead and waiting now (they end with the Runtime).
+    pub fn ready_pids(&self) -> Vec<libc::pid_t> {
+        self.core.ready.as_ref().map_or_else(Vec::new, crate::ready::ReadyBoxes::pids)
+    }
+
+    /// Removes box cgroups and temporary workspaces that SIGKILLed hulls left behind (see
+    /// [`crate::leftovers`]). Reads the temporary directory, so long-lived front ends call it
+    /// once, off the hot path.
+    pub fn sweep_leftovers(&self) -> crate::leftovers::Swept {
+        self.core.sweep_leftovers()
+    }
+
+    /// The detected cgroup layout, for `hull doctor`.
+    pub fn cgroups(&self) -> Result<&hull_cgroup::Host, String> {
+        self.core.cgroups.as_deref().ok_or_else(|| self.core.cgroup_error.clone().unwrap_or_default())
+    }
+
+    pub fn seccomp_program(&self) -> &hull_seccomp::Program {
+        &self.core.program
+    }
+
+    /// The plan `spec` would run, without running it (`hull run --plan`).
+    pub fn plan(&self, spec: &BoxSpec) -> Result<BoxPlan, BoxError> {
+        self.core.plan(spec)
+    }
+
+    /// Runs `spec` in a fresh box and returns what happened, after the box is fully torn down.
+    pub fn run(&self, spec: &BoxSpec, opts: RunOptions, sink: &mut dyn OutputSink) -> Result<RunResult, BoxError> {
+        let (result, teardown) = self.run_detached(spec, opts, sink)?;
+        teardown.finish();
+        Ok(result)
+    }
+
+    /// Runs `spec` and returns the result as soon as the program has exited and its output is
+    /// complete, with the [`Teardown`] still to do: reaping the box's pid 1 (the kernel's namespace
+    /// teardown, ~1.5 ms here), removing its cgroup and temporary workspace. Dropping the
+    /// `Teardown` does it too, so nothing is left behind.
+    pub fn run_detached(&self, spec: &BoxSpec, opts: RunOptions, sink: &mut dyn OutputSink) -> Result<(RunResult, Teardown), BoxError> {
+        self.core.run_detached(&self.core, spec, opts, sink)
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        // The ready-box thread holds only a weak reference; the boxes it made go now.
+        if let Some(r) = &self.core.ready {
+            r.stop();
+        }
+    }
+}
+
+impl Core {
+    fn new() -> Result<Core, BoxError> {
         let support = hull_seccomp::probe();
         if !support.filter {
             return Err(BoxError::Seccomp("the kernel has no seccomp filter support (CONFIG_SECCOMP_FILTER); hull will not run code unfiltered".into()));
@@ -93,70 +197,34 @@ impl Runtime {
             Err(e) => (None, Some(e.to_string())),
         };
         let started_ns = sys::monotonic_ns() % 1_000_000_000_000;
-        Ok(Runtime { cgroups, cgroup_error, program, fprog, listener, rules: rules.len(), counter: AtomicU64::new(0), started_ns, templates: None, spares: None })
+        Ok(Core { cgroups, cgroup_error, program, fprog, listener, rules: rules.len(), counter: AtomicU64::new(0), started_ns, templates: None, spares: None, ready: None })
     }
 
-    /// Builds each distinct read-only skeleton once and lets boxes enter a locked copy of it
-    /// (see `template.rs`), instead of every box mounting its own ~90 steps. For long-lived
-    /// front ends; a one-shot `hull run` gains nothing.
-    pub fn enable_templates(&mut self) -> Result<(), BoxError> {
+    fn enable_templates(&mut self) -> Result<(), BoxError> {
         if self.templates.is_none() {
             self.templates = Some(crate::template::Templates::new()?);
         }
         if self.spares.is_none() {
             self.spares = Some(crate::spares::Spares::new(self.cgroups.clone(), self.started_ns));
         }
+        if self.ready.is_none() {
+            self.ready = Some(crate::ready::ReadyBoxes::new());
+        }
         Ok(())
-    }
-
-    /// How many templates this Runtime holds (0 when templates are off).
-    pub fn templates_built(&self) -> usize {
-        self.templates.as_ref().map_or(0, crate::template::Templates::len)
-    }
-
-    /// How many boxes entered a pooled network namespace (0 when templates are off).
-    pub fn pooled_nets_used(&self) -> u64 {
-        self.templates.as_ref().map_or(0, crate::template::Templates::pooled_nets)
-    }
-
-    /// How many boxes entered a pooled user namespace (templates only).
-    pub fn pooled_users_used(&self) -> u64 {
-        self.templates.as_ref().map_or(0, crate::template::Templates::pooled_users)
-    }
-
-    /// How many boxes got a cgroup, and a temporary workspace, made ahead by the spares thread
-    /// (0 when templates are off).
-    pub fn spares_used(&self) -> (u64, u64) {
-        self.spares.as_ref().map_or((0, 0), crate::spares::Spares::used)
-    }
-
-    /// The directories (cgroups, then workspaces) of the spares made ahead and not yet used;
-    /// they are removed with the Runtime.
-    pub fn spare_paths(&self) -> Vec<PathBuf> {
-        self.spares.as_ref().map_or_else(Vec::new, crate::spares::Spares::paths)
     }
 
     /// Removes box cgroups and temporary workspaces that SIGKILLed hulls left behind (see
     /// [`crate::leftovers`]). Reads the temporary directory, so long-lived front ends call it
     /// once, off the hot path.
-    pub fn sweep_leftovers(&self) -> crate::leftovers::Swept {
+    fn sweep_leftovers(&self) -> crate::leftovers::Swept {
         let mut parents: Vec<PathBuf> = self.cgroups.as_ref().map(|h| h.report().into_iter().filter_map(|r| r.box_parent).collect()).unwrap_or_default();
         parents.sort();
         parents.dedup();
         crate::leftovers::sweep(&parents, &std::env::temp_dir())
     }
 
-    /// The detected cgroup layout, for `hull doctor`.
-    pub fn cgroups(&self) -> Result<&hull_cgroup::Host, String> {
-        self.cgroups.as_deref().ok_or_else(|| self.cgroup_error.clone().unwrap_or_default())
-    }
-
-    pub fn seccomp_program(&self) -> &hull_seccomp::Program {
-        &self.program
-    }
-
     /// The plan `spec` would run, without running it (`hull run --plan`).
-    pub fn plan(&self, spec: &BoxSpec) -> Result<BoxPlan, BoxError> {
+    fn plan(&self, spec: &BoxSpec) -> Result<BoxPlan, BoxError> {
         spec.validate()?;
         // A temporary workspace like a real run's (deleted when the plan is printed).
         let temp = if spec.workspace.is_none() { Some(Workspace::temporary()?) } else { None };
@@ -177,18 +245,9 @@ impl Runtime {
         Ok(plan)
     }
 
-    /// Runs `spec` in a fresh box and returns what happened, after the box is fully torn down.
-    pub fn run(&self, spec: &BoxSpec, opts: RunOptions, sink: &mut dyn OutputSink) -> Result<RunResult, BoxError> {
-        let (result, teardown) = self.run_detached(spec, opts, sink)?;
-        teardown.finish();
-        Ok(result)
-    }
-
-    /// Runs `spec` and returns the result as soon as the program has exited and its output is
-    /// complete, with the [`Teardown`] still to do: reaping the box's pid 1 (the kernel's namespace
-    /// teardown, ~1.5 ms here), removing its cgroup and temporary workspace. Dropping the
-    /// `Teardown` does it too, so nothing is left behind.
-    pub fn run_detached(&self, spec: &BoxSpec, opts: RunOptions, sink: &mut dyn OutputSink) -> Result<(RunResult, Teardown), BoxError> {
+    /// [`Runtime::run_detached`]; `shared` is this Core's own Arc (the ready-box thread keeps a
+    /// weak one).
+    fn run_detached(&self, shared: &Arc<Core>, spec: &BoxSpec, opts: RunOptions, sink: &mut dyn OutputSink) -> Result<(RunResult, Teardown), BoxError> {
         let t0 = sys::monotonic_ns();
         let tracing = std::env::var_os("HULL_TRACE_STEPS").is_some();
         let mark = |what: &str| {
@@ -198,8 +257,15 @@ impl Runtime {
         };
         spec.validate()?;
         let keep = crate::caps::resolve(&spec.cap_add, &spec.cap_drop).map_err(crate::spec::SpecError::from)?;
-        let mut warnings = Vec::new();
-
+        // A box set up ahead for this shape of spec, if one is ready (not while tracing steps,
+        // which a ready box ran long ago).
+        if let (Some(pool), false) = (&self.ready, tracing) {
+            if let Some(rb) = pool.take(shared, spec) {
+                if let Some(done) = self.run_ready(rb, spec, keep, opts, sink)? {
+                    return Ok(done);
+                }
+            }
+        }
         let workspace = match &spec.workspace {
             Some(w) => Workspace { path: w.clone(), temporary: false },
             None => match self.spares.as_ref().and_then(crate::spares::Spares::workspace) {
@@ -207,16 +273,36 @@ impl Runtime {
                 None => Workspace::temporary()?,
             },
         };
+        let (guard, warnings) = self.box_cgroup(spec)?;
+        mark("workspace and cgroup created");
+        let plan = self.assemble(spec, keep, &workspace.path, &guard)?;
+        // Holds the template's namespaces (and a pooled network namespace) until the box has
+        // entered them.
+        let (plan, _entered) = match &self.templates {
+            Some(t) => t.prepare(plan)?,
+            None => (plan, None),
+        };
+        mark("plan built");
+        let outcome = self.supervise(spec, &plan, opts, sink, tracing);
+        mark("result known");
+        let (outcome, pid) = outcome?;
+        Ok(self.conclude(spec, outcome, pid, guard, workspace, warnings, tracing.then_some(t0)))
+    }
 
-        let seq = self.counter.fetch_add(1, Ordering::Relaxed);
-        // The start time makes the name unique even when a SIGKILLed hull left its cgroup behind
-        // and a later hull got the same pid.
-        let name = format!("{}{}-{seq}-{}", crate::leftovers::CGROUP_PREFIX, sys::getpid(), self.started_ns);
-        let limits = hull_cgroup::Limits { memory_bytes: spec.memory, pids: spec.pids, cpu_millis: spec.cpu_millis() };
+    /// The box's cgroup (a spare one when ready) and the warnings for caps it cannot enforce;
+    /// refused when `require_limits` is set and a cap is not enforced.
+    fn box_cgroup(&self, spec: &BoxSpec) -> Result<(CgroupGuard, Vec<String>), BoxError> {
+        let limits = limits_of(spec);
         let cgroup = match &self.cgroups {
             Some(h) => match self.spares.as_ref().and_then(|s| s.cgroup(&limits)) {
                 Some(cg) => Some(cg),
-                None => Some(h.create(&name, &limits)?),
+                None => {
+                    let seq = self.counter.fetch_add(1, Ordering::Relaxed);
+                    // The start time makes the name unique even when a SIGKILLed hull left its
+                    // cgroup behind and a later hull got the same pid.
+                    let name = format!("{}{}-{seq}-{}", crate::leftovers::CGROUP_PREFIX, sys::getpid(), self.started_ns);
+                    Some(h.create(&name, &limits)?)
+                }
             },
             None => None,
         };
@@ -233,23 +319,19 @@ impl Runtime {
         if spec.require_limits && !unenforced.is_empty() {
             return Err(BoxError::LimitsUnenforced(unenforced.join("; ")));
         }
-        warnings.extend(unenforced);
+        Ok((guard, unenforced))
+    }
 
-        mark("workspace and cgroup created");
-        let procs: Vec<CString> = guard.0.as_ref().map(|c| c.procs_files().to_vec()).unwrap_or_default();
-        let ctx = Context { uid: sys::geteuid(), gid: sys::getegid(), cgroup_procs: &procs, workspace: &workspace.path, seccomp_rules: self.rules, listener: self.listener, keep_caps: keep, stage: self.templates.as_ref().map_or(crate::plan::STAGE, |t| t.stage()) };
-        let plan = assemble::build(spec, &ctx)?;
-        // Holds the template's namespaces (and a pooled network namespace) until the box has
-        // entered them.
-        let (plan, _entered) = match &self.templates {
-            Some(t) => t.prepare(plan)?,
-            None => (plan, None),
-        };
-        mark("plan built");
-        let outcome = self.supervise(spec, &plan, opts, sink, tracing);
-        mark("result known");
-        let (outcome, pid) = outcome?;
+    /// The whole plan of `spec` with this workspace and cgroup (before any template split).
+    fn assemble(&self, spec: &BoxSpec, keep: u64, workspace: &Path, cgroup: &CgroupGuard) -> Result<BoxPlan, BoxError> {
+        let procs: Vec<CString> = cgroup.0.as_ref().map(|c| c.procs_files().to_vec()).unwrap_or_default();
+        let ctx = Context { uid: sys::geteuid(), gid: sys::getegid(), cgroup_procs: &procs, workspace, seccomp_rules: self.rules, listener: self.listener, keep_caps: keep, stage: self.templates.as_ref().map_or(crate::plan::STAGE, |t| t.stage()) };
+        assemble::build(spec, &ctx)
+    }
 
+    /// The result of a watched box, and its teardown.
+    #[allow(clippy::too_many_arguments)]
+    fn conclude(&self, spec: &BoxSpec, outcome: Outcome, pid: libc::pid_t, guard: CgroupGuard, workspace: Workspace, warnings: Vec<String>, trace_t0: Option<u64>) -> (RunResult, Teardown) {
         let cg = guard.0.as_ref();
         let oom_kills = cg.map_or(0, hull_cgroup::BoxCgroup::oom_kills);
         let peak = cg.and_then(hull_cgroup::BoxCgroup::peak_memory);
@@ -261,72 +343,91 @@ impl Runtime {
         // death is the program's own (`kill -SYS $$`), not a fault.
         let mut result = finish(spec, outcome, oom_kills, peak, ws_full, !self.listener);
         result.warnings.splice(0..0, warnings);
-        let teardown = Teardown { pid: if exited { None } else { Some(pid) }, cgroup: guard, workspace: Some(workspace), tracing: tracing.then_some(t0) };
-        Ok((result, teardown))
+        let teardown = Teardown { pid: if exited { None } else { Some(pid) }, cgroup: guard, workspace: Some(workspace), tracing: trace_t0 };
+        (result, teardown)
+    }
+
+    /// Runs `spec` in `rb`, a box set up ahead, when its setup is exactly what `spec` asks for
+    /// (the same plan, with its workspace and cgroup, up to the program; the same limits);
+    /// otherwise None, and `rb` goes.
+    fn run_ready(&self, mut rb: crate::ready::ReadyBox, spec: &BoxSpec, keep: u64, opts: RunOptions, sink: &mut dyn OutputSink) -> Result<Option<(RunResult, Teardown)>, BoxError> {
+        if rb.limits != limits_of(spec) || (spec.require_limits && !rb.warnings.is_empty()) {
+            return Ok(None);
+        }
+        let Some(ws) = rb.workspace.as_ref() else { return Ok(None) };
+        let plan = self.assemble(spec, keep, &ws.path, &rb.cgroup)?;
+        let (Some((Step::Exec { argv, env, candidates }, setup)), Some((_, ready_setup))) = (plan.steps.split_last(), rb.plan.steps.split_last()) else {
+            return Ok(None);
+        };
+        if setup != ready_setup || plan.clone_flags != rb.plan.clone_flags {
+            return Ok(None);
+        }
+        let Some(go) = crate::proto::go::encode(argv, env, candidates) else { return Ok(None) };
+        let sigfd = sys::block_signals_fd(&FORWARDED).map_err(|errno| BoxError::Sys { what: "block signals", errno })?;
+        let start = sys::monotonic_ns();
+        if sys::send_with_fd(rb.sock.as_raw_fd(), &go, None).is_err() {
+            sys::unblock_signals(&FORWARDED);
+            return Ok(None);
+        }
+        rb.mark_used();
+        let pid = rb.pid;
+        let watch = Watch { pid, start, spec, opts, tracing: false };
+        let outcome = watch.run(&rb.sock, &rb.out, &rb.err, &sigfd, sink, &plan, Some(rb.listener.take()));
+        sys::unblock_signals(&FORWARDED);
+        let (guard, workspace, warnings) = rb.hand_over();
+        let outcome = match outcome {
+            Ok(o) => o,
+            Err(e) => {
+                // Pid 1 still ours and unreaped: end it (the teardown would, too).
+                if let Ok(None) = sys::wait4(pid, true) {
+                    let _ = sys::kill(pid, libc::SIGKILL);
+                    let _ = sys::wait4(pid, false);
+                }
+                return Err(e);
+            }
+        };
+        Ok(Some(self.conclude(spec, outcome, pid, guard, workspace, warnings, None)))
+    }
+
+    /// Sets up a box for `spec` and leaves its pid 1 waiting for the program (see `ready.rs`).
+    pub(crate) fn build_ready(&self, spec: &BoxSpec) -> Result<crate::ready::ReadyBox, BoxError> {
+        spec.validate()?;
+        let keep = crate::caps::resolve(&spec.cap_add, &spec.cap_drop).map_err(crate::spec::SpecError::from)?;
+        let Some(templates) = &self.templates else { return Err(BoxError::Sys { what: "set up a box ahead without templates", errno: Errno(libc::EINVAL) }) };
+        let workspace = match self.spares.as_ref().and_then(crate::spares::Spares::workspace) {
+            Some(w) => w,
+            None => Workspace::temporary()?,
+        };
+        let (cgroup, warnings) = self.box_cgroup(spec)?;
+        let plan = self.assemble(spec, keep, &workspace.path, &cgroup)?;
+        let (boxed, entered) = templates.prepare(plan.clone())?;
+        if entered.is_none() {
+            return Err(BoxError::Sys { what: "set up a box ahead without a template", errno: Errno(libc::EINVAL) });
+        }
+        let started = self.start(spec, &boxed, true, None)?;
+        let mut rb = crate::ready::ReadyBox::new(plan, limits_of(spec), started.pid, started.sock, started.out, started.err, workspace, cgroup, warnings, entered);
+        // Its setup runs to the end: Ready, with the seccomp listener.
+        match crate::template::await_message_fd(&rb.sock, 10_000)? {
+            (Message::Ready, listener) => rb.listener = listener,
+            (Message::SetupFailed { step, errno }, _) => return Err(setup_error(&boxed, step, errno)),
+            _ => return Err(BoxError::SetupVanished(0)),
+        }
+        Ok(rb)
     }
 
     fn supervise(&self, spec: &BoxSpec, plan: &BoxPlan, opts: RunOptions, sink: &mut dyn OutputSink, tracing: bool) -> Result<(Outcome, libc::pid_t), BoxError> {
-        let sysf = |what: &'static str| move |errno: Errno| BoxError::Sys { what, errno };
-        let (out_r, out_w) = sys::pipe().map_err(sysf("create the stdout pipe"))?;
-        let (err_r, err_w) = sys::pipe().map_err(sysf("create the stderr pipe"))?;
-        let (sock_parent, sock_child) = sys::seqpacket_pair().map_err(sysf("create the box channel"))?;
-        let null;
-        let stdin_fd = match spec.stdin {
-            Stdin::Inherit => 0,
-            Stdin::Null => {
-                null = std::fs::File::open("/dev/null").map_err(|error| BoxError::Io { what: "open /dev/null".into(), error })?;
-                null.as_raw_fd()
-            }
-        };
         let trace = if tracing { TraceMap::new() } else { None };
-        let Some(Step::Exec { argv, env, .. }) = plan.steps.last() else {
-            return Err(BoxError::Seccomp("plan without exec".into()));
-        };
-        // Pid 1 of a box entering a template runs on memory set aside once (its entry process's
-        // copy of it; ours is never touched, so boxes at once can share it).
-        let pid1_stack = if plan.steps.iter().any(|s| matches!(s, Step::StartPid1)) { pid1_stack() } else { None };
-        let argv_ptrs = child::pointer_array(argv);
-        let env_ptrs = child::pointer_array(env);
-        let ctx = ChildContext {
-            plan,
-            sock: sock_child.as_raw_fd(),
-        peer: sock_parent.as_raw_fd(),
-            stdin: stdin_fd,
-            stdout: out_w.as_raw_fd(),
-            stderr: err_w.as_raw_fd(),
-            argv: &argv_ptrs,
-            envp: &env_ptrs,
-            seccomp: Some(&self.fprog),
-            trace: trace.as_ref().map(|t| t.0),
-            pid1_stack,
-        };
-        let sigfd = sys::block_signals_fd(&FORWARDED).map_err(sysf("block signals"))?;
-        let start = sys::monotonic_ns();
-        // SAFETY: the child runs only `child::run`, which reads prepared data, calls
-        // allocation-free wrappers and ends in execve or _exit.
-        let pid = match unsafe { sys::clone_fork(plan.clone_flags) } {
-            Ok(0) => child::run(&ctx),
-            Ok(pid) => pid,
-            Err(errno) => {
+        let sigfd = sys::block_signals_fd(&FORWARDED).map_err(|errno| BoxError::Sys { what: "block signals", errno })?;
+        let started = match self.start(spec, plan, false, trace.as_ref()) {
+            Ok(s) => s,
+            Err(e) => {
                 sys::unblock_signals(&FORWARDED);
-                return Err(BoxError::Clone { errno, hint: clone_hint(errno) });
+                return Err(e);
             }
         };
-        drop((out_w, err_w, sock_child));
-        // A box entering a template starts with a plain fork that forks pid 1 and exits.
-        let pid = if plan.steps.iter().any(|s| matches!(s, Step::StartPid1)) {
-            match await_pid1(pid, &sock_parent, plan, spec) {
-                Ok(p) => p,
-                Err(e) => {
-                    sys::unblock_signals(&FORWARDED);
-                    return Err(e);
-                }
-            }
-        } else {
-            pid
-        };
+        let Started { pid, start, sock, out, err } = started;
         let watch = Watch { pid, start, spec, opts, tracing };
-        let outcome = watch.run(&sock_parent, &out_r, &err_r, &sigfd, sink, plan);
+        let outcome = watch.run(&sock, &out, &err, &sigfd, sink, plan, None);
         let watched = sys::monotonic_ns();
         if outcome.is_err() {
             // A failed setup. Signal pid 1 only while it is still our unreaped child (WNOHANG
@@ -343,6 +444,71 @@ impl Runtime {
         }
         outcome.map(|o| (o, pid))
     }
+
+    /// Clones the box's first process to run `plan` (for a template box, it reports the pid 1
+    /// it forks); with `ready_box`, pid 1 waits at the program for a go datagram.
+    fn start(&self, spec: &BoxSpec, plan: &BoxPlan, ready_box: bool, trace: Option<&TraceMap>) -> Result<Started, BoxError> {
+        let sysf = |what: &'static str| move |errno: Errno| BoxError::Sys { what, errno };
+        let (out_r, out_w) = sys::pipe().map_err(sysf("create the stdout pipe"))?;
+        let (err_r, err_w) = sys::pipe().map_err(sysf("create the stderr pipe"))?;
+        let (sock_parent, sock_child) = sys::seqpacket_pair().map_err(sysf("create the box channel"))?;
+        let null;
+        let stdin_fd = match spec.stdin {
+            Stdin::Inherit => 0,
+            Stdin::Null => {
+                null = std::fs::File::open("/dev/null").map_err(|error| BoxError::Io { what: "open /dev/null".into(), error })?;
+                null.as_raw_fd()
+            }
+        };
+        let Some(Step::Exec { argv, env, .. }) = plan.steps.last() else {
+            return Err(BoxError::Seccomp("plan without exec".into()));
+        };
+        // Pid 1 of a box entering a template runs on memory set aside once (its entry process's
+        // copy of it; ours is never touched, so boxes at once can share it).
+        let pid1_stack = if plan.steps.iter().any(|s| matches!(s, Step::StartPid1)) { pid1_stack() } else { None };
+        let argv_ptrs = child::pointer_array(argv);
+        let env_ptrs = child::pointer_array(env);
+        let ctx = ChildContext {
+            plan,
+            sock: sock_child.as_raw_fd(),
+            peer: sock_parent.as_raw_fd(),
+            stdin: stdin_fd,
+            stdout: out_w.as_raw_fd(),
+            stderr: err_w.as_raw_fd(),
+            argv: &argv_ptrs,
+            envp: &env_ptrs,
+            seccomp: Some(&self.fprog),
+            trace: trace.map(|t| t.0),
+            pid1_stack,
+            ready_box,
+        };
+        let start = sys::monotonic_ns();
+        // SAFETY: the child runs only `child::run`, which reads prepared data, calls
+        // allocation-free wrappers and ends in execve or _exit.
+        let pid = match unsafe { sys::clone_fork(plan.clone_flags) } {
+            Ok(0) => child::run(&ctx),
+            Ok(pid) => pid,
+            Err(errno) => return Err(BoxError::Clone { errno, hint: clone_hint(errno) }),
+        };
+        drop((out_w, err_w, sock_child));
+        // A box entering a template starts with a plain fork that forks pid 1 and exits.
+        let pid = if plan.steps.iter().any(|s| matches!(s, Step::StartPid1)) { await_pid1(pid, &sock_parent, plan, spec)? } else { pid };
+        Ok(Started { pid, start, sock: sock_parent, out: out_r, err: err_r })
+    }
+}
+
+/// A box's first process, cloned: its pid 1, when the clone started, and our ends of its
+/// channel and output pipes.
+struct Started {
+    pid: libc::pid_t,
+    start: u64,
+    sock: OwnedFd,
+    out: OwnedFd,
+    err: OwnedFd,
+}
+
+fn limits_of(spec: &BoxSpec) -> hull_cgroup::Limits {
+    hull_cgroup::Limits { memory_bytes: spec.memory, pids: spec.pids, cpu_millis: spec.cpu_millis() }
 }
 
 /// The stack of a template box's pid 1, which also carves its program's 64 KiB start stack from
@@ -470,7 +636,9 @@ struct Watch<'a> {
 }
 
 impl Watch<'_> {
-    fn run(&self, sock: &OwnedFd, out: &OwnedFd, err: &OwnedFd, sigfd: &OwnedFd, sink: &mut dyn OutputSink, plan: &BoxPlan) -> Result<Outcome, BoxError> {
+    /// `ready_box`: for a ready box, whose Ready (with the seccomp listener, if any) came before.
+    #[allow(clippy::too_many_arguments)]
+    fn run(&self, sock: &OwnedFd, out: &OwnedFd, err: &OwnedFd, sigfd: &OwnedFd, sink: &mut dyn OutputSink, plan: &BoxPlan, ready_box: Option<Option<OwnedFd>>) -> Result<Outcome, BoxError> {
         let pidfd = sys::pidfd_open(self.pid).map_err(|errno| BoxError::Sys { what: "open a pidfd for the box", errno })?;
         let _ = sys::set_nonblocking(out.as_fd());
         let _ = sys::set_nonblocking(err.as_fd());
@@ -490,8 +658,10 @@ impl Watch<'_> {
             duration_ms: 0,
             setup_us: 0,
         };
-        let mut listener: Option<OwnedFd> = None;
-        let mut ready = false;
+        let (mut ready, mut listener) = match ready_box {
+            Some(l) => (true, l),
+            None => (false, None),
+        };
         let mut setup_error: Option<BoxError> = None;
         let mut sock_open = true;
         let mut killed = false;
@@ -810,7 +980,7 @@ impl Drop for Teardown {
 }
 
 /// Removes the box's cgroup when dropped.
-struct CgroupGuard(Option<hull_cgroup::BoxCgroup>);
+pub(crate) struct CgroupGuard(pub(crate) Option<hull_cgroup::BoxCgroup>);
 
 impl Drop for CgroupGuard {
     fn drop(&mut self) {
@@ -830,6 +1000,11 @@ pub(crate) struct Workspace {
 }
 
 impl Workspace {
+    /// No directory: nothing to delete.
+    pub(crate) fn none() -> Workspace {
+        Workspace { path: PathBuf::new(), temporary: false }
+    }
+
     pub(crate) fn temporary() -> Result<Workspace, BoxError> {
         let base = std::env::temp_dir();
         // The pid lets a later hull sweep this directory if we are SIGKILLed (`leftovers`).

@@ -144,6 +144,21 @@ impl Drop for Stack {
     }
 }
 
+/// Zeroed anonymous private memory for `len` values of `T`, never unmapped (for a child that
+/// will exec or exit): usable where malloc is not (after a fork of a threaded process). `T` must
+/// be valid as all-zero bytes (integers, raw pointers).
+pub fn anonymous<T: Copy>(len: usize) -> Option<&'static mut [T]> {
+    let bytes = len.checked_mul(std::mem::size_of::<T>())?;
+    // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
+    let p = unsafe { libc::mmap(ptr::null_mut(), bytes.max(1), libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1, 0) };
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    // SAFETY: page-aligned (so aligned for T), zero-filled memory of `len` Ts that nothing else
+    // refers to and that is never unmapped; the caller only uses it with zero-valid types.
+    Some(unsafe { std::slice::from_raw_parts_mut(p.cast::<T>(), len) })
+}
+
 /// `fork(2)` through libc (runs the atfork handlers).
 ///
 /// # Safety

@@ -337,6 +337,7 @@ fn build(plan: &BoxPlan) -> Result<Template, BoxError> {
         seccomp: None,
         trace: None,
         pid1_stack: None,
+        ready_box: false,
     };
     // SAFETY: the child runs only `child::run` over the template plan (allocation-free wrappers,
     // ending in HoldTemplate's exit).
@@ -377,7 +378,7 @@ pub(crate) fn await_message(sock: &OwnedFd, timeout_ms: i32) -> Result<Message, 
 }
 
 /// Waits up to `timeout_ms` for one message on `sock`, with the descriptor it carries.
-fn await_message_fd(sock: &OwnedFd, timeout_ms: i32) -> Result<(Message, Option<OwnedFd>), BoxError> {
+pub(crate) fn await_message_fd(sock: &OwnedFd, timeout_ms: i32) -> Result<(Message, Option<OwnedFd>), BoxError> {
     let mut fds = [libc::pollfd { fd: sock.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
     let n = sys::poll(&mut fds, timeout_ms).map_err(|errno| BoxError::Sys { what: "wait for the box", errno })?;
     if n == 0 {

@@ -220,3 +220,77 @@ fn spare_cgroups_and_workspaces_are_fresh_per_box_and_go_with_the_runtime() {
         assert!(!p.exists(), "{} outlived its Runtime", p.display());
     }
 }
+
+/// Runs `code` with `arg` as argv[1] and HULL_T=`arg` in the environment.
+fn python_with(rt: &Runtime, code: &str, arg: &str, tweak: impl Fn(&mut BoxSpec)) -> RunResult {
+    let mut spec = BoxSpec::new(vec!["python3".into(), "-c".into(), code.into(), arg.into()]);
+    spec.env = vec![("HULL_T".into(), arg.into())];
+    tweak(&mut spec);
+    rt.run(&spec, RunOptions { capture: true }, &mut NoSink).expect("box runs")
+}
+
+#[test]
+fn boxes_set_up_ahead_run_each_program_once_with_its_own_argv_env_and_setup() {
+    let rt = runtime();
+    let code = "import os, sys, socket\nprint('arg', sys.argv[1], 'env', os.environ.get('HULL_T'), 'pid', os.getpid(), 'host', socket.gethostname(), 'cwd', os.getcwd())\nprint('ws', sorted(os.listdir('/workspace')), 'tmp', sorted(os.listdir('/tmp')))\nopen('/workspace/m', 'w').write('x'); open('/tmp/m', 'w').write('x')";
+    let mut i = 0;
+    while rt.ready_used() < 3 && i < 40 {
+        i += 1;
+        let arg = format!("a{i}");
+        let r = python_with(&rt, code, &arg, |_| {});
+        // Its own argv and environment (sent with the go datagram), its own pid namespace, and
+        // an empty workspace and /tmp: nothing of an earlier box.
+        assert!(r.success, "{r:?}");
+        assert!(r.stdout.contains(&format!("arg {arg} env {arg} pid 2 host hull cwd /workspace")), "{}", r.stdout);
+        assert!(r.stdout.contains("ws [] tmp []"), "{}", r.stdout);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(rt.ready_used() >= 3, "only {} boxes ran in a box set up ahead", rt.ready_used());
+    // A box whose setup differs (hostname, working directory) gets its own, never a ready one
+    // of another shape.
+    let r = python_with(&rt, code, "b", |s| {
+        s.hostname = "other".into();
+        s.cwd = "/tmp".into();
+    });
+    assert!(r.stdout.contains("arg b env b pid 2 host other cwd /tmp"), "{r:?}");
+    // The filter holds in a ready box (its listener came with Ready): unshare is an escape.
+    let used = rt.ready_used();
+    let mut escaped = None;
+    for _ in 0..20 {
+        let r = python_with(&rt, "import ctypes, sys; print(ctypes.CDLL(None).unshare(0x10000000))", "c", |_| {});
+        if rt.ready_used() > used {
+            escaped = Some(r);
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let r = escaped.expect("a ready box ran the escape");
+    assert_eq!(r.fault.as_ref().map(|f| f.kind), Some(hull_box::FaultType::EscapeBlocked), "{r:?}");
+    // A missing program, and the deadline counted from the go datagram.
+    let r = python_with(&rt, "", "d", |s| s.argv = vec!["no-such-program-hull".into()]);
+    assert_eq!(r.fault.as_ref().map(|f| f.kind), Some(hull_box::FaultType::ExecFailed), "{r:?}");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let t = std::time::Instant::now();
+    let r = python_with(&rt, "import time; time.sleep(10)", "e", |s| s.timeout = std::time::Duration::from_secs(1));
+    assert_eq!(r.fault.as_ref().map(|f| f.kind), Some(hull_box::FaultType::Timeout), "{r:?}");
+    assert!(t.elapsed() < std::time::Duration::from_secs(5), "{:?}", t.elapsed());
+    // A program too big for one datagram (100 KiB in argv and as much in the environment)
+    // takes the ordinary path, whole.
+    let big = "x".repeat(100 * 1024);
+    let r = python_with(&rt, "import os, sys; print(len(sys.argv[1]) + len(os.environ['HULL_T']))", &big, |_| {});
+    assert_eq!(r.stdout.trim(), "204800", "{r:?}");
+    // The boxes still waiting end with the Runtime.
+    let mut pids = Vec::new();
+    for _ in 0..100 {
+        pids = rt.ready_pids();
+        if !pids.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(!pids.is_empty(), "no box was waiting");
+    drop(rt);
+    for pid in pids {
+        assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "ready box pid 1 {pid} outlived its Runtime");
+    }
+}

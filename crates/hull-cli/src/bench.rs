@@ -99,6 +99,7 @@ pub fn main(args: &BenchArgs) -> i32 {
             }
         }
         let (mut b, mut x, mut nc, mut full) = (Vec::with_capacity(runs), Vec::with_capacity(runs), Vec::with_capacity(runs), Vec::with_capacity(runs));
+        let ready_before = rt.ready_used();
         for _ in 0..runs {
             b.push(bare(argv));
             match boxed(&cold, argv) {
@@ -119,6 +120,7 @@ pub fn main(args: &BenchArgs) -> i32 {
                 }
             }
         }
+        let ready = rt.ready_used() - ready_before;
         let (bmin, bmed, bp90) = summary(&mut b);
         let (xmin, xmed, xp90) = summary(&mut x);
         let (nmin, nmed, np90) = summary(&mut nc);
@@ -126,12 +128,12 @@ pub fn main(args: &BenchArgs) -> i32 {
         if !args.json {
             println!("{label} ({runs} runs each, interleaved)");
             println!("  bare fork+exec  min {bmin:7.3} ms  median {bmed:7.3} ms  p90 {bp90:7.3} ms");
-            println!("  in a box        min {xmin:7.3} ms  median {xmed:7.3} ms  p90 {xp90:7.3} ms  (to the result)");
+            println!("  in a box        min {xmin:7.3} ms  median {xmed:7.3} ms  p90 {xp90:7.3} ms  (to the result; {ready} of {runs} in a box set up ahead)");
             println!("  + teardown      min {fmin:7.3} ms  median {fmed:7.3} ms  p90 {fp90:7.3} ms  (box reaped, cgroup and workspace removed)");
             println!("  box, cold path  min {nmin:7.3} ms  median {nmed:7.3} ms  p90 {np90:7.3} ms  (no template: the box mounts its whole root, as one-shot `hull run` does)");
             println!("  overhead        median {:+.3} ms, ratio {:.2}x (cold path: {:+.3} ms)", xmed - bmed, xmed / bmed, nmed - bmed);
         }
-        out.insert(label.to_string(), serde_json::json!({"bare": {"min": bmin, "median": bmed, "p90": bp90}, "box": {"min": xmin, "median": xmed, "p90": xp90}, "box_with_teardown": {"min": fmin, "median": fmed, "p90": fp90}, "box_cold": {"min": nmin, "median": nmed, "p90": np90}, "overhead_ms": xmed - bmed, "ratio": xmed / bmed}));
+        out.insert(label.to_string(), serde_json::json!({"bare": {"min": bmin, "median": bmed, "p90": bp90}, "box": {"min": xmin, "median": xmed, "p90": xp90}, "box_with_teardown": {"min": fmin, "median": fmed, "p90": fp90}, "box_cold": {"min": nmin, "median": nmed, "p90": np90}, "overhead_ms": xmed - bmed, "ratio": xmed / bmed, "ready_boxes_used": ready}));
     }
 
     // Concurrency: N boxes at once, each from its own thread.

@@ -1,0 +1,201 @@
+//! Ready boxes: whole boxes set up ahead of time by a background thread ("hull-ready"), each
+//! waiting at its last step for the program to run. A long-lived runtime keeps two for the shape
+//! of the last box it ran; the next box with the same setup (the same plan up to the program,
+//! the same limits) only sends its argv, environment and exec candidates (a go datagram, see
+//! [`crate::proto::go`]) and is watched from there, so its start costs one message instead of
+//! the namespaces, mounts, capability drop and seccomp install.
+//!
+//! A ready box is used once, like any box: it is the same setup run earlier (fresh namespaces
+//! from the pools, its own spare cgroup and empty workspace, nothing run in it yet), and its
+//! pid 1 has already closed every descriptor but the program's and its channel. Its deadline
+//! starts with the go datagram. A box whose setup differs, or whose program does not fit in one
+//! datagram, takes the ordinary path and the ready ones are made again for its shape. Ready
+//! boxes left when the runtime goes are killed and removed; their pid 1s are children of the
+//! thread and die with it (PDEATHSIG) if the process does.
+
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use crate::plan::BoxPlan;
+use crate::spec::BoxSpec;
+use crate::supervise::{CgroupGuard, Core, Workspace};
+use crate::sys;
+use crate::template::Entered;
+
+/// How many are kept ready: two covers a box starting while the last one's replacement is still
+/// being set up.
+const KEEP: usize = 2;
+
+/// One box set up ahead, its pid 1 waiting for a go datagram.
+pub(crate) struct ReadyBox {
+    /// The whole plan it ran (its `Exec` is the one it was built for, never run).
+    pub(crate) plan: BoxPlan,
+    pub(crate) limits: hull_cgroup::Limits,
+    pub(crate) pid: libc::pid_t,
+    pub(crate) sock: OwnedFd,
+    pub(crate) out: OwnedFd,
+    pub(crate) err: OwnedFd,
+    pub(crate) listener: Option<OwnedFd>,
+    pub(crate) workspace: Option<Workspace>,
+    pub(crate) cgroup: CgroupGuard,
+    pub(crate) warnings: Vec<String>,
+    _entered: Option<Entered>,
+    /// Its pid 1 got the go datagram: from then on the watch and the teardown own it.
+    used: bool,
+}
+
+impl ReadyBox {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(plan: BoxPlan, limits: hull_cgroup::Limits, pid: libc::pid_t, sock: OwnedFd, out: OwnedFd, err: OwnedFd, workspace: Workspace, cgroup: CgroupGuard, warnings: Vec<String>, entered: Option<Entered>) -> ReadyBox {
+        ReadyBox { plan, limits, pid, sock, out, err, listener: None, workspace: Some(workspace), cgroup, warnings, _entered: entered, used: false }
+    }
+
+    pub(crate) fn mark_used(&mut self) {
+        self.used = true;
+    }
+
+    /// Its cgroup, workspace and warnings, for the box's teardown and result.
+    pub(crate) fn hand_over(&mut self) -> (CgroupGuard, Workspace, Vec<String>) {
+        let ws = self.workspace.take().unwrap_or_else(Workspace::none);
+        (std::mem::replace(&mut self.cgroup, CgroupGuard(None)), ws, std::mem::take(&mut self.warnings))
+    }
+}
+
+impl Drop for ReadyBox {
+    fn drop(&mut self) {
+        if !self.used {
+            // Never used: pid 1 is still waiting (or died); its cgroup and workspace go after it.
+            let _ = sys::kill(self.pid, libc::SIGKILL);
+            let _ = sys::wait4(self.pid, false);
+        }
+    }
+}
+
+pub(crate) struct ReadyBoxes {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    wake: Condvar,
+    stop: AtomicBool,
+    started: std::sync::OnceLock<()>,
+    used: AtomicU64,
+}
+
+#[derive(Default)]
+struct State {
+    /// The spec of the last box that could use one: what the thread sets boxes up for.
+    want: Option<BoxSpec>,
+    /// Bumped when `want` changes shape: a box set up for an older one is not kept.
+    generation: u64,
+    boxes: Vec<ReadyBox>,
+    /// Setting one up for `want` failed: no retry until the shape changes.
+    failed: bool,
+}
+
+impl ReadyBoxes {
+    pub(crate) fn new() -> ReadyBoxes {
+        let shared = Shared { state: Mutex::new(State::default()), wake: Condvar::new(), stop: AtomicBool::new(false), started: std::sync::OnceLock::new(), used: AtomicU64::new(0) };
+        ReadyBoxes { shared: Arc::new(shared) }
+    }
+
+    /// A ready box for `spec`'s shape, if one is there (the caller still checks its plan). A
+    /// spec that can use one also becomes what the next ones are set up for.
+    pub(crate) fn take(&self, core: &Arc<Core>, spec: &BoxSpec) -> Option<ReadyBox> {
+        if !eligible(spec) {
+            return None;
+        }
+        let (taken, stale) = {
+            let mut st = lock(&self.shared.state);
+            if st.want.as_ref().is_some_and(|w| same_shape(w, spec)) {
+                (st.boxes.pop(), Vec::new())
+            } else {
+                st.want = Some(spec.clone());
+                st.generation += 1;
+                st.failed = false;
+                (None, std::mem::take(&mut st.boxes))
+            }
+        };
+        drop(stale);
+        let weak = Arc::downgrade(core);
+        let shared = Arc::clone(&self.shared);
+        self.shared.started.get_or_init(move || {
+            // Without the thread no box is set up ahead: every box takes the ordinary path.
+            let _ = std::thread::Builder::new().name("hull-ready".into()).spawn(move || fill(&shared, &weak));
+        });
+        self.shared.wake.notify_all();
+        if taken.is_some() {
+            self.shared.used.fetch_add(1, Ordering::Relaxed);
+        }
+        taken
+    }
+
+    /// The pid 1s of the boxes ready now.
+    pub(crate) fn pids(&self) -> Vec<libc::pid_t> {
+        lock(&self.shared.state).boxes.iter().map(|b| b.pid).collect()
+    }
+
+    pub(crate) fn used(&self) -> u64 {
+        self.shared.used.load(Ordering::Relaxed)
+    }
+
+    /// Ends the thread; the ready boxes go now.
+    pub(crate) fn stop(&self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        self.shared.wake.notify_all();
+        let boxes = std::mem::take(&mut lock(&self.shared.state).boxes);
+        drop(boxes);
+    }
+}
+
+/// Only boxes with a temporary workspace and no inherited stdin are set up ahead.
+fn eligible(spec: &BoxSpec) -> bool {
+    spec.workspace.is_none() && spec.stdin == crate::spec::Stdin::Null
+}
+
+/// Equal but for what only the program or the watch uses (argv, env, timeout, output cap).
+fn same_shape(a: &BoxSpec, b: &BoxSpec) -> bool {
+    let blank = |s: &BoxSpec| BoxSpec { argv: Vec::new(), env: Vec::new(), timeout: Duration::ZERO, max_output: 0, ..s.clone() };
+    blank(a) == blank(b)
+}
+
+fn fill(shared: &Shared, core: &Weak<Core>) {
+    loop {
+        let (spec, generation) = {
+            let mut st = lock(&shared.state);
+            loop {
+                if shared.stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                if let Some(w) = st.want.as_ref().filter(|_| !st.failed && st.boxes.len() < KEEP) {
+                    break (w.clone(), st.generation);
+                }
+                st = match shared.wake.wait_timeout(st, Duration::from_secs(1)) {
+                    Ok((g, _)) => g,
+                    Err(poisoned) => poisoned.into_inner().0,
+                };
+            }
+        };
+        let Some(core) = core.upgrade() else { return };
+        let made = core.build_ready(&spec);
+        // Not kept across the wait: the Runtime may go meanwhile.
+        drop(core);
+        let mut st = lock(&shared.state);
+        match made {
+            Ok(b) if st.generation == generation && !shared.stop.load(Ordering::Relaxed) => st.boxes.push(b),
+            Ok(b) => {
+                drop(st);
+                drop(b);
+            }
+            Err(_) if st.generation == generation => st.failed = true,
+            Err(_) => {}
+        }
+    }
+}
+
+fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
