@@ -126,11 +126,38 @@ impl ReadyBoxes {
             // Without the thread no box is set up ahead: every box takes the ordinary path.
             let _ = std::thread::Builder::new().name("hull-ready".into()).spawn(move || fill(&shared, &weak));
         });
-        self.shared.wake.notify_all();
+        // With one still ready, its replacement waits for this box's result (`refill`): the
+        // setup would compete with the box for the CPU.
+        if taken.is_none() || lock(&self.shared.state).boxes.is_empty() {
+            self.shared.wake.notify_all();
+        }
         if taken.is_some() {
             self.shared.used.fetch_add(1, Ordering::Relaxed);
         }
         taken
+    }
+
+    /// A box has its result: set up the ones missing.
+    pub(crate) fn refill(&self) {
+        self.shared.wake.notify_all();
+    }
+
+    /// Waits up to `timeout` until the thread is done setting up boxes for the current shape
+    /// (it has all it keeps, or failed); true if so.
+    pub(crate) fn settle(&self, timeout: Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            {
+                let st = lock(&self.shared.state);
+                if st.want.is_none() || st.failed || st.boxes.len() >= KEEP {
+                    return true;
+                }
+            }
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
     }
 
     /// The pid 1s of the boxes ready now.

@@ -91,6 +91,9 @@ impl Runtime {
     /// cgroups and workspaces (`spares.rs`) and whole boxes (`ready.rs`) made ahead. For
     /// long-lived front ends; a one-shot `hull run` gains nothing.
     pub fn enable_templates(&mut self) -> Result<(), BoxError> {
+        if self.core.ready.is_some() {
+            return Ok(());
+        }
         let core = Arc::get_mut(&mut self.core).ok_or(BoxError::Sys { what: "enable templates on a runtime already shared", errno: Errno(libc::EBUSY) })?;
         core.enable_templates()
     }
@@ -120,6 +123,13 @@ impl Runtime {
     /// they are removed with the Runtime.
     pub fn spare_paths(&self) -> Vec<PathBuf> {
         self.core.spares.as_ref().map_or_else(Vec::new, crate::spares::Spares::paths)
+    }
+
+    /// Waits up to `timeout` for the boxes set up ahead to be complete for the last shape run
+    /// (for benchmarks: so that measured runs do not share the CPU with that work); true if
+    /// they are, or none are being set up.
+    pub fn settle(&self, timeout: Duration) -> bool {
+        self.core.ready.as_ref().is_none_or(|r| r.settle(timeout))
     }
 
     /// How many boxes ran in a box set up ahead of time (templates only).
@@ -261,7 +271,9 @@ impl Core {
         // which a ready box ran long ago).
         if let (Some(pool), false) = (&self.ready, tracing) {
             if let Some(rb) = pool.take(shared, spec) {
-                if let Some(done) = self.run_ready(rb, spec, keep, opts, sink)? {
+                let done = self.run_ready(rb, spec, keep, opts, sink);
+                pool.refill();
+                if let Some(done) = done? {
                     return Ok(done);
                 }
             }

@@ -243,7 +243,7 @@ fn boxes_set_up_ahead_run_each_program_once_with_its_own_argv_env_and_setup() {
         assert!(r.success, "{r:?}");
         assert!(r.stdout.contains(&format!("arg {arg} env {arg} pid 2 host hull cwd /workspace")), "{}", r.stdout);
         assert!(r.stdout.contains("ws [] tmp []"), "{}", r.stdout);
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(rt.settle(std::time::Duration::from_secs(5)), "boxes were not set up ahead in 5 s");
     }
     assert!(rt.ready_used() >= 3, "only {} boxes ran in a box set up ahead", rt.ready_used());
     // A box whose setup differs (hostname, working directory) gets its own, never a ready one
