@@ -399,6 +399,14 @@ mod tests {
         use crate::plan::Step;
         let d = tempfile::tempdir().unwrap();
         let ctx = Context { uid: 0, gid: 0, cgroup_procs: &[], workspace: d.path(), seccomp_rules: 1, listener: true, keep_caps: 0, stage: "/tmp/hull-tmpl-x" };
+        // Sub-ids replace the box's own id maps with a wait for the supervisor's helpers, and
+        // such a box is built whole (a template's user namespace maps one id).
+        let mut sub = build(&BoxSpec::new(vec!["true".into()]), &ctx).unwrap();
+        let range = crate::subids::IdRange { own: 0, start: 100_000, count: 65536 };
+        sub.use_subids(range.clone(), range);
+        assert!(sub.steps.iter().any(|s| matches!(s, Step::AwaitIdMaps { .. })) && !sub.steps.iter().any(|s| matches!(s, Step::MapIds { .. })));
+        assert!(sub.to_string().contains("1-65536 -> 100000-165535"), "{sub}");
+        assert!(sub.split_template().is_err());
         let plan = build(&BoxSpec::new(vec!["true".into()]), &ctx).unwrap();
         let (template, boxed) = plan.split_template().map_err(|_| "not split").unwrap();
         let kinds = |p: &crate::plan::BoxPlan| p.steps.iter().map(Step::name).collect::<Vec<_>>();

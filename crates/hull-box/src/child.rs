@@ -162,6 +162,18 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
             sys::write_file(c"/proc/self/uid_map", uid_map, 0, 0)?;
             sys::write_file(c"/proc/self/gid_map", gid_map, 0, 0)
         }
+        Step::AwaitIdMaps { .. } => {
+            send(ctx.sock, Message::WantIdMaps, None);
+            let mut m = [0u8; crate::proto::LEN];
+            // SAFETY: the channel is ours for the life of the process.
+            let sock = unsafe { std::os::fd::BorrowedFd::borrow_raw(ctx.sock) };
+            match sys::read(sock, &mut m) {
+                Ok(crate::proto::LEN) if Message::decode(&m) == Ok(Message::IdsMapped) => Ok(()),
+                Ok(0) => sys::exit_now(125),
+                Ok(_) => Err(Errno(libc::EPROTO)),
+                Err(e) => Err(e),
+            }
+        }
         Step::JoinCgroup { procs } => sys::write_file(&procs.c, b"0", 0, 0),
         Step::UnshareCgroupNs => sys::unshare(libc::CLONE_NEWCGROUP),
         Step::OpenSource { path, fd } => {

@@ -30,6 +30,9 @@ pub enum BoxError {
     /// The box ended before reporting that setup finished.
     #[error("the box exited during setup without reporting why (wait status {0:#x})")]
     SetupVanished(i32),
+    /// `--subids` cannot be honoured: no range, or the uidmap helpers failed.
+    #[error("--subids: {0}")]
+    SubIds(String),
     #[error("cgroup: {0}")]
     Cgroup(#[from] hull_cgroup::CgroupError),
     #[error("seccomp: {0}")]
@@ -49,6 +52,7 @@ impl BoxError {
             BoxError::Clone { .. } => "namespaces_unavailable",
             BoxError::Source { .. } => "mount_source",
             BoxError::LimitsUnenforced(_) => "limits_unenforced",
+            BoxError::SubIds(_) => "subids_unavailable",
             BoxError::Protocol(_) => "protocol",
             BoxError::Cgroup(_) => "cgroup",
             BoxError::Seccomp(_) => "seccomp",

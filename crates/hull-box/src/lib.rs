@@ -15,6 +15,7 @@ pub mod proto;
 pub mod result;
 pub mod size;
 pub mod spec;
+pub mod subids;
 mod supervise;
 mod ready;
 mod spares;

@@ -73,6 +73,8 @@ pub enum Step {
     DieWithSupervisor { supervisor: i32 },
     /// Write uid_map, setgroups and gid_map of the box's own user namespace.
     MapIds { uid: u32, gid: u32, uid_map: Vec<u8>, gid_map: Vec<u8> },
+    /// `--subids`: ask the supervisor to write our id maps with newuidmap/newgidmap, and wait.
+    AwaitIdMaps { uids: crate::subids::IdRange, gids: crate::subids::IdRange },
     /// Write "0" into a cgroup.procs file: the box joins its cgroup before any user code runs.
     JoinCgroup { procs: BoxPath },
     /// A cgroup namespace rooted at the box's own cgroup.
@@ -157,6 +159,7 @@ impl Step {
         match self {
             Step::DieWithSupervisor { .. } => "tie the box to its supervisor",
             Step::MapIds { .. } => "map user and group ids",
+            Step::AwaitIdMaps { .. } => "map user and group ids through newuidmap/newgidmap",
             Step::JoinCgroup { .. } => "join cgroup",
             Step::UnshareCgroupNs => "new cgroup namespace",
             Step::OpenSource { .. } => "open bind source",
@@ -227,6 +230,18 @@ impl fmt::Display for Step {
         match self {
             Step::DieWithSupervisor { supervisor } => write!(f, "prctl(PR_SET_PDEATHSIG, SIGKILL): the box dies with its supervisor (pid {supervisor})"),
             Step::MapIds { uid, gid, .. } => write!(f, "map uid 0 -> {uid}, gid 0 -> {gid} (setgroups deny)"),
+            Step::AwaitIdMaps { uids: u, gids: g } => write!(
+                f,
+                "wait for the supervisor's newuidmap/newgidmap: uid 0 -> {}, 1-{} -> {}-{}; gid 0 -> {}, 1-{} -> {}-{}",
+                u.own,
+                u.count,
+                u.start,
+                u64::from(u.start) + u64::from(u.count) - 1,
+                g.own,
+                g.count,
+                g.start,
+                u64::from(g.start) + u64::from(g.count) - 1
+            ),
             Step::JoinCgroup { procs } => write!(f, "join cgroup: write 0 > {}", procs.shown),
             Step::UnshareCgroupNs => write!(f, "unshare cgroup namespace"),
             Step::OpenSource { path, fd } => write!(f, "open {} (O_PATH) as fd {fd}", path.shown),
@@ -313,6 +328,25 @@ pub struct BoxPlan {
     pub clone_flags: libc::c_int,
 }
 
+impl BoxPlan {
+    /// `--subids`: the box's ids are mapped by the supervisor's helpers instead of by itself.
+    pub fn use_subids(&mut self, uids: crate::subids::IdRange, gids: crate::subids::IdRange) {
+        for s in &mut self.steps {
+            if matches!(s, Step::MapIds { .. }) {
+                *s = Step::AwaitIdMaps { uids: uids.clone(), gids: gids.clone() };
+            }
+        }
+    }
+
+    /// The id ranges of an `AwaitIdMaps` step, if the plan has one.
+    pub(crate) fn id_maps(&self) -> Option<(&crate::subids::IdRange, &crate::subids::IdRange)> {
+        self.steps.iter().find_map(|s| match s {
+            Step::AwaitIdMaps { uids, gids } => Some((uids, gids)),
+            _ => None,
+        })
+    }
+}
+
 /// The namespace names in a set of CLONE_NEW* flags.
 fn ns_names(flags: libc::c_int) -> Vec<&'static str> {
     let all = [
@@ -336,6 +370,10 @@ impl BoxPlan {
     /// descriptors the box opens itself, as `--rootfs` entries are), so it cannot be shared.
     /// The box plan carries no namespace descriptors yet (see [`BoxPlan::set_template_fds`]).
     pub fn split_template(self) -> Result<(BoxPlan, BoxPlan), BoxPlan> {
+        // A template's user namespace maps one id; a box with sub-ids is built whole.
+        if self.steps.iter().any(|s| matches!(s, Step::AwaitIdMaps { .. })) {
+            return Err(self);
+        }
         let root = self.steps.iter().position(|s| matches!(s, Step::MountRoot { .. }));
         let seal = self.steps.iter().position(|s| matches!(s, Step::Seal { .. }));
         let stage = self.steps.iter().find_map(|s| match s {

@@ -16,6 +16,10 @@ pub enum Message {
     MainExited { status: i32, cpu_ms: i32 },
     /// A box entering a template forked its pid 1 (as the supervisor's child) with this pid.
     Pid1 { pid: i32 },
+    /// `--subids`: the box waits in its new user namespace for the supervisor to map its ids.
+    WantIdMaps,
+    /// The supervisor's answer: the maps are written.
+    IdsMapped,
 }
 
 pub const LEN: usize = 16;
@@ -28,6 +32,8 @@ impl Message {
             Message::ExecFailed { errno } => (3, errno, 0),
             Message::MainExited { status, cpu_ms } => (4, status, cpu_ms),
             Message::Pid1 { pid } => (5, pid, 0),
+            Message::WantIdMaps => (6, 0, 0),
+            Message::IdsMapped => (7, 0, 0),
         };
         let mut out = [0u8; LEN];
         out[0..4].copy_from_slice(&tag.to_le_bytes());
@@ -55,6 +61,8 @@ impl Message {
             4 => Message::MainExited { status: a, cpu_ms: b },
             5 if a > 0 => Message::Pid1 { pid: a },
             5 => return Err(ProtoError::Field),
+            6 => Message::WantIdMaps,
+            7 => Message::IdsMapped,
             t => return Err(ProtoError::Tag(t)),
         })
     }
@@ -142,7 +150,7 @@ mod tests {
 
     #[test]
     fn round_trip_and_rejects() {
-        for m in [Message::Ready, Message::SetupFailed { step: 7, errno: 13 }, Message::ExecFailed { errno: 2 }, Message::MainExited { status: 256, cpu_ms: 12 }, Message::Pid1 { pid: 42 }] {
+        for m in [Message::Ready, Message::SetupFailed { step: 7, errno: 13 }, Message::ExecFailed { errno: 2 }, Message::MainExited { status: 256, cpu_ms: 12 }, Message::Pid1 { pid: 42 }, Message::WantIdMaps, Message::IdsMapped] {
             assert_eq!(Message::decode(&m.encode()), Ok(m));
         }
         assert_eq!(Message::decode(&[0; 3]), Err(ProtoError::Length(3)));

@@ -178,9 +178,10 @@ impl ReadyBoxes {
     }
 }
 
-/// Only boxes with a temporary workspace and no inherited stdin are set up ahead.
+/// Only boxes with a temporary workspace, no inherited stdin and no sub-ids (those are never
+/// templated) are set up ahead.
 fn eligible(spec: &BoxSpec) -> bool {
-    spec.workspace.is_none() && spec.stdin == crate::spec::Stdin::Null
+    spec.workspace.is_none() && spec.stdin == crate::spec::Stdin::Null && !spec.subids
 }
 
 /// Equal but for what only the program or the watch uses (argv, env, timeout, output cap).

@@ -68,6 +68,9 @@ pub struct BoxSpec {
     pub pids: Option<u64>,
     pub cpus: Option<f64>,
     pub require_limits: bool,
+    /// Map ids 1-65536 inside to the caller's /etc/subuid and /etc/subgid ranges (see
+    /// [`crate::subids`]); such a box is always built from scratch.
+    pub subids: bool,
     pub timeout: Duration,
     pub max_output: u64,
     pub cwd: String,
@@ -104,6 +107,7 @@ impl BoxSpec {
             pids: Some(DEFAULT_PIDS),
             cpus: None,
             require_limits: false,
+            subids: false,
             timeout: DEFAULT_TIMEOUT,
             max_output: DEFAULT_MAX_OUTPUT,
             cwd: "/workspace".to_string(),

@@ -251,7 +251,11 @@ impl Core {
         }
         let keep = crate::caps::resolve(&spec.cap_add, &spec.cap_drop).map_err(crate::spec::SpecError::from)?;
         let ctx = Context { uid: sys::geteuid(), gid: sys::getegid(), cgroup_procs: &procs_shown, workspace: &ws, seccomp_rules: self.rules, listener: self.listener, keep_caps: keep, stage: crate::plan::STAGE };
-        let plan = assemble::build(spec, &ctx)?;
+        let mut plan = assemble::build(spec, &ctx)?;
+        if spec.subids {
+            let (uids, gids) = crate::subids::lookup(ctx.uid, ctx.gid)?;
+            plan.use_subids(uids, gids);
+        }
         Ok(plan)
     }
 
@@ -338,7 +342,12 @@ impl Core {
     fn assemble(&self, spec: &BoxSpec, keep: u64, workspace: &Path, cgroup: &CgroupGuard) -> Result<BoxPlan, BoxError> {
         let procs: Vec<CString> = cgroup.0.as_ref().map(|c| c.procs_files().to_vec()).unwrap_or_default();
         let ctx = Context { uid: sys::geteuid(), gid: sys::getegid(), cgroup_procs: &procs, workspace, seccomp_rules: self.rules, listener: self.listener, keep_caps: keep, stage: self.templates.as_ref().map_or(crate::plan::STAGE, |t| t.stage()) };
-        assemble::build(spec, &ctx)
+        let mut plan = assemble::build(spec, &ctx)?;
+        if spec.subids {
+            let (uids, gids) = crate::subids::lookup(ctx.uid, ctx.gid)?;
+            plan.use_subids(uids, gids);
+        }
+        Ok(plan)
     }
 
     /// The result of a watched box, and its teardown.
@@ -503,10 +512,28 @@ impl Core {
             Err(errno) => return Err(BoxError::Clone { errno, hint: clone_hint(errno) }),
         };
         drop((out_w, err_w, sock_child));
+        if let Some((uids, gids)) = plan.id_maps() {
+            if let Err(e) = map_subids(pid, &sock_parent, uids, gids, plan) {
+                let _ = sys::kill(pid, libc::SIGKILL);
+                let _ = sys::wait4(pid, false);
+                return Err(e);
+            }
+        }
         // A box entering a template starts with a plain fork that forks pid 1 and exits.
         let pid = if plan.steps.iter().any(|s| matches!(s, Step::StartPid1)) { await_pid1(pid, &sock_parent, plan, spec)? } else { pid };
         Ok(Started { pid, start, sock: sock_parent, out: out_r, err: err_r })
     }
+}
+
+/// `--subids`: waits for the box's request, writes its maps with the uidmap helpers, answers.
+fn map_subids(pid: libc::pid_t, sock: &OwnedFd, uids: &crate::subids::IdRange, gids: &crate::subids::IdRange, plan: &BoxPlan) -> Result<(), BoxError> {
+    match crate::template::await_message(sock, 10_000)? {
+        Message::WantIdMaps => {}
+        Message::SetupFailed { step, errno } => return Err(setup_error(plan, step, errno)),
+        _ => return Err(crate::proto::ProtoError::Tag(0).into()),
+    }
+    crate::subids::apply(pid, uids, gids)?;
+    sys::send_with_fd(sock.as_raw_fd(), &Message::IdsMapped.encode(), None).map_err(|errno| BoxError::Sys { what: "answer the box's id-map request", errno })
 }
 
 /// A box's first process, cloned: its pid 1, when the clone started, and our ends of its
@@ -735,6 +762,8 @@ impl Watch<'_> {
                         // Only a template's entry process sends this, and it is handled before
                         // the watch starts.
                         Message::Pid1 { .. } => return Err(crate::proto::ProtoError::Tag(5).into()),
+                        // Id maps are settled before the watch starts.
+                        Message::WantIdMaps | Message::IdsMapped => return Err(crate::proto::ProtoError::Tag(6).into()),
                         Message::ExecFailed { errno } => o.exec_failed = Some(Errno(errno)),
                         Message::MainExited { status, cpu_ms } => {
                             o.main_cpu_ms = u64::try_from(cpu_ms).unwrap_or(0);

@@ -294,3 +294,32 @@ fn boxes_set_up_ahead_run_each_program_once_with_its_own_argv_env_and_setup() {
         assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "ready box pid 1 {pid} outlived its Runtime");
     }
 }
+
+#[test]
+fn a_box_with_sub_ids_is_built_whole_by_a_templated_runtime() {
+    // A template's user namespace maps one id, so a `subids` box skips the template (and the
+    // boxes set up ahead) and maps its range through the uidmap helpers; a caller without a
+    // range is refused before anything runs.
+    let rt = runtime();
+    let mut spec = BoxSpec::new(vec!["sh".into(), "-c".into(), "cat /proc/self/uid_map".into()]);
+    spec.subids = true;
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    let has_range = std::fs::read_to_string("/etc/subuid").unwrap_or_default().lines().any(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        f.len() == 3 && (f[0] == uid.to_string() || std::fs::read_to_string("/etc/passwd").unwrap_or_default().lines().any(|p| p.split(':').nth(2) == Some(&uid.to_string()) && p.split(':').next() == Some(f[0])))
+    });
+    match rt.run(&spec, RunOptions { capture: true }, &mut NoSink) {
+        Ok(r) => {
+            assert!(has_range, "ran without a range: {r:?}");
+            let lines: Vec<&str> = r.stdout.lines().collect();
+            assert_eq!(lines.len(), 2, "{r:?}");
+            assert!(lines[1].split_whitespace().collect::<Vec<_>>()[0] == "1", "{r:?}");
+        }
+        Err(e) => {
+            assert!(!has_range, "refused with a range: {e}");
+            assert_eq!(e.kind(), "subids_unavailable", "{e}");
+        }
+    }
+    assert_eq!(rt.ready_used(), 0);
+}

@@ -79,6 +79,11 @@ pub struct RunArgs {
     /// Refuse to run when a requested cap cannot be enforced on this host.
     #[arg(long)]
     pub require_limits: bool,
+    /// Map uids and gids 1-65536 inside the box to your ranges in /etc/subuid and /etc/subgid
+    /// (through newuidmap/newgidmap, package uidmap), beside root to you, so the box can own
+    /// files as other users. Root needs ranges of its own there.
+    #[arg(long)]
+    pub subids: bool,
     /// Wall-clock deadline (e.g. 30s, 500ms, 2m; a bare number is seconds).
     #[arg(long, value_name = "DURATION", default_value = "30s")]
     pub timeout: String,
@@ -193,6 +198,7 @@ pub fn spec_from(args: &RunArgs) -> Result<BoxSpec, String> {
     spec.pids = if args.pids == 0 { None } else { Some(args.pids) };
     spec.cpus = args.cpus;
     spec.require_limits = args.require_limits;
+    spec.subids = args.subids;
     spec.timeout = if args.timeout.is_empty() { DEFAULT_TIMEOUT } else { parse_duration("--timeout", &args.timeout)? };
     spec.max_output = size_arg("--max-output", &args.max_output)?;
     for e in &args.env {

@@ -593,3 +593,41 @@ fn a_sigkilled_hull_leaves_nothing_the_next_hull_does_not_sweep() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
+
+#[test]
+fn subids_map_a_range_through_the_uidmap_helpers_or_are_refused_naming_the_fix() {
+    // With a range in /etc/subuid and /etc/subgid (CI's unprivileged user), `--subids` maps ids
+    // 1-65536 inside to it: a file chowned to 1000 inside is owned by start+999 on the host.
+    // Without one (CI's root), the box is refused before anything runs, naming the file and
+    // the fix.
+    let me = String::from_utf8(std::process::Command::new("id").arg("-un").output().unwrap().stdout).unwrap().trim().to_string();
+    let uid = String::from_utf8(std::process::Command::new("id").arg("-u").output().unwrap().stdout).unwrap().trim().to_string();
+    let range = |file: &str| {
+        std::fs::read_to_string(file).unwrap_or_default().lines().find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.len() == 3 && (f[0] == me || f[0] == uid)).then(|| f[1].parse::<u32>().ok()).flatten()
+        })
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().to_str().unwrap();
+    let out = hull(&["run", "--subids", "--cap-add", "CHOWN", "--workspace", ws, "--", "sh", "-c", "cat /proc/self/uid_map; touch /workspace/f; chown 1000:1000 /workspace/f && echo chowned"]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    match (range("/etc/subuid"), range("/etc/subgid")) {
+        (Some(u), Some(g)) => {
+            println!("{me} has sub-ids from {u} (uids) and {g} (gids): testing the mapping");
+            assert!(out.status.success() && stdout.contains("chowned"), "{stdout}\n{stderr}");
+            assert_eq!(stdout.lines().filter(|l| !l.trim().is_empty() && l.split_whitespace().count() == 3).count(), 2, "root and the range mapped: {stdout}");
+            let meta = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(dir.path().join("f")).unwrap());
+            assert_eq!(meta, u + 999, "{stdout}");
+            // Without --subids the same chown has no id 1000 to give.
+            let out = hull(&["run", "--cap-add", "CHOWN", "--workspace", ws, "--", "sh", "-c", "touch /workspace/g; chown 1000:1000 /workspace/g && echo chowned"]);
+            assert!(!String::from_utf8_lossy(&out.stdout).contains("chowned"), "{out:?}");
+        }
+        _ => {
+            println!("{me} has no sub-id range: testing the refusal");
+            assert_eq!(out.status.code(), Some(125), "{stdout}\n{stderr}");
+            assert!(stderr.contains("--subids") && stderr.contains("/etc/sub") && stderr.contains("usermod"), "{stderr}");
+            assert!(stdout.is_empty() && !dir.path().join("f").exists(), "the box ran: {stdout}");
+        }
+    }
+}

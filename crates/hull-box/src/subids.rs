@@ -1,0 +1,88 @@
+//! `--subids`: a box whose user namespace maps ids 1-65536 (at most) to the caller's range in
+//! `/etc/subuid` and `/etc/subgid`, besides its root to the caller, so a program inside can own
+//! files as other users (package managers, `chown`). Only the setuid helpers `newuidmap` and
+//! `newgidmap` (package uidmap) may write such maps for an unprivileged caller; hull runs them on
+//! the box's first process, which waits for them (`Step::AwaitIdMaps`), and uses them as root
+//! too (root gets no range without an entry of its own).
+
+use std::process::Command;
+
+use crate::error::BoxError;
+
+/// Ids mapped inside besides root: 1..=MAX_IDS.
+const MAX_IDS: u32 = 65536;
+
+/// One id map: root inside to `own` outside, 1.. inside to `start`.. outside (`count` ids).
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct IdRange {
+    pub own: u32,
+    pub start: u32,
+    pub count: u32,
+}
+
+impl IdRange {
+    /// The helper's arguments after the pid: `0 own 1 1 start count`.
+    fn args(&self) -> [String; 6] {
+        ["0".into(), self.own.to_string(), "1".into(), "1".into(), self.start.to_string(), self.count.to_string()]
+    }
+}
+
+/// The first range `file` (the text of /etc/subuid or /etc/subgid) grants to `name` or `id`,
+/// at most MAX_IDS long.
+pub fn find(file: &str, name: &str, id: u32) -> Option<(u32, u32)> {
+    file.lines().find_map(|l| {
+        let mut f = l.trim().split(':');
+        let (who, start, count) = (f.next()?, f.next()?.parse::<u32>().ok()?, f.next()?.parse::<u32>().ok()?);
+        (f.next().is_none() && (who == name || who == id.to_string()) && count > 0).then_some((start, count.min(MAX_IDS)))
+    })
+}
+
+/// The caller's uid and gid ranges, or an error naming the file and the fix.
+pub fn lookup(uid: u32, gid: u32) -> Result<(IdRange, IdRange), BoxError> {
+    let name = user_name(uid).unwrap_or_else(|| uid.to_string());
+    let one = |path: &str, own: u32| -> Result<IdRange, BoxError> {
+        let text = std::fs::read_to_string(path).map_err(|e| BoxError::SubIds(format!("cannot read {path}: {e}; install the uidmap package and give {name} a range (usermod --add-subuids/--add-subgids)")))?;
+        let (start, count) = find(&text, &name, uid).ok_or_else(|| BoxError::SubIds(format!("{path} has no range for {name} (uid {uid}); add one, e.g. `usermod --add-subuids 100000-165535 --add-subgids 100000-165535 {name}`")))?;
+        Ok(IdRange { own, start, count })
+    };
+    Ok((one("/etc/subuid", uid)?, one("/etc/subgid", gid)?))
+}
+
+/// Writes the maps of process `pid` (waiting in its new user namespace) with the helpers.
+pub fn apply(pid: libc::pid_t, uids: &IdRange, gids: &IdRange) -> Result<(), BoxError> {
+    for (helper, range) in [("newuidmap", uids), ("newgidmap", gids)] {
+        let out = Command::new(helper).arg(pid.to_string()).args(range.args()).output().map_err(|e| BoxError::SubIds(format!("cannot run {helper}: {e}; install the uidmap package")))?;
+        if !out.status.success() {
+            return Err(BoxError::SubIds(format!("{helper} {pid} {} failed ({}): {}", range.args().join(" "), out.status, String::from_utf8_lossy(&out.stderr).trim())));
+        }
+    }
+    Ok(())
+}
+
+fn user_name(uid: u32) -> Option<String> {
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|l| {
+        let mut f = l.split(':');
+        let name = f.next()?;
+        let _ = f.next()?;
+        (f.next()?.parse::<u32>().ok()? == uid).then(|| name.to_string())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_are_found_by_name_or_uid_and_capped() {
+        let file = "alice:100000:65536\n# junk\nbob:x:1\n1001:200000:10\ncarol:300000:1000000\nzero:400000:0\n";
+        assert_eq!(find(file, "alice", 1000), Some((100000, 65536)));
+        assert_eq!(find(file, "dave", 1001), Some((200000, 10)));
+        assert_eq!(find(file, "carol", 5), Some((300000, MAX_IDS)));
+        assert_eq!(find(file, "bob", 7), None);
+        assert_eq!(find(file, "zero", 8), None);
+        assert_eq!(find(file, "nobody", 9), None);
+        let r = IdRange { own: 1000, start: 100000, count: 65536 };
+        assert_eq!(r.args().join(" "), "0 1000 1 1 100000 65536");
+    }
+}
