@@ -78,15 +78,16 @@ pub mod go {
     const HEADER: usize = 16;
     /// The largest datagram; a bigger program takes the ordinary path.
     pub const MAX: usize = 128 * 1024;
-    /// Room for the pointer arrays of any datagram up to MAX (each string takes two bytes at
-    /// least, plus a null after argv and one after envp).
+    /// Room for the pointer arrays: strings, plus a null after argv and one after envp; `encode`
+    /// refuses more (empty strings could otherwise fit MAX).
     pub const POINTERS: usize = MAX / 2 + 2;
 
     /// None if the program does not fit in one datagram.
     pub fn encode(argv: &[CString], env: &[CString], candidates: &[CString]) -> Option<Vec<u8>> {
         let strings = argv.iter().chain(env).chain(candidates);
         let len = HEADER + strings.clone().map(|c| c.as_bytes_with_nul().len()).sum::<usize>();
-        if len > MAX || argv.is_empty() || candidates.is_empty() {
+        let count = argv.len() + env.len() + candidates.len() + 2;
+        if len > MAX || count > POINTERS || argv.is_empty() || candidates.is_empty() {
             return None;
         }
         let mut out = Vec::with_capacity(len);
@@ -182,5 +183,7 @@ mod tests {
         assert!(go::encode(&[], &[], &[c("/bin/true")]).is_none());
         assert!(go::encode(&[c("true")], &[], &[]).is_none());
         assert!(go::encode(&[c(&"x".repeat(go::MAX))], &[], &[c("/bin/true")]).is_none());
+        let empties = vec![c(""); go::POINTERS];
+        assert!(go::encode(&[c("true")], &empties, &[c("/bin/true")]).is_none(), "too many strings for the pointer room");
     }
 }

@@ -30,8 +30,12 @@ const KEEP: usize = 2;
 
 /// One box set up ahead, its pid 1 waiting for a go datagram.
 pub(crate) struct ReadyBox {
-    /// The whole plan it ran (its `Exec` is the one it was built for, never run).
+    /// The whole plan it was set up from (its `Exec` is the one it was built for, never run).
     pub(crate) plan: BoxPlan,
+    /// The plan its pid 1 ran (after the template split): setup errors name its steps.
+    pub(crate) boxed: BoxPlan,
+    /// Clone to Ready when it was set up, in microseconds (the result's `setup_us`).
+    pub(crate) setup_us: u64,
     pub(crate) limits: hull_cgroup::Limits,
     pub(crate) pid: libc::pid_t,
     pub(crate) sock: OwnedFd,
@@ -48,8 +52,8 @@ pub(crate) struct ReadyBox {
 
 impl ReadyBox {
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(plan: BoxPlan, limits: hull_cgroup::Limits, pid: libc::pid_t, sock: OwnedFd, out: OwnedFd, err: OwnedFd, workspace: Workspace, cgroup: CgroupGuard, warnings: Vec<String>, entered: Option<Entered>) -> ReadyBox {
-        ReadyBox { plan, limits, pid, sock, out, err, listener: None, workspace: Some(workspace), cgroup, warnings, _entered: entered, used: false }
+    pub(crate) fn new(plan: BoxPlan, boxed: BoxPlan, limits: hull_cgroup::Limits, pid: libc::pid_t, sock: OwnedFd, out: OwnedFd, err: OwnedFd, workspace: Workspace, cgroup: CgroupGuard, warnings: Vec<String>, entered: Option<Entered>) -> ReadyBox {
+        ReadyBox { plan, boxed, setup_us: 0, limits, pid, sock, out, err, listener: None, workspace: Some(workspace), cgroup, warnings, _entered: entered, used: false }
     }
 
     pub(crate) fn mark_used(&mut self) {
@@ -82,6 +86,8 @@ struct Shared {
     wake: Condvar,
     stop: AtomicBool,
     started: std::sync::OnceLock<()>,
+    /// The thread, joined by `stop` so that no box is left half set up at exit.
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     used: AtomicU64,
 }
 
@@ -92,13 +98,15 @@ struct State {
     /// Bumped when `want` changes shape: a box set up for an older one is not kept.
     generation: u64,
     boxes: Vec<ReadyBox>,
+    /// Boxes of an older shape, for the thread to end (off the caller's path).
+    discard: Vec<ReadyBox>,
     /// Setting one up for `want` failed: no retry until the shape changes.
     failed: bool,
 }
 
 impl ReadyBoxes {
     pub(crate) fn new() -> ReadyBoxes {
-        let shared = Shared { state: Mutex::new(State::default()), wake: Condvar::new(), stop: AtomicBool::new(false), started: std::sync::OnceLock::new(), used: AtomicU64::new(0) };
+        let shared = Shared { state: Mutex::new(State::default()), wake: Condvar::new(), stop: AtomicBool::new(false), started: std::sync::OnceLock::new(), thread: Mutex::new(None), used: AtomicU64::new(0) };
         ReadyBoxes { shared: Arc::new(shared) }
     }
 
@@ -108,23 +116,31 @@ impl ReadyBoxes {
         if !eligible(spec) {
             return None;
         }
-        let (taken, stale) = {
+        let taken = {
             let mut st = lock(&self.shared.state);
             if st.want.as_ref().is_some_and(|w| same_shape(w, spec)) {
-                (st.boxes.pop(), Vec::new())
+                st.boxes.pop()
             } else {
                 st.want = Some(spec.clone());
                 st.generation += 1;
                 st.failed = false;
-                (None, std::mem::take(&mut st.boxes))
+                let stale = std::mem::take(&mut st.boxes);
+                st.discard.extend(stale);
+                None
             }
         };
-        drop(stale);
         let weak = Arc::downgrade(core);
         let shared = Arc::clone(&self.shared);
         self.shared.started.get_or_init(move || {
             // Without the thread no box is set up ahead: every box takes the ordinary path.
-            let _ = std::thread::Builder::new().name("hull-ready".into()).spawn(move || fill(&shared, &weak));
+            let spawned = std::thread::Builder::new().name("hull-ready".into()).spawn({
+                let shared = Arc::clone(&shared);
+                move || {
+                    sys::block_signals(&crate::supervise::FORWARDED);
+                    fill(&shared, &weak);
+                }
+            });
+            *shared.thread.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = spawned.ok();
         });
         // With one still ready, its replacement waits for this box's result (`refill`): the
         // setup would compete with the box for the CPU.
@@ -169,19 +185,28 @@ impl ReadyBoxes {
         self.shared.used.load(Ordering::Relaxed)
     }
 
-    /// Ends the thread; the ready boxes go now.
+    /// Ends the thread (after the box it may be setting up) and the ready boxes.
     pub(crate) fn stop(&self) {
         self.shared.stop.store(true, Ordering::Relaxed);
         self.shared.wake.notify_all();
-        let boxes = std::mem::take(&mut lock(&self.shared.state).boxes);
-        drop(boxes);
+        let handle = self.shared.thread.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        if let Some(h) = handle {
+            let _ = h.join();
+        }
+        let (boxes, discard) = {
+            let mut st = lock(&self.shared.state);
+            (std::mem::take(&mut st.boxes), std::mem::take(&mut st.discard))
+        };
+        drop((boxes, discard));
     }
 }
 
-/// Only boxes with a temporary workspace, no inherited stdin and no sub-ids (those are never
-/// templated) are set up ahead.
+/// Only boxes of the `host` image with a temporary workspace, no `--mount`, no inherited stdin
+/// and no sub-ids are set up ahead. A bind source is resolved when the box is set up, so a
+/// ready box would mount what a path named then, not at the call (a directory replaced in
+/// between); other roots and sub-ids are never templated.
 fn eligible(spec: &BoxSpec) -> bool {
-    spec.workspace.is_none() && spec.stdin == crate::spec::Stdin::Null && !spec.subids
+    spec.root == crate::spec::RootSpec::Host && spec.workspace.is_none() && spec.mounts.is_empty() && spec.stdin == crate::spec::Stdin::Null && !spec.subids
 }
 
 /// Equal but for what only the program or the watch uses (argv, env, timeout, output cap).
@@ -197,6 +222,13 @@ fn fill(shared: &Shared, core: &Weak<Core>) {
             loop {
                 if shared.stop.load(Ordering::Relaxed) {
                     return;
+                }
+                if !st.discard.is_empty() {
+                    let stale = std::mem::take(&mut st.discard);
+                    drop(st);
+                    drop(stale);
+                    st = lock(&shared.state);
+                    continue;
                 }
                 if let Some(w) = st.want.as_ref().filter(|_| !st.failed && st.boxes.len() < KEEP) {
                     break (w.clone(), st.generation);

@@ -37,6 +37,8 @@ struct Shared {
     wake: Condvar,
     stop: AtomicBool,
     started: std::sync::OnceLock<()>,
+    /// The thread, joined on drop so that no spare is left half made at exit.
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 #[derive(Default)]
@@ -61,6 +63,7 @@ impl Spares {
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
             started: std::sync::OnceLock::new(),
+            thread: Mutex::new(None),
         };
         Spares { shared: Arc::new(shared) }
     }
@@ -120,7 +123,14 @@ impl Spares {
         let shared = Arc::clone(&self.shared);
         self.shared.started.get_or_init(move || {
             // Without the thread there are no spares: boxes make their own.
-            let _ = std::thread::Builder::new().name("hull-spares".into()).spawn(move || fill(&shared));
+            let spawned = std::thread::Builder::new().name("hull-spares".into()).spawn({
+                let shared = Arc::clone(&shared);
+                move || {
+                    sys::block_signals(&crate::supervise::FORWARDED);
+                    fill(&shared);
+                }
+            });
+            *shared.thread.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = spawned.ok();
         });
         self.shared.wake.notify_all();
     }
@@ -130,7 +140,11 @@ impl Drop for Spares {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Relaxed);
         self.shared.wake.notify_all();
-        // What is ready goes now; one the thread is still making goes when it sees `stop`.
+        let handle = self.shared.thread.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        if let Some(h) = handle {
+            let _ = h.join();
+        }
+        // What is ready goes now (one the thread was making went when it saw `stop`).
         let st = std::mem::take(&mut *lock(&self.shared.state));
         for cg in st.cgroups {
             let _ = cg.remove();

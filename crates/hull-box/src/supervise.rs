@@ -79,7 +79,7 @@ unsafe impl Send for Core {}
 unsafe impl Sync for Core {}
 
 /// The signals the supervisor turns into "kill the box, clean up, report".
-const FORWARDED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+pub(crate) const FORWARDED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 
 impl Runtime {
     pub fn new() -> Result<Runtime, BoxError> {
@@ -393,11 +393,13 @@ impl Core {
         rb.mark_used();
         let pid = rb.pid;
         let watch = Watch { pid, start, spec, opts, tracing: false };
-        let outcome = watch.run(&rb.sock, &rb.out, &rb.err, &sigfd, sink, &plan, Some(rb.listener.take()));
+        // Pid 1 reports failures by its index in the plan it ran (the template-split one).
+        let outcome = watch.run(&rb.sock, &rb.out, &rb.err, &sigfd, sink, &rb.boxed, Some(rb.listener.take()));
         sys::unblock_signals(&FORWARDED);
         let (guard, workspace, warnings) = rb.hand_over();
         let outcome = match outcome {
-            Ok(o) => o,
+            // Its setup ran ahead: report how long it took then.
+            Ok(o) => Outcome { setup_us: rb.setup_us, ..o },
             Err(e) => {
                 // Pid 1 still ours and unreaped: end it (the teardown would, too).
                 if let Ok(None) = sys::wait4(pid, true) {
@@ -426,13 +428,15 @@ impl Core {
             return Err(BoxError::Sys { what: "set up a box ahead without a template", errno: Errno(libc::EINVAL) });
         }
         let started = self.start(spec, &boxed, true, None)?;
-        let mut rb = crate::ready::ReadyBox::new(plan, limits_of(spec), started.pid, started.sock, started.out, started.err, workspace, cgroup, warnings, entered);
+        let start = started.start;
+        let mut rb = crate::ready::ReadyBox::new(plan, boxed, limits_of(spec), started.pid, started.sock, started.out, started.err, workspace, cgroup, warnings, entered);
         // Its setup runs to the end: Ready, with the seccomp listener.
         match crate::template::await_message_fd(&rb.sock, 10_000)? {
             (Message::Ready, listener) => rb.listener = listener,
-            (Message::SetupFailed { step, errno }, _) => return Err(setup_error(&boxed, step, errno)),
+            (Message::SetupFailed { step, errno }, _) => return Err(setup_error(&rb.boxed, step, errno)),
             _ => return Err(BoxError::SetupVanished(0)),
         }
+        rb.setup_us = (sys::monotonic_ns() - start) / 1000;
         Ok(rb)
     }
 

@@ -640,6 +640,21 @@ pub fn unblock_signals(signals: &[libc::c_int]) {
     }
 }
 
+/// Blocks `signals` in the calling thread (for helper threads: a process-directed signal must
+/// reach the thread that turns it into "kill the box, clean up, report", not end the process
+/// from a thread that cannot). Children reset their mask before exec (`reset_signals`).
+pub fn block_signals(signals: &[libc::c_int]) {
+    // SAFETY: sigset operations on a local set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for &s in signals {
+            libc::sigaddset(&mut set, s);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, ptr::null_mut());
+    }
+}
+
 /// `poll(2)` over `fds`, retried on EINTR. `timeout_ms < 0` waits forever.
 pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> SysResult<usize> {
     loop {

@@ -253,6 +253,17 @@ fn boxes_set_up_ahead_run_each_program_once_with_its_own_argv_env_and_setup() {
         s.cwd = "/tmp".into();
     });
     assert!(r.stdout.contains("arg b env b pid 2 host other cwd /tmp"), "{r:?}");
+    // A bind source is resolved when a box is set up, so a box with --mount never takes a ready
+    // one: it sees its directory as it is at the call.
+    let src = tempfile::tempdir().unwrap();
+    let before = rt.ready_used();
+    for i in 0..3 {
+        std::fs::write(src.path().join("v"), format!("{i}")).unwrap();
+        let r = python_with(&rt, "print(open('/in/v').read())", "m", |s| s.mounts = vec![hull_box::BindMount { source: src.path().to_path_buf(), target: "/in".into(), read_only: true }]);
+        assert_eq!(r.stdout.trim(), i.to_string(), "{r:?}");
+        rt.settle(std::time::Duration::from_secs(2));
+    }
+    assert_eq!(rt.ready_used(), before, "a box with a bind mount ran in a box set up ahead");
     // The filter holds in a ready box (its listener came with Ready): unshare is an escape.
     let used = rt.ready_used();
     let mut escaped = None;
