@@ -133,14 +133,8 @@ impl ReadyBoxes {
         let shared = Arc::clone(&self.shared);
         self.shared.started.get_or_init(move || {
             // Without the thread no box is set up ahead: every box takes the ordinary path.
-            let spawned = std::thread::Builder::new().name("hull-ready".into()).spawn({
-                let shared = Arc::clone(&shared);
-                move || {
-                    sys::block_signals(&crate::supervise::FORWARDED);
-                    fill(&shared, &weak);
-                }
-            });
-            *shared.thread.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = spawned.ok();
+            let filler = Arc::clone(&shared);
+            *shared.thread.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = sys::spawn_helper("hull-ready", &crate::supervise::FORWARDED, move || fill(&filler, &weak));
         });
         // With one still ready, its replacement waits for this box's result (`refill`): the
         // setup would compete with the box for the CPU.

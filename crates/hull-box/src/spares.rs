@@ -123,14 +123,8 @@ impl Spares {
         let shared = Arc::clone(&self.shared);
         self.shared.started.get_or_init(move || {
             // Without the thread there are no spares: boxes make their own.
-            let spawned = std::thread::Builder::new().name("hull-spares".into()).spawn({
-                let shared = Arc::clone(&shared);
-                move || {
-                    sys::block_signals(&crate::supervise::FORWARDED);
-                    fill(&shared);
-                }
-            });
-            *shared.thread.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = spawned.ok();
+            let filler = Arc::clone(&shared);
+            *shared.thread.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = sys::spawn_helper("hull-spares", &crate::supervise::FORWARDED, move || fill(&filler));
         });
         self.shared.wake.notify_all();
     }

@@ -612,47 +612,62 @@ pub fn recv_with_fd(sock: BorrowedFd<'_>, buf: &mut [u8]) -> SysResult<(usize, O
     Ok((n, fd))
 }
 
-/// Blocks `signals` in the calling thread and returns a signalfd that reports them.
-pub fn block_signals_fd(signals: &[libc::c_int]) -> SysResult<OwnedFd> {
-    // SAFETY: sigset operations on a local set; signalfd returns a fresh descriptor we own.
+/// The set of `signals`.
+fn sigset(signals: &[libc::c_int]) -> libc::sigset_t {
+    // SAFETY: sigset operations on a local, zero-initialised set.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         for &s in signals {
             libc::sigaddset(&mut set, s);
         }
-        check(libc::pthread_sigmask(libc::SIG_BLOCK, &set, ptr::null_mut()))?;
-        let fd = check(libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK))?;
-        Ok(OwnedFd::from_raw_fd(fd))
+        set
     }
+}
+
+/// `pthread_sigmask(how, signals)` for the calling thread.
+fn thread_mask(how: libc::c_int, signals: &[libc::c_int]) -> SysResult<()> {
+    let set = sigset(signals);
+    // SAFETY: a valid set; the old mask is not asked for. pthread_sigmask returns the error
+    // number instead of setting errno.
+    match unsafe { libc::pthread_sigmask(how, &set, ptr::null_mut()) } {
+        0 => Ok(()),
+        e => Err(Errno(e)),
+    }
+}
+
+/// Blocks `signals` in the calling thread and returns a signalfd that reports them.
+pub fn block_signals_fd(signals: &[libc::c_int]) -> SysResult<OwnedFd> {
+    thread_mask(libc::SIG_BLOCK, signals)?;
+    let set = sigset(signals);
+    // SAFETY: a valid set; signalfd returns a fresh descriptor we own.
+    let fd = check(unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) })?;
+    // SAFETY: the descriptor was just returned to us and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// Unblocks `signals` in the calling thread.
 pub fn unblock_signals(signals: &[libc::c_int]) {
-    // SAFETY: sigset operations on a local set.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for &s in signals {
-            libc::sigaddset(&mut set, s);
-        }
-        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, ptr::null_mut());
-    }
+    let _ = thread_mask(libc::SIG_UNBLOCK, signals);
 }
 
 /// Blocks `signals` in the calling thread (for helper threads: a process-directed signal must
 /// reach the thread that turns it into "kill the box, clean up, report", not end the process
 /// from a thread that cannot). Children reset their mask before exec (`reset_signals`).
 pub fn block_signals(signals: &[libc::c_int]) {
-    // SAFETY: sigset operations on a local set.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for &s in signals {
-            libc::sigaddset(&mut set, s);
-        }
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, ptr::null_mut());
-    }
+    let _ = thread_mask(libc::SIG_BLOCK, signals);
+}
+
+/// Starts a background helper thread named `name` with the forwarded signals blocked (see
+/// [`block_signals`]); None if the thread cannot be made.
+pub fn spawn_helper(name: &str, signals: &'static [libc::c_int], f: impl FnOnce() + Send + 'static) -> Option<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            block_signals(signals);
+            f();
+        })
+        .ok()
 }
 
 /// `poll(2)` over `fds`, retried on EINTR. `timeout_ms < 0` waits forever.

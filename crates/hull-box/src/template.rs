@@ -192,10 +192,7 @@ impl Templates {
         let shared = Arc::clone(&self.shared);
         self.shared.filler.get_or_init(move || {
             // Without the thread there is no pool: boxes unshare their own network namespace.
-            let _ = std::thread::Builder::new().name("hull-netpool".into()).spawn(move || {
-                sys::block_signals(&crate::supervise::FORWARDED);
-                fill(&shared)
-            });
+            let _ = sys::spawn_helper("hull-netpool", &crate::supervise::FORWARDED, move || fill(&shared));
         });
     }
 }
