@@ -83,7 +83,14 @@ pub fn main(args: &DoctorArgs) -> i32 {
     let fs = read("/proc/filesystems").unwrap_or_default();
     checks.push(check("overlayfs", fs.contains("overlay"), if fs.contains("overlay") { "available".into() } else { "not in /proc/filesystems".into() }, Some("modprobe overlay (needed later for writable image layers)")));
     let newuidmap = ["/usr/bin/newuidmap", "/bin/newuidmap"].iter().any(|p| std::path::Path::new(p).exists());
-    checks.push(check("newuidmap", newuidmap, if newuidmap { "present (sub-uid ranges possible)".into() } else { "absent: boxes use a single-uid map".into() }, Some("apt-get install uidmap (optional)")));
+    // SAFETY: geteuid and getegid have no preconditions.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let (subids_ok, subids_detail, subids_fix) = match (newuidmap, hull_box::subids::lookup(uid, gid)) {
+        (true, Ok((u, g))) => (true, format!("--subids maps ids 1-{} to {}.. (uids) and 1-{} to {}.. (gids) through newuidmap/newgidmap", u.count, u.start, g.count, g.start), None),
+        (true, Err(e)) => (false, format!("newuidmap present, but {e}"), Some("add ranges for this user to /etc/subuid and /etc/subgid (optional: needed only for --subids)")),
+        (false, _) => (false, "newuidmap absent: --subids is unavailable (boxes use a single-uid map)".into(), Some("apt-get install uidmap (optional: needed only for --subids)")),
+    };
+    checks.push(check("sub-ids", subids_ok, subids_detail, subids_fix));
 
     // The real test: one box.
     let mut ok_box = false;
