@@ -20,6 +20,7 @@ mod supervise;
 mod ready;
 mod spares;
 mod template;
+mod worker;
 pub mod sys;
 
 pub use error::BoxError;

@@ -14,8 +14,8 @@
 //! thread and die with it (PDEATHSIG) if the process does.
 
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use crate::plan::BoxPlan;
@@ -23,6 +23,7 @@ use crate::spec::BoxSpec;
 use crate::supervise::{CgroupGuard, Core, Workspace};
 use crate::sys;
 use crate::template::Entered;
+use crate::worker::{lock, Worker};
 
 /// How many are kept ready: two covers a box starting while the last one's replacement is still
 /// being set up.
@@ -42,7 +43,7 @@ pub(crate) struct ReadyBox {
     pub(crate) out: OwnedFd,
     pub(crate) err: OwnedFd,
     pub(crate) listener: Option<OwnedFd>,
-    pub(crate) workspace: Option<Workspace>,
+    pub(crate) workspace: Workspace,
     pub(crate) cgroup: CgroupGuard,
     pub(crate) warnings: Vec<String>,
     _entered: Option<Entered>,
@@ -53,7 +54,7 @@ pub(crate) struct ReadyBox {
 impl ReadyBox {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(plan: BoxPlan, boxed: BoxPlan, limits: hull_cgroup::Limits, pid: libc::pid_t, sock: OwnedFd, out: OwnedFd, err: OwnedFd, workspace: Workspace, cgroup: CgroupGuard, warnings: Vec<String>, entered: Option<Entered>) -> ReadyBox {
-        ReadyBox { plan, boxed, setup_us: 0, limits, pid, sock, out, err, listener: None, workspace: Some(workspace), cgroup, warnings, _entered: entered, used: false }
+        ReadyBox { plan, boxed, setup_us: 0, limits, pid, sock, out, err, listener: None, workspace, cgroup, warnings, _entered: entered, used: false }
     }
 
     pub(crate) fn mark_used(&mut self) {
@@ -62,8 +63,7 @@ impl ReadyBox {
 
     /// Its cgroup, workspace and warnings, for the box's teardown and result.
     pub(crate) fn hand_over(&mut self) -> (CgroupGuard, Workspace, Vec<String>) {
-        let ws = self.workspace.take().unwrap_or_else(Workspace::none);
-        (std::mem::replace(&mut self.cgroup, CgroupGuard(None)), ws, std::mem::take(&mut self.warnings))
+        (std::mem::replace(&mut self.cgroup, CgroupGuard(None)), std::mem::replace(&mut self.workspace, Workspace::none()), std::mem::take(&mut self.warnings))
     }
 }
 
@@ -83,11 +83,8 @@ pub(crate) struct ReadyBoxes {
 
 struct Shared {
     state: Mutex<State>,
-    wake: Condvar,
-    stop: AtomicBool,
-    started: std::sync::OnceLock<()>,
     /// The thread, joined by `stop` so that no box is left half set up at exit.
-    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    worker: Worker,
     used: AtomicU64,
 }
 
@@ -106,7 +103,7 @@ struct State {
 
 impl ReadyBoxes {
     pub(crate) fn new() -> ReadyBoxes {
-        let shared = Shared { state: Mutex::new(State::default()), wake: Condvar::new(), stop: AtomicBool::new(false), started: std::sync::OnceLock::new(), thread: Mutex::new(None), used: AtomicU64::new(0) };
+        let shared = Shared { state: Mutex::new(State::default()), worker: Worker::default(), used: AtomicU64::new(0) };
         ReadyBoxes { shared: Arc::new(shared) }
     }
 
@@ -116,30 +113,29 @@ impl ReadyBoxes {
         if !eligible(spec) {
             return None;
         }
-        let taken = {
+        let (taken, still_ready) = {
             let mut st = lock(&self.shared.state);
             if st.want.as_ref().is_some_and(|w| same_shape(w, spec)) {
-                st.boxes.pop()
+                let taken = st.boxes.pop();
+                (taken, !st.boxes.is_empty())
             } else {
                 st.want = Some(spec.clone());
                 st.generation += 1;
                 st.failed = false;
                 let stale = std::mem::take(&mut st.boxes);
                 st.discard.extend(stale);
-                None
+                (None, false)
             }
         };
-        let weak = Arc::downgrade(core);
-        let shared = Arc::clone(&self.shared);
-        self.shared.started.get_or_init(move || {
-            // Without the thread no box is set up ahead: every box takes the ordinary path.
-            let filler = Arc::clone(&shared);
-            *shared.thread.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = sys::spawn_helper("hull-ready", &crate::supervise::FORWARDED, move || fill(&filler, &weak));
+        // Without the thread no box is set up ahead: every box takes the ordinary path.
+        self.shared.worker.start_once("hull-ready", || {
+            let (shared, core) = (Arc::clone(&self.shared), Arc::downgrade(core));
+            move || fill(&shared, &core)
         });
         // With one still ready, its replacement waits for this box's result (`refill`): the
         // setup would compete with the box for the CPU.
-        if taken.is_none() || lock(&self.shared.state).boxes.is_empty() {
-            self.shared.wake.notify_all();
+        if taken.is_none() || !still_ready {
+            self.shared.worker.wake();
         }
         if taken.is_some() {
             self.shared.used.fetch_add(1, Ordering::Relaxed);
@@ -149,7 +145,7 @@ impl ReadyBoxes {
 
     /// A box has its result: set up the ones missing.
     pub(crate) fn refill(&self) {
-        self.shared.wake.notify_all();
+        self.shared.worker.wake();
     }
 
     /// Waits up to `timeout` until the thread is done setting up boxes for the current shape
@@ -181,12 +177,8 @@ impl ReadyBoxes {
 
     /// Ends the thread (after the box it may be setting up) and the ready boxes.
     pub(crate) fn stop(&self) {
-        self.shared.stop.store(true, Ordering::Relaxed);
-        self.shared.wake.notify_all();
-        let handle = self.shared.thread.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
-        if let Some(h) = handle {
-            let _ = h.join();
-        }
+        self.shared.worker.stop();
+        self.shared.worker.join();
         let (boxes, discard) = {
             let mut st = lock(&self.shared.state);
             (std::mem::take(&mut st.boxes), std::mem::take(&mut st.discard))
@@ -214,7 +206,7 @@ fn fill(shared: &Shared, core: &Weak<Core>) {
         let (spec, generation) = {
             let mut st = lock(&shared.state);
             loop {
-                if shared.stop.load(Ordering::Relaxed) {
+                if shared.worker.stopping() {
                     return;
                 }
                 if !st.discard.is_empty() {
@@ -227,10 +219,7 @@ fn fill(shared: &Shared, core: &Weak<Core>) {
                 if let Some(w) = st.want.as_ref().filter(|_| !st.failed && st.boxes.len() < KEEP) {
                     break (w.clone(), st.generation);
                 }
-                st = match shared.wake.wait_timeout(st, Duration::from_secs(1)) {
-                    Ok((g, _)) => g,
-                    Err(poisoned) => poisoned.into_inner().0,
-                };
+                st = shared.worker.sleep(st);
             }
         };
         let Some(core) = core.upgrade() else { return };
@@ -239,7 +228,7 @@ fn fill(shared: &Shared, core: &Weak<Core>) {
         drop(core);
         let mut st = lock(&shared.state);
         match made {
-            Ok(b) if st.generation == generation && !shared.stop.load(Ordering::Relaxed) => st.boxes.push(b),
+            Ok(b) if st.generation == generation && !shared.worker.stopping() => st.boxes.push(b),
             Ok(b) => {
                 drop(st);
                 drop(b);
@@ -250,6 +239,3 @@ fn fill(shared: &Shared, core: &Weak<Core>) {
     }
 }
 
-fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}

@@ -9,14 +9,14 @@
 //! removed; those of a SIGKILLed hull carry its pid in their names, so `leftovers` sweeps them.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use hull_cgroup::{BoxCgroup, Host, Limits};
 
 use crate::supervise::Workspace;
 use crate::sys;
+use crate::worker::{lock, Worker};
 
 /// How many of each kind are kept ready: two covers a box starting while the last one's
 /// replacement is still being made.
@@ -34,11 +34,8 @@ struct Shared {
     state: Mutex<State>,
     /// Boxes that got a spare cgroup, and a spare workspace (for tests and `hull bench`).
     used: [AtomicU64; 2],
-    wake: Condvar,
-    stop: AtomicBool,
-    started: std::sync::OnceLock<()>,
     /// The thread, joined on drop so that no spare is left half made at exit.
-    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    worker: Worker,
 }
 
 #[derive(Default)]
@@ -60,10 +57,7 @@ impl Spares {
             seq: AtomicU64::new(0),
             state: Mutex::new(State::default()),
             used: [AtomicU64::new(0), AtomicU64::new(0)],
-            wake: Condvar::new(),
-            stop: AtomicBool::new(false),
-            started: std::sync::OnceLock::new(),
-            thread: Mutex::new(None),
+            worker: Worker::default(),
         };
         Spares { shared: Arc::new(shared) }
     }
@@ -120,24 +114,19 @@ impl Spares {
     }
 
     fn kick(&self) {
-        let shared = Arc::clone(&self.shared);
-        self.shared.started.get_or_init(move || {
-            // Without the thread there are no spares: boxes make their own.
-            let filler = Arc::clone(&shared);
-            *shared.thread.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = sys::spawn_helper("hull-spares", &crate::supervise::FORWARDED, move || fill(&filler));
+        // Without the thread there are no spares: boxes make their own.
+        self.shared.worker.start_once("hull-spares", || {
+            let shared = Arc::clone(&self.shared);
+            move || fill(&shared)
         });
-        self.shared.wake.notify_all();
+        self.shared.worker.wake();
     }
 }
 
 impl Drop for Spares {
     fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Relaxed);
-        self.shared.wake.notify_all();
-        let handle = self.shared.thread.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
-        if let Some(h) = handle {
-            let _ = h.join();
-        }
+        self.shared.worker.stop();
+        self.shared.worker.join();
         // What is ready goes now (one the thread was making went when it saw `stop`).
         let st = std::mem::take(&mut *lock(&self.shared.state));
         for cg in st.cgroups {
@@ -157,7 +146,7 @@ fn fill(shared: &Shared) {
         let job = {
             let mut st = lock(&shared.state);
             loop {
-                if shared.stop.load(Ordering::Relaxed) {
+                if shared.worker.stopping() {
                     return;
                 }
                 if let Some(limits) = st.limits.filter(|_| shared.host.is_some() && !st.cgroups_failed && st.cgroups.len() < KEEP) {
@@ -166,10 +155,7 @@ fn fill(shared: &Shared) {
                 if !st.workspaces_failed && st.workspaces.len() < KEEP {
                     break Job::Workspace;
                 }
-                st = match shared.wake.wait_timeout(st, Duration::from_secs(1)) {
-                    Ok((g, _)) => g,
-                    Err(poisoned) => poisoned.into_inner().0,
-                };
+                st = shared.worker.sleep(st);
             }
         };
         match job {
@@ -181,7 +167,7 @@ fn fill(shared: &Shared) {
                 let mut st = lock(&shared.state);
                 match made {
                     // Kept only if nobody changed the limits (or stopped us) meanwhile.
-                    Ok(cg) if st.limits == Some(limits) && !shared.stop.load(Ordering::Relaxed) => st.cgroups.push(cg),
+                    Ok(cg) if st.limits == Some(limits) && !shared.worker.stopping() => st.cgroups.push(cg),
                     Ok(cg) => {
                         drop(st);
                         let _ = cg.remove();
@@ -193,17 +179,13 @@ fn fill(shared: &Shared) {
                 let made = Workspace::temporary();
                 let mut st = lock(&shared.state);
                 match made {
-                    Ok(ws) if !shared.stop.load(Ordering::Relaxed) => st.workspaces.push(ws),
+                    Ok(ws) if !shared.worker.stopping() => st.workspaces.push(ws),
                     Ok(ws) => drop(ws),
                     Err(_) => st.workspaces_failed = true,
                 }
             }
         }
     }
-}
-
-fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]
@@ -215,7 +197,7 @@ mod tests {
             if want(spares.ready()) {
                 return;
             }
-            std::thread::sleep(Duration::from_millis(10));
+            std::thread::sleep(std::time::Duration::from_millis(10));
         }
         panic!("spares never reached the wanted count: {:?}", spares.ready());
     }

@@ -251,12 +251,7 @@ impl Core {
         }
         let keep = crate::caps::resolve(&spec.cap_add, &spec.cap_drop).map_err(crate::spec::SpecError::from)?;
         let ctx = Context { uid: sys::geteuid(), gid: sys::getegid(), cgroup_procs: &procs_shown, workspace: &ws, seccomp_rules: self.rules, listener: self.listener, keep_caps: keep, stage: crate::plan::STAGE };
-        let mut plan = assemble::build(spec, &ctx)?;
-        if spec.subids {
-            let (uids, gids) = crate::subids::lookup(ctx.uid, ctx.gid)?;
-            plan.use_subids(uids, gids);
-        }
-        Ok(plan)
+        build_plan(spec, &ctx)
     }
 
     /// [`Runtime::run_detached`]; `shared` is this Core's own Arc (the ready-box thread keeps a
@@ -284,10 +279,7 @@ impl Core {
         }
         let workspace = match &spec.workspace {
             Some(w) => Workspace { path: w.clone(), temporary: false },
-            None => match self.spares.as_ref().and_then(crate::spares::Spares::workspace) {
-                Some(w) => w,
-                None => Workspace::temporary()?,
-            },
+            None => self.temporary_workspace()?,
         };
         let (guard, warnings) = self.box_cgroup(spec)?;
         mark("workspace and cgroup created");
@@ -303,6 +295,14 @@ impl Core {
         mark("result known");
         let (outcome, pid) = outcome?;
         Ok(self.conclude(spec, outcome, pid, guard, workspace, warnings, tracing.then_some(t0)))
+    }
+
+    /// A fresh temporary workspace: a spare one when ready.
+    fn temporary_workspace(&self) -> Result<Workspace, BoxError> {
+        match self.spares.as_ref().and_then(crate::spares::Spares::workspace) {
+            Some(w) => Ok(w),
+            None => Workspace::temporary(),
+        }
     }
 
     /// The box's cgroup (a spare one when ready) and the warnings for caps it cannot enforce;
@@ -342,12 +342,7 @@ impl Core {
     fn assemble(&self, spec: &BoxSpec, keep: u64, workspace: &Path, cgroup: &CgroupGuard) -> Result<BoxPlan, BoxError> {
         let procs: Vec<CString> = cgroup.0.as_ref().map(|c| c.procs_files().to_vec()).unwrap_or_default();
         let ctx = Context { uid: sys::geteuid(), gid: sys::getegid(), cgroup_procs: &procs, workspace, seccomp_rules: self.rules, listener: self.listener, keep_caps: keep, stage: self.templates.as_ref().map_or(crate::plan::STAGE, |t| t.stage()) };
-        let mut plan = assemble::build(spec, &ctx)?;
-        if spec.subids {
-            let (uids, gids) = crate::subids::lookup(ctx.uid, ctx.gid)?;
-            plan.use_subids(uids, gids);
-        }
-        Ok(plan)
+        build_plan(spec, &ctx)
     }
 
     /// The result of a watched box, and its teardown.
@@ -375,8 +370,7 @@ impl Core {
         if rb.limits != limits_of(spec) || (spec.require_limits && !rb.warnings.is_empty()) {
             return Ok(None);
         }
-        let Some(ws) = rb.workspace.as_ref() else { return Ok(None) };
-        let plan = self.assemble(spec, keep, &ws.path, &rb.cgroup)?;
+        let plan = self.assemble(spec, keep, &rb.workspace.path, &rb.cgroup)?;
         let (Some((Step::Exec { argv, env, candidates }, setup)), Some((_, ready_setup))) = (plan.steps.split_last(), rb.plan.steps.split_last()) else {
             return Ok(None);
         };
@@ -401,11 +395,7 @@ impl Core {
             // Its setup ran ahead: report how long it took then.
             Ok(o) => Outcome { setup_us: rb.setup_us, ..o },
             Err(e) => {
-                // Pid 1 still ours and unreaped: end it (the teardown would, too).
-                if let Ok(None) = sys::wait4(pid, true) {
-                    let _ = sys::kill(pid, libc::SIGKILL);
-                    let _ = sys::wait4(pid, false);
-                }
+                end_unreaped(pid);
                 return Err(e);
             }
         };
@@ -417,10 +407,7 @@ impl Core {
         spec.validate()?;
         let keep = crate::caps::resolve(&spec.cap_add, &spec.cap_drop).map_err(crate::spec::SpecError::from)?;
         let Some(templates) = &self.templates else { return Err(BoxError::Sys { what: "set up a box ahead without templates", errno: Errno(libc::EINVAL) }) };
-        let workspace = match self.spares.as_ref().and_then(crate::spares::Spares::workspace) {
-            Some(w) => w,
-            None => Workspace::temporary()?,
-        };
+        let workspace = self.temporary_workspace()?;
         let (cgroup, warnings) = self.box_cgroup(spec)?;
         let plan = self.assemble(spec, keep, &workspace.path, &cgroup)?;
         let (boxed, entered) = templates.prepare(plan.clone())?;
@@ -455,12 +442,7 @@ impl Core {
         let outcome = watch.run(&sock, &out, &err, &sigfd, sink, plan, None);
         let watched = sys::monotonic_ns();
         if outcome.is_err() {
-            // A failed setup. Signal pid 1 only while it is still our unreaped child (WNOHANG
-            // reaps a zombie; ECHILD means it was reaped already and the pid may be reused).
-            if let Ok(None) = sys::wait4(pid, true) {
-                let _ = sys::kill(pid, libc::SIGKILL);
-                let _ = sys::wait4(pid, false);
-            }
+            end_unreaped(pid);
         }
         sys::unblock_signals(&FORWARDED);
         if let Some(t) = &trace {
@@ -548,6 +530,25 @@ struct Started {
     sock: OwnedFd,
     out: OwnedFd,
     err: OwnedFd,
+}
+
+/// The plan of `spec` in `ctx`, its id maps left to the uidmap helpers with `--subids`.
+fn build_plan(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
+    let mut plan = assemble::build(spec, ctx)?;
+    if spec.subids {
+        let (uids, gids) = crate::subids::lookup(ctx.uid, ctx.gid)?;
+        plan.use_subids(uids, gids);
+    }
+    Ok(plan)
+}
+
+/// Ends a box's pid 1 after a failed watch, only while it is still our unreaped child (WNOHANG
+/// reaps a zombie; ECHILD means it was reaped already and the pid may be reused).
+fn end_unreaped(pid: libc::pid_t) {
+    if let Ok(None) = sys::wait4(pid, true) {
+        let _ = sys::kill(pid, libc::SIGKILL);
+        let _ = sys::wait4(pid, false);
+    }
 }
 
 fn limits_of(spec: &BoxSpec) -> hull_cgroup::Limits {

@@ -20,13 +20,14 @@
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 
 use crate::child::{self, ChildContext};
 use crate::error::BoxError;
 use crate::plan::BoxPlan;
 use crate::proto::Message;
 use crate::sys::{self, Errno};
+use crate::worker::{lock, Worker};
 
 /// The most templates one Runtime keeps (one per distinct skeleton: image, hostname, network
 /// mode, user mount points); past it the oldest is dropped (boxes using it keep it alive).
@@ -36,10 +37,6 @@ const MAX_TEMPLATES: usize = 8;
 /// loopback) is the costliest part of entering a template, so a thread does it ahead of the
 /// boxes.
 const POOL: usize = 2;
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 /// Descriptors of a template's user and mount namespaces, and its pool of network namespaces
 /// (owned by the template's user namespace, each used by one box only).
@@ -106,9 +103,8 @@ pub(crate) struct Templates {
 #[derive(Default)]
 struct Shared {
     built: Mutex<Vec<(u64, Arc<Template>)>>,
-    wake: Condvar,
-    stop: AtomicBool,
-    filler: std::sync::OnceLock<()>,
+    /// The pool thread (`hull-netpool`).
+    worker: Worker,
     /// Boxes that entered a pooled network namespace (for tests and `hull bench`).
     pooled: std::sync::atomic::AtomicU64,
     /// Boxes that entered a pooled user namespace.
@@ -117,8 +113,7 @@ struct Shared {
 
 impl Drop for Templates {
     fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Relaxed);
-        self.shared.wake.notify_all();
+        self.shared.worker.stop();
         let _ = std::fs::remove_dir(&self.stage);
     }
 }
@@ -182,17 +177,17 @@ impl Templates {
             self.shared.pooled_users.fetch_add(1, Ordering::Relaxed);
         }
         self.start_filler();
-        self.shared.wake.notify_all();
+        self.shared.worker.wake();
         boxed.set_template_fds(template.user.as_raw_fd(), template.host.as_raw_fd(), template.mnt.as_raw_fd(), net.as_ref().map(AsRawFd::as_raw_fd), own.as_ref().map(|o| [o.user.as_raw_fd(), o.ipc.as_raw_fd(), o.uts.as_raw_fd()]));
         Ok((boxed, Some(Entered { _template: template, _net: net, _own: own })))
     }
 
     /// Starts the thread that keeps each template's network pool full (once).
     fn start_filler(&self) {
-        let shared = Arc::clone(&self.shared);
-        self.shared.filler.get_or_init(move || {
-            // Without the thread there is no pool: boxes unshare their own network namespace.
-            let _ = sys::spawn_helper("hull-netpool", &crate::supervise::FORWARDED, move || fill(&shared));
+        // Without the thread there is no pool: boxes unshare their own network namespace.
+        self.shared.worker.start_once("hull-netpool", || {
+            let shared = Arc::clone(&self.shared);
+            move || fill(&shared)
         });
     }
 }
@@ -207,7 +202,7 @@ fn fill(shared: &Shared) {
         // Without a stack for the helpers there is no pool: boxes unshare their own namespaces.
         return;
     };
-    while !shared.stop.load(Ordering::Relaxed) {
+    while !shared.worker.stopping() {
         let wanting = lock(&shared.built).iter().find_map(|(_, t)| t.wants().map(|k| (Arc::clone(t), k)));
         match wanting {
             Some((t, kind)) => match make_pooled(&t, kind, stack.get()) {
@@ -222,8 +217,7 @@ fn fill(shared: &Shared) {
                 Err(_) => t.pool_failed.store(true, Ordering::Relaxed),
             },
             None => {
-                let built = lock(&shared.built);
-                let _ = shared.wake.wait_timeout(built, std::time::Duration::from_secs(1));
+                drop(shared.worker.sleep(lock(&shared.built)));
             }
         }
     }
