@@ -19,10 +19,32 @@ pub const HOST_DIRS: &[&str] = &["usr", "bin", "sbin", "lib", "lib32", "lib64", 
 /// Entries of the host's /etc the `host` image shows: the loader cache, certificates,
 /// alternatives and other read-mostly data programs expect. Never shadow, sudoers, ssh keys.
 pub const HOST_ETC: &[&str] = &[
-    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "ssl", "ca-certificates", "ca-certificates.conf",
-    "alternatives", "localtime", "timezone", "os-release", "debian_version", "protocols", "services",
-    "mime.types", "python3", "python3.11", "python3.12", "python3.13", "gai.conf", "host.conf",
-    "inputrc", "bash.bashrc", "magic", "papersize", "fonts", "matplotlibrc",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "ssl",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "alternatives",
+    "localtime",
+    "timezone",
+    "os-release",
+    "debian_version",
+    "protocols",
+    "services",
+    "mime.types",
+    "python3",
+    "python3.11",
+    "python3.12",
+    "python3.13",
+    "gai.conf",
+    "host.conf",
+    "inputrc",
+    "bash.bashrc",
+    "magic",
+    "papersize",
+    "fonts",
+    "matplotlibrc",
 ];
 
 /// Names in a root that hull provides itself.
@@ -43,7 +65,11 @@ pub struct Context<'a> {
 
 /// The namespace flags for `spec`.
 pub fn clone_flags(spec: &BoxSpec) -> libc::c_int {
-    let mut f = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
+    let mut f = libc::CLONE_NEWUSER
+        | libc::CLONE_NEWNS
+        | libc::CLONE_NEWPID
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWUTS;
     if spec.network == Network::None {
         f |= libc::CLONE_NEWNET;
     }
@@ -63,7 +89,11 @@ impl Sources {
     /// The box opens the resolved path with `RESOLVE_NO_SYMLINKS`, so what it binds is what was
     /// checked here even if a component is swapped for a symlink in between.
     fn add(&mut self, arg: &'static str, path: &Path) -> Result<String, BoxError> {
-        let canon = std::fs::canonicalize(path).map_err(|e| BoxError::Source { arg, path: path.to_path_buf(), errno: sys::Errno(e.raw_os_error().unwrap_or(libc::EIO)) })?;
+        let canon = std::fs::canonicalize(path).map_err(|e| BoxError::Source {
+            arg,
+            path: path.to_path_buf(),
+            errno: sys::Errno(e.raw_os_error().unwrap_or(libc::EIO)),
+        })?;
         let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
         crate::spec::check_source(arg, &canon, home.as_deref())?;
         let c = canon.to_string_lossy().into_owned();
@@ -88,7 +118,9 @@ fn classify(path: &Path) -> Option<Entry> {
     let md = std::fs::symlink_metadata(path).ok()?;
     let ft = md.file_type();
     if ft.is_symlink() {
-        std::fs::read_link(path).ok().map(|t| Entry::Link(t.to_string_lossy().into_owned()))
+        std::fs::read_link(path)
+            .ok()
+            .map(|t| Entry::Link(t.to_string_lossy().into_owned()))
     } else if ft.is_dir() {
         Some(Entry::Dir)
     } else if ft.is_file() {
@@ -110,7 +142,14 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
     for m in &spec.mounts {
         mount_src.push(src.add("--mount", &m.source)?);
     }
-    let mut b = PlanBuilder::start(clone_flags(spec), ctx.uid, ctx.gid, ctx.cgroup_procs, &src.list, ctx.stage);
+    let mut b = PlanBuilder::start(
+        clone_flags(spec),
+        ctx.uid,
+        ctx.gid,
+        ctx.cgroup_procs,
+        &src.list,
+        ctx.stage,
+    );
     // Top-level names that come from the image (read-only, shared with the host or other boxes).
     let mut image_top: Vec<String> = Vec::new();
     match &spec.root {
@@ -125,7 +164,11 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
     // mount exists; elsewhere they are made now, in the root tmpfs, before it is sealed.
     let mut writable_roots: Vec<String> = vec!["/tmp".into(), "/dev/shm".into()];
     writable_roots.extend(spec.tmpfs.iter().map(|t| t.target.clone()));
-    let mut user_targets: Vec<(&str, bool)> = spec.tmpfs.iter().map(|t| (t.target.as_str(), true)).collect();
+    let mut user_targets: Vec<(&str, bool)> = spec
+        .tmpfs
+        .iter()
+        .map(|t| (t.target.as_str(), true))
+        .collect();
     for m in &spec.mounts {
         user_targets.push((m.target.as_str(), m.source.is_dir()));
     }
@@ -140,10 +183,16 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
             }
             .into());
         }
-        if let Some(m) = spec.mounts.iter().find(|m| m.target != *target && is_within(target, &m.target)) {
+        if let Some(m) = spec
+            .mounts
+            .iter()
+            .find(|m| m.target != *target && is_within(target, &m.target))
+        {
             return Err(SpecError::TargetRefused { arg: "--mount", target: (*target).to_string(), why: format!("it lies inside the --mount at {}; hull does not create mount points in host directories", m.target) }.into());
         }
-        let inside_writable = writable_roots.iter().any(|w| w != target && is_within(target, w));
+        let inside_writable = writable_roots
+            .iter()
+            .any(|w| w != target && is_within(target, w));
         let chain = ancestors(target);
         if inside_writable {
             late_dirs.push(((*target).to_string(), *is_dir));
@@ -164,7 +213,12 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
     w.tmpfs("/tmp", spec.tmp_size, 0o1777);
     w.tmpfs("/dev/shm", spec.shm_size, 0o1777);
     w.devpts("/dev/pts");
-    w.bind(&ws, &ctx.workspace.display().to_string(), "/workspace", false);
+    w.bind(
+        &ws,
+        &ctx.workspace.display().to_string(),
+        "/workspace",
+        false,
+    );
     // Shallow targets first, so a tmpfs at /data exists before a bind at /data/x... (validation
     // already refused a tmpfs covering a bind, and binds nested in binds).
     let mut order: Vec<usize> = (0..user_targets.len()).collect();
@@ -186,8 +240,17 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
         if let Some(t) = spec.tmpfs.iter().find(|t| t.target == target) {
             w.tmpfs(&t.target, t.size, 0o1777);
         } else if let Some(m) = spec.mounts.iter().find(|m| m.target == target) {
-            let idx = spec.mounts.iter().position(|x| x.target == target).unwrap_or(0);
-            w.bind(&mount_src[idx], &m.source.display().to_string(), &m.target, m.read_only);
+            let idx = spec
+                .mounts
+                .iter()
+                .position(|x| x.target == target)
+                .unwrap_or(0);
+            w.bind(
+                &mount_src[idx],
+                &m.source.display().to_string(),
+                &m.target,
+                m.read_only,
+            );
         }
     }
     w.proc();
@@ -199,14 +262,26 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
     }
     p.chdir(&spec.cwd);
     let env = box_env(spec);
-    let path_var = env.iter().find(|(k, _)| k == "PATH").map_or(BOX_PATH.to_string(), |(_, v)| v.clone());
-    Ok(p.finish(ctx.keep_caps, ctx.seccomp_rules, ctx.listener, &spec.argv, &env, &path_var))
+    let path_var = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map_or(BOX_PATH.to_string(), |(_, v)| v.clone());
+    Ok(p.finish(
+        ctx.keep_caps,
+        ctx.seccomp_rules,
+        ctx.listener,
+        &spec.argv,
+        &env,
+        &path_var,
+    ))
 }
 
 /// The proper ancestors of an absolute path, shallowest first (`/a/b/c` -> `/a`, `/a/b`).
 fn ancestors(path: &str) -> Vec<String> {
     let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
-    (1..parts.len()).map(|n| format!("/{}", parts[..n].join("/"))).collect()
+    (1..parts.len())
+        .map(|n| format!("/{}", parts[..n].join("/")))
+        .collect()
 }
 
 /// What the host offers for the `host` image: each of [`HOST_DIRS`] and [`HOST_ETC`] that exists,
@@ -217,7 +292,9 @@ fn host_layout() -> &'static [(String, Entry)] {
     LAYOUT.get_or_init(|| {
         let dirs = HOST_DIRS.iter().map(|n| format!("/{n}"));
         let etc = HOST_ETC.iter().map(|n| format!("/etc/{n}"));
-        dirs.chain(etc).filter_map(|p| classify(Path::new(&p)).map(|e| (p, e))).collect()
+        dirs.chain(etc)
+            .filter_map(|p| classify(Path::new(&p)).map(|e| (p, e)))
+            .collect()
     })
 }
 
@@ -256,11 +333,20 @@ fn host_root(b: &mut PlanBuilder<Skeleton>, spec: &BoxSpec, image_top: &mut Vec<
     b.write_file("/etc/passwd", b"root:x:0:0:root:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n".to_vec());
     b.write_file("/etc/group", b"root:x:0:\nnogroup:x:65534:\n".to_vec());
     b.write_file("/etc/hostname", format!("{host_name}\n").into_bytes());
-    b.write_file("/etc/hosts", format!("127.0.0.1\tlocalhost {host_name}\n::1\tlocalhost ip6-localhost ip6-loopback\n").into_bytes());
+    b.write_file(
+        "/etc/hosts",
+        format!("127.0.0.1\tlocalhost {host_name}\n::1\tlocalhost ip6-localhost ip6-loopback\n")
+            .into_bytes(),
+    );
     b.write_file("/etc/nsswitch.conf", b"passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n".to_vec());
     if spec.network == Network::Host && Path::new("/etc/resolv.conf").exists() {
         b.touch("/etc/resolv.conf");
-        b.bind_host("/etc/resolv.conf", "/etc/resolv.conf", "/etc/resolv.conf", true);
+        b.bind_host(
+            "/etc/resolv.conf",
+            "/etc/resolv.conf",
+            "/etc/resolv.conf",
+            true,
+        );
     } else {
         b.write_file("/etc/resolv.conf", b"# no network in this box\n".to_vec());
     }
@@ -279,9 +365,19 @@ enum RootEntry {
 /// Classifies the image root's top-level entries, reserving a descriptor for each bound one: the
 /// box opens each entry itself without following symlinks, so an entry swapped for a symlink
 /// after this look cannot redirect its bind.
-fn rootfs_entries(spec: &BoxSpec, dir: &Path, src: &mut Sources) -> Result<Vec<(String, RootEntry)>, BoxError> {
-    let entries = std::fs::read_dir(dir).map_err(|e| BoxError::Io { what: format!("read the image root {}", dir.display()), error: e })?;
-    let mut names: Vec<String> = entries.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+fn rootfs_entries(
+    spec: &BoxSpec,
+    dir: &Path,
+    src: &mut Sources,
+) -> Result<Vec<(String, RootEntry)>, BoxError> {
+    let entries = std::fs::read_dir(dir).map_err(|e| BoxError::Io {
+        what: format!("read the image root {}", dir.display()),
+        error: e,
+    })?;
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
     names.sort();
     let mut out = Vec::new();
     for name in names {
@@ -290,11 +386,18 @@ fn rootfs_entries(spec: &BoxSpec, dir: &Path, src: &mut Sources) -> Result<Vec<(
         }
         let host = dir.join(&name);
         let boxed = format!("/{name}");
-        let wanted_empty = spec.tmpfs.iter().map(|t| &t.target).chain(spec.mounts.iter().map(|m| &m.target)).any(|t| is_within(t, &boxed));
+        let wanted_empty = spec
+            .tmpfs
+            .iter()
+            .map(|t| &t.target)
+            .chain(spec.mounts.iter().map(|m| &m.target))
+            .any(|t| is_within(t, &boxed));
         let entry = match classify(&host) {
             Some(Entry::Link(t)) => RootEntry::Link(t),
             Some(Entry::Dir) => {
-                let empty = std::fs::read_dir(&host).map(|mut d| d.next().is_none()).unwrap_or(false);
+                let empty = std::fs::read_dir(&host)
+                    .map(|mut d| d.next().is_none())
+                    .unwrap_or(false);
                 if wanted_empty && empty {
                     RootEntry::EmptyDir
                 } else {
@@ -309,7 +412,12 @@ fn rootfs_entries(spec: &BoxSpec, dir: &Path, src: &mut Sources) -> Result<Vec<(
     Ok(out)
 }
 
-fn dir_root(b: &mut PlanBuilder<Skeleton>, dir: &Path, entries: &[(String, RootEntry)], image_top: &mut Vec<String>) {
+fn dir_root(
+    b: &mut PlanBuilder<Skeleton>,
+    dir: &Path,
+    entries: &[(String, RootEntry)],
+    image_top: &mut Vec<String>,
+) {
     for (name, entry) in entries {
         let boxed = format!("/{name}");
         let shown = dir.join(name).display().to_string();
@@ -398,14 +506,35 @@ mod tests {
     fn a_host_skeleton_splits_into_a_template_and_a_rootfs_one_does_not() {
         use crate::plan::Step;
         let d = tempfile::tempdir().unwrap();
-        let ctx = Context { uid: 0, gid: 0, cgroup_procs: &[], workspace: d.path(), seccomp_rules: 1, listener: true, keep_caps: 0, stage: "/tmp/hull-tmpl-x" };
+        let ctx = Context {
+            uid: 0,
+            gid: 0,
+            cgroup_procs: &[],
+            workspace: d.path(),
+            seccomp_rules: 1,
+            listener: true,
+            keep_caps: 0,
+            stage: "/tmp/hull-tmpl-x",
+        };
         // Sub-ids replace the box's own id maps with a wait for the supervisor's helpers, and
         // such a box is built whole (a template's user namespace maps one id).
         let mut sub = build(&BoxSpec::new(vec!["true".into()]), &ctx).unwrap();
-        let range = crate::subids::IdRange { own: 0, start: 100_000, count: 65536 };
+        let range = crate::subids::IdRange {
+            own: 0,
+            start: 100_000,
+            count: 65536,
+        };
         sub.use_subids(range.clone(), range);
-        assert!(sub.steps.iter().any(|s| matches!(s, Step::AwaitIdMaps { .. })) && !sub.steps.iter().any(|s| matches!(s, Step::MapIds { .. })));
-        assert!(sub.to_string().contains("1-65536 -> 100000-165535"), "{sub}");
+        assert!(
+            sub.steps
+                .iter()
+                .any(|s| matches!(s, Step::AwaitIdMaps { .. }))
+                && !sub.steps.iter().any(|s| matches!(s, Step::MapIds { .. }))
+        );
+        assert!(
+            sub.to_string().contains("1-65536 -> 100000-165535"),
+            "{sub}"
+        );
         assert!(sub.split_template().is_err());
         let plan = build(&BoxSpec::new(vec!["true".into()]), &ctx).unwrap();
         let (template, boxed) = plan.split_template().map_err(|_| "not split").unwrap();
@@ -413,33 +542,71 @@ mod tests {
         let t = kinds(&template);
         assert_eq!(t.first(), Some(&"tie the box to its supervisor"));
         assert_eq!(t.last(), Some(&"hold the template"));
-        assert!(t.contains(&"make root read-only") && t.contains(&"bind mount"), "{t:?}");
-        assert!(!t.contains(&"open bind source") && !t.contains(&"clone bind source"), "{t:?}");
+        assert!(
+            t.contains(&"make root read-only") && t.contains(&"bind mount"),
+            "{t:?}"
+        );
+        assert!(
+            !t.contains(&"open bind source") && !t.contains(&"clone bind source"),
+            "{t:?}"
+        );
         // The template mounts a procfs of its own (so boxes may mount theirs), then pivots.
-        let tat = |name: &str| t.iter().position(|n| *n == name).unwrap_or_else(|| panic!("{name} missing: {t:?}"));
-        assert!(tat("make root read-only") < tat("mount proc") && tat("mount proc") < tat("pivot the template into its root"));
+        let tat = |name: &str| {
+            t.iter()
+                .position(|n| *n == name)
+                .unwrap_or_else(|| panic!("{name} missing: {t:?}"))
+        };
+        assert!(
+            tat("make root read-only") < tat("mount proc")
+                && tat("mount proc") < tat("pivot the template into its root")
+        );
         let b = kinds(&boxed);
-        let at = |name: &str| b.iter().position(|n| *n == name).unwrap_or_else(|| panic!("{name} missing: {b:?}"));
+        let at = |name: &str| {
+            b.iter()
+                .position(|n| *n == name)
+                .unwrap_or_else(|| panic!("{name} missing: {b:?}"))
+        };
         // Sources are cloned where the host's paths are, before the box enters the sealed root.
         assert!(at("join the template's namespaces") < at("clone bind source"));
         assert!(at("clone bind source") < at("enter the template's root"));
         assert!(at("enter the template's root") < at("fork pid 1"));
-        assert!(at("fork pid 1") < at("attach bind source") && at("attach bind source") < at("mount proc"));
-        assert!(!b.contains(&"pivot root") && !b.contains(&"bind mount") && !b.contains(&"open bind source"), "{b:?}");
+        assert!(
+            at("fork pid 1") < at("attach bind source")
+                && at("attach bind source") < at("mount proc")
+        );
+        assert!(
+            !b.contains(&"pivot root")
+                && !b.contains(&"bind mount")
+                && !b.contains(&"open bind source"),
+            "{b:?}"
+        );
         // The root is in place: the box's paths carry no staging prefix.
         let shown = boxed.to_string();
         assert!(!shown.contains("/tmp/hull-tmpl-x"), "{shown}");
         assert!(boxed.steps.iter().all(|s| match s {
-            Step::Tmpfs { target, .. } | Step::Proc { target } | Step::AttachSource { target, .. } => !target.c.to_bytes().starts_with(b"/tmp/hull-tmpl-x"),
+            Step::Tmpfs { target, .. }
+            | Step::Proc { target }
+            | Step::AttachSource { target, .. } =>
+                !target.c.to_bytes().starts_with(b"/tmp/hull-tmpl-x"),
             _ => true,
         }));
         assert!(!b.contains(&"make root read-only"), "{b:?}");
         // The same spec gives the same template key; another hostname another.
-        let again = build(&BoxSpec::new(vec!["true".into()]), &ctx).unwrap().split_template().map_err(|_| "not split").unwrap().0;
+        let again = build(&BoxSpec::new(vec!["true".into()]), &ctx)
+            .unwrap()
+            .split_template()
+            .map_err(|_| "not split")
+            .unwrap()
+            .0;
         assert_eq!(template.template_key(), again.template_key());
         let mut other = BoxSpec::new(vec!["true".into()]);
         other.hostname = "other".into();
-        let other = build(&other, &ctx).unwrap().split_template().map_err(|_| "not split").unwrap().0;
+        let other = build(&other, &ctx)
+            .unwrap()
+            .split_template()
+            .map_err(|_| "not split")
+            .unwrap()
+            .0;
         assert_ne!(template.template_key(), other.template_key());
         // A --rootfs skeleton binds descriptors the box opens itself: not shareable.
         let root = tempfile::tempdir().unwrap();
@@ -453,8 +620,21 @@ mod tests {
     fn targets_inside_the_image_are_refused() {
         let d = tempfile::tempdir().unwrap();
         let mut s = BoxSpec::new(vec!["true".into()]);
-        s.mounts.push(crate::spec::BindMount { source: d.path().into(), target: "/usr/data".into(), read_only: true });
-        let ctx = Context { uid: 0, gid: 0, cgroup_procs: &[], workspace: d.path(), seccomp_rules: 1, listener: true, keep_caps: 0, stage: crate::plan::STAGE };
+        s.mounts.push(crate::spec::BindMount {
+            source: d.path().into(),
+            target: "/usr/data".into(),
+            read_only: true,
+        });
+        let ctx = Context {
+            uid: 0,
+            gid: 0,
+            cgroup_procs: &[],
+            workspace: d.path(),
+            seccomp_rules: 1,
+            listener: true,
+            keep_caps: 0,
+            stage: crate::plan::STAGE,
+        };
         let err = build(&s, &ctx).expect_err("refused").to_string();
         assert!(err.contains("/usr/data") && err.contains("image"), "{err}");
     }

@@ -4,12 +4,47 @@
 
 /// Capability names in number order (linux/capability.h), without the `CAP_` prefix.
 pub const NAMES: &[&str] = &[
-    "CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID",
-    "SETPCAP", "LINUX_IMMUTABLE", "NET_BIND_SERVICE", "NET_BROADCAST", "NET_ADMIN", "NET_RAW",
-    "IPC_LOCK", "IPC_OWNER", "SYS_MODULE", "SYS_RAWIO", "SYS_CHROOT", "SYS_PTRACE", "SYS_PACCT",
-    "SYS_ADMIN", "SYS_BOOT", "SYS_NICE", "SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "MKNOD",
-    "LEASE", "AUDIT_WRITE", "AUDIT_CONTROL", "SETFCAP", "MAC_OVERRIDE", "MAC_ADMIN", "SYSLOG",
-    "WAKE_ALARM", "BLOCK_SUSPEND", "AUDIT_READ", "PERFMON", "BPF", "CHECKPOINT_RESTORE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "DAC_READ_SEARCH",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "SETGID",
+    "SETUID",
+    "SETPCAP",
+    "LINUX_IMMUTABLE",
+    "NET_BIND_SERVICE",
+    "NET_BROADCAST",
+    "NET_ADMIN",
+    "NET_RAW",
+    "IPC_LOCK",
+    "IPC_OWNER",
+    "SYS_MODULE",
+    "SYS_RAWIO",
+    "SYS_CHROOT",
+    "SYS_PTRACE",
+    "SYS_PACCT",
+    "SYS_ADMIN",
+    "SYS_BOOT",
+    "SYS_NICE",
+    "SYS_RESOURCE",
+    "SYS_TIME",
+    "SYS_TTY_CONFIG",
+    "MKNOD",
+    "LEASE",
+    "AUDIT_WRITE",
+    "AUDIT_CONTROL",
+    "SETFCAP",
+    "MAC_OVERRIDE",
+    "MAC_ADMIN",
+    "SYSLOG",
+    "WAKE_ALARM",
+    "BLOCK_SUSPEND",
+    "AUDIT_READ",
+    "PERFMON",
+    "BPF",
+    "CHECKPOINT_RESTORE",
 ];
 
 /// The highest capability number this build knows.
@@ -19,7 +54,9 @@ pub fn last_cap() -> u32 {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CapError {
-    #[error("{arg} `{name}` is not a capability; use a name like NET_BIND_SERVICE or CAP_CHOWN, or ALL")]
+    #[error(
+        "{arg} `{name}` is not a capability; use a name like NET_BIND_SERVICE or CAP_CHOWN, or ALL"
+    )]
     Unknown { arg: &'static str, name: String },
 }
 
@@ -33,7 +70,10 @@ fn parse(arg: &'static str, name: &str) -> Result<u64, CapError> {
         .iter()
         .position(|n| *n == bare)
         .map(|i| 1u64 << i)
-        .ok_or_else(|| CapError::Unknown { arg, name: name.to_string() })
+        .ok_or_else(|| CapError::Unknown {
+            arg,
+            name: name.to_string(),
+        })
 }
 
 /// The capability mask a box keeps: what `--cap-add` names, less what `--cap-drop` names.
@@ -50,7 +90,12 @@ pub fn resolve(add: &[String], drop: &[String]) -> Result<u64, CapError> {
 
 /// The names in a mask, for `--plan`.
 pub fn names(mask: u64) -> Vec<&'static str> {
-    NAMES.iter().enumerate().filter(|(i, _)| mask & (1 << i) != 0).map(|(_, n)| *n).collect()
+    NAMES
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| mask & (1 << i) != 0)
+        .map(|(_, n)| *n)
+        .collect()
 }
 
 #[cfg(test)]
@@ -65,6 +110,9 @@ mod tests {
         assert_eq!(all_but_admin & (1 << 21), 0);
         assert_ne!(all_but_admin & 1, 0);
         assert_eq!(names(1 << 10), vec!["NET_BIND_SERVICE"]);
-        assert!(resolve(&["FLY".into()], &[]).unwrap_err().to_string().contains("--cap-add"));
+        assert!(resolve(&["FLY".into()], &[])
+            .unwrap_err()
+            .to_string()
+            .contains("--cap-add"));
     }
 }

@@ -8,13 +8,15 @@
 //! then waits for the supervisor's teardown to kill it (its exit is the namespace teardown,
 //! kept off the result's path).
 
-
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, RawFd};
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use crate::plan::{BoxPlan, Step};
 use crate::proto::Message;
-use crate::sys::{self, Errno, SysResult, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY};
+use crate::sys::{
+    self, Errno, SysResult, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID,
+    MOUNT_ATTR_RDONLY,
+};
 
 /// Descriptors and pre-built pointer arrays the child needs; all created by the parent.
 pub(crate) struct ChildContext<'a> {
@@ -80,12 +82,26 @@ fn run_from(ctx: &ChildContext<'_>, first: usize) -> ! {
             _ => execute(ctx, step),
         };
         if let Err(e) = done {
-            send(ctx.sock, Message::SetupFailed { step: u32::try_from(i).unwrap_or(u32::MAX), errno: e.0 }, None);
+            send(
+                ctx.sock,
+                Message::SetupFailed {
+                    step: u32::try_from(i).unwrap_or(u32::MAX),
+                    errno: e.0,
+                },
+                None,
+            );
             sys::exit_now(125);
         }
     }
     // The last step is Exec, which never returns; a plan without one is a bug in the builder.
-    send(ctx.sock, Message::SetupFailed { step: u32::try_from(ctx.plan.steps.len()).unwrap_or(u32::MAX), errno: libc::EINVAL }, None);
+    send(
+        ctx.sock,
+        Message::SetupFailed {
+            step: u32::try_from(ctx.plan.steps.len()).unwrap_or(u32::MAX),
+            errno: libc::EINVAL,
+        },
+        None,
+    );
     sys::exit_now(125)
 }
 
@@ -101,17 +117,31 @@ struct Pid1Args<'a> {
 /// child (`CLONE_PARENT`), reports its pid and exits. Pid 1 shares our memory (`CLONE_VM`), so
 /// no page tables are copied; we exit right after, and from then on the memory is its alone.
 fn start_pid1(ctx: &ChildContext<'_>, next: usize) -> SysResult<()> {
-    let Some((stack, len)) = ctx.pid1_stack else { return Err(Errno(libc::EINVAL)) };
+    let Some((stack, len)) = ctx.pid1_stack else {
+        return Err(Errno(libc::EINVAL));
+    };
     // Pid 1's first message waits for the go byte, so its messages (Ready...) reach the
     // supervisor after our Pid1; a hangup instead means we died before sending it, and pid 1
     // must not run unknown to the supervisor.
     let (go_r, go_w) = sys::pipe()?;
-    let args = Pid1Args { ctx, next, go_r: go_r.as_raw_fd(), go_w: go_w.as_raw_fd() };
+    let args = Pid1Args {
+        ctx,
+        next,
+        go_r: go_r.as_raw_fd(),
+        go_w: go_w.as_raw_fd(),
+    };
     // SAFETY: the supervisor set this memory aside for pid 1's stack and nothing else uses it.
     let stack = unsafe { std::slice::from_raw_parts_mut(stack, len) };
     // SAFETY: `pid1_main` runs the allocation-free plan loop and ends in execve or _exit;
     // `args` stays in place, since we never return from here.
-    let pid = unsafe { sys::spawn_shared(stack, pid1_main, std::ptr::addr_of!(args).cast_mut().cast(), libc::CLONE_PARENT) }?;
+    let pid = unsafe {
+        sys::spawn_shared(
+            stack,
+            pid1_main,
+            std::ptr::addr_of!(args).cast_mut().cast(),
+            libc::CLONE_PARENT,
+        )
+    }?;
     // Not `send`: the gate in our shared memory is pid 1's now.
     // The go byte only follows a Pid1 that was sent: otherwise pid 1 sees the pipe close with
     // us and exits instead of running unknown to the supervisor.
@@ -151,13 +181,21 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
             }
             // In a new pid namespace getppid() is 0 whoever the parent is, so the reliable sign
             // of a supervisor that died before the prctl is its end of our channel closing.
-            let mut fds = [libc::pollfd { fd: ctx.sock, events: 0, revents: 0 }];
-            if sys::poll(&mut fds, 0).is_ok() && fds[0].revents & (libc::POLLHUP | libc::POLLERR) != 0 {
+            let mut fds = [libc::pollfd {
+                fd: ctx.sock,
+                events: 0,
+                revents: 0,
+            }];
+            if sys::poll(&mut fds, 0).is_ok()
+                && fds[0].revents & (libc::POLLHUP | libc::POLLERR) != 0
+            {
                 sys::exit_now(125);
             }
             Ok(())
         }
-        Step::MapIds { uid_map, gid_map, .. } => {
+        Step::MapIds {
+            uid_map, gid_map, ..
+        } => {
             optional(sys::write_file(c"/proc/self/setgroups", b"deny", 0, 0))?;
             sys::write_file(c"/proc/self/uid_map", uid_map, 0, 0)?;
             sys::write_file(c"/proc/self/gid_map", gid_map, 0, 0)
@@ -180,13 +218,30 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
             reserved_is_free(ctx, *fd)?;
             sys::open_path_at(&path.c, *fd)
         }
-        Step::PrivatizeMounts => sys::mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE, None),
-        Step::MountRoot { at, opts, .. } => sys::mount(Some(c"tmpfs"), &at.c, Some(c"tmpfs"), libc::MS_NOSUID | libc::MS_NODEV, Some(opts)),
+        Step::PrivatizeMounts => {
+            sys::mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE, None)
+        }
+        Step::MountRoot { at, opts, .. } => sys::mount(
+            Some(c"tmpfs"),
+            &at.c,
+            Some(c"tmpfs"),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            Some(opts),
+        ),
         Step::Mkdir { path } => sys::mkdir(&path.c, 0o755),
         Step::Touch { path } => sys::touch(&path.c),
         Step::Symlink { target, path, .. } => sys::symlink(target, &path.c),
-        Step::WriteFile { path, data } => sys::write_file(&path.c, data, libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW, 0o644),
-        Step::Bind { source, target, optional: opt } => {
+        Step::WriteFile { path, data } => sys::write_file(
+            &path.c,
+            data,
+            libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW,
+            0o644,
+        ),
+        Step::Bind {
+            source,
+            target,
+            optional: opt,
+        } => {
             let r = sys::mount(Some(&source.c), &target.c, None, BIND, None);
             if *opt {
                 optional(r)
@@ -194,22 +249,64 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
                 r
             }
         }
-        Step::Tmpfs { target, opts, .. } => sys::mount(Some(c"tmpfs"), &target.c, Some(c"tmpfs"), libc::MS_NOSUID | libc::MS_NODEV, Some(opts)),
+        Step::Tmpfs { target, opts, .. } => sys::mount(
+            Some(c"tmpfs"),
+            &target.c,
+            Some(c"tmpfs"),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            Some(opts),
+        ),
         Step::Seal { root, dev } => {
-            sys::mount_setattr(&root.c, true, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0)?;
+            sys::mount_setattr(
+                &root.c,
+                true,
+                MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+                0,
+            )?;
             sys::mount_setattr(&dev.c, true, 0, MOUNT_ATTR_NODEV)
         }
         Step::SetAttr { target, set, clear } => sys::mount_setattr(&target.c, true, *set, *clear),
-        Step::ClearReadOnly { target } => sys::mount_setattr(&target.c, false, 0, MOUNT_ATTR_RDONLY),
-        Step::Devpts { target } => sys::mount(Some(c"devpts"), &target.c, Some(c"devpts"), libc::MS_NOSUID | libc::MS_NOEXEC, Some(c"newinstance,ptmxmode=0666,mode=0620")),
-        Step::Proc { target } => sys::mount(Some(c"proc"), &target.c, Some(c"proc"), libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC, None),
-        Step::MaskFile { target, null } => optional(sys::mount(Some(&null.c), &target.c, None, libc::MS_BIND, None)),
-        Step::MaskDir { target } => optional(sys::mount(Some(c"tmpfs"), &target.c, Some(c"tmpfs"), libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC, Some(c"size=4k,mode=0555"))),
+        Step::ClearReadOnly { target } => {
+            sys::mount_setattr(&target.c, false, 0, MOUNT_ATTR_RDONLY)
+        }
+        Step::Devpts { target } => sys::mount(
+            Some(c"devpts"),
+            &target.c,
+            Some(c"devpts"),
+            libc::MS_NOSUID | libc::MS_NOEXEC,
+            Some(c"newinstance,ptmxmode=0666,mode=0620"),
+        ),
+        Step::Proc { target } => sys::mount(
+            Some(c"proc"),
+            &target.c,
+            Some(c"proc"),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            None,
+        ),
+        Step::MaskFile { target, null } => optional(sys::mount(
+            Some(&null.c),
+            &target.c,
+            None,
+            libc::MS_BIND,
+            None,
+        )),
+        Step::MaskDir { target } => optional(sys::mount(
+            Some(c"tmpfs"),
+            &target.c,
+            Some(c"tmpfs"),
+            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            Some(c"size=4k,mode=0555"),
+        )),
         Step::ProtectProc { target } => {
             if let Err(e) = sys::mount(Some(&target.c), &target.c, None, BIND, None) {
                 return optional(Err(e));
             }
-            sys::mount_setattr(&target.c, true, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, 0)
+            sys::mount_setattr(
+                &target.c,
+                true,
+                MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+                0,
+            )
         }
         Step::Pivot { root } => pivot(root),
         Step::Hostname { name } => sys::sethostname(name.as_bytes()),
@@ -241,7 +338,14 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
                 let go = await_go(ctx)?;
                 spawn_and_reap(ctx, &go.program())
             } else {
-                spawn_and_reap(ctx, &Program { argv: ctx.argv, envp: ctx.envp, candidates: Candidates::Plan(candidates) })
+                spawn_and_reap(
+                    ctx,
+                    &Program {
+                        argv: ctx.argv,
+                        envp: ctx.envp,
+                        candidates: Candidates::Plan(candidates),
+                    },
+                )
             }
         }
         Step::LeanRoot { root, keep_fd } => {
@@ -252,7 +356,11 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
         Step::HoldTemplate { keep_fd } => {
             send(ctx.sock, Message::Ready, Some(*keep_fd));
             // The supervisor opens our namespaces, then closes its end: that hangup is the cue.
-            let mut fds = [libc::pollfd { fd: ctx.sock, events: libc::POLLIN, revents: 0 }];
+            let mut fds = [libc::pollfd {
+                fd: ctx.sock,
+                events: libc::POLLIN,
+                revents: 0,
+            }];
             let _ = sys::poll(&mut fds, -1);
             sys::exit_now(0)
         }
@@ -265,10 +373,19 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
             sys::open_path_at(&path.c, *fd)?;
             sys::clone_tree_at(*fd)
         }
-        Step::EnterTemplate { mnt_fd, net_fd, own_fds, flags } => {
+        Step::EnterTemplate {
+            mnt_fd,
+            net_fd,
+            own_fds,
+            flags,
+        } => {
             let mut flags = *flags;
             // The template's root has no /proc mounted: keep our own /proc entry for the maps.
-            let proc_self = if own_fds[0] < 0 { Some(sys::open_dir_path(c"/proc/self")?) } else { None };
+            let proc_self = if own_fds[0] < 0 {
+                Some(sys::open_dir_path(c"/proc/self")?)
+            } else {
+                None
+            };
             sys::setns(*mnt_fd, libc::CLONE_NEWNS)?;
             if *net_fd >= 0 {
                 sys::setns(*net_fd, libc::CLONE_NEWNET)?;
@@ -285,7 +402,9 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
                 if flags & libc::CLONE_NEWUTS != 0 {
                     sys::setns(uts, libc::CLONE_NEWUTS)?;
                 }
-                return sys::unshare(flags & !(libc::CLONE_NEWUSER | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS));
+                return sys::unshare(
+                    flags & !(libc::CLONE_NEWUSER | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS),
+                );
             };
             sys::unshare(flags)?;
             map_root_in(proc_self.as_raw_fd())
@@ -300,11 +419,18 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
 /// open, the number could be one we still need (our channel, the output pipes, a template's
 /// namespaces). Refuse (EBUSY, naming the step) rather than replace it.
 fn reserved_is_free(ctx: &ChildContext<'_>, fd: RawFd) -> SysResult<()> {
-    let mut used = [ctx.sock, ctx.stdin, ctx.stdout, ctx.stderr].into_iter().any(|u| u == fd);
+    let mut used = [ctx.sock, ctx.stdin, ctx.stdout, ctx.stderr]
+        .into_iter()
+        .any(|u| u == fd);
     for s in &ctx.plan.steps {
         used |= match s {
             Step::JoinTemplate { user_fd, mnt_fd } => *user_fd == fd || *mnt_fd == fd,
-            Step::EnterTemplate { mnt_fd, net_fd, own_fds, .. } => *mnt_fd == fd || *net_fd == fd || own_fds.contains(&fd),
+            Step::EnterTemplate {
+                mnt_fd,
+                net_fd,
+                own_fds,
+                ..
+            } => *mnt_fd == fd || *net_fd == fd || own_fds.contains(&fd),
             _ => false,
         };
     }
@@ -350,7 +476,10 @@ fn drop_caps(keep: u64) -> SysResult<()> {
             Err(e) => return Err(e),
         }
     }
-    sys::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong)?;
+    sys::prctl(
+        libc::PR_CAP_AMBIENT,
+        libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+    )?;
     sys::capset(keep)
 }
 
@@ -419,9 +548,16 @@ fn await_go(ctx: &ChildContext<'_>) -> SysResult<Go> {
     let (argc, envc, candc) = go::parse(&data[..n], starts).ok_or(Errno(libc::EINVAL))?;
     let total = argc + envc + candc + 2;
     for (p, &at) in ptrs.iter_mut().zip(starts.iter()).take(total) {
-        *p = if at == go::NULL { std::ptr::null() } else { data[at..].as_ptr().cast() };
+        *p = if at == go::NULL {
+            std::ptr::null()
+        } else {
+            data[at..].as_ptr().cast()
+        };
     }
-    Ok(Go { ptrs: &ptrs[..total], counts: (argc, envc) })
+    Ok(Go {
+        ptrs: &ptrs[..total],
+        counts: (argc, envc),
+    })
 }
 
 /// Forks the program, then reaps until it exits and reports its status. Never returns on success.
@@ -436,21 +572,37 @@ fn spawn_and_reap(ctx: &ChildContext<'_>, program: &Program<'_>) -> SysResult<()
     let args = ExecArgs { ctx, program };
     // SAFETY: `exec_entry` only calls allocation-free wrappers and ends in execve or _exit;
     // `args` lives on our stack, which stays untouched while we are suspended.
-    let pid = unsafe { sys::spawn_vfork(stack, exec_entry, std::ptr::addr_of!(args).cast_mut().cast()) }?;
+    let pid = unsafe {
+        sys::spawn_vfork(
+            stack,
+            exec_entry,
+            std::ptr::addr_of!(args).cast_mut().cast(),
+        )
+    }?;
     // Pid 1 keeps only its channel to the supervisor.
     sys::close_all_except(&mut [ctx.sock]);
     loop {
         match sys::wait4(-1, false) {
             Ok(Some(w)) if w.pid == pid => {
-                #[allow(clippy::useless_conversion)] // tv_sec and tv_usec are not i64 on every target
-                let ms = |t: libc::timeval| i64::from(t.tv_sec) * 1000 + i64::from(t.tv_usec) / 1000;
-                let cpu = i32::try_from(ms(w.rusage.ru_utime) + ms(w.rusage.ru_stime)).unwrap_or(i32::MAX);
+                #[allow(clippy::useless_conversion)]
+                // tv_sec and tv_usec are not i64 on every target
+                let ms =
+                    |t: libc::timeval| i64::from(t.tv_sec) * 1000 + i64::from(t.tv_usec) / 1000;
+                let cpu = i32::try_from(ms(w.rusage.ru_utime) + ms(w.rusage.ru_stime))
+                    .unwrap_or(i32::MAX);
                 // Everything else in the box goes now (so no leftover holds the output pipes),
                 // but pid 1 itself stays until the supervisor's teardown kills it: its exit
                 // tears down the box's namespaces, which would otherwise compete with the
                 // supervisor for the CPU on the result's path.
                 let _ = sys::kill(-1, libc::SIGKILL);
-                send(ctx.sock, Message::MainExited { status: w.status, cpu_ms: cpu }, None);
+                send(
+                    ctx.sock,
+                    Message::MainExited {
+                        status: w.status,
+                        cpu_ms: cpu,
+                    },
+                    None,
+                );
                 loop {
                     // SAFETY: pause takes no arguments; SIGKILL (teardown, deadline or the
                     // supervisor's death through PDEATHSIG) ends it.
@@ -503,7 +655,9 @@ fn exec_program(ctx: &ChildContext<'_>, program: &Program<'_>) -> ! {
         Candidates::Plan(list) => list.iter().for_each(|c| try_one(c.as_c_str())),
         // SAFETY: each pointer is to a NUL-terminated string inside the go datagram (await_go
         // checked every terminator), which stays mapped until we exec or exit.
-        Candidates::Raw(list) => list.iter().for_each(|&c| try_one(unsafe { std::ffi::CStr::from_ptr(c) })),
+        Candidates::Raw(list) => list
+            .iter()
+            .for_each(|&c| try_one(unsafe { std::ffi::CStr::from_ptr(c) })),
     }
     send(ctx.sock, Message::ExecFailed { errno: worst.0 }, None);
     sys::exit_now(127)
@@ -522,11 +676,42 @@ mod tests {
 
     #[test]
     fn a_source_number_still_in_use_is_refused_not_replaced() {
-        let plan = BoxPlan { steps: vec![Step::JoinTemplate { user_fd: 905, mnt_fd: 906 }, Step::EnterTemplate { mnt_fd: 907, net_fd: -1, own_fds: [908, 909, 910], flags: 0 }], clone_flags: 0 };
+        let plan = BoxPlan {
+            steps: vec![
+                Step::JoinTemplate {
+                    user_fd: 905,
+                    mnt_fd: 906,
+                },
+                Step::EnterTemplate {
+                    mnt_fd: 907,
+                    net_fd: -1,
+                    own_fds: [908, 909, 910],
+                    flags: 0,
+                },
+            ],
+            clone_flags: 0,
+        };
         let none = pointer_array(&[]);
-        let ctx = ChildContext { plan: &plan, sock: 901, peer: 3, stdin: 0, stdout: 902, stderr: 903, argv: &none, envp: &none, seccomp: None, trace: None, pid1_stack: None, ready_box: false };
+        let ctx = ChildContext {
+            plan: &plan,
+            sock: 901,
+            peer: 3,
+            stdin: 0,
+            stdout: 902,
+            stderr: 903,
+            argv: &none,
+            envp: &none,
+            seccomp: None,
+            trace: None,
+            pid1_stack: None,
+            ready_box: false,
+        };
         for busy in [901, 902, 903, 905, 906, 907, 908, 909, 910] {
-            assert_eq!(reserved_is_free(&ctx, busy), Err(Errno(libc::EBUSY)), "fd {busy}");
+            assert_eq!(
+                reserved_is_free(&ctx, busy),
+                Err(Errno(libc::EBUSY)),
+                "fd {busy}"
+            );
         }
         for free in [900, 904, 911] {
             assert_eq!(reserved_is_free(&ctx, free), Ok(()), "fd {free}");

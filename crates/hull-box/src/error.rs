@@ -14,13 +14,23 @@ pub enum BoxError {
     Spec(#[from] SpecError),
     /// A setup step inside the box failed; reported by the box itself over its channel.
     #[error("box setup failed at step {index} ({step}{}): {errno}{}", path.as_ref().map(|p| format!(" {p}")).unwrap_or_default(), hint.as_ref().map(|h| format!("; {h}")).unwrap_or_default())]
-    Setup { index: usize, step: &'static str, path: Option<String>, errno: Errno, hint: Option<String> },
+    Setup {
+        index: usize,
+        step: &'static str,
+        path: Option<String>,
+        errno: Errno,
+        hint: Option<String>,
+    },
     /// Creating the box's namespaces failed.
     #[error("could not create the box's namespaces: {errno}; {hint}")]
     Clone { errno: Errno, hint: String },
     /// A bind source could not be opened.
     #[error("{arg} {}: {errno}", path.display())]
-    Source { arg: &'static str, path: PathBuf, errno: Errno },
+    Source {
+        arg: &'static str,
+        path: PathBuf,
+        errno: Errno,
+    },
     /// A limit was requested with --require-limits but cannot be enforced here.
     #[error("--require-limits: {0}")]
     LimitsUnenforced(String),

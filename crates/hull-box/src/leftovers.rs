@@ -45,9 +45,16 @@ fn gone(pid: libc::pid_t) -> bool {
 
 /// Entries of `dir` named `<prefix><pid>-...` whose hull is gone.
 fn orphans(dir: &Path, prefix: &str) -> Vec<PathBuf> {
-    let Ok(rd) = std::fs::read_dir(dir) else { return Vec::new() };
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
     rd.flatten()
-        .filter(|e| e.file_name().to_str().and_then(|n| owner_pid(n, prefix)).is_some_and(gone))
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| owner_pid(n, prefix))
+                .is_some_and(gone)
+        })
         .map(|e| e.path())
         .collect()
 }
@@ -58,10 +65,16 @@ pub(crate) fn sweep(parents: &[PathBuf], temp: &Path) -> Swept {
     for parent in parents {
         // Box cgroups are leaves, so rmdir (which the kernel refuses while a task is inside)
         // is the whole removal.
-        swept.cgroups += orphans(parent, CGROUP_PREFIX).iter().filter(|p| std::fs::remove_dir(p).is_ok()).count();
+        swept.cgroups += orphans(parent, CGROUP_PREFIX)
+            .iter()
+            .filter(|p| std::fs::remove_dir(p).is_ok())
+            .count();
     }
     // Template staging directories are empty mount points on the host side.
-    swept.workspaces += orphans(temp, STAGE_PREFIX).iter().filter(|p| std::fs::remove_dir(p).is_ok()).count();
+    swept.workspaces += orphans(temp, STAGE_PREFIX)
+        .iter()
+        .filter(|p| std::fs::remove_dir(p).is_ok())
+        .count();
     let uid = crate::sys::geteuid();
     for ws in orphans(temp, WORKSPACE_PREFIX) {
         let ours = std::fs::symlink_metadata(&ws).is_ok_and(|m| m.is_dir() && m.uid() == uid);
@@ -85,19 +98,32 @@ pub fn remove_tree(path: &Path) -> bool {
         Ok(m) if !m.is_dir() => return std::fs::remove_file(path).is_ok(),
         Ok(_) => {}
     }
-    let Ok(dir) = open_dir_writable(rustix::fs::CWD, path) else { return false };
+    let Ok(dir) = open_dir_writable(rustix::fs::CWD, path) else {
+        return false;
+    };
     empty_dir(dir).is_ok() && std::fs::remove_dir(path).is_ok()
 }
 
 /// Opens a directory no-follow for reading; one the box left without read or search
 /// permission for us gets `0700` (through an `O_PATH` descriptor, so a name swapped for a
 /// symlink is never chmod-ed) and is opened again.
-fn open_dir_writable<P: rustix::path::Arg + Copy>(at: impl AsFd, name: P) -> std::io::Result<OwnedFd> {
+fn open_dir_writable<P: rustix::path::Arg + Copy>(
+    at: impl AsFd,
+    name: P,
+) -> std::io::Result<OwnedFd> {
     let flags = OFlags::DIRECTORY | OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     match rustix::fs::openat(&at, name, flags, Mode::empty()) {
         Err(rustix::io::Errno::ACCESS) => {
-            let p = rustix::fs::openat(&at, name, OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
-            rustix::fs::chmod(format!("/proc/self/fd/{}", p.as_raw_fd()), Mode::from_raw_mode(0o700))?;
+            let p = rustix::fs::openat(
+                &at,
+                name,
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )?;
+            rustix::fs::chmod(
+                format!("/proc/self/fd/{}", p.as_raw_fd()),
+                Mode::from_raw_mode(0o700),
+            )?;
             Ok(rustix::fs::openat(&at, name, flags, Mode::empty())?)
         }
         r => Ok(r?),
@@ -126,14 +152,25 @@ pub fn empty_dir(root: OwnedFd) -> std::io::Result<()> {
                 Err(e) => return Err(e),
             };
             let id = dir_id(&cur)?;
-            ups.push(Up { id, name, pending: std::mem::take(&mut pending) });
+            ups.push(Up {
+                id,
+                name,
+                pending: std::mem::take(&mut pending),
+            });
             cur = sub;
             pending = unlink_non_dirs(&cur)?;
         } else {
             let Some(up) = ups.pop() else { return Ok(()) };
-            let parent = rustix::fs::openat(&cur, "..", OFlags::DIRECTORY | OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
+            let parent = rustix::fs::openat(
+                &cur,
+                "..",
+                OFlags::DIRECTORY | OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )?;
             if dir_id(&parent)? != up.id {
-                return Err(std::io::Error::other("a directory was moved while its tree was being removed"));
+                return Err(std::io::Error::other(
+                    "a directory was moved while its tree was being removed",
+                ));
             }
             cur = parent;
             rustix::fs::unlinkat(&cur, up.name.as_slice(), AtFlags::REMOVEDIR)?;
@@ -165,10 +202,17 @@ fn unlink_non_dirs(dir: &OwnedFd) -> std::io::Result<Vec<Vec<u8>>> {
         }
         let is_dir = match ent.file_type() {
             FileType::Directory => true,
-            FileType::Unknown => rustix::fs::statat(dir, ent.file_name(), AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|s| FileType::from_raw_mode(s.st_mode) == FileType::Directory),
+            FileType::Unknown => {
+                rustix::fs::statat(dir, ent.file_name(), AtFlags::SYMLINK_NOFOLLOW)
+                    .is_ok_and(|s| FileType::from_raw_mode(s.st_mode) == FileType::Directory)
+            }
             _ => false,
         };
-        if is_dir { subdirs.push(name.to_vec()) } else { files.push(name.to_vec()) }
+        if is_dir {
+            subdirs.push(name.to_vec())
+        } else {
+            files.push(name.to_vec())
+        }
     }
     drop(reader);
     for f in files {
@@ -202,14 +246,28 @@ mod tests {
         // pid_max is at most 2^22, so this pid cannot be alive.
         let dead = 1 << 23;
         let live = std::process::id();
-        for dir in [format!("hull-ws-{dead}-x1"), format!("hull-ws-{live}-x2"), "hull-ws-noid".into()] {
+        for dir in [
+            format!("hull-ws-{dead}-x1"),
+            format!("hull-ws-{live}-x2"),
+            "hull-ws-noid".into(),
+        ] {
             std::fs::create_dir_all(temp.path().join(&dir).join("sub")).unwrap();
         }
-        for dir in [format!("hull-{dead}-0-1"), format!("hull-{live}-0-1"), "hull-hulltest".into()] {
+        for dir in [
+            format!("hull-{dead}-0-1"),
+            format!("hull-{live}-0-1"),
+            "hull-hulltest".into(),
+        ] {
             std::fs::create_dir(cg.path().join(dir)).unwrap();
         }
         let swept = sweep(&[cg.path().to_path_buf()], temp.path());
-        assert_eq!(swept, Swept { cgroups: 1, workspaces: 1 });
+        assert_eq!(
+            swept,
+            Swept {
+                cgroups: 1,
+                workspaces: 1
+            }
+        );
         assert!(!temp.path().join(format!("hull-ws-{dead}-x1")).exists());
         assert!(temp.path().join(format!("hull-ws-{live}-x2")).exists());
         assert!(temp.path().join("hull-ws-noid").exists());
@@ -224,25 +282,38 @@ mod tests {
         let top = temp.path().join("ws");
         std::fs::create_dir(&top).unwrap();
         // Deeper than the fd limit a recursive removal would need (one open directory per level).
-        let mut cur = rustix::fs::open(&top, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty()).unwrap();
+        let mut cur =
+            rustix::fs::open(&top, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty()).unwrap();
         for i in 0..3000 {
             rustix::fs::mkdirat(&cur, "d", Mode::from_raw_mode(0o755)).unwrap();
             if i % 500 == 0 {
                 std::fs::write(format!("/proc/self/fd/{}/f", cur.as_raw_fd()), "x").unwrap();
             }
-            cur = rustix::fs::openat(&cur, "d", OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty()).unwrap();
+            cur = rustix::fs::openat(&cur, "d", OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty())
+                .unwrap();
         }
         drop(cur);
         std::fs::create_dir_all(top.join("locked/inner")).unwrap();
         std::fs::write(top.join("locked/inner/f"), "x").unwrap();
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(top.join("locked/inner"), std::fs::Permissions::from_mode(0o500)).unwrap();
-        std::fs::set_permissions(top.join("locked"), std::fs::Permissions::from_mode(0o000)).unwrap();
+        std::fs::set_permissions(
+            top.join("locked/inner"),
+            std::fs::Permissions::from_mode(0o500),
+        )
+        .unwrap();
+        std::fs::set_permissions(top.join("locked"), std::fs::Permissions::from_mode(0o000))
+            .unwrap();
         // The common default soft limit, so a removal holding one fd per level fails here too.
-        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
         // SAFETY: getrlimit/setrlimit write/read only the struct we pass.
         unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
-        let low = libc::rlimit { rlim_cur: lim.rlim_cur.min(1024), rlim_max: lim.rlim_max };
+        let low = libc::rlimit {
+            rlim_cur: lim.rlim_cur.min(1024),
+            rlim_max: lim.rlim_max,
+        };
         // SAFETY: as above.
         unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &low) };
         let removed = remove_tree(&top);

@@ -29,13 +29,23 @@ impl BoxPath {
     /// `path` is an absolute box path; before the pivot it is reached under `stage` (usually
     /// [`STAGE`]).
     fn staged_at(stage: &str, path: &str) -> BoxPath {
-        let full = if path == "/" { stage.to_string() } else { format!("{stage}{path}") };
-        BoxPath { shown: path.to_string(), c: cstring(&full) }
+        let full = if path == "/" {
+            stage.to_string()
+        } else {
+            format!("{stage}{path}")
+        };
+        BoxPath {
+            shown: path.to_string(),
+            c: cstring(&full),
+        }
     }
 
     /// A path used as is (after the pivot, or a host path).
     fn plain(path: &str) -> BoxPath {
-        BoxPath { shown: path.to_string(), c: cstring(path) }
+        BoxPath {
+            shown: path.to_string(),
+            c: cstring(path),
+        }
     }
 
     /// A staged path (under `stage`) becomes its box path, for a box whose root is in place.
@@ -52,7 +62,13 @@ pub const TEMPLATE_HOST_FD: i32 = 899;
 
 /// The descriptor number of a bind source given as `/proc/self/fd/N`.
 fn source_fd(source: &BoxPath) -> Option<i32> {
-    source.c.to_str().ok()?.strip_prefix("/proc/self/fd/")?.parse().ok()
+    source
+        .c
+        .to_str()
+        .ok()?
+        .strip_prefix("/proc/self/fd/")?
+        .parse()
+        .ok()
 }
 
 /// tmpfs mount options for a size cap and a mode.
@@ -70,87 +86,181 @@ pub(crate) fn cstring(s: &str) -> CString {
 pub enum Step {
     /// Ask the kernel to SIGKILL the box's pid 1 if the supervisor's thread dies; exit at once if
     /// it already has (its pid is no longer our parent).
-    DieWithSupervisor { supervisor: i32 },
+    DieWithSupervisor {
+        supervisor: i32,
+    },
     /// Write uid_map, setgroups and gid_map of the box's own user namespace.
-    MapIds { uid: u32, gid: u32, uid_map: Vec<u8>, gid_map: Vec<u8> },
+    MapIds {
+        uid: u32,
+        gid: u32,
+        uid_map: Vec<u8>,
+        gid_map: Vec<u8>,
+    },
     /// `--subids`: ask the supervisor to write our id maps with newuidmap/newgidmap, and wait.
-    AwaitIdMaps { uids: crate::subids::IdRange, gids: crate::subids::IdRange },
+    AwaitIdMaps {
+        uids: crate::subids::IdRange,
+        gids: crate::subids::IdRange,
+    },
     /// Write "0" into a cgroup.procs file: the box joins its cgroup before any user code runs.
-    JoinCgroup { procs: BoxPath },
+    JoinCgroup {
+        procs: BoxPath,
+    },
     /// A cgroup namespace rooted at the box's own cgroup.
     UnshareCgroupNs,
     /// Open a bind source with O_PATH at a fixed descriptor number, before the staging tmpfs
     /// covers the host's /tmp; later binds use `/proc/self/fd/N`, so a path swapped afterwards
     /// cannot redirect them.
-    OpenSource { path: BoxPath, fd: i32 },
+    OpenSource {
+        path: BoxPath,
+        fd: i32,
+    },
     /// Make every mount private, so nothing the box mounts propagates to the host.
     PrivatizeMounts,
     /// The tmpfs that becomes the box's root.
-    MountRoot { at: BoxPath, size: u64, opts: CString },
-    Mkdir { path: BoxPath },
-    Touch { path: BoxPath },
-    Symlink { target: CString, shown_target: String, path: BoxPath },
-    WriteFile { path: BoxPath, data: Vec<u8> },
+    MountRoot {
+        at: BoxPath,
+        size: u64,
+        opts: CString,
+    },
+    Mkdir {
+        path: BoxPath,
+    },
+    Touch {
+        path: BoxPath,
+    },
+    Symlink {
+        target: CString,
+        shown_target: String,
+        path: BoxPath,
+    },
+    WriteFile {
+        path: BoxPath,
+        data: Vec<u8>,
+    },
     /// A recursive bind mount. `optional` skips a source that does not exist.
-    Bind { source: BoxPath, target: BoxPath, optional: bool },
+    Bind {
+        source: BoxPath,
+        target: BoxPath,
+        optional: bool,
+    },
     /// A tmpfs with a size cap and mode.
-    Tmpfs { target: BoxPath, size: u64, mode: u32, opts: CString },
+    Tmpfs {
+        target: BoxPath,
+        size: u64,
+        mode: u32,
+        opts: CString,
+    },
     /// Makes the whole assembled tree read-only, nosuid and nodev (device nodes stay usable
     /// under /dev).
-    Seal { root: BoxPath, dev: BoxPath },
+    Seal {
+        root: BoxPath,
+        dev: BoxPath,
+    },
     /// Sets or clears mount attributes on one mount and everything below it.
-    SetAttr { target: BoxPath, set: u64, clear: u64 },
+    SetAttr {
+        target: BoxPath,
+        set: u64,
+        clear: u64,
+    },
     /// Makes one mount (not its submounts) writable.
-    ClearReadOnly { target: BoxPath },
+    ClearReadOnly {
+        target: BoxPath,
+    },
     /// A fresh devpts instance for the box's own pseudo-terminals.
-    Devpts { target: BoxPath },
+    Devpts {
+        target: BoxPath,
+    },
     /// A fresh procfs for the box's pid namespace.
-    Proc { target: BoxPath },
+    Proc {
+        target: BoxPath,
+    },
     /// Hides a /proc file behind /dev/null; skipped when the kernel has no such file.
-    MaskFile { target: BoxPath, null: BoxPath },
+    MaskFile {
+        target: BoxPath,
+        null: BoxPath,
+    },
     /// Hides a /proc directory behind an empty read-only tmpfs; skipped when absent.
-    MaskDir { target: BoxPath },
+    MaskDir {
+        target: BoxPath,
+    },
     /// Makes a /proc subtree read-only (bind onto itself, then read-only); skipped when absent.
-    ProtectProc { target: BoxPath },
+    ProtectProc {
+        target: BoxPath,
+    },
     /// pivot_root into the staged tree and detach the old root.
-    Pivot { root: BoxPath },
-    Hostname { name: String },
+    Pivot {
+        root: BoxPath,
+    },
+    Hostname {
+        name: String,
+    },
     LoopbackUp,
-    Chdir { path: BoxPath },
+    Chdir {
+        path: BoxPath,
+    },
     /// Drop every capability not in `keep` from all five sets.
-    DropCaps { keep: u64 },
+    DropCaps {
+        keep: u64,
+    },
     NoNewPrivs,
     /// Install the seccomp filter; `listener` asks for a user-notification descriptor.
-    Seccomp { listener: bool, rules: usize },
+    Seccomp {
+        listener: bool,
+        rules: usize,
+    },
     /// Fork the program (the plan's pid 1 stays as the box's reaper) and exec it.
-    Exec { argv: Vec<CString>, candidates: Vec<CString>, env: Vec<CString> },
+    Exec {
+        argv: Vec<CString>,
+        candidates: Vec<CString>,
+        env: Vec<CString>,
+    },
     /// Template only: keep the mount namespace the skeleton was built in (descriptor `keep_fd`,
     /// with the host's tree, where boxes open their bind sources), then, in a copy of it, pivot
     /// into the sealed root and detach the host's tree: the namespace boxes copy holds nothing
     /// else, so they need no pivot (and no unmount) of their own.
-    LeanRoot { root: BoxPath, keep_fd: i32 },
+    LeanRoot {
+        root: BoxPath,
+        keep_fd: i32,
+    },
     /// Template only: report the finished skeleton (sending `keep_fd`), then wait until the
     /// supervisor has taken descriptors of our namespaces (it closes the channel), and exit.
-    HoldTemplate { keep_fd: i32 },
+    HoldTemplate {
+        keep_fd: i32,
+    },
     /// Join a template's user namespace and the mount namespace it was built in (descriptors the
     /// Runtime holds), where the host's paths are, to clone bind sources from.
-    JoinTemplate { user_fd: i32, mnt_fd: i32 },
+    JoinTemplate {
+        user_fd: i32,
+        mnt_fd: i32,
+    },
     /// Open a bind source like `OpenSource`, then replace the descriptor with a detached copy of
     /// its mount tree (`open_tree(OPEN_TREE_CLONE)`), attached later with `AttachSource`.
-    CloneSource { path: BoxPath, fd: i32 },
+    CloneSource {
+        path: BoxPath,
+        fd: i32,
+    },
     /// Join the template's sealed root namespace, then unshare the box's own namespaces below
     /// it (`flags`, a fresh user namespace first, so the template's mounts arrive locked and
     /// read-only) and map our ids in it. `net_fd`, when not -1, is a ready network namespace
     /// (loopback up) of the template's pool, joined instead of unsharing a new one.
     /// `own_fds`, when not -1, are a ready user namespace of the pool (below the template's,
     /// ids mapped) and the ipc and uts namespaces it owns, joined last instead of unsharing them.
-    EnterTemplate { mnt_fd: i32, net_fd: i32, own_fds: [i32; 3], flags: libc::c_int },
+    EnterTemplate {
+        mnt_fd: i32,
+        net_fd: i32,
+        own_fds: [i32; 3],
+        flags: libc::c_int,
+    },
     /// Fork the process that becomes pid 1 of the box's new pid namespace, as a sibling
     /// (`CLONE_PARENT`: the supervisor is its parent); the forking process reports its pid and
     /// exits.
     StartPid1,
     /// Attach a source cloned by `CloneSource` (descriptor `fd`) at `target` (`move_mount`).
-    AttachSource { fd: i32, source: String, target: BoxPath },
+    AttachSource {
+        fd: i32,
+        source: String,
+        target: BoxPath,
+    },
 }
 
 impl Step {
@@ -199,8 +309,20 @@ impl Step {
     /// Every box path the step mounts on or creates (not its sources).
     fn paths_mut(&mut self) -> Vec<&mut BoxPath> {
         match self {
-            Step::Mkdir { path } | Step::Touch { path } | Step::WriteFile { path, .. } | Step::Symlink { path, .. } | Step::Chdir { path } => vec![path],
-            Step::Tmpfs { target, .. } | Step::SetAttr { target, .. } | Step::ClearReadOnly { target } | Step::Devpts { target } | Step::Proc { target } | Step::MaskDir { target } | Step::ProtectProc { target } | Step::AttachSource { target, .. } | Step::Bind { target, .. } => vec![target],
+            Step::Mkdir { path }
+            | Step::Touch { path }
+            | Step::WriteFile { path, .. }
+            | Step::Symlink { path, .. }
+            | Step::Chdir { path } => vec![path],
+            Step::Tmpfs { target, .. }
+            | Step::SetAttr { target, .. }
+            | Step::ClearReadOnly { target }
+            | Step::Devpts { target }
+            | Step::Proc { target }
+            | Step::MaskDir { target }
+            | Step::ProtectProc { target }
+            | Step::AttachSource { target, .. }
+            | Step::Bind { target, .. } => vec![target],
             Step::MaskFile { target, null } => vec![target, null],
             Step::MountRoot { at, .. } => vec![at],
             Step::Seal { root, dev } => vec![root, dev],
@@ -212,13 +334,32 @@ impl Step {
     pub fn path(&self) -> Option<String> {
         match self {
             Step::JoinCgroup { procs } => Some(procs.shown.clone()),
-            Step::OpenSource { path, .. } | Step::CloneSource { path, .. } => Some(path.shown.clone()),
-            Step::AttachSource { source, target, .. } => Some(format!("{source} -> {}", target.shown)),
+            Step::OpenSource { path, .. } | Step::CloneSource { path, .. } => {
+                Some(path.shown.clone())
+            }
+            Step::AttachSource { source, target, .. } => {
+                Some(format!("{source} -> {}", target.shown))
+            }
             Step::MountRoot { at, .. } => Some(at.shown.clone()),
-            Step::Mkdir { path } | Step::Touch { path } | Step::WriteFile { path, .. } | Step::Symlink { path, .. } | Step::Chdir { path } => Some(path.shown.clone()),
-            Step::Bind { source, target, .. } => Some(format!("{} -> {}", source.shown, target.shown)),
-            Step::Tmpfs { target, .. } | Step::SetAttr { target, .. } | Step::ClearReadOnly { target } | Step::Devpts { target } | Step::Proc { target } | Step::MaskFile { target, .. } | Step::MaskDir { target } | Step::ProtectProc { target } => Some(target.shown.clone()),
-            Step::Seal { root, .. } | Step::Pivot { root } | Step::LeanRoot { root, .. } => Some(root.shown.clone()),
+            Step::Mkdir { path }
+            | Step::Touch { path }
+            | Step::WriteFile { path, .. }
+            | Step::Symlink { path, .. }
+            | Step::Chdir { path } => Some(path.shown.clone()),
+            Step::Bind { source, target, .. } => {
+                Some(format!("{} -> {}", source.shown, target.shown))
+            }
+            Step::Tmpfs { target, .. }
+            | Step::SetAttr { target, .. }
+            | Step::ClearReadOnly { target }
+            | Step::Devpts { target }
+            | Step::Proc { target }
+            | Step::MaskFile { target, .. }
+            | Step::MaskDir { target }
+            | Step::ProtectProc { target } => Some(target.shown.clone()),
+            Step::Seal { root, .. } | Step::Pivot { root } | Step::LeanRoot { root, .. } => {
+                Some(root.shown.clone())
+            }
             Step::Exec { argv, .. } => argv.first().map(|a| a.to_string_lossy().into_owned()),
             _ => None,
         }
@@ -308,7 +449,12 @@ impl fmt::Display for Step {
 fn attr_names(mask: u64) -> String {
     use crate::sys::{MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY};
     let mut v = Vec::new();
-    for (bit, name) in [(MOUNT_ATTR_RDONLY, "ro"), (MOUNT_ATTR_NOSUID, "nosuid"), (MOUNT_ATTR_NODEV, "nodev"), (MOUNT_ATTR_NOEXEC, "noexec")] {
+    for (bit, name) in [
+        (MOUNT_ATTR_RDONLY, "ro"),
+        (MOUNT_ATTR_NOSUID, "nosuid"),
+        (MOUNT_ATTR_NODEV, "nodev"),
+        (MOUNT_ATTR_NOEXEC, "noexec"),
+    ] {
         if mask & bit != 0 {
             v.push(name);
         }
@@ -333,7 +479,10 @@ impl BoxPlan {
     pub fn use_subids(&mut self, uids: crate::subids::IdRange, gids: crate::subids::IdRange) {
         for s in &mut self.steps {
             if matches!(s, Step::MapIds { .. }) {
-                *s = Step::AwaitIdMaps { uids: uids.clone(), gids: gids.clone() };
+                *s = Step::AwaitIdMaps {
+                    uids: uids.clone(),
+                    gids: gids.clone(),
+                };
             }
         }
     }
@@ -357,7 +506,10 @@ fn ns_names(flags: libc::c_int) -> Vec<&'static str> {
         (libc::CLONE_NEWIPC, "ipc"),
         (libc::CLONE_NEWUTS, "uts"),
     ];
-    all.iter().filter(|(flag, _)| flags & flag != 0).map(|(_, name)| *name).collect()
+    all.iter()
+        .filter(|(flag, _)| flags & flag != 0)
+        .map(|(_, name)| *name)
+        .collect()
 }
 
 impl BoxPlan {
@@ -371,20 +523,36 @@ impl BoxPlan {
     /// The box plan carries no namespace descriptors yet (see [`BoxPlan::set_template_fds`]).
     pub fn split_template(self) -> Result<(BoxPlan, BoxPlan), BoxPlan> {
         // A template's user namespace maps one id; a box with sub-ids is built whole.
-        if self.steps.iter().any(|s| matches!(s, Step::AwaitIdMaps { .. })) {
+        if self
+            .steps
+            .iter()
+            .any(|s| matches!(s, Step::AwaitIdMaps { .. }))
+        {
             return Err(self);
         }
-        let root = self.steps.iter().position(|s| matches!(s, Step::MountRoot { .. }));
-        let seal = self.steps.iter().position(|s| matches!(s, Step::Seal { .. }));
+        let root = self
+            .steps
+            .iter()
+            .position(|s| matches!(s, Step::MountRoot { .. }));
+        let seal = self
+            .steps
+            .iter()
+            .position(|s| matches!(s, Step::Seal { .. }));
         let stage = self.steps.iter().find_map(|s| match s {
             Step::Pivot { root } => Some(root.clone()),
             _ => None,
         });
-        let (Some(root), Some(seal), Some(stage)) = (root, seal, stage) else { return Err(self) };
-        let own_sources = self.steps[root..seal].iter().any(|s| matches!(s, Step::Bind { source, .. } if source_fd(source).is_some()));
+        let (Some(root), Some(seal), Some(stage)) = (root, seal, stage) else {
+            return Err(self);
+        };
+        let own_sources = self.steps[root..seal]
+            .iter()
+            .any(|s| matches!(s, Step::Bind { source, .. } if source_fd(source).is_some()));
         // After the seal every bind must come from a descriptor: the pivoted template has no
         // host paths to bind from.
-        let host_binds = self.steps[seal..].iter().any(|s| matches!(s, Step::Bind { source, .. } if source_fd(source).is_none()));
+        let host_binds = self.steps[seal..]
+            .iter()
+            .any(|s| matches!(s, Step::Bind { source, .. } if source_fd(source).is_none()));
         if own_sources || host_binds || root == 0 {
             return Err(self);
         }
@@ -415,12 +583,27 @@ impl BoxPlan {
         // A box may mount a procfs only where one is already fully visible; the pivoted root has
         // none of the host's, so the template mounts one of its own empty pid namespace (the
         // template process is its pid 1 and leaves it), which each box's procfs then covers.
-        template.push(Step::Proc { target: BoxPath::staged_at(&stage.shown, "/proc") });
-        template.push(Step::LeanRoot { root: stage.clone(), keep_fd: TEMPLATE_HOST_FD });
-        template.push(Step::HoldTemplate { keep_fd: TEMPLATE_HOST_FD });
-        boxed.push(Step::JoinTemplate { user_fd: -1, mnt_fd: -1 });
+        template.push(Step::Proc {
+            target: BoxPath::staged_at(&stage.shown, "/proc"),
+        });
+        template.push(Step::LeanRoot {
+            root: stage.clone(),
+            keep_fd: TEMPLATE_HOST_FD,
+        });
+        template.push(Step::HoldTemplate {
+            keep_fd: TEMPLATE_HOST_FD,
+        });
+        boxed.push(Step::JoinTemplate {
+            user_fd: -1,
+            mnt_fd: -1,
+        });
         boxed.extend(sources);
-        boxed.push(Step::EnterTemplate { mnt_fd: -1, net_fd: -1, own_fds: [-1; 3], flags });
+        boxed.push(Step::EnterTemplate {
+            mnt_fd: -1,
+            net_fd: -1,
+            own_fds: [-1; 3],
+            flags,
+        });
         boxed.push(Step::UnshareCgroupNs);
         boxed.push(Step::StartPid1);
         if let Some(supervisor) = die {
@@ -429,7 +612,11 @@ impl BoxPlan {
         for s in rest {
             let mut s = match s {
                 Step::Pivot { .. } => continue,
-                Step::Bind { source, target, .. } => Step::AttachSource { fd: source_fd(&source).unwrap_or(-1), source: source.shown, target },
+                Step::Bind { source, target, .. } => Step::AttachSource {
+                    fd: source_fd(&source).unwrap_or(-1),
+                    source: source.shown,
+                    target,
+                },
                 other => other,
             };
             for p in s.paths_mut() {
@@ -437,7 +624,16 @@ impl BoxPlan {
             }
             boxed.push(s);
         }
-        Ok((BoxPlan { steps: template, clone_flags: libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID }, BoxPlan { steps: boxed, clone_flags: 0 }))
+        Ok((
+            BoxPlan {
+                steps: template,
+                clone_flags: libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID,
+            },
+            BoxPlan {
+                steps: boxed,
+                clone_flags: 0,
+            },
+        ))
     }
 
     /// Points the plan's template steps at a template's namespace descriptors: its user
@@ -445,11 +641,25 @@ impl BoxPlan {
     /// pooled user namespace with its ipc and uts namespaces for the box when `own` is given, and a pooled network
     /// namespace when `net` is given (whose loopback is up already, and which
     /// the box has no capability to configure, so its own `LoopbackUp` step goes).
-    pub fn set_template_fds(&mut self, user: i32, host: i32, root: i32, net: Option<i32>, own: Option<[i32; 3]>) {
+    pub fn set_template_fds(
+        &mut self,
+        user: i32,
+        host: i32,
+        root: i32,
+        net: Option<i32>,
+        own: Option<[i32; 3]>,
+    ) {
         for s in &mut self.steps {
             match s {
                 Step::JoinTemplate { user_fd, mnt_fd } => (*user_fd, *mnt_fd) = (user, host),
-                Step::EnterTemplate { mnt_fd, net_fd, own_fds, .. } => (*mnt_fd, *net_fd, *own_fds) = (root, net.unwrap_or(-1), own.unwrap_or([-1; 3])),
+                Step::EnterTemplate {
+                    mnt_fd,
+                    net_fd,
+                    own_fds,
+                    ..
+                } => {
+                    (*mnt_fd, *net_fd, *own_fds) = (root, net.unwrap_or(-1), own.unwrap_or([-1; 3]))
+                }
                 _ => {}
             }
         }
@@ -463,8 +673,13 @@ impl BoxPlan {
     /// raw sockets, configuring interfaces).
     pub fn can_share_pooled_net(&self) -> bool {
         let net_caps = (1u64 << 10) | (1u64 << 12) | (1u64 << 13); // NET_BIND_SERVICE, NET_ADMIN, NET_RAW
-        let private = self.steps.iter().any(|s| matches!(s, Step::EnterTemplate { flags, .. } if flags & libc::CLONE_NEWNET != 0));
-        let keeps = self.steps.iter().any(|s| matches!(s, Step::DropCaps { keep } if keep & net_caps != 0));
+        let private = self.steps.iter().any(
+            |s| matches!(s, Step::EnterTemplate { flags, .. } if flags & libc::CLONE_NEWNET != 0),
+        );
+        let keeps = self
+            .steps
+            .iter()
+            .any(|s| matches!(s, Step::DropCaps { keep } if keep & net_caps != 0));
         private && !keeps
     }
 
@@ -473,7 +688,11 @@ impl BoxPlan {
     pub fn template_key(&self) -> u64 {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        for s in self.steps.iter().filter(|s| !matches!(s, Step::DieWithSupervisor { .. })) {
+        for s in self
+            .steps
+            .iter()
+            .filter(|s| !matches!(s, Step::DieWithSupervisor { .. }))
+        {
             s.hash(&mut h);
         }
         h.finish()
@@ -483,7 +702,11 @@ impl BoxPlan {
 impl fmt::Display for BoxPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.clone_flags != 0 {
-            writeln!(f, " 0. clone with new namespaces: {}", ns_names(self.clone_flags).join(", "))?;
+            writeln!(
+                f,
+                " 0. clone with new namespaces: {}",
+                ns_names(self.clone_flags).join(", ")
+            )?;
         } else {
             writeln!(f, " 0. fork (no new namespaces yet)")?;
         }
@@ -527,9 +750,31 @@ fn proc_present() -> &'static ProcPresent {
     PRESENT.get_or_init(|| {
         let present = |p: &&str| std::path::Path::new(&format!("/proc/{p}")).exists();
         ProcPresent {
-            files: ["kcore", "keys", "key-users", "timer_list", "sched_debug", "latency_stats", "kallsyms", "kmsg", "config.gz", "vmcore", "pagetypeinfo", "slabinfo"].into_iter().filter(present).collect(),
-            dirs: ["acpi", "scsi", "firmware", "asound"].into_iter().filter(present).collect(),
-            protected: ["sys", "sysrq-trigger", "irq", "bus", "fs"].into_iter().filter(present).collect(),
+            files: [
+                "kcore",
+                "keys",
+                "key-users",
+                "timer_list",
+                "sched_debug",
+                "latency_stats",
+                "kallsyms",
+                "kmsg",
+                "config.gz",
+                "vmcore",
+                "pagetypeinfo",
+                "slabinfo",
+            ]
+            .into_iter()
+            .filter(present)
+            .collect(),
+            dirs: ["acpi", "scsi", "firmware", "asound"]
+                .into_iter()
+                .filter(present)
+                .collect(),
+            protected: ["sys", "sysrq-trigger", "irq", "bus", "fs"]
+                .into_iter()
+                .filter(present)
+                .collect(),
         }
     })
 }
@@ -539,118 +784,218 @@ impl PlanBuilder<Skeleton> {
     /// `sources` are host paths opened at the given descriptor numbers before anything is mounted.
     /// `stage` is where the root is assembled before the pivot: [`STAGE`], or a Runtime's own
     /// directory when the skeleton goes into a template (which must not cover the host's /tmp).
-    pub fn start(clone_flags: libc::c_int, uid: u32, gid: u32, cgroup_procs: &[CString], sources: &[(String, i32)], stage: &str) -> PlanBuilder<Skeleton> {
-        let mut steps = vec![Step::DieWithSupervisor { supervisor: crate::sys::getpid() }, Step::MapIds {
-            uid,
-            gid,
-            uid_map: format!("0 {uid} 1\n").into_bytes(),
-            gid_map: format!("0 {gid} 1\n").into_bytes(),
-        }];
+    pub fn start(
+        clone_flags: libc::c_int,
+        uid: u32,
+        gid: u32,
+        cgroup_procs: &[CString],
+        sources: &[(String, i32)],
+        stage: &str,
+    ) -> PlanBuilder<Skeleton> {
+        let mut steps = vec![
+            Step::DieWithSupervisor {
+                supervisor: crate::sys::getpid(),
+            },
+            Step::MapIds {
+                uid,
+                gid,
+                uid_map: format!("0 {uid} 1\n").into_bytes(),
+                gid_map: format!("0 {gid} 1\n").into_bytes(),
+            },
+        ];
         for p in cgroup_procs {
             let shown = p.to_string_lossy().into_owned();
-            steps.push(Step::JoinCgroup { procs: BoxPath { shown, c: p.clone() } });
+            steps.push(Step::JoinCgroup {
+                procs: BoxPath {
+                    shown,
+                    c: p.clone(),
+                },
+            });
         }
         steps.push(Step::UnshareCgroupNs);
         for (path, fd) in sources {
-            steps.push(Step::OpenSource { path: BoxPath::plain(path), fd: *fd });
+            steps.push(Step::OpenSource {
+                path: BoxPath::plain(path),
+                fd: *fd,
+            });
         }
         steps.push(Step::PrivatizeMounts);
-        steps.push(Step::MountRoot { at: BoxPath::staged_at(stage, "/"), size: 1 << 20, opts: tmpfs_opts(1 << 20, 0o755) });
-        PlanBuilder { steps, clone_flags, stage: stage.to_string(), _stage: PhantomData }
+        steps.push(Step::MountRoot {
+            at: BoxPath::staged_at(stage, "/"),
+            size: 1 << 20,
+            opts: tmpfs_opts(1 << 20, 0o755),
+        });
+        PlanBuilder {
+            steps,
+            clone_flags,
+            stage: stage.to_string(),
+            _stage: PhantomData,
+        }
     }
 
     pub fn mkdir(&mut self, path: &str) {
-        self.steps.push(Step::Mkdir { path: self.staged(path) });
+        self.steps.push(Step::Mkdir {
+            path: self.staged(path),
+        });
     }
 
     pub fn touch(&mut self, path: &str) {
-        self.steps.push(Step::Touch { path: self.staged(path) });
+        self.steps.push(Step::Touch {
+            path: self.staged(path),
+        });
     }
 
     pub fn symlink(&mut self, target: &str, path: &str) {
-        self.steps.push(Step::Symlink { target: cstring(target), shown_target: target.to_string(), path: self.staged(path) });
+        self.steps.push(Step::Symlink {
+            target: cstring(target),
+            shown_target: target.to_string(),
+            path: self.staged(path),
+        });
     }
 
     pub fn write_file(&mut self, path: &str, data: Vec<u8>) {
-        self.steps.push(Step::WriteFile { path: self.staged(path), data });
+        self.steps.push(Step::WriteFile {
+            path: self.staged(path),
+            data,
+        });
     }
 
     /// A read-only bind of a host path (sealed read-only with the rest of the tree).
     pub fn bind_host(&mut self, host: &str, shown: &str, target: &str, optional: bool) {
-        self.steps.push(Step::Bind { source: BoxPath { shown: shown.to_string(), c: cstring(host) }, target: self.staged(target), optional });
+        self.steps.push(Step::Bind {
+            source: BoxPath {
+                shown: shown.to_string(),
+                c: cstring(host),
+            },
+            target: self.staged(target),
+            optional,
+        });
     }
 
     /// A tmpfs inside the skeleton (the /dev tmpfs); it is sealed read-only too.
     pub fn tmpfs(&mut self, target: &str, size: u64, mode: u32) {
-        self.steps.push(Step::Tmpfs { target: self.staged(target), size, mode, opts: tmpfs_opts(size, mode) });
+        self.steps.push(Step::Tmpfs {
+            target: self.staged(target),
+            size,
+            mode,
+            opts: tmpfs_opts(size, mode),
+        });
     }
 
     /// Makes everything assembled so far read-only; only writable mounts may follow.
     pub fn seal(mut self) -> PlanBuilder<Writable> {
-        self.steps.push(Step::Seal { root: self.staged("/"), dev: self.staged("/dev") });
-        PlanBuilder { steps: self.steps, clone_flags: self.clone_flags, stage: self.stage, _stage: PhantomData }
+        self.steps.push(Step::Seal {
+            root: self.staged("/"),
+            dev: self.staged("/dev"),
+        });
+        PlanBuilder {
+            steps: self.steps,
+            clone_flags: self.clone_flags,
+            stage: self.stage,
+            _stage: PhantomData,
+        }
     }
 }
 
 impl PlanBuilder<Writable> {
     pub fn tmpfs(&mut self, target: &str, size: u64, mode: u32) {
-        self.steps.push(Step::Tmpfs { target: self.staged(target), size, mode, opts: tmpfs_opts(size, mode) });
+        self.steps.push(Step::Tmpfs {
+            target: self.staged(target),
+            size,
+            mode,
+            opts: tmpfs_opts(size, mode),
+        });
     }
 
     /// Creates a mount point inside a writable mount made earlier in this stage.
     pub fn mkdir(&mut self, path: &str) {
-        self.steps.push(Step::Mkdir { path: self.staged(path) });
+        self.steps.push(Step::Mkdir {
+            path: self.staged(path),
+        });
     }
 
     pub fn touch(&mut self, path: &str) {
-        self.steps.push(Step::Touch { path: self.staged(path) });
+        self.steps.push(Step::Touch {
+            path: self.staged(path),
+        });
     }
 
     /// A bind of a host source (usually `/proc/self/fd/N`), then its own attributes.
     pub fn bind(&mut self, host: &str, shown: &str, target: &str, read_only: bool) {
         use crate::sys::{MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY};
-        self.steps.push(Step::Bind { source: BoxPath { shown: shown.to_string(), c: cstring(host) }, target: self.staged(target), optional: false });
+        self.steps.push(Step::Bind {
+            source: BoxPath {
+                shown: shown.to_string(),
+                c: cstring(host),
+            },
+            target: self.staged(target),
+            optional: false,
+        });
         let mut set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
         if read_only {
             set |= MOUNT_ATTR_RDONLY;
         }
         // Restrictions apply to the whole bound tree; read-write is granted to the top mount
         // only, never recursively (a submount of the source keeps its own read-only flag).
-        self.steps.push(Step::SetAttr { target: self.staged(target), set, clear: 0 });
+        self.steps.push(Step::SetAttr {
+            target: self.staged(target),
+            set,
+            clear: 0,
+        });
         if !read_only {
-            self.steps.push(Step::ClearReadOnly { target: self.staged(target) });
+            self.steps.push(Step::ClearReadOnly {
+                target: self.staged(target),
+            });
         }
     }
 
     pub fn devpts(&mut self, target: &str) {
-        self.steps.push(Step::Devpts { target: self.staged(target) });
+        self.steps.push(Step::Devpts {
+            target: self.staged(target),
+        });
     }
 
     /// procfs with the usual sensitive paths masked and the kernel knobs read-only.
     pub fn proc(&mut self) {
-        self.steps.push(Step::Proc { target: self.staged("/proc") });
+        self.steps.push(Step::Proc {
+            target: self.staged("/proc"),
+        });
         let present = proc_present();
         for f in &present.files {
-            self.steps.push(Step::MaskFile { target: self.staged(&format!("/proc/{f}")), null: self.staged("/dev/null") });
+            self.steps.push(Step::MaskFile {
+                target: self.staged(&format!("/proc/{f}")),
+                null: self.staged("/dev/null"),
+            });
         }
         for d in &present.dirs {
-            self.steps.push(Step::MaskDir { target: self.staged(&format!("/proc/{d}")) });
+            self.steps.push(Step::MaskDir {
+                target: self.staged(&format!("/proc/{d}")),
+            });
         }
         for p in &present.protected {
-            self.steps.push(Step::ProtectProc { target: self.staged(&format!("/proc/{p}")) });
+            self.steps.push(Step::ProtectProc {
+                target: self.staged(&format!("/proc/{p}")),
+            });
         }
     }
 
     pub fn pivot(mut self) -> PlanBuilder<Process> {
         let root = BoxPath::plain(&self.stage);
         self.steps.push(Step::Pivot { root });
-        PlanBuilder { steps: self.steps, clone_flags: self.clone_flags, stage: self.stage, _stage: PhantomData }
+        PlanBuilder {
+            steps: self.steps,
+            clone_flags: self.clone_flags,
+            stage: self.stage,
+            _stage: PhantomData,
+        }
     }
 }
 
 impl PlanBuilder<Process> {
     pub fn hostname(&mut self, name: &str) {
-        self.steps.push(Step::Hostname { name: name.to_string() });
+        self.steps.push(Step::Hostname {
+            name: name.to_string(),
+        });
     }
 
     pub fn loopback_up(&mut self) {
@@ -658,27 +1003,50 @@ impl PlanBuilder<Process> {
     }
 
     pub fn chdir(&mut self, path: &str) {
-        self.steps.push(Step::Chdir { path: BoxPath::plain(path) });
+        self.steps.push(Step::Chdir {
+            path: BoxPath::plain(path),
+        });
     }
 
     /// Privileges, filter and exec: the last steps, in the only order that works (capabilities
     /// before no_new_privs before seccomp, and seccomp last so setup itself is not filtered).
-    pub fn finish(mut self, keep_caps: u64, seccomp_rules: usize, listener: bool, argv: &[String], env: &[(String, String)], path_var: &str) -> BoxPlan {
+    pub fn finish(
+        mut self,
+        keep_caps: u64,
+        seccomp_rules: usize,
+        listener: bool,
+        argv: &[String],
+        env: &[(String, String)],
+        path_var: &str,
+    ) -> BoxPlan {
         self.steps.push(Step::DropCaps { keep: keep_caps });
         self.steps.push(Step::NoNewPrivs);
-        self.steps.push(Step::Seccomp { listener, rules: seccomp_rules });
+        self.steps.push(Step::Seccomp {
+            listener,
+            rules: seccomp_rules,
+        });
         let prog = &argv[0];
         let candidates = if prog.contains('/') {
             vec![cstring(prog)]
         } else {
-            path_var.split(':').filter(|d| d.starts_with('/')).map(|d| cstring(&format!("{}/{prog}", d.trim_end_matches('/')))).collect()
+            path_var
+                .split(':')
+                .filter(|d| d.starts_with('/'))
+                .map(|d| cstring(&format!("{}/{prog}", d.trim_end_matches('/'))))
+                .collect()
         };
         self.steps.push(Step::Exec {
             argv: argv.iter().map(|a| cstring(a)).collect(),
             candidates,
-            env: env.iter().map(|(k, v)| cstring(&format!("{k}={v}"))).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| cstring(&format!("{k}={v}")))
+                .collect(),
         });
-        BoxPlan { steps: self.steps, clone_flags: self.clone_flags }
+        BoxPlan {
+            steps: self.steps,
+            clone_flags: self.clone_flags,
+        }
     }
 }
 
@@ -689,7 +1057,10 @@ mod tests {
     #[test]
     fn staged_paths_live_under_the_stage() {
         assert_eq!(BoxPath::staged_at(STAGE, "/").c.to_str().unwrap(), "/tmp");
-        assert_eq!(BoxPath::staged_at(STAGE, "/usr").c.to_str().unwrap(), "/tmp/usr");
+        assert_eq!(
+            BoxPath::staged_at(STAGE, "/usr").c.to_str().unwrap(),
+            "/tmp/usr"
+        );
         assert_eq!(BoxPath::staged_at(STAGE, "/usr").shown, "/usr");
     }
 
@@ -702,9 +1073,19 @@ mod tests {
         w.tmpfs("/tmp", 1 << 20, 0o1777);
         w.proc();
         let p = w.pivot();
-        let plan = p.finish(0, 10, true, &["python3".into()], &[("PATH".into(), "/usr/bin".into())], "/usr/local/bin:/usr/bin");
+        let plan = p.finish(
+            0,
+            10,
+            true,
+            &["python3".into()],
+            &[("PATH".into(), "/usr/bin".into())],
+            "/usr/local/bin:/usr/bin",
+        );
         let names: Vec<&str> = plan.steps.iter().map(Step::name).collect();
-        let seal = names.iter().position(|n| *n == "make root read-only").unwrap();
+        let seal = names
+            .iter()
+            .position(|n| *n == "make root read-only")
+            .unwrap();
         let pivot = names.iter().position(|n| *n == "pivot root").unwrap();
         let bind = names.iter().position(|n| *n == "bind mount").unwrap();
         let proc = names.iter().position(|n| *n == "mount proc").unwrap();
@@ -715,6 +1096,9 @@ mod tests {
             assert_eq!(candidates.len(), 2);
         }
         let text = plan.to_string();
-        assert!(text.contains("pivot_root") && text.contains("seccomp"), "{text}");
+        assert!(
+            text.contains("pivot_root") && text.contains("seccomp"),
+            "{text}"
+        );
     }
 }

@@ -28,7 +28,9 @@ impl Message {
     pub fn encode(self) -> [u8; LEN] {
         let (tag, a, b): (u32, i32, i32) = match self {
             Message::Ready => (1, 0, 0),
-            Message::SetupFailed { step, errno } => (2, i32::try_from(step).unwrap_or(i32::MAX), errno),
+            Message::SetupFailed { step, errno } => {
+                (2, i32::try_from(step).unwrap_or(i32::MAX), errno)
+            }
             Message::ExecFailed { errno } => (3, errno, 0),
             Message::MainExited { status, cpu_ms } => (4, status, cpu_ms),
             Message::Pid1 { pid } => (5, pid, 0),
@@ -56,9 +58,15 @@ impl Message {
         let b = i32::from_le_bytes(word(8));
         Ok(match tag {
             1 => Message::Ready,
-            2 => Message::SetupFailed { step: u32::try_from(a).map_err(|_| ProtoError::Field)?, errno: b },
+            2 => Message::SetupFailed {
+                step: u32::try_from(a).map_err(|_| ProtoError::Field)?,
+                errno: b,
+            },
             3 => Message::ExecFailed { errno: a },
-            4 => Message::MainExited { status: a, cpu_ms: b },
+            4 => Message::MainExited {
+                status: a,
+                cpu_ms: b,
+            },
             5 if a > 0 => Message::Pid1 { pid: a },
             5 => return Err(ProtoError::Field),
             6 => Message::WantIdMaps,
@@ -85,7 +93,11 @@ pub mod go {
     /// None if the program does not fit in one datagram.
     pub fn encode(argv: &[CString], env: &[CString], candidates: &[CString]) -> Option<Vec<u8>> {
         let strings = argv.iter().chain(env).chain(candidates);
-        let len = HEADER + strings.clone().map(|c| c.as_bytes_with_nul().len()).sum::<usize>();
+        let len = HEADER
+            + strings
+                .clone()
+                .map(|c| c.as_bytes_with_nul().len())
+                .sum::<usize>();
         let count = argv.len() + env.len() + candidates.len() + 2;
         if len > MAX || count > POINTERS || argv.is_empty() || candidates.is_empty() {
             return None;
@@ -110,9 +122,20 @@ pub mod go {
         if data.len() < HEADER || &data[..4] != MAGIC {
             return None;
         }
-        let count = |i: usize| usize::try_from(u32::from_le_bytes([data[i], data[i + 1], data[i + 2], data[i + 3]])).ok();
+        let count = |i: usize| {
+            usize::try_from(u32::from_le_bytes([
+                data[i],
+                data[i + 1],
+                data[i + 2],
+                data[i + 3],
+            ]))
+            .ok()
+        };
         let (argc, envc, candc) = (count(4)?, count(8)?, count(12)?);
-        if argc == 0 || candc == 0 || argc.checked_add(envc)?.checked_add(candc)?.checked_add(2)? > starts.len() {
+        if argc == 0
+            || candc == 0
+            || argc.checked_add(envc)?.checked_add(candc)?.checked_add(2)? > starts.len()
+        {
             return None;
         }
         let mut pos = HEADER;
@@ -151,7 +174,18 @@ mod tests {
 
     #[test]
     fn round_trip_and_rejects() {
-        for m in [Message::Ready, Message::SetupFailed { step: 7, errno: 13 }, Message::ExecFailed { errno: 2 }, Message::MainExited { status: 256, cpu_ms: 12 }, Message::Pid1 { pid: 42 }, Message::WantIdMaps, Message::IdsMapped] {
+        for m in [
+            Message::Ready,
+            Message::SetupFailed { step: 7, errno: 13 },
+            Message::ExecFailed { errno: 2 },
+            Message::MainExited {
+                status: 256,
+                cpu_ms: 12,
+            },
+            Message::Pid1 { pid: 42 },
+            Message::WantIdMaps,
+            Message::IdsMapped,
+        ] {
             assert_eq!(Message::decode(&m.encode()), Ok(m));
         }
         assert_eq!(Message::decode(&[0; 3]), Err(ProtoError::Length(3)));
@@ -164,15 +198,41 @@ mod tests {
     #[test]
     fn go_datagrams_round_trip_and_malformed_ones_are_refused() {
         let c = |s: &str| std::ffi::CString::new(s).unwrap();
-        let data = go::encode(&[c("python3"), c("-c"), c("")], &[c("A=1")], &[c("/usr/bin/python3")]).unwrap();
+        let data = go::encode(
+            &[c("python3"), c("-c"), c("")],
+            &[c("A=1")],
+            &[c("/usr/bin/python3")],
+        )
+        .unwrap();
         let mut starts = vec![0; 16];
         assert_eq!(go::parse(&data, &mut starts), Some((3, 1, 1)));
-        let at = |slot: usize| (starts[slot] != go::NULL).then(|| std::ffi::CStr::from_bytes_until_nul(&data[starts[slot]..]).unwrap().to_str().unwrap());
-        assert_eq!((0..7).map(at).collect::<Vec<_>>(), [Some("python3"), Some("-c"), Some(""), None, Some("A=1"), None, Some("/usr/bin/python3")]);
+        let at = |slot: usize| {
+            (starts[slot] != go::NULL).then(|| {
+                std::ffi::CStr::from_bytes_until_nul(&data[starts[slot]..])
+                    .unwrap()
+                    .to_str()
+                    .unwrap()
+            })
+        };
+        assert_eq!(
+            (0..7).map(at).collect::<Vec<_>>(),
+            [
+                Some("python3"),
+                Some("-c"),
+                Some(""),
+                None,
+                Some("A=1"),
+                None,
+                Some("/usr/bin/python3")
+            ]
+        );
         // Too few slots, a lost terminator, trailing bytes, a wrong count, a wrong marker.
         assert_eq!(go::parse(&data, &mut [0; 6]), None);
         assert_eq!(go::parse(&data[..data.len() - 1], &mut starts), None);
-        assert_eq!(go::parse(&[data.as_slice(), b"x"].concat(), &mut starts), None);
+        assert_eq!(
+            go::parse(&[data.as_slice(), b"x"].concat(), &mut starts),
+            None
+        );
         let mut more = data.clone();
         more[4] = 4;
         assert_eq!(go::parse(&more, &mut starts), None);
@@ -184,6 +244,9 @@ mod tests {
         assert!(go::encode(&[c("true")], &[], &[]).is_none());
         assert!(go::encode(&[c(&"x".repeat(go::MAX))], &[], &[c("/bin/true")]).is_none());
         let empties = vec![c(""); go::POINTERS];
-        assert!(go::encode(&[c("true")], &empties, &[c("/bin/true")]).is_none(), "too many strings for the pointer room");
+        assert!(
+            go::encode(&[c("true")], &empties, &[c("/bin/true")]).is_none(),
+            "too many strings for the pointer room"
+        );
     }
 }

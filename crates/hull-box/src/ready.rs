@@ -53,8 +53,35 @@ pub(crate) struct ReadyBox {
 
 impl ReadyBox {
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(plan: BoxPlan, boxed: BoxPlan, limits: hull_cgroup::Limits, pid: libc::pid_t, sock: OwnedFd, out: OwnedFd, err: OwnedFd, workspace: Workspace, cgroup: CgroupGuard, warnings: Vec<String>, entered: Option<Entered>) -> ReadyBox {
-        ReadyBox { plan, boxed, setup_us: 0, limits, pid, sock, out, err, listener: None, workspace, cgroup, warnings, _entered: entered, used: false }
+    pub(crate) fn new(
+        plan: BoxPlan,
+        boxed: BoxPlan,
+        limits: hull_cgroup::Limits,
+        pid: libc::pid_t,
+        sock: OwnedFd,
+        out: OwnedFd,
+        err: OwnedFd,
+        workspace: Workspace,
+        cgroup: CgroupGuard,
+        warnings: Vec<String>,
+        entered: Option<Entered>,
+    ) -> ReadyBox {
+        ReadyBox {
+            plan,
+            boxed,
+            setup_us: 0,
+            limits,
+            pid,
+            sock,
+            out,
+            err,
+            listener: None,
+            workspace,
+            cgroup,
+            warnings,
+            _entered: entered,
+            used: false,
+        }
     }
 
     pub(crate) fn mark_used(&mut self) {
@@ -63,7 +90,11 @@ impl ReadyBox {
 
     /// Its cgroup, workspace and warnings, for the box's teardown and result.
     pub(crate) fn hand_over(&mut self) -> (CgroupGuard, Workspace, Vec<String>) {
-        (std::mem::replace(&mut self.cgroup, CgroupGuard(None)), std::mem::replace(&mut self.workspace, Workspace::none()), std::mem::take(&mut self.warnings))
+        (
+            std::mem::replace(&mut self.cgroup, CgroupGuard(None)),
+            std::mem::replace(&mut self.workspace, Workspace::none()),
+            std::mem::take(&mut self.warnings),
+        )
     }
 }
 
@@ -103,8 +134,14 @@ struct State {
 
 impl ReadyBoxes {
     pub(crate) fn new() -> ReadyBoxes {
-        let shared = Shared { state: Mutex::new(State::default()), worker: Worker::default(), used: AtomicU64::new(0) };
-        ReadyBoxes { shared: Arc::new(shared) }
+        let shared = Shared {
+            state: Mutex::new(State::default()),
+            worker: Worker::default(),
+            used: AtomicU64::new(0),
+        };
+        ReadyBoxes {
+            shared: Arc::new(shared),
+        }
     }
 
     /// A ready box for `spec`'s shape, if one is there (the caller still checks its plan). A
@@ -168,7 +205,11 @@ impl ReadyBoxes {
 
     /// The pid 1s of the boxes ready now.
     pub(crate) fn pids(&self) -> Vec<libc::pid_t> {
-        lock(&self.shared.state).boxes.iter().map(|b| b.pid).collect()
+        lock(&self.shared.state)
+            .boxes
+            .iter()
+            .map(|b| b.pid)
+            .collect()
     }
 
     pub(crate) fn used(&self) -> u64 {
@@ -181,7 +222,10 @@ impl ReadyBoxes {
         self.shared.worker.join();
         let (boxes, discard) = {
             let mut st = lock(&self.shared.state);
-            (std::mem::take(&mut st.boxes), std::mem::take(&mut st.discard))
+            (
+                std::mem::take(&mut st.boxes),
+                std::mem::take(&mut st.discard),
+            )
         };
         drop((boxes, discard));
     }
@@ -192,12 +236,22 @@ impl ReadyBoxes {
 /// ready box would mount what a path named then, not at the call (a directory replaced in
 /// between); other roots and sub-ids are never templated.
 fn eligible(spec: &BoxSpec) -> bool {
-    spec.root == crate::spec::RootSpec::Host && spec.workspace.is_none() && spec.mounts.is_empty() && spec.stdin == crate::spec::Stdin::Null && !spec.subids
+    spec.root == crate::spec::RootSpec::Host
+        && spec.workspace.is_none()
+        && spec.mounts.is_empty()
+        && spec.stdin == crate::spec::Stdin::Null
+        && !spec.subids
 }
 
 /// Equal but for what only the program or the watch uses (argv, env, timeout, output cap).
 fn same_shape(a: &BoxSpec, b: &BoxSpec) -> bool {
-    let blank = |s: &BoxSpec| BoxSpec { argv: Vec::new(), env: Vec::new(), timeout: Duration::ZERO, max_output: 0, ..s.clone() };
+    let blank = |s: &BoxSpec| BoxSpec {
+        argv: Vec::new(),
+        env: Vec::new(),
+        timeout: Duration::ZERO,
+        max_output: 0,
+        ..s.clone()
+    };
     blank(a) == blank(b)
 }
 
@@ -216,7 +270,11 @@ fn fill(shared: &Shared, core: &Weak<Core>) {
                     st = lock(&shared.state);
                     continue;
                 }
-                if let Some(w) = st.want.as_ref().filter(|_| !st.failed && st.boxes.len() < KEEP) {
+                if let Some(w) = st
+                    .want
+                    .as_ref()
+                    .filter(|_| !st.failed && st.boxes.len() < KEEP)
+                {
                     break (w.clone(), st.generation);
                 }
                 st = shared.worker.sleep(st);
@@ -238,4 +296,3 @@ fn fill(shared: &Shared, core: &Weak<Core>) {
         }
     }
 }
-

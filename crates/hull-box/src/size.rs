@@ -10,7 +10,9 @@ pub enum SizeError {
     NoUnit(String),
     #[error("size `{0}` is not a number followed by a unit (b, k, m, g, t; e.g. `64m`, `1GiB`)")]
     Malformed(String),
-    #[error("size `{0}` has an unknown unit `{1}`; use b, k, m, g or t (KiB, MiB, ... also accepted)")]
+    #[error(
+        "size `{0}` has an unknown unit `{1}`; use b, k, m, g or t (KiB, MiB, ... also accepted)"
+    )]
     UnknownUnit(String, String),
     #[error("size `{0}` is too large")]
     Overflow(String),
@@ -21,7 +23,9 @@ pub enum SizeError {
 /// Parses a size with a mandatory binary unit (k = KiB = 1024 bytes).
 pub fn parse_size(text: &str) -> Result<u64, SizeError> {
     let t = text.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     if num.is_empty() {
         return Err(SizeError::Malformed(text.to_string()));
@@ -38,17 +42,23 @@ pub fn parse_size(text: &str) -> Result<u64, SizeError> {
         _ => return Err(SizeError::UnknownUnit(text.to_string(), unit.to_string())),
     };
     let value = if num.contains('.') {
-        let f: f64 = num.parse().map_err(|_| SizeError::Malformed(text.to_string()))?;
+        let f: f64 = num
+            .parse()
+            .map_err(|_| SizeError::Malformed(text.to_string()))?;
         let bytes = f * mult as f64;
         if !bytes.is_finite() || bytes >= u64::MAX as f64 {
             return Err(SizeError::Overflow(text.to_string()));
         }
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // checked finite, positive and in range
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        // checked finite, positive and in range
         let b = bytes as u64;
         b
     } else {
-        let n: u64 = num.parse().map_err(|_| SizeError::Overflow(text.to_string()))?;
-        n.checked_mul(mult).ok_or_else(|| SizeError::Overflow(text.to_string()))?
+        let n: u64 = num
+            .parse()
+            .map_err(|_| SizeError::Overflow(text.to_string()))?;
+        n.checked_mul(mult)
+            .ok_or_else(|| SizeError::Overflow(text.to_string()))?
     };
     if value == 0 {
         return Err(SizeError::Zero(text.to_string()));
@@ -97,7 +107,10 @@ mod tests {
         assert!(matches!(parse_size("m"), Err(SizeError::Malformed(_))));
         assert!(matches!(parse_size("5x"), Err(SizeError::UnknownUnit(..))));
         assert!(matches!(parse_size("0m"), Err(SizeError::Zero(_))));
-        assert!(matches!(parse_size("99999999999999999999t"), Err(SizeError::Overflow(_))));
+        assert!(matches!(
+            parse_size("99999999999999999999t"),
+            Err(SizeError::Overflow(_))
+        ));
     }
 
     #[test]

@@ -59,7 +59,9 @@ impl Spares {
             used: [AtomicU64::new(0), AtomicU64::new(0)],
             worker: Worker::default(),
         };
-        Spares { shared: Arc::new(shared) }
+        Spares {
+            shared: Arc::new(shared),
+        }
     }
 
     /// A fresh cgroup made with exactly `limits`, if one is ready. Otherwise the next spares are
@@ -97,13 +99,20 @@ impl Spares {
 
     /// How many boxes got a spare cgroup, and a spare workspace.
     pub(crate) fn used(&self) -> (u64, u64) {
-        (self.shared.used[0].load(Ordering::Relaxed), self.shared.used[1].load(Ordering::Relaxed))
+        (
+            self.shared.used[0].load(Ordering::Relaxed),
+            self.shared.used[1].load(Ordering::Relaxed),
+        )
     }
 
     /// The directories of the spares ready now: cgroup directories, then workspaces.
     pub(crate) fn paths(&self) -> Vec<PathBuf> {
         let st = lock(&self.shared.state);
-        st.cgroups.iter().flat_map(BoxCgroup::paths).chain(st.workspaces.iter().map(|w| w.path.clone())).collect()
+        st.cgroups
+            .iter()
+            .flat_map(BoxCgroup::paths)
+            .chain(st.workspaces.iter().map(|w| w.path.clone()))
+            .collect()
     }
 
     /// How many of each the thread holds now (for tests).
@@ -149,7 +158,9 @@ fn fill(shared: &Shared) {
                 if shared.worker.stopping() {
                     return;
                 }
-                if let Some(limits) = st.limits.filter(|_| shared.host.is_some() && !st.cgroups_failed && st.cgroups.len() < KEEP) {
+                if let Some(limits) = st.limits.filter(|_| {
+                    shared.host.is_some() && !st.cgroups_failed && st.cgroups.len() < KEEP
+                }) {
                     break Job::Cgroup(limits);
                 }
                 if !st.workspaces_failed && st.workspaces.len() < KEEP {
@@ -162,12 +173,19 @@ fn fill(shared: &Shared) {
             Job::Cgroup(limits) => {
                 let Some(host) = &shared.host else { continue };
                 let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
-                let name = format!("{}{}-s{seq}-{}", crate::leftovers::CGROUP_PREFIX, sys::getpid(), shared.started_ns);
+                let name = format!(
+                    "{}{}-s{seq}-{}",
+                    crate::leftovers::CGROUP_PREFIX,
+                    sys::getpid(),
+                    shared.started_ns
+                );
                 let made = host.create(&name, &limits);
                 let mut st = lock(&shared.state);
                 match made {
                     // Kept only if nobody changed the limits (or stopped us) meanwhile.
-                    Ok(cg) if st.limits == Some(limits) && !shared.worker.stopping() => st.cgroups.push(cg),
+                    Ok(cg) if st.limits == Some(limits) && !shared.worker.stopping() => {
+                        st.cgroups.push(cg)
+                    }
                     Ok(cg) => {
                         drop(st);
                         let _ = cg.remove();
@@ -199,7 +217,10 @@ mod tests {
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        panic!("spares never reached the wanted count: {:?}", spares.ready());
+        panic!(
+            "spares never reached the wanted count: {:?}",
+            spares.ready()
+        );
     }
 
     #[test]
@@ -214,16 +235,26 @@ mod tests {
         for ws in [&a, &b] {
             let meta = std::fs::metadata(&ws.path).unwrap();
             assert!(meta.is_dir());
-            assert_eq!(std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777, 0o700);
+            assert_eq!(
+                std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777,
+                0o700
+            );
             assert_eq!(std::fs::read_dir(&ws.path).unwrap().count(), 0);
         }
         // The thread refills after a take.
         wait_for(&spares, |(_, w)| w == KEEP);
         let (pa, pb) = (a.path.clone(), b.path.clone());
         drop((a, b));
-        assert!(!pa.exists() && !pb.exists(), "a used temporary workspace is deleted with it");
+        assert!(
+            !pa.exists() && !pb.exists(),
+            "a used temporary workspace is deleted with it"
+        );
         // The ones still spare go with the Spares.
-        let spare_paths: Vec<PathBuf> = lock(&spares.shared.state).workspaces.iter().map(|w| w.path.clone()).collect();
+        let spare_paths: Vec<PathBuf> = lock(&spares.shared.state)
+            .workspaces
+            .iter()
+            .map(|w| w.path.clone())
+            .collect();
         assert_eq!(spare_paths.len(), KEEP);
         drop(spares);
         for p in spare_paths {

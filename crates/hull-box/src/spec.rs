@@ -130,52 +130,90 @@ impl BoxSpec {
             }
         }
         if self.timeout.is_zero() {
-            return Err(SpecError::Invalid { arg: "--timeout", why: "must be longer than zero".into() });
+            return Err(SpecError::Invalid {
+                arg: "--timeout",
+                why: "must be longer than zero".into(),
+            });
         }
         if self.max_output == 0 {
-            return Err(SpecError::Invalid { arg: "--max-output", why: "must be at least 1 byte".into() });
+            return Err(SpecError::Invalid {
+                arg: "--max-output",
+                why: "must be at least 1 byte".into(),
+            });
         }
         if let Some(p) = self.pids {
             if p == 0 {
-                return Err(SpecError::Invalid { arg: "--pids", why: "must be at least 1".into() });
+                return Err(SpecError::Invalid {
+                    arg: "--pids",
+                    why: "must be at least 1".into(),
+                });
             }
         }
         if let Some(c) = self.cpus {
             if !(c.is_finite() && c > 0.0 && c <= 4096.0) {
-                return Err(SpecError::Invalid { arg: "--cpus", why: format!("`{c}` is not a positive CPU count (e.g. 0.5, 2)") });
+                return Err(SpecError::Invalid {
+                    arg: "--cpus",
+                    why: format!("`{c}` is not a positive CPU count (e.g. 0.5, 2)"),
+                });
             }
         }
         if let Some(mem) = self.memory {
             if mem < (4 << 20) {
-                return Err(SpecError::Invalid { arg: "--memory", why: format!("{} is too small to start a process; give at least 4m", Human(mem)) });
+                return Err(SpecError::Invalid {
+                    arg: "--memory",
+                    why: format!(
+                        "{} is too small to start a process; give at least 4m",
+                        Human(mem)
+                    ),
+                });
             }
             if self.tmp_size > mem {
-                return Err(SpecError::TmpfsOverMemory { target: "/tmp".into(), size: self.tmp_size, memory: mem });
+                return Err(SpecError::TmpfsOverMemory {
+                    target: "/tmp".into(),
+                    size: self.tmp_size,
+                    memory: mem,
+                });
             }
             for t in &self.tmpfs {
                 if t.size > mem {
-                    return Err(SpecError::TmpfsOverMemory { target: t.target.clone(), size: t.size, memory: mem });
+                    return Err(SpecError::TmpfsOverMemory {
+                        target: t.target.clone(),
+                        size: t.size,
+                        memory: mem,
+                    });
                 }
             }
         }
         caps::resolve(&self.cap_add, &self.cap_drop)?;
         if !self.cwd.starts_with('/') {
-            return Err(SpecError::Invalid { arg: "--cwd", why: format!("`{}` must be an absolute path in the box", self.cwd) });
+            return Err(SpecError::Invalid {
+                arg: "--cwd",
+                why: format!("`{}` must be an absolute path in the box", self.cwd),
+            });
         }
         if self.hostname.is_empty() || self.hostname.len() > 64 {
-            return Err(SpecError::Invalid { arg: "--hostname", why: "must be 1 to 64 characters".into() });
+            return Err(SpecError::Invalid {
+                arg: "--hostname",
+                why: "must be 1 to 64 characters".into(),
+            });
         }
         let home = std::env::var_os("HOME").map(PathBuf::from);
         if let RootSpec::Dir(d) = &self.root {
             if !d.is_dir() {
-                return Err(SpecError::Invalid { arg: "--rootfs", why: format!("{} is not a directory", d.display()) });
+                return Err(SpecError::Invalid {
+                    arg: "--rootfs",
+                    why: format!("{} is not a directory", d.display()),
+                });
             }
             check_source("--rootfs", d, home.as_deref())?;
         }
         if let Some(ws) = &self.workspace {
             check_source("--workspace", ws, home.as_deref())?;
             if !ws.is_dir() {
-                return Err(SpecError::Invalid { arg: "--workspace", why: format!("{} is not a directory (create it first)", ws.display()) });
+                return Err(SpecError::Invalid {
+                    arg: "--workspace",
+                    why: format!("{} is not a directory (create it first)", ws.display()),
+                });
             }
         }
         let mut targets: Vec<&str> = Vec::new();
@@ -196,7 +234,10 @@ impl BoxSpec {
                 return Err(SpecError::DuplicateTarget(m.target.clone()));
             }
             if let Some(t) = self.tmpfs.iter().find(|t| is_within(&m.target, &t.target)) {
-                return Err(SpecError::TmpfsCoversBind { tmpfs: t.target.clone(), bind: m.target.clone() });
+                return Err(SpecError::TmpfsCoversBind {
+                    tmpfs: t.target.clone(),
+                    bind: m.target.clone(),
+                });
             }
             targets.push(&m.target);
         }
@@ -205,7 +246,8 @@ impl BoxSpec {
 
     /// The limits requested, for the cgroup layer.
     pub fn cpu_millis(&self) -> Option<u64> {
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // validated: positive, <= 4096
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        // validated: positive, <= 4096
         self.cpus.map(|c| (c * 1000.0).round().max(1.0) as u64)
     }
 }
@@ -222,81 +264,149 @@ pub fn is_within(path: &str, dir: &str) -> bool {
 const REFUSED_TARGET_TREES: &[&str] = &["/proc", "/sys", "/dev", "/etc"];
 
 fn check_target(arg: &'static str, target: &str) -> Result<(), SpecError> {
-    let refuse = |why: String| SpecError::TargetRefused { arg, target: target.to_string(), why };
+    let refuse = |why: String| SpecError::TargetRefused {
+        arg,
+        target: target.to_string(),
+        why,
+    };
     if !target.starts_with('/') {
-        return Err(refuse("the target must be an absolute path in the box (e.g. /data)".into()));
+        return Err(refuse(
+            "the target must be an absolute path in the box (e.g. /data)".into(),
+        ));
     }
     if target.contains('\0') {
         return Err(SpecError::Nul(arg.into()));
     }
     let p = Path::new(target);
-    if p.components().any(|c| matches!(c, Component::ParentDir | Component::CurDir)) || target.contains("//") || (target.len() > 1 && target.ends_with('/')) {
-        return Err(refuse("write the target without `.`, `..`, `//` or a trailing `/`".into()));
+    if p.components()
+        .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
+        || target.contains("//")
+        || (target.len() > 1 && target.ends_with('/'))
+    {
+        return Err(refuse(
+            "write the target without `.`, `..`, `//` or a trailing `/`".into(),
+        ));
     }
     if target == "/" {
         return Err(refuse("it would replace the box's whole root".into()));
     }
     if let Some(t) = REFUSED_TARGET_TREES.iter().find(|t| is_within(target, t)) {
         if !(target.starts_with("/dev/shm/")) {
-            return Err(refuse(format!("{t} is set up by hull itself and may not be covered")));
+            return Err(refuse(format!(
+                "{t} is set up by hull itself and may not be covered"
+            )));
         }
     }
     if is_within(target, "/workspace") {
-        return Err(refuse("/workspace is the box's workspace; choose it with --workspace DIR".into()));
+        return Err(refuse(
+            "/workspace is the box's workspace; choose it with --workspace DIR".into(),
+        ));
     }
     Ok(())
 }
 
 /// Host paths that may not be bound into a box because of what lies below them.
 const REFUSED_SOURCE_TREES: &[&str] = &[
-    "/etc", "/proc", "/sys", "/dev", "/boot", "/run", "/var/run", "/var/lib/docker",
-    "/var/lib/containerd", "/var/lib/containers", "/var/lib/kubelet", "/var/log",
+    "/etc",
+    "/proc",
+    "/sys",
+    "/dev",
+    "/boot",
+    "/run",
+    "/var/run",
+    "/var/lib/docker",
+    "/var/lib/containerd",
+    "/var/lib/containers",
+    "/var/lib/kubelet",
+    "/var/log",
 ];
 
 /// Secrets under a home directory.
-const REFUSED_HOME_TREES: &[&str] = &[".ssh", ".gnupg", ".aws", ".kube", ".docker", ".config/gcloud", ".azure", ".netrc", ".password-store"];
+const REFUSED_HOME_TREES: &[&str] = &[
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".kube",
+    ".docker",
+    ".config/gcloud",
+    ".azure",
+    ".netrc",
+    ".password-store",
+];
 
 /// Refuses a bind source (after resolving symlinks) that would expose host secrets or state.
-pub(crate) fn check_source(arg: &'static str, source: &Path, home: Option<&Path>) -> Result<(), SpecError> {
-    let canon = std::fs::canonicalize(source).map_err(|e| SpecError::SourceMissing { arg, path: source.to_path_buf(), error: e.to_string() })?;
-    let refuse = |why: String| SpecError::SourceRefused { arg, path: source.to_path_buf(), resolved: canon.clone(), why };
+pub(crate) fn check_source(
+    arg: &'static str,
+    source: &Path,
+    home: Option<&Path>,
+) -> Result<(), SpecError> {
+    let canon = std::fs::canonicalize(source).map_err(|e| SpecError::SourceMissing {
+        arg,
+        path: source.to_path_buf(),
+        error: e.to_string(),
+    })?;
+    let refuse = |why: String| SpecError::SourceRefused {
+        arg,
+        path: source.to_path_buf(),
+        resolved: canon.clone(),
+        why,
+    };
     let c = canon.to_string_lossy().to_string();
     if c == "/" {
         return Err(refuse("it would expose the whole host filesystem".into()));
     }
     for t in REFUSED_SOURCE_TREES {
         if is_within(&c, t) {
-            return Err(refuse(format!("{t} holds host configuration, kernel interfaces or other workloads' state")));
+            return Err(refuse(format!(
+                "{t} holds host configuration, kernel interfaces or other workloads' state"
+            )));
         }
         // A parent of a refused tree exposes it too (`/var` holds `/var/log`).
         if is_within(t, &c) {
-            return Err(refuse(format!("it contains {t}, which holds host configuration or other workloads' state")));
+            return Err(refuse(format!(
+                "it contains {t}, which holds host configuration or other workloads' state"
+            )));
         }
     }
     // The host's /tmp is where the box's root is staged (and where other boxes' workspaces live).
     if c == crate::plan::STAGE || c == "/var/tmp" {
-        return Err(refuse(format!("{c} is shared by every process and box on the host; mount a directory inside it")));
+        return Err(refuse(format!(
+            "{c} is shared by every process and box on the host; mount a directory inside it"
+        )));
     }
     for whole in ["/home", "/root"] {
         if c == whole {
-            return Err(refuse(format!("{whole} holds every user's home directory; mount the project directory itself")));
+            return Err(refuse(format!(
+                "{whole} holds every user's home directory; mount the project directory itself"
+            )));
         }
     }
     if let Some(user_home) = ["/home/", "/root/"].iter().find(|p| c.starts_with(**p)) {
         // Another user's (or root's) credentials, whatever $HOME says.
         let rest = &c[user_home.len()..];
-        let inner = if *user_home == "/root/" { rest } else { rest.split_once('/').map_or("", |(_, r)| r) };
-        if let Some(s) = REFUSED_HOME_TREES.iter().find(|s| is_within(&format!("/{inner}"), &format!("/{s}"))) {
+        let inner = if *user_home == "/root/" {
+            rest
+        } else {
+            rest.split_once('/').map_or("", |(_, r)| r)
+        };
+        if let Some(s) = REFUSED_HOME_TREES
+            .iter()
+            .find(|s| is_within(&format!("/{inner}"), &format!("/{s}")))
+        {
             return Err(refuse(format!("~/{s} holds credentials")));
         }
     }
     if c.ends_with("docker.sock") || c.ends_with("containerd.sock") || c.ends_with("podman.sock") {
-        return Err(refuse("a container engine socket is root on the host".into()));
+        return Err(refuse(
+            "a container engine socket is root on the host".into(),
+        ));
     }
     if let Some(home) = home.and_then(|h| std::fs::canonicalize(h).ok()) {
         let h = home.to_string_lossy().to_string();
         if h != "/" && is_within(&h, &c) {
-            return Err(refuse(format!("it contains your home directory {h}; mount the project directory itself")));
+            return Err(refuse(format!(
+                "it contains your home directory {h}; mount the project directory itself"
+            )));
         }
         for s in REFUSED_HOME_TREES {
             if is_within(&c, &format!("{h}/{s}")) {
@@ -319,13 +429,30 @@ pub enum SpecError {
     #[error("{arg}: {why}")]
     Invalid { arg: &'static str, why: String },
     #[error("tmpfs {target} of {} is larger than the memory cap of {}: it could never be filled; lower the tmpfs size or raise --memory", Human(*size), Human(*memory))]
-    TmpfsOverMemory { target: String, size: u64, memory: u64 },
+    TmpfsOverMemory {
+        target: String,
+        size: u64,
+        memory: u64,
+    },
     #[error("{arg} target `{target}` refused: {why}")]
-    TargetRefused { arg: &'static str, target: String, why: String },
+    TargetRefused {
+        arg: &'static str,
+        target: String,
+        why: String,
+    },
     #[error("{arg} source {} refused (resolves to {}): {why}", path.display(), resolved.display())]
-    SourceRefused { arg: &'static str, path: PathBuf, resolved: PathBuf, why: String },
+    SourceRefused {
+        arg: &'static str,
+        path: PathBuf,
+        resolved: PathBuf,
+        why: String,
+    },
     #[error("{arg} source {}: {error}", path.display())]
-    SourceMissing { arg: &'static str, path: PathBuf, error: String },
+    SourceMissing {
+        arg: &'static str,
+        path: PathBuf,
+        error: String,
+    },
     #[error("two mounts target `{0}`; give each path once")]
     DuplicateTarget(String),
     #[error("--tmpfs {tmpfs} would cover the --mount at {bind}; put the bind outside the tmpfs or drop the tmpfs")]
@@ -349,9 +476,24 @@ mod tests {
 
     #[test]
     fn sensitive_sources_are_refused() {
-        for src in ["/", "/etc", "/etc/ssl", "/proc", "/sys/kernel", "/dev", "/run", "/home", "/tmp", "/var"] {
+        for src in [
+            "/",
+            "/etc",
+            "/etc/ssl",
+            "/proc",
+            "/sys/kernel",
+            "/dev",
+            "/run",
+            "/home",
+            "/tmp",
+            "/var",
+        ] {
             let mut s = spec();
-            s.mounts.push(BindMount { source: src.into(), target: "/data".into(), read_only: true });
+            s.mounts.push(BindMount {
+                source: src.into(),
+                target: "/data".into(),
+                read_only: true,
+            });
             let e = s.validate().unwrap_err().to_string();
             assert!(e.contains("--mount") && e.contains("refused"), "{src}: {e}");
         }
@@ -363,17 +505,39 @@ mod tests {
         let link = d.path().join("innocent");
         std::os::unix::fs::symlink("/etc", &link).unwrap();
         let mut s = spec();
-        s.mounts.push(BindMount { source: link, target: "/data".into(), read_only: true });
+        s.mounts.push(BindMount {
+            source: link,
+            target: "/data".into(),
+            read_only: true,
+        });
         assert!(matches!(s.validate(), Err(SpecError::SourceRefused { .. })));
     }
 
     #[test]
     fn sensitive_targets_are_refused() {
-        for t in ["/", "/proc", "/proc/sys", "/sys", "/dev", "/etc", "/etc/passwd", "relative", "/a/../etc", "/workspace"] {
+        for t in [
+            "/",
+            "/proc",
+            "/proc/sys",
+            "/sys",
+            "/dev",
+            "/etc",
+            "/etc/passwd",
+            "relative",
+            "/a/../etc",
+            "/workspace",
+        ] {
             let d = tempfile::tempdir().unwrap();
             let mut s = spec();
-            s.mounts.push(BindMount { source: d.path().into(), target: t.into(), read_only: true });
-            assert!(matches!(s.validate(), Err(SpecError::TargetRefused { .. })), "{t}");
+            s.mounts.push(BindMount {
+                source: d.path().into(),
+                target: t.into(),
+                read_only: true,
+            });
+            assert!(
+                matches!(s.validate(), Err(SpecError::TargetRefused { .. })),
+                "{t}"
+            );
         }
     }
 
@@ -381,9 +545,19 @@ mod tests {
     fn tmpfs_covering_a_bind_is_refused() {
         let d = tempfile::tempdir().unwrap();
         let mut s = spec();
-        s.tmpfs.push(TmpfsMount { target: "/data".into(), size: 1 << 20 });
-        s.mounts.push(BindMount { source: d.path().into(), target: "/data/in".into(), read_only: false });
-        assert!(matches!(s.validate(), Err(SpecError::TmpfsCoversBind { .. })));
+        s.tmpfs.push(TmpfsMount {
+            target: "/data".into(),
+            size: 1 << 20,
+        });
+        s.mounts.push(BindMount {
+            source: d.path().into(),
+            target: "/data/in".into(),
+            read_only: false,
+        });
+        assert!(matches!(
+            s.validate(),
+            Err(SpecError::TmpfsCoversBind { .. })
+        ));
     }
 
     #[test]

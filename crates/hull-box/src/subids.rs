@@ -23,7 +23,14 @@ pub struct IdRange {
 impl IdRange {
     /// The helper's arguments after the pid: `0 own 1 1 start count`.
     fn args(&self) -> [String; 6] {
-        ["0".into(), self.own.to_string(), "1".into(), "1".into(), self.start.to_string(), self.count.to_string()]
+        [
+            "0".into(),
+            self.own.to_string(),
+            "1".into(),
+            "1".into(),
+            self.start.to_string(),
+            self.count.to_string(),
+        ]
     }
 }
 
@@ -32,8 +39,13 @@ impl IdRange {
 pub fn find(file: &str, name: &str, id: u32) -> Option<(u32, u32)> {
     file.lines().find_map(|l| {
         let mut f = l.trim().split(':');
-        let (who, start, count) = (f.next()?, f.next()?.parse::<u32>().ok()?, f.next()?.parse::<u32>().ok()?);
-        (f.next().is_none() && (who == name || who == id.to_string()) && count > 0).then_some((start, count.min(MAX_IDS)))
+        let (who, start, count) = (
+            f.next()?,
+            f.next()?.parse::<u32>().ok()?,
+            f.next()?.parse::<u32>().ok()?,
+        );
+        (f.next().is_none() && (who == name || who == id.to_string()) && count > 0)
+            .then_some((start, count.min(MAX_IDS)))
     })
 }
 
@@ -51,9 +63,22 @@ pub fn lookup(uid: u32, gid: u32) -> Result<(IdRange, IdRange), BoxError> {
 /// Writes the maps of process `pid` (waiting in its new user namespace) with the helpers.
 pub fn apply(pid: libc::pid_t, uids: &IdRange, gids: &IdRange) -> Result<(), BoxError> {
     for (helper, range) in [("newuidmap", uids), ("newgidmap", gids)] {
-        let out = Command::new(helper).arg(pid.to_string()).args(range.args()).output().map_err(|e| BoxError::SubIds(format!("cannot run {helper}: {e}; install the uidmap package")))?;
+        let out = Command::new(helper)
+            .arg(pid.to_string())
+            .args(range.args())
+            .output()
+            .map_err(|e| {
+                BoxError::SubIds(format!(
+                    "cannot run {helper}: {e}; install the uidmap package"
+                ))
+            })?;
         if !out.status.success() {
-            return Err(BoxError::SubIds(format!("{helper} {pid} {} failed ({}): {}", range.args().join(" "), out.status, String::from_utf8_lossy(&out.stderr).trim())));
+            return Err(BoxError::SubIds(format!(
+                "{helper} {pid} {} failed ({}): {}",
+                range.args().join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
         }
     }
     Ok(())
@@ -82,7 +107,11 @@ mod tests {
         assert_eq!(find(file, "bob", 7), None);
         assert_eq!(find(file, "zero", 8), None);
         assert_eq!(find(file, "nobody", 9), None);
-        let r = IdRange { own: 1000, start: 100000, count: 65536 };
+        let r = IdRange {
+            own: 1000,
+            start: 100000,
+            count: 65536,
+        };
         assert_eq!(r.args().join(" "), "0 1000 1 1 100000 65536");
     }
 }

@@ -83,7 +83,9 @@ pub(crate) const FORWARDED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, lib
 
 impl Runtime {
     pub fn new() -> Result<Runtime, BoxError> {
-        Ok(Runtime { core: Arc::new(Core::new()?) })
+        Ok(Runtime {
+            core: Arc::new(Core::new()?),
+        })
     }
 
     /// Builds each distinct read-only skeleton once and lets boxes enter a locked copy of it
@@ -94,35 +96,53 @@ impl Runtime {
         if self.core.ready.is_some() {
             return Ok(());
         }
-        let core = Arc::get_mut(&mut self.core).ok_or(BoxError::Sys { what: "enable templates on a runtime already shared", errno: Errno(libc::EBUSY) })?;
+        let core = Arc::get_mut(&mut self.core).ok_or(BoxError::Sys {
+            what: "enable templates on a runtime already shared",
+            errno: Errno(libc::EBUSY),
+        })?;
         core.enable_templates()
     }
 
     /// How many templates this Runtime holds (0 when templates are off).
     pub fn templates_built(&self) -> usize {
-        self.core.templates.as_ref().map_or(0, crate::template::Templates::len)
+        self.core
+            .templates
+            .as_ref()
+            .map_or(0, crate::template::Templates::len)
     }
 
     /// How many boxes entered a pooled network namespace (0 when templates are off).
     pub fn pooled_nets_used(&self) -> u64 {
-        self.core.templates.as_ref().map_or(0, crate::template::Templates::pooled_nets)
+        self.core
+            .templates
+            .as_ref()
+            .map_or(0, crate::template::Templates::pooled_nets)
     }
 
     /// How many boxes entered a pooled user namespace (templates only).
     pub fn pooled_users_used(&self) -> u64 {
-        self.core.templates.as_ref().map_or(0, crate::template::Templates::pooled_users)
+        self.core
+            .templates
+            .as_ref()
+            .map_or(0, crate::template::Templates::pooled_users)
     }
 
     /// How many boxes got a cgroup, and a temporary workspace, made ahead by the spares thread
     /// (0 when templates are off).
     pub fn spares_used(&self) -> (u64, u64) {
-        self.core.spares.as_ref().map_or((0, 0), crate::spares::Spares::used)
+        self.core
+            .spares
+            .as_ref()
+            .map_or((0, 0), crate::spares::Spares::used)
     }
 
     /// The directories (cgroups, then workspaces) of the spares made ahead and not yet used;
     /// they are removed with the Runtime.
     pub fn spare_paths(&self) -> Vec<PathBuf> {
-        self.core.spares.as_ref().map_or_else(Vec::new, crate::spares::Spares::paths)
+        self.core
+            .spares
+            .as_ref()
+            .map_or_else(Vec::new, crate::spares::Spares::paths)
     }
 
     /// Waits up to `timeout` for the boxes set up ahead to be complete for the last shape run
@@ -134,12 +154,18 @@ impl Runtime {
 
     /// How many boxes ran in a box set up ahead of time (templates only).
     pub fn ready_used(&self) -> u64 {
-        self.core.ready.as_ref().map_or(0, crate::ready::ReadyBoxes::used)
+        self.core
+            .ready
+            .as_ref()
+            .map_or(0, crate::ready::ReadyBoxes::used)
     }
 
     /// The pid 1s of the boxes set up ahead and waiting now (they end with the Runtime).
     pub fn ready_pids(&self) -> Vec<libc::pid_t> {
-        self.core.ready.as_ref().map_or_else(Vec::new, crate::ready::ReadyBoxes::pids)
+        self.core
+            .ready
+            .as_ref()
+            .map_or_else(Vec::new, crate::ready::ReadyBoxes::pids)
     }
 
     /// Removes box cgroups and temporary workspaces that SIGKILLed hulls left behind (see
@@ -151,7 +177,10 @@ impl Runtime {
 
     /// The detected cgroup layout, for `hull doctor`.
     pub fn cgroups(&self) -> Result<&hull_cgroup::Host, String> {
-        self.core.cgroups.as_deref().ok_or_else(|| self.core.cgroup_error.clone().unwrap_or_default())
+        self.core
+            .cgroups
+            .as_deref()
+            .ok_or_else(|| self.core.cgroup_error.clone().unwrap_or_default())
     }
 
     pub fn seccomp_program(&self) -> &hull_seccomp::Program {
@@ -164,7 +193,12 @@ impl Runtime {
     }
 
     /// Runs `spec` in a fresh box and returns what happened, after the box is fully torn down.
-    pub fn run(&self, spec: &BoxSpec, opts: RunOptions, sink: &mut dyn OutputSink) -> Result<RunResult, BoxError> {
+    pub fn run(
+        &self,
+        spec: &BoxSpec,
+        opts: RunOptions,
+        sink: &mut dyn OutputSink,
+    ) -> Result<RunResult, BoxError> {
         let (result, teardown) = self.run_detached(spec, opts, sink)?;
         teardown.finish();
         Ok(result)
@@ -174,7 +208,12 @@ impl Runtime {
     /// complete, with the [`Teardown`] still to do: reaping the box's pid 1 (the kernel's namespace
     /// teardown, ~1.5 ms here), removing its cgroup and temporary workspace. Dropping the
     /// `Teardown` does it too, so nothing is left behind.
-    pub fn run_detached(&self, spec: &BoxSpec, opts: RunOptions, sink: &mut dyn OutputSink) -> Result<(RunResult, Teardown), BoxError> {
+    pub fn run_detached(
+        &self,
+        spec: &BoxSpec,
+        opts: RunOptions,
+        sink: &mut dyn OutputSink,
+    ) -> Result<(RunResult, Teardown), BoxError> {
         self.core.run_detached(&self.core, spec, opts, sink)
     }
 }
@@ -196,18 +235,35 @@ impl Core {
         }
         let listener = support.user_notif;
         let opts = hull_seccomp::CompileOptions {
-            kill_mode: if listener { hull_seccomp::KillMode::UserNotif } else { hull_seccomp::KillMode::KillProcess },
+            kill_mode: if listener {
+                hull_seccomp::KillMode::UserNotif
+            } else {
+                hull_seccomp::KillMode::KillProcess
+            },
             default_errno: u16::try_from(libc::ENOSYS).unwrap_or(38),
         };
         let rules = hull_seccomp::default_policy();
-        let program = hull_seccomp::compile(rules, &opts).map_err(|e| BoxError::Seccomp(e.to_string()))?;
+        let program =
+            hull_seccomp::compile(rules, &opts).map_err(|e| BoxError::Seccomp(e.to_string()))?;
         let fprog = program.as_fprog();
         let (cgroups, cgroup_error) = match hull_cgroup::Host::detect() {
             Ok(h) => (Some(Arc::new(h)), None),
             Err(e) => (None, Some(e.to_string())),
         };
         let started_ns = sys::monotonic_ns() % 1_000_000_000_000;
-        Ok(Core { cgroups, cgroup_error, program, fprog, listener, rules: rules.len(), counter: AtomicU64::new(0), started_ns, templates: None, spares: None, ready: None })
+        Ok(Core {
+            cgroups,
+            cgroup_error,
+            program,
+            fprog,
+            listener,
+            rules: rules.len(),
+            counter: AtomicU64::new(0),
+            started_ns,
+            templates: None,
+            spares: None,
+            ready: None,
+        })
     }
 
     fn enable_templates(&mut self) -> Result<(), BoxError> {
@@ -215,7 +271,10 @@ impl Core {
             self.templates = Some(crate::template::Templates::new()?);
         }
         if self.spares.is_none() {
-            self.spares = Some(crate::spares::Spares::new(self.cgroups.clone(), self.started_ns));
+            self.spares = Some(crate::spares::Spares::new(
+                self.cgroups.clone(),
+                self.started_ns,
+            ));
         }
         if self.ready.is_none() {
             self.ready = Some(crate::ready::ReadyBoxes::new());
@@ -227,7 +286,16 @@ impl Core {
     /// [`crate::leftovers`]). Reads the temporary directory, so long-lived front ends call it
     /// once, off the hot path.
     fn sweep_leftovers(&self) -> crate::leftovers::Swept {
-        let mut parents: Vec<PathBuf> = self.cgroups.as_ref().map(|h| h.report().into_iter().filter_map(|r| r.box_parent).collect()).unwrap_or_default();
+        let mut parents: Vec<PathBuf> = self
+            .cgroups
+            .as_ref()
+            .map(|h| {
+                h.report()
+                    .into_iter()
+                    .filter_map(|r| r.box_parent)
+                    .collect()
+            })
+            .unwrap_or_default();
         parents.sort();
         parents.dedup();
         crate::leftovers::sweep(&parents, &std::env::temp_dir())
@@ -237,8 +305,16 @@ impl Core {
     fn plan(&self, spec: &BoxSpec) -> Result<BoxPlan, BoxError> {
         spec.validate()?;
         // A temporary workspace like a real run's (deleted when the plan is printed).
-        let temp = if spec.workspace.is_none() { Some(Workspace::temporary()?) } else { None };
-        let ws = spec.workspace.clone().or_else(|| temp.as_ref().map(|t| t.path.clone())).unwrap_or_default();
+        let temp = if spec.workspace.is_none() {
+            Some(Workspace::temporary()?)
+        } else {
+            None
+        };
+        let ws = spec
+            .workspace
+            .clone()
+            .or_else(|| temp.as_ref().map(|t| t.path.clone()))
+            .unwrap_or_default();
         let procs: Vec<CString> = Vec::new();
         let mut procs_shown = procs;
         if let Some(h) = &self.cgroups {
@@ -246,26 +322,50 @@ impl Core {
             procs_shown = h
                 .report()
                 .iter()
-                .filter_map(|r| r.box_parent.as_ref().map(|p| crate::plan::cstring(&format!("{}/hull-<id>/cgroup.procs", p.display()))))
+                .filter_map(|r| {
+                    r.box_parent.as_ref().map(|p| {
+                        crate::plan::cstring(&format!("{}/hull-<id>/cgroup.procs", p.display()))
+                    })
+                })
                 .collect();
         }
-        let keep = crate::caps::resolve(&spec.cap_add, &spec.cap_drop).map_err(crate::spec::SpecError::from)?;
-        let ctx = Context { uid: sys::geteuid(), gid: sys::getegid(), cgroup_procs: &procs_shown, workspace: &ws, seccomp_rules: self.rules, listener: self.listener, keep_caps: keep, stage: crate::plan::STAGE };
+        let keep = crate::caps::resolve(&spec.cap_add, &spec.cap_drop)
+            .map_err(crate::spec::SpecError::from)?;
+        let ctx = Context {
+            uid: sys::geteuid(),
+            gid: sys::getegid(),
+            cgroup_procs: &procs_shown,
+            workspace: &ws,
+            seccomp_rules: self.rules,
+            listener: self.listener,
+            keep_caps: keep,
+            stage: crate::plan::STAGE,
+        };
         build_plan(spec, &ctx)
     }
 
     /// [`Runtime::run_detached`]; `shared` is this Core's own Arc (the ready-box thread keeps a
     /// weak one).
-    fn run_detached(&self, shared: &Arc<Core>, spec: &BoxSpec, opts: RunOptions, sink: &mut dyn OutputSink) -> Result<(RunResult, Teardown), BoxError> {
+    fn run_detached(
+        &self,
+        shared: &Arc<Core>,
+        spec: &BoxSpec,
+        opts: RunOptions,
+        sink: &mut dyn OutputSink,
+    ) -> Result<(RunResult, Teardown), BoxError> {
         let t0 = sys::monotonic_ns();
         let tracing = std::env::var_os("HULL_TRACE_STEPS").is_some();
         let mark = |what: &str| {
             if tracing {
-                eprintln!("hull trace: supervisor {:>7} us  {what}", (sys::monotonic_ns() - t0) / 1000);
+                eprintln!(
+                    "hull trace: supervisor {:>7} us  {what}",
+                    (sys::monotonic_ns() - t0) / 1000
+                );
             }
         };
         spec.validate()?;
-        let keep = crate::caps::resolve(&spec.cap_add, &spec.cap_drop).map_err(crate::spec::SpecError::from)?;
+        let keep = crate::caps::resolve(&spec.cap_add, &spec.cap_drop)
+            .map_err(crate::spec::SpecError::from)?;
         // A box set up ahead for this shape of spec, if one is ready (not while tracing steps,
         // which a ready box ran long ago).
         if let (Some(pool), false) = (&self.ready, tracing) {
@@ -278,7 +378,10 @@ impl Core {
             }
         }
         let workspace = match &spec.workspace {
-            Some(w) => Workspace { path: w.clone(), temporary: false },
+            Some(w) => Workspace {
+                path: w.clone(),
+                temporary: false,
+            },
             None => self.temporary_workspace()?,
         };
         let (guard, warnings) = self.box_cgroup(spec)?;
@@ -294,12 +397,24 @@ impl Core {
         let outcome = self.supervise(spec, &plan, opts, sink, tracing);
         mark("result known");
         let (outcome, pid) = outcome?;
-        Ok(self.conclude(spec, outcome, pid, guard, workspace, warnings, tracing.then_some(t0)))
+        Ok(self.conclude(
+            spec,
+            outcome,
+            pid,
+            guard,
+            workspace,
+            warnings,
+            tracing.then_some(t0),
+        ))
     }
 
     /// A fresh temporary workspace: a spare one when ready.
     fn temporary_workspace(&self) -> Result<Workspace, BoxError> {
-        match self.spares.as_ref().and_then(crate::spares::Spares::workspace) {
+        match self
+            .spares
+            .as_ref()
+            .and_then(crate::spares::Spares::workspace)
+        {
             Some(w) => Ok(w),
             None => Workspace::temporary(),
         }
@@ -316,7 +431,12 @@ impl Core {
                     let seq = self.counter.fetch_add(1, Ordering::Relaxed);
                     // The start time makes the name unique even when a SIGKILLed hull left its
                     // cgroup behind and a later hull got the same pid.
-                    let name = format!("{}{}-{seq}-{}", crate::leftovers::CGROUP_PREFIX, sys::getpid(), self.started_ns);
+                    let name = format!(
+                        "{}{}-{seq}-{}",
+                        crate::leftovers::CGROUP_PREFIX,
+                        sys::getpid(),
+                        self.started_ns
+                    );
                     Some(h.create(&name, &limits)?)
                 }
             },
@@ -325,10 +445,17 @@ impl Core {
         let guard = CgroupGuard(cgroup);
         let mut unenforced: Vec<String> = Vec::new();
         match &guard.0 {
-            Some(cg) => unenforced.extend(cg.unenforced().iter().map(|(c, why)| format!("{c:?} cap not enforced: {why}"))),
+            Some(cg) => unenforced.extend(
+                cg.unenforced()
+                    .iter()
+                    .map(|(c, why)| format!("{c:?} cap not enforced: {why}")),
+            ),
             None => {
                 if spec.memory.is_some() || spec.pids.is_some() || spec.cpus.is_some() {
-                    unenforced.push(format!("no cgroup available, so no memory/pids/cpu cap is enforced: {}", self.cgroup_error.clone().unwrap_or_default()));
+                    unenforced.push(format!(
+                        "no cgroup available, so no memory/pids/cpu cap is enforced: {}",
+                        self.cgroup_error.clone().unwrap_or_default()
+                    ));
                 }
             }
         }
@@ -339,15 +466,46 @@ impl Core {
     }
 
     /// The whole plan of `spec` with this workspace and cgroup (before any template split).
-    fn assemble(&self, spec: &BoxSpec, keep: u64, workspace: &Path, cgroup: &CgroupGuard) -> Result<BoxPlan, BoxError> {
-        let procs: Vec<CString> = cgroup.0.as_ref().map(|c| c.procs_files().to_vec()).unwrap_or_default();
-        let ctx = Context { uid: sys::geteuid(), gid: sys::getegid(), cgroup_procs: &procs, workspace, seccomp_rules: self.rules, listener: self.listener, keep_caps: keep, stage: self.templates.as_ref().map_or(crate::plan::STAGE, |t| t.stage()) };
+    fn assemble(
+        &self,
+        spec: &BoxSpec,
+        keep: u64,
+        workspace: &Path,
+        cgroup: &CgroupGuard,
+    ) -> Result<BoxPlan, BoxError> {
+        let procs: Vec<CString> = cgroup
+            .0
+            .as_ref()
+            .map(|c| c.procs_files().to_vec())
+            .unwrap_or_default();
+        let ctx = Context {
+            uid: sys::geteuid(),
+            gid: sys::getegid(),
+            cgroup_procs: &procs,
+            workspace,
+            seccomp_rules: self.rules,
+            listener: self.listener,
+            keep_caps: keep,
+            stage: self
+                .templates
+                .as_ref()
+                .map_or(crate::plan::STAGE, |t| t.stage()),
+        };
         build_plan(spec, &ctx)
     }
 
     /// The result of a watched box, and its teardown.
     #[allow(clippy::too_many_arguments)]
-    fn conclude(&self, spec: &BoxSpec, outcome: Outcome, pid: libc::pid_t, guard: CgroupGuard, workspace: Workspace, warnings: Vec<String>, trace_t0: Option<u64>) -> (RunResult, Teardown) {
+    fn conclude(
+        &self,
+        spec: &BoxSpec,
+        outcome: Outcome,
+        pid: libc::pid_t,
+        guard: CgroupGuard,
+        workspace: Workspace,
+        warnings: Vec<String>,
+        trace_t0: Option<u64>,
+    ) -> (RunResult, Teardown) {
         let cg = guard.0.as_ref();
         let oom_kills = cg.map_or(0, hull_cgroup::BoxCgroup::oom_kills);
         let peak = cg.and_then(hull_cgroup::BoxCgroup::peak_memory);
@@ -359,26 +517,54 @@ impl Core {
         // death is the program's own (`kill -SYS $$`), not a fault.
         let mut result = finish(spec, outcome, oom_kills, peak, ws_full, !self.listener);
         result.warnings.splice(0..0, warnings);
-        let teardown = Teardown { pid: if exited { None } else { Some(pid) }, cgroup: guard, workspace: Some(workspace), tracing: trace_t0 };
+        let teardown = Teardown {
+            pid: if exited { None } else { Some(pid) },
+            cgroup: guard,
+            workspace: Some(workspace),
+            tracing: trace_t0,
+        };
         (result, teardown)
     }
 
     /// Runs `spec` in `rb`, a box set up ahead, when its setup is exactly what `spec` asks for
     /// (the same plan, with its workspace and cgroup, up to the program; the same limits);
     /// otherwise None, and `rb` goes.
-    fn run_ready(&self, mut rb: crate::ready::ReadyBox, spec: &BoxSpec, keep: u64, opts: RunOptions, sink: &mut dyn OutputSink) -> Result<Option<(RunResult, Teardown)>, BoxError> {
+    fn run_ready(
+        &self,
+        mut rb: crate::ready::ReadyBox,
+        spec: &BoxSpec,
+        keep: u64,
+        opts: RunOptions,
+        sink: &mut dyn OutputSink,
+    ) -> Result<Option<(RunResult, Teardown)>, BoxError> {
         if rb.limits != limits_of(spec) || (spec.require_limits && !rb.warnings.is_empty()) {
             return Ok(None);
         }
         let plan = self.assemble(spec, keep, &rb.workspace.path, &rb.cgroup)?;
-        let (Some((Step::Exec { argv, env, candidates }, setup)), Some((_, ready_setup))) = (plan.steps.split_last(), rb.plan.steps.split_last()) else {
+        let (
+            Some((
+                Step::Exec {
+                    argv,
+                    env,
+                    candidates,
+                },
+                setup,
+            )),
+            Some((_, ready_setup)),
+        ) = (plan.steps.split_last(), rb.plan.steps.split_last())
+        else {
             return Ok(None);
         };
         if setup != ready_setup || plan.clone_flags != rb.plan.clone_flags {
             return Ok(None);
         }
-        let Some(go) = crate::proto::go::encode(argv, env, candidates) else { return Ok(None) };
-        let sigfd = sys::block_signals_fd(&FORWARDED).map_err(|errno| BoxError::Sys { what: "block signals", errno })?;
+        let Some(go) = crate::proto::go::encode(argv, env, candidates) else {
+            return Ok(None);
+        };
+        let sigfd = sys::block_signals_fd(&FORWARDED).map_err(|errno| BoxError::Sys {
+            what: "block signals",
+            errno,
+        })?;
         let start = sys::monotonic_ns();
         if sys::send_with_fd(rb.sock.as_raw_fd(), &go, None).is_err() {
             sys::unblock_signals(&FORWARDED);
@@ -386,50 +572,102 @@ impl Core {
         }
         rb.mark_used();
         let pid = rb.pid;
-        let watch = Watch { pid, start, spec, opts, tracing: false };
+        let watch = Watch {
+            pid,
+            start,
+            spec,
+            opts,
+            tracing: false,
+        };
         // Pid 1 reports failures by its index in the plan it ran (the template-split one).
-        let outcome = watch.run(&rb.sock, &rb.out, &rb.err, &sigfd, sink, &rb.boxed, Some(rb.listener.take()));
+        let outcome = watch.run(
+            &rb.sock,
+            &rb.out,
+            &rb.err,
+            &sigfd,
+            sink,
+            &rb.boxed,
+            Some(rb.listener.take()),
+        );
         sys::unblock_signals(&FORWARDED);
         let (guard, workspace, warnings) = rb.hand_over();
         let outcome = match outcome {
             // Its setup ran ahead: report how long it took then.
-            Ok(o) => Outcome { setup_us: rb.setup_us, ..o },
+            Ok(o) => Outcome {
+                setup_us: rb.setup_us,
+                ..o
+            },
             Err(e) => {
                 end_unreaped(pid);
                 return Err(e);
             }
         };
-        Ok(Some(self.conclude(spec, outcome, pid, guard, workspace, warnings, None)))
+        Ok(Some(self.conclude(
+            spec, outcome, pid, guard, workspace, warnings, None,
+        )))
     }
 
     /// Sets up a box for `spec` and leaves its pid 1 waiting for the program (see `ready.rs`).
     pub(crate) fn build_ready(&self, spec: &BoxSpec) -> Result<crate::ready::ReadyBox, BoxError> {
         spec.validate()?;
-        let keep = crate::caps::resolve(&spec.cap_add, &spec.cap_drop).map_err(crate::spec::SpecError::from)?;
-        let Some(templates) = &self.templates else { return Err(BoxError::Sys { what: "set up a box ahead without templates", errno: Errno(libc::EINVAL) }) };
+        let keep = crate::caps::resolve(&spec.cap_add, &spec.cap_drop)
+            .map_err(crate::spec::SpecError::from)?;
+        let Some(templates) = &self.templates else {
+            return Err(BoxError::Sys {
+                what: "set up a box ahead without templates",
+                errno: Errno(libc::EINVAL),
+            });
+        };
         let workspace = self.temporary_workspace()?;
         let (cgroup, warnings) = self.box_cgroup(spec)?;
         let plan = self.assemble(spec, keep, &workspace.path, &cgroup)?;
         let (boxed, entered) = templates.prepare(plan.clone())?;
         if entered.is_none() {
-            return Err(BoxError::Sys { what: "set up a box ahead without a template", errno: Errno(libc::EINVAL) });
+            return Err(BoxError::Sys {
+                what: "set up a box ahead without a template",
+                errno: Errno(libc::EINVAL),
+            });
         }
         let started = self.start(spec, &boxed, true, None)?;
         let start = started.start;
-        let mut rb = crate::ready::ReadyBox::new(plan, boxed, limits_of(spec), started.pid, started.sock, started.out, started.err, workspace, cgroup, warnings, entered);
+        let mut rb = crate::ready::ReadyBox::new(
+            plan,
+            boxed,
+            limits_of(spec),
+            started.pid,
+            started.sock,
+            started.out,
+            started.err,
+            workspace,
+            cgroup,
+            warnings,
+            entered,
+        );
         // Its setup runs to the end: Ready, with the seccomp listener.
         match crate::template::await_message_fd(&rb.sock, 10_000)? {
             (Message::Ready, listener) => rb.listener = listener,
-            (Message::SetupFailed { step, errno }, _) => return Err(setup_error(&rb.boxed, step, errno)),
+            (Message::SetupFailed { step, errno }, _) => {
+                return Err(setup_error(&rb.boxed, step, errno))
+            }
             _ => return Err(BoxError::SetupVanished(0)),
         }
         rb.setup_us = (sys::monotonic_ns() - start) / 1000;
         Ok(rb)
     }
 
-    fn supervise(&self, spec: &BoxSpec, plan: &BoxPlan, opts: RunOptions, sink: &mut dyn OutputSink, tracing: bool) -> Result<(Outcome, libc::pid_t), BoxError> {
+    fn supervise(
+        &self,
+        spec: &BoxSpec,
+        plan: &BoxPlan,
+        opts: RunOptions,
+        sink: &mut dyn OutputSink,
+        tracing: bool,
+    ) -> Result<(Outcome, libc::pid_t), BoxError> {
         let trace = if tracing { TraceMap::new() } else { None };
-        let sigfd = sys::block_signals_fd(&FORWARDED).map_err(|errno| BoxError::Sys { what: "block signals", errno })?;
+        let sigfd = sys::block_signals_fd(&FORWARDED).map_err(|errno| BoxError::Sys {
+            what: "block signals",
+            errno,
+        })?;
         let started = match self.start(spec, plan, false, trace.as_ref()) {
             Ok(s) => s,
             Err(e) => {
@@ -437,8 +675,20 @@ impl Core {
                 return Err(e);
             }
         };
-        let Started { pid, start, sock, out, err } = started;
-        let watch = Watch { pid, start, spec, opts, tracing };
+        let Started {
+            pid,
+            start,
+            sock,
+            out,
+            err,
+        } = started;
+        let watch = Watch {
+            pid,
+            start,
+            spec,
+            opts,
+            tracing,
+        };
         let outcome = watch.run(&sock, &out, &err, &sigfd, sink, plan, None);
         let watched = sys::monotonic_ns();
         if outcome.is_err() {
@@ -446,7 +696,10 @@ impl Core {
         }
         sys::unblock_signals(&FORWARDED);
         if let Some(t) = &trace {
-            eprintln!("hull trace: watch ended {:>7} us after clone", (watched - start) / 1000);
+            eprintln!(
+                "hull trace: watch ended {:>7} us after clone",
+                (watched - start) / 1000
+            );
             t.print(start, plan);
         }
         outcome.map(|o| (o, pid))
@@ -454,16 +707,26 @@ impl Core {
 
     /// Clones the box's first process to run `plan` (for a template box, it reports the pid 1
     /// it forks); with `ready_box`, pid 1 waits at the program for a go datagram.
-    fn start(&self, spec: &BoxSpec, plan: &BoxPlan, ready_box: bool, trace: Option<&TraceMap>) -> Result<Started, BoxError> {
+    fn start(
+        &self,
+        spec: &BoxSpec,
+        plan: &BoxPlan,
+        ready_box: bool,
+        trace: Option<&TraceMap>,
+    ) -> Result<Started, BoxError> {
         let sysf = |what: &'static str| move |errno: Errno| BoxError::Sys { what, errno };
         let (out_r, out_w) = sys::pipe().map_err(sysf("create the stdout pipe"))?;
         let (err_r, err_w) = sys::pipe().map_err(sysf("create the stderr pipe"))?;
-        let (sock_parent, sock_child) = sys::seqpacket_pair().map_err(sysf("create the box channel"))?;
+        let (sock_parent, sock_child) =
+            sys::seqpacket_pair().map_err(sysf("create the box channel"))?;
         let null;
         let stdin_fd = match spec.stdin {
             Stdin::Inherit => 0,
             Stdin::Null => {
-                null = std::fs::File::open("/dev/null").map_err(|error| BoxError::Io { what: "open /dev/null".into(), error })?;
+                null = std::fs::File::open("/dev/null").map_err(|error| BoxError::Io {
+                    what: "open /dev/null".into(),
+                    error,
+                })?;
                 null.as_raw_fd()
             }
         };
@@ -472,7 +735,11 @@ impl Core {
         };
         // Pid 1 of a box entering a template runs on memory set aside once (its entry process's
         // copy of it; ours is never touched, so boxes at once can share it).
-        let pid1_stack = if plan.steps.iter().any(|s| matches!(s, Step::StartPid1)) { pid1_stack() } else { None };
+        let pid1_stack = if plan.steps.iter().any(|s| matches!(s, Step::StartPid1)) {
+            pid1_stack()
+        } else {
+            None
+        };
         let argv_ptrs = child::pointer_array(argv);
         let env_ptrs = child::pointer_array(env);
         let ctx = ChildContext {
@@ -495,7 +762,12 @@ impl Core {
         let pid = match unsafe { sys::clone_fork(plan.clone_flags) } {
             Ok(0) => child::run(&ctx),
             Ok(pid) => pid,
-            Err(errno) => return Err(BoxError::Clone { errno, hint: clone_hint(errno) }),
+            Err(errno) => {
+                return Err(BoxError::Clone {
+                    errno,
+                    hint: clone_hint(errno),
+                })
+            }
         };
         drop((out_w, err_w, sock_child));
         if let Some((uids, gids)) = plan.id_maps() {
@@ -506,20 +778,41 @@ impl Core {
             }
         }
         // A box entering a template starts with a plain fork that forks pid 1 and exits.
-        let pid = if plan.steps.iter().any(|s| matches!(s, Step::StartPid1)) { await_pid1(pid, &sock_parent, plan, spec)? } else { pid };
-        Ok(Started { pid, start, sock: sock_parent, out: out_r, err: err_r })
+        let pid = if plan.steps.iter().any(|s| matches!(s, Step::StartPid1)) {
+            await_pid1(pid, &sock_parent, plan, spec)?
+        } else {
+            pid
+        };
+        Ok(Started {
+            pid,
+            start,
+            sock: sock_parent,
+            out: out_r,
+            err: err_r,
+        })
     }
 }
 
 /// `--subids`: waits for the box's request, writes its maps with the uidmap helpers, answers.
-fn map_subids(pid: libc::pid_t, sock: &OwnedFd, uids: &crate::subids::IdRange, gids: &crate::subids::IdRange, plan: &BoxPlan) -> Result<(), BoxError> {
+fn map_subids(
+    pid: libc::pid_t,
+    sock: &OwnedFd,
+    uids: &crate::subids::IdRange,
+    gids: &crate::subids::IdRange,
+    plan: &BoxPlan,
+) -> Result<(), BoxError> {
     match crate::template::await_message(sock, 10_000)? {
         Message::WantIdMaps => {}
         Message::SetupFailed { step, errno } => return Err(setup_error(plan, step, errno)),
         _ => return Err(crate::proto::ProtoError::Tag(0).into()),
     }
     crate::subids::apply(pid, uids, gids)?;
-    sys::send_with_fd(sock.as_raw_fd(), &Message::IdsMapped.encode(), None).map_err(|errno| BoxError::Sys { what: "answer the box's id-map request", errno })
+    sys::send_with_fd(sock.as_raw_fd(), &Message::IdsMapped.encode(), None).map_err(|errno| {
+        BoxError::Sys {
+            what: "answer the box's id-map request",
+            errno,
+        }
+    })
 }
 
 /// A box's first process, cloned: its pid 1, when the clone started, and our ends of its
@@ -552,7 +845,11 @@ fn end_unreaped(pid: libc::pid_t) {
 }
 
 fn limits_of(spec: &BoxSpec) -> hull_cgroup::Limits {
-    hull_cgroup::Limits { memory_bytes: spec.memory, pids: spec.pids, cpu_millis: spec.cpu_millis() }
+    hull_cgroup::Limits {
+        memory_bytes: spec.memory,
+        pids: spec.pids,
+        cpu_millis: spec.cpu_millis(),
+    }
 }
 
 /// The stack of a template box's pid 1, which also carves its program's 64 KiB start stack from
@@ -578,7 +875,12 @@ fn pid1_stack() -> Option<(*mut u8, usize)> {
 
 /// Waits for a template entry process (`entry`) to report the pid 1 it forked, reaps it, and
 /// returns that pid; a setup failure before the fork comes back as the box's error.
-fn await_pid1(entry: libc::pid_t, sock: &OwnedFd, plan: &BoxPlan, spec: &BoxSpec) -> Result<libc::pid_t, BoxError> {
+fn await_pid1(
+    entry: libc::pid_t,
+    sock: &OwnedFd,
+    plan: &BoxPlan,
+    spec: &BoxSpec,
+) -> Result<libc::pid_t, BoxError> {
     let timeout = i32::try_from(spec.timeout.as_millis()).unwrap_or(i32::MAX);
     let answer = crate::template::await_message(sock, timeout);
     if answer.is_err() {
@@ -596,7 +898,9 @@ fn await_pid1(entry: libc::pid_t, sock: &OwnedFd, plan: &BoxPlan, spec: &BoxSpec
     match answer? {
         Message::Pid1 { pid } => Ok(pid),
         Message::SetupFailed { step, errno } => Err(setup_error(plan, step, errno)),
-        _ => Err(BoxError::SetupVanished(reaped.ok().flatten().map_or(0, |w| w.status))),
+        _ => Err(BoxError::SetupVanished(
+            reaped.ok().flatten().map_or(0, |w| w.status),
+        )),
     }
 }
 
@@ -609,7 +913,16 @@ struct TraceMap(*mut u64);
 impl TraceMap {
     fn new() -> Option<TraceMap> {
         // SAFETY: a fresh anonymous shared mapping; checked for MAP_FAILED.
-        let p = unsafe { libc::mmap(std::ptr::null_mut(), TRACE_SLOTS * 8, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1, 0) };
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                TRACE_SLOTS * 8,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
         (p != libc::MAP_FAILED).then(|| TraceMap(p.cast()))
     }
 
@@ -621,7 +934,12 @@ impl TraceMap {
             if t == 0 {
                 break;
             }
-            eprintln!("hull trace: {:>7} us  +{:>5} us  before step {:>3}: {s}", (t - start) / 1000, (t.saturating_sub(prev)) / 1000, i + 1);
+            eprintln!(
+                "hull trace: {:>7} us  +{:>5} us  before step {:>3}: {s}",
+                (t - start) / 1000,
+                (t.saturating_sub(prev)) / 1000,
+                i + 1
+            );
             prev = t;
         }
     }
@@ -682,8 +1000,20 @@ struct Watch<'a> {
 impl Watch<'_> {
     /// `ready_box`: for a ready box, whose Ready (with the seccomp listener, if any) came before.
     #[allow(clippy::too_many_arguments)]
-    fn run(&self, sock: &OwnedFd, out: &OwnedFd, err: &OwnedFd, sigfd: &OwnedFd, sink: &mut dyn OutputSink, plan: &BoxPlan, ready_box: Option<Option<OwnedFd>>) -> Result<Outcome, BoxError> {
-        let pidfd = sys::pidfd_open(self.pid).map_err(|errno| BoxError::Sys { what: "open a pidfd for the box", errno })?;
+    fn run(
+        &self,
+        sock: &OwnedFd,
+        out: &OwnedFd,
+        err: &OwnedFd,
+        sigfd: &OwnedFd,
+        sink: &mut dyn OutputSink,
+        plan: &BoxPlan,
+        ready_box: Option<Option<OwnedFd>>,
+    ) -> Result<Outcome, BoxError> {
+        let pidfd = sys::pidfd_open(self.pid).map_err(|errno| BoxError::Sys {
+            what: "open a pidfd for the box",
+            errno,
+        })?;
         let _ = sys::set_nonblocking(out.as_fd());
         let _ = sys::set_nonblocking(err.as_fd());
         let deadline = self.start + u64::try_from(self.spec.timeout.as_nanos()).unwrap_or(u64::MAX);
@@ -720,7 +1050,11 @@ impl Watch<'_> {
             }
             let mut fds: Vec<libc::pollfd> = Vec::with_capacity(6);
             let mut push = |fd: BorrowedFd<'_>, on: bool| {
-                fds.push(libc::pollfd { fd: if on { fd.as_raw_fd() } else { -1 }, events: libc::POLLIN, revents: 0 });
+                fds.push(libc::pollfd {
+                    fd: if on { fd.as_raw_fd() } else { -1 },
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
             };
             push(sock.as_fd(), sock_open);
             push(out.as_fd(), !o.stdout.eof);
@@ -740,7 +1074,10 @@ impl Watch<'_> {
             } else {
                 i32::try_from((deadline - now) / 1_000_000 + 1).unwrap_or(i32::MAX)
             };
-            let n = sys::poll(&mut fds, timeout_ms).map_err(|errno| BoxError::Sys { what: "poll the box", errno })?;
+            let n = sys::poll(&mut fds, timeout_ms).map_err(|errno| BoxError::Sys {
+                what: "poll the box",
+                errno,
+            })?;
             if n == 0 && exited {
                 break;
             }
@@ -749,7 +1086,8 @@ impl Watch<'_> {
                 killed = true;
                 let _ = sys::kill(self.pid, libc::SIGKILL);
             }
-            let ready_in = |i: usize| fds[i].revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0;
+            let ready_in =
+                |i: usize| fds[i].revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0;
             if ready_in(0) {
                 let mut m = [0u8; 64];
                 match sys::recv_with_fd(sock.as_fd(), &mut m) {
@@ -758,23 +1096,33 @@ impl Watch<'_> {
                         Message::Ready => {
                             ready = true;
                             if self.tracing {
-                                eprintln!("hull trace: ready {:>7} us after clone", (sys::monotonic_ns() - self.start) / 1000);
+                                eprintln!(
+                                    "hull trace: ready {:>7} us after clone",
+                                    (sys::monotonic_ns() - self.start) / 1000
+                                );
                             }
                             o.setup_us = (sys::monotonic_ns() - self.start) / 1000;
                             listener = fd;
                         }
-                        Message::SetupFailed { step, errno } => setup_error = Some(self::setup_error(plan, step, errno)),
+                        Message::SetupFailed { step, errno } => {
+                            setup_error = Some(self::setup_error(plan, step, errno))
+                        }
                         // Only a template's entry process sends this, and it is handled before
                         // the watch starts.
                         Message::Pid1 { .. } => return Err(crate::proto::ProtoError::Tag(5).into()),
                         // Id maps are settled before the watch starts.
-                        Message::WantIdMaps | Message::IdsMapped => return Err(crate::proto::ProtoError::Tag(6).into()),
+                        Message::WantIdMaps | Message::IdsMapped => {
+                            return Err(crate::proto::ProtoError::Tag(6).into())
+                        }
                         Message::ExecFailed { errno } => o.exec_failed = Some(Errno(errno)),
                         Message::MainExited { status, cpu_ms } => {
                             o.main_cpu_ms = u64::try_from(cpu_ms).unwrap_or(0);
                             o.duration_ms = (sys::monotonic_ns() - self.start) / 1_000_000;
                             if self.tracing {
-                                eprintln!("hull trace: program exited {:>7} us after clone", (sys::monotonic_ns() - self.start) / 1000);
+                                eprintln!(
+                                    "hull trace: program exited {:>7} us after clone",
+                                    (sys::monotonic_ns() - self.start) / 1000
+                                );
                             }
                             o.status = Some(status);
                         }
@@ -783,8 +1131,20 @@ impl Watch<'_> {
             }
             for (i, which) in [(1usize, Stream::Stdout), (2, Stream::Stderr)] {
                 if ready_in(i) {
-                    let (fd, cap) = if which == Stream::Stdout { (out, &mut o.stdout) } else { (err, &mut o.stderr) };
-                    drain(fd.as_fd(), cap, which, &mut buf, self.spec.max_output, self.opts.capture, sink);
+                    let (fd, cap) = if which == Stream::Stdout {
+                        (out, &mut o.stdout)
+                    } else {
+                        (err, &mut o.stderr)
+                    };
+                    drain(
+                        fd.as_fd(),
+                        cap,
+                        which,
+                        &mut buf,
+                        self.spec.max_output,
+                        self.opts.capture,
+                        sink,
+                    );
                 }
             }
             if ready_in(5) {
@@ -824,7 +1184,10 @@ impl Watch<'_> {
                     exited = true;
                     o.pid1_status = w.status;
                     let ru = &w.rusage;
-                    let ms = |t: libc::timeval| u64::try_from(t.tv_sec).unwrap_or(0) * 1000 + u64::try_from(t.tv_usec).unwrap_or(0) / 1000;
+                    let ms = |t: libc::timeval| {
+                        u64::try_from(t.tv_sec).unwrap_or(0) * 1000
+                            + u64::try_from(t.tv_usec).unwrap_or(0) / 1000
+                    };
                     o.rusage_cpu_ms = ms(ru.ru_utime) + ms(ru.ru_stime);
                     if o.duration_ms == 0 {
                         o.duration_ms = (sys::monotonic_ns() - self.start) / 1_000_000;
@@ -850,14 +1213,27 @@ impl Watch<'_> {
         if let Some(e) = setup_error {
             return Err(e);
         }
-        if !ready && o.status.is_none() && o.exec_failed.is_none() && !o.timed_out && o.interrupted.is_none() {
+        if !ready
+            && o.status.is_none()
+            && o.exec_failed.is_none()
+            && !o.timed_out
+            && o.interrupted.is_none()
+        {
             return Err(BoxError::SetupVanished(o.pid1_status));
         }
         Ok(o)
     }
 }
 
-fn drain(fd: BorrowedFd<'_>, cap: &mut Captured, which: Stream, buf: &mut [u8], max: u64, capture: bool, sink: &mut dyn OutputSink) {
+fn drain(
+    fd: BorrowedFd<'_>,
+    cap: &mut Captured,
+    which: Stream,
+    buf: &mut [u8],
+    max: u64,
+    capture: bool,
+    sink: &mut dyn OutputSink,
+) {
     // Bounded so one flooding stream cannot starve the deadline check.
     for _ in 0..16 {
         match sys::read(fd, buf) {
@@ -890,21 +1266,38 @@ fn drain(fd: BorrowedFd<'_>, cap: &mut Captured, which: Stream, buf: &mut [u8], 
 pub(crate) fn setup_error(plan: &BoxPlan, step: u32, errno: i32) -> BoxError {
     let idx = usize::try_from(step).unwrap_or(usize::MAX);
     let s = plan.steps.get(idx);
-    BoxError::Setup { index: idx + 1, step: s.map_or("unknown step", Step::name), path: s.and_then(Step::path), errno: Errno(errno), hint: s.and_then(|s| setup_hint(s, errno)) }
+    BoxError::Setup {
+        index: idx + 1,
+        step: s.map_or("unknown step", Step::name),
+        path: s.and_then(Step::path),
+        errno: Errno(errno),
+        hint: s.and_then(|s| setup_hint(s, errno)),
+    }
 }
 
 fn setup_hint(step: &Step, errno: i32) -> Option<String> {
     match (step, errno) {
-        (Step::Chdir { path }, libc::ENOENT) => Some(format!("the working directory {} does not exist in the box; pass --cwd with an existing path", path.shown)),
-        (Step::JoinCgroup { .. }, libc::EACCES | libc::EPERM) => Some("the cgroup is not delegated to this user; see `hull doctor`".into()),
-        (Step::Seal { .. }, libc::ENOSYS) => Some("mount_setattr(2) needs Linux 5.12 or newer".into()),
-        (Step::Proc { .. }, libc::EPERM) => Some("procfs cannot be mounted here (an over-mounted /proc on the host prevents it)".into()),
+        (Step::Chdir { path }, libc::ENOENT) => Some(format!(
+            "the working directory {} does not exist in the box; pass --cwd with an existing path",
+            path.shown
+        )),
+        (Step::JoinCgroup { .. }, libc::EACCES | libc::EPERM) => {
+            Some("the cgroup is not delegated to this user; see `hull doctor`".into())
+        }
+        (Step::Seal { .. }, libc::ENOSYS) => {
+            Some("mount_setattr(2) needs Linux 5.12 or newer".into())
+        }
+        (Step::Proc { .. }, libc::EPERM) => Some(
+            "procfs cannot be mounted here (an over-mounted /proc on the host prevents it)".into(),
+        ),
         _ => None,
     }
 }
 
 fn workspace_is_full(path: &Path) -> bool {
-    let Ok(c) = CString::new(path.as_os_str().as_bytes()) else { return false };
+    let Ok(c) = CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
     // SAFETY: statvfs is plain old data written by the call.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: c is a valid C string and st is valid for writes.
@@ -913,13 +1306,37 @@ fn workspace_is_full(path: &Path) -> bool {
 }
 
 fn signal_name(sig: i32) -> String {
-    let names = [(1, "SIGHUP"), (2, "SIGINT"), (3, "SIGQUIT"), (4, "SIGILL"), (6, "SIGABRT"), (7, "SIGBUS"), (8, "SIGFPE"), (9, "SIGKILL"), (11, "SIGSEGV"), (13, "SIGPIPE"), (14, "SIGALRM"), (15, "SIGTERM"), (31, "SIGSYS")];
-    names.iter().find(|(n, _)| *n == sig).map_or_else(|| format!("signal {sig}"), |(_, s)| (*s).to_string())
+    let names = [
+        (1, "SIGHUP"),
+        (2, "SIGINT"),
+        (3, "SIGQUIT"),
+        (4, "SIGILL"),
+        (6, "SIGABRT"),
+        (7, "SIGBUS"),
+        (8, "SIGFPE"),
+        (9, "SIGKILL"),
+        (11, "SIGSEGV"),
+        (13, "SIGPIPE"),
+        (14, "SIGALRM"),
+        (15, "SIGTERM"),
+        (31, "SIGSYS"),
+    ];
+    names
+        .iter()
+        .find(|(n, _)| *n == sig)
+        .map_or_else(|| format!("signal {sig}"), |(_, s)| (*s).to_string())
 }
 
 /// Classifies the outcome into exit code and fault (one fault, most telling first).
 /// `sigsys_is_filter`: a SIGSYS death can only be the filter's doing (no listener reports kills).
-fn finish(spec: &BoxSpec, mut o: Outcome, oom_kills: u64, peak: Option<u64>, ws_full: bool, sigsys_is_filter: bool) -> RunResult {
+fn finish(
+    spec: &BoxSpec,
+    mut o: Outcome,
+    oom_kills: u64,
+    peak: Option<u64>,
+    ws_full: bool,
+    sigsys_is_filter: bool,
+) -> RunResult {
     let status = o.status.unwrap_or(o.pid1_status);
     let (exit_code, signal) = if libc::WIFEXITED(status) {
         (libc::WEXITSTATUS(status), None)
@@ -931,42 +1348,113 @@ fn finish(spec: &BoxSpec, mut o: Outcome, oom_kills: u64, peak: Option<u64>, ws_
     let timeout = spec.timeout;
     let truncated = o.stdout.dropped > 0 || o.stderr.dropped > 0;
     let fault = if let Some((name, reason)) = o.escape.take() {
-        Some(Fault { kind: FaultType::EscapeBlocked, reason, syscall: Some(name) })
+        Some(Fault {
+            kind: FaultType::EscapeBlocked,
+            reason,
+            syscall: Some(name),
+        })
     } else if sigsys_is_filter && signal == Some(libc::SIGSYS) {
-        Some(Fault { kind: FaultType::EscapeBlocked, reason: "killed by the seccomp filter (a foreign-architecture or x32 system call)".into(), syscall: None })
+        Some(Fault {
+            kind: FaultType::EscapeBlocked,
+            reason: "killed by the seccomp filter (a foreign-architecture or x32 system call)"
+                .into(),
+            syscall: None,
+        })
     } else if oom_kills > 0 && exit_code != 0 {
-        Some(Fault { kind: FaultType::Oom, reason: format!("out of memory: the kernel killed a process at the {} cap ({oom_kills} OOM kill{})", spec.memory.map_or_else(|| "memory".to_string(), |m| Human(m).to_string()), if oom_kills == 1 { "" } else { "s" }), syscall: None })
+        Some(Fault {
+            kind: FaultType::Oom,
+            reason: format!(
+                "out of memory: the kernel killed a process at the {} cap ({oom_kills} OOM kill{})",
+                spec.memory
+                    .map_or_else(|| "memory".to_string(), |m| Human(m).to_string()),
+                if oom_kills == 1 { "" } else { "s" }
+            ),
+            syscall: None,
+        })
     } else if o.timed_out {
-        Some(Fault { kind: FaultType::Timeout, reason: format!("the wall-clock deadline of {} passed; the whole box was killed", fmt_duration(timeout)), syscall: None })
+        Some(Fault {
+            kind: FaultType::Timeout,
+            reason: format!(
+                "the wall-clock deadline of {} passed; the whole box was killed",
+                fmt_duration(timeout)
+            ),
+            syscall: None,
+        })
     } else if let Some(sig) = o.interrupted {
-        Some(Fault { kind: FaultType::Killed, reason: format!("hull received {}; the box was killed", signal_name(sig)), syscall: None })
+        Some(Fault {
+            kind: FaultType::Killed,
+            reason: format!("hull received {}; the box was killed", signal_name(sig)),
+            syscall: None,
+        })
     } else if let Some(e) = o.exec_failed {
         let prog = &spec.argv[0];
         let reason = if e.0 == libc::ENOENT {
-            format!("{prog}: not found in image `{}` (searched {})", spec.image_name, if prog.contains('/') { prog.clone() } else { "PATH".to_string() })
+            format!(
+                "{prog}: not found in image `{}` (searched {})",
+                spec.image_name,
+                if prog.contains('/') {
+                    prog.clone()
+                } else {
+                    "PATH".to_string()
+                }
+            )
         } else {
-            format!("{prog}: cannot be executed in image `{}`: {e}", spec.image_name)
+            format!(
+                "{prog}: cannot be executed in image `{}`: {e}",
+                spec.image_name
+            )
         };
-        Some(Fault { kind: FaultType::ExecFailed, reason, syscall: None })
+        Some(Fault {
+            kind: FaultType::ExecFailed,
+            reason,
+            syscall: None,
+        })
     } else if signal == Some(libc::SIGKILL) {
-        Some(Fault { kind: FaultType::Killed, reason: "the program was killed by SIGKILL from outside the box".into(), syscall: None })
+        Some(Fault {
+            kind: FaultType::Killed,
+            reason: "the program was killed by SIGKILL from outside the box".into(),
+            syscall: None,
+        })
     } else if ws_full {
-        Some(Fault { kind: FaultType::WorkspaceFull, reason: "the workspace file system is full".into(), syscall: None })
+        Some(Fault {
+            kind: FaultType::WorkspaceFull,
+            reason: "the workspace file system is full".into(),
+            syscall: None,
+        })
     } else if truncated {
-        Some(Fault { kind: FaultType::OutputLimit, reason: format!("output passed the {} cap per stream; {} discarded (the program kept running)", Human(spec.max_output), Human(o.stdout.dropped + o.stderr.dropped)), syscall: None })
+        Some(Fault {
+            kind: FaultType::OutputLimit,
+            reason: format!(
+                "output passed the {} cap per stream; {} discarded (the program kept running)",
+                Human(spec.max_output),
+                Human(o.stdout.dropped + o.stderr.dropped)
+            ),
+            syscall: None,
+        })
     } else {
         None
     };
-    let exit_code = if o.exec_failed.is_some() { 127 } else { exit_code };
+    let exit_code = if o.exec_failed.is_some() {
+        127
+    } else {
+        exit_code
+    };
     RunResult {
         stdout: String::from_utf8_lossy(&o.stdout.data).into_owned(),
         stderr: String::from_utf8_lossy(&o.stderr.data).into_owned(),
         exit_code,
-        success: exit_code == 0 && fault.as_ref().is_none_or(|f| f.kind == FaultType::OutputLimit),
+        success: exit_code == 0
+            && fault
+                .as_ref()
+                .is_none_or(|f| f.kind == FaultType::OutputLimit),
         fault,
         truncated,
         duration_ms: o.duration_ms,
-        stats: Stats { peak_memory: peak, cpu_ms: o.rusage_cpu_ms, setup_us: o.setup_us },
+        stats: Stats {
+            peak_memory: peak,
+            cpu_ms: o.rusage_cpu_ms,
+            setup_us: o.setup_us,
+        },
         warnings: Vec::new(),
         dropped_bytes: o.stdout.dropped + o.stderr.dropped,
     }
@@ -1004,7 +1492,10 @@ impl Teardown {
             let _ = sys::wait4(pid, false);
         }
         if let Some(t0) = self.tracing {
-            eprintln!("hull trace: supervisor {:>7} us  box reaped", (sys::monotonic_ns() - t0) / 1000);
+            eprintln!(
+                "hull trace: supervisor {:>7} us  box reaped",
+                (sys::monotonic_ns() - t0) / 1000
+            );
         }
         if let Some(cg) = self.cgroup.0.take() {
             if !cg.is_empty() {
@@ -1014,7 +1505,10 @@ impl Teardown {
         }
         self.workspace.take();
         if let Some(t0) = self.tracing.take() {
-            eprintln!("hull trace: supervisor {:>7} us  cgroup and workspace removed", (sys::monotonic_ns() - t0) / 1000);
+            eprintln!(
+                "hull trace: supervisor {:>7} us  cgroup and workspace removed",
+                (sys::monotonic_ns() - t0) / 1000
+            );
         }
     }
 }
@@ -1048,22 +1542,35 @@ pub(crate) struct Workspace {
 impl Workspace {
     /// No directory: nothing to delete.
     pub(crate) fn none() -> Workspace {
-        Workspace { path: PathBuf::new(), temporary: false }
+        Workspace {
+            path: PathBuf::new(),
+            temporary: false,
+        }
     }
 
     pub(crate) fn temporary() -> Result<Workspace, BoxError> {
         let base = std::env::temp_dir();
         // The pid lets a later hull sweep this directory if we are SIGKILLed (`leftovers`).
-        let name = format!("{}{}-XXXXXX", crate::leftovers::WORKSPACE_PREFIX, sys::getpid());
+        let name = format!(
+            "{}{}-XXXXXX",
+            crate::leftovers::WORKSPACE_PREFIX,
+            sys::getpid()
+        );
         let mut template = base.join(name).into_os_string().into_vec();
         template.push(0);
         // SAFETY: template is a NUL-terminated, writable buffer ending in XXXXXX.
         let p = unsafe { libc::mkdtemp(template.as_mut_ptr().cast()) };
         if p.is_null() {
-            return Err(BoxError::Sys { what: "create a temporary workspace", errno: Errno::last() });
+            return Err(BoxError::Sys {
+                what: "create a temporary workspace",
+                errno: Errno::last(),
+            });
         }
         template.pop();
-        Ok(Workspace { path: PathBuf::from(std::ffi::OsString::from_vec(template)), temporary: true })
+        Ok(Workspace {
+            path: PathBuf::from(std::ffi::OsString::from_vec(template)),
+            temporary: true,
+        })
     }
 }
 
@@ -1077,5 +1584,3 @@ impl Drop for Workspace {
         crate::leftovers::remove_tree(&self.path);
     }
 }
-
-

@@ -16,7 +16,11 @@ pub struct Errno(pub i32);
 impl Errno {
     /// The calling thread's current errno.
     pub fn last() -> Errno {
-        Errno(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))
+        Errno(
+            std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO),
+        )
     }
 }
 
@@ -73,7 +77,11 @@ pub unsafe fn clone_fork(flags: libc::c_int) -> SysResult<libc::pid_t> {
 /// # Safety
 /// `entry` must only call allocation-free wrappers, must not unwind, and must end in execve or
 /// `_exit`; everything it writes outside `stack` is our memory.
-pub unsafe fn spawn_vfork(stack: &mut [u8], entry: extern "C" fn(*mut libc::c_void) -> libc::c_int, arg: *mut libc::c_void) -> SysResult<libc::pid_t> {
+pub unsafe fn spawn_vfork(
+    stack: &mut [u8],
+    entry: extern "C" fn(*mut libc::c_void) -> libc::c_int,
+    arg: *mut libc::c_void,
+) -> SysResult<libc::pid_t> {
     // SAFETY: `stack` outlives the child's use of it because CLONE_VFORK suspends us until the
     // child execs or exits; the caller upholds the rest.
     unsafe { spawn_shared(stack, entry, arg, libc::CLONE_VFORK) }
@@ -87,12 +95,24 @@ pub unsafe fn spawn_vfork(stack: &mut [u8], entry: extern "C" fn(*mut libc::c_vo
 /// `entry` must only call allocation-free wrappers, must not unwind, and must end in execve or
 /// `_exit`; we must not write anything the child reads, and must only `_exit` once we are done
 /// (our memory lives on as the child's).
-pub unsafe fn spawn_shared(stack: &mut [u8], entry: extern "C" fn(*mut libc::c_void) -> libc::c_int, arg: *mut libc::c_void, flags: libc::c_int) -> SysResult<libc::pid_t> {
+pub unsafe fn spawn_shared(
+    stack: &mut [u8],
+    entry: extern "C" fn(*mut libc::c_void) -> libc::c_int,
+    arg: *mut libc::c_void,
+    flags: libc::c_int,
+) -> SysResult<libc::pid_t> {
     // The stack grows down from its 16-byte aligned top.
     let top = stack.as_mut_ptr().wrapping_add(stack.len());
     let top = top.wrapping_sub(top as usize % 16);
     // SAFETY: `top` lies within (the end of) `stack`, which only the child uses from now on.
-    let ret = unsafe { libc::clone(entry, top.cast(), libc::CLONE_VM | flags | libc::SIGCHLD, arg) };
+    let ret = unsafe {
+        libc::clone(
+            entry,
+            top.cast(),
+            libc::CLONE_VM | flags | libc::SIGCHLD,
+            arg,
+        )
+    };
     check(ret)
 }
 
@@ -113,7 +133,16 @@ impl Stack {
     /// Maps `len` usable bytes plus the guard page; None if mmap fails.
     pub fn reserve(len: usize) -> Option<Stack> {
         // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
-        let p = unsafe { libc::mmap(ptr::null_mut(), len + GUARD, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK | libc::MAP_NORESERVE, -1, 0) };
+        let p = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                len + GUARD,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
         if p == libc::MAP_FAILED {
             return None;
         }
@@ -150,7 +179,16 @@ impl Drop for Stack {
 pub fn anonymous<T: Copy>(len: usize) -> Option<&'static mut [T]> {
     let bytes = len.checked_mul(std::mem::size_of::<T>())?;
     // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
-    let p = unsafe { libc::mmap(ptr::null_mut(), bytes.max(1), libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1, 0) };
+    let p = unsafe {
+        libc::mmap(
+            ptr::null_mut(),
+            bytes.max(1),
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
     if p == libc::MAP_FAILED {
         return None;
     }
@@ -186,14 +224,32 @@ pub fn unshare(flags: libc::c_int) -> SysResult<()> {
 }
 
 /// Opens `path` and writes all of `data` to it.
-pub fn write_file(path: &CStr, data: &[u8], flags: libc::c_int, mode: libc::mode_t) -> SysResult<()> {
+pub fn write_file(
+    path: &CStr,
+    data: &[u8],
+    flags: libc::c_int,
+    mode: libc::mode_t,
+) -> SysResult<()> {
     write_file_at(libc::AT_FDCWD, path, data, flags, mode)
 }
 
 /// [`write_file`] relative to the directory descriptor `dir`.
-pub fn write_file_at(dir: RawFd, path: &CStr, data: &[u8], flags: libc::c_int, mode: libc::mode_t) -> SysResult<()> {
+pub fn write_file_at(
+    dir: RawFd,
+    path: &CStr,
+    data: &[u8],
+    flags: libc::c_int,
+    mode: libc::mode_t,
+) -> SysResult<()> {
     // SAFETY: path is a valid C string; `dir` is a directory descriptor or AT_FDCWD.
-    let fd = check(unsafe { libc::openat(dir, path.as_ptr(), flags | libc::O_WRONLY | libc::O_CLOEXEC, mode) })?;
+    let fd = check(unsafe {
+        libc::openat(
+            dir,
+            path.as_ptr(),
+            flags | libc::O_WRONLY | libc::O_CLOEXEC,
+            mode,
+        )
+    })?;
     let mut done = 0;
     let mut result = Ok(());
     while done < data.len() {
@@ -223,7 +279,8 @@ pub fn mount(
 ) -> SysResult<()> {
     let p = |s: Option<&CStr>| s.map_or(ptr::null(), CStr::as_ptr);
     // SAFETY: every pointer is null or a valid C string.
-    check(unsafe { libc::mount(p(src), target.as_ptr(), p(fstype), flags, p(data).cast()) }).map(drop)
+    check(unsafe { libc::mount(p(src), target.as_ptr(), p(fstype), flags, p(data).cast()) })
+        .map(drop)
 }
 
 pub fn umount_detach(target: &CStr) -> SysResult<()> {
@@ -237,7 +294,10 @@ pub fn umount_detach(target: &CStr) -> SysResult<()> {
 pub fn clone_tree_at(fd: RawFd) -> SysResult<()> {
     const OPEN_TREE_CLONE: libc::c_uint = 1;
     const AT_RECURSIVE: libc::c_uint = 0x8000;
-    let flags = OPEN_TREE_CLONE | AT_RECURSIVE | libc::AT_EMPTY_PATH as libc::c_uint | libc::O_CLOEXEC as libc::c_uint;
+    let flags = OPEN_TREE_CLONE
+        | AT_RECURSIVE
+        | libc::AT_EMPTY_PATH as libc::c_uint
+        | libc::O_CLOEXEC as libc::c_uint;
     // SAFETY: an empty C string with AT_EMPTY_PATH names `fd` itself.
     let ret = unsafe { libc::syscall(libc::SYS_open_tree, fd, c"".as_ptr(), flags) };
     // The tree replaces the O_PATH descriptor at the number the plan reserved.
@@ -248,14 +308,28 @@ pub fn clone_tree_at(fd: RawFd) -> SysResult<()> {
 pub fn attach_tree(fd: RawFd, target: &CStr) -> SysResult<()> {
     const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
     // SAFETY: an empty C string with F_EMPTY_PATH names `fd`; target is a valid C string.
-    let ret = unsafe { libc::syscall(libc::SYS_move_mount, fd, c"".as_ptr(), libc::AT_FDCWD, target.as_ptr(), MOVE_MOUNT_F_EMPTY_PATH) };
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            fd,
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            target.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
     check_long(ret).map(drop)
 }
 
 /// Opens `path` as an `O_PATH` directory descriptor.
 pub fn open_dir_path(path: &CStr) -> SysResult<OwnedFd> {
     // SAFETY: a valid C string; the descriptor returned is ours.
-    let fd = check(unsafe { libc::open(path.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) })?;
+    let fd = check(unsafe {
+        libc::open(
+            path.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    })?;
     // SAFETY: fd was just opened and is owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
@@ -263,7 +337,12 @@ pub fn open_dir_path(path: &CStr) -> SysResult<OwnedFd> {
 /// Opens this process's mount namespace at descriptor `at`.
 pub fn keep_mount_ns(at: RawFd) -> SysResult<()> {
     // SAFETY: a valid C string; the descriptor is moved to `at` and the original closed.
-    let fd = check(unsafe { libc::open(c"/proc/self/ns/mnt".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) })?;
+    let fd = check(unsafe {
+        libc::open(
+            c"/proc/self/ns/mnt".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    })?;
     place_at(fd, at)
 }
 
@@ -283,7 +362,12 @@ pub const MOUNT_ATTR_NOEXEC: u64 = 0x8;
 
 /// `mount_setattr(2)` on `path`, recursively when `recursive`.
 pub fn mount_setattr(path: &CStr, recursive: bool, set: u64, clear: u64) -> SysResult<()> {
-    let attr = MountAttr { attr_set: set, attr_clr: clear, propagation: 0, userns_fd: 0 };
+    let attr = MountAttr {
+        attr_set: set,
+        attr_clr: clear,
+        propagation: 0,
+        userns_fd: 0,
+    };
     let flags = if recursive { libc::AT_RECURSIVE } else { 0 };
     // SAFETY: attr is a valid mount_attr of the size passed; path is a valid C string.
     let ret = unsafe {
@@ -335,7 +419,15 @@ pub fn sethostname(name: &[u8]) -> SysResult<()> {
 
 pub fn prctl(option: libc::c_int, arg2: libc::c_ulong) -> SysResult<libc::c_int> {
     // SAFETY: the options used by this crate take integer arguments only.
-    check(unsafe { libc::prctl(option, arg2, 0 as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong) })
+    check(unsafe {
+        libc::prctl(
+            option,
+            arg2,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    })
 }
 
 #[repr(C)]
@@ -356,12 +448,23 @@ const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 
 /// Sets the effective, permitted and inheritable sets to `keep` (a bit mask of capability numbers).
 pub fn capset(keep: u64) -> SysResult<()> {
-    let header = CapHeader { version: LINUX_CAPABILITY_VERSION_3, pid: 0 };
+    let header = CapHeader {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
     #[allow(clippy::cast_possible_truncation)] // split into the two 32-bit halves on purpose
     let halves = [keep as u32, (keep >> 32) as u32];
     let data = [
-        CapData { effective: halves[0], permitted: halves[0], inheritable: halves[0] },
-        CapData { effective: halves[1], permitted: halves[1], inheritable: halves[1] },
+        CapData {
+            effective: halves[0],
+            permitted: halves[0],
+            inheritable: halves[0],
+        },
+        CapData {
+            effective: halves[1],
+            permitted: halves[1],
+            inheritable: halves[1],
+        },
     ];
     // SAFETY: header and the two data elements have the layout capset(2) v3 expects.
     let ret = unsafe { libc::syscall(libc::SYS_capset, ptr::from_ref(&header), data.as_ptr()) };
@@ -371,13 +474,15 @@ pub fn capset(keep: u64) -> SysResult<()> {
 /// Brings the loopback interface of the current network namespace up.
 pub fn loopback_up() -> SysResult<()> {
     // SAFETY: plain socket creation.
-    let fd = check(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    let fd =
+        check(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
     // SAFETY: ifreq is plain old data; zeroed is a valid value.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
     for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
         *dst = libc::c_char::from_ne_bytes([*src]);
     }
-    let flags = libc::c_short::try_from(libc::IFF_UP | libc::IFF_LOOPBACK | libc::IFF_RUNNING).unwrap_or(1);
+    let flags =
+        libc::c_short::try_from(libc::IFF_UP | libc::IFF_LOOPBACK | libc::IFF_RUNNING).unwrap_or(1);
     req.ifr_ifru.ifru_flags = flags;
     // SAFETY: SIOCSIFFLAGS reads an ifreq that lives for the call.
     let ret = unsafe { libc::ioctl(fd, libc::SIOCSIFFLAGS, ptr::from_mut(&mut req)) };
@@ -495,7 +600,11 @@ pub fn wait4(pid: libc::pid_t, nohang: bool) -> SysResult<Option<Waited>> {
         if ret == 0 {
             return Ok(None);
         }
-        return Ok(Some(Waited { pid: ret, status, rusage }));
+        return Ok(Some(Waited {
+            pid: ret,
+            status,
+            rusage,
+        }));
     }
 }
 
@@ -518,7 +627,12 @@ pub fn seqpacket_pair() -> SysResult<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
     // SAFETY: fds has room for the two descriptors.
     check(unsafe {
-        libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr())
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
     })?;
     // SAFETY: both descriptors are fresh and owned by us now.
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
@@ -540,7 +654,10 @@ pub fn send_with_fd(sock: RawFd, data: &[u8], fd: Option<RawFd>) -> SysResult<()
     #[repr(C, align(8))]
     struct Cmsg([u8; 32]);
     let mut cbuf = Cmsg([0; 32]);
-    let mut iov = libc::iovec { iov_base: data.as_ptr().cast_mut().cast(), iov_len: data.len() };
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr().cast_mut().cast(),
+        iov_len: data.len(),
+    };
     // SAFETY: msghdr is plain old data.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = &mut iov;
@@ -579,7 +696,10 @@ pub fn recv_with_fd(sock: BorrowedFd<'_>, buf: &mut [u8]) -> SysResult<(usize, O
     #[repr(C, align(8))]
     struct Cmsg([u8; 64]);
     let mut cbuf = Cmsg([0; 64]);
-    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
     // SAFETY: msghdr is plain old data.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = &mut iov;
@@ -660,7 +780,11 @@ pub fn block_signals(signals: &[libc::c_int]) {
 
 /// Starts a background helper thread named `name` with the forwarded signals blocked (see
 /// [`block_signals`]); None if the thread cannot be made.
-pub fn spawn_helper(name: &str, signals: &'static [libc::c_int], f: impl FnOnce() + Send + 'static) -> Option<std::thread::JoinHandle<()>> {
+pub fn spawn_helper(
+    name: &str,
+    signals: &'static [libc::c_int],
+    f: impl FnOnce() + Send + 'static,
+) -> Option<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name(name.into())
         .spawn(move || {
@@ -735,9 +859,21 @@ pub fn open_path_at(path: &CStr, at: RawFd) -> SysResult<()> {
         resolve: u64,
     }
     const RESOLVE_NO_SYMLINKS: u64 = 0x04;
-    let how = OpenHow { flags: u64::try_from(libc::O_PATH | libc::O_CLOEXEC).unwrap_or(0), mode: 0, resolve: RESOLVE_NO_SYMLINKS };
+    let how = OpenHow {
+        flags: u64::try_from(libc::O_PATH | libc::O_CLOEXEC).unwrap_or(0),
+        mode: 0,
+        resolve: RESOLVE_NO_SYMLINKS,
+    };
     // SAFETY: path is a valid C string and `how` a valid open_how of the size passed.
-    let ret = unsafe { libc::syscall(libc::SYS_openat2, libc::AT_FDCWD, path.as_ptr(), ptr::from_ref(&how), std::mem::size_of::<OpenHow>()) };
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            ptr::from_ref(&how),
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
     place_at(RawFd::try_from(check_long(ret)?).unwrap_or(-1), at)
 }
 

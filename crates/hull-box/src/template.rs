@@ -123,7 +123,10 @@ impl Templates {
         // The pid lets a later hull sweep the directory if we are SIGKILLed (`leftovers`).
         let template = format!("{}{}-XXXXXX", crate::leftovers::STAGE_PREFIX, sys::getpid());
         let dir = tempfile_dir(&std::env::temp_dir().join(template))?;
-        Ok(Templates { shared: Arc::default(), stage: dir })
+        Ok(Templates {
+            shared: Arc::default(),
+            stage: dir,
+        })
     }
 
     pub fn len(&self) -> usize {
@@ -168,7 +171,11 @@ impl Templates {
                 }
             }
         };
-        let net = if boxed.can_share_pooled_net() { lock(&template.nets).pop() } else { None };
+        let net = if boxed.can_share_pooled_net() {
+            lock(&template.nets).pop()
+        } else {
+            None
+        };
         if net.is_some() {
             self.shared.pooled.fetch_add(1, Ordering::Relaxed);
         }
@@ -178,8 +185,22 @@ impl Templates {
         }
         self.start_filler();
         self.shared.worker.wake();
-        boxed.set_template_fds(template.user.as_raw_fd(), template.host.as_raw_fd(), template.mnt.as_raw_fd(), net.as_ref().map(AsRawFd::as_raw_fd), own.as_ref().map(|o| [o.user.as_raw_fd(), o.ipc.as_raw_fd(), o.uts.as_raw_fd()]));
-        Ok((boxed, Some(Entered { _template: template, _net: net, _own: own })))
+        boxed.set_template_fds(
+            template.user.as_raw_fd(),
+            template.host.as_raw_fd(),
+            template.mnt.as_raw_fd(),
+            net.as_ref().map(AsRawFd::as_raw_fd),
+            own.as_ref()
+                .map(|o| [o.user.as_raw_fd(), o.ipc.as_raw_fd(), o.uts.as_raw_fd()]),
+        );
+        Ok((
+            boxed,
+            Some(Entered {
+                _template: template,
+                _net: net,
+                _own: own,
+            }),
+        ))
     }
 
     /// Starts the thread that keeps each template's network pool full (once).
@@ -203,7 +224,9 @@ fn fill(shared: &Shared) {
         return;
     };
     while !shared.worker.stopping() {
-        let wanting = lock(&shared.built).iter().find_map(|(_, t)| t.wants().map(|k| (Arc::clone(t), k)));
+        let wanting = lock(&shared.built)
+            .iter()
+            .find_map(|(_, t)| t.wants().map(|k| (Arc::clone(t), k)));
         match wanting {
             Some((t, kind)) => match make_pooled(&t, kind, stack.get()) {
                 Ok(fds) => match kind {
@@ -235,16 +258,33 @@ fn fill(shared: &Shared) {
 fn make_pooled(t: &Template, kind: Pooled, stack: &mut [u8]) -> Result<Vec<OwnedFd>, BoxError> {
     let sysf = |what: &'static str| move |errno: Errno| BoxError::Sys { what, errno };
     let (ready_r, ready_w) = sys::pipe().map_err(sysf("create the pool pipe"))?;
-    let args = HelperArgs { user: t.user.as_raw_fd(), ready: ready_w.as_raw_fd(), kind };
+    let args = HelperArgs {
+        user: t.user.as_raw_fd(),
+        ready: ready_w.as_raw_fd(),
+        kind,
+    };
     // SAFETY: `pool_helper` calls only allocation-free wrappers and ends in _exit or is killed;
     // it reads `args`, which stays in place until the child is reaped below, and runs on
     // `stack`, which only this thread hands out, one helper at a time.
-    let pid = unsafe { sys::spawn_shared(stack, pool_helper, std::ptr::addr_of!(args).cast_mut().cast(), 0) }.map_err(sysf("start the namespace pool helper"))?;
+    let pid = unsafe {
+        sys::spawn_shared(
+            stack,
+            pool_helper,
+            std::ptr::addr_of!(args).cast_mut().cast(),
+            0,
+        )
+    }
+    .map_err(sysf("start the namespace pool helper"))?;
     let r_raw = ready_r.as_raw_fd();
     drop(ready_w);
-    let mut fds = [libc::pollfd { fd: r_raw, events: libc::POLLIN, revents: 0 }];
+    let mut fds = [libc::pollfd {
+        fd: r_raw,
+        events: libc::POLLIN,
+        revents: 0,
+    }];
     let mut b = [0u8; 1];
-    let ready = sys::poll(&mut fds, 5000).is_ok_and(|n| n == 1) && sys::read(ready_r.as_fd(), &mut b).is_ok_and(|n| n == 1);
+    let ready = sys::poll(&mut fds, 5000).is_ok_and(|n| n == 1)
+        && sys::read(ready_r.as_fd(), &mut b).is_ok_and(|n| n == 1);
     let result = if ready {
         let kinds: &[&str] = match kind {
             Pooled::Net => &["net"],
@@ -254,11 +294,19 @@ fn make_pooled(t: &Template, kind: Pooled, stack: &mut [u8]) -> Result<Vec<Owned
             .iter()
             .map(|k| {
                 let path = format!("/proc/{pid}/ns/{k}");
-                std::fs::File::open(&path).map(OwnedFd::from).map_err(|error| BoxError::Io { what: format!("open {path}"), error })
+                std::fs::File::open(&path)
+                    .map(OwnedFd::from)
+                    .map_err(|error| BoxError::Io {
+                        what: format!("open {path}"),
+                        error,
+                    })
             })
             .collect()
     } else {
-        Err(BoxError::Sys { what: "make a pooled namespace", errno: Errno(libc::EIO) })
+        Err(BoxError::Sys {
+            what: "make a pooled namespace",
+            errno: Errno(libc::EIO),
+        })
     };
     let _ = sys::kill(pid, libc::SIGKILL);
     let _ = sys::wait4(pid, false);
@@ -307,17 +355,27 @@ fn tempfile_dir(template: &std::path::Path) -> Result<String, BoxError> {
     // SAFETY: a NUL-terminated, writable buffer ending in XXXXXX.
     let p = unsafe { libc::mkdtemp(bytes.as_mut_ptr().cast()) };
     if p.is_null() {
-        return Err(BoxError::Sys { what: "create the template staging directory", errno: Errno::last() });
+        return Err(BoxError::Sys {
+            what: "create the template staging directory",
+            errno: Errno::last(),
+        });
     }
     bytes.pop();
-    String::from_utf8(bytes).map_err(|_| BoxError::Sys { what: "create the template staging directory", errno: Errno(libc::EINVAL) })
+    String::from_utf8(bytes).map_err(|_| BoxError::Sys {
+        what: "create the template staging directory",
+        errno: Errno(libc::EINVAL),
+    })
 }
 
 /// Runs the skeleton in a template process and keeps its namespaces.
 fn build(plan: &BoxPlan) -> Result<Template, BoxError> {
     let sysf = |what: &'static str| move |errno: Errno| BoxError::Sys { what, errno };
-    let (sock_parent, sock_child) = sys::seqpacket_pair().map_err(sysf("create the template channel"))?;
-    let null = std::fs::File::open("/dev/null").map_err(|error| BoxError::Io { what: "open /dev/null".into(), error })?;
+    let (sock_parent, sock_child) =
+        sys::seqpacket_pair().map_err(sysf("create the template channel"))?;
+    let null = std::fs::File::open("/dev/null").map_err(|error| BoxError::Io {
+        what: "open /dev/null".into(),
+        error,
+    })?;
     let empty = child::pointer_array(&[]);
     let ctx = ChildContext {
         plan,
@@ -338,15 +396,29 @@ fn build(plan: &BoxPlan) -> Result<Template, BoxError> {
     let pid = match unsafe { sys::clone_fork(plan.clone_flags) } {
         Ok(0) => child::run(&ctx),
         Ok(pid) => pid,
-        Err(errno) => return Err(BoxError::Clone { errno, hint: "building a template needs user and mount namespaces; run `hull doctor`".into() }),
+        Err(errno) => {
+            return Err(BoxError::Clone {
+                errno,
+                hint: "building a template needs user and mount namespaces; run `hull doctor`"
+                    .into(),
+            })
+        }
     };
     drop(sock_child);
     let answer = await_message_fd(&sock_parent, 10_000);
     let result = match answer {
         Ok((Message::Ready, Some(host))) => open_ns(pid, host),
-        Ok((Message::Ready, None)) => Err(BoxError::Sys { what: "build a template (no mount namespace sent)", errno: Errno(libc::EPROTO) }),
-        Ok((Message::SetupFailed { step, errno }, _)) => Err(crate::supervise::setup_error(plan, step, errno)),
-        Ok(_) => Err(BoxError::Sys { what: "build a template (unexpected message)", errno: Errno(libc::EPROTO) }),
+        Ok((Message::Ready, None)) => Err(BoxError::Sys {
+            what: "build a template (no mount namespace sent)",
+            errno: Errno(libc::EPROTO),
+        }),
+        Ok((Message::SetupFailed { step, errno }, _)) => {
+            Err(crate::supervise::setup_error(plan, step, errno))
+        }
+        Ok(_) => Err(BoxError::Sys {
+            what: "build a template (unexpected message)",
+            errno: Errno(libc::EPROTO),
+        }),
         Err(e) => Err(e),
     };
     // The template process has done its part; its namespaces live on in our descriptors. (It
@@ -361,9 +433,21 @@ fn build(plan: &BoxPlan) -> Result<Template, BoxError> {
 fn open_ns(pid: libc::pid_t, host: OwnedFd) -> Result<Template, BoxError> {
     let open = |kind: &str| -> Result<OwnedFd, BoxError> {
         let path = format!("/proc/{pid}/ns/{kind}");
-        std::fs::File::open(&path).map(OwnedFd::from).map_err(|error| BoxError::Io { what: format!("open the template's namespace {path}"), error })
+        std::fs::File::open(&path)
+            .map(OwnedFd::from)
+            .map_err(|error| BoxError::Io {
+                what: format!("open the template's namespace {path}"),
+                error,
+            })
     };
-    Ok(Template { user: open("user")?, host, mnt: open("mnt")?, nets: Mutex::new(Vec::new()), users: Mutex::new(Vec::new()), pool_failed: AtomicBool::new(false) })
+    Ok(Template {
+        user: open("user")?,
+        host,
+        mnt: open("mnt")?,
+        nets: Mutex::new(Vec::new()),
+        users: Mutex::new(Vec::new()),
+        pool_failed: AtomicBool::new(false),
+    })
 }
 
 /// Waits up to `timeout_ms` for one message on `sock`.
@@ -372,16 +456,32 @@ pub(crate) fn await_message(sock: &OwnedFd, timeout_ms: i32) -> Result<Message, 
 }
 
 /// Waits up to `timeout_ms` for one message on `sock`, with the descriptor it carries.
-pub(crate) fn await_message_fd(sock: &OwnedFd, timeout_ms: i32) -> Result<(Message, Option<OwnedFd>), BoxError> {
-    let mut fds = [libc::pollfd { fd: sock.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
-    let n = sys::poll(&mut fds, timeout_ms).map_err(|errno| BoxError::Sys { what: "wait for the box", errno })?;
+pub(crate) fn await_message_fd(
+    sock: &OwnedFd,
+    timeout_ms: i32,
+) -> Result<(Message, Option<OwnedFd>), BoxError> {
+    let mut fds = [libc::pollfd {
+        fd: sock.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    let n = sys::poll(&mut fds, timeout_ms).map_err(|errno| BoxError::Sys {
+        what: "wait for the box",
+        errno,
+    })?;
     if n == 0 {
-        return Err(BoxError::Sys { what: "wait for the box's first message", errno: Errno(libc::ETIMEDOUT) });
+        return Err(BoxError::Sys {
+            what: "wait for the box's first message",
+            errno: Errno(libc::ETIMEDOUT),
+        });
     }
     let mut m = [0u8; 64];
     match sys::recv_with_fd(sock.as_fd(), &mut m) {
         Ok((0, _)) => Err(BoxError::SetupVanished(0)),
         Ok((len, fd)) => Ok((Message::decode(&m[..len])?, fd)),
-        Err(errno) => Err(BoxError::Sys { what: "read the box channel", errno }),
+        Err(errno) => Err(BoxError::Sys {
+            what: "read the box channel",
+            errno,
+        }),
     }
 }

@@ -26,8 +26,14 @@ pub(crate) struct Worker {
 impl Worker {
     /// Starts the thread named `name` running what `body` returns, the first time only. If the
     /// thread cannot be made, nothing runs: the callers' boxes then make everything themselves.
-    pub(crate) fn start_once<F: FnOnce() + Send + 'static>(&self, name: &str, body: impl FnOnce() -> F) {
-        self.started.get_or_init(|| *lock(&self.thread) = sys::spawn_helper(name, &crate::supervise::FORWARDED, body()));
+    pub(crate) fn start_once<F: FnOnce() + Send + 'static>(
+        &self,
+        name: &str,
+        body: impl FnOnce() -> F,
+    ) {
+        self.started.get_or_init(|| {
+            *lock(&self.thread) = sys::spawn_helper(name, &crate::supervise::FORWARDED, body())
+        });
     }
 
     /// Wakes the thread if it sleeps.

@@ -13,7 +13,8 @@ fn runtime() -> Runtime {
 
 fn python(rt: &Runtime, code: &str) -> RunResult {
     let spec = BoxSpec::new(vec!["python3".into(), "-c".into(), code.into()]);
-    rt.run(&spec, RunOptions { capture: true }, &mut NoSink).expect("box runs")
+    rt.run(&spec, RunOptions { capture: true }, &mut NoSink)
+        .expect("box runs")
 }
 
 #[test]
@@ -43,23 +44,47 @@ fn a_templated_box_mounts_only_its_own_tree_and_sees_only_its_own_processes() {
     let code = "import os\nfor l in open('/proc/self/mountinfo'): print('M', l.split()[4], l.split(' - ')[1].split()[0])\nprint('P', sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))";
     let r = python(&rt, code);
     assert!(r.success, "{r:?}");
-    let points: Vec<&str> = r.stdout.lines().filter_map(|l| l.strip_prefix("M ")).collect();
+    let points: Vec<&str> = r
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("M "))
+        .collect();
     assert!(points.iter().any(|l| l.starts_with("/usr ")), "{points:?}");
     // One root, and every other mount point is a place of the box's own layout: the skeleton's
     // binds (/usr, files and directories of /etc, devices), its writable mounts and its procfs.
-    assert_eq!(points.iter().filter(|l| l.starts_with("/ ")).count(), 1, "{points:?}");
+    assert_eq!(
+        points.iter().filter(|l| l.starts_with("/ ")).count(),
+        1,
+        "{points:?}"
+    );
     let own = ["/usr", "/etc/", "/dev", "/tmp", "/workspace", "/proc"];
     for l in &points {
         let point = l.split(' ').next().unwrap_or_default();
-        assert!(point == "/" || own.iter().any(|p| point == p.trim_end_matches('/') || point.starts_with(p) && (p.ends_with('/') || point[p.len()..].starts_with('/'))), "host mount {l} in {points:?}");
+        assert!(
+            point == "/"
+                || own.iter().any(|p| point == p.trim_end_matches('/')
+                    || point.starts_with(p)
+                        && (p.ends_with('/') || point[p.len()..].starts_with('/'))),
+            "host mount {l} in {points:?}"
+        );
     }
     assert!(r.stdout.contains("P [1, 2]"), "{}", r.stdout);
     // Uncovering the template's procfs takes an unmount, which the filter refuses even to a box
     // that keeps CAP_SYS_ADMIN in its own user namespace.
-    let mut spec = BoxSpec::new(vec!["python3".into(), "-c".into(), "import ctypes; print(ctypes.CDLL(None, use_errno=True).umount2(b'/proc', 2))".into()]);
+    let mut spec = BoxSpec::new(vec![
+        "python3".into(),
+        "-c".into(),
+        "import ctypes; print(ctypes.CDLL(None, use_errno=True).umount2(b'/proc', 2))".into(),
+    ]);
     spec.cap_add = vec!["SYS_ADMIN".into()];
-    let r = rt.run(&spec, RunOptions { capture: true }, &mut NoSink).expect("box runs");
-    assert_eq!(r.fault.as_ref().map(|f| f.kind), Some(hull_box::FaultType::EscapeBlocked), "{r:?}");
+    let r = rt
+        .run(&spec, RunOptions { capture: true }, &mut NoSink)
+        .expect("box runs");
+    assert_eq!(
+        r.fault.as_ref().map(|f| f.kind),
+        Some(hull_box::FaultType::EscapeBlocked),
+        "{r:?}"
+    );
 }
 
 #[test]
@@ -67,9 +92,15 @@ fn the_template_mounts_cannot_be_reopened_writable() {
     // Capabilities are dropped and seccomp kills mount calls, so try from the one place that
     // could: a box keeping CAP_SYS_ADMIN in its own user namespace still meets locked mounts.
     let rt = runtime();
-    let mut spec = BoxSpec::new(vec!["python3".into(), "-c".into(), "import os; print(os.access('/usr', os.W_OK), os.statvfs('/usr').f_flag & 1)".into()]);
+    let mut spec = BoxSpec::new(vec![
+        "python3".into(),
+        "-c".into(),
+        "import os; print(os.access('/usr', os.W_OK), os.statvfs('/usr').f_flag & 1)".into(),
+    ]);
     spec.cap_add = vec!["SYS_ADMIN".into()];
-    let r = rt.run(&spec, RunOptions { capture: true }, &mut NoSink).expect("box runs");
+    let r = rt
+        .run(&spec, RunOptions { capture: true }, &mut NoSink)
+        .expect("box runs");
     assert!(r.success, "{r:?}");
     assert_eq!(r.stdout.trim(), "False 1", "{r:?}");
 }
@@ -92,7 +123,9 @@ fn one_template_serves_many_boxes_at_once() {
     // Another hostname is another skeleton (/etc/hostname), so another template.
     let mut spec = BoxSpec::new(vec!["cat".into(), "/etc/hostname".into()]);
     spec.hostname = "other".into();
-    let r = rt.run(&spec, RunOptions { capture: true }, &mut NoSink).expect("box runs");
+    let r = rt
+        .run(&spec, RunOptions { capture: true }, &mut NoSink)
+        .expect("box runs");
     assert_eq!(r.stdout.trim(), "other", "{r:?}");
     assert_eq!(rt.templates_built(), 2);
 }
@@ -102,8 +135,14 @@ fn a_setup_failure_after_the_template_names_its_step() {
     let rt = runtime();
     let mut spec = BoxSpec::new(vec!["true".into()]);
     spec.cwd = "/no/such/dir".into();
-    let err = rt.run(&spec, RunOptions { capture: true }, &mut NoSink).expect_err("refused").to_string();
-    assert!(err.contains("enter working directory") && err.contains("/no/such/dir"), "{err}");
+    let err = rt
+        .run(&spec, RunOptions { capture: true }, &mut NoSink)
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        err.contains("enter working directory") && err.contains("/no/such/dir"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -111,9 +150,15 @@ fn the_network_stays_off_and_timeouts_kill_the_box() {
     let rt = runtime();
     let r = python(&rt, "import os; print(sorted(os.listdir('/sys/class/net')) if os.path.exists('/sys/class/net') else 'nosys')\nimport socket\ns = socket.socket(); s.settimeout(1)\ntry:\n    s.connect(('127.0.0.1', 9)); print('CONNECTED')\nexcept OSError as e:\n    print('refused', e.errno)");
     assert!(r.stdout.contains("refused 111"), "{r:?}");
-    let mut spec = BoxSpec::new(vec!["python3".into(), "-c".into(), "while True: pass".into()]);
+    let mut spec = BoxSpec::new(vec![
+        "python3".into(),
+        "-c".into(),
+        "while True: pass".into(),
+    ]);
     spec.timeout = std::time::Duration::from_secs(1);
-    let r = rt.run(&spec, RunOptions { capture: true }, &mut NoSink).expect("box runs");
+    let r = rt
+        .run(&spec, RunOptions { capture: true }, &mut NoSink)
+        .expect("box runs");
     assert_eq!(r.fault.map(|f| f.kind.as_str()), Some("timeout"));
 }
 
@@ -132,26 +177,49 @@ fn pooled_network_and_user_namespaces_are_fresh_per_box() {
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
-    assert!(rt.pooled_nets_used() >= 3, "only {} boxes used the pool", rt.pooled_nets_used());
-    assert!(rt.pooled_users_used() >= 3, "only {} boxes used the user namespace pool", rt.pooled_users_used());
+    assert!(
+        rt.pooled_nets_used() >= 3,
+        "only {} boxes used the pool",
+        rt.pooled_nets_used()
+    );
+    assert!(
+        rt.pooled_users_used() >= 3,
+        "only {} boxes used the user namespace pool",
+        rt.pooled_users_used()
+    );
     // Boxes alive at the same time never share a network, user, ipc or uts namespace (namespace
     // numbers are only unique among live namespaces, so compare boxes that overlap).
     let rt = Arc::new(rt);
     let overlapping = format!("{code}\nimport time; time.sleep(0.7)");
-    let handles: Vec<_> = (0..4).map(|_| { let (rt, c) = (Arc::clone(&rt), overlapping.clone()); std::thread::spawn(move || python(&rt, &c)) }).collect();
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let (rt, c) = (Arc::clone(&rt), overlapping.clone());
+            std::thread::spawn(move || python(&rt, &c))
+        })
+        .collect();
     let mut seen = std::collections::HashSet::new();
     for h in handles {
         let r = h.join().expect("thread");
         assert!(r.success && r.stdout.contains("lo-ok"), "{r:?}");
         for ns in r.stdout.split_whitespace().take(4) {
-            assert!(seen.insert(ns.to_string()), "two live boxes shared a namespace: {}", r.stdout);
+            assert!(
+                seen.insert(ns.to_string()),
+                "two live boxes shared a namespace: {}",
+                r.stdout
+            );
         }
     }
     // A box that keeps a network capability gets a namespace of its own user namespace instead.
     let before = rt.pooled_nets_used();
-    let mut spec = BoxSpec::new(vec!["python3".into(), "-c".into(), "import socket; s = socket.socket(); s.bind(('127.0.0.1', 80)); print('bound 80')".into()]);
+    let mut spec = BoxSpec::new(vec![
+        "python3".into(),
+        "-c".into(),
+        "import socket; s = socket.socket(); s.bind(('127.0.0.1', 80)); print('bound 80')".into(),
+    ]);
     spec.cap_add = vec!["NET_BIND_SERVICE".into()];
-    let r = rt.run(&spec, RunOptions { capture: true }, &mut NoSink).expect("box runs");
+    let r = rt
+        .run(&spec, RunOptions { capture: true }, &mut NoSink)
+        .expect("box runs");
     assert!(r.stdout.contains("bound 80"), "{r:?}");
     assert_eq!(rt.pooled_nets_used(), before);
 }
@@ -162,9 +230,15 @@ fn a_background_process_holding_the_output_ends_with_the_program() {
     // waits for the teardown), so a leftover holding stdout neither stalls the result until the
     // deadline nor writes after it. Both a templated and a from-scratch box.
     for rt in [runtime(), Runtime::new().expect("runtime")] {
-        let mut spec = BoxSpec::new(vec!["sh".into(), "-c".into(), "(sleep 20; echo late) & echo early".into()]);
+        let mut spec = BoxSpec::new(vec![
+            "sh".into(),
+            "-c".into(),
+            "(sleep 20; echo late) & echo early".into(),
+        ]);
         spec.timeout = std::time::Duration::from_secs(15);
-        let (r, teardown) = rt.run_detached(&spec, RunOptions { capture: true }, &mut NoSink).expect("box runs");
+        let (r, teardown) = rt
+            .run_detached(&spec, RunOptions { capture: true }, &mut NoSink)
+            .expect("box runs");
         teardown.finish();
         assert!(r.success && r.fault.is_none(), "{r:?}");
         assert_eq!(r.stdout.trim(), "early", "{r:?}");
@@ -181,9 +255,14 @@ fn spare_cgroups_and_workspaces_are_fresh_per_box_and_go_with_the_runtime() {
     let mut spec = BoxSpec::new(vec!["python3".into(), "-c".into(), code.into()]);
     spec.memory = Some(96 << 20);
     for _ in 0..30 {
-        let r = rt.run(&spec, RunOptions { capture: true }, &mut NoSink).expect("box runs");
+        let r = rt
+            .run(&spec, RunOptions { capture: true }, &mut NoSink)
+            .expect("box runs");
         // An empty workspace every time: none is handed to a second box.
-        assert!(r.success && r.stdout.contains("ws []") && r.stdout.contains("ok"), "{r:?}");
+        assert!(
+            r.success && r.stdout.contains("ws []") && r.stdout.contains("ok"),
+            "{r:?}"
+        );
         let (cgroups, workspaces) = rt.spares_used();
         if cgroups >= 3 && workspaces >= 3 {
             break;
@@ -191,16 +270,29 @@ fn spare_cgroups_and_workspaces_are_fresh_per_box_and_go_with_the_runtime() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     let (cgroups, workspaces) = rt.spares_used();
-    assert!(workspaces >= 3, "only {workspaces} boxes used a spare workspace");
+    assert!(
+        workspaces >= 3,
+        "only {workspaces} boxes used a spare workspace"
+    );
     if rt.cgroups().is_ok() {
         assert!(cgroups >= 3, "only {cgroups} boxes used a spare cgroup");
         // A box asking for other limits gets them, not the spares' 96 MiB: 64 MiB of 16 is OOM.
-        let mut small = BoxSpec::new(vec!["python3".into(), "-c".into(), "b = bytearray(64 << 20); print('fits')".into()]);
+        let mut small = BoxSpec::new(vec![
+            "python3".into(),
+            "-c".into(),
+            "b = bytearray(64 << 20); print('fits')".into(),
+        ]);
         small.memory = Some(16 << 20);
         (small.tmp_size, small.shm_size) = (8 << 20, 8 << 20);
         for _ in 0..3 {
-            let r = rt.run(&small, RunOptions { capture: true }, &mut NoSink).expect("box runs");
-            assert_eq!(r.fault.as_ref().map(|f| f.kind), Some(hull_box::FaultType::Oom), "{r:?}");
+            let r = rt
+                .run(&small, RunOptions { capture: true }, &mut NoSink)
+                .expect("box runs");
+            assert_eq!(
+                r.fault.as_ref().map(|f| f.kind),
+                Some(hull_box::FaultType::Oom),
+                "{r:?}"
+            );
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
     }
@@ -226,7 +318,8 @@ fn python_with(rt: &Runtime, code: &str, arg: &str, tweak: impl Fn(&mut BoxSpec)
     let mut spec = BoxSpec::new(vec!["python3".into(), "-c".into(), code.into(), arg.into()]);
     spec.env = vec![("HULL_T".into(), arg.into())];
     tweak(&mut spec);
-    rt.run(&spec, RunOptions { capture: true }, &mut NoSink).expect("box runs")
+    rt.run(&spec, RunOptions { capture: true }, &mut NoSink)
+        .expect("box runs")
 }
 
 #[test]
@@ -241,34 +334,65 @@ fn boxes_set_up_ahead_run_each_program_once_with_its_own_argv_env_and_setup() {
         // Its own argv and environment (sent with the go datagram), its own pid namespace, and
         // an empty workspace and /tmp: nothing of an earlier box.
         assert!(r.success, "{r:?}");
-        assert!(r.stdout.contains(&format!("arg {arg} env {arg} pid 2 host hull cwd /workspace")), "{}", r.stdout);
+        assert!(
+            r.stdout.contains(&format!(
+                "arg {arg} env {arg} pid 2 host hull cwd /workspace"
+            )),
+            "{}",
+            r.stdout
+        );
         assert!(r.stdout.contains("ws [] tmp []"), "{}", r.stdout);
-        assert!(rt.settle(std::time::Duration::from_secs(5)), "boxes were not set up ahead in 5 s");
+        assert!(
+            rt.settle(std::time::Duration::from_secs(5)),
+            "boxes were not set up ahead in 5 s"
+        );
     }
-    assert!(rt.ready_used() >= 3, "only {} boxes ran in a box set up ahead", rt.ready_used());
+    assert!(
+        rt.ready_used() >= 3,
+        "only {} boxes ran in a box set up ahead",
+        rt.ready_used()
+    );
     // A box whose setup differs (hostname, working directory) gets its own, never a ready one
     // of another shape.
     let r = python_with(&rt, code, "b", |s| {
         s.hostname = "other".into();
         s.cwd = "/tmp".into();
     });
-    assert!(r.stdout.contains("arg b env b pid 2 host other cwd /tmp"), "{r:?}");
+    assert!(
+        r.stdout.contains("arg b env b pid 2 host other cwd /tmp"),
+        "{r:?}"
+    );
     // A bind source is resolved when a box is set up, so a box with --mount never takes a ready
     // one: it sees its directory as it is at the call.
     let src = tempfile::tempdir().unwrap();
     let before = rt.ready_used();
     for i in 0..3 {
         std::fs::write(src.path().join("v"), format!("{i}")).unwrap();
-        let r = python_with(&rt, "print(open('/in/v').read())", "m", |s| s.mounts = vec![hull_box::BindMount { source: src.path().to_path_buf(), target: "/in".into(), read_only: true }]);
+        let r = python_with(&rt, "print(open('/in/v').read())", "m", |s| {
+            s.mounts = vec![hull_box::BindMount {
+                source: src.path().to_path_buf(),
+                target: "/in".into(),
+                read_only: true,
+            }]
+        });
         assert_eq!(r.stdout.trim(), i.to_string(), "{r:?}");
         rt.settle(std::time::Duration::from_secs(2));
     }
-    assert_eq!(rt.ready_used(), before, "a box with a bind mount ran in a box set up ahead");
+    assert_eq!(
+        rt.ready_used(),
+        before,
+        "a box with a bind mount ran in a box set up ahead"
+    );
     // The filter holds in a ready box (its listener came with Ready): unshare is an escape.
     let used = rt.ready_used();
     let mut escaped = None;
     for _ in 0..20 {
-        let r = python_with(&rt, "import ctypes, sys; print(ctypes.CDLL(None).unshare(0x10000000))", "c", |_| {});
+        let r = python_with(
+            &rt,
+            "import ctypes, sys; print(ctypes.CDLL(None).unshare(0x10000000))",
+            "c",
+            |_| {},
+        );
         if rt.ready_used() > used {
             escaped = Some(r);
             break;
@@ -276,19 +400,44 @@ fn boxes_set_up_ahead_run_each_program_once_with_its_own_argv_env_and_setup() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     let r = escaped.expect("a ready box ran the escape");
-    assert_eq!(r.fault.as_ref().map(|f| f.kind), Some(hull_box::FaultType::EscapeBlocked), "{r:?}");
+    assert_eq!(
+        r.fault.as_ref().map(|f| f.kind),
+        Some(hull_box::FaultType::EscapeBlocked),
+        "{r:?}"
+    );
     // A missing program, and the deadline counted from the go datagram.
-    let r = python_with(&rt, "", "d", |s| s.argv = vec!["no-such-program-hull".into()]);
-    assert_eq!(r.fault.as_ref().map(|f| f.kind), Some(hull_box::FaultType::ExecFailed), "{r:?}");
+    let r = python_with(&rt, "", "d", |s| {
+        s.argv = vec!["no-such-program-hull".into()]
+    });
+    assert_eq!(
+        r.fault.as_ref().map(|f| f.kind),
+        Some(hull_box::FaultType::ExecFailed),
+        "{r:?}"
+    );
     std::thread::sleep(std::time::Duration::from_millis(300));
     let t = std::time::Instant::now();
-    let r = python_with(&rt, "import time; time.sleep(10)", "e", |s| s.timeout = std::time::Duration::from_secs(1));
-    assert_eq!(r.fault.as_ref().map(|f| f.kind), Some(hull_box::FaultType::Timeout), "{r:?}");
-    assert!(t.elapsed() < std::time::Duration::from_secs(5), "{:?}", t.elapsed());
+    let r = python_with(&rt, "import time; time.sleep(10)", "e", |s| {
+        s.timeout = std::time::Duration::from_secs(1)
+    });
+    assert_eq!(
+        r.fault.as_ref().map(|f| f.kind),
+        Some(hull_box::FaultType::Timeout),
+        "{r:?}"
+    );
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}",
+        t.elapsed()
+    );
     // A program too big for one datagram (100 KiB in argv and as much in the environment)
     // takes the ordinary path, whole.
     let big = "x".repeat(100 * 1024);
-    let r = python_with(&rt, "import os, sys; print(len(sys.argv[1]) + len(os.environ['HULL_T']))", &big, |_| {});
+    let r = python_with(
+        &rt,
+        "import os, sys; print(len(sys.argv[1]) + len(os.environ['HULL_T']))",
+        &big,
+        |_| {},
+    );
     assert_eq!(r.stdout.trim(), "204800", "{r:?}");
     // The boxes still waiting end with the Runtime.
     let mut pids = Vec::new();
@@ -302,7 +451,10 @@ fn boxes_set_up_ahead_run_each_program_once_with_its_own_argv_env_and_setup() {
     assert!(!pids.is_empty(), "no box was waiting");
     drop(rt);
     for pid in pids {
-        assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "ready box pid 1 {pid} outlived its Runtime");
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "ready box pid 1 {pid} outlived its Runtime"
+        );
     }
 }
 
@@ -312,20 +464,38 @@ fn a_box_with_sub_ids_is_built_whole_by_a_templated_runtime() {
     // boxes set up ahead) and maps its range through the uidmap helpers; a caller without a
     // range is refused before anything runs.
     let rt = runtime();
-    let mut spec = BoxSpec::new(vec!["sh".into(), "-c".into(), "cat /proc/self/uid_map".into()]);
+    let mut spec = BoxSpec::new(vec![
+        "sh".into(),
+        "-c".into(),
+        "cat /proc/self/uid_map".into(),
+    ]);
     spec.subids = true;
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
-    let has_range = std::fs::read_to_string("/etc/subuid").unwrap_or_default().lines().any(|l| {
-        let f: Vec<&str> = l.split(':').collect();
-        f.len() == 3 && (f[0] == uid.to_string() || std::fs::read_to_string("/etc/passwd").unwrap_or_default().lines().any(|p| p.split(':').nth(2) == Some(&uid.to_string()) && p.split(':').next() == Some(f[0])))
-    });
+    let has_range = std::fs::read_to_string("/etc/subuid")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            f.len() == 3
+                && (f[0] == uid.to_string()
+                    || std::fs::read_to_string("/etc/passwd")
+                        .unwrap_or_default()
+                        .lines()
+                        .any(|p| {
+                            p.split(':').nth(2) == Some(&uid.to_string())
+                                && p.split(':').next() == Some(f[0])
+                        }))
+        });
     match rt.run(&spec, RunOptions { capture: true }, &mut NoSink) {
         Ok(r) => {
             assert!(has_range, "ran without a range: {r:?}");
             let lines: Vec<&str> = r.stdout.lines().collect();
             assert_eq!(lines.len(), 2, "{r:?}");
-            assert!(lines[1].split_whitespace().collect::<Vec<_>>()[0] == "1", "{r:?}");
+            assert!(
+                lines[1].split_whitespace().collect::<Vec<_>>()[0] == "1",
+                "{r:?}"
+            );
         }
         Err(e) => {
             assert!(!has_range, "refused with a range: {e}");

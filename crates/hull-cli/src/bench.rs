@@ -34,7 +34,12 @@ pub struct BenchArgs {
 
 fn bare(argv: &[&str]) -> f64 {
     let t = Instant::now();
-    let st = Command::new(argv[0]).args(&argv[1..]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).status();
+    let st = Command::new(argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
     let el = t.elapsed().as_secs_f64() * 1000.0;
     assert!(st.is_ok_and(|s| s.success()), "bare {argv:?} failed");
     el
@@ -45,12 +50,17 @@ fn bare(argv: &[&str]) -> f64 {
 fn boxed(rt: &Runtime, argv: &[&str]) -> Result<(f64, f64), String> {
     let spec = BoxSpec::new(argv.iter().map(|s| (*s).to_string()).collect());
     let t = Instant::now();
-    let (r, teardown) = rt.run_detached(&spec, RunOptions { capture: true }, &mut NoSink).map_err(|e| e.to_string())?;
+    let (r, teardown) = rt
+        .run_detached(&spec, RunOptions { capture: true }, &mut NoSink)
+        .map_err(|e| e.to_string())?;
     let el = t.elapsed().as_secs_f64() * 1000.0;
     teardown.finish();
     let total = t.elapsed().as_secs_f64() * 1000.0;
     if !r.success {
-        return Err(format!("box {argv:?} failed: exit {} {:?} {}", r.exit_code, r.fault, r.stderr));
+        return Err(format!(
+            "box {argv:?} failed: exit {} {:?} {}",
+            r.exit_code, r.fault, r.stderr
+        ));
     }
     Ok((el, total))
 }
@@ -59,7 +69,8 @@ fn boxed(rt: &Runtime, argv: &[&str]) -> Result<(f64, f64), String> {
 pub(crate) fn summary(v: &mut [f64]) -> (f64, f64, f64) {
     v.sort_by(f64::total_cmp);
     let at = |q: f64| {
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // index into a non-empty slice
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        // index into a non-empty slice
         let i = ((v.len() - 1) as f64 * q).round() as usize;
         v[i]
     };
@@ -90,8 +101,15 @@ pub fn main(args: &BenchArgs) -> i32 {
     }
     let runs = args.runs.max(5);
     // The same interpreter in and out of the box (a PATH shim such as pyenv's would skew the bare side).
-    let python = if std::path::Path::new("/usr/bin/python3").exists() { "/usr/bin/python3" } else { "python3" };
-    let cases: [(&str, &[&str]); 2] = [("/bin/true", &["/bin/true"]), ("python3 -c 'print(1)'", &[python, "-c", "print(1)"])];
+    let python = if std::path::Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    };
+    let cases: [(&str, &[&str]); 2] = [
+        ("/bin/true", &["/bin/true"]),
+        ("python3 -c 'print(1)'", &[python, "-c", "print(1)"]),
+    ];
     let mut out = serde_json::Map::new();
     for (label, argv) in cases {
         // Warm-up: page cache, dynamic loader, first cgroup.
@@ -102,7 +120,12 @@ pub fn main(args: &BenchArgs) -> i32 {
                 return 1;
             }
         }
-        let (mut b, mut x, mut nc, mut full) = (Vec::with_capacity(runs), Vec::with_capacity(runs), Vec::with_capacity(runs), Vec::with_capacity(runs));
+        let (mut b, mut x, mut nc, mut full) = (
+            Vec::with_capacity(runs),
+            Vec::with_capacity(runs),
+            Vec::with_capacity(runs),
+            Vec::with_capacity(runs),
+        );
         let ready_before = rt.ready_used();
         for _ in 0..runs {
             // Background work of the last box (the boxes a long-lived Runtime sets up ahead) is
@@ -136,11 +159,18 @@ pub fn main(args: &BenchArgs) -> i32 {
         let (fmin, fmed, fp90) = summary(&mut full);
         if !args.json {
             println!("{label} ({runs} runs each, interleaved)");
-            println!("  bare fork+exec  min {bmin:7.3} ms  median {bmed:7.3} ms  p90 {bp90:7.3} ms");
+            println!(
+                "  bare fork+exec  min {bmin:7.3} ms  median {bmed:7.3} ms  p90 {bp90:7.3} ms"
+            );
             println!("  in a box        min {xmin:7.3} ms  median {xmed:7.3} ms  p90 {xp90:7.3} ms  (to the result; {ready} of {runs} in a box set up ahead{})", if args.back_to_back { ", back to back" } else { ", each after the last one's background set-up" });
             println!("  + teardown      min {fmin:7.3} ms  median {fmed:7.3} ms  p90 {fp90:7.3} ms  (box reaped, cgroup and workspace removed)");
             println!("  box, cold path  min {nmin:7.3} ms  median {nmed:7.3} ms  p90 {np90:7.3} ms  (no template: the box mounts its whole root, as one-shot `hull run` does)");
-            println!("  overhead        median {:+.3} ms, ratio {:.2}x (cold path: {:+.3} ms)", xmed - bmed, xmed / bmed, nmed - bmed);
+            println!(
+                "  overhead        median {:+.3} ms, ratio {:.2}x (cold path: {:+.3} ms)",
+                xmed - bmed,
+                xmed / bmed,
+                nmed - bmed
+            );
         }
         out.insert(label.to_string(), serde_json::json!({"bare": {"min": bmin, "median": bmed, "p90": bp90}, "box": {"min": xmin, "median": xmed, "p90": xp90}, "box_with_teardown": {"min": fmin, "median": fmed, "p90": fp90}, "box_cold": {"min": nmin, "median": nmed, "p90": np90}, "overhead_ms": xmed - bmed, "ratio": xmed / bmed, "ready_boxes_used": ready}));
     }
@@ -154,14 +184,21 @@ pub fn main(args: &BenchArgs) -> i32 {
             std::thread::spawn(move || boxed(&rt, &[python, "-c", "print(1)"]).map(|(ms, _)| ms))
         })
         .collect();
-    let results: Vec<Result<f64, String>> = handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into()))).collect();
+    let results: Vec<Result<f64, String>> = handles
+        .into_iter()
+        .map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into())))
+        .collect();
     let wall = t.elapsed().as_secs_f64() * 1000.0;
     let ok = results.iter().filter(|r| r.is_ok()).count();
     if let Some(Err(e)) = results.iter().find(|r| r.is_err()) {
         eprintln!("hull bench: a concurrent box failed: {e}");
     }
     let mut lat: Vec<f64> = results.into_iter().filter_map(Result::ok).collect();
-    let (cmin, cmed, cp90) = if lat.is_empty() { (0.0, 0.0, 0.0) } else { summary(&mut lat) };
+    let (cmin, cmed, cp90) = if lat.is_empty() {
+        (0.0, 0.0, 0.0)
+    } else {
+        summary(&mut lat)
+    };
     if args.json {
         out.insert("concurrent".into(), serde_json::json!({"boxes": n, "succeeded": ok, "wall_ms": wall, "min": cmin, "median": cmed, "p90": cp90}));
         println!("{}", serde_json::Value::Object(out));

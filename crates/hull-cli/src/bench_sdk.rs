@@ -13,26 +13,39 @@ use crate::bench::BenchArgs;
 
 fn p(v: &mut [f64], q: f64) -> f64 {
     v.sort_by(f64::total_cmp);
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // index into a non-empty slice
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    // index into a non-empty slice
     let i = ((v.len() - 1) as f64 * q).round() as usize;
     v[i]
 }
 
 fn call(sb: &Sandbox) -> Result<f64, String> {
     let t = Instant::now();
-    let r = sb.run_code("print(1)", Language::Python, Box::new(NoSink)).map_err(|e| e.to_string())?;
+    let r = sb
+        .run_code("print(1)", Language::Python, Box::new(NoSink))
+        .map_err(|e| e.to_string())?;
     let ms = t.elapsed().as_secs_f64() * 1000.0;
     if r.run.stdout != "1\n" || !r.run.success {
-        return Err(format!("run_code failed: exit {} {:?} {}", r.run.exit_code, r.run.fault, r.run.stderr));
+        return Err(format!(
+            "run_code failed: exit {} {:?} {}",
+            r.run.exit_code, r.run.fault, r.run.stderr
+        ));
     }
     Ok(ms)
 }
 
 pub fn main(args: &BenchArgs, rt: Arc<Runtime>) -> i32 {
     let runs = args.runs.max(5);
-    let python = if std::path::Path::new("/usr/bin/python3").exists() { "/usr/bin/python3" } else { "python3" };
+    let python = if std::path::Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    };
     let make = |prewarm: usize, id: &str| {
-        let cfg = SandboxConfig { prewarm, ..SandboxConfig::default() };
+        let cfg = SandboxConfig {
+            prewarm,
+            ..SandboxConfig::default()
+        };
         Sandbox::create(Arc::clone(&rt), id.to_string(), cfg)
     };
     let (cold, warm) = match (make(0, "bench-cold"), make(2, "bench-warm")) {
@@ -51,7 +64,11 @@ pub fn main(args: &BenchArgs, rt: Arc<Runtime>) -> i32 {
     let (mut b, mut c, mut w) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..runs + 3 {
         let t = Instant::now();
-        let ok = std::process::Command::new(python).args(["-c", "print(1)"]).stdout(std::process::Stdio::null()).status().is_ok_and(|s| s.success());
+        let ok = std::process::Command::new(python)
+            .args(["-c", "print(1)"])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
         let bare = t.elapsed().as_secs_f64() * 1000.0;
         if !ok {
             eprintln!("hull bench: bare {python} failed");
@@ -74,19 +91,50 @@ pub fn main(args: &BenchArgs, rt: Arc<Runtime>) -> i32 {
     let (bp, cp, wp) = (p(&mut b, 0.5), p(&mut c, 0.5), p(&mut w, 0.5));
     let (b9, c9, w9) = (p(&mut b, 0.9), p(&mut c, 0.9), p(&mut w, 0.9));
     if args.json {
-        println!("{}", serde_json::json!({
-            "runs": runs,
-            "bare_python_ms": {"min": b[0], "p50": bp, "p90": b9},
-            "sandbox_cold_ms": {"min": c[0], "p50": cp, "p90": c9, "ratio_to_bare": cp / bp},
-            "sandbox_prewarm2_ms": {"min": w[0], "p50": wp, "p90": w9, "ratio_to_bare": wp / bp},
-        }));
+        println!(
+            "{}",
+            serde_json::json!({
+                "runs": runs,
+                "bare_python_ms": {"min": b[0], "p50": bp, "p90": b9},
+                "sandbox_cold_ms": {"min": c[0], "p50": cp, "p90": c9, "ratio_to_bare": cp / bp},
+                "sandbox_prewarm2_ms": {"min": w[0], "p50": wp, "p90": w9, "ratio_to_bare": wp / bp},
+            })
+        );
     } else {
         println!("run_code(\"print(1)\") on one Sandbox, {runs} runs each, interleaved (ms)");
-        println!("{:<34} {:>8} {:>8} {:>8} {:>8}", "case", "min", "p50", "p90", "p50/bare");
-        println!("{:<34} {:>8.2} {:>8.2} {:>8.2} {:>8}", format!("bare {python} -c 'print(1)'"), b[0], bp, b9, "1.00x");
-        println!("{:<34} {:>8.2} {:>8.2} {:>8.2} {:>7.2}x", "Sandbox, cold", c[0], cp, c9, cp / bp);
-        println!("{:<34} {:>8.2} {:>8.2} {:>8.2} {:>7.2}x", "Sandbox, prewarm=2", w[0], wp, w9, wp / bp);
-        println!("targets: cold within 1.5x of bare: {}; prewarmed p50 under 3 ms: {}", if cp <= 1.5 * bp { "met" } else { "NOT met" }, if wp < 3.0 { "met" } else { "NOT met" });
+        println!(
+            "{:<34} {:>8} {:>8} {:>8} {:>8}",
+            "case", "min", "p50", "p90", "p50/bare"
+        );
+        println!(
+            "{:<34} {:>8.2} {:>8.2} {:>8.2} {:>8}",
+            format!("bare {python} -c 'print(1)'"),
+            b[0],
+            bp,
+            b9,
+            "1.00x"
+        );
+        println!(
+            "{:<34} {:>8.2} {:>8.2} {:>8.2} {:>7.2}x",
+            "Sandbox, cold",
+            c[0],
+            cp,
+            c9,
+            cp / bp
+        );
+        println!(
+            "{:<34} {:>8.2} {:>8.2} {:>8.2} {:>7.2}x",
+            "Sandbox, prewarm=2",
+            w[0],
+            wp,
+            w9,
+            wp / bp
+        );
+        println!(
+            "targets: cold within 1.5x of bare: {}; prewarmed p50 under 3 ms: {}",
+            if cp <= 1.5 * bp { "met" } else { "NOT met" },
+            if wp < 3.0 { "met" } else { "NOT met" }
+        );
     }
     cold.destroy();
     warm.destroy();

@@ -21,23 +21,39 @@ struct Check {
 }
 
 fn check(name: &str, ok: bool, detail: String, fix: Option<&str>) -> Check {
-    Check { name: name.into(), status: if ok { "ok" } else { "missing" }, detail, fix: if ok { None } else { fix.map(String::from) } }
+    Check {
+        name: name.into(),
+        status: if ok { "ok" } else { "missing" },
+        detail,
+        fix: if ok { None } else { fix.map(String::from) },
+    }
 }
 
 fn read(path: &str) -> Option<String> {
-    std::fs::read_to_string(path).ok().map(|s| s.trim().to_string())
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
 }
 
 fn landlock_abi() -> Option<i64> {
     const LANDLOCK_CREATE_RULESET_VERSION: u32 = 1;
     // SAFETY: with a null attr and size 0 this only queries the ABI version.
-    let ret = unsafe { libc::syscall(libc::SYS_landlock_create_ruleset, std::ptr::null::<u8>(), 0usize, LANDLOCK_CREATE_RULESET_VERSION) };
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
     (ret > 0).then_some(ret)
 }
 
 pub fn main(args: &DoctorArgs) -> i32 {
     let mut checks = Vec::new();
-    let max_ns = read("/proc/sys/user/max_user_namespaces").and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
+    let max_ns = read("/proc/sys/user/max_user_namespaces")
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or(0);
     let unpriv = read("/proc/sys/kernel/unprivileged_userns_clone");
     let apparmor = read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns");
     let mut ns_detail = format!("user.max_user_namespaces={max_ns}");
@@ -45,7 +61,9 @@ pub fn main(args: &DoctorArgs) -> i32 {
         ns_detail.push_str(&format!(", kernel.unprivileged_userns_clone={u}"));
     }
     if let Some(a) = &apparmor {
-        ns_detail.push_str(&format!(", kernel.apparmor_restrict_unprivileged_userns={a}"));
+        ns_detail.push_str(&format!(
+            ", kernel.apparmor_restrict_unprivileged_userns={a}"
+        ));
     }
     let ns_ok = max_ns > 0 && unpriv.as_deref() != Some("0") && apparmor.as_deref() != Some("1");
     checks.push(check("user namespaces", ns_ok, ns_detail, Some("sysctl -w user.max_user_namespaces=15000 kernel.unprivileged_userns_clone=1 (and kernel.apparmor_restrict_unprivileged_userns=0 on Ubuntu 24.04+)")));
@@ -55,7 +73,19 @@ pub fn main(args: &DoctorArgs) -> i32 {
         Ok(rt) => {
             let n = rt.seccomp_program().instructions().len();
             let support = hull_seccomp::probe();
-            checks.push(check("seccomp", support.filter, format!("filter compiled to {n} BPF instructions; user notification {}", if support.user_notif { "available (escape calls are named)" } else { "missing (escape calls kill without a name)" }), None));
+            checks.push(check(
+                "seccomp",
+                support.filter,
+                format!(
+                    "filter compiled to {n} BPF instructions; user notification {}",
+                    if support.user_notif {
+                        "available (escape calls are named)"
+                    } else {
+                        "missing (escape calls kill without a name)"
+                    }
+                ),
+                None,
+            ));
             match rt.cgroups() {
                 Ok(host) => {
                     checks.push(check("cgroup backend", true, format!("{:?}", host.kind()), None));
@@ -72,17 +102,38 @@ pub fn main(args: &DoctorArgs) -> i32 {
                 Err(e) => checks.push(check("cgroups", false, e, Some("mount cgroup2 at /sys/fs/cgroup, or delegate a subtree and set HULL_CGROUP_PARENT"))),
             }
         }
-        Err(e) => checks.push(check("seccomp", false, e.to_string(), Some("a kernel with CONFIG_SECCOMP_FILTER is required"))),
+        Err(e) => checks.push(check(
+            "seccomp",
+            false,
+            e.to_string(),
+            Some("a kernel with CONFIG_SECCOMP_FILTER is required"),
+        )),
     }
     if let Ok(rt) = &runtime {
         let swept = rt.sweep_leftovers();
         checks.push(check("leftovers", true, format!("removed {} cgroup(s) and {} temporary workspace(s) left by hull processes that were killed", swept.cgroups, swept.workspaces), None));
     }
     let ll = landlock_abi();
-    checks.push(check("landlock", ll.is_some(), ll.map_or("not available".into(), |v| format!("ABI version {v}")), Some("boot with lsm=...,landlock (optional: hull's boundary does not depend on it)")));
+    checks.push(check(
+        "landlock",
+        ll.is_some(),
+        ll.map_or("not available".into(), |v| format!("ABI version {v}")),
+        Some("boot with lsm=...,landlock (optional: hull's boundary does not depend on it)"),
+    ));
     let fs = read("/proc/filesystems").unwrap_or_default();
-    checks.push(check("overlayfs", fs.contains("overlay"), if fs.contains("overlay") { "available".into() } else { "not in /proc/filesystems".into() }, Some("modprobe overlay (needed later for writable image layers)")));
-    let newuidmap = ["/usr/bin/newuidmap", "/bin/newuidmap"].iter().any(|p| std::path::Path::new(p).exists());
+    checks.push(check(
+        "overlayfs",
+        fs.contains("overlay"),
+        if fs.contains("overlay") {
+            "available".into()
+        } else {
+            "not in /proc/filesystems".into()
+        },
+        Some("modprobe overlay (needed later for writable image layers)"),
+    ));
+    let newuidmap = ["/usr/bin/newuidmap", "/bin/newuidmap"]
+        .iter()
+        .any(|p| std::path::Path::new(p).exists());
     // SAFETY: geteuid and getegid have no preconditions.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
     let (subids_ok, subids_detail, subids_fix) = match (newuidmap, hull_box::subids::lookup(uid, gid)) {
@@ -99,15 +150,36 @@ pub fn main(args: &DoctorArgs) -> i32 {
         match rt.run(&spec, RunOptions { capture: true }, &mut NoSink) {
             Ok(r) if r.success => {
                 ok_box = true;
-                checks.push(check("box", true, format!("/bin/true ran in a fresh box in {} ms (setup {} us)", r.duration_ms, r.stats.setup_us), None));
+                checks.push(check(
+                    "box",
+                    true,
+                    format!(
+                        "/bin/true ran in a fresh box in {} ms (setup {} us)",
+                        r.duration_ms, r.stats.setup_us
+                    ),
+                    None,
+                ));
             }
-            Ok(r) => checks.push(check("box", false, format!("/bin/true failed: exit {} {:?}", r.exit_code, r.fault), None)),
-            Err(e) => checks.push(check("box", false, e.to_string(), Some("see the checks above"))),
+            Ok(r) => checks.push(check(
+                "box",
+                false,
+                format!("/bin/true failed: exit {} {:?}", r.exit_code, r.fault),
+                None,
+            )),
+            Err(e) => checks.push(check(
+                "box",
+                false,
+                e.to_string(),
+                Some("see the checks above"),
+            )),
         }
     }
 
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&checks).unwrap_or_default());
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&checks).unwrap_or_default()
+        );
     } else {
         for c in &checks {
             println!("{:<22} {:<13} {}", c.name, c.status, c.detail);

@@ -37,11 +37,16 @@ fn image_spec(name: &str) -> Result<BoxSpec, String> {
 fn timed(rt: &Runtime, make: &dyn Fn() -> Result<BoxSpec, String>) -> Result<f64, String> {
     let t = Instant::now();
     let spec = make()?;
-    let (r, teardown) = rt.run_detached(&spec, RunOptions { capture: true }, &mut NoSink).map_err(|e| e.to_string())?;
+    let (r, teardown) = rt
+        .run_detached(&spec, RunOptions { capture: true }, &mut NoSink)
+        .map_err(|e| e.to_string())?;
     let ms = t.elapsed().as_secs_f64() * 1000.0;
     teardown.finish();
     if !r.success {
-        return Err(format!("box in {} failed: exit {} {:?} {}", spec.image_name, r.exit_code, r.fault, r.stderr));
+        return Err(format!(
+            "box in {} failed: exit {} {:?} {}",
+            spec.image_name, r.exit_code, r.fault, r.stderr
+        ));
     }
     Ok(ms)
 }
@@ -75,7 +80,11 @@ pub fn main(name: &str, runs: usize, json: bool) -> i32 {
         Ok(spec)
     };
     let from_image = || image_spec(name);
-    let (mut img, mut dir, mut lookup) = (Vec::with_capacity(runs), Vec::with_capacity(runs), Vec::with_capacity(runs));
+    let (mut img, mut dir, mut lookup) = (
+        Vec::with_capacity(runs),
+        Vec::with_capacity(runs),
+        Vec::with_capacity(runs),
+    );
     for i in 0..runs + 3 {
         // The first three of each are warm-up (page cache, first cgroup) and not counted.
         let a = timed(&rt, &from_image);
@@ -101,13 +110,23 @@ pub fn main(name: &str, runs: usize, json: bool) -> i32 {
     let (lmin, lmed, lp90) = crate::bench::summary(&mut lookup);
     let delta = imed - dmed;
     if json {
-        println!("{}", serde_json::json!({"image": name, "runs": runs, "argv": ARGV, "image_box": {"min": imin, "median": imed, "p90": ip90}, "rootfs_box": {"min": dmin, "median": dmed, "p90": dp90}, "lookup": {"min": lmin, "median": lmed, "p90": lp90}, "overhead_ms": delta, "target_ms": 0.5, "met": delta <= 0.5}));
+        println!(
+            "{}",
+            serde_json::json!({"image": name, "runs": runs, "argv": ARGV, "image_box": {"min": imin, "median": imed, "p90": ip90}, "rootfs_box": {"min": dmin, "median": dmed, "p90": dp90}, "lookup": {"min": lmin, "median": lmed, "p90": lp90}, "overhead_ms": delta, "target_ms": 0.5, "met": delta <= 0.5})
+        );
     } else {
-        println!("`{}` in image {name} vs --rootfs {} ({runs} runs each, interleaved)", ARGV.join(" "), rootfs.display());
+        println!(
+            "`{}` in image {name} vs --rootfs {} ({runs} runs each, interleaved)",
+            ARGV.join(" "),
+            rootfs.display()
+        );
         println!("  --image         min {imin:7.3} ms  median {imed:7.3} ms  p90 {ip90:7.3} ms  (store look-up included)");
         println!("  --rootfs        min {dmin:7.3} ms  median {dmed:7.3} ms  p90 {dp90:7.3} ms");
         println!("  look-up alone   min {lmin:7.3} ms  median {lmed:7.3} ms  p90 {lp90:7.3} ms  (store open, resolve, metadata)");
-        println!("  image overhead  median {delta:+.3} ms (target at most +0.5 ms: {})", if delta <= 0.5 { "met" } else { "not met" });
+        println!(
+            "  image overhead  median {delta:+.3} ms (target at most +0.5 ms: {})",
+            if delta <= 0.5 { "met" } else { "not met" }
+        );
     }
     0
 }

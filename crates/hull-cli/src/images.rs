@@ -66,7 +66,12 @@ pub fn images(args: &ImagesArgs) -> i32 {
                 println!("{:<40} {:<20} {:>10}", "NAME", "DIGEST", "SIZE");
                 println!("{:<40} {:<20} {:>10}", "host", "(embedded)", "-");
                 for i in list {
-                    println!("{:<40} {:<20} {:>10}", i.name, &i.digest[..19.min(i.digest.len())], Human(i.size).to_string());
+                    println!(
+                        "{:<40} {:<20} {:>10}",
+                        i.name,
+                        &i.digest[..19.min(i.digest.len())],
+                        Human(i.size).to_string()
+                    );
                 }
             }
             0

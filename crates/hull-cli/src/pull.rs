@@ -47,34 +47,61 @@ fn short(d: &Digest) -> &str {
 
 impl PullProgress for Progress {
     fn resolved(&self, manifest: &Digest, layers: usize) {
-        self.line(format!("manifest sha256:{} ({layers} layers)", short(manifest)));
+        self.line(format!(
+            "manifest sha256:{} ({layers} layers)",
+            short(manifest)
+        ));
     }
 
     fn layer_start(&self, layer: &Digest, size: u64, resumed_from: u64) {
         if let Some(m) = &self.multi {
             let bar = m.add(ProgressBar::new(size));
-            let style = ProgressStyle::with_template("{prefix} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}").unwrap_or_else(|_| ProgressStyle::default_bar()).progress_chars("=> ");
+            let style = ProgressStyle::with_template(
+                "{prefix} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> ");
             bar.set_style(style);
             bar.set_prefix(format!("layer {}", short(layer)));
             bar.set_position(resumed_from);
-            self.bars.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(layer.clone(), bar);
+            self.bars
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(layer.clone(), bar);
         } else if resumed_from > 0 {
-            eprintln!("layer {}: resuming at {} of {}", short(layer), Human(resumed_from), Human(size));
+            eprintln!(
+                "layer {}: resuming at {} of {}",
+                short(layer),
+                Human(resumed_from),
+                Human(size)
+            );
         }
     }
 
     fn layer_bytes(&self, layer: &Digest, n: u64) {
-        if let Some(b) = self.bars.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(layer) {
+        if let Some(b) = self
+            .bars
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(layer)
+        {
             b.inc(n);
         }
     }
 
     fn layer_done(&self, layer: &Digest, outcome: LayerOutcome) {
         let text = match outcome {
-            LayerOutcome::Downloaded { bytes } => format!("layer {}: downloaded {}", short(layer), Human(bytes)),
+            LayerOutcome::Downloaded { bytes } => {
+                format!("layer {}: downloaded {}", short(layer), Human(bytes))
+            }
             LayerOutcome::AlreadyHere => format!("layer {}: already here", short(layer)),
         };
-        match self.bars.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(layer) {
+        match self
+            .bars
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(layer)
+        {
             Some(b) => b.finish_with_message(text),
             None => self.line(text),
         }
@@ -101,7 +128,16 @@ fn options(args: &PullArgs) -> Result<PullOptions, String> {
     if args.parallel == 0 || args.parallel > 8 {
         return Err(format!("--parallel {}: give 1 to 8", args.parallel));
     }
-    Ok(PullOptions { client: ClientOptions { insecure: args.insecure_registry.clone(), connect_timeout: timeout, read_timeout: timeout }, platform, parallel: args.parallel, ..PullOptions::default() })
+    Ok(PullOptions {
+        client: ClientOptions {
+            insecure: args.insecure_registry.clone(),
+            connect_timeout: timeout,
+            read_timeout: timeout,
+        },
+        platform,
+        parallel: args.parallel,
+        ..PullOptions::default()
+    })
 }
 
 pub fn main(args: &PullArgs) -> i32 {
@@ -119,15 +155,31 @@ pub fn main(args: &PullArgs) -> i32 {
             return 125;
         }
     };
-    let multi = std::io::stderr().is_terminal().then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr()));
-    let progress = Progress { multi, bars: Mutex::new(HashMap::new()) };
+    let multi = std::io::stderr()
+        .is_terminal()
+        .then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr()));
+    let progress = Progress {
+        multi,
+        bars: Mutex::new(HashMap::new()),
+    };
     match store.pull(&args.image, args.name.as_deref(), &opts, &progress) {
         Ok(r) if r.unchanged => {
-            println!("{} is up to date ({}); nothing downloaded", r.image.name, r.image.digest);
+            println!(
+                "{} is up to date ({}); nothing downloaded",
+                r.image.name, r.image.digest
+            );
             0
         }
         Ok(r) => {
-            println!("pulled {} {} ({}): {} layer(s) downloaded ({}), {} already here", r.image.name, r.image.digest, Human(r.image.size), r.blobs_downloaded, Human(r.bytes_downloaded), r.blobs_present);
+            println!(
+                "pulled {} {} ({}): {} layer(s) downloaded ({}), {} already here",
+                r.image.name,
+                r.image.digest,
+                Human(r.image.size),
+                r.blobs_downloaded,
+                Human(r.bytes_downloaded),
+                r.blobs_present
+            );
             0
         }
         Err(e) => {

@@ -7,7 +7,10 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use hull_box::size::parse_size;
 use hull_box::spec::{DEFAULT_PIDS, DEFAULT_TIMEOUT};
-use hull_box::{BindMount, BoxError, BoxSpec, Network, OutputSink, RootSpec, RunOptions, Runtime, Stdin, Stream, TmpfsMount};
+use hull_box::{
+    BindMount, BoxError, BoxSpec, Network, OutputSink, RootSpec, RunOptions, Runtime, Stdin,
+    Stream, TmpfsMount,
+};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum Language {
@@ -26,7 +29,9 @@ pub enum NetworkArg {
 }
 
 #[derive(Args, Debug)]
-#[command(after_help = "Exit status: the program's own exit code (128+N if it died of signal N; 127 if it could not be executed); 125 if the box could not be built.\n\nExamples:\n  hull run -- python3 -c 'print(1)'\n  hull run --code 'import sys; print(sys.version)'\n  hull run --json --memory 64m --timeout 2s --code 'x = bytearray(200 << 20)'")]
+#[command(
+    after_help = "Exit status: the program's own exit code (128+N if it died of signal N; 127 if it could not be executed); 125 if the box could not be built.\n\nExamples:\n  hull run -- python3 -c 'print(1)'\n  hull run --code 'import sys; print(sys.version)'\n  hull run --json --memory 64m --timeout 2s --code 'x = bytearray(200 << 20)'"
+)]
 pub struct RunArgs {
     /// Code to run with --language's interpreter instead of a command.
     #[arg(long, conflicts_with = "command")]
@@ -107,15 +112,23 @@ pub struct RunArgs {
 /// Parses `30s`, `500ms`, `2m`, `1h` or a bare number of seconds.
 pub fn parse_duration(arg: &str, text: &str) -> Result<Duration, String> {
     let t = text.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: f64 = num.parse().map_err(|_| format!("{arg} `{text}` is not a duration; write e.g. 30s, 500ms or 2m"))?;
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{arg} `{text}` is not a duration; write e.g. 30s, 500ms or 2m"))?;
     let secs = match unit {
         "" | "s" => n,
         "ms" => n / 1000.0,
         "m" | "min" => n * 60.0,
         "h" => n * 3600.0,
-        _ => return Err(format!("{arg} `{text}` has an unknown unit `{unit}`; use ms, s, m or h")),
+        _ => {
+            return Err(format!(
+                "{arg} `{text}` has an unknown unit `{unit}`; use ms, s, m or h"
+            ))
+        }
     };
     if !secs.is_finite() || secs <= 0.0 || secs > 7.0 * 86400.0 {
         return Err(format!("{arg} `{text}` must be between 1ms and 7 days"));
@@ -144,15 +157,24 @@ pub fn spec_from(args: &RunArgs) -> Result<BoxSpec, String> {
         spec.root = RootSpec::Dir(dir.clone());
         spec.image_name = dir.display().to_string();
     } else if args.image != "host" {
-        let store = hull_image::Store::open(&hull_image::default_home()).map_err(|e| format!("--image `{}`: {e}", args.image))?;
-        let info = store.resolve(&args.image).map_err(|e| format!("--image: {e}"))?;
+        let store = hull_image::Store::open(&hull_image::default_home())
+            .map_err(|e| format!("--image `{}`: {e}", args.image))?;
+        let info = store
+            .resolve(&args.image)
+            .map_err(|e| format!("--image: {e}"))?;
         spec.root = RootSpec::Dir(info.rootfs.clone());
         spec.image_name = info.name.clone();
         image_config = Some(info.config);
     }
     if let Some(cfg) = &image_config {
         if spec.argv.is_empty() {
-            spec.argv = cfg.entrypoint.iter().flatten().chain(cfg.cmd.iter().flatten()).cloned().collect();
+            spec.argv = cfg
+                .entrypoint
+                .iter()
+                .flatten()
+                .chain(cfg.cmd.iter().flatten())
+                .cloned()
+                .collect();
         }
         for kv in cfg.env.iter().flatten() {
             if let Some((k, v)) = kv.split_once('=') {
@@ -162,19 +184,28 @@ pub fn spec_from(args: &RunArgs) -> Result<BoxSpec, String> {
         if let Some(wd) = cfg.working_dir.as_ref().filter(|w| w.starts_with('/')) {
             spec.cwd = wd.clone();
         }
-        if let Some(u) = cfg.user.as_ref().filter(|u| !u.is_empty() && *u != "root" && *u != "0" && *u != "0:0") {
+        if let Some(u) = cfg
+            .user
+            .as_ref()
+            .filter(|u| !u.is_empty() && *u != "root" && *u != "0" && *u != "0:0")
+        {
             eprintln!("hull: warning: the image asks for user `{u}`; boxes run as uid 0 of their own user namespace (a single-uid map)");
         }
     }
     spec.workspace = args.workspace.clone();
     spec.tmp_size = size_arg("--tmp-size", &args.tmp_size)?;
     for t in &args.tmpfs {
-        let (path, size) = t.split_once('=').ok_or_else(|| format!("--tmpfs `{t}`: write it as PATH=SIZE, e.g. /cache=128m"))?;
+        let (path, size) = t
+            .split_once('=')
+            .ok_or_else(|| format!("--tmpfs `{t}`: write it as PATH=SIZE, e.g. /cache=128m"))?;
         let size = size_arg("--tmpfs", size)?;
         if path == "/tmp" {
             spec.tmp_size = size;
         } else {
-            spec.tmpfs.push(TmpfsMount { target: path.to_string(), size });
+            spec.tmpfs.push(TmpfsMount {
+                target: path.to_string(),
+                size,
+            });
         }
     }
     for m in &args.mount {
@@ -189,26 +220,52 @@ pub fn spec_from(args: &RunArgs) -> Result<BoxSpec, String> {
         if src.is_empty() || dst.is_empty() {
             return Err(format!("--mount `{m}`: both SRC and DST are needed"));
         }
-        spec.mounts.push(BindMount { source: PathBuf::from(src), target: dst.to_string(), read_only: ro });
+        spec.mounts.push(BindMount {
+            source: PathBuf::from(src),
+            target: dst.to_string(),
+            read_only: ro,
+        });
     }
-    spec.network = if args.network == NetworkArg::Host { Network::Host } else { Network::None };
+    spec.network = if args.network == NetworkArg::Host {
+        Network::Host
+    } else {
+        Network::None
+    };
     spec.cap_add = args.cap_add.clone();
     spec.cap_drop = args.cap_drop.clone();
-    spec.memory = args.memory.as_deref().map(|m| size_arg("--memory", m)).transpose()?;
-    spec.pids = if args.pids == 0 { None } else { Some(args.pids) };
+    spec.memory = args
+        .memory
+        .as_deref()
+        .map(|m| size_arg("--memory", m))
+        .transpose()?;
+    spec.pids = if args.pids == 0 {
+        None
+    } else {
+        Some(args.pids)
+    };
     spec.cpus = args.cpus;
     spec.require_limits = args.require_limits;
     spec.subids = args.subids;
-    spec.timeout = if args.timeout.is_empty() { DEFAULT_TIMEOUT } else { parse_duration("--timeout", &args.timeout)? };
+    spec.timeout = if args.timeout.is_empty() {
+        DEFAULT_TIMEOUT
+    } else {
+        parse_duration("--timeout", &args.timeout)?
+    };
     spec.max_output = size_arg("--max-output", &args.max_output)?;
     for e in &args.env {
-        let (k, v) = e.split_once('=').ok_or_else(|| format!("--env `{e}`: write it as NAME=VALUE"))?;
+        let (k, v) = e
+            .split_once('=')
+            .ok_or_else(|| format!("--env `{e}`: write it as NAME=VALUE"))?;
         spec.env.push((k.to_string(), v.to_string()));
     }
     if let Some(cwd) = &args.cwd {
         spec.cwd = cwd.clone();
     }
-    spec.stdin = if args.interactive { Stdin::Inherit } else { Stdin::Null };
+    spec.stdin = if args.interactive {
+        Stdin::Inherit
+    } else {
+        Stdin::Null
+    };
     Ok(spec)
 }
 
@@ -228,12 +285,18 @@ impl Passthrough {
         let writer = std::thread::spawn(move || {
             for (stream, data) in rx {
                 let _ = match stream {
-                    Stream::Stdout => std::io::stdout().lock().write_all(&data).and_then(|()| std::io::stdout().flush()),
+                    Stream::Stdout => std::io::stdout()
+                        .lock()
+                        .write_all(&data)
+                        .and_then(|()| std::io::stdout().flush()),
                     Stream::Stderr => std::io::stderr().lock().write_all(&data),
                 };
             }
         });
-        Passthrough { tx: Some(tx), writer: Some(writer) }
+        Passthrough {
+            tx: Some(tx),
+            writer: Some(writer),
+        }
     }
 
     /// Waits until everything queued has been written.
@@ -262,7 +325,10 @@ pub fn main(args: RunArgs) -> i32 {
         Ok(s) => s,
         Err(msg) => {
             if args.json {
-                println!("{}", serde_json::json!({ "error": { "kind": "invalid_argument", "message": msg, "chain": [msg] } }));
+                println!(
+                    "{}",
+                    serde_json::json!({ "error": { "kind": "invalid_argument", "message": msg, "chain": [msg] } })
+                );
             } else {
                 eprintln!("hull: error: {msg}");
             }
@@ -301,7 +367,11 @@ pub fn main(args: RunArgs) -> i32 {
     match result {
         Ok((r, teardown)) => {
             if args.json {
-                let _ = writeln!(std::io::stdout(), "{}", serde_json::to_string(&r).unwrap_or_default());
+                let _ = writeln!(
+                    std::io::stdout(),
+                    "{}",
+                    serde_json::to_string(&r).unwrap_or_default()
+                );
             } else {
                 for w in &r.warnings {
                     eprintln!("hull: warning: {w}");
@@ -333,10 +403,18 @@ mod tests {
 
     #[test]
     fn durations() {
-        assert_eq!(parse_duration("--timeout", "2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(
+            parse_duration("--timeout", "2s"),
+            Ok(Duration::from_secs(2))
+        );
         assert_eq!(parse_duration("--timeout", "2"), Ok(Duration::from_secs(2)));
-        assert_eq!(parse_duration("--timeout", "500ms"), Ok(Duration::from_millis(500)));
-        assert!(parse_duration("--timeout", "2x").unwrap_err().contains("--timeout"));
+        assert_eq!(
+            parse_duration("--timeout", "500ms"),
+            Ok(Duration::from_millis(500))
+        );
+        assert!(parse_duration("--timeout", "2x")
+            .unwrap_err()
+            .contains("--timeout"));
         assert!(parse_duration("--timeout", "0").is_err());
     }
 }

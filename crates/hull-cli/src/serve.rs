@@ -72,15 +72,25 @@ impl RunParams {
             Some("bash") => Language::Bash,
             Some("sh") => Language::Sh,
             Some("node") => Language::Node,
-            Some(other) => return Err(invalid(format!("params.language `{other}`: use python, bash, sh or node"))),
+            Some(other) => {
+                return Err(invalid(format!(
+                    "params.language `{other}`: use python, bash, sh or node"
+                )))
+            }
         };
         let network = match self.network.as_deref() {
             None | Some("none") => NetworkArg::None,
             Some("host") => NetworkArg::Host,
-            Some(other) => return Err(invalid(format!("params.network `{other}`: use none or host"))),
+            Some(other) => {
+                return Err(invalid(format!(
+                    "params.network `{other}`: use none or host"
+                )))
+            }
         };
         if self.code.is_some() && !self.argv.is_empty() {
-            return Err(invalid("params: give either `code` or `argv`, not both".into()));
+            return Err(invalid(
+                "params: give either `code` or `argv`, not both".into(),
+            ));
         }
         let timeout = match self.timeout {
             None => "30s".to_string(),
@@ -109,7 +119,11 @@ impl RunParams {
             subids: self.subids,
             timeout,
             max_output: self.max_output.unwrap_or_else(|| "64m".into()),
-            env: self.env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
+            env: self
+                .env
+                .into_iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect(),
             cwd: self.cwd,
             interactive: false,
             command: self.argv,
@@ -157,7 +171,11 @@ impl Out {
                 }
             }
         });
-        Out { tx, pending, dropped: Arc::new(AtomicU64::new(0)) }
+        Out {
+            tx,
+            pending,
+            dropped: Arc::new(AtomicU64::new(0)),
+        }
     }
 
     /// Queues an answer (never dropped).
@@ -198,7 +216,11 @@ pub(crate) struct EventSink {
 
 impl EventSink {
     pub(crate) fn new(out: Out, id: Value) -> EventSink {
-        EventSink { out, id, carry: [Vec::new(), Vec::new()] }
+        EventSink {
+            out,
+            id,
+            carry: [Vec::new(), Vec::new()],
+        }
     }
 }
 
@@ -222,12 +244,24 @@ impl OutputSink for EventSink {
         if buf.is_empty() {
             return;
         }
-        let name = if stream == Stream::Stdout { "stdout" } else { "stderr" };
-        self.out.event(&json!({ "id": self.id, "event": name, "data": String::from_utf8_lossy(&buf) }));
+        let name = if stream == Stream::Stdout {
+            "stdout"
+        } else {
+            "stderr"
+        };
+        self.out
+            .event(&json!({ "id": self.id, "event": name, "data": String::from_utf8_lossy(&buf) }));
     }
 }
 
-fn handle(rt: &Arc<Runtime>, sessions: &crate::serve_sandbox::Sessions, out: &Out, id: Value, method: &str, params: Value) {
+fn handle(
+    rt: &Arc<Runtime>,
+    sessions: &crate::serve_sandbox::Sessions,
+    out: &Out,
+    id: Value,
+    method: &str,
+    params: Value,
+) {
     let reply = |r: Result<Value, Value>| match r {
         Ok(v) => out.send(&json!({ "id": id, "result": v })),
         Err(e) => out.send(&json!({ "id": id, "error": e })),
@@ -240,10 +274,11 @@ fn handle(rt: &Arc<Runtime>, sessions: &crate::serve_sandbox::Sessions, out: &Ou
             "images": ["host"],
         })))),
         "run" => {
-            let params: RunParams = match serde_json::from_value(if params.is_null() { json!({}) } else { params }) {
-                Ok(p) => p,
-                Err(e) => return reply(Err(invalid(format!("params: {e}")))),
-            };
+            let params: RunParams =
+                match serde_json::from_value(if params.is_null() { json!({}) } else { params }) {
+                    Ok(p) => p,
+                    Err(e) => return reply(Err(invalid(format!("params: {e}")))),
+                };
             let stream = params.stream;
             let args = match params.into_args() {
                 Ok(a) => a,
@@ -264,11 +299,17 @@ fn handle(rt: &Arc<Runtime>, sessions: &crate::serve_sandbox::Sessions, out: &Ou
                     reply(Ok(serde_json::to_value(&r).unwrap_or(Value::Null)));
                     teardown.finish();
                 }
-                Err(e) => reply(Err(json!({ "kind": e.kind(), "message": e.to_string(), "chain": crate::error_chain(&e) }))),
+                Err(e) => reply(Err(
+                    json!({ "kind": e.kind(), "message": e.to_string(), "chain": crate::error_chain(&e) }),
+                )),
             }
         }
-        m if m.starts_with("sandbox.") || m.starts_with("kernel.") => reply(sessions.handle(rt, out, &id, m, params)),
-        other => reply(Err(json!({ "kind": "unknown_method", "message": format!("unknown method `{other}`; see `hello` for the list"), "chain": [] }))),
+        m if m.starts_with("sandbox.") || m.starts_with("kernel.") => {
+            reply(sessions.handle(rt, out, &id, m, params))
+        }
+        other => reply(Err(
+            json!({ "kind": "unknown_method", "message": format!("unknown method `{other}`; see `hello` for the list"), "chain": [] }),
+        )),
     }
 }
 
@@ -299,7 +340,11 @@ pub fn main(_args: &ServeArgs) -> i32 {
             }
         };
         let id = req.get("id").cloned().unwrap_or(Value::Null);
-        let Some(method) = req.get("method").and_then(Value::as_str).map(str::to_string) else {
+        let Some(method) = req
+            .get("method")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+        else {
             out.send(&json!({ "id": id, "error": { "kind": "protocol", "message": "a request needs a string `method`", "chain": [] } }));
             continue;
         };
@@ -314,7 +359,9 @@ pub fn main(_args: &ServeArgs) -> i32 {
         }
         let params = req.get("params").cloned().unwrap_or(Value::Null);
         let (rt, out, sessions) = (Arc::clone(&rt), out.clone(), Arc::clone(&sessions));
-        workers.push(std::thread::spawn(move || handle(&rt, &sessions, &out, id, &method, params)));
+        workers.push(std::thread::spawn(move || {
+            handle(&rt, &sessions, &out, id, &method, params)
+        }));
         workers.retain(|w| !w.is_finished());
     }
     for w in workers {
@@ -328,7 +375,11 @@ pub fn main(_args: &ServeArgs) -> i32 {
 /// Adds every image in the local store (pulled or imported) after the embedded ones in a
 /// `hello` answer's `images`.
 fn with_store_images(mut hello: Value) -> Value {
-    let stored = hull_image::Store::open(&hull_image::default_home()).and_then(|s| s.list()).into_iter().flatten().map(|i| Value::String(i.name));
+    let stored = hull_image::Store::open(&hull_image::default_home())
+        .and_then(|s| s.list())
+        .into_iter()
+        .flatten()
+        .map(|i| Value::String(i.name));
     if let Some(list) = hello.get_mut("images").and_then(Value::as_array_mut) {
         list.extend(stored);
     }

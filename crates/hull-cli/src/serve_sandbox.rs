@@ -15,8 +15,18 @@ use crate::serve::{EventSink, Out};
 
 /// The methods this module answers, for `hello`.
 pub const METHODS: &[&str] = &[
-    "sandbox.create", "sandbox.run_code", "sandbox.run", "sandbox.write_file", "sandbox.read_file", "sandbox.list_files",
-    "sandbox.snapshot", "sandbox.restore", "sandbox.destroy", "kernel.start", "kernel.run_code", "kernel.close",
+    "sandbox.create",
+    "sandbox.run_code",
+    "sandbox.run",
+    "sandbox.write_file",
+    "sandbox.read_file",
+    "sandbox.list_files",
+    "sandbox.snapshot",
+    "sandbox.restore",
+    "sandbox.destroy",
+    "kernel.start",
+    "kernel.run_code",
+    "kernel.close",
 ];
 
 /// The most `sandbox.read_file` returns without `max_bytes`; larger files need `max_bytes`.
@@ -32,7 +42,11 @@ pub struct Sessions {
 impl Sessions {
     /// Destroys every sandbox (at shutdown or end of input), waiting for their boxes to go.
     pub fn destroy_all(&self) {
-        let all: Vec<Arc<Sandbox>> = self.map.lock().map(|mut m| m.drain().map(|(_, s)| s).collect()).unwrap_or_default();
+        let all: Vec<Arc<Sandbox>> = self
+            .map
+            .lock()
+            .map(|mut m| m.drain().map(|(_, s)| s).collect())
+            .unwrap_or_default();
         for s in all {
             s.destroy();
         }
@@ -40,10 +54,13 @@ impl Sessions {
 }
 
 fn error_json(e: &SandboxError) -> Value {
-    let mut v = json!({ "kind": e.kind(), "message": e.to_string(), "chain": crate::error_chain(e) });
+    let mut v =
+        json!({ "kind": e.kind(), "message": e.to_string(), "chain": crate::error_chain(e) });
     match e {
         SandboxError::Invalid { arg, .. } => v["arg"] = json!(arg),
-        SandboxError::Box(hull_box::BoxError::Setup { step, errno, path, .. }) => {
+        SandboxError::Box(hull_box::BoxError::Setup {
+            step, errno, path, ..
+        }) => {
             v["step"] = json!(step);
             v["reason"] = json!(errno.to_string());
             v["path"] = json!(path);
@@ -56,11 +73,16 @@ fn error_json(e: &SandboxError) -> Value {
 }
 
 fn bad(arg: &str, why: &str) -> SandboxError {
-    SandboxError::Invalid { arg: arg.to_string(), why: why.to_string() }
+    SandboxError::Invalid {
+        arg: arg.to_string(),
+        why: why.to_string(),
+    }
 }
 
 fn str_param<'a>(p: &'a Map<String, Value>, k: &str) -> Result<&'a str, SandboxError> {
-    p.get(k).and_then(Value::as_str).ok_or_else(|| bad(k, "a string is required"))
+    p.get(k)
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad(k, "a string is required"))
 }
 
 fn opt_str<'a>(p: &'a Map<String, Value>, k: &str) -> Result<Option<&'a str>, SandboxError> {
@@ -86,15 +108,39 @@ fn exec_json(r: &hull::ExecResult) -> Value {
 impl Sessions {
     fn get(&self, p: &Map<String, Value>) -> Result<Arc<Sandbox>, SandboxError> {
         let id = str_param(p, "sandbox")?;
-        self.map.lock().ok().and_then(|m| m.get(id).cloned()).ok_or_else(|| bad("sandbox", &format!("no sandbox `{id}` in this server (destroyed, or never created)")))
+        self.map
+            .lock()
+            .ok()
+            .and_then(|m| m.get(id).cloned())
+            .ok_or_else(|| {
+                bad(
+                    "sandbox",
+                    &format!("no sandbox `{id}` in this server (destroyed, or never created)"),
+                )
+            })
     }
 
     /// Answers one `sandbox.*` or `kernel.*` request.
-    pub fn handle(&self, rt: &Arc<Runtime>, out: &Out, id: &Value, method: &str, params: Value) -> Result<Value, Value> {
-        self.dispatch(rt, out, id, method, params).map_err(|e| error_json(&e))
+    pub fn handle(
+        &self,
+        rt: &Arc<Runtime>,
+        out: &Out,
+        id: &Value,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, Value> {
+        self.dispatch(rt, out, id, method, params)
+            .map_err(|e| error_json(&e))
     }
 
-    fn dispatch(&self, rt: &Arc<Runtime>, out: &Out, id: &Value, method: &str, params: Value) -> Result<Value, SandboxError> {
+    fn dispatch(
+        &self,
+        rt: &Arc<Runtime>,
+        out: &Out,
+        id: &Value,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, SandboxError> {
         let empty = Map::new();
         let p = match &params {
             Value::Object(m) => m,
@@ -124,7 +170,14 @@ impl Sessions {
             "sandbox.run" => {
                 let sb = self.get(p)?;
                 let argv: Vec<String> = match p.get("argv") {
-                    Some(Value::Array(a)) => a.iter().map(|x| x.as_str().map(str::to_string).ok_or_else(|| bad("argv", "must be a list of strings"))).collect::<Result<_, _>>()?,
+                    Some(Value::Array(a)) => a
+                        .iter()
+                        .map(|x| {
+                            x.as_str()
+                                .map(str::to_string)
+                                .ok_or_else(|| bad("argv", "must be a list of strings"))
+                        })
+                        .collect::<Result<_, _>>()?,
                     _ => return Err(bad("argv", "a list of strings is required")),
                 };
                 let r = sb.run(argv, sink_for(p, out, id))?;
@@ -133,7 +186,9 @@ impl Sessions {
             "sandbox.write_file" => {
                 let sb = self.get(p)?;
                 let data = match (opt_str(p, "data_b64")?, opt_str(p, "text")?) {
-                    (Some(d), None) => b64.decode(d).map_err(|e| bad("data_b64", &format!("not base64: {e}")))?,
+                    (Some(d), None) => b64
+                        .decode(d)
+                        .map_err(|e| bad("data_b64", &format!("not base64: {e}")))?,
                     (None, Some(t)) => t.as_bytes().to_vec(),
                     _ => return Err(bad("data_b64", "give exactly one of `data_b64` or `text`")),
                 };
@@ -144,14 +199,20 @@ impl Sessions {
                 let sb = self.get(p)?;
                 let (max, whole) = match p.get("max_bytes") {
                     None | Some(Value::Null) => (READ_WHOLE_MAX, true),
-                    Some(v) => (v.as_u64().ok_or_else(|| bad("max_bytes", "must be a non-negative integer"))?, false),
+                    Some(v) => (
+                        v.as_u64()
+                            .ok_or_else(|| bad("max_bytes", "must be a non-negative integer"))?,
+                        false,
+                    ),
                 };
                 let path = str_param(p, "path")?;
                 let (data, size) = sb.files().read_file(path, max)?;
                 if whole && size > max {
                     return Err(bad("max_bytes", &format!("{path} is {size} bytes, more than {READ_WHOLE_MAX} read whole; pass max_bytes to read its start, or snapshot the workspace")));
                 }
-                Ok(json!({ "data_b64": b64.encode(&data), "size": size, "truncated": (data.len() as u64) < size }))
+                Ok(
+                    json!({ "data_b64": b64.encode(&data), "size": size, "truncated": (data.len() as u64) < size }),
+                )
             }
             "sandbox.list_files" => {
                 let sb = self.get(p)?;
@@ -187,7 +248,12 @@ impl Sessions {
             "kernel.run_code" => {
                 let sb = self.get(p)?;
                 let kid = str_param(p, "kernel")?;
-                let k = sb.get_kernel(kid).ok_or_else(|| bad("kernel", &format!("no kernel `{kid}` in sandbox `{}`", sb.id)))?;
+                let k = sb.get_kernel(kid).ok_or_else(|| {
+                    bad(
+                        "kernel",
+                        &format!("no kernel `{kid}` in sandbox `{}`", sb.id),
+                    )
+                })?;
                 let mut sink = sink_for(p, out, id);
                 let r = sb.kernel_run(&k, str_param(p, "code")?, &mut *sink)?;
                 Ok(exec_json(&r))

@@ -11,9 +11,15 @@ use std::net::TcpListener;
 #[test]
 fn host_files_outside_mounts_are_not_visible() {
     // A secret in a host directory the box was not given.
-    let dir = tempfile::tempdir_in(std::env::var("HULL_TEST_SECRET_DIR").unwrap_or_else(|_| "/var/tmp".into())).unwrap();
+    let dir = tempfile::tempdir_in(
+        std::env::var("HULL_TEST_SECRET_DIR").unwrap_or_else(|_| "/var/tmp".into()),
+    )
+    .unwrap();
     let secret = dir.path().join("secret.txt");
-    std::fs::File::create(&secret).unwrap().write_all(b"hunter2").unwrap();
+    std::fs::File::create(&secret)
+        .unwrap()
+        .write_all(b"hunter2")
+        .unwrap();
     let code = format!(
         "import os\nfor p in [{:?}, '/etc/shadow', '/root', '/home', '/var/tmp', '/run']:\n    print(p, os.path.exists(p))\ntry:\n    open({:?}).read(); print('READ')\nexcept OSError as e:\n    print('errno', e.errno)",
         secret.display().to_string(),
@@ -25,7 +31,10 @@ fn host_files_outside_mounts_are_not_visible() {
     for line in out.lines().take(6) {
         assert!(line.ends_with("False"), "visible in the box: {line}\n{out}");
     }
-    assert!(out.contains("errno 2") && !out.contains("READ") && !out.contains("hunter2"), "{out}");
+    assert!(
+        out.contains("errno 2") && !out.contains("READ") && !out.contains("hunter2"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -47,7 +56,10 @@ fn host_loopback_server_is_unreachable_but_host_network_is_a_named_relaxation() 
     let v = run_json(&["--code", &code]);
     let out = stdout(&v);
     assert!(out.contains("refused 111"), "{out} {v}");
-    assert!(listener.accept().is_err(), "the host listener got a connection from the box");
+    assert!(
+        listener.accept().is_err(),
+        "the host listener got a connection from the box"
+    );
     // The explicit relaxation reaches it (loopback only, our own listener).
     let v = run_json(&["--network", "host", "--code", &code]);
     assert!(stdout(&v).contains("CONNECTED"), "{v}");
@@ -55,13 +67,47 @@ fn host_loopback_server_is_unreachable_but_host_network_is_a_named_relaxation() 
 
 /// Numbers of escape syscalls on this architecture, looked up in the policy by name.
 fn nr(name: &str) -> i64 {
-    hull_seccomp::default_policy().iter().find(|r| r.name == name).unwrap_or_else(|| panic!("{name} not in policy")).nr
+    hull_seccomp::default_policy()
+        .iter()
+        .find(|r| r.name == name)
+        .unwrap_or_else(|| panic!("{name} not in policy"))
+        .nr
 }
 
 #[test]
 fn each_escape_syscall_kills_the_box_and_is_named() {
     let names = [
-        "ptrace", "mount", "umount2", "pivot_root", "unshare", "setns", "bpf", "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "reboot", "swapon", "swapoff", "fsopen", "fsconfig", "fsmount", "fspick", "open_tree", "move_mount", "mount_setattr", "keyctl", "add_key", "request_key", "userfaultfd", "perf_event_open", "io_uring_setup", "io_uring_enter", "io_uring_register", "open_by_handle_at",
+        "ptrace",
+        "mount",
+        "umount2",
+        "pivot_root",
+        "unshare",
+        "setns",
+        "bpf",
+        "kexec_load",
+        "kexec_file_load",
+        "init_module",
+        "finit_module",
+        "delete_module",
+        "reboot",
+        "swapon",
+        "swapoff",
+        "fsopen",
+        "fsconfig",
+        "fsmount",
+        "fspick",
+        "open_tree",
+        "move_mount",
+        "mount_setattr",
+        "keyctl",
+        "add_key",
+        "request_key",
+        "userfaultfd",
+        "perf_event_open",
+        "io_uring_setup",
+        "io_uring_enter",
+        "io_uring_register",
+        "open_by_handle_at",
     ];
     for name in names {
         // The marker file proves the code ran up to the call and no further.
@@ -70,7 +116,10 @@ fn each_escape_syscall_kills_the_box_and_is_named() {
         assert_eq!(fault(&v).as_deref(), Some("escape_blocked"), "{name}: {v}");
         assert_eq!(v["fault"]["syscall"].as_str(), Some(name), "{name}: {v}");
         let out = stdout(&v);
-        assert!(out.contains("before") && !out.contains("AFTER"), "{name}: {out}");
+        assert!(
+            out.contains("before") && !out.contains("AFTER"),
+            "{name}: {out}"
+        );
     }
 }
 
@@ -86,8 +135,15 @@ fn clone_with_namespace_flags_is_killed_but_threads_and_fork_work() {
 #[test]
 fn a_program_killing_itself_with_sigsys_is_not_an_escape() {
     // Only the filter's own kills count; they reach the supervisor through the listener.
-    let v = run_json(&["--code", "import os, signal\nprint('before', flush=True)\nos.kill(os.getpid(), signal.SIGSYS)"]);
-    assert_eq!(v["exit_code"].as_i64(), Some(128 + i64::from(libc::SIGSYS)), "{v}");
+    let v = run_json(&[
+        "--code",
+        "import os, signal\nprint('before', flush=True)\nos.kill(os.getpid(), signal.SIGSYS)",
+    ]);
+    assert_eq!(
+        v["exit_code"].as_i64(),
+        Some(128 + i64::from(libc::SIGSYS)),
+        "{v}"
+    );
     assert!(v["fault"].is_null(), "{v}");
     assert!(stdout(&v).contains("before"), "{v}");
 }
@@ -99,8 +155,14 @@ fn foreign_abi_calls_are_killed_and_named_by_their_abi() {
     let x32 = "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nprint('before', flush=True)\nr = libc.syscall(0x40000000 | 39)\nprint('AFTER', r)";
     let v = run_json(&["--code", x32]);
     assert_eq!(fault(&v).as_deref(), Some("escape_blocked"), "{v}");
-    assert!(v["fault"]["syscall"].as_str().unwrap_or("").contains("x32"), "{v}");
-    assert!(stdout(&v).contains("before") && !stdout(&v).contains("AFTER"), "{v}");
+    assert!(
+        v["fault"]["syscall"].as_str().unwrap_or("").contains("x32"),
+        "{v}"
+    );
+    assert!(
+        stdout(&v).contains("before") && !stdout(&v).contains("AFTER"),
+        "{v}"
+    );
     // i386 getpid through `int 0x80` (arch AUDIT_ARCH_I386), from an executable page.
     let i386 = "import ctypes, mmap\ncode = bytes([0xb8, 20, 0, 0, 0, 0xcd, 0x80, 0xc3])\nm = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\nm.write(code)\nf = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(m)))\nprint('before', flush=True)\nprint('AFTER', f())";
     let v = run_json(&["--code", i386]);
@@ -109,8 +171,17 @@ fn foreign_abi_calls_are_killed_and_named_by_their_abi() {
         return;
     }
     assert_eq!(fault(&v).as_deref(), Some("escape_blocked"), "{v}");
-    assert!(v["fault"]["syscall"].as_str().unwrap_or("").contains("foreign-architecture"), "{v}");
-    assert!(stdout(&v).contains("before") && !stdout(&v).contains("AFTER"), "{v}");
+    assert!(
+        v["fault"]["syscall"]
+            .as_str()
+            .unwrap_or("")
+            .contains("foreign-architecture"),
+        "{v}"
+    );
+    assert!(
+        stdout(&v).contains("before") && !stdout(&v).contains("AFTER"),
+        "{v}"
+    );
 }
 
 #[test]
@@ -127,21 +198,37 @@ fn capabilities_inside_are_zero() {
 
 #[test]
 fn a_kept_capability_is_namespaced_and_visible() {
-    let v = run_json(&["--cap-add", "NET_BIND_SERVICE", "--", "grep", "^CapEff", "/proc/self/status"]);
+    let v = run_json(&[
+        "--cap-add",
+        "NET_BIND_SERVICE",
+        "--",
+        "grep",
+        "^CapEff",
+        "/proc/self/status",
+    ]);
     assert!(stdout(&v).contains("0000000000000400"), "{v}");
 }
 
 #[test]
 fn proc_is_fresh_and_masked() {
     // Mask only what this kernel has; at least one of these exists on any kernel we support.
-    let masked: Vec<&str> = ["kcore", "keys", "timer_list", "sched_debug", "kallsyms"].into_iter().filter(|f| std::path::Path::new(&format!("/proc/{f}")).exists()).collect();
+    let masked: Vec<&str> = ["kcore", "keys", "timer_list", "sched_debug", "kallsyms"]
+        .into_iter()
+        .filter(|f| std::path::Path::new(&format!("/proc/{f}")).exists())
+        .collect();
     assert!(!masked.is_empty());
     let code = format!("import os\nprint('pids', sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))\nfor f in {masked:?}:\n    print(f, len(open('/proc/' + f, 'rb').read()))\ntry:\n    open('/proc/sys/kernel/hostname','w').write('x'); print('SYSWRITE')\nexcept OSError as e:\n    print('sys', e.errno)\nprint('host', open('/proc/sys/kernel/hostname').read().strip())");
     let v = run_json(&["--code", &code]);
     let out = stdout(&v);
-    assert!(out.contains("pids [1, 2]"), "pid namespace not fresh: {out} {v}");
+    assert!(
+        out.contains("pids [1, 2]"),
+        "pid namespace not fresh: {out} {v}"
+    );
     for f in &masked {
-        assert!(out.contains(&format!("{f} 0")), "/proc/{f} not masked: {out}");
+        assert!(
+            out.contains(&format!("{f} 0")),
+            "/proc/{f} not masked: {out}"
+        );
     }
     assert!(out.contains("sys 30") && !out.contains("SYSWRITE"), "{out}");
     assert!(out.contains("host hull"), "{out}");
@@ -149,13 +236,27 @@ fn proc_is_fresh_and_masked() {
 
 #[test]
 fn dev_is_minimal() {
-    let v = run_json(&["--", "sh", "-c", "ls /dev; echo x > /dev/null && echo null-ok; head -c 4 /dev/urandom | wc -c"]);
+    let v = run_json(&[
+        "--",
+        "sh",
+        "-c",
+        "ls /dev; echo x > /dev/null && echo null-ok; head -c 4 /dev/urandom | wc -c",
+    ]);
     let out = stdout(&v);
-    for d in ["null", "zero", "full", "random", "urandom", "tty", "pts", "shm"] {
+    for d in [
+        "null", "zero", "full", "random", "urandom", "tty", "pts", "shm",
+    ] {
         assert!(out.lines().any(|l| l == d), "missing /dev/{d}: {out}");
     }
-    assert!(!out.lines().any(|l| l == "sda" || l == "vda" || l == "kvm" || l == "mem"), "{out}");
-    assert!(out.contains("null-ok") && out.lines().any(|l| l.trim() == "4"), "{out}");
+    assert!(
+        !out.lines()
+            .any(|l| l == "sda" || l == "vda" || l == "kvm" || l == "mem"),
+        "{out}"
+    );
+    assert!(
+        out.contains("null-ok") && out.lines().any(|l| l.trim() == "4"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -163,10 +264,20 @@ fn memory_cap_ends_as_oom() {
     if !cap_enforced("Memory") {
         return;
     }
-    let v = run_json(&["--memory", "64m", "--tmp-size", "16m", "--code", "x = bytearray(200 << 20)\nprint('ALLOCATED')"]);
+    let v = run_json(&[
+        "--memory",
+        "64m",
+        "--tmp-size",
+        "16m",
+        "--code",
+        "x = bytearray(200 << 20)\nprint('ALLOCATED')",
+    ]);
     assert_eq!(fault(&v).as_deref(), Some("oom"), "{v}");
     assert!(!stdout(&v).contains("ALLOCATED"));
-    assert!(v["stats"]["peak_memory"].as_u64().unwrap() <= 64 << 20, "{v}");
+    assert!(
+        v["stats"]["peak_memory"].as_u64().unwrap() <= 64 << 20,
+        "{v}"
+    );
 }
 
 #[test]
@@ -177,16 +288,25 @@ fn fork_bomb_is_contained_by_the_pids_cap() {
     let code = "import os, time\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n            time.sleep(30); os._exit(0)\n        n += 1\nexcept OSError as e:\n    print('stopped', n, e.errno, flush=True)";
     let v = run_json(&["--pids", "32", "--timeout", "10s", "--code", code]);
     let out = stdout(&v);
-    assert!(out.contains("stopped") && out.contains(" 11"), "fork bomb was not stopped by EAGAIN: {v}");
+    assert!(
+        out.contains("stopped") && out.contains(" 11"),
+        "fork bomb was not stopped by EAGAIN: {v}"
+    );
     let n: u64 = out.split_whitespace().nth(1).unwrap().parse().unwrap();
     assert!(n < 32, "{n} forks got through a cap of 32");
     // The host keeps working.
-    assert!(std::process::Command::new("true").status().unwrap().success());
+    assert!(std::process::Command::new("true")
+        .status()
+        .unwrap()
+        .success());
 }
 
 /// Whether a process whose command line contains `marker` exists on the host.
 fn process_with(marker: &str) -> bool {
-    std::fs::read_dir("/proc").unwrap().flatten().any(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker)))
+    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        std::fs::read(e.path().join("cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker))
+    })
 }
 
 fn leftover_cgroups(hull_pid: u32) -> Vec<String> {
@@ -212,7 +332,11 @@ fn leftover_cgroups(hull_pid: u32) -> Vec<String> {
 fn timeout_kills_the_whole_box_including_daemons() {
     let marker = format!("hull-daemon-{}", std::process::id());
     let code = format!("import os, subprocess\nif os.fork() == 0:\n    os.setsid()\n    subprocess.Popen(['python3', '-c', 'import time; time.sleep(1000)', '{marker}' + '-daemon'], start_new_session=True)\n    os._exit(0)\nwhile True: pass");
-    let child = std::process::Command::new(bin()).args(["run", "--json", "--timeout", "2s", "--code", &code]).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let child = std::process::Command::new(bin())
+        .args(["run", "--json", "--timeout", "2s", "--code", &code])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     let pid = child.id();
     // The daemon really runs (so its absence afterwards means something); only its argv holds
     // the joined marker, the main program's holds the two halves.
@@ -222,20 +346,41 @@ fn timeout_kills_the_whole_box_including_daemons() {
     assert_eq!(fault(&v).as_deref(), Some("timeout"), "{v}");
     let ms = v["duration_ms"].as_u64().unwrap();
     assert!((1900..6000).contains(&ms), "timeout took {ms} ms");
-    assert!(!process_with(&marker), "a daemonized process outlived the box");
-    assert!(leftover_cgroups(pid).is_empty(), "cgroups left behind: {:?}", leftover_cgroups(pid));
+    assert!(
+        !process_with(&marker),
+        "a daemonized process outlived the box"
+    );
+    assert!(
+        leftover_cgroups(pid).is_empty(),
+        "cgroups left behind: {:?}",
+        leftover_cgroups(pid)
+    );
 }
 
 #[test]
 fn stdout_flood_is_truncated_and_the_program_keeps_running() {
     let ws = tempfile::tempdir().unwrap();
     set_world_writable(ws.path());
-    let v = run_json(&["--workspace", ws.path().to_str().unwrap(), "--max-output", "1m", "--timeout", "60s", "--", "sh", "-c", "head -c 104857600 /dev/zero; echo done > /workspace/marker"]);
+    let v = run_json(&[
+        "--workspace",
+        ws.path().to_str().unwrap(),
+        "--max-output",
+        "1m",
+        "--timeout",
+        "60s",
+        "--",
+        "sh",
+        "-c",
+        "head -c 104857600 /dev/zero; echo done > /workspace/marker",
+    ]);
     assert_eq!(v["truncated"], true, "{}", v["fault"]);
     assert_eq!(v["stdout"].as_str().unwrap().len(), 1 << 20);
     assert_eq!(fault(&v).as_deref(), Some("output_limit"));
     assert_eq!(v["exit_code"], 0);
-    assert_eq!(std::fs::read_to_string(ws.path().join("marker")).unwrap(), "done\n");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("marker")).unwrap(),
+        "done\n"
+    );
 }
 
 fn set_world_writable(p: &std::path::Path) {
@@ -248,7 +393,10 @@ fn missing_interpreter_is_exec_failed() {
     let v = run_json(&["--", "no-such-interpreter", "-c", "1"]);
     assert_eq!(fault(&v).as_deref(), Some("exec_failed"), "{v}");
     let reason = v["fault"]["reason"].as_str().unwrap();
-    assert!(reason.contains("no-such-interpreter") && reason.contains("host"), "{reason}");
+    assert!(
+        reason.contains("no-such-interpreter") && reason.contains("host"),
+        "{reason}"
+    );
     assert_eq!(v["exit_code"], 127);
 }
 
@@ -264,13 +412,26 @@ fn a_python_exception_is_not_a_fault() {
 #[test]
 fn workspace_full_is_a_fault() {
     if !is_root() {
-        eprintln!("SKIP: mounting a small tmpfs as the workspace needs root (the root run covers this)");
+        eprintln!(
+            "SKIP: mounting a small tmpfs as the workspace needs root (the root run covers this)"
+        );
         return;
     }
     let ws = tempfile::tempdir().unwrap();
     let p = ws.path().to_str().unwrap();
-    assert!(std::process::Command::new("mount").args(["-t", "tmpfs", "-o", "size=1m", "tmpfs", p]).status().unwrap().success());
-    let v = run_json(&["--workspace", p, "--", "sh", "-c", "head -c 4194304 /dev/zero > /workspace/big"]);
+    assert!(std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs", p])
+        .status()
+        .unwrap()
+        .success());
+    let v = run_json(&[
+        "--workspace",
+        p,
+        "--",
+        "sh",
+        "-c",
+        "head -c 4194304 /dev/zero > /workspace/big",
+    ]);
     let _ = std::process::Command::new("umount").arg(p).status();
     assert_eq!(fault(&v).as_deref(), Some("workspace_full"), "{v}");
 }
@@ -278,18 +439,59 @@ fn workspace_full_is_a_fault() {
 #[test]
 fn bad_options_are_refused_naming_the_argument() {
     let cases: &[(&[&str], &[&str])] = &[
-        (&["run", "--tmp-size", "64", "--", "true"], &["--tmp-size", "unit"]),
-        (&["run", "--tmpfs", "/cache=10", "--", "true"], &["--tmpfs", "unit"]),
-        (&["run", "--mount", "/etc:/data", "--", "true"], &["--mount", "/etc"]),
-        (&["run", "--mount", "/usr/share:/proc", "--", "true"], &["--mount", "/proc"]),
-        (&["run", "--mount", "/tmp:/data", "--", "true"], &["--mount", "/tmp", "shared"]),
-        (&["run", "--mount", "/var:/data", "--", "true"], &["--mount", "/var"]),
-        (&["run", "--rootfs", "/", "--", "true"], &["--rootfs", "whole host"]),
-        (&["run", "--memory", "32m", "--tmp-size", "64m", "--", "true"], &["tmpfs", "memory"]),
+        (
+            &["run", "--tmp-size", "64", "--", "true"],
+            &["--tmp-size", "unit"],
+        ),
+        (
+            &["run", "--tmpfs", "/cache=10", "--", "true"],
+            &["--tmpfs", "unit"],
+        ),
+        (
+            &["run", "--mount", "/etc:/data", "--", "true"],
+            &["--mount", "/etc"],
+        ),
+        (
+            &["run", "--mount", "/usr/share:/proc", "--", "true"],
+            &["--mount", "/proc"],
+        ),
+        (
+            &["run", "--mount", "/tmp:/data", "--", "true"],
+            &["--mount", "/tmp", "shared"],
+        ),
+        (
+            &["run", "--mount", "/var:/data", "--", "true"],
+            &["--mount", "/var"],
+        ),
+        (
+            &["run", "--rootfs", "/", "--", "true"],
+            &["--rootfs", "whole host"],
+        ),
+        (
+            &["run", "--memory", "32m", "--tmp-size", "64m", "--", "true"],
+            &["tmpfs", "memory"],
+        ),
         (&["run", "--timeout", "soon", "--", "true"], &["--timeout"]),
-        (&["run", "--cap-add", "FLY", "--", "true"], &["--cap-add", "FLY"]),
-        (&["run", "--tmpfs", "/data=1m", "--mount", "/usr/share:/data/x", "--", "true"], &["--tmpfs", "cover"]),
-        (&["run", "--mount", "/usr/share:relative", "--", "true"], &["--mount", "absolute"]),
+        (
+            &["run", "--cap-add", "FLY", "--", "true"],
+            &["--cap-add", "FLY"],
+        ),
+        (
+            &[
+                "run",
+                "--tmpfs",
+                "/data=1m",
+                "--mount",
+                "/usr/share:/data/x",
+                "--",
+                "true",
+            ],
+            &["--tmpfs", "cover"],
+        ),
+        (
+            &["run", "--mount", "/usr/share:relative", "--", "true"],
+            &["--mount", "absolute"],
+        ),
         (&["run"], &["no command"]),
     ];
     for (args, words) in cases {
@@ -310,9 +512,15 @@ fn mounts_bind_ro_and_rw_and_tmpfs() {
     let s = src.path().to_str().unwrap();
     let v = run_json(&["--mount", &format!("{s}:/data:ro"), "--mount", &format!("{s}:/tmp/rw"), "--tmpfs", "/cache=8m", "--", "sh", "-c", "cat /data/in.txt; echo; echo x > /data/y 2>/dev/null || echo ro-refused; echo written > /tmp/rw/out.txt; df -k /cache | tail -1"]);
     let out = stdout(&v);
-    assert!(out.contains("from host") && out.contains("ro-refused"), "{v}");
+    assert!(
+        out.contains("from host") && out.contains("ro-refused"),
+        "{v}"
+    );
     assert!(out.contains("8192"), "tmpfs size: {out}");
-    assert_eq!(std::fs::read_to_string(src.path().join("out.txt")).unwrap(), "written\n");
+    assert_eq!(
+        std::fs::read_to_string(src.path().join("out.txt")).unwrap(),
+        "written\n"
+    );
 }
 
 #[test]
@@ -320,7 +528,14 @@ fn plan_prints_steps_without_running() {
     let out = hull(&["run", "--plan", "--", "python3", "-c", "print(1)"]);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    for w in ["clone with new namespaces", "pivot_root", "seal", "seccomp", "drop all capabilities", "exec"] {
+    for w in [
+        "clone with new namespaces",
+        "pivot_root",
+        "seal",
+        "seccomp",
+        "drop all capabilities",
+        "exec",
+    ] {
         assert!(text.contains(w), "{w} missing: {text}");
     }
 }
@@ -352,12 +567,19 @@ fn rootfs_directory_is_the_whole_world() {
     std::os::unix::fs::symlink("busybox", root.path().join("bin/sh")).unwrap();
     let v = run_json(&["--rootfs", root.path().to_str().unwrap(), "--", "/bin/sh", "-c", "echo hi; /bin/busybox ls /; test -e /usr/bin/python3 && echo HOSTLEAK; /bin/busybox touch /bin/x || echo ro"]);
     let out = stdout(&v);
-    assert!(out.lines().next() == Some("hi") && out.lines().any(|l| l == "ro") && !out.contains("HOSTLEAK"), "{v}");
+    assert!(
+        out.lines().next() == Some("hi")
+            && out.lines().any(|l| l == "ro")
+            && !out.contains("HOSTLEAK"),
+        "{v}"
+    );
 }
 
 #[test]
 fn many_boxes_share_one_root_at_once() {
-    let handles: Vec<_> = (0..20).map(|i| std::thread::spawn(move || run_json(&["--code", &format!("print({i} * 2)")]))).collect();
+    let handles: Vec<_> = (0..20)
+        .map(|i| std::thread::spawn(move || run_json(&["--code", &format!("print({i} * 2)")])))
+        .collect();
     for (i, h) in handles.into_iter().enumerate() {
         let v = h.join().unwrap();
         assert_eq!(stdout(&v).trim(), (i * 2).to_string(), "{v}");
@@ -387,7 +609,19 @@ fn wait_for_process(marker: &str) -> i32 {
 #[test]
 fn a_kill_from_outside_is_the_killed_fault() {
     let marker = format!("hull-victim-{}", std::process::id());
-    let child = std::process::Command::new(bin()).args(["run", "--json", "--", "python3", "-c", "import time; time.sleep(30)", &marker]).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let child = std::process::Command::new(bin())
+        .args([
+            "run",
+            "--json",
+            "--",
+            "python3",
+            "-c",
+            "import time; time.sleep(30)",
+            &marker,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     let pid = wait_for_process(&marker);
     // SAFETY: kill takes plain integers; the pid is the box's program we just started.
     unsafe { libc::kill(pid, libc::SIGKILL) };
@@ -400,7 +634,19 @@ fn a_kill_from_outside_is_the_killed_fault() {
 #[test]
 fn sigint_to_hull_kills_the_box_and_cleans_up() {
     let marker = format!("hull-interrupted-{}", std::process::id());
-    let child = std::process::Command::new(bin()).args(["run", "--json", "--", "python3", "-c", "import time; time.sleep(30)", &marker]).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let child = std::process::Command::new(bin())
+        .args([
+            "run",
+            "--json",
+            "--",
+            "python3",
+            "-c",
+            "import time; time.sleep(30)",
+            &marker,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     wait_for_process(&marker);
     let hull_id = child.id();
     let hull_pid = i32::try_from(hull_id).unwrap();
@@ -409,21 +655,42 @@ fn sigint_to_hull_kills_the_box_and_cleans_up() {
     let out = child.wait_with_output().unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(fault(&v).as_deref(), Some("killed"), "{v}");
-    assert!(v["fault"]["reason"].as_str().unwrap().contains("SIGINT"), "{v}");
-    assert!(find_process(&marker).is_none(), "the box outlived hull's SIGINT");
+    assert!(
+        v["fault"]["reason"].as_str().unwrap().contains("SIGINT"),
+        "{v}"
+    );
+    assert!(
+        find_process(&marker).is_none(),
+        "the box outlived hull's SIGINT"
+    );
     assert!(leftover_cgroups(hull_id).is_empty());
 }
 
 #[test]
 fn unenforceable_caps_warn_or_are_refused_with_require_limits() {
-    let out = std::process::Command::new(bin()).args(["run", "--json", "--memory", "128m", "--", "true"]).env("HULL_CGROUP_PARENT", "hull-no-such-parent").output().unwrap();
+    let out = std::process::Command::new(bin())
+        .args(["run", "--json", "--memory", "128m", "--", "true"])
+        .env("HULL_CGROUP_PARENT", "hull-no-such-parent")
+        .output()
+        .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["success"], true, "{v}");
     let warnings = v["warnings"].to_string();
-    assert!(warnings.contains("not enforced") && warnings.contains("HULL_CGROUP_PARENT"), "{v}");
-    let out = std::process::Command::new(bin()).args(["run", "--require-limits", "--memory", "128m", "--", "true"]).env("HULL_CGROUP_PARENT", "hull-no-such-parent").output().unwrap();
+    assert!(
+        warnings.contains("not enforced") && warnings.contains("HULL_CGROUP_PARENT"),
+        "{v}"
+    );
+    let out = std::process::Command::new(bin())
+        .args(["run", "--require-limits", "--memory", "128m", "--", "true"])
+        .env("HULL_CGROUP_PARENT", "hull-no-such-parent")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(125));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--require-limits"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--require-limits"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -431,7 +698,12 @@ fn a_setup_failure_names_step_errno_and_path() {
     let out = hull(&["run", "--cwd", "/no/such/dir", "--", "true"]);
     assert_eq!(out.status.code(), Some(125));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("enter working directory") && err.contains("/no/such/dir") && err.contains("No such file"), "{err}");
+    assert!(
+        err.contains("enter working directory")
+            && err.contains("/no/such/dir")
+            && err.contains("No such file"),
+        "{err}"
+    );
     let out = hull(&["run", "--json", "--cwd", "/no/such/dir", "--", "true"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["error"]["kind"], "setup_failed", "{v}");
@@ -443,10 +715,26 @@ fn an_image_symlink_cannot_redirect_a_mount_target() {
     // A hostile image: /data points at the host's /etc.
     std::os::unix::fs::symlink("/etc", root.path().join("data")).unwrap();
     let src = tempfile::tempdir().unwrap();
-    let out = hull(&["run", "--rootfs", root.path().to_str().unwrap(), "--mount", &format!("{}:/data/x", src.path().display()), "--", "/bin/busybox", "true"]);
+    let out = hull(&[
+        "run",
+        "--rootfs",
+        root.path().to_str().unwrap(),
+        "--mount",
+        &format!("{}:/data/x", src.path().display()),
+        "--",
+        "/bin/busybox",
+        "true",
+    ]);
     assert_eq!(out.status.code(), Some(125));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("/data/x"), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(!std::path::Path::new("/etc/x").exists(), "a mount point was created in the host's /etc");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("/data/x"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !std::path::Path::new("/etc/x").exists(),
+        "a mount point was created in the host's /etc"
+    );
 }
 
 #[test]
@@ -458,13 +746,26 @@ fn cpu_cap_throttles() {
     let code = "import time\nt = time.time()\nwhile time.time() - t < 2: pass";
     let v = run_json(&["--cpus", "0.25", "--code", code]);
     let cpu = v["stats"]["cpu_ms"].as_u64().unwrap();
-    assert!(v["success"] == true && cpu < 1200, "cpu_ms {cpu} under a 0.25 CPU cap: {v}");
+    assert!(
+        v["success"] == true && cpu < 1200,
+        "cpu_ms {cpu} under a 0.25 CPU cap: {v}"
+    );
 }
 
 #[test]
 fn the_box_dies_with_a_killed_supervisor() {
     let marker = format!("hull-orphan-{}", std::process::id());
-    let mut child = std::process::Command::new(bin()).args(["run", "--", "python3", "-c", "import time; time.sleep(30)", &marker]).spawn().unwrap();
+    let mut child = std::process::Command::new(bin())
+        .args([
+            "run",
+            "--",
+            "python3",
+            "-c",
+            "import time; time.sleep(30)",
+            &marker,
+        ])
+        .spawn()
+        .unwrap();
     wait_for_process(&marker);
     child.kill().unwrap(); // SIGKILL: hull gets no chance to clean up
     child.wait().unwrap();
@@ -488,22 +789,45 @@ fn a_source_swapped_for_a_symlink_after_the_check_is_not_followed() {
     std::fs::write(real.join("marker"), "ours").unwrap();
     std::os::unix::fs::symlink("/etc", &evil).unwrap();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (a, b) = (std::ffi::CString::new(real.to_str().unwrap()).unwrap(), std::ffi::CString::new(evil.to_str().unwrap()).unwrap());
+    let (a, b) = (
+        std::ffi::CString::new(real.to_str().unwrap()).unwrap(),
+        std::ffi::CString::new(evil.to_str().unwrap()).unwrap(),
+    );
     let flag = std::sync::Arc::clone(&stop);
     let swapper = std::thread::spawn(move || {
         let mut swaps = 0u64;
         while !flag.load(std::sync::atomic::Ordering::Relaxed) {
             // SAFETY: both are valid C strings naming entries in our temporary directory.
-            unsafe { libc::renameat2(libc::AT_FDCWD, a.as_ptr(), libc::AT_FDCWD, b.as_ptr(), libc::RENAME_EXCHANGE) };
+            unsafe {
+                libc::renameat2(
+                    libc::AT_FDCWD,
+                    a.as_ptr(),
+                    libc::AT_FDCWD,
+                    b.as_ptr(),
+                    libc::RENAME_EXCHANGE,
+                )
+            };
             swaps += 1;
         }
         swaps
     });
     let (mut ours, mut refused) = (0, 0);
     for _ in 0..60 {
-        let out = hull(&["run", "--json", "--mount", &format!("{}:/data:ro", real.display()), "--", "sh", "-c", "ls /data"]);
+        let out = hull(&[
+            "run",
+            "--json",
+            "--mount",
+            &format!("{}:/data:ro", real.display()),
+            "--",
+            "sh",
+            "-c",
+            "ls /data",
+        ]);
         let text = String::from_utf8_lossy(&out.stdout);
-        assert!(!text.contains("passwd") && !text.contains("shadow"), "the host's /etc was bound: {text}");
+        assert!(
+            !text.contains("passwd") && !text.contains("shadow"),
+            "the host's /etc was bound: {text}"
+        );
         if text.contains("marker") {
             ours += 1;
         } else {
@@ -520,7 +844,16 @@ fn a_stalled_reader_does_not_hold_off_the_deadline() {
     let marker = format!("hull-flooder-{}", std::process::id());
     // Nobody reads hull's stdout for a while: the pipe fills at once.
     let mut child = std::process::Command::new(bin())
-        .args(["run", "--timeout", "1s", "--", "python3", "-c", "import sys\nwhile True: sys.stdout.write('x' * 65536)", &marker])
+        .args([
+            "run",
+            "--timeout",
+            "1s",
+            "--",
+            "python3",
+            "-c",
+            "import sys\nwhile True: sys.stdout.write('x' * 65536)",
+            &marker,
+        ])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -530,12 +863,22 @@ fn a_stalled_reader_does_not_hold_off_the_deadline() {
     let alive = find_process(&marker).is_some();
     drop(child.stdout.take()); // unblock hull's writer
     child.wait().unwrap();
-    assert!(!alive, "the box outlived its 1 s deadline while its reader stalled");
+    assert!(
+        !alive,
+        "the box outlived its 1 s deadline while its reader stalled"
+    );
 }
 
 /// Paths under `dir` (to `depth` levels) whose name starts with `prefix`.
-fn find_named(dir: &std::path::Path, prefix: &str, depth: usize, out: &mut Vec<std::path::PathBuf>) {
-    let Ok(rd) = std::fs::read_dir(dir) else { return };
+fn find_named(
+    dir: &std::path::Path,
+    prefix: &str,
+    depth: usize,
+    out: &mut Vec<std::path::PathBuf>,
+) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
     for e in rd.flatten() {
         if !e.file_type().is_ok_and(|t| t.is_dir()) {
             continue;
@@ -563,7 +906,12 @@ fn a_sigkilled_hull_leaves_nothing_the_next_hull_does_not_sweep() {
     let leftovers = || {
         let mut v = Vec::new();
         find_named(&temp, &ws_prefix, 1, &mut v);
-        find_named(std::path::Path::new("/sys/fs/cgroup"), &cg_prefix, 5, &mut v);
+        find_named(
+            std::path::Path::new("/sys/fs/cgroup"),
+            &cg_prefix,
+            5,
+            &mut v,
+        );
         v
     };
     // Wait until the box is up (its workspace and cgroup exist).
@@ -575,9 +923,15 @@ fn a_sigkilled_hull_leaves_nothing_the_next_hull_does_not_sweep() {
     let before = leftovers();
     child.kill().expect("SIGKILL our hull");
     child.wait().unwrap();
-    assert!(before.iter().any(|p| p.starts_with(&temp)), "no workspace seen for hull {pid}: {before:?}");
+    assert!(
+        before.iter().any(|p| p.starts_with(&temp)),
+        "no workspace seen for hull {pid}: {before:?}"
+    );
     if cap_enforced("Pids") {
-        assert!(before.iter().any(|p| p.starts_with("/sys/fs/cgroup")), "no cgroup seen for hull {pid}: {before:?}");
+        assert!(
+            before.iter().any(|p| p.starts_with("/sys/fs/cgroup")),
+            "no cgroup seen for hull {pid}: {before:?}"
+        );
     }
     // The box died with its supervisor; the next hull removes what is left (a dying box's
     // cgroup may stay busy for a moment, so allow a few runs).
@@ -589,7 +943,10 @@ fn a_sigkilled_hull_leaves_nothing_the_next_hull_does_not_sweep() {
         if left.is_empty() {
             break;
         }
-        assert!(t.elapsed() < std::time::Duration::from_secs(10), "still left after sweeps: {left:?}");
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(10),
+            "still left after sweeps: {left:?}"
+        );
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
@@ -600,34 +957,104 @@ fn subids_map_a_range_through_the_uidmap_helpers_or_are_refused_naming_the_fix()
     // 1-65536 inside to it: a file chowned to 1000 inside is owned by start+999 on the host.
     // Without one (CI's root), the box is refused before anything runs, naming the file and
     // the fix.
-    let me = String::from_utf8(std::process::Command::new("id").arg("-un").output().unwrap().stdout).unwrap().trim().to_string();
-    let uid = String::from_utf8(std::process::Command::new("id").arg("-u").output().unwrap().stdout).unwrap().trim().to_string();
+    let me = String::from_utf8(
+        std::process::Command::new("id")
+            .arg("-un")
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .trim()
+    .to_string();
+    let uid = String::from_utf8(
+        std::process::Command::new("id")
+            .arg("-u")
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .trim()
+    .to_string();
     let range = |file: &str| {
-        std::fs::read_to_string(file).unwrap_or_default().lines().find_map(|l| {
-            let f: Vec<&str> = l.split(':').collect();
-            (f.len() == 3 && (f[0] == me || f[0] == uid)).then(|| f[1].parse::<u32>().ok()).flatten()
-        })
+        std::fs::read_to_string(file)
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| {
+                let f: Vec<&str> = l.split(':').collect();
+                (f.len() == 3 && (f[0] == me || f[0] == uid))
+                    .then(|| f[1].parse::<u32>().ok())
+                    .flatten()
+            })
     };
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().to_str().unwrap();
-    let out = hull(&["run", "--subids", "--cap-add", "CHOWN", "--workspace", ws, "--", "sh", "-c", "cat /proc/self/uid_map; touch /workspace/f; chown 1000:1000 /workspace/f && echo chowned"]);
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let out = hull(&[
+        "run",
+        "--subids",
+        "--cap-add",
+        "CHOWN",
+        "--workspace",
+        ws,
+        "--",
+        "sh",
+        "-c",
+        "cat /proc/self/uid_map; touch /workspace/f; chown 1000:1000 /workspace/f && echo chowned",
+    ]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
     match (range("/etc/subuid"), range("/etc/subgid")) {
         (Some(u), Some(g)) => {
             println!("{me} has sub-ids from {u} (uids) and {g} (gids): testing the mapping");
-            assert!(out.status.success() && stdout.contains("chowned"), "{stdout}\n{stderr}");
-            assert_eq!(stdout.lines().filter(|l| !l.trim().is_empty() && l.split_whitespace().count() == 3).count(), 2, "root and the range mapped: {stdout}");
-            let meta = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(dir.path().join("f")).unwrap());
+            assert!(
+                out.status.success() && stdout.contains("chowned"),
+                "{stdout}\n{stderr}"
+            );
+            assert_eq!(
+                stdout
+                    .lines()
+                    .filter(|l| !l.trim().is_empty() && l.split_whitespace().count() == 3)
+                    .count(),
+                2,
+                "root and the range mapped: {stdout}"
+            );
+            let meta = std::os::unix::fs::MetadataExt::uid(
+                &std::fs::metadata(dir.path().join("f")).unwrap(),
+            );
             assert_eq!(meta, u + 999, "{stdout}");
             // Without --subids the same chown has no id 1000 to give.
-            let out = hull(&["run", "--cap-add", "CHOWN", "--workspace", ws, "--", "sh", "-c", "touch /workspace/g; chown 1000:1000 /workspace/g && echo chowned"]);
-            assert!(!String::from_utf8_lossy(&out.stdout).contains("chowned"), "{out:?}");
+            let out = hull(&[
+                "run",
+                "--cap-add",
+                "CHOWN",
+                "--workspace",
+                ws,
+                "--",
+                "sh",
+                "-c",
+                "touch /workspace/g; chown 1000:1000 /workspace/g && echo chowned",
+            ]);
+            assert!(
+                !String::from_utf8_lossy(&out.stdout).contains("chowned"),
+                "{out:?}"
+            );
         }
         _ => {
             println!("{me} has no sub-id range: testing the refusal");
             assert_eq!(out.status.code(), Some(125), "{stdout}\n{stderr}");
-            assert!(stderr.contains("--subids") && stderr.contains("/etc/sub") && stderr.contains("usermod"), "{stderr}");
-            assert!(stdout.is_empty() && !dir.path().join("f").exists(), "the box ran: {stdout}");
+            assert!(
+                stderr.contains("--subids")
+                    && stderr.contains("/etc/sub")
+                    && stderr.contains("usermod"),
+                "{stderr}"
+            );
+            assert!(
+                stdout.is_empty() && !dir.path().join("f").exists(),
+                "the box ran: {stdout}"
+            );
         }
     }
 }

@@ -20,7 +20,10 @@ fn busybox() -> Option<Vec<u8>> {
 
 /// A gzip layer with busybox, /bin/sh, /srv and a marker file.
 fn layer(busybox: &[u8], marker: &str) -> Vec<u8> {
-    let mut b = tar::Builder::new(flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast()));
+    let mut b = tar::Builder::new(flate2::write::GzEncoder::new(
+        Vec::new(),
+        flate2::Compression::fast(),
+    ));
     let mut add = |path: &str, data: &[u8], mode: u32, kind: tar::EntryType, link: Option<&str>| {
         let mut h = tar::Header::new_gnu();
         h.set_entry_type(kind);
@@ -33,9 +36,21 @@ fn layer(busybox: &[u8], marker: &str) -> Vec<u8> {
     };
     add("bin/", b"", 0o755, tar::EntryType::Directory, None);
     add("bin/busybox", busybox, 0o755, tar::EntryType::Regular, None);
-    add("bin/sh", b"", 0o777, tar::EntryType::Symlink, Some("busybox"));
+    add(
+        "bin/sh",
+        b"",
+        0o777,
+        tar::EntryType::Symlink,
+        Some("busybox"),
+    );
     add("srv/", b"", 0o755, tar::EntryType::Directory, None);
-    add("marker", marker.as_bytes(), 0o644, tar::EntryType::Regular, None);
+    add(
+        "marker",
+        marker.as_bytes(),
+        0o644,
+        tar::EntryType::Regular,
+        None,
+    );
     b.into_inner().unwrap().finish().unwrap()
 }
 
@@ -61,7 +76,11 @@ fn oci_layout(dir: &Path, busybox: &[u8], marker: &str, multi: bool) {
     let mut m = put(dir, &manifest);
     m["mediaType"] = json!("application/vnd.oci.image.manifest.v1+json");
     let top = if multi {
-        let arch = if cfg!(target_arch = "aarch64") { "arm64" } else { "amd64" };
+        let arch = if cfg!(target_arch = "aarch64") {
+            "arm64"
+        } else {
+            "amd64"
+        };
         let other = json!({"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": format!("sha256:{}", "0".repeat(64)), "size": 1, "platform": {"os": "linux", "architecture": "s390x"}});
         let mut mine = m.clone();
         mine["platform"] = json!({"os": "linux", "architecture": arch});
@@ -74,20 +93,35 @@ fn oci_layout(dir: &Path, busybox: &[u8], marker: &str, multi: bool) {
     };
     let mut top = top;
     top["annotations"] = json!({"org.opencontainers.image.ref.name": "v1"});
-    std::fs::write(dir.join("index.json"), serde_json::to_vec(&json!({"schemaVersion": 2, "manifests": [top]})).unwrap()).unwrap();
+    std::fs::write(
+        dir.join("index.json"),
+        serde_json::to_vec(&json!({"schemaVersion": 2, "manifests": [top]})).unwrap(),
+    )
+    .unwrap();
 }
 
 fn hull_in(home: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(common::bin()).args(args).env("HULL_HOME", home).output().unwrap()
+    Command::new(common::bin())
+        .args(args)
+        .env("HULL_HOME", home)
+        .output()
+        .unwrap()
 }
 
 fn ok(out: &std::process::Output) -> String {
-    assert!(out.status.success(), "stdout: {}\nstderr: {}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "stdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn roots(home: &Path) -> usize {
-    std::fs::read_dir(home.join("images/roots")).map(|d| d.count()).unwrap_or(0)
+    std::fs::read_dir(home.join("images/roots"))
+        .map(|d| d.count())
+        .unwrap_or(0)
 }
 
 #[test]
@@ -96,29 +130,71 @@ fn import_an_oci_layout_run_it_reimport_and_remove() {
     let home = tempfile::tempdir().unwrap();
     let layout = tempfile::tempdir().unwrap();
     oci_layout(layout.path(), &bb, "layout-one", false);
-    let out = ok(&hull_in(home.path(), &["import", layout.path().to_str().unwrap(), "--name", "test/bb:v1"]));
-    assert!(out.contains("test/bb:v1") && out.contains("sha256:"), "{out}");
-    let list: Value = serde_json::from_str(&ok(&hull_in(home.path(), &["images", "--json"]))).unwrap();
+    let out = ok(&hull_in(
+        home.path(),
+        &[
+            "import",
+            layout.path().to_str().unwrap(),
+            "--name",
+            "test/bb:v1",
+        ],
+    ));
+    assert!(
+        out.contains("test/bb:v1") && out.contains("sha256:"),
+        "{out}"
+    );
+    let list: Value =
+        serde_json::from_str(&ok(&hull_in(home.path(), &["images", "--json"]))).unwrap();
     assert_eq!(list[0]["name"], "test/bb:v1");
 
     // The image config is applied: Cmd, Env and WorkingDir.
     let run = ok(&hull_in(home.path(), &["run", "--image", "test/bb:v1"]));
     assert_eq!(run, "hi from image\n/srv\nlayout-one");
     // The image's root is read-only in the box and the host is not visible.
-    let run = ok(&hull_in(home.path(), &["run", "--image", "test/bb:v1", "--", "/bin/sh", "-c", "touch /bin/x 2>/dev/null || echo ro; test -e /usr/bin/python3 || echo isolated"]));
+    let run = ok(&hull_in(
+        home.path(),
+        &[
+            "run",
+            "--image",
+            "test/bb:v1",
+            "--",
+            "/bin/sh",
+            "-c",
+            "touch /bin/x 2>/dev/null || echo ro; test -e /usr/bin/python3 || echo isolated",
+        ],
+    ));
     assert_eq!(run, "ro\nisolated\n");
 
     // Re-import: nothing new is unpacked.
     let meta = home.path().join("images/roots");
-    let before: Vec<_> = std::fs::read_dir(&meta).unwrap().map(|e| e.unwrap().metadata().unwrap().modified().unwrap()).collect();
-    ok(&hull_in(home.path(), &["import", layout.path().to_str().unwrap(), "--name", "test/bb:v1"]));
-    let after: Vec<_> = std::fs::read_dir(&meta).unwrap().map(|e| e.unwrap().metadata().unwrap().modified().unwrap()).collect();
+    let before: Vec<_> = std::fs::read_dir(&meta)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().modified().unwrap())
+        .collect();
+    ok(&hull_in(
+        home.path(),
+        &[
+            "import",
+            layout.path().to_str().unwrap(),
+            "--name",
+            "test/bb:v1",
+        ],
+    ));
+    let after: Vec<_> = std::fs::read_dir(&meta)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().modified().unwrap())
+        .collect();
     assert_eq!(before, after);
     assert_eq!(roots(home.path()), 1);
 
     ok(&hull_in(home.path(), &["rmi", "test/bb:v1"]));
     assert_eq!(roots(home.path()), 0);
-    assert_eq!(std::fs::read_dir(home.path().join("images/blobs/sha256")).unwrap().count(), 0);
+    assert_eq!(
+        std::fs::read_dir(home.path().join("images/blobs/sha256"))
+            .unwrap()
+            .count(),
+        0
+    );
     let out = hull_in(home.path(), &["run", "--image", "test/bb:v1", "--", "true"]);
     assert_eq!(out.status.code(), Some(125));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not found"));
@@ -131,18 +207,29 @@ fn a_corrupted_blob_is_refused_and_nothing_is_published() {
     let layout = tempfile::tempdir().unwrap();
     oci_layout(layout.path(), &bb, "corrupt-me", false);
     // Flip a byte in the biggest blob (the layer).
-    let mut blobs: Vec<_> = std::fs::read_dir(layout.path().join("blobs/sha256")).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut blobs: Vec<_> = std::fs::read_dir(layout.path().join("blobs/sha256"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     blobs.sort_by_key(|p| std::fs::metadata(p).unwrap().len());
     let layer = blobs.last().unwrap();
     let mut bytes = std::fs::read(layer).unwrap();
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0xff;
     std::fs::write(layer, bytes).unwrap();
-    let out = hull_in(home.path(), &["import", layout.path().to_str().unwrap(), "--name", "bad:1"]);
+    let out = hull_in(
+        home.path(),
+        &["import", layout.path().to_str().unwrap(), "--name", "bad:1"],
+    );
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("digest mismatch"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("digest mismatch"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(roots(home.path()), 0);
-    let list: Value = serde_json::from_str(&ok(&hull_in(home.path(), &["images", "--json"]))).unwrap();
+    let list: Value =
+        serde_json::from_str(&ok(&hull_in(home.path(), &["images", "--json"]))).unwrap();
     assert_eq!(list, json!([]));
 }
 
@@ -152,8 +239,30 @@ fn a_multi_platform_index_picks_this_host() {
     let home = tempfile::tempdir().unwrap();
     let layout = tempfile::tempdir().unwrap();
     oci_layout(layout.path(), &bb, "multi", true);
-    ok(&hull_in(home.path(), &["import", layout.path().to_str().unwrap(), "--name", "multi:v1"]));
-    assert_eq!(ok(&hull_in(home.path(), &["run", "--image", "multi:v1", "--", "/bin/busybox", "cat", "/marker"])), "multi");
+    ok(&hull_in(
+        home.path(),
+        &[
+            "import",
+            layout.path().to_str().unwrap(),
+            "--name",
+            "multi:v1",
+        ],
+    ));
+    assert_eq!(
+        ok(&hull_in(
+            home.path(),
+            &[
+                "run",
+                "--image",
+                "multi:v1",
+                "--",
+                "/bin/busybox",
+                "cat",
+                "/marker"
+            ]
+        )),
+        "multi"
+    );
 }
 
 #[test]
@@ -175,9 +284,26 @@ fn import_a_docker_archive_and_an_oci_archive() {
         t.append_path_with_name(work.path().join(f), f).unwrap();
     }
     t.into_inner().unwrap().flush().unwrap();
-    let out = ok(&hull_in(home.path(), &["import", archive.to_str().unwrap()]));
+    let out = ok(&hull_in(
+        home.path(),
+        &["import", archive.to_str().unwrap()],
+    ));
     assert!(out.contains("dock/bb:latest"), "{out}");
-    assert_eq!(ok(&hull_in(home.path(), &["run", "--image", "dock/bb:latest", "--", "/bin/busybox", "cat", "/marker"])), "from-docker");
+    assert_eq!(
+        ok(&hull_in(
+            home.path(),
+            &[
+                "run",
+                "--image",
+                "dock/bb:latest",
+                "--",
+                "/bin/busybox",
+                "cat",
+                "/marker"
+            ]
+        )),
+        "from-docker"
+    );
 
     // An OCI layout packed as a tar.
     let layout = tempfile::tempdir().unwrap();
@@ -186,8 +312,25 @@ fn import_a_docker_archive_and_an_oci_archive() {
     let mut t = tar::Builder::new(std::fs::File::create(&oci_tar).unwrap());
     t.append_dir_all(".", layout.path()).unwrap();
     t.into_inner().unwrap().flush().unwrap();
-    ok(&hull_in(home.path(), &["import", oci_tar.to_str().unwrap(), "--name", "ociarch:1"]));
-    assert_eq!(ok(&hull_in(home.path(), &["run", "--image", "ociarch:1", "--", "/bin/busybox", "cat", "/marker"])), "from-oci-archive");
+    ok(&hull_in(
+        home.path(),
+        &["import", oci_tar.to_str().unwrap(), "--name", "ociarch:1"],
+    ));
+    assert_eq!(
+        ok(&hull_in(
+            home.path(),
+            &[
+                "run",
+                "--image",
+                "ociarch:1",
+                "--",
+                "/bin/busybox",
+                "cat",
+                "/marker"
+            ]
+        )),
+        "from-oci-archive"
+    );
 }
 
 #[test]
@@ -197,6 +340,14 @@ fn bad_import_input_is_explained() {
     let out = hull_in(home.path(), &["import", empty.path().to_str().unwrap()]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not an OCI image layout"));
-    let out = hull_in(home.path(), &["import", empty.path().to_str().unwrap(), "--name", "../evil"]);
+    let out = hull_in(
+        home.path(),
+        &[
+            "import",
+            empty.path().to_str().unwrap(),
+            "--name",
+            "../evil",
+        ],
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("not valid"));
 }

@@ -19,7 +19,13 @@ use serde_json::{json, Value};
 
 /// `hull ARGS` with its own store; HOME too, so no ~/.docker/config.json leaks in.
 fn hull_in(home: &Path, args: &[&str]) -> Output {
-    Command::new(common::bin()).args(args).env("HULL_HOME", home).env("HOME", home).stdin(Stdio::null()).output().expect("spawn hull")
+    Command::new(common::bin())
+        .args(args)
+        .env("HULL_HOME", home)
+        .env("HOME", home)
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn hull")
 }
 
 fn text(b: &[u8]) -> String {
@@ -27,12 +33,21 @@ fn text(b: &[u8]) -> String {
 }
 
 fn ok(out: &Output) -> String {
-    assert!(out.status.success(), "hull failed ({}): {}\n{}", out.status, text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "hull failed ({}): {}\n{}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
     text(&out.stdout)
 }
 
 fn home() -> tempfile::TempDir {
-    tempfile::Builder::new().prefix("hull-pull-test-").tempdir_in("/tmp").unwrap()
+    tempfile::Builder::new()
+        .prefix("hull-pull-test-")
+        .tempdir_in("/tmp")
+        .unwrap()
 }
 
 fn images(home: &Path) -> Vec<Value> {
@@ -42,20 +57,38 @@ fn images(home: &Path) -> Vec<Value> {
 /// Nothing was published: no reference, no root, no partial left behind.
 fn assert_nothing_stored(home: &Path) {
     assert_eq!(images(home), Vec::<Value>::new());
-    let roots = std::fs::read_dir(home.join("images/roots")).map(Iterator::count).unwrap_or(0);
+    let roots = std::fs::read_dir(home.join("images/roots"))
+        .map(Iterator::count)
+        .unwrap_or(0);
     assert_eq!(roots, 0, "a root was published");
-    let partials: Vec<_> = std::fs::read_dir(home.join("images/tmp")).into_iter().flatten().flatten().filter(|e| e.file_name().to_string_lossy().starts_with("partial-")).collect();
-    assert!(partials.is_empty(), "a rejected partial blob was kept: {partials:?}");
+    let partials: Vec<_> = std::fs::read_dir(home.join("images/tmp"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("partial-"))
+        .collect();
+    assert!(
+        partials.is_empty(),
+        "a rejected partial blob was kept: {partials:?}"
+    );
 }
 
 // ---- the real registry (scripts/registry.sh) ----
 
 fn up(var: &str, default: &str) -> Option<String> {
     let addr = std::env::var(var).unwrap_or_else(|_| default.into());
-    if TcpStream::connect_timeout(&addr.parse().expect("registry address"), Duration::from_secs(1)).is_ok() {
+    if TcpStream::connect_timeout(
+        &addr.parse().expect("registry address"),
+        Duration::from_secs(1),
+    )
+    .is_ok()
+    {
         return Some(addr);
     }
-    assert!(std::env::var_os("CI").is_none(), "no test registry on {addr} in CI; scripts/test.sh should have started it");
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "no test registry on {addr} in CI; scripts/test.sh should have started it"
+    );
     eprintln!("SKIP: no test registry on {addr}; start it with `bash scripts/registry.sh start` (scripts/test.sh does)");
     None
 }
@@ -65,7 +98,8 @@ fn registry() -> Option<String> {
 }
 
 fn registry_dir() -> PathBuf {
-    std::env::var_os("HULL_TEST_REGISTRY_DIR").map_or_else(|| PathBuf::from("/tmp/hull-test-registry"), PathBuf::from)
+    std::env::var_os("HULL_TEST_REGISTRY_DIR")
+        .map_or_else(|| PathBuf::from("/tmp/hull-test-registry"), PathBuf::from)
 }
 
 #[test]
@@ -74,23 +108,52 @@ fn pull_then_run_uses_the_image_and_its_config() {
     let h = home();
     let image = format!("{reg}/hull-test/busybox:1");
     let out = ok(&hull_in(h.path(), &["pull", &image]));
-    assert!(out.contains("pulled") && out.contains("1 layer(s) downloaded"), "{out}");
+    assert!(
+        out.contains("pulled") && out.contains("1 layer(s) downloaded"),
+        "{out}"
+    );
     // No command: the image's Cmd runs, with its Env and WorkingDir.
     let run = ok(&hull_in(h.path(), &["run", "--image", &image]));
     assert_eq!(run, "hello-from-pulled\nmarker: hull-test/busybox\n");
-    let pwd = ok(&hull_in(h.path(), &["run", "--image", &image, "--", "/bin/pwd"]));
+    let pwd = ok(&hull_in(
+        h.path(),
+        &["run", "--image", &image, "--", "/bin/pwd"],
+    ));
     assert_eq!(pwd.trim(), "/srv");
     let list = images(h.path());
     assert_eq!(list.len(), 1);
     assert_eq!(list[0]["name"], image.as_str());
     // `hull serve` offers it.
-    let mut serve = Command::new(common::bin()).arg("serve").env("HULL_HOME", h.path()).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
-    serve.stdin.take().unwrap().write_all(b"{\"id\":1,\"method\":\"hello\"}\n").unwrap();
-    let hello: Value = serde_json::from_str(text(&serve.wait_with_output().unwrap().stdout).lines().next().unwrap()).unwrap();
+    let mut serve = Command::new(common::bin())
+        .arg("serve")
+        .env("HULL_HOME", h.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    serve
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"{\"id\":1,\"method\":\"hello\"}\n")
+        .unwrap();
+    let hello: Value = serde_json::from_str(
+        text(&serve.wait_with_output().unwrap().stdout)
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
     assert_eq!(hello["result"]["images"], json!(["host", image]), "{hello}");
     // --name.
     ok(&hull_in(h.path(), &["pull", &image, "--name", "bb"]));
-    assert_eq!(ok(&hull_in(h.path(), &["run", "--image", "bb", "--", "cat", "/hull-marker"])), "marker: hull-test/busybox\n");
+    assert_eq!(
+        ok(&hull_in(
+            h.path(),
+            &["run", "--image", "bb", "--", "cat", "/hull-marker"]
+        )),
+        "marker: hull-test/busybox\n"
+    );
 }
 
 #[test]
@@ -98,7 +161,13 @@ fn re_pull_of_an_unchanged_image_downloads_no_blob() {
     let Some(reg) = registry() else { return };
     let log = registry_dir().join("anon.log");
     // Only this test pulls hull-test/repull, so its blob requests in the log are ours.
-    let blob_gets = || std::fs::read_to_string(&log).unwrap_or_default().lines().filter(|l| l.contains("\"GET /v2/hull-test/repull/blobs/")).count();
+    let blob_gets = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("\"GET /v2/hull-test/repull/blobs/"))
+            .count()
+    };
     let before = blob_gets();
     let h = home();
     let image = format!("{reg}/hull-test/repull:1");
@@ -110,27 +179,51 @@ fn re_pull_of_an_unchanged_image_downloads_no_blob() {
     let after_first = blob_gets();
     assert!(after_first >= before + 2, "the first pull should fetch the config and the layer ({before} -> {after_first} blob requests in {})", log.display());
     let out = ok(&hull_in(h.path(), &["pull", &image]));
-    assert!(out.contains("up to date") && out.contains("nothing downloaded"), "{out}");
+    assert!(
+        out.contains("up to date") && out.contains("nothing downloaded"),
+        "{out}"
+    );
     let out = ok(&hull_in(h.path(), &["pull", &image, "--name", "again"]));
     assert!(out.contains("up to date"), "{out}");
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(blob_gets(), after_first, "a re-pull requested blobs");
-    assert_eq!(ok(&hull_in(h.path(), &["run", "--image", "again", "--", "cat", "/hull-marker"])), "marker: hull-test/busybox\n");
+    assert_eq!(
+        ok(&hull_in(
+            h.path(),
+            &["run", "--image", "again", "--", "cat", "/hull-marker"]
+        )),
+        "marker: hull-test/busybox\n"
+    );
 }
 
 #[test]
 fn digest_pinned_pulls_verify_the_manifest() {
     let Some(reg) = registry() else { return };
     let h = home();
-    ok(&hull_in(h.path(), &["pull", &format!("{reg}/hull-test/busybox:1")]));
+    ok(&hull_in(
+        h.path(),
+        &["pull", &format!("{reg}/hull-test/busybox:1")],
+    ));
     let digest = images(h.path())[0]["digest"].as_str().unwrap().to_string();
     let pinned = format!("{reg}/hull-test/busybox@{digest}");
     let h2 = home();
     ok(&hull_in(h2.path(), &["pull", &pinned]));
-    assert_eq!(ok(&hull_in(h2.path(), &["run", "--image", &pinned, "--", "cat", "/hull-marker"])), "marker: hull-test/busybox\n");
+    assert_eq!(
+        ok(&hull_in(
+            h2.path(),
+            &["run", "--image", &pinned, "--", "cat", "/hull-marker"]
+        )),
+        "marker: hull-test/busybox\n"
+    );
     // A digest the registry does not have.
     let h3 = home();
-    let out = hull_in(h3.path(), &["pull", &format!("{reg}/hull-test/busybox@sha256:{}", "0".repeat(64))]);
+    let out = hull_in(
+        h3.path(),
+        &[
+            "pull",
+            &format!("{reg}/hull-test/busybox@sha256:{}", "0".repeat(64)),
+        ],
+    );
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("404"), "{}", text(&out.stderr));
     assert_nothing_stored(h3.path());
@@ -142,18 +235,65 @@ fn a_multi_platform_index_picks_the_platform() {
     let h = home();
     let image = format!("{reg}/hull-test/multi:1");
     ok(&hull_in(h.path(), &["pull", &image]));
-    let host_arch = if cfg!(target_arch = "aarch64") { "arm64" } else { "amd64" };
-    assert_eq!(ok(&hull_in(h.path(), &["run", "--image", &image, "--", "cat", "/hull-marker"])), format!("marker: multi linux/{host_arch}\n"));
-    let other = if host_arch == "amd64" { "arm64" } else { "amd64" };
-    ok(&hull_in(h.path(), &["pull", &image, "--platform", &format!("linux/{other}"), "--name", "other"]));
-    assert_eq!(ok(&hull_in(h.path(), &["run", "--image", "other", "--", "cat", "/hull-marker"])), format!("marker: multi linux/{other}\n"));
-    let out = hull_in(h.path(), &["pull", &image, "--platform", "linux/s390x", "--name", "none"]);
+    let host_arch = if cfg!(target_arch = "aarch64") {
+        "arm64"
+    } else {
+        "amd64"
+    };
+    assert_eq!(
+        ok(&hull_in(
+            h.path(),
+            &["run", "--image", &image, "--", "cat", "/hull-marker"]
+        )),
+        format!("marker: multi linux/{host_arch}\n")
+    );
+    let other = if host_arch == "amd64" {
+        "arm64"
+    } else {
+        "amd64"
+    };
+    ok(&hull_in(
+        h.path(),
+        &[
+            "pull",
+            &image,
+            "--platform",
+            &format!("linux/{other}"),
+            "--name",
+            "other",
+        ],
+    ));
+    assert_eq!(
+        ok(&hull_in(
+            h.path(),
+            &["run", "--image", "other", "--", "cat", "/hull-marker"]
+        )),
+        format!("marker: multi linux/{other}\n")
+    );
+    let out = hull_in(
+        h.path(),
+        &[
+            "pull",
+            &image,
+            "--platform",
+            "linux/s390x",
+            "--name",
+            "none",
+        ],
+    );
     assert!(!out.status.success());
     let err = text(&out.stderr);
-    assert!(err.contains("linux/s390x") && err.contains("linux/amd64") && err.contains("linux/arm64"), "{err}");
+    assert!(
+        err.contains("linux/s390x") && err.contains("linux/amd64") && err.contains("linux/arm64"),
+        "{err}"
+    );
     let out = hull_in(h.path(), &["pull", &image, "--platform", "s390x"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("--platform `s390x`"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--platform `s390x`"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]
@@ -163,11 +303,27 @@ fn a_zstd_layer_is_pulled_and_unpacked() {
     let image = format!("{reg}/hull-test/busybox:zstd");
     ok(&hull_in(h.path(), &["pull", &image]));
     let root = PathBuf::from(images(h.path())[0]["rootfs"].as_str().unwrap());
-    let meta: Value = serde_json::from_slice(&std::fs::read(root.parent().unwrap().join("meta.json")).unwrap()).unwrap();
-    let layer = meta["layers"][0].as_str().unwrap().trim_start_matches("sha256:").to_string();
+    let meta: Value =
+        serde_json::from_slice(&std::fs::read(root.parent().unwrap().join("meta.json")).unwrap())
+            .unwrap();
+    let layer = meta["layers"][0]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("sha256:")
+        .to_string();
     let blob = std::fs::read(h.path().join("images/blobs/sha256").join(&layer)).unwrap();
-    assert_eq!(&blob[..4], &[0x28, 0xb5, 0x2f, 0xfd], "the layer is not zstd: the fixture did not do what it says");
-    assert_eq!(ok(&hull_in(h.path(), &["run", "--image", &image, "--", "cat", "/hull-marker"])), "marker: hull-test/busybox zstd\n");
+    assert_eq!(
+        &blob[..4],
+        &[0x28, 0xb5, 0x2f, 0xfd],
+        "the layer is not zstd: the fixture did not do what it says"
+    );
+    assert_eq!(
+        ok(&hull_in(
+            h.path(),
+            &["run", "--image", &image, "--", "cat", "/hull-marker"]
+        )),
+        "marker: hull-test/busybox zstd\n"
+    );
 }
 
 #[test]
@@ -177,34 +333,58 @@ fn a_corrupted_blob_is_refused_and_nothing_is_published() {
     let out = hull_in(h.path(), &["pull", &format!("{reg}/hull-test/corrupt:1")]);
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
-    assert!(err.contains("digest mismatch") && err.contains("layer 0"), "{err}");
+    assert!(
+        err.contains("digest mismatch") && err.contains("layer 0"),
+        "{err}"
+    );
     assert_nothing_stored(h.path());
-    let blobs = std::fs::read_dir(h.path().join("images/blobs/sha256")).unwrap().count();
+    let blobs = std::fs::read_dir(h.path().join("images/blobs/sha256"))
+        .unwrap()
+        .count();
     assert_eq!(blobs, 0, "the corrupted blob was kept");
 }
 
 #[test]
 fn basic_auth_credentials_come_from_the_credentials_file() {
-    let Some(reg) = up("HULL_TEST_AUTH_REGISTRY", "127.0.0.1:5056") else { return };
+    let Some(reg) = up("HULL_TEST_AUTH_REGISTRY", "127.0.0.1:5056") else {
+        return;
+    };
     let h = home();
     let image = format!("{reg}/hull-test/busybox:1");
     let out = hull_in(h.path(), &["pull", &image]);
     assert!(!out.status.success());
     let err = text(&out.stderr);
-    assert!(err.contains("user name and password") && err.contains("auth.json"), "{err}");
+    assert!(
+        err.contains("user name and password") && err.contains("auth.json"),
+        "{err}"
+    );
     let write = |user_pass: &str| {
         use base64::Engine as _;
         let enc = base64::engine::general_purpose::STANDARD.encode(user_pass);
-        std::fs::write(h.path().join("auth.json"), json!({"auths": {reg.clone(): {"auth": enc}}}).to_string()).unwrap();
+        std::fs::write(
+            h.path().join("auth.json"),
+            json!({"auths": {reg.clone(): {"auth": enc}}}).to_string(),
+        )
+        .unwrap();
     };
     write("hullpull:wrong-password");
     let out = hull_in(h.path(), &["pull", &image]);
     assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("credentials for it were refused"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("credentials for it were refused"),
+        "{}",
+        text(&out.stderr)
+    );
     assert_nothing_stored(h.path());
     write("hullpull:pull-secret-1");
     ok(&hull_in(h.path(), &["pull", &image]));
-    assert_eq!(ok(&hull_in(h.path(), &["run", "--image", &image, "--", "cat", "/hull-marker"])), "marker: hull-test/busybox\n");
+    assert_eq!(
+        ok(&hull_in(
+            h.path(),
+            &["run", "--image", &image, "--", "cat", "/hull-marker"]
+        )),
+        "marker: hull-test/busybox\n"
+    );
 }
 
 // ---- failures of the network itself ----
@@ -218,10 +398,17 @@ fn an_unreachable_registry_fails_fast_and_clearly() {
     let h = home();
     let t = Instant::now();
     let out = hull_in(h.path(), &["pull", &format!("127.0.0.1:{port}/x/y:1")]);
-    assert!(t.elapsed() < Duration::from_secs(5), "took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t.elapsed()
+    );
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
-    assert!(err.contains(&format!("cannot reach registry 127.0.0.1:{port}")) && err.contains("refused"), "{err}");
+    assert!(
+        err.contains(&format!("cannot reach registry 127.0.0.1:{port}")) && err.contains("refused"),
+        "{err}"
+    );
     assert_nothing_stored(h.path());
 }
 
@@ -239,12 +426,28 @@ fn a_registry_that_never_answers_times_out() {
     });
     let h = home();
     let t = Instant::now();
-    let out = hull_in(h.path(), &["pull", "--timeout", "1s", &format!("127.0.0.1:{port}/x/y:1")]);
+    let out = hull_in(
+        h.path(),
+        &[
+            "pull",
+            "--timeout",
+            "1s",
+            &format!("127.0.0.1:{port}/x/y:1"),
+        ],
+    );
     let took = t.elapsed();
-    assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(8), "took {took:?}");
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(8),
+        "took {took:?}"
+    );
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
-    assert!(err.contains("cannot reach registry") && err.contains("timed out") && err.contains("--timeout"), "{err}");
+    assert!(
+        err.contains("cannot reach registry")
+            && err.contains("timed out")
+            && err.contains("--timeout"),
+        "{err}"
+    );
     assert!(!held.lock().unwrap().is_empty(), "hull never connected");
     assert_nothing_stored(h.path());
 }
@@ -253,17 +456,40 @@ fn a_registry_that_never_answers_times_out() {
 fn bad_arguments_name_the_flag() {
     let h = home();
     for (args, needle) in [
-        (vec!["pull", "--insecure-registry", "http://10.0.0.1", "127.0.0.1:1/x"], "--insecure-registry `http://10.0.0.1`"),
-        (vec!["pull", "--timeout", "soon", "127.0.0.1:1/x"], "--timeout `soon`"),
-        (vec!["pull", "--parallel", "0", "127.0.0.1:1/x"], "--parallel 0"),
+        (
+            vec![
+                "pull",
+                "--insecure-registry",
+                "http://10.0.0.1",
+                "127.0.0.1:1/x",
+            ],
+            "--insecure-registry `http://10.0.0.1`",
+        ),
+        (
+            vec!["pull", "--timeout", "soon", "127.0.0.1:1/x"],
+            "--timeout `soon`",
+        ),
+        (
+            vec!["pull", "--parallel", "0", "127.0.0.1:1/x"],
+            "--parallel 0",
+        ),
     ] {
         let out = hull_in(h.path(), &args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
-        assert!(text(&out.stderr).contains(needle), "{args:?}: {}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains(needle),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
     }
     let out = hull_in(h.path(), &["pull", "127.0.0.1:1/UPPER"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("is not valid") && text(&out.stderr).contains("[HOST[:PORT]/]REPO"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("is not valid")
+            && text(&out.stderr).contains("[HOST[:PORT]/]REPO"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 // ---- a small registry in this test ----
@@ -310,7 +536,10 @@ type Member<'a> = (&'a str, &'a [u8], u32, tar::EntryType, Option<&'a str>);
 
 /// A gzip layer of these members.
 fn gz_layer(entries: &[Member<'_>]) -> Vec<u8> {
-    let mut b = tar::Builder::new(flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast()));
+    let mut b = tar::Builder::new(flate2::write::GzEncoder::new(
+        Vec::new(),
+        flate2::Compression::fast(),
+    ));
     for (path, data, mode, kind, link) in entries {
         let mut hd = tar::Header::new_gnu();
         hd.set_entry_type(*kind);
@@ -330,11 +559,23 @@ fn mini_image(busybox: &[u8], extra_layers: bool) -> (HashMap<String, Vec<u8>>, 
         ("bin/", b"", 0o755, Directory, None),
         ("bin/busybox", busybox, 0o755, Regular, None),
         ("bin/cat", b"", 0o777, Symlink, Some("busybox")),
-        ("hull-marker", b"marker: mini registry\n", 0o644, Regular, None),
+        (
+            "hull-marker",
+            b"marker: mini registry\n",
+            0o644,
+            Regular,
+            None,
+        ),
         ("extra", b"x", 0o644, Regular, None),
     ])];
     if extra_layers {
-        layers.push(gz_layer(&[("hull-marker", b"marker: layer 2 wins\n", 0o644, Regular, None)]));
+        layers.push(gz_layer(&[(
+            "hull-marker",
+            b"marker: layer 2 wins\n",
+            0o644,
+            Regular,
+            None,
+        )]));
         layers.push(gz_layer(&[(".wh.extra", b"", 0o644, Regular, None)]));
     }
     let config = serde_json::to_vec(&json!({"architecture": "amd64", "os": "linux", "config": {"Cmd": ["/bin/cat", "/hull-marker"]}})).unwrap();
@@ -357,13 +598,25 @@ impl Mini {
     fn start(busybox: &[u8], how: Behaviour) -> Mini {
         let (blobs, manifest, layer_size) = mini_image(busybox, how.extra_layers);
         let manifest_digest = Digest::of(&manifest);
-        let layer_digest = serde_json::from_slice::<Value>(&manifest).unwrap()["layers"][0]["digest"].as_str().unwrap().to_string();
+        let layer_digest = serde_json::from_slice::<Value>(&manifest).unwrap()["layers"][0]
+            ["digest"]
+            .as_str()
+            .unwrap()
+            .to_string();
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap().to_string();
         let log = Arc::new(Mutex::new(Vec::new()));
         let max_in_flight = Arc::new(AtomicUsize::new(0));
         let in_flight = Arc::new(AtomicUsize::new(0));
-        let state = Arc::new((blobs, manifest, manifest_digest.clone(), how, addr.clone(), Arc::clone(&log), Mutex::new(false)));
+        let state = Arc::new((
+            blobs,
+            manifest,
+            manifest_digest.clone(),
+            how,
+            addr.clone(),
+            Arc::clone(&log),
+            Mutex::new(false),
+        ));
         let (mx, inf) = (Arc::clone(&max_in_flight), in_flight);
         std::thread::spawn(move || {
             for s in l.incoming().flatten() {
@@ -371,11 +624,28 @@ impl Mini {
                 let (mx, inf) = (Arc::clone(&mx), Arc::clone(&inf));
                 std::thread::spawn(move || {
                     let (blobs, manifest, md, how, addr, log, cut_done) = &*st;
-                    let _ = serve_one(s, blobs, manifest, md, how, addr, log, cut_done, (&inf, &mx));
+                    let _ = serve_one(
+                        s,
+                        blobs,
+                        manifest,
+                        md,
+                        how,
+                        addr,
+                        log,
+                        cut_done,
+                        (&inf, &mx),
+                    );
                 });
             }
         });
-        Mini { addr, log, max_in_flight, manifest_digest, layer_size, layer_digest }
+        Mini {
+            addr,
+            log,
+            max_in_flight,
+            manifest_digest,
+            layer_size,
+            layer_digest,
+        }
     }
 
     fn log(&self) -> Vec<String> {
@@ -384,7 +654,17 @@ impl Mini {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn serve_one(s: TcpStream, blobs: &HashMap<String, Vec<u8>>, manifest: &[u8], md: &Digest, how: &Behaviour, addr: &str, log: &Mutex<Vec<String>>, cut_done: &Mutex<bool>, (in_flight, max_in_flight): (&AtomicUsize, &AtomicUsize)) -> std::io::Result<()> {
+fn serve_one(
+    s: TcpStream,
+    blobs: &HashMap<String, Vec<u8>>,
+    manifest: &[u8],
+    md: &Digest,
+    how: &Behaviour,
+    addr: &str,
+    log: &Mutex<Vec<String>>,
+    cut_done: &Mutex<bool>,
+    (in_flight, max_in_flight): (&AtomicUsize, &AtomicUsize),
+) -> std::io::Result<()> {
     let mut r = BufReader::new(s.try_clone()?);
     let mut line = String::new();
     r.read_line(&mut line)?;
@@ -401,22 +681,47 @@ fn serve_one(s: TcpStream, blobs: &HashMap<String, Vec<u8>>, manifest: &[u8], md
     }
     let auth = headers.get("authorization").cloned().unwrap_or_default();
     let range = headers.get("range").cloned();
-    log.lock().unwrap().push(format!("GET {target} range={} auth={auth}", range.as_deref().unwrap_or("-")));
+    log.lock().unwrap().push(format!(
+        "GET {target} range={} auth={auth}",
+        range.as_deref().unwrap_or("-")
+    ));
     let mut w = s;
-    let reply = |w: &mut TcpStream, status: &str, extra: &str, body: &[u8]| -> std::io::Result<()> {
-        write!(w, "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n", body.len())?;
-        w.write_all(body)
-    };
+    let reply =
+        |w: &mut TcpStream, status: &str, extra: &str, body: &[u8]| -> std::io::Result<()> {
+            write!(
+                w,
+                "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n",
+                body.len()
+            )?;
+            w.write_all(body)
+        };
     if let Some(query) = target.strip_prefix("/token?") {
         use base64::Engine as _;
-        let want = how.token_creds.as_ref().map(|(user, pass)| format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"))));
+        let want = how.token_creds.as_ref().map(|(user, pass)| {
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"))
+            )
+        });
         if want.is_some_and(|w| auth != w) {
-            return reply(&mut w, "401 Unauthorized", "", b"{\"errors\":[{\"code\":\"UNAUTHORIZED\"}]}");
+            return reply(
+                &mut w,
+                "401 Unauthorized",
+                "",
+                b"{\"errors\":[{\"code\":\"UNAUTHORIZED\"}]}",
+            );
         }
-        if !query.contains("service=mini-service") || !query.contains("scope=repository%3Amini%2Fimg%3Apull") {
+        if !query.contains("service=mini-service")
+            || !query.contains("scope=repository%3Amini%2Fimg%3Apull")
+        {
             return reply(&mut w, "400 Bad Request", "", b"bad scope");
         }
-        return reply(&mut w, "200 OK", "Content-Type: application/json\r\n", br#"{"token":"tok-123"}"#);
+        return reply(
+            &mut w,
+            "200 OK",
+            "Content-Type: application/json\r\n",
+            br#"{"token":"tok-123"}"#,
+        );
     }
     if how.token && auth != "Bearer tok-123" {
         let challenge = format!("WWW-Authenticate: Bearer realm=\"http://{addr}/token\",service=\"mini-service\",scope=\"repository:mini/img:pull\"\r\n");
@@ -424,12 +729,24 @@ fn serve_one(s: TcpStream, blobs: &HashMap<String, Vec<u8>>, manifest: &[u8], md
     }
     if let Some(reference) = target.strip_prefix("/v2/mini/img/manifests/") {
         if reference == "1" || reference == md.to_string() || how.any_manifest {
-            return reply(&mut w, "200 OK", "Content-Type: application/vnd.oci.image.manifest.v1+json\r\n", manifest);
+            return reply(
+                &mut w,
+                "200 OK",
+                "Content-Type: application/vnd.oci.image.manifest.v1+json\r\n",
+                manifest,
+            );
         }
-        return reply(&mut w, "404 Not Found", "", b"{\"errors\":[{\"code\":\"MANIFEST_UNKNOWN\"}]}");
+        return reply(
+            &mut w,
+            "404 Not Found",
+            "",
+            b"{\"errors\":[{\"code\":\"MANIFEST_UNKNOWN\"}]}",
+        );
     }
     if let Some(d) = target.strip_prefix("/v2/mini/img/blobs/") {
-        let Some(blob) = blobs.get(d) else { return reply(&mut w, "404 Not Found", "", b"") };
+        let Some(blob) = blobs.get(d) else {
+            return reply(&mut w, "404 Not Found", "", b"");
+        };
         if how.slow_blobs {
             let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
             max_in_flight.fetch_max(now, Ordering::SeqCst);
@@ -437,19 +754,51 @@ fn serve_one(s: TcpStream, blobs: &HashMap<String, Vec<u8>>, manifest: &[u8], md
             in_flight.fetch_sub(1, Ordering::SeqCst);
         }
         if how.cut_always.load(Ordering::SeqCst) && blob.len() > 100_000 {
-            let from = range.as_deref().and_then(|r| r.strip_prefix("bytes=")).and_then(|r| r.strip_suffix('-')).and_then(|n| n.parse::<usize>().ok()).unwrap_or(0);
-            let status = if from > 0 { format!("206 Partial Content\r\nContent-Range: bytes {from}-{}/{}", blob.len() - 1, blob.len()) } else { "200 OK".into() };
-            write!(w, "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", blob.len() - from)?;
+            let from = range
+                .as_deref()
+                .and_then(|r| r.strip_prefix("bytes="))
+                .and_then(|r| r.strip_suffix('-'))
+                .and_then(|n| n.parse::<usize>().ok())
+                .unwrap_or(0);
+            let status = if from > 0 {
+                format!(
+                    "206 Partial Content\r\nContent-Range: bytes {from}-{}/{}",
+                    blob.len() - 1,
+                    blob.len()
+                )
+            } else {
+                "200 OK".into()
+            };
+            write!(
+                w,
+                "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                blob.len() - from
+            )?;
             w.write_all(&blob[from..from + (blob.len() - from) / 2])?;
             return w.shutdown(std::net::Shutdown::Both);
         }
-        if let Some(from) = range.as_deref().and_then(|r| r.strip_prefix("bytes=")).and_then(|r| r.strip_suffix('-')).and_then(|n| n.parse::<usize>().ok()) {
-            let cr = format!("Content-Range: bytes {from}-{}/{}\r\n", blob.len() - 1, blob.len());
+        if let Some(from) = range
+            .as_deref()
+            .and_then(|r| r.strip_prefix("bytes="))
+            .and_then(|r| r.strip_suffix('-'))
+            .and_then(|n| n.parse::<usize>().ok())
+        {
+            let cr = format!(
+                "Content-Range: bytes {from}-{}/{}\r\n",
+                blob.len() - 1,
+                blob.len()
+            );
             return reply(&mut w, "206 Partial Content", &cr, &blob[from..]);
         }
-        let cut = how.cut_first_layer && blob.len() > 100_000 && !std::mem::replace(&mut *cut_done.lock().unwrap(), true);
+        let cut = how.cut_first_layer
+            && blob.len() > 100_000
+            && !std::mem::replace(&mut *cut_done.lock().unwrap(), true);
         if cut {
-            write!(w, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", blob.len())?;
+            write!(
+                w,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                blob.len()
+            )?;
             w.write_all(&blob[..blob.len() / 2])?;
             return w.shutdown(std::net::Shutdown::Both);
         }
@@ -461,109 +810,265 @@ fn serve_one(s: TcpStream, blobs: &HashMap<String, Vec<u8>>, manifest: &[u8], md
 #[test]
 fn bearer_token_flow_with_credentials() {
     let Some(bb) = busybox() else { return };
-    let mini = Mini::start(&bb, Behaviour { token: true, token_creds: Some(("tok-user".into(), "tok-pass".into())), ..Behaviour::default() });
+    let mini = Mini::start(
+        &bb,
+        Behaviour {
+            token: true,
+            token_creds: Some(("tok-user".into(), "tok-pass".into())),
+            ..Behaviour::default()
+        },
+    );
     let h = home();
     let image = format!("{}/mini/img:1", mini.addr);
     // No credentials: the token service refuses, and the message says where they go.
     let out = hull_in(h.path(), &["pull", &image]);
     assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("token service") && text(&out.stderr).contains("auth.json"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("token service") && text(&out.stderr).contains("auth.json"),
+        "{}",
+        text(&out.stderr)
+    );
     assert_nothing_stored(h.path());
     // Docker's other spelling: username/password fields.
-    std::fs::write(h.path().join("auth.json"), json!({"auths": {mini.addr.clone(): {"username": "tok-user", "password": "tok-pass"}}}).to_string()).unwrap();
+    std::fs::write(
+        h.path().join("auth.json"),
+        json!({"auths": {mini.addr.clone(): {"username": "tok-user", "password": "tok-pass"}}})
+            .to_string(),
+    )
+    .unwrap();
     ok(&hull_in(h.path(), &["pull", &image]));
-    assert_eq!(ok(&hull_in(h.path(), &["run", "--image", &image])), "marker: mini registry\n");
+    assert_eq!(
+        ok(&hull_in(h.path(), &["run", "--image", &image])),
+        "marker: mini registry\n"
+    );
     let log = mini.log();
-    assert!(log.iter().any(|l| l.starts_with("GET /token?") && l.contains("auth=Basic ")), "{log:#?}");
-    assert!(log.iter().filter(|l| l.contains("/blobs/")).all(|l| l.ends_with("auth=Bearer tok-123")), "{log:#?}");
+    assert!(
+        log.iter()
+            .any(|l| l.starts_with("GET /token?") && l.contains("auth=Basic ")),
+        "{log:#?}"
+    );
+    assert!(
+        log.iter()
+            .filter(|l| l.contains("/blobs/"))
+            .all(|l| l.ends_with("auth=Bearer tok-123")),
+        "{log:#?}"
+    );
 }
 
 #[test]
 fn a_download_cut_mid_blob_resumes_with_a_range_request() {
     let Some(bb) = busybox() else { return };
-    let mini = Mini::start(&bb, Behaviour { cut_first_layer: true, ..Behaviour::default() });
+    let mini = Mini::start(
+        &bb,
+        Behaviour {
+            cut_first_layer: true,
+            ..Behaviour::default()
+        },
+    );
     let h = home();
     let image = format!("{}/mini/img:1", mini.addr);
     let out = ok(&hull_in(h.path(), &["pull", &image]));
     assert!(out.contains("1 layer(s) downloaded"), "{out}");
     let log = mini.log();
     let half = mini.layer_size / 2;
-    assert!(log.iter().any(|l| l.contains("/blobs/") && l.contains(&format!("range=bytes={half}-"))), "no resume from byte {half}: {log:#?}");
-    assert_eq!(ok(&hull_in(h.path(), &["run", "--image", &image])), "marker: mini registry\n");
+    assert!(
+        log.iter()
+            .any(|l| l.contains("/blobs/") && l.contains(&format!("range=bytes={half}-"))),
+        "no resume from byte {half}: {log:#?}"
+    );
+    assert_eq!(
+        ok(&hull_in(h.path(), &["run", "--image", &image])),
+        "marker: mini registry\n"
+    );
 }
 
 #[test]
 fn a_manifest_that_does_not_match_its_pinned_digest_is_refused() {
     let Some(bb) = busybox() else { return };
-    let mini = Mini::start(&bb, Behaviour { any_manifest: true, ..Behaviour::default() });
+    let mini = Mini::start(
+        &bb,
+        Behaviour {
+            any_manifest: true,
+            ..Behaviour::default()
+        },
+    );
     let h = home();
     let wrong = format!("sha256:{}", "1".repeat(64));
-    let out = hull_in(h.path(), &["pull", &format!("{}/mini/img@{wrong}", mini.addr)]);
+    let out = hull_in(
+        h.path(),
+        &["pull", &format!("{}/mini/img@{wrong}", mini.addr)],
+    );
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
-    assert!(err.contains("digest mismatch") && err.contains(&wrong) && err.contains(&mini.manifest_digest.to_string()), "{err}");
+    assert!(
+        err.contains("digest mismatch")
+            && err.contains(&wrong)
+            && err.contains(&mini.manifest_digest.to_string()),
+        "{err}"
+    );
     assert_nothing_stored(h.path());
-    assert!(!mini.log().iter().any(|l| l.contains("/blobs/")), "blobs were fetched for an unverified manifest");
+    assert!(
+        !mini.log().iter().any(|l| l.contains("/blobs/")),
+        "blobs were fetched for an unverified manifest"
+    );
     // The right pin works.
-    ok(&hull_in(h.path(), &["pull", &format!("{}/mini/img@{}", mini.addr, mini.manifest_digest)]));
+    ok(&hull_in(
+        h.path(),
+        &[
+            "pull",
+            &format!("{}/mini/img@{}", mini.addr, mini.manifest_digest),
+        ],
+    ));
 }
 
 #[test]
 fn a_failed_pull_keeps_its_partial_blob_and_the_next_pull_resumes_it() {
     let Some(bb) = busybox() else { return };
     let cut = Arc::new(AtomicBool::new(true));
-    let mini = Mini::start(&bb, Behaviour { cut_always: Arc::clone(&cut), ..Behaviour::default() });
+    let mini = Mini::start(
+        &bb,
+        Behaviour {
+            cut_always: Arc::clone(&cut),
+            ..Behaviour::default()
+        },
+    );
     let h = home();
     let image = format!("{}/mini/img:1", mini.addr);
     let out = hull_in(h.path(), &["pull", &image]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
-    assert!(text(&out.stderr).contains("layer 0"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("layer 0"),
+        "{}",
+        text(&out.stderr)
+    );
     assert_eq!(images(h.path()), Vec::<Value>::new());
     // Three attempts, each resuming where the last broke off: 1/2 + 1/4 + 1/8 of the layer kept.
-    let partial: Vec<_> = std::fs::read_dir(h.path().join("images/tmp")).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with("partial-")).collect();
+    let partial: Vec<_> = std::fs::read_dir(h.path().join("images/tmp"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("partial-"))
+        .collect();
     assert_eq!(partial.len(), 1, "{partial:?}");
     let kept = partial[0].metadata().unwrap().len();
-    assert!(kept > 0 && kept < mini.layer_size as u64, "kept {kept} of {}", mini.layer_size);
+    assert!(
+        kept > 0 && kept < mini.layer_size as u64,
+        "kept {kept} of {}",
+        mini.layer_size
+    );
     let before = mini.log().len();
     cut.store(false, Ordering::SeqCst);
     ok(&hull_in(h.path(), &["pull", &image]));
     let later: Vec<String> = mini.log()[before..].to_vec();
-    let layer_gets: Vec<&String> = later.iter().filter(|l| l.contains("/blobs/") && !l.contains("range=-")).collect();
-    assert!(layer_gets.iter().any(|l| l.contains(&format!("range=bytes={kept}-"))), "the second pull did not resume from byte {kept}: {later:#?}");
-    assert_eq!(ok(&hull_in(h.path(), &["run", "--image", &image])), "marker: mini registry\n");
+    let layer_gets: Vec<&String> = later
+        .iter()
+        .filter(|l| l.contains("/blobs/") && !l.contains("range=-"))
+        .collect();
+    assert!(
+        layer_gets
+            .iter()
+            .any(|l| l.contains(&format!("range=bytes={kept}-"))),
+        "the second pull did not resume from byte {kept}: {later:#?}"
+    );
+    assert_eq!(
+        ok(&hull_in(h.path(), &["run", "--image", &image])),
+        "marker: mini registry\n"
+    );
 }
 
 #[test]
 fn an_anonymous_token_needs_no_credentials() {
     let Some(bb) = busybox() else { return };
-    let mini = Mini::start(&bb, Behaviour { token: true, ..Behaviour::default() });
+    let mini = Mini::start(
+        &bb,
+        Behaviour {
+            token: true,
+            ..Behaviour::default()
+        },
+    );
     let h = home();
     let image = format!("{}/mini/img:1", mini.addr);
     ok(&hull_in(h.path(), &["pull", &image]));
     let log = mini.log();
-    assert!(log.iter().any(|l| l.starts_with("GET /token?") && l.ends_with("auth=")), "the token request should carry no credentials: {log:#?}");
-    assert!(log.iter().filter(|l| l.contains("/blobs/")).all(|l| l.ends_with("auth=Bearer tok-123")), "{log:#?}");
-    assert_eq!(ok(&hull_in(h.path(), &["run", "--image", &image])), "marker: mini registry\n");
+    assert!(
+        log.iter()
+            .any(|l| l.starts_with("GET /token?") && l.ends_with("auth=")),
+        "the token request should carry no credentials: {log:#?}"
+    );
+    assert!(
+        log.iter()
+            .filter(|l| l.contains("/blobs/"))
+            .all(|l| l.ends_with("auth=Bearer tok-123")),
+        "{log:#?}"
+    );
+    assert_eq!(
+        ok(&hull_in(h.path(), &["run", "--image", &image])),
+        "marker: mini registry\n"
+    );
 }
 
 #[test]
 fn layers_download_in_parallel_and_apply_in_order() {
     let Some(bb) = busybox() else { return };
-    let mini = Mini::start(&bb, Behaviour { extra_layers: true, slow_blobs: true, ..Behaviour::default() });
+    let mini = Mini::start(
+        &bb,
+        Behaviour {
+            extra_layers: true,
+            slow_blobs: true,
+            ..Behaviour::default()
+        },
+    );
     let h = home();
     let image = format!("{}/mini/img:1", mini.addr);
     let out = hull_in(h.path(), &["pull", &image]);
     let stdout = ok(&out);
     assert!(stdout.contains("3 layer(s) downloaded"), "{stdout}");
     // Not a terminal: one line per layer on stderr.
-    assert_eq!(text(&out.stderr).lines().filter(|l| l.starts_with("layer ") && l.contains("downloaded")).count(), 3, "{}", text(&out.stderr));
-    assert!(mini.max_in_flight.load(Ordering::SeqCst) >= 2, "layers were not downloaded in parallel");
-    let shown = ok(&hull_in(h.path(), &["run", "--image", &image, "--", "/bin/busybox", "sh", "-c", "cat /hull-marker; test -e /extra && echo extra-present || echo extra-gone"]));
+    assert_eq!(
+        text(&out.stderr)
+            .lines()
+            .filter(|l| l.starts_with("layer ") && l.contains("downloaded"))
+            .count(),
+        3,
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(
+        mini.max_in_flight.load(Ordering::SeqCst) >= 2,
+        "layers were not downloaded in parallel"
+    );
+    let shown = ok(&hull_in(
+        h.path(),
+        &[
+            "run",
+            "--image",
+            &image,
+            "--",
+            "/bin/busybox",
+            "sh",
+            "-c",
+            "cat /hull-marker; test -e /extra && echo extra-present || echo extra-gone",
+        ],
+    ));
     assert_eq!(shown, "marker: layer 2 wins\nextra-gone\n");
     // --parallel 1 is one at a time.
-    let mini = Mini::start(&bb, Behaviour { extra_layers: true, slow_blobs: true, ..Behaviour::default() });
+    let mini = Mini::start(
+        &bb,
+        Behaviour {
+            extra_layers: true,
+            slow_blobs: true,
+            ..Behaviour::default()
+        },
+    );
     let h = home();
-    ok(&hull_in(h.path(), &["pull", "--parallel", "1", &format!("{}/mini/img:1", mini.addr)]));
+    ok(&hull_in(
+        h.path(),
+        &[
+            "pull",
+            "--parallel",
+            "1",
+            &format!("{}/mini/img:1", mini.addr),
+        ],
+    ));
     assert_eq!(mini.max_in_flight.load(Ordering::SeqCst), 1);
 }
 
@@ -573,26 +1078,58 @@ fn a_docker_v2_manifest_is_pulled() {
     let h = home();
     let image = format!("{reg}/hull-test/busybox:docker");
     ok(&hull_in(h.path(), &["pull", &image]));
-    assert_eq!(ok(&hull_in(h.path(), &["run", "--image", &image])), "hello-from-pulled\nmarker: hull-test/busybox\n");
+    assert_eq!(
+        ok(&hull_in(h.path(), &["run", "--image", &image])),
+        "hello-from-pulled\nmarker: hull-test/busybox\n"
+    );
 }
 
 #[test]
 fn two_pulls_of_one_image_at_once_download_each_blob_once() {
     let Some(bb) = busybox() else { return };
-    let mini = Mini::start(&bb, Behaviour { slow_blobs: true, ..Behaviour::default() });
+    let mini = Mini::start(
+        &bb,
+        Behaviour {
+            slow_blobs: true,
+            ..Behaviour::default()
+        },
+    );
     let h = home();
     let image = format!("{}/mini/img:1", mini.addr);
-    let spawn = |name: &str| Command::new(common::bin()).args(["pull", &image, "--name", name]).env("HULL_HOME", h.path()).env("HOME", h.path()).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let spawn = |name: &str| {
+        Command::new(common::bin())
+            .args(["pull", &image, "--name", name])
+            .env("HULL_HOME", h.path())
+            .env("HOME", h.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
     let (a, b) = (spawn("a"), spawn("b"));
     for out in [a.wait_with_output().unwrap(), b.wait_with_output().unwrap()] {
         ok(&out);
     }
     // The config (small, kept in memory) may be fetched by both; the layer once: the second
     // pull waits on the first one's lock, then finds the blob stored.
-    let layer_gets = mini.log().iter().filter(|l| l.contains(&format!("/blobs/{}", mini.layer_digest))).count();
+    let layer_gets = mini
+        .log()
+        .iter()
+        .filter(|l| l.contains(&format!("/blobs/{}", mini.layer_digest)))
+        .count();
     assert_eq!(layer_gets, 1, "{:#?}", mini.log());
     for n in ["a", "b"] {
-        assert_eq!(ok(&hull_in(h.path(), &["run", "--image", n])), "marker: mini registry\n");
+        assert_eq!(
+            ok(&hull_in(h.path(), &["run", "--image", n])),
+            "marker: mini registry\n"
+        );
     }
-    assert_eq!(std::fs::read_dir(h.path().join("images/roots")).unwrap().count(), 1, "one root for one image");
+    assert_eq!(
+        std::fs::read_dir(h.path().join("images/roots"))
+            .unwrap()
+            .count(),
+        1,
+        "one root for one image"
+    );
 }

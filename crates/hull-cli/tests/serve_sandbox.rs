@@ -18,20 +18,38 @@ struct Client {
 
 impl Client {
     fn new() -> Client {
-        let mut child = Command::new(common::bin()).arg("serve").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("spawn hull serve");
+        let mut child = Command::new(common::bin())
+            .arg("serve")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn hull serve");
         let stdin = child.stdin.take().unwrap();
         let stdout = BufReader::new(child.stdout.take().unwrap());
-        Client { child, stdin, stdout, next: 0 }
+        Client {
+            child,
+            stdin,
+            stdout,
+            next: 0,
+        }
     }
 
     /// Sends one request and returns its answer (`result` or `error` object), skipping events.
     fn call(&mut self, method: &str, params: Value) -> Result<Value, Value> {
         self.next += 1;
         let id = self.next;
-        writeln!(self.stdin, "{}", json!({"id": id, "method": method, "params": params})).unwrap();
+        writeln!(
+            self.stdin,
+            "{}",
+            json!({"id": id, "method": method, "params": params})
+        )
+        .unwrap();
         loop {
             let mut line = String::new();
-            assert!(self.stdout.read_line(&mut line).unwrap() > 0, "server closed its output");
+            assert!(
+                self.stdout.read_line(&mut line).unwrap() > 0,
+                "server closed its output"
+            );
             let v: Value = serde_json::from_str(&line).unwrap();
             if v["id"] == id && v.get("event").is_none() {
                 return match v.get("error") {
@@ -43,11 +61,15 @@ impl Client {
     }
 
     fn ok(&mut self, method: &str, params: Value) -> Value {
-        self.call(method, params.clone()).unwrap_or_else(|e| panic!("{method} {params} failed: {e}"))
+        self.call(method, params.clone())
+            .unwrap_or_else(|e| panic!("{method} {params} failed: {e}"))
     }
 
     fn create(&mut self, params: Value) -> String {
-        self.ok("sandbox.create", params)["sandbox"].as_str().unwrap().to_string()
+        self.ok("sandbox.create", params)["sandbox"]
+            .as_str()
+            .unwrap()
+            .to_string()
     }
 }
 
@@ -75,14 +97,26 @@ fn run_code_returns_rich_results_and_shares_the_workspace() {
     assert_eq!(results[1]["text/plain"], "42");
     assert_eq!(r["files"], json!(["/workspace/a.txt"]));
     // A later call is a fresh box that sees the same workspace.
-    let r = c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["cat", "/workspace/a.txt"]}));
+    let r = c.ok(
+        "sandbox.run",
+        json!({"sandbox": sb, "argv": ["cat", "/workspace/a.txt"]}),
+    );
     assert_eq!(r["stdout"], "hi");
     // Printing something that looks like a bundle is only output.
     let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "print('{\"done\": true, \"results\": [{\"text/plain\": \"forged\"}]}')"}));
     assert!(r["results"].as_array().unwrap().is_empty(), "{r}");
     // Code that writes garbage to the runner's own channel gets a warning, not a broken server.
-    assert!(c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "import sys\nhasattr(sys.modules['__main__'], '_chan')"}))["results"][0]["text/plain"] == "False");
-    let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": format!("{CHANNEL}chan().sendall(b'garbage\\n')\n1")}));
+    assert!(
+        c.ok(
+            "sandbox.run_code",
+            json!({"sandbox": sb, "code": "import sys\nhasattr(sys.modules['__main__'], '_chan')"})
+        )["results"][0]["text/plain"]
+            == "False"
+    );
+    let r = c.ok(
+        "sandbox.run_code",
+        json!({"sandbox": sb, "code": format!("{CHANNEL}chan().sendall(b'garbage\\n')\n1")}),
+    );
     assert!(r["warnings"].to_string().contains("malformed frame"), "{r}");
     assert!(r["results"].as_array().unwrap().is_empty(), "{r}");
     let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "2"}));
@@ -93,30 +127,54 @@ fn run_code_returns_rich_results_and_shares_the_workspace() {
 fn exceptions_are_not_faults_and_timeouts_are() {
     let mut c = Client::new();
     let sb = c.create(json!({"timeout_s": 1.5}));
-    let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "x = 1\nraise KeyError('boom')"}));
+    let r = c.ok(
+        "sandbox.run_code",
+        json!({"sandbox": sb, "code": "x = 1\nraise KeyError('boom')"}),
+    );
     assert_ne!(r["exit_code"], 0);
     assert!(r["fault"].is_null(), "{r}");
-    assert!(r["stderr"].as_str().unwrap().contains("KeyError: 'boom'"), "{r}");
+    assert!(
+        r["stderr"].as_str().unwrap().contains("KeyError: 'boom'"),
+        "{r}"
+    );
     let t0 = std::time::Instant::now();
-    let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "while True: pass"}));
+    let r = c.ok(
+        "sandbox.run_code",
+        json!({"sandbox": sb, "code": "while True: pass"}),
+    );
     assert_eq!(r["fault"]["type"], "timeout", "{r}");
     assert!(t0.elapsed().as_secs_f64() < 6.0);
-    let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "echo $((2+3))", "language": "bash"}));
+    let r = c.ok(
+        "sandbox.run_code",
+        json!({"sandbox": sb, "code": "echo $((2+3))", "language": "bash"}),
+    );
     assert_eq!(r["stdout"], "5\n");
 }
 
 #[test]
 fn bad_arguments_are_refused_naming_them() {
     let mut c = Client::new();
-    for (params, arg) in [(json!({"memory_mb": "x"}), "memory_mb"), (json!({"timeout_s": -1}), "timeout_s"), (json!({"colour": 1}), "colour"), (json!({"prewarm": 1000}), "prewarm")] {
+    for (params, arg) in [
+        (json!({"memory_mb": "x"}), "memory_mb"),
+        (json!({"timeout_s": -1}), "timeout_s"),
+        (json!({"colour": 1}), "colour"),
+        (json!({"prewarm": 1000}), "prewarm"),
+    ] {
         let e = c.call("sandbox.create", params.clone()).unwrap_err();
         assert_eq!(e["kind"], "invalid_argument", "{params}: {e}");
         assert_eq!(e["arg"], arg, "{params}: {e}");
     }
-    let e = c.call("sandbox.create", json!({"mounts": ["/etc:/data"]})).unwrap_err();
+    let e = c
+        .call("sandbox.create", json!({"mounts": ["/etc:/data"]}))
+        .unwrap_err();
     assert_eq!(e["kind"], "mount_refused", "{e}");
     let sb = c.create(json!({}));
-    let e = c.call("sandbox.run_code", json!({"sandbox": sb, "code": "1", "language": "cobol"})).unwrap_err();
+    let e = c
+        .call(
+            "sandbox.run_code",
+            json!({"sandbox": sb, "code": "1", "language": "cobol"}),
+        )
+        .unwrap_err();
     assert_eq!(e["arg"], "language");
 }
 
@@ -127,45 +185,99 @@ fn file_operations_never_follow_symlinks_or_block_on_fifos() {
     // The box plants a symlink to /etc/passwd (as seen by the host) and a FIFO.
     let r = c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["sh", "-c", "ln -s /etc/passwd link && mkdir d && ln -s /etc dirlink && mkfifo pipe"]}));
     assert_eq!(r["exit_code"], 0, "{r}");
-    let e = c.call("sandbox.read_file", json!({"sandbox": sb, "path": "link"})).unwrap_err();
+    let e = c
+        .call("sandbox.read_file", json!({"sandbox": sb, "path": "link"}))
+        .unwrap_err();
     assert_eq!(e["kind"], "path_refused", "{e}");
     assert!(e["message"].as_str().unwrap().contains("symlink"), "{e}");
-    let e = c.call("sandbox.read_file", json!({"sandbox": sb, "path": "dirlink/passwd"})).unwrap_err();
+    let e = c
+        .call(
+            "sandbox.read_file",
+            json!({"sandbox": sb, "path": "dirlink/passwd"}),
+        )
+        .unwrap_err();
     assert_eq!(e["kind"], "path_refused", "{e}");
-    let e = c.call("sandbox.write_file", json!({"sandbox": sb, "path": "link", "text": "owned"})).unwrap_err();
+    let e = c
+        .call(
+            "sandbox.write_file",
+            json!({"sandbox": sb, "path": "link", "text": "owned"}),
+        )
+        .unwrap_err();
     assert_eq!(e["kind"], "path_refused", "{e}");
-    let e = c.call("sandbox.write_file", json!({"sandbox": sb, "path": "dirlink/x", "text": "owned"})).unwrap_err();
+    let e = c
+        .call(
+            "sandbox.write_file",
+            json!({"sandbox": sb, "path": "dirlink/x", "text": "owned"}),
+        )
+        .unwrap_err();
     assert_eq!(e["kind"], "path_refused", "{e}");
     assert!(!std::path::Path::new("/etc/x").exists());
     let t0 = std::time::Instant::now();
-    let e = c.call("sandbox.read_file", json!({"sandbox": sb, "path": "pipe"})).unwrap_err();
+    let e = c
+        .call("sandbox.read_file", json!({"sandbox": sb, "path": "pipe"}))
+        .unwrap_err();
     assert!(e["message"].as_str().unwrap().contains("fifo"), "{e}");
-    let e = c.call("sandbox.write_file", json!({"sandbox": sb, "path": "pipe", "text": "x"})).unwrap_err();
+    let e = c
+        .call(
+            "sandbox.write_file",
+            json!({"sandbox": sb, "path": "pipe", "text": "x"}),
+        )
+        .unwrap_err();
     assert_eq!(e["kind"], "path_refused", "{e}");
     assert!(t0.elapsed().as_secs() < 2, "a FIFO made the server wait");
     for p in ["../x", "/etc/passwd", "d/../../x"] {
-        let e = c.call("sandbox.read_file", json!({"sandbox": sb, "path": p})).unwrap_err();
+        let e = c
+            .call("sandbox.read_file", json!({"sandbox": sb, "path": p}))
+            .unwrap_err();
         assert_eq!(e["kind"], "path_refused", "{p}: {e}");
     }
     // Ordinary files work, max_bytes truncates, listings show the planted entries as what they are.
-    c.ok("sandbox.write_file", json!({"sandbox": sb, "path": "d/e/f.bin", "data_b64": "AAEC/w=="}));
-    let r = c.ok("sandbox.read_file", json!({"sandbox": sb, "path": "/workspace/d/e/f.bin", "max_bytes": 2}));
+    c.ok(
+        "sandbox.write_file",
+        json!({"sandbox": sb, "path": "d/e/f.bin", "data_b64": "AAEC/w=="}),
+    );
+    let r = c.ok(
+        "sandbox.read_file",
+        json!({"sandbox": sb, "path": "/workspace/d/e/f.bin", "max_bytes": 2}),
+    );
     assert_eq!(r["data_b64"], "AAE=");
     assert_eq!(r["size"], 4);
     assert_eq!(r["truncated"], true);
     let l = c.ok("sandbox.list_files", json!({"sandbox": sb}));
-    let kinds: Vec<(String, String)> = l["entries"].as_array().unwrap().iter().map(|e| (e["path"].as_str().unwrap().to_string(), e["type"].as_str().unwrap().to_string())).collect();
-    assert!(kinds.contains(&("link".into(), "symlink".into())) && kinds.contains(&("pipe".into(), "fifo".into())) && kinds.contains(&("d/e/f.bin".into(), "file".into())), "{kinds:?}");
+    let kinds: Vec<(String, String)> = l["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["path"].as_str().unwrap().to_string(),
+                e["type"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert!(
+        kinds.contains(&("link".into(), "symlink".into()))
+            && kinds.contains(&("pipe".into(), "fifo".into()))
+            && kinds.contains(&("d/e/f.bin".into(), "file".into())),
+        "{kinds:?}"
+    );
 }
 
 fn tar_gz(path: &std::path::Path, members: &[(&str, tar::EntryType, &str)]) {
     let f = std::fs::File::create(path).unwrap();
-    let mut b = tar::Builder::new(flate2::write::GzEncoder::new(f, flate2::Compression::fast()));
+    let mut b = tar::Builder::new(flate2::write::GzEncoder::new(
+        f,
+        flate2::Compression::fast(),
+    ));
     for (name, kind, extra) in members {
         let mut h = tar::Header::new_gnu();
         h.set_entry_type(*kind);
         h.set_mode(0o644);
-        let data = if *kind == tar::EntryType::Regular { extra.as_bytes() } else { b"" };
+        let data = if *kind == tar::EntryType::Regular {
+            extra.as_bytes()
+        } else {
+            b""
+        };
         h.set_size(data.len() as u64);
         if matches!(kind, tar::EntryType::Symlink | tar::EntryType::Link) {
             h.set_link_name(extra).unwrap();
@@ -184,17 +296,32 @@ fn tar_gz(path: &std::path::Path, members: &[(&str, tar::EntryType, &str)]) {
 fn snapshot_round_trips_and_hostile_restores_are_refused() {
     let mut c = Client::new();
     let sb = c.create(json!({}));
-    c.ok("sandbox.write_file", json!({"sandbox": sb, "path": "keep/data.txt", "text": "precious"}));
+    c.ok(
+        "sandbox.write_file",
+        json!({"sandbox": sb, "path": "keep/data.txt", "text": "precious"}),
+    );
     let dir = tempfile::tempdir().unwrap();
     let snap = dir.path().join("snap.tar.gz");
     let r = c.ok("sandbox.snapshot", json!({"sandbox": sb, "dest": snap}));
     assert_eq!(r["files"], 1, "{r}");
-    c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["sh", "-c", "rm -r keep; echo junk > junk"]}));
+    c.ok(
+        "sandbox.run",
+        json!({"sandbox": sb, "argv": ["sh", "-c", "rm -r keep; echo junk > junk"]}),
+    );
     c.ok("sandbox.restore", json!({"sandbox": sb, "src": snap}));
-    let r = c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["sh", "-c", "cat keep/data.txt; ls"]}));
+    let r = c.ok(
+        "sandbox.run",
+        json!({"sandbox": sb, "argv": ["sh", "-c", "cat keep/data.txt; ls"]}),
+    );
     assert_eq!(r["stdout"], "preciouskeep\n", "{r}");
     for (members, bad) in [
-        (vec![("ok.txt", tar::EntryType::Regular, "x"), ("../escape", tar::EntryType::Regular, "x")], "../escape"),
+        (
+            vec![
+                ("ok.txt", tar::EntryType::Regular, "x"),
+                ("../escape", tar::EntryType::Regular, "x"),
+            ],
+            "../escape",
+        ),
         (vec![("/abs", tar::EntryType::Regular, "x")], "/abs"),
         (vec![("ln", tar::EntryType::Symlink, "/etc/passwd")], "ln"),
         (vec![("hard", tar::EntryType::Link, "/etc/passwd")], "hard"),
@@ -203,10 +330,15 @@ fn snapshot_round_trips_and_hostile_restores_are_refused() {
     ] {
         let p = dir.path().join("bad.tar.gz");
         tar_gz(&p, &members);
-        let e = c.call("sandbox.restore", json!({"sandbox": sb, "src": p})).unwrap_err();
+        let e = c
+            .call("sandbox.restore", json!({"sandbox": sb, "src": p}))
+            .unwrap_err();
         assert_eq!(e["member"], bad, "{e}");
         // Refused before anything was touched.
-        let r = c.ok("sandbox.read_file", json!({"sandbox": sb, "path": "keep/data.txt"}));
+        let r = c.ok(
+            "sandbox.read_file",
+            json!({"sandbox": sb, "path": "keep/data.txt"}),
+        );
         assert_eq!(r["data_b64"], "cHJlY2lvdXM=");
     }
 }
@@ -215,18 +347,44 @@ fn snapshot_round_trips_and_hostile_restores_are_refused() {
 fn kernels_keep_state_and_die_cleanly() {
     let mut c = Client::new();
     let sb = c.create(json!({"timeout_s": 2}));
-    let k = c.ok("kernel.start", json!({"sandbox": sb}))["kernel"].as_str().unwrap().to_string();
+    let k = c.ok("kernel.start", json!({"sandbox": sb}))["kernel"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let r = c.ok("kernel.run_code", json!({"sandbox": sb, "kernel": k, "code": "import os\ncount = 41\nprint('pid', os.getpid())"}));
     assert_eq!(r["exit_code"], 0, "{r}");
-    let r = c.ok("kernel.run_code", json!({"sandbox": sb, "kernel": k, "code": "count += 1\ncount"}));
+    let r = c.ok(
+        "kernel.run_code",
+        json!({"sandbox": sb, "kernel": k, "code": "count += 1\ncount"}),
+    );
     assert_eq!(r["results"][0]["text/plain"], "42", "{r}");
-    let r = c.ok("kernel.run_code", json!({"sandbox": sb, "kernel": k, "code": "1/0"}));
-    assert!(r["stderr"].as_str().unwrap().contains("ZeroDivisionError") && r["fault"].is_null(), "{r}");
-    let r = c.ok("kernel.run_code", json!({"sandbox": sb, "kernel": k, "code": "count"}));
-    assert_eq!(r["results"][0]["text/plain"], "42", "an exception lost the kernel's state: {r}");
-    let r = c.ok("kernel.run_code", json!({"sandbox": sb, "kernel": k, "code": "while True: pass"}));
+    let r = c.ok(
+        "kernel.run_code",
+        json!({"sandbox": sb, "kernel": k, "code": "1/0"}),
+    );
+    assert!(
+        r["stderr"].as_str().unwrap().contains("ZeroDivisionError") && r["fault"].is_null(),
+        "{r}"
+    );
+    let r = c.ok(
+        "kernel.run_code",
+        json!({"sandbox": sb, "kernel": k, "code": "count"}),
+    );
+    assert_eq!(
+        r["results"][0]["text/plain"], "42",
+        "an exception lost the kernel's state: {r}"
+    );
+    let r = c.ok(
+        "kernel.run_code",
+        json!({"sandbox": sb, "kernel": k, "code": "while True: pass"}),
+    );
     assert_eq!(r["fault"]["type"], "timeout", "{r}");
-    let e = c.call("kernel.run_code", json!({"sandbox": sb, "kernel": k, "code": "count"})).unwrap_err();
+    let e = c
+        .call(
+            "kernel.run_code",
+            json!({"sandbox": sb, "kernel": k, "code": "count"}),
+        )
+        .unwrap_err();
     assert_eq!(e["kind"], "kernel_dead", "{e}");
 }
 
@@ -234,16 +392,35 @@ fn kernels_keep_state_and_die_cleanly() {
 fn a_killed_server_leaves_nothing_the_next_hull_does_not_sweep() {
     let mut c = Client::new();
     let sb = c.create(json!({}));
-    let ws = c.ok("sandbox.create", json!({}))["workspace"].as_str().unwrap().to_string();
-    c.ok("sandbox.write_file", json!({"sandbox": sb, "path": "f", "text": "x"}));
+    let ws = c.ok("sandbox.create", json!({}))["workspace"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    c.ok(
+        "sandbox.write_file",
+        json!({"sandbox": sb, "path": "f", "text": "x"}),
+    );
     let session = std::path::Path::new(&ws).parent().unwrap().to_path_buf();
-    assert!(session.file_name().unwrap().to_str().unwrap().starts_with(&format!("hull-ws-{}-sb-", c.child.id())), "{}", session.display());
+    assert!(
+        session
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with(&format!("hull-ws-{}-sb-", c.child.id())),
+        "{}",
+        session.display()
+    );
     c.child.kill().unwrap();
     c.child.wait().unwrap();
     assert!(session.exists());
     let out = common::hull(&["doctor"]);
     assert!(out.status.code().is_some());
-    assert!(!session.exists(), "hull doctor did not sweep {}", session.display());
+    assert!(
+        !session.exists(),
+        "hull doctor did not sweep {}",
+        session.display()
+    );
 }
 
 #[test]
@@ -251,16 +428,29 @@ fn a_deep_tree_does_not_crash_the_server_and_is_removed() {
     let mut c = Client::new();
     let r = c.ok("sandbox.create", json!({}));
     let sb = r["sandbox"].as_str().unwrap().to_string();
-    let session = std::path::Path::new(r["workspace"].as_str().unwrap()).parent().unwrap().to_path_buf();
+    let session = std::path::Path::new(r["workspace"].as_str().unwrap())
+        .parent()
+        .unwrap()
+        .to_path_buf();
     // Deeper than a recursive walk survives on a 2 MiB thread stack; the scans after the call
     // (change tracking) walk it first.
     let mk = "import os\nfor i in range(3000):\n    os.mkdir('d')\n    os.chdir('d')\nopen('deep.txt', 'w').write('x')";
-    let r = c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["python3", "-c", mk]}));
+    let r = c.ok(
+        "sandbox.run",
+        json!({"sandbox": sb, "argv": ["python3", "-c", mk]}),
+    );
     assert_eq!(r["exit_code"], 0, "{r}");
-    assert!(r["warnings"].to_string().contains("levels of directories"), "{r}");
+    assert!(
+        r["warnings"].to_string().contains("levels of directories"),
+        "{r}"
+    );
     let l = c.ok("sandbox.list_files", json!({"sandbox": sb}));
     assert_eq!(l["complete"], false);
-    assert_eq!(l["entries"].as_array().unwrap().len(), 256, "directories 256 levels down the depth cap are listed, not entered");
+    assert_eq!(
+        l["entries"].as_array().unwrap().len(),
+        256,
+        "directories 256 levels down the depth cap are listed, not entered"
+    );
     let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "6*7"}));
     assert_eq!(r["results"][0]["text/plain"], "42", "{r}");
     // Restore empties the deep tree, then destroy removes the session directory.
@@ -270,8 +460,14 @@ fn a_deep_tree_does_not_crash_the_server_and_is_removed() {
     c.ok("sandbox.restore", json!({"sandbox": sb, "src": p}));
     let l = c.ok("sandbox.list_files", json!({"sandbox": sb}));
     assert_eq!(l["entries"].as_array().unwrap().len(), 1, "{l}");
-    c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["python3", "-c", mk]}));
-    assert_eq!(c.ok("sandbox.destroy", json!({"sandbox": sb}))["destroyed"], true);
+    c.ok(
+        "sandbox.run",
+        json!({"sandbox": sb, "argv": ["python3", "-c", mk]}),
+    );
+    assert_eq!(
+        c.ok("sandbox.destroy", json!({"sandbox": sb}))["destroyed"],
+        true
+    );
     assert!(!session.exists(), "{} was left", session.display());
 }
 
@@ -282,13 +478,23 @@ fn listings_cap_their_path_bytes() {
     // 60 levels of 250-byte names, then 1200 files with 200-byte names: about 18 MB of paths in
     // 1260 entries, past the 16 MiB cap though far below the entry cap.
     let mk = "import os\nfor i in range(60):\n    os.mkdir('d' * 250)\n    os.chdir('d' * 250)\nfor i in range(1200):\n    open('%04d' % i + 'f' * 196, 'w').close()";
-    let r = c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["python3", "-c", mk]}));
+    let r = c.ok(
+        "sandbox.run",
+        json!({"sandbox": sb, "argv": ["python3", "-c", mk]}),
+    );
     assert_eq!(r["exit_code"], 0, "{r}");
     let l = c.ok("sandbox.list_files", json!({"sandbox": sb}));
     assert_eq!(l["complete"], false);
     let entries = l["entries"].as_array().unwrap();
-    let bytes: usize = entries.iter().map(|e| e["path"].as_str().unwrap().len()).sum();
-    assert!(bytes <= 16 << 20 && bytes > 15 << 20, "{bytes} bytes of paths in {} entries", entries.len());
+    let bytes: usize = entries
+        .iter()
+        .map(|e| e["path"].as_str().unwrap().len())
+        .sum();
+    assert!(
+        bytes <= 16 << 20 && bytes > 15 << 20,
+        "{bytes} bytes of paths in {} entries",
+        entries.len()
+    );
 }
 
 #[test]
@@ -299,13 +505,21 @@ fn oversized_or_value_dense_frames_are_dropped_and_the_server_carries_on() {
     let big = format!("{CHANNEL}chan().sendall(b'{{\"done\": true, \"results\": [{{\"text/plain\": \"' + b'x' * (17 << 20) + b'\"}}]}}\\n')\n1");
     let t0 = std::time::Instant::now();
     let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": big}));
-    assert!(r["warnings"].to_string().contains("over 16777216 bytes"), "{}", &r.to_string()[..r.to_string().len().min(2000)]);
+    assert!(
+        r["warnings"].to_string().contains("over 16777216 bytes"),
+        "{}",
+        &r.to_string()[..r.to_string().len().min(2000)]
+    );
     assert!(r["results"].as_array().unwrap().is_empty());
     assert!(t0.elapsed().as_secs() < 20);
     // Small on the wire, but a tree of 300k values on the host.
     let dense = format!("{CHANNEL}chan().sendall(b'{{\"done\": true, \"results\": [' + b'0,' * 300000 + b'0]}}\\n')\n1");
     let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": dense}));
-    assert!(r["warnings"].to_string().contains("JSON values"), "{}", &r.to_string()[..r.to_string().len().min(2000)]);
+    assert!(
+        r["warnings"].to_string().contains("JSON values"),
+        "{}",
+        &r.to_string()[..r.to_string().len().min(2000)]
+    );
     let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "6*7"}));
     assert_eq!(r["results"][0]["text/plain"], "42", "{r}");
 }
@@ -320,11 +534,23 @@ fn modules_planted_in_the_workspace_do_not_run_before_the_runner() {
     for m in ["_socket", "binascii", "threading"] {
         c.ok("sandbox.write_file", json!({"sandbox": sb, "path": format!("{m}.py"), "text": format!("open('/workspace/ran-{m}', 'w').close()\n")}));
     }
-    c.ok("sandbox.write_file", json!({"sandbox": sb, "path": "mine.py", "text": "VALUE = 7\n"}));
-    let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "import mine\nmine.VALUE * 6"}));
+    c.ok(
+        "sandbox.write_file",
+        json!({"sandbox": sb, "path": "mine.py", "text": "VALUE = 7\n"}),
+    );
+    let r = c.ok(
+        "sandbox.run_code",
+        json!({"sandbox": sb, "code": "import mine\nmine.VALUE * 6"}),
+    );
     assert_eq!(r["results"][0]["text/plain"], "42", "{r}");
-    let k = c.ok("kernel.start", json!({"sandbox": sb}))["kernel"].as_str().unwrap().to_string();
-    let r = c.ok("kernel.run_code", json!({"sandbox": sb, "kernel": k, "code": "import mine\nmine.VALUE"}));
+    let k = c.ok("kernel.start", json!({"sandbox": sb}))["kernel"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = c.ok(
+        "kernel.run_code",
+        json!({"sandbox": sb, "kernel": k, "code": "import mine\nmine.VALUE"}),
+    );
     assert_eq!(r["results"][0]["text/plain"], "7", "{r}");
     let l = c.ok("sandbox.list_files", json!({"sandbox": sb}));
     assert!(!l.to_string().contains("ran-"), "a planted module ran: {l}");
@@ -336,7 +562,9 @@ fn watchdog(c: &Client, secs: u64) -> std::sync::mpsc::Sender<()> {
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     let pid = i32::try_from(c.child.id()).unwrap();
     std::thread::spawn(move || {
-        if rx.recv_timeout(std::time::Duration::from_secs(secs)) == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
+        if rx.recv_timeout(std::time::Duration::from_secs(secs))
+            == Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+        {
             eprintln!("watchdog: killing hull serve {pid}");
             // SAFETY: kill has no memory preconditions; pid is our own unreaped child.
             unsafe { libc::kill(pid, libc::SIGKILL) };
@@ -348,8 +576,16 @@ fn watchdog(c: &Client, secs: u64) -> std::sync::mpsc::Sender<()> {
 /// The server's child processes (its boxes).
 fn children(pid: u32) -> Vec<String> {
     let mut out = Vec::new();
-    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
-        out.extend(std::fs::read_to_string(t.path().join("children")).unwrap_or_default().split_whitespace().map(str::to_string));
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        out.extend(
+            std::fs::read_to_string(t.path().join("children"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .map(str::to_string),
+        );
     }
     out
 }
@@ -360,16 +596,30 @@ fn a_stopped_kernel_times_out_and_close_and_destroy_do_not_wait_for_cells() {
     let done = watchdog(&c, 40);
     let r = c.ok("sandbox.create", json!({"timeout_s": 2}));
     let sb = r["sandbox"].as_str().unwrap().to_string();
-    let session = std::path::Path::new(r["workspace"].as_str().unwrap()).parent().unwrap().to_path_buf();
-    let k = c.ok("kernel.start", json!({"sandbox": sb}))["kernel"].as_str().unwrap().to_string();
+    let session = std::path::Path::new(r["workspace"].as_str().unwrap())
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let k = c.ok("kernel.start", json!({"sandbox": sb}))["kernel"]
+        .as_str()
+        .unwrap()
+        .to_string();
     // Cell 1 leaves a thread that stops the runner after the cell; cell 2 is bigger than the
     // socket's buffer, so sending it blocks on a runner that no longer reads.
     let r = c.ok("kernel.run_code", json!({"sandbox": sb, "kernel": k, "code": "import os, signal, threading, time\nthreading.Thread(target=lambda: (time.sleep(0.3), os.kill(os.getpid(), signal.SIGSTOP)), daemon=True).start()"}));
     assert_eq!(r["exit_code"], 0, "{r}");
     std::thread::sleep(std::time::Duration::from_millis(800));
     let t0 = std::time::Instant::now();
-    let r = c.ok("kernel.run_code", json!({"sandbox": sb, "kernel": k, "code": format!("x = '{}'", "a".repeat(8 << 20))}));
-    assert_eq!(r["fault"]["type"], "timeout", "{}", &r.to_string()[..r.to_string().len().min(2000)]);
+    let r = c.ok(
+        "kernel.run_code",
+        json!({"sandbox": sb, "kernel": k, "code": format!("x = '{}'", "a".repeat(8 << 20))}),
+    );
+    assert_eq!(
+        r["fault"]["type"],
+        "timeout",
+        "{}",
+        &r.to_string()[..r.to_string().len().min(2000)]
+    );
     assert!(t0.elapsed().as_secs_f64() < 8.0, "{:?}", t0.elapsed());
     let t0 = std::time::Instant::now();
     c.ok("kernel.close", json!({"sandbox": sb, "kernel": k}));
@@ -377,28 +627,46 @@ fn a_stopped_kernel_times_out_and_close_and_destroy_do_not_wait_for_cells() {
     // A kernel busy in a long cell: close kills it at once instead of waiting for the cell.
     let sb2 = c.create(json!({"timeout_s": 30}));
     for _ in 0..2 {
-        let k2 = c.ok("kernel.start", json!({"sandbox": sb2}))["kernel"].as_str().unwrap().to_string();
+        let k2 = c.ok("kernel.start", json!({"sandbox": sb2}))["kernel"]
+            .as_str()
+            .unwrap()
+            .to_string();
         c.next += 1;
         writeln!(c.stdin, "{}", json!({"id": c.next, "method": "kernel.run_code", "params": {"sandbox": sb2, "kernel": k2, "code": "import time\ntime.sleep(25)"}})).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(500));
         let t0 = std::time::Instant::now();
         c.ok("kernel.close", json!({"sandbox": sb2, "kernel": k2}));
-        assert!(t0.elapsed().as_secs_f64() < 3.0, "kernel.close waited {:?}", t0.elapsed());
+        assert!(
+            t0.elapsed().as_secs_f64() < 3.0,
+            "kernel.close waited {:?}",
+            t0.elapsed()
+        );
     }
     // Destroy kills a kernel in the middle of a cell, too.
-    let k3 = c.ok("kernel.start", json!({"sandbox": sb2}))["kernel"].as_str().unwrap().to_string();
+    let k3 = c.ok("kernel.start", json!({"sandbox": sb2}))["kernel"]
+        .as_str()
+        .unwrap()
+        .to_string();
     c.next += 1;
     writeln!(c.stdin, "{}", json!({"id": c.next, "method": "kernel.run_code", "params": {"sandbox": sb2, "kernel": k3, "code": "import time\ntime.sleep(25)"}})).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(500));
     let t0 = std::time::Instant::now();
     c.ok("sandbox.destroy", json!({"sandbox": sb2}));
     c.ok("sandbox.destroy", json!({"sandbox": sb}));
-    assert!(t0.elapsed().as_secs_f64() < 3.0, "destroy waited {:?}", t0.elapsed());
+    assert!(
+        t0.elapsed().as_secs_f64() < 3.0,
+        "destroy waited {:?}",
+        t0.elapsed()
+    );
     let t0 = std::time::Instant::now();
     while (!children(c.child.id()).is_empty() || session.exists()) && t0.elapsed().as_secs() < 3 {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    assert!(children(c.child.id()).is_empty(), "boxes left: {:?}", children(c.child.id()));
+    assert!(
+        children(c.child.id()).is_empty(),
+        "boxes left: {:?}",
+        children(c.child.id())
+    );
     assert!(!session.exists(), "{} was left", session.display());
     let _ = done.send(());
 }
@@ -415,11 +683,18 @@ fn session_directories_are_private() {
     let io: Vec<std::path::PathBuf> = std::fs::read_dir(session.parent().unwrap())
         .unwrap()
         .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("hull-ws-{}-io-", c.child.id())))
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("hull-ws-{}-io-", c.child.id()))
+        })
         .map(|e| e.path())
         .collect();
     assert!(!io.is_empty(), "no runner io directory found");
-    for d in [session.clone(), ws.clone(), session.join("deps")].iter().chain(&io) {
+    for d in [session.clone(), ws.clone(), session.join("deps")]
+        .iter()
+        .chain(&io)
+    {
         let mode = std::fs::metadata(d).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o700, "{} is {mode:o}", d.display());
     }
@@ -438,21 +713,54 @@ fn snapshots_refuse_huge_sparse_files_and_never_follow_a_planted_partial_file() 
     let host = tempfile::tempdir().unwrap();
     let victim = host.path().join("victim");
     // The box plants a symlink where the old snapshot wrote its partial file (dest with extension `partial`).
-    let plant = format!("ln -s {} snap.tar.partial && echo x > small", victim.display());
-    assert_eq!(c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["sh", "-c", plant]}))["exit_code"], 0);
-    let r = c.ok("sandbox.snapshot", json!({"sandbox": sb, "dest": ws.join("snap.tar.gz")}));
+    let plant = format!(
+        "ln -s {} snap.tar.partial && echo x > small",
+        victim.display()
+    );
+    assert_eq!(
+        c.ok(
+            "sandbox.run",
+            json!({"sandbox": sb, "argv": ["sh", "-c", plant]})
+        )["exit_code"],
+        0
+    );
+    let r = c.ok(
+        "sandbox.snapshot",
+        json!({"sandbox": sb, "dest": ws.join("snap.tar.gz")}),
+    );
     assert_eq!(r["files"], 1, "{r}");
-    assert!(!victim.exists(), "the snapshot followed a symlink the box planted");
-    assert!(std::fs::symlink_metadata(ws.join("snap.tar.partial")).unwrap().file_type().is_symlink());
+    assert!(
+        !victim.exists(),
+        "the snapshot followed a symlink the box planted"
+    );
+    assert!(std::fs::symlink_metadata(ws.join("snap.tar.partial"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
     // A 20 GiB sparse file costs the box nothing; the snapshot is refused at once, naming it.
-    let r = c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["sh", "-c", "truncate -s 20G big"]}));
+    let r = c.ok(
+        "sandbox.run",
+        json!({"sandbox": sb, "argv": ["sh", "-c", "truncate -s 20G big"]}),
+    );
     assert_eq!(r["exit_code"], 0, "{r}");
     let t0 = std::time::Instant::now();
     let dest = host.path().join("s.tar.gz");
-    let e = c.call("sandbox.snapshot", json!({"sandbox": sb, "dest": dest})).unwrap_err();
-    assert!(e["message"].as_str().unwrap().contains("/workspace/big (21474836480 bytes)"), "{e}");
+    let e = c
+        .call("sandbox.snapshot", json!({"sandbox": sb, "dest": dest}))
+        .unwrap_err();
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("/workspace/big (21474836480 bytes)"),
+        "{e}"
+    );
     assert!(t0.elapsed().as_secs() < 5, "{:?}", t0.elapsed());
-    assert_eq!(std::fs::read_dir(host.path()).unwrap().count(), 0, "a partial snapshot was left");
+    assert_eq!(
+        std::fs::read_dir(host.path()).unwrap().count(),
+        0,
+        "a partial snapshot was left"
+    );
     let _ = done.send(());
 }
 
@@ -462,10 +770,16 @@ fn restore_refuses_huge_long_names_without_reading_them() {
     let sb = c.create(json!({}));
     let dir = tempfile::tempdir().unwrap();
     let build = |name: &str, pax: Option<&str>| {
-        let p = dir.path().join(format!("{}.tar.gz", name.len() + pax.map_or(0, str::len)));
-        let mut b = tar::Builder::new(flate2::write::GzEncoder::new(std::fs::File::create(&p).unwrap(), flate2::Compression::best()));
+        let p = dir
+            .path()
+            .join(format!("{}.tar.gz", name.len() + pax.map_or(0, str::len)));
+        let mut b = tar::Builder::new(flate2::write::GzEncoder::new(
+            std::fs::File::create(&p).unwrap(),
+            flate2::Compression::best(),
+        ));
         if let Some(path) = pax {
-            b.append_pax_extensions([("path", path.as_bytes())]).unwrap();
+            b.append_pax_extensions([("path", path.as_bytes())])
+                .unwrap();
         }
         let mut h = tar::Header::new_gnu();
         h.set_mode(0o644);
@@ -478,23 +792,53 @@ fn restore_refuses_huge_long_names_without_reading_them() {
     let huge = "a/".repeat(2 << 20);
     for p in [build(&huge, None), build("short", Some(&huge))] {
         assert!(std::fs::metadata(&p).unwrap().len() < 64 << 10);
-        let e = c.call("sandbox.restore", json!({"sandbox": sb, "src": p})).unwrap_err();
-        assert_eq!(e["kind"], "path_refused", "{}", &e.to_string()[..e.to_string().len().min(500)]);
-        assert!(e["message"].as_str().unwrap().contains("at most 65536"), "{}", &e.to_string()[..e.to_string().len().min(500)]);
-        assert!(e.to_string().len() < 2000, "the error repeats the name: {} bytes", e.to_string().len());
+        let e = c
+            .call("sandbox.restore", json!({"sandbox": sb, "src": p}))
+            .unwrap_err();
+        assert_eq!(
+            e["kind"],
+            "path_refused",
+            "{}",
+            &e.to_string()[..e.to_string().len().min(500)]
+        );
+        assert!(
+            e["message"].as_str().unwrap().contains("at most 65536"),
+            "{}",
+            &e.to_string()[..e.to_string().len().min(500)]
+        );
+        assert!(
+            e.to_string().len() < 2000,
+            "the error repeats the name: {} bytes",
+            e.to_string().len()
+        );
     }
     // Ordinary long names (GNU and PAX) still restore.
     let long = format!("{}/f.txt", "d".repeat(150));
-    let r = c.ok("sandbox.restore", json!({"sandbox": sb, "src": build(&long, None)}));
+    let r = c.ok(
+        "sandbox.restore",
+        json!({"sandbox": sb, "src": build(&long, None)}),
+    );
     assert_eq!(r["files"], 1, "{r}");
-    let r = c.ok("sandbox.restore", json!({"sandbox": sb, "src": build("ignored", Some("pax/name.txt"))}));
+    let r = c.ok(
+        "sandbox.restore",
+        json!({"sandbox": sb, "src": build("ignored", Some("pax/name.txt"))}),
+    );
     assert_eq!(r["files"], 1, "{r}");
-    assert_eq!(c.ok("sandbox.read_file", json!({"sandbox": sb, "path": "pax/name.txt"}))["data_b64"], "eA==");
+    assert_eq!(
+        c.ok(
+            "sandbox.read_file",
+            json!({"sandbox": sb, "path": "pax/name.txt"})
+        )["data_b64"],
+        "eA=="
+    );
 }
 
 /// The host's python3 `major.minor` (the default image is a view of the host).
 fn python_version() -> String {
-    let out = std::process::Command::new("python3").args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"]).output().expect("python3");
+    let out = std::process::Command::new("python3")
+        .args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
+        .output()
+        .expect("python3");
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
@@ -508,18 +852,49 @@ fn site_code_runs_after_the_runner_connects_and_cells_see_python_c_paths() {
     // A user site in the (writable) home, with a .pth: it is read for the cell, in python3 -c's
     // place (before the system site-packages), never before the cell arrives.
     let user_site = "import site, os; d = site.getusersitepackages(); os.makedirs(d, exist_ok=True); open(d + '/hull-user.pth', 'w').write('/usr/share\\n'); print(d)";
-    let r = c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["python3", "-c", user_site]}));
-    assert_eq!(r["stdout"].as_str().unwrap().trim(), format!("/workspace/.local/lib/python{}/site-packages", python_version()), "{r}");
-    let want = c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["python3", "-c", "import sys; print(sys.path)"]}))["stdout"].as_str().unwrap().trim().to_string();
-    let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "import sys\nprint(sys.path)\nSITE_RAN"}));
+    let r = c.ok(
+        "sandbox.run",
+        json!({"sandbox": sb, "argv": ["python3", "-c", user_site]}),
+    );
+    assert_eq!(
+        r["stdout"].as_str().unwrap().trim(),
+        format!(
+            "/workspace/.local/lib/python{}/site-packages",
+            python_version()
+        ),
+        "{r}"
+    );
+    let want = c.ok(
+        "sandbox.run",
+        json!({"sandbox": sb, "argv": ["python3", "-c", "import sys; print(sys.path)"]}),
+    )["stdout"]
+        .as_str()
+        .unwrap()
+        .trim()
+        .to_string();
+    let r = c.ok(
+        "sandbox.run_code",
+        json!({"sandbox": sb, "code": "import sys\nprint(sys.path)\nSITE_RAN"}),
+    );
     assert_eq!(r["stdout"].as_str().unwrap().trim(), want, "{r}");
-    assert!(want.contains("'/workspace/.local/lib/") && want.contains("'/usr/share'") && want.contains("/deps"), "{want}");
+    assert!(
+        want.contains("'/workspace/.local/lib/")
+            && want.contains("'/usr/share'")
+            && want.contains("/deps"),
+        "{want}"
+    );
     assert_eq!(r["results"][0]["text/plain"], "1", "{r}");
     // A sitecustomize that never returns holds a cell to its deadline, not kernel.start for 24 h.
     c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["sh", "-c", "echo 'import time; time.sleep(3600)' > /deps/sitecustomize.py"]}));
     let t0 = std::time::Instant::now();
-    let k = c.ok("kernel.start", json!({"sandbox": sb}))["kernel"].as_str().unwrap().to_string();
-    let r = c.ok("kernel.run_code", json!({"sandbox": sb, "kernel": k, "code": "1"}));
+    let k = c.ok("kernel.start", json!({"sandbox": sb}))["kernel"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = c.ok(
+        "kernel.run_code",
+        json!({"sandbox": sb, "kernel": k, "code": "1"}),
+    );
     assert_eq!(r["fault"]["type"], "timeout", "{r}");
     let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "1"}));
     assert_eq!(r["fault"]["type"], "timeout", "{r}");
@@ -533,7 +908,10 @@ fn names_that_are_not_utf8_are_tracked_listed_and_cleared() {
     let sb = c.create(json!({}));
     // Two names that differ only in bytes that are not UTF-8, and a file under such a directory.
     let mk = "import os\nfor n in (b'a\\xff', b'a\\xfe'):\n    open(n, 'w').write('x')\nos.mkdir(b'd\\xff')\nopen(b'd\\xff/inner', 'w').write('y')";
-    let r = c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["python3", "-c", mk]}));
+    let r = c.ok(
+        "sandbox.run",
+        json!({"sandbox": sb, "argv": ["python3", "-c", mk]}),
+    );
     assert_eq!(r["exit_code"], 0, "{r}");
     assert_eq!(r["files"].as_array().unwrap().len(), 3, "{r}");
     let l = c.ok("sandbox.list_files", json!({"sandbox": sb}));

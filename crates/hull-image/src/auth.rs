@@ -27,7 +27,11 @@ impl std::fmt::Debug for Credentials {
 impl Credentials {
     /// The `Authorization: Basic ...` value.
     pub fn basic_header(&self) -> String {
-        format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", self.username, self.password)))
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD
+                .encode(format!("{}:{}", self.username, self.password))
+        )
     }
 }
 
@@ -62,9 +66,14 @@ pub fn credential_files(hull_home: &Path) -> Vec<PathBuf> {
 /// exists but cannot be parsed is an error naming it, not silently skipped.
 pub fn lookup(files: &[PathBuf], registry: &str) -> Result<Option<Credentials>, String> {
     for f in files {
-        let Ok(bytes) = std::fs::read(f) else { continue };
-        let cfg: ConfigFile = serde_json::from_slice(&bytes).map_err(|e| format!("credentials file {}: {e}", f.display()))?;
-        if let Some(c) = find(&cfg, registry).map_err(|e| format!("credentials file {}: {e}", f.display()))? {
+        let Ok(bytes) = std::fs::read(f) else {
+            continue;
+        };
+        let cfg: ConfigFile = serde_json::from_slice(&bytes)
+            .map_err(|e| format!("credentials file {}: {e}", f.display()))?;
+        if let Some(c) =
+            find(&cfg, registry).map_err(|e| format!("credentials file {}: {e}", f.display()))?
+        {
             return Ok(Some(c));
         }
     }
@@ -72,21 +81,39 @@ pub fn lookup(files: &[PathBuf], registry: &str) -> Result<Option<Credentials>, 
 }
 
 fn find(cfg: &ConfigFile, registry: &str) -> Result<Option<Credentials>, String> {
-    let hub = registry == "docker.io" || registry == "index.docker.io" || registry == "registry-1.docker.io";
+    let hub = registry == "docker.io"
+        || registry == "index.docker.io"
+        || registry == "registry-1.docker.io";
     let entry = cfg.auths.iter().find(|(k, _)| {
-        let k = k.trim_start_matches("https://").trim_start_matches("http://");
+        let k = k
+            .trim_start_matches("https://")
+            .trim_start_matches("http://");
         let k = k.split('/').next().unwrap_or(k);
-        k.eq_ignore_ascii_case(registry) || hub && (k == "index.docker.io" || k == "docker.io" || k == "registry-1.docker.io")
+        k.eq_ignore_ascii_case(registry)
+            || hub && (k == "index.docker.io" || k == "docker.io" || k == "registry-1.docker.io")
     });
-    let Some((key, e)) = entry else { return Ok(None) };
+    let Some((key, e)) = entry else {
+        return Ok(None);
+    };
     if let (Some(u), Some(p)) = (&e.username, &e.password) {
-        return Ok(Some(Credentials { username: u.clone(), password: p.clone() }));
+        return Ok(Some(Credentials {
+            username: u.clone(),
+            password: p.clone(),
+        }));
     }
     let Some(a) = &e.auth else { return Ok(None) };
-    let raw = base64::engine::general_purpose::STANDARD.decode(a.trim()).map_err(|err| format!("`auths.{key}.auth` is not base64: {err}"))?;
-    let text = String::from_utf8(raw).map_err(|err| format!("`auths.{key}.auth` is not UTF-8: {err}"))?;
-    let (u, p) = text.split_once(':').ok_or_else(|| format!("`auths.{key}.auth` must encode `user:password`"))?;
-    Ok(Some(Credentials { username: u.into(), password: p.into() }))
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(a.trim())
+        .map_err(|err| format!("`auths.{key}.auth` is not base64: {err}"))?;
+    let text =
+        String::from_utf8(raw).map_err(|err| format!("`auths.{key}.auth` is not UTF-8: {err}"))?;
+    let (u, p) = text
+        .split_once(':')
+        .ok_or_else(|| format!("`auths.{key}.auth` must encode `user:password`"))?;
+    Ok(Some(Credentials {
+        username: u.into(),
+        password: p.into(),
+    }))
 }
 
 /// One parsed `WWW-Authenticate` challenge.
@@ -101,7 +128,9 @@ pub struct Challenge {
 /// Quoted values may contain commas; unknown parameters are kept.
 pub fn parse_challenge(header: &str) -> Option<Challenge> {
     let header = header.trim();
-    let (scheme, rest) = header.split_once(char::is_whitespace).unwrap_or((header, ""));
+    let (scheme, rest) = header
+        .split_once(char::is_whitespace)
+        .unwrap_or((header, ""));
     if scheme.is_empty() {
         return None;
     }
@@ -109,7 +138,11 @@ pub fn parse_challenge(header: &str) -> Option<Challenge> {
     let mut s = rest.trim_start();
     while !s.is_empty() {
         let eq = s.find('=')?;
-        let key = s[..eq].trim().trim_start_matches(',').trim().to_ascii_lowercase();
+        let key = s[..eq]
+            .trim()
+            .trim_start_matches(',')
+            .trim()
+            .to_ascii_lowercase();
         s = &s[eq + 1..];
         let value;
         if let Some(q) = s.strip_prefix('"') {
@@ -140,7 +173,10 @@ pub fn parse_challenge(header: &str) -> Option<Challenge> {
         params.insert(key, value);
         s = s.trim_start().trim_start_matches(',').trim_start();
     }
-    Some(Challenge { scheme: scheme.to_ascii_lowercase(), params })
+    Some(Challenge {
+        scheme: scheme.to_ascii_lowercase(),
+        params,
+    })
 }
 
 /// The token endpoint's answer (Docker uses `token`, OAuth2 `access_token`).
@@ -164,9 +200,15 @@ mod tests {
         assert_eq!(c.params["service"], "registry.example");
         assert_eq!(c.params["scope"], "repository:a/b:pull,push");
         let c = parse_challenge(r#"Basic realm="Registry Realm""#).unwrap();
-        assert_eq!((c.scheme.as_str(), c.params["realm"].as_str()), ("basic", "Registry Realm"));
+        assert_eq!(
+            (c.scheme.as_str(), c.params["realm"].as_str()),
+            ("basic", "Registry Realm")
+        );
         let c = parse_challenge("Bearer realm=http://127.0.0.1:1/t, service=x").unwrap();
-        assert_eq!((c.params["realm"].as_str(), c.params["service"].as_str()), ("http://127.0.0.1:1/t", "x"));
+        assert_eq!(
+            (c.params["realm"].as_str(), c.params["service"].as_str()),
+            ("http://127.0.0.1:1/t", "x")
+        );
         assert!(parse_challenge(r#"Bearer realm="unterminated"#).is_none());
     }
 
@@ -178,8 +220,17 @@ mod tests {
         let enc = base64::engine::general_purpose::STANDARD.encode("alice:s3:cret");
         std::fs::write(&f, format!(r#"{{"auths": {{"127.0.0.1:5000": {{"auth": "{enc}"}}, "https://index.docker.io/v1/": {{"username": "bob", "password": "pw"}}}}}}"#)).unwrap();
         let files = vec![dir.join("missing.json"), f.clone()];
-        assert_eq!(lookup(&files, "127.0.0.1:5000").unwrap(), Some(Credentials { username: "alice".into(), password: "s3:cret".into() }));
-        assert_eq!(lookup(&files, "docker.io").unwrap().unwrap().username, "bob");
+        assert_eq!(
+            lookup(&files, "127.0.0.1:5000").unwrap(),
+            Some(Credentials {
+                username: "alice".into(),
+                password: "s3:cret".into()
+            })
+        );
+        assert_eq!(
+            lookup(&files, "docker.io").unwrap().unwrap().username,
+            "bob"
+        );
         assert_eq!(lookup(&files, "127.0.0.1:5001").unwrap(), None);
         std::fs::write(&f, r#"{"auths": {"h": {"auth": "!!"}}}"#).unwrap();
         assert!(lookup(&files, "h").unwrap_err().contains("not base64"));

@@ -56,11 +56,19 @@ pub struct Manifest {
 pub struct RunConfig {
     #[serde(rename = "Env", default, skip_serializing_if = "Option::is_none")]
     pub env: Option<Vec<String>>,
-    #[serde(rename = "Entrypoint", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "Entrypoint",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub entrypoint: Option<Vec<String>>,
     #[serde(rename = "Cmd", default, skip_serializing_if = "Option::is_none")]
     pub cmd: Option<Vec<String>>,
-    #[serde(rename = "WorkingDir", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "WorkingDir",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub working_dir: Option<String>,
     #[serde(rename = "User", default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
@@ -94,14 +102,22 @@ pub fn host_platform() -> Platform {
         "aarch64" => "arm64",
         other => other,
     };
-    Platform { architecture: architecture.into(), os: "linux".into(), variant: None }
+    Platform {
+        architecture: architecture.into(),
+        os: "linux".into(),
+        variant: None,
+    }
 }
 
 impl Platform {
     /// Parses `os/arch[/variant]`, e.g. `linux/arm64` or `linux/arm/v7`.
     pub fn parse(text: &str) -> Result<Platform, String> {
         let parts: Vec<&str> = text.split('/').collect();
-        let ok = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        let ok = |p: &str| {
+            !p.is_empty()
+                && p.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        };
         match parts.as_slice() {
             [os, arch] if ok(os) && ok(arch) => Ok(Platform { os: (*os).into(), architecture: (*arch).into(), variant: None }),
             [os, arch, v] if ok(os) && ok(arch) && ok(v) => Ok(Platform { os: (*os).into(), architecture: (*arch).into(), variant: Some((*v).into()) }),
@@ -124,7 +140,14 @@ impl std::fmt::Display for Platform {
 /// for, must match too.
 pub fn select_platform<'a>(manifests: &'a [Descriptor], want: &Platform) -> Option<&'a Descriptor> {
     manifests.iter().find(|m| {
-        m.platform.as_ref().is_some_and(|p| p.os == want.os && p.architecture == want.architecture && want.variant.as_ref().is_none_or(|v| p.variant.as_ref() == Some(v)))
+        m.platform.as_ref().is_some_and(|p| {
+            p.os == want.os
+                && p.architecture == want.architecture
+                && want
+                    .variant
+                    .as_ref()
+                    .is_none_or(|v| p.variant.as_ref() == Some(v))
+        })
     })
 }
 
@@ -135,7 +158,11 @@ pub struct Digest(String);
 impl Digest {
     pub fn parse(s: &str) -> Option<Digest> {
         let hex = s.strip_prefix("sha256:")?;
-        (hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))).then(|| Digest(hex.to_string()))
+        (hex.len() == 64
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+        .then(|| Digest(hex.to_string()))
     }
 
     pub fn of(bytes: &[u8]) -> Digest {
@@ -178,7 +205,10 @@ mod tests {
     #[test]
     fn digests_parse_strictly() {
         let d = Digest::of(b"abc");
-        assert_eq!(d.to_string(), "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        assert_eq!(
+            d.to_string(),
+            "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
         assert_eq!(Digest::parse(&d.to_string()), Some(d));
         assert!(Digest::parse("sha256:../../etc").is_none());
         assert!(Digest::parse("md5:00").is_none());
@@ -189,11 +219,39 @@ mod tests {
     fn platforms_parse_and_select() {
         let p = Platform::parse("linux/arm/v7").unwrap();
         assert_eq!(p.to_string(), "linux/arm/v7");
-        assert!(Platform::parse("linux").is_err() && Platform::parse("linux/").is_err() && Platform::parse("a/b/c/d").is_err());
-        let d = |arch: &str, v: Option<&str>| Descriptor { media_type: MT_OCI_MANIFEST.into(), digest: format!("sha256:{arch}"), size: 1, platform: Some(Platform { os: "linux".into(), architecture: arch.into(), variant: v.map(Into::into) }), annotations: BTreeMap::new() };
+        assert!(
+            Platform::parse("linux").is_err()
+                && Platform::parse("linux/").is_err()
+                && Platform::parse("a/b/c/d").is_err()
+        );
+        let d = |arch: &str, v: Option<&str>| Descriptor {
+            media_type: MT_OCI_MANIFEST.into(),
+            digest: format!("sha256:{arch}"),
+            size: 1,
+            platform: Some(Platform {
+                os: "linux".into(),
+                architecture: arch.into(),
+                variant: v.map(Into::into),
+            }),
+            annotations: BTreeMap::new(),
+        };
         let list = vec![d("arm", Some("v6")), d("arm", Some("v7")), d("amd64", None)];
-        assert_eq!(select_platform(&list, &Platform::parse("linux/arm/v7").unwrap()).unwrap().platform.as_ref().unwrap().variant.as_deref(), Some("v7"));
-        assert_eq!(select_platform(&list, &Platform::parse("linux/amd64").unwrap()).unwrap().digest, "sha256:amd64");
+        assert_eq!(
+            select_platform(&list, &Platform::parse("linux/arm/v7").unwrap())
+                .unwrap()
+                .platform
+                .as_ref()
+                .unwrap()
+                .variant
+                .as_deref(),
+            Some("v7")
+        );
+        assert_eq!(
+            select_platform(&list, &Platform::parse("linux/amd64").unwrap())
+                .unwrap()
+                .digest,
+            "sha256:amd64"
+        );
         assert!(select_platform(&list, &Platform::parse("linux/s390x").unwrap()).is_none());
     }
 }

@@ -34,7 +34,12 @@ pub struct PullOptions {
 
 impl Default for PullOptions {
     fn default() -> Self {
-        PullOptions { client: ClientOptions::default(), platform: None, parallel: 3, attempts: 3 }
+        PullOptions {
+            client: ClientOptions::default(),
+            platform: None,
+            parallel: 3,
+            attempts: 3,
+        }
     }
 }
 
@@ -76,41 +81,80 @@ type BlobResult = Result<(PathBuf, LayerOutcome), ImageError>;
 impl Store {
     /// Pulls `reference` and stores it under `name` (default: the reference as written, with
     /// `:latest` when it had no tag or digest).
-    pub fn pull(&self, reference: &str, name: Option<&str>, opts: &PullOptions, progress: &dyn PullProgress) -> Result<PullReport, ImageError> {
+    pub fn pull(
+        &self,
+        reference: &str,
+        name: Option<&str>,
+        opts: &PullOptions,
+        progress: &dyn PullProgress,
+    ) -> Result<PullReport, ImageError> {
         let r = Reference::parse(reference)?;
         let name = name.map_or_else(|| r.local_name(reference), str::to_string);
         if !valid_name(&name) {
             return Err(ImageError::BadName(name));
         }
         let files = auth::credential_files(self.dir.parent().unwrap_or(&self.dir));
-        let files_text = files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(" or ");
-        let creds = auth::lookup(&files, &r.registry).map_err(registry::RegistryError::Credentials)?;
+        let files_text = files
+            .iter()
+            .map(|f| f.display().to_string())
+            .collect::<Vec<_>>()
+            .join(" or ");
+        let creds =
+            auth::lookup(&files, &r.registry).map_err(registry::RegistryError::Credentials)?;
         let client = Client::new(&r, opts.client.clone(), creds, files_text);
 
-        let (digest, manifest) = resolve_manifest(&client, &r, opts.platform.clone().unwrap_or_else(oci::host_platform))?;
+        let (digest, manifest) = resolve_manifest(
+            &client,
+            &r,
+            opts.platform.clone().unwrap_or_else(oci::host_platform),
+        )?;
         progress.resolved(&digest, manifest.layers.len());
         if self.root_dir(&digest).join("meta.json").is_file() {
             self.set_ref(&name, &digest)?;
-            return Ok(PullReport { image: self.info(&name, &digest)?, unchanged: true, blobs_downloaded: 0, bytes_downloaded: 0, blobs_present: manifest.layers.len() });
+            return Ok(PullReport {
+                image: self.info(&name, &digest)?,
+                unchanged: true,
+                blobs_downloaded: 0,
+                bytes_downloaded: 0,
+                blobs_present: manifest.layers.len(),
+            });
         }
 
         if !registry::is_config_type(&manifest.config.media_type) {
             return Err(invalid("manifest", format!("config media type `{}` is not a container image config (is this an artifact rather than an image?)", manifest.config.media_type)));
         }
-        let config_digest = Digest::parse(&manifest.config.digest).ok_or_else(|| invalid("manifest", format!("bad config digest `{}`", manifest.config.digest)))?;
+        let config_digest = Digest::parse(&manifest.config.digest).ok_or_else(|| {
+            invalid(
+                "manifest",
+                format!("bad config digest `{}`", manifest.config.digest),
+            )
+        })?;
         let config_bytes = client.small_blob(&config_digest, "the image config")?;
         let actual = Digest::of(&config_bytes);
         if actual != config_digest {
-            return Err(ImageError::DigestMismatch { what: "image config".into(), expected: config_digest.to_string(), actual: actual.to_string() });
+            return Err(ImageError::DigestMismatch {
+                what: "image config".into(),
+                expected: config_digest.to_string(),
+                actual: actual.to_string(),
+            });
         }
-        let config: ImageConfig = serde_json::from_slice(&config_bytes).map_err(|e| invalid("image config", e.to_string()))?;
+        let config: ImageConfig = serde_json::from_slice(&config_bytes)
+            .map_err(|e| invalid("image config", e.to_string()))?;
 
         let mut layers = Vec::with_capacity(manifest.layers.len());
         for (i, l) in manifest.layers.iter().enumerate() {
             if !registry::is_layer_type(&l.media_type) {
-                return Err(invalid(format!("layer {i}"), format!("media type `{}` is not a tar, tar+gzip or tar+zstd layer", l.media_type)));
+                return Err(invalid(
+                    format!("layer {i}"),
+                    format!(
+                        "media type `{}` is not a tar, tar+gzip or tar+zstd layer",
+                        l.media_type
+                    ),
+                ));
             }
-            let d = Digest::parse(&l.digest).ok_or_else(|| invalid(format!("layer {i}"), format!("bad digest `{}`", l.digest)))?;
+            let d = Digest::parse(&l.digest).ok_or_else(|| {
+                invalid(format!("layer {i}"), format!("bad digest `{}`", l.digest))
+            })?;
             layers.push((i, d, l.size));
         }
         let results = self.download_layers(&client, &layers, opts, progress)?;
@@ -127,21 +171,36 @@ impl Store {
             stored.push((d.clone(), path, *size));
         }
         let image = self.publish(&name, &digest, &stored, config.config)?;
-        Ok(PullReport { image, unchanged: false, blobs_downloaded: downloaded, bytes_downloaded: bytes, blobs_present: present })
+        Ok(PullReport {
+            image,
+            unchanged: false,
+            blobs_downloaded: downloaded,
+            bytes_downloaded: bytes,
+            blobs_present: present,
+        })
     }
 
     /// Downloads the layers with up to `opts.parallel` threads; the first error stops new
     /// downloads and is returned.
-    fn download_layers(&self, client: &Client, layers: &[(usize, Digest, u64)], opts: &PullOptions, progress: &dyn PullProgress) -> Result<Vec<(PathBuf, LayerOutcome)>, ImageError> {
+    fn download_layers(
+        &self,
+        client: &Client,
+        layers: &[(usize, Digest, u64)],
+        opts: &PullOptions,
+        progress: &dyn PullProgress,
+    ) -> Result<Vec<(PathBuf, LayerOutcome)>, ImageError> {
         let next = Mutex::new(0usize);
         let failed = AtomicBool::new(false);
-        let results: Mutex<Vec<Option<BlobResult>>> = Mutex::new((0..layers.len()).map(|_| None).collect());
+        let results: Mutex<Vec<Option<BlobResult>>> =
+            Mutex::new((0..layers.len()).map(|_| None).collect());
         let threads = opts.parallel.clamp(1, 8).min(layers.len().max(1));
         std::thread::scope(|s| {
             for _ in 0..threads {
                 s.spawn(|| loop {
                     let i = {
-                        let mut n = next.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                        let mut n = next
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner);
                         if *n >= layers.len() || failed.load(Ordering::Relaxed) {
                             break;
                         }
@@ -149,17 +208,29 @@ impl Store {
                         *n - 1
                     };
                     let (idx, d, size) = &layers[i];
-                    let r = self.fetch_blob(client, d, *size, &format!("layer {idx}"), opts.attempts, progress);
+                    let r = self.fetch_blob(
+                        client,
+                        d,
+                        *size,
+                        &format!("layer {idx}"),
+                        opts.attempts,
+                        progress,
+                    );
                     if r.is_err() {
                         failed.store(true, Ordering::Relaxed);
                     }
-                    results.lock().unwrap_or_else(std::sync::PoisonError::into_inner)[i] = Some(r);
+                    results
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)[i] = Some(r);
                 });
             }
         });
         let mut out = Vec::with_capacity(layers.len());
         let mut first_err = None;
-        for r in results.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner) {
+        for r in results
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        {
             match r {
                 Some(Ok(v)) => out.push(v),
                 Some(Err(e)) => {
@@ -175,16 +246,30 @@ impl Store {
     }
 
     /// One blob into `blobs/sha256/<hex>`, resuming a partial download if one is kept.
-    fn fetch_blob(&self, client: &Client, d: &Digest, size: u64, what: &str, attempts: u32, progress: &dyn PullProgress) -> Result<(PathBuf, LayerOutcome), ImageError> {
+    fn fetch_blob(
+        &self,
+        client: &Client,
+        d: &Digest,
+        size: u64,
+        what: &str,
+        attempts: u32,
+        progress: &dyn PullProgress,
+    ) -> Result<(PathBuf, LayerOutcome), ImageError> {
         let blob = self.blob_path(d);
         if blob.is_file() {
             progress.layer_done(d, LayerOutcome::AlreadyHere);
             return Ok((blob, LayerOutcome::AlreadyHere));
         }
         let partial = self.dir.join("tmp").join(format!("partial-{}", d.hex()));
-        let mut f = OpenOptions::new().create(true).read(true).append(true).open(&partial).map_err(io_at(format!("open {}", partial.display())))?;
+        let mut f = OpenOptions::new()
+            .create(true)
+            .read(true)
+            .append(true)
+            .open(&partial)
+            .map_err(io_at(format!("open {}", partial.display())))?;
         // Another pull of the same blob holds the lock: wait for it, then use its result.
-        rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive).map_err(|e| io_at(format!("lock {}", partial.display()))(e.into()))?;
+        rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive)
+            .map_err(|e| io_at(format!("lock {}", partial.display()))(e.into()))?;
         if blob.is_file() {
             // The other pull finished it; drop the empty file our open may have created.
             if f.metadata().is_ok_and(|m| m.len() == 0) {
@@ -201,7 +286,9 @@ impl Store {
         // Hash the bytes kept from an earlier attempt.
         let mut hasher = Sha256::new();
         if have > 0 {
-            let mut r = File::open(&partial).map_err(io_at("reopen a partial blob"))?.take(have);
+            let mut r = File::open(&partial)
+                .map_err(io_at("reopen a partial blob"))?
+                .take(have);
             let mut buf = vec![0u8; 1 << 16];
             loop {
                 let n = r.read(&mut buf).map_err(io_at("read a partial blob"))?;
@@ -235,7 +322,8 @@ impl Store {
                     let _ = fs::remove_file(&partial);
                     return Err(invalid(what, format!("the registry sent more than the {size} bytes its manifest declares; refused")));
                 }
-                f.write_all(&buf[..n]).map_err(io_at(format!("write {}", partial.display())))?;
+                f.write_all(&buf[..n])
+                    .map_err(io_at(format!("write {}", partial.display())))?;
                 hasher.update(&buf[..n]);
                 have += n64;
                 fetched += n64;
@@ -248,14 +336,23 @@ impl Store {
                 }
                 Some(e) => return Err(client.body_error(what, e).into()),
                 None if have < size && attempt < attempts => {}
-                None if have < size => return Err(invalid(what, format!("the registry sent {have} of {size} bytes; run the pull again to resume"))),
+                None if have < size => return Err(invalid(
+                    what,
+                    format!(
+                        "the registry sent {have} of {size} bytes; run the pull again to resume"
+                    ),
+                )),
                 None => {}
             }
         }
         let actual = oci::hex(&hasher.finalize());
         if actual != d.hex() {
             let _ = fs::remove_file(&partial);
-            return Err(ImageError::DigestMismatch { what: what.into(), expected: d.to_string(), actual: format!("sha256:{actual}") });
+            return Err(ImageError::DigestMismatch {
+                what: what.into(),
+                expected: d.to_string(),
+                actual: format!("sha256:{actual}"),
+            });
         }
         fs::rename(&partial, &blob).map_err(io_at(format!("store blob {d}")))?;
         let outcome = LayerOutcome::Downloaded { bytes: fetched };
@@ -266,25 +363,46 @@ impl Store {
 
 /// The manifest for `r` (following an index to `platform`), its digest verified: against the
 /// pinned digest when `r` has one, and against the index's descriptor when one was followed.
-fn resolve_manifest(client: &Client, r: &Reference, platform: Platform) -> Result<(Digest, Manifest), ImageError> {
+fn resolve_manifest(
+    client: &Client,
+    r: &Reference,
+    platform: Platform,
+) -> Result<(Digest, Manifest), ImageError> {
     let (bytes, media_type) = client.manifest(&r.manifest_ref())?;
     let mut digest = Digest::of(&bytes);
     if let Some(pinned) = &r.digest {
         if &digest != pinned {
-            return Err(ImageError::DigestMismatch { what: format!("manifest {}@{pinned}", r.repository), expected: pinned.to_string(), actual: digest.to_string() });
+            return Err(ImageError::DigestMismatch {
+                what: format!("manifest {}@{pinned}", r.repository),
+                expected: pinned.to_string(),
+                actual: digest.to_string(),
+            });
         }
     }
     let (bytes, media_type) = if registry::is_index_type(&media_type) {
-        let index: Index = serde_json::from_slice(&bytes).map_err(|e| invalid("image index", e.to_string()))?;
+        let index: Index =
+            serde_json::from_slice(&bytes).map_err(|e| invalid("image index", e.to_string()))?;
         let desc = oci::select_platform(&index.manifests, &platform).ok_or_else(|| {
-            let have: Vec<String> = index.manifests.iter().filter_map(|m| m.platform.as_ref().map(ToString::to_string)).collect();
-            ImageError::NoPlatform(format!("{platform} (the index has: {}; choose one with --platform)", have.join(", ")))
+            let have: Vec<String> = index
+                .manifests
+                .iter()
+                .filter_map(|m| m.platform.as_ref().map(ToString::to_string))
+                .collect();
+            ImageError::NoPlatform(format!(
+                "{platform} (the index has: {}; choose one with --platform)",
+                have.join(", ")
+            ))
         })?;
-        let want = Digest::parse(&desc.digest).ok_or_else(|| invalid("image index", format!("bad digest `{}`", desc.digest)))?;
+        let want = Digest::parse(&desc.digest)
+            .ok_or_else(|| invalid("image index", format!("bad digest `{}`", desc.digest)))?;
         let (b, mt) = client.manifest(&want.to_string())?;
         digest = Digest::of(&b);
         if digest != want {
-            return Err(ImageError::DigestMismatch { what: format!("manifest for {platform}"), expected: want.to_string(), actual: digest.to_string() });
+            return Err(ImageError::DigestMismatch {
+                what: format!("manifest for {platform}"),
+                expected: want.to_string(),
+                actual: digest.to_string(),
+            });
         }
         (b, mt)
     } else {
@@ -292,12 +410,24 @@ fn resolve_manifest(client: &Client, r: &Reference, platform: Platform) -> Resul
     };
     match media_type.as_str() {
         oci::MT_OCI_MANIFEST | oci::MT_DOCKER_MANIFEST | "" => {}
-        "application/vnd.docker.distribution.manifest.v1+json" | "application/vnd.docker.distribution.manifest.v1+prettyjws" => {
+        "application/vnd.docker.distribution.manifest.v1+json"
+        | "application/vnd.docker.distribution.manifest.v1+prettyjws" => {
             return Err(invalid("manifest", "Docker schema 1 manifests (deprecated since 2017) are not supported; push the image again with a current tool"));
         }
-        other if registry::is_index_type(other) => return Err(invalid("manifest", "an index inside an index is not supported")),
-        other => return Err(invalid("manifest", format!("unsupported media type `{other}`"))),
+        other if registry::is_index_type(other) => {
+            return Err(invalid(
+                "manifest",
+                "an index inside an index is not supported",
+            ))
+        }
+        other => {
+            return Err(invalid(
+                "manifest",
+                format!("unsupported media type `{other}`"),
+            ))
+        }
     }
-    let manifest: Manifest = serde_json::from_slice(&bytes).map_err(|e| invalid("manifest", e.to_string()))?;
+    let manifest: Manifest =
+        serde_json::from_slice(&bytes).map_err(|e| invalid("manifest", e.to_string()))?;
     Ok((digest, manifest))
 }

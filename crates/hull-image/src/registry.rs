@@ -21,19 +21,47 @@ pub const DOCUMENT_LIMIT: u64 = 4 << 20;
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
     #[error("cannot reach registry {registry} ({url}): {source}; check the address and that the registry is running (connect timeout {connect_s}s, read timeout {read_s}s, `hull pull --timeout`)")]
-    Unreachable { registry: String, url: String, connect_s: u64, read_s: u64, source: Box<ureq::Transport> },
+    Unreachable {
+        registry: String,
+        url: String,
+        connect_s: u64,
+        read_s: u64,
+        source: Box<ureq::Transport>,
+    },
     #[error("registry {registry} answered HTTP {status} for {what}{detail}")]
-    Status { registry: String, status: u16, what: String, detail: String },
+    Status {
+        registry: String,
+        status: u16,
+        what: String,
+        detail: String,
+    },
     #[error("registry {registry} refused access to {repository} ({why}); put credentials for `{registry}` in {files} (Docker's config.json format)")]
-    Unauthorized { registry: String, repository: String, why: String, files: String },
+    Unauthorized {
+        registry: String,
+        repository: String,
+        why: String,
+        files: String,
+    },
     #[error("registry {registry} sent an unusable authentication challenge `{challenge}`: {why}")]
-    Challenge { registry: String, challenge: String, why: String },
+    Challenge {
+        registry: String,
+        challenge: String,
+        why: String,
+    },
     #[error("{0}")]
     Credentials(String),
     #[error("reading {what} from {registry}: {source}")]
-    Read { registry: String, what: String, source: std::io::Error },
+    Read {
+        registry: String,
+        what: String,
+        source: std::io::Error,
+    },
     #[error("{what} from {registry} is larger than {limit} bytes; refused")]
-    TooLarge { registry: String, what: String, limit: u64 },
+    TooLarge {
+        registry: String,
+        what: String,
+        limit: u64,
+    },
 }
 
 /// Connection settings for a pull.
@@ -47,7 +75,11 @@ pub struct ClientOptions {
 
 impl Default for ClientOptions {
     fn default() -> Self {
-        ClientOptions { insecure: Vec::new(), connect_timeout: Duration::from_secs(10), read_timeout: Duration::from_secs(30) }
+        ClientOptions {
+            insecure: Vec::new(),
+            connect_timeout: Duration::from_secs(10),
+            read_timeout: Duration::from_secs(30),
+        }
     }
 }
 
@@ -69,7 +101,12 @@ const ACCEPT: &str = "application/vnd.oci.image.index.v1+json, application/vnd.o
 impl Client {
     /// A client for `reference`'s repository. `credentials` come from `auth::lookup`;
     /// `credential_files` is only used in messages.
-    pub fn new(reference: &Reference, opts: ClientOptions, credentials: Option<Credentials>, credential_files: String) -> Client {
+    pub fn new(
+        reference: &Reference,
+        opts: ClientOptions,
+        credentials: Option<Credentials>,
+        credential_files: String,
+    ) -> Client {
         let agent = ureq::AgentBuilder::new()
             .timeout_connect(opts.connect_timeout)
             .timeout_read(opts.read_timeout)
@@ -81,8 +118,22 @@ impl Client {
             .redirect_auth_headers(ureq::RedirectAuthHeaders::Never)
             .build();
         let scheme = Scheme::for_registry(&reference.registry, &opts.insecure);
-        let base = format!("{}://{}/v2/{}", scheme.as_str(), reference.api_host(), reference.repository);
-        Client { agent, opts, registry: reference.registry.clone(), repository: reference.repository.clone(), base, credentials, credential_files, authorization: Mutex::new(None) }
+        let base = format!(
+            "{}://{}/v2/{}",
+            scheme.as_str(),
+            reference.api_host(),
+            reference.repository
+        );
+        Client {
+            agent,
+            opts,
+            registry: reference.registry.clone(),
+            repository: reference.repository.clone(),
+            base,
+            credentials,
+            credential_files,
+            authorization: Mutex::new(None),
+        }
     }
 
     pub fn registry(&self) -> &str {
@@ -90,11 +141,23 @@ impl Client {
     }
 
     fn unreachable(&self, url: &str, t: ureq::Transport) -> RegistryError {
-        RegistryError::Unreachable { registry: self.registry.clone(), url: url.into(), connect_s: self.opts.connect_timeout.as_secs(), read_s: self.opts.read_timeout.as_secs(), source: Box::new(t) }
+        RegistryError::Unreachable {
+            registry: self.registry.clone(),
+            url: url.into(),
+            connect_s: self.opts.connect_timeout.as_secs(),
+            read_s: self.opts.read_timeout.as_secs(),
+            source: Box::new(t),
+        }
     }
 
     /// GET `url`, answering one authentication challenge if the registry sends one.
-    fn get(&self, url: &str, accept: Option<&str>, range_from: u64, what: &str) -> Result<ureq::Response, RegistryError> {
+    fn get(
+        &self,
+        url: &str,
+        accept: Option<&str>,
+        range_from: u64,
+        what: &str,
+    ) -> Result<ureq::Response, RegistryError> {
         for attempt in 0..2 {
             let mut req = self.agent.get(url);
             if let Some(a) = accept {
@@ -103,7 +166,11 @@ impl Client {
             if range_from > 0 {
                 req = req.set("Range", &format!("bytes={range_from}-"));
             }
-            let authz = self.authorization.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+            let authz = self
+                .authorization
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
             if let Some(a) = &authz {
                 req = req.set("Authorization", a);
             }
@@ -111,13 +178,23 @@ impl Client {
                 Ok(r) => return Ok(r),
                 Err(ureq::Error::Status(401, resp)) if attempt == 0 => self.authenticate(&resp)?,
                 Err(ureq::Error::Status(401 | 403, resp)) => {
-                    let mut why = resp.header("WWW-Authenticate").map_or_else(|| format!("HTTP {}", resp.status()), |c| format!("HTTP {} with {c}", resp.status()));
+                    let mut why = resp.header("WWW-Authenticate").map_or_else(
+                        || format!("HTTP {}", resp.status()),
+                        |c| format!("HTTP {} with {c}", resp.status()),
+                    );
                     if authz.as_deref().is_some_and(|a| a.starts_with("Basic ")) {
                         why = format!("the credentials for it were refused: {why}");
                     }
                     return Err(self.unauthorized(why));
                 }
-                Err(ureq::Error::Status(status, resp)) => return Err(RegistryError::Status { registry: self.registry.clone(), status, what: what.into(), detail: body_excerpt(resp) }),
+                Err(ureq::Error::Status(status, resp)) => {
+                    return Err(RegistryError::Status {
+                        registry: self.registry.clone(),
+                        status,
+                        what: what.into(),
+                        detail: body_excerpt(resp),
+                    })
+                }
                 Err(ureq::Error::Transport(t)) => return Err(self.unreachable(url, t)),
             }
         }
@@ -125,32 +202,60 @@ impl Client {
     }
 
     fn unauthorized(&self, why: String) -> RegistryError {
-        RegistryError::Unauthorized { registry: self.registry.clone(), repository: self.repository.clone(), why, files: self.credential_files.clone() }
+        RegistryError::Unauthorized {
+            registry: self.registry.clone(),
+            repository: self.repository.clone(),
+            why,
+            files: self.credential_files.clone(),
+        }
     }
 
     /// Answers a 401: a bearer challenge fetches a token from the realm (with basic
     /// credentials if we have them); a basic challenge uses the credentials.
     fn authenticate(&self, resp: &ureq::Response) -> Result<(), RegistryError> {
-        let challenges: Vec<Challenge> = resp.all("WWW-Authenticate").into_iter().filter_map(auth::parse_challenge).collect();
+        let challenges: Vec<Challenge> = resp
+            .all("WWW-Authenticate")
+            .into_iter()
+            .filter_map(auth::parse_challenge)
+            .collect();
         let header = if let Some(c) = challenges.iter().find(|c| c.scheme == "bearer") {
             format!("Bearer {}", self.fetch_token(c)?)
         } else if challenges.iter().any(|c| c.scheme == "basic") {
             match &self.credentials {
                 Some(c) => c.basic_header(),
-                None => return Err(self.unauthorized("it asks for a user name and password".into())),
+                None => {
+                    return Err(self.unauthorized("it asks for a user name and password".into()))
+                }
             }
         } else {
-            return Err(self.unauthorized(format!("HTTP 401 without a Bearer or Basic challenge ({:?})", resp.all("WWW-Authenticate"))));
+            return Err(self.unauthorized(format!(
+                "HTTP 401 without a Bearer or Basic challenge ({:?})",
+                resp.all("WWW-Authenticate")
+            )));
         };
-        *self.authorization.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(header);
+        *self
+            .authorization
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(header);
         Ok(())
     }
 
     fn fetch_token(&self, c: &Challenge) -> Result<String, RegistryError> {
-        let bad = |why: String| RegistryError::Challenge { registry: self.registry.clone(), challenge: format!("{c:?}"), why };
-        let realm = c.params.get("realm").ok_or_else(|| bad("it has no realm".into()))?;
+        let bad = |why: String| RegistryError::Challenge {
+            registry: self.registry.clone(),
+            challenge: format!("{c:?}"),
+            why,
+        };
+        let realm = c
+            .params
+            .get("realm")
+            .ok_or_else(|| bad("it has no realm".into()))?;
         let host = check_realm(realm, &self.opts.insecure).map_err(bad)?;
-        let scope = c.params.get("scope").cloned().unwrap_or_else(|| format!("repository:{}:pull", self.repository));
+        let scope = c
+            .params
+            .get("scope")
+            .cloned()
+            .unwrap_or_else(|| format!("repository:{}:pull", self.repository));
         let mut url = realm.clone();
         let mut sep = if url.contains('?') { '&' } else { '?' };
         if let Some(s) = c.params.get("service") {
@@ -165,22 +270,47 @@ impl Client {
         let resp = match req.call() {
             Ok(r) => r,
             Err(ureq::Error::Status(status, resp)) if status == 401 || status == 403 => {
-                return Err(self.unauthorized(format!("the token service {host} answered HTTP {status}{}", body_excerpt(resp))));
+                return Err(self.unauthorized(format!(
+                    "the token service {host} answered HTTP {status}{}",
+                    body_excerpt(resp)
+                )));
             }
-            Err(ureq::Error::Status(status, resp)) => return Err(RegistryError::Status { registry: self.registry.clone(), status, what: format!("a token from {host}"), detail: body_excerpt(resp) }),
+            Err(ureq::Error::Status(status, resp)) => {
+                return Err(RegistryError::Status {
+                    registry: self.registry.clone(),
+                    status,
+                    what: format!("a token from {host}"),
+                    detail: body_excerpt(resp),
+                })
+            }
             Err(ureq::Error::Transport(t)) => return Err(self.unreachable(&url, t)),
         };
-        let bytes = read_limited(resp, DOCUMENT_LIMIT).map_err(|e| self.read_error("a token", e))?.ok_or_else(|| self.too_large("a token"))?;
-        let answer: TokenAnswer = serde_json::from_slice(&bytes).map_err(|e| bad(format!("the token answer is not JSON: {e}")))?;
-        answer.token.or(answer.access_token).filter(|t| !t.is_empty()).ok_or_else(|| bad("the token answer has no token".into()))
+        let bytes = read_limited(resp, DOCUMENT_LIMIT)
+            .map_err(|e| self.read_error("a token", e))?
+            .ok_or_else(|| self.too_large("a token"))?;
+        let answer: TokenAnswer = serde_json::from_slice(&bytes)
+            .map_err(|e| bad(format!("the token answer is not JSON: {e}")))?;
+        answer
+            .token
+            .or(answer.access_token)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| bad("the token answer has no token".into()))
     }
 
     fn read_error(&self, what: &str, source: std::io::Error) -> RegistryError {
-        RegistryError::Read { registry: self.registry.clone(), what: what.into(), source }
+        RegistryError::Read {
+            registry: self.registry.clone(),
+            what: what.into(),
+            source,
+        }
     }
 
     fn too_large(&self, what: &str) -> RegistryError {
-        RegistryError::TooLarge { registry: self.registry.clone(), what: what.into(), limit: DOCUMENT_LIMIT }
+        RegistryError::TooLarge {
+            registry: self.registry.clone(),
+            what: what.into(),
+            limit: DOCUMENT_LIMIT,
+        }
     }
 
     /// A manifest or index by tag or digest: its bytes and media type (from the document, else
@@ -189,8 +319,17 @@ impl Client {
         let url = format!("{}/manifests/{reference}", self.base);
         let what = format!("manifest {}:{reference}", self.repository);
         let resp = self.get(&url, Some(ACCEPT), 0, &what)?;
-        let ctype = resp.header("Content-Type").unwrap_or_default().split(';').next().unwrap_or_default().trim().to_string();
-        let bytes = read_limited(resp, DOCUMENT_LIMIT).map_err(|e| self.read_error(&what, e))?.ok_or_else(|| self.too_large(&what))?;
+        let ctype = resp
+            .header("Content-Type")
+            .unwrap_or_default()
+            .split(';')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        let bytes = read_limited(resp, DOCUMENT_LIMIT)
+            .map_err(|e| self.read_error(&what, e))?
+            .ok_or_else(|| self.too_large(&what))?;
         #[derive(serde::Deserialize)]
         #[serde(rename_all = "camelCase")]
         struct Peek {
@@ -202,7 +341,9 @@ impl Client {
         let peek: Option<Peek> = serde_json::from_slice(&bytes).ok();
         let media_type = match peek {
             Some(p) if !p.media_type.is_empty() => p.media_type,
-            Some(p) if p.schema_version == 1 => "application/vnd.docker.distribution.manifest.v1+json".into(),
+            Some(p) if p.schema_version == 1 => {
+                "application/vnd.docker.distribution.manifest.v1+json".into()
+            }
             _ => ctype,
         };
         Ok((bytes, media_type))
@@ -212,12 +353,19 @@ impl Client {
     pub fn small_blob(&self, d: &Digest, what: &str) -> Result<Vec<u8>, RegistryError> {
         let url = format!("{}/blobs/{d}", self.base);
         let resp = self.get(&url, None, 0, what)?;
-        read_limited(resp, DOCUMENT_LIMIT).map_err(|e| self.read_error(what, e))?.ok_or_else(|| self.too_large(what))
+        read_limited(resp, DOCUMENT_LIMIT)
+            .map_err(|e| self.read_error(what, e))?
+            .ok_or_else(|| self.too_large(what))
     }
 
     /// A blob as a stream, from byte `from` on (a Range request when `from > 0`). Returns the
     /// HTTP status (206 when the range was honoured) and the body.
-    pub fn blob_stream(&self, d: &Digest, from: u64, what: &str) -> Result<(u16, Box<dyn Read + Send + Sync>), RegistryError> {
+    pub fn blob_stream(
+        &self,
+        d: &Digest,
+        from: u64,
+        what: &str,
+    ) -> Result<(u16, Box<dyn Read + Send + Sync>), RegistryError> {
         let url = format!("{}/blobs/{d}", self.base);
         let resp = self.get(&url, None, from, what)?;
         Ok((resp.status(), resp.into_reader()))
@@ -232,7 +380,9 @@ impl Client {
 /// A token realm must be https, or plain http to a host that may be spoken to in clear
 /// (loopback, or named with `--insecure-registry`): credentials go there. Returns its host.
 pub fn check_realm<'a>(realm: &'a str, insecure: &[String]) -> Result<&'a str, String> {
-    let (scheme, rest) = realm.split_once("://").ok_or_else(|| format!("realm `{realm}` is not an http(s) URL"))?;
+    let (scheme, rest) = realm
+        .split_once("://")
+        .ok_or_else(|| format!("realm `{realm}` is not an http(s) URL"))?;
     let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
     if host.is_empty() || host.contains('@') {
         return Err(format!("realm `{realm}` has no usable host"));
@@ -256,7 +406,9 @@ fn read_limited(resp: ureq::Response, limit: u64) -> std::io::Result<Option<Vec<
 fn body_excerpt(resp: ureq::Response) -> String {
     let mut v = Vec::new();
     let _ = resp.into_reader().take(200).read_to_end(&mut v);
-    let s = String::from_utf8_lossy(&v).trim().replace(['\n', '\r'], " ");
+    let s = String::from_utf8_lossy(&v)
+        .trim()
+        .replace(['\n', '\r'], " ");
     if s.is_empty() {
         String::new()
     } else {
@@ -265,7 +417,15 @@ fn body_excerpt(resp: ureq::Response) -> String {
 }
 
 fn url_encode(s: &str) -> String {
-    s.bytes().map(|b| if b.is_ascii_alphanumeric() || b"-._~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") }).collect()
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
 }
 
 /// Re-exported for callers that only need the policy check.
@@ -288,7 +448,9 @@ pub fn is_layer_type(media_type: &str) -> bool {
 
 /// True if `media_type` is an image config hull understands.
 pub fn is_config_type(media_type: &str) -> bool {
-    media_type.is_empty() || media_type == "application/vnd.oci.image.config.v1+json" || media_type == "application/vnd.docker.container.image.v1+json"
+    media_type.is_empty()
+        || media_type == "application/vnd.oci.image.config.v1+json"
+        || media_type == "application/vnd.docker.container.image.v1+json"
 }
 
 /// True for a multi-platform document.
@@ -302,17 +464,34 @@ mod tests {
 
     #[test]
     fn url_encoding_of_scopes() {
-        assert_eq!(url_encode("repository:a/b:pull"), "repository%3Aa%2Fb%3Apull");
+        assert_eq!(
+            url_encode("repository:a/b:pull"),
+            "repository%3Aa%2Fb%3Apull"
+        );
     }
 
     #[test]
     fn token_realms_follow_the_transport_policy() {
         let none: Vec<String> = Vec::new();
-        assert_eq!(check_realm("https://auth.example/token", &none), Ok("auth.example"));
-        assert_eq!(check_realm("http://127.0.0.1:5001/token?x=1", &none), Ok("127.0.0.1:5001"));
-        assert_eq!(check_realm("http://localhost/token", &none), Ok("localhost"));
-        assert!(check_realm("http://auth.example/token", &none).unwrap_err().contains("--insecure-registry"));
-        assert_eq!(check_realm("http://auth.lan/token", &["auth.lan".to_string()]), Ok("auth.lan"));
+        assert_eq!(
+            check_realm("https://auth.example/token", &none),
+            Ok("auth.example")
+        );
+        assert_eq!(
+            check_realm("http://127.0.0.1:5001/token?x=1", &none),
+            Ok("127.0.0.1:5001")
+        );
+        assert_eq!(
+            check_realm("http://localhost/token", &none),
+            Ok("localhost")
+        );
+        assert!(check_realm("http://auth.example/token", &none)
+            .unwrap_err()
+            .contains("--insecure-registry"));
+        assert_eq!(
+            check_realm("http://auth.lan/token", &["auth.lan".to_string()]),
+            Ok("auth.lan")
+        );
         assert!(check_realm("ftp://x/t", &none).is_err());
         assert!(check_realm("https://user@evil/t", &none).is_err());
         assert!(check_realm("token", &none).is_err());
@@ -321,7 +500,9 @@ mod tests {
     #[test]
     fn media_types() {
         assert!(is_layer_type("application/vnd.oci.image.layer.v1.tar+zstd"));
-        assert!(!is_layer_type("application/vnd.cncf.helm.chart.content.v1.tar+gzip"));
+        assert!(!is_layer_type(
+            "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
+        ));
         assert!(!is_config_type("application/vnd.cncf.helm.config.v1+json"));
     }
 }

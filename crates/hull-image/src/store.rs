@@ -17,7 +17,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::extract::{self, Compression, Limits};
-use crate::oci::{self, Descriptor, Digest, DockerArchiveEntry, ImageConfig, Index, Manifest, RunConfig};
+use crate::oci::{
+    self, Descriptor, Digest, DockerArchiveEntry, ImageConfig, Index, Manifest, RunConfig,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {
@@ -25,17 +27,25 @@ pub enum ImageError {
     NotFound(String),
     #[error("{what}: {source}")]
     Io { what: String, source: io::Error },
-    #[error("{0} is not an OCI image layout (no index.json / oci-layout) nor a docker or OCI archive")]
+    #[error(
+        "{0} is not an OCI image layout (no index.json / oci-layout) nor a docker or OCI archive"
+    )]
     UnknownFormat(PathBuf),
     #[error("{what}: {why}")]
     Invalid { what: String, why: String },
     #[error("blob {expected} ({what}): digest mismatch, the content hashes to {actual}; refused, no image was stored")]
-    DigestMismatch { what: String, expected: String, actual: String },
+    DigestMismatch {
+        what: String,
+        expected: String,
+        actual: String,
+    },
     #[error("no manifest for platform {0} in the image index")]
     NoPlatform(String),
     #[error(transparent)]
     Extract(#[from] extract::ExtractError),
-    #[error("image name `{0}` is not valid: use letters, digits and . _ - / : @ (e.g. busybox:latest)")]
+    #[error(
+        "image name `{0}` is not valid: use letters, digits and . _ - / : @ (e.g. busybox:latest)"
+    )]
     BadName(String),
     #[error(transparent)]
     Reference(#[from] crate::reference::ReferenceError),
@@ -49,7 +59,10 @@ pub(crate) fn io_at(what: impl Into<String>) -> impl FnOnce(io::Error) -> ImageE
 }
 
 pub(crate) fn invalid(what: impl Into<String>, why: impl Into<String>) -> ImageError {
-    ImageError::Invalid { what: what.into(), why: why.into() }
+    ImageError::Invalid {
+        what: what.into(),
+        why: why.into(),
+    }
 }
 
 /// An image in the store.
@@ -86,12 +99,22 @@ pub fn default_home() -> PathBuf {
 }
 
 pub(crate) fn valid_name(n: &str) -> bool {
-    !n.is_empty() && n.len() <= 255 && !n.starts_with('.') && !n.contains("..") && n.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-/:@".contains(&b))
+    !n.is_empty()
+        && n.len() <= 255
+        && !n.starts_with('.')
+        && !n.contains("..")
+        && n.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-/:@".contains(&b))
 }
 
 /// A reference name as a file name: `/` becomes `%2F`, `:` becomes `%3A`.
 fn ref_file(name: &str) -> String {
-    format!("{}.json", name.replace('%', "%25").replace('/', "%2F").replace(':', "%3A"))
+    format!(
+        "{}.json",
+        name.replace('%', "%25")
+            .replace('/', "%2F")
+            .replace(':', "%3A")
+    )
 }
 
 pub struct Store {
@@ -103,7 +126,8 @@ impl Store {
     pub fn open(home: &Path) -> Result<Store, ImageError> {
         let dir = home.join("images");
         for d in ["blobs/sha256", "roots", "refs", "tmp"] {
-            fs::create_dir_all(dir.join(d)).map_err(io_at(format!("create {}", dir.join(d).display())))?;
+            fs::create_dir_all(dir.join(d))
+                .map_err(io_at(format!("create {}", dir.join(d).display())))?;
         }
         Ok(Store { dir })
     }
@@ -117,7 +141,10 @@ impl Store {
     }
 
     fn tmp_dir(&self, what: &str) -> Result<PathBuf, ImageError> {
-        let p = self.dir.join("tmp").join(format!("{what}-{}-{}", std::process::id(), nanos()));
+        let p = self
+            .dir
+            .join("tmp")
+            .join(format!("{what}-{}-{}", std::process::id(), nanos()));
         fs::create_dir(&p).map_err(io_at(format!("create {}", p.display())))?;
         Ok(p)
     }
@@ -128,12 +155,20 @@ impl Store {
         if dst.exists() {
             return Ok(dst);
         }
-        let tmp = self.dir.join("tmp").join(format!("blob-{}-{}", expected.hex(), nanos()));
+        let tmp = self
+            .dir
+            .join("tmp")
+            .join(format!("blob-{}-{}", expected.hex(), nanos()));
         fs::copy(src, &tmp).map_err(io_at(format!("copy {} ({what})", src.display())))?;
-        let actual = oci::digest_reader(fs::File::open(&tmp).map_err(io_at("reopen a blob"))?).map_err(io_at("hash a blob"))?;
+        let actual = oci::digest_reader(fs::File::open(&tmp).map_err(io_at("reopen a blob"))?)
+            .map_err(io_at("hash a blob"))?;
         if &actual != expected {
             let _ = fs::remove_file(&tmp);
-            return Err(ImageError::DigestMismatch { what: what.into(), expected: expected.to_string(), actual: actual.to_string() });
+            return Err(ImageError::DigestMismatch {
+                what: what.into(),
+                expected: expected.to_string(),
+                actual: actual.to_string(),
+            });
         }
         fs::rename(&tmp, &dst).map_err(io_at(format!("store blob {expected}")))?;
         Ok(dst)
@@ -173,16 +208,27 @@ impl Store {
 
     fn read_json<T: for<'de> Deserialize<'de>>(path: &Path, what: &str) -> Result<T, ImageError> {
         let bytes = fs::read(path).map_err(io_at(format!("read {what} {}", path.display())))?;
-        serde_json::from_slice(&bytes).map_err(|e| invalid(format!("{what} {}", path.display()), e.to_string()))
+        serde_json::from_slice(&bytes)
+            .map_err(|e| invalid(format!("{what} {}", path.display()), e.to_string()))
     }
 
     /// Reads a blob of an OCI layout, checking its digest.
-    fn layout_blob(dir: &Path, desc: &Descriptor, what: &str) -> Result<(Digest, Vec<u8>), ImageError> {
-        let d = Digest::parse(&desc.digest).ok_or_else(|| invalid(what, format!("bad digest `{}`", desc.digest)))?;
-        let bytes = fs::read(dir.join("blobs/sha256").join(d.hex())).map_err(io_at(format!("read {what} {d}")))?;
+    fn layout_blob(
+        dir: &Path,
+        desc: &Descriptor,
+        what: &str,
+    ) -> Result<(Digest, Vec<u8>), ImageError> {
+        let d = Digest::parse(&desc.digest)
+            .ok_or_else(|| invalid(what, format!("bad digest `{}`", desc.digest)))?;
+        let bytes = fs::read(dir.join("blobs/sha256").join(d.hex()))
+            .map_err(io_at(format!("read {what} {d}")))?;
         let actual = Digest::of(&bytes);
         if actual != d {
-            return Err(ImageError::DigestMismatch { what: what.into(), expected: d.to_string(), actual: actual.to_string() });
+            return Err(ImageError::DigestMismatch {
+                what: what.into(),
+                expected: d.to_string(),
+                actual: actual.to_string(),
+            });
         }
         Ok((d, bytes))
     }
@@ -193,48 +239,85 @@ impl Store {
         let pick = index
             .manifests
             .iter()
-            .find(|m| tag.is_some_and(|t| m.annotations.get("org.opencontainers.image.ref.name").is_some_and(|r| r == t)))
+            .find(|m| {
+                tag.is_some_and(|t| {
+                    m.annotations
+                        .get("org.opencontainers.image.ref.name")
+                        .is_some_and(|r| r == t)
+                })
+            })
             .or_else(|| index.manifests.first())
             .ok_or_else(|| invalid("index.json", "it lists no manifests"))?;
-        let ref_name = pick.annotations.get("org.opencontainers.image.ref.name").cloned();
+        let ref_name = pick
+            .annotations
+            .get("org.opencontainers.image.ref.name")
+            .cloned();
         let mut desc = pick.clone();
         // A nested index (multi-platform image): choose this host's platform.
         let (mut digest, mut bytes) = Self::layout_blob(dir, &desc, "manifest")?;
-        if desc.media_type == oci::MT_OCI_INDEX || desc.media_type == oci::MT_DOCKER_LIST || serde_json::from_slice::<Index>(&bytes).is_ok() && serde_json::from_slice::<Manifest>(&bytes).is_err() {
-            let nested: Index = serde_json::from_slice(&bytes).map_err(|e| invalid("image index", e.to_string()))?;
+        if desc.media_type == oci::MT_OCI_INDEX
+            || desc.media_type == oci::MT_DOCKER_LIST
+            || serde_json::from_slice::<Index>(&bytes).is_ok()
+                && serde_json::from_slice::<Manifest>(&bytes).is_err()
+        {
+            let nested: Index = serde_json::from_slice(&bytes)
+                .map_err(|e| invalid("image index", e.to_string()))?;
             let want = oci::host_platform();
-            desc = oci::select_platform(&nested.manifests, &want).cloned().ok_or_else(|| ImageError::NoPlatform(want.to_string()))?;
+            desc = oci::select_platform(&nested.manifests, &want)
+                .cloned()
+                .ok_or_else(|| ImageError::NoPlatform(want.to_string()))?;
             (digest, bytes) = Self::layout_blob(dir, &desc, "manifest")?;
         }
-        let manifest: Manifest = serde_json::from_slice(&bytes).map_err(|e| invalid("manifest", e.to_string()))?;
+        let manifest: Manifest =
+            serde_json::from_slice(&bytes).map_err(|e| invalid("manifest", e.to_string()))?;
         let (_, config_bytes) = Self::layout_blob(dir, &manifest.config, "config")?;
-        let config: ImageConfig = serde_json::from_slice(&config_bytes).map_err(|e| invalid("image config", e.to_string()))?;
+        let config: ImageConfig = serde_json::from_slice(&config_bytes)
+            .map_err(|e| invalid("image config", e.to_string()))?;
         let mut layers = Vec::new();
         for (i, l) in manifest.layers.iter().enumerate() {
-            let d = Digest::parse(&l.digest).ok_or_else(|| invalid(format!("layer {i}"), format!("bad digest `{}`", l.digest)))?;
-            let p = self.put_blob(&dir.join("blobs/sha256").join(d.hex()), &d, &format!("layer {i}"))?;
+            let d = Digest::parse(&l.digest).ok_or_else(|| {
+                invalid(format!("layer {i}"), format!("bad digest `{}`", l.digest))
+            })?;
+            let p = self.put_blob(
+                &dir.join("blobs/sha256").join(d.hex()),
+                &d,
+                &format!("layer {i}"),
+            )?;
             layers.push((d, p, l.size));
         }
-        let name = name.map(str::to_string).or(ref_name.map(|r| format!("imported:{r}"))).unwrap_or_else(|| format!("sha256:{}", &digest.hex()[..12]));
+        let name = name
+            .map(str::to_string)
+            .or(ref_name.map(|r| format!("imported:{r}")))
+            .unwrap_or_else(|| format!("sha256:{}", &digest.hex()[..12]));
         self.publish(&name, &digest, &layers, config.config)
     }
 
     fn import_docker(&self, dir: &Path, name: Option<&str>) -> Result<ImageInfo, ImageError> {
-        let entries: Vec<DockerArchiveEntry> = Self::read_json(&dir.join("manifest.json"), "docker manifest")?;
-        let e = entries.first().ok_or_else(|| invalid("manifest.json", "it lists no images"))?;
+        let entries: Vec<DockerArchiveEntry> =
+            Self::read_json(&dir.join("manifest.json"), "docker manifest")?;
+        let e = entries
+            .first()
+            .ok_or_else(|| invalid("manifest.json", "it lists no images"))?;
         let inside = |p: &str| -> Result<PathBuf, ImageError> {
             if p.starts_with('/') || p.split('/').any(|c| c == "..") {
-                return Err(invalid("manifest.json", format!("path `{p}` leaves the archive")));
+                return Err(invalid(
+                    "manifest.json",
+                    format!("path `{p}` leaves the archive"),
+                ));
             }
             Ok(dir.join(p))
         };
-        let config_bytes = fs::read(inside(&e.config)?).map_err(io_at(format!("read config {}", e.config)))?;
-        let config: ImageConfig = serde_json::from_slice(&config_bytes).map_err(|err| invalid("image config", err.to_string()))?;
+        let config_bytes =
+            fs::read(inside(&e.config)?).map_err(io_at(format!("read config {}", e.config)))?;
+        let config: ImageConfig = serde_json::from_slice(&config_bytes)
+            .map_err(|err| invalid("image config", err.to_string()))?;
         let mut layers = Vec::new();
         let mut ids = vec![Digest::of(&config_bytes).to_string()];
         for (i, l) in e.layers.iter().enumerate() {
             let p = inside(l)?;
-            let d = oci::digest_reader(fs::File::open(&p).map_err(io_at(format!("open layer {l}")))?).map_err(io_at("hash a layer"))?;
+            let d =
+                oci::digest_reader(fs::File::open(&p).map_err(io_at(format!("open layer {l}")))?)
+                    .map_err(io_at("hash a layer"))?;
             let stored = self.put_blob(&p, &d, &format!("layer {i}"))?;
             let size = fs::metadata(&stored).map(|m| m.len()).unwrap_or(0);
             ids.push(d.to_string());
@@ -243,7 +326,10 @@ impl Store {
         // A docker archive has no manifest digest; the image is identified by its config and
         // layers, hashed together.
         let digest = Digest::of(ids.join("\n").as_bytes());
-        let name = name.map(str::to_string).or_else(|| e.repo_tags.as_ref().and_then(|t| t.first().cloned())).unwrap_or_else(|| format!("sha256:{}", &digest.hex()[..12]));
+        let name = name
+            .map(str::to_string)
+            .or_else(|| e.repo_tags.as_ref().and_then(|t| t.first().cloned()))
+            .unwrap_or_else(|| format!("sha256:{}", &digest.hex()[..12]));
         if !valid_name(&name) {
             return Err(ImageError::BadName(name));
         }
@@ -252,7 +338,13 @@ impl Store {
 
     /// Unpacks the layers into a new root (unless this digest is already here) and points the
     /// reference `name` at it.
-    pub(crate) fn publish(&self, name: &str, digest: &Digest, layers: &[(Digest, PathBuf, u64)], config: RunConfig) -> Result<ImageInfo, ImageError> {
+    pub(crate) fn publish(
+        &self,
+        name: &str,
+        digest: &Digest,
+        layers: &[(Digest, PathBuf, u64)],
+        config: RunConfig,
+    ) -> Result<ImageInfo, ImageError> {
         let root = self.root_dir(digest);
         if !root.join("meta.json").is_file() {
             let tmp = self.tmp_dir("root")?;
@@ -260,13 +352,25 @@ impl Store {
                 let rootfs = tmp.join("rootfs");
                 fs::create_dir(&rootfs).map_err(io_at("create the image root"))?;
                 let allow_devices = rustix::process::geteuid().is_root();
-                let limits = Limits { allow_devices, ..Limits::default() };
+                let limits = Limits {
+                    allow_devices,
+                    ..Limits::default()
+                };
                 for (d, p, _) in layers {
                     let f = fs::File::open(p).map_err(io_at(format!("open layer {d}")))?;
                     extract::extract_layer(f, Compression::Detect, &rootfs, &limits)?;
                 }
-                let meta = RootMeta { digest: digest.to_string(), size: layers.iter().map(|l| l.2).sum(), layers: layers.iter().map(|l| l.0.to_string()).collect(), config: config.clone() };
-                fs::write(tmp.join("meta.json"), serde_json::to_vec_pretty(&meta).unwrap_or_default()).map_err(io_at("write meta.json"))?;
+                let meta = RootMeta {
+                    digest: digest.to_string(),
+                    size: layers.iter().map(|l| l.2).sum(),
+                    layers: layers.iter().map(|l| l.0.to_string()).collect(),
+                    config: config.clone(),
+                };
+                fs::write(
+                    tmp.join("meta.json"),
+                    serde_json::to_vec_pretty(&meta).unwrap_or_default(),
+                )
+                .map_err(io_at("write meta.json"))?;
                 match fs::rename(&tmp, &root) {
                     Ok(()) => Ok(()),
                     // Another import of the same image won the race; its root is identical.
@@ -286,20 +390,37 @@ impl Store {
     pub(crate) fn set_ref(&self, name: &str, digest: &Digest) -> Result<(), ImageError> {
         let path = self.dir.join("refs").join(ref_file(name));
         let tmp = self.dir.join("tmp").join(format!("ref-{}", nanos()));
-        fs::write(&tmp, serde_json::to_vec(&RefFile { name: name.into(), digest: digest.to_string() }).unwrap_or_default()).map_err(io_at("write a reference"))?;
+        fs::write(
+            &tmp,
+            serde_json::to_vec(&RefFile {
+                name: name.into(),
+                digest: digest.to_string(),
+            })
+            .unwrap_or_default(),
+        )
+        .map_err(io_at("write a reference"))?;
         fs::rename(&tmp, &path).map_err(io_at(format!("write {}", path.display())))
     }
 
     pub(crate) fn info(&self, name: &str, digest: &Digest) -> Result<ImageInfo, ImageError> {
         let root = self.root_dir(digest);
         let meta: RootMeta = Self::read_json(&root.join("meta.json"), "image metadata")?;
-        Ok(ImageInfo { name: name.into(), digest: digest.to_string(), rootfs: root.join("rootfs"), size: meta.size, config: meta.config })
+        Ok(ImageInfo {
+            name: name.into(),
+            digest: digest.to_string(),
+            rootfs: root.join("rootfs"),
+            size: meta.size,
+            config: meta.config,
+        })
     }
 
     /// Every named image.
     pub fn list(&self) -> Result<Vec<ImageInfo>, ImageError> {
         let mut out = Vec::new();
-        for e in fs::read_dir(self.dir.join("refs")).map_err(io_at("list references"))?.flatten() {
+        for e in fs::read_dir(self.dir.join("refs"))
+            .map_err(io_at("list references"))?
+            .flatten()
+        {
             if let Ok(r) = Self::read_json::<RefFile>(&e.path(), "reference") {
                 if let Some(d) = Digest::parse(&r.digest) {
                     if let Ok(i) = self.info(&r.name, &d) {
@@ -322,7 +443,13 @@ impl Store {
         }
         // `busybox` means `busybox:latest`, as `hull pull busybox` stores it.
         if !name[name.rfind('/').map_or(0, |i| i + 1)..].contains(':') && !name.contains('@') {
-            if let Ok(r) = Self::read_json::<RefFile>(&self.dir.join("refs").join(ref_file(&format!("{name}:latest"))), "reference") {
+            if let Ok(r) = Self::read_json::<RefFile>(
+                &self
+                    .dir
+                    .join("refs")
+                    .join(ref_file(&format!("{name}:latest"))),
+                "reference",
+            ) {
                 if let Some(d) = Digest::parse(&r.digest) {
                     return self.info(&r.name, &d);
                 }
@@ -330,7 +457,11 @@ impl Store {
         }
         let hex = name.strip_prefix("sha256:").unwrap_or(name);
         if hex.len() >= 12 && hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-            if let Some(i) = self.list()?.into_iter().find(|i| i.digest.trim_start_matches("sha256:").starts_with(hex)) {
+            if let Some(i) = self
+                .list()?
+                .into_iter()
+                .find(|i| i.digest.trim_start_matches("sha256:").starts_with(hex))
+            {
                 return Ok(i);
             }
         }
@@ -351,25 +482,39 @@ impl Store {
     pub fn gc(&self) -> Result<(), ImageError> {
         let live: Vec<String> = self.list()?.into_iter().map(|i| i.digest).collect();
         let mut live_blobs: Vec<String> = Vec::new();
-        for e in fs::read_dir(self.dir.join("roots")).map_err(io_at("list roots"))?.flatten() {
+        for e in fs::read_dir(self.dir.join("roots"))
+            .map_err(io_at("list roots"))?
+            .flatten()
+        {
             let hex = e.file_name().to_string_lossy().into_owned();
             if live.iter().any(|d| d.ends_with(&hex)) {
-                if let Ok(m) = Self::read_json::<RootMeta>(&e.path().join("meta.json"), "image metadata") {
+                if let Ok(m) =
+                    Self::read_json::<RootMeta>(&e.path().join("meta.json"), "image metadata")
+                {
                     live_blobs.extend(m.layers);
                 }
             } else {
                 remove_tree(&e.path()).map_err(io_at(format!("remove {}", e.path().display())))?;
             }
         }
-        for e in fs::read_dir(self.dir.join("blobs/sha256")).map_err(io_at("list blobs"))?.flatten() {
+        for e in fs::read_dir(self.dir.join("blobs/sha256"))
+            .map_err(io_at("list blobs"))?
+            .flatten()
+        {
             let d = format!("sha256:{}", e.file_name().to_string_lossy());
             if !live_blobs.contains(&d) {
                 let _ = fs::remove_file(e.path());
             }
         }
-        for e in fs::read_dir(self.dir.join("tmp")).map_err(io_at("list tmp"))?.flatten() {
+        for e in fs::read_dir(self.dir.join("tmp"))
+            .map_err(io_at("list tmp"))?
+            .flatten()
+        {
             // Only work older than a minute: a concurrent import may still be using its own.
-            let old = e.metadata().and_then(|m| m.modified()).is_ok_and(|t| t.elapsed().is_ok_and(|a| a.as_secs() > 60));
+            let old = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t.elapsed().is_ok_and(|a| a.as_secs() > 60));
             if old {
                 let _ = remove_tree(&e.path());
             }
@@ -399,5 +544,8 @@ fn remove_tree(p: &Path) -> io::Result<()> {
 }
 
 fn nanos() -> u128 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
 }

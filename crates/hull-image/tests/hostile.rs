@@ -17,16 +17,40 @@ struct M<'a> {
 }
 
 fn file<'a>(name: &'a str, data: &'a [u8]) -> M<'a> {
-    M { name, kind: tar::EntryType::Regular, data, link: "", mode: 0o644 }
+    M {
+        name,
+        kind: tar::EntryType::Regular,
+        data,
+        link: "",
+        mode: 0o644,
+    }
 }
 fn dir(name: &str) -> M<'_> {
-    M { name, kind: tar::EntryType::Directory, data: b"", link: "", mode: 0o755 }
+    M {
+        name,
+        kind: tar::EntryType::Directory,
+        data: b"",
+        link: "",
+        mode: 0o755,
+    }
 }
 fn symlink<'a>(name: &'a str, target: &'a str) -> M<'a> {
-    M { name, kind: tar::EntryType::Symlink, data: b"", link: target, mode: 0o777 }
+    M {
+        name,
+        kind: tar::EntryType::Symlink,
+        data: b"",
+        link: target,
+        mode: 0o777,
+    }
 }
 fn hardlink<'a>(name: &'a str, target: &'a str) -> M<'a> {
-    M { name, kind: tar::EntryType::Link, data: b"", link: target, mode: 0o644 }
+    M {
+        name,
+        kind: tar::EntryType::Link,
+        data: b"",
+        link: target,
+        mode: 0o644,
+    }
 }
 
 /// Builds a tar with raw names (no validation), so hostile members can be expressed.
@@ -53,7 +77,12 @@ fn archive(members: &[M<'_>]) -> Vec<u8> {
 }
 
 fn unpack(root: &Path, members: &[M<'_>]) -> Result<hull_image::Report, ExtractError> {
-    extract_layer(archive(members).as_slice(), Compression::Detect, root, &Limits::default())
+    extract_layer(
+        archive(members).as_slice(),
+        Compression::Detect,
+        root,
+        &Limits::default(),
+    )
 }
 
 fn refused_member(r: Result<hull_image::Report, ExtractError>) -> String {
@@ -66,14 +95,36 @@ fn refused_member(r: Result<hull_image::Report, ExtractError>) -> String {
 #[test]
 fn a_normal_layer_unpacks() {
     let root = tempfile::tempdir().unwrap();
-    let r = unpack(root.path(), &[dir("usr/"), dir("usr/bin/"), file("usr/bin/tool", b"#!/bin/sh\n"), symlink("bin", "usr/bin"), hardlink("usr/bin/tool2", "usr/bin/tool"), file("./etc/os-release", b"ID=test\n")]).unwrap();
+    let r = unpack(
+        root.path(),
+        &[
+            dir("usr/"),
+            dir("usr/bin/"),
+            file("usr/bin/tool", b"#!/bin/sh\n"),
+            symlink("bin", "usr/bin"),
+            hardlink("usr/bin/tool2", "usr/bin/tool"),
+            file("./etc/os-release", b"ID=test\n"),
+        ],
+    )
+    .unwrap();
     assert_eq!(r.entries, 6);
-    assert_eq!(std::fs::read(root.path().join("usr/bin/tool")).unwrap(), b"#!/bin/sh\n");
-    assert_eq!(std::fs::read_link(root.path().join("bin")).unwrap().to_str(), Some("usr/bin"));
+    assert_eq!(
+        std::fs::read(root.path().join("usr/bin/tool")).unwrap(),
+        b"#!/bin/sh\n"
+    );
+    assert_eq!(
+        std::fs::read_link(root.path().join("bin"))
+            .unwrap()
+            .to_str(),
+        Some("usr/bin")
+    );
     let a = std::fs::metadata(root.path().join("usr/bin/tool")).unwrap();
     let b = std::fs::metadata(root.path().join("usr/bin/tool2")).unwrap();
     assert_eq!(a.ino(), b.ino());
-    assert_eq!(std::fs::read(root.path().join("etc/os-release")).unwrap(), b"ID=test\n");
+    assert_eq!(
+        std::fs::read(root.path().join("etc/os-release")).unwrap(),
+        b"ID=test\n"
+    );
 }
 
 #[test]
@@ -81,9 +132,15 @@ fn dotdot_and_absolute_paths_are_refused() {
     let outside = tempfile::tempdir().unwrap();
     let root = outside.path().join("root");
     std::fs::create_dir(&root).unwrap();
-    assert_eq!(refused_member(unpack(&root, &[file("../escaped", b"x")])), "../escaped");
+    assert_eq!(
+        refused_member(unpack(&root, &[file("../escaped", b"x")])),
+        "../escaped"
+    );
     assert!(!outside.path().join("escaped").exists());
-    assert_eq!(refused_member(unpack(&root, &[file("a/../../escaped2", b"x")])), "a/../../escaped2");
+    assert_eq!(
+        refused_member(unpack(&root, &[file("a/../../escaped2", b"x")])),
+        "a/../../escaped2"
+    );
     assert!(!outside.path().join("escaped2").exists());
     let abs = outside.path().join("abs").display().to_string();
     assert_eq!(refused_member(unpack(&root, &[file(&abs, b"x")])), abs);
@@ -95,9 +152,16 @@ fn a_symlinked_parent_cannot_carry_a_write_outside() {
     let outside = tempfile::tempdir().unwrap();
     let root = tempfile::tempdir().unwrap();
     let target = outside.path().display().to_string();
-    let m = refused_member(unpack(root.path(), &[symlink("evil", &target), file("evil/pwned", b"x")]));
+    let m = refused_member(unpack(
+        root.path(),
+        &[symlink("evil", &target), file("evil/pwned", b"x")],
+    ));
     assert_eq!(m, "evil/pwned");
-    assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0, "something was written outside the root");
+    assert_eq!(
+        std::fs::read_dir(outside.path()).unwrap().count(),
+        0,
+        "something was written outside the root"
+    );
     // The same trick across layers: the symlink comes from a lower layer.
     let root2 = tempfile::tempdir().unwrap();
     unpack(root2.path(), &[symlink("lower", &target)]).unwrap();
@@ -115,7 +179,10 @@ fn a_file_replaces_a_symlink_instead_of_writing_through_it() {
     unpack(root.path(), &[file("x", b"new")]).unwrap();
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "original");
     assert_eq!(std::fs::read(root.path().join("x")).unwrap(), b"new");
-    assert!(!std::fs::symlink_metadata(root.path().join("x")).unwrap().file_type().is_symlink());
+    assert!(!std::fs::symlink_metadata(root.path().join("x"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
 }
 
 #[test]
@@ -123,24 +190,74 @@ fn hard_links_must_stay_inside() {
     let outside = tempfile::tempdir().unwrap();
     std::fs::write(outside.path().join("secret"), "s").unwrap();
     let root = tempfile::tempdir().unwrap();
-    assert_eq!(refused_member(unpack(root.path(), &[hardlink("h", "../secret")])), "h");
-    assert_eq!(refused_member(unpack(root.path(), &[hardlink("h2", &outside.path().join("secret").display().to_string())])), "h2");
+    assert_eq!(
+        refused_member(unpack(root.path(), &[hardlink("h", "../secret")])),
+        "h"
+    );
+    assert_eq!(
+        refused_member(unpack(
+            root.path(),
+            &[hardlink(
+                "h2",
+                &outside.path().join("secret").display().to_string()
+            )]
+        )),
+        "h2"
+    );
     // Through a symlinked directory inside the root.
-    let m = refused_member(unpack(root.path(), &[symlink("out", outside.path().to_str().unwrap()), hardlink("h3", "out/secret")]));
+    let m = refused_member(unpack(
+        root.path(),
+        &[
+            symlink("out", outside.path().to_str().unwrap()),
+            hardlink("h3", "out/secret"),
+        ],
+    ));
     assert_eq!(m, "h3");
-    assert_eq!(std::fs::metadata(outside.path().join("secret")).unwrap().nlink(), 1);
+    assert_eq!(
+        std::fs::metadata(outside.path().join("secret"))
+            .unwrap()
+            .nlink(),
+        1
+    );
 }
 
 #[test]
 fn whiteouts_and_opaque_whiteouts_apply() {
     let root = tempfile::tempdir().unwrap();
-    unpack(root.path(), &[dir("d/"), file("d/x", b"1"), file("d/keep", b"1"), file("f", b"1"), dir("o/"), file("o/old", b"1")]).unwrap();
-    let r = unpack(root.path(), &[file("d/.wh.x", b""), file(".wh.f", b""), dir("o/"), file("o/.wh..wh..opq", b""), file("o/new", b"2")]).unwrap();
+    unpack(
+        root.path(),
+        &[
+            dir("d/"),
+            file("d/x", b"1"),
+            file("d/keep", b"1"),
+            file("f", b"1"),
+            dir("o/"),
+            file("o/old", b"1"),
+        ],
+    )
+    .unwrap();
+    let r = unpack(
+        root.path(),
+        &[
+            file("d/.wh.x", b""),
+            file(".wh.f", b""),
+            dir("o/"),
+            file("o/.wh..wh..opq", b""),
+            file("o/new", b"2"),
+        ],
+    )
+    .unwrap();
     assert_eq!(r.whiteouts, 3);
     assert!(!root.path().join("d/x").exists() && root.path().join("d/keep").exists());
     assert!(!root.path().join("f").exists());
-    assert!(!root.path().join("d/.wh.x").exists(), "the whiteout marker itself was created");
-    let names: Vec<String> = std::fs::read_dir(root.path().join("o")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert!(
+        !root.path().join("d/.wh.x").exists(),
+        "the whiteout marker itself was created"
+    );
+    let names: Vec<String> = std::fs::read_dir(root.path().join("o"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
     assert_eq!(names, vec!["new".to_string()]);
 }
 
@@ -151,19 +268,48 @@ fn setuid_bits_are_dropped_unless_asked() {
     m.mode = 0o4755;
     let r = unpack(root.path(), &[m]).unwrap();
     assert_eq!(r.dropped_setuid, vec!["su".to_string()]);
-    assert_eq!(std::fs::metadata(root.path().join("su")).unwrap().permissions().mode() & 0o7777, 0o755);
+    assert_eq!(
+        std::fs::metadata(root.path().join("su"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777,
+        0o755
+    );
     let root2 = tempfile::tempdir().unwrap();
     let mut m = file("su", b"x");
     m.mode = 0o4755;
-    let lim = Limits { keep_setuid: true, ..Limits::default() };
-    extract_layer(archive(&[m]).as_slice(), Compression::None, root2.path(), &lim).unwrap();
-    assert_eq!(std::fs::metadata(root2.path().join("su")).unwrap().permissions().mode() & 0o7777, 0o4755);
+    let lim = Limits {
+        keep_setuid: true,
+        ..Limits::default()
+    };
+    extract_layer(
+        archive(&[m]).as_slice(),
+        Compression::None,
+        root2.path(),
+        &lim,
+    )
+    .unwrap();
+    assert_eq!(
+        std::fs::metadata(root2.path().join("su"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777,
+        0o4755
+    );
 }
 
 #[test]
 fn device_nodes_are_skipped_and_reported() {
     let root = tempfile::tempdir().unwrap();
-    let dev = M { name: "dev/sda", kind: tar::EntryType::Block, data: b"", link: "", mode: 0o660 };
+    let dev = M {
+        name: "dev/sda",
+        kind: tar::EntryType::Block,
+        data: b"",
+        link: "",
+        mode: 0o660,
+    };
     let r = unpack(root.path(), &[dev]).unwrap();
     assert_eq!(r.skipped_devices, vec!["dev/sda".to_string()]);
     assert!(!root.path().join("dev/sda").exists());
@@ -173,12 +319,34 @@ fn device_nodes_are_skipped_and_reported() {
 fn size_and_entry_limits_name_the_member() {
     let root = tempfile::tempdir().unwrap();
     let big = vec![0u8; 4096];
-    let lim = Limits { max_bytes: 5000, ..Limits::default() };
-    let r = extract_layer(archive(&[file("a", &big), file("b", &big)]).as_slice(), Compression::None, root.path(), &lim);
-    assert!(matches!(r, Err(ExtractError::Limit { ref member, .. }) if member == "b"), "{r:?}");
-    let lim = Limits { max_entries: 2, ..Limits::default() };
-    let r = extract_layer(archive(&[file("a", b""), file("b", b""), file("c", b"")]).as_slice(), Compression::None, root.path(), &lim);
-    assert!(matches!(r, Err(ExtractError::Limit { ref member, .. }) if member == "c"), "{r:?}");
+    let lim = Limits {
+        max_bytes: 5000,
+        ..Limits::default()
+    };
+    let r = extract_layer(
+        archive(&[file("a", &big), file("b", &big)]).as_slice(),
+        Compression::None,
+        root.path(),
+        &lim,
+    );
+    assert!(
+        matches!(r, Err(ExtractError::Limit { ref member, .. }) if member == "b"),
+        "{r:?}"
+    );
+    let lim = Limits {
+        max_entries: 2,
+        ..Limits::default()
+    };
+    let r = extract_layer(
+        archive(&[file("a", b""), file("b", b""), file("c", b"")]).as_slice(),
+        Compression::None,
+        root.path(),
+        &lim,
+    );
+    assert!(
+        matches!(r, Err(ExtractError::Limit { ref member, .. }) if member == "c"),
+        "{r:?}"
+    );
 }
 
 #[test]
@@ -190,7 +358,13 @@ fn gzip_and_zstd_layers_are_detected() {
     let zst = zstd::encode_all(tar.as_slice(), 1).unwrap();
     for blob in [gz, zst] {
         let root = tempfile::tempdir().unwrap();
-        extract_layer(blob.as_slice(), Compression::Detect, root.path(), &Limits::default()).unwrap();
+        extract_layer(
+            blob.as_slice(),
+            Compression::Detect,
+            root.path(),
+            &Limits::default(),
+        )
+        .unwrap();
         assert_eq!(std::fs::read(root.path().join("hello")).unwrap(), b"world");
     }
 }
@@ -199,6 +373,11 @@ fn gzip_and_zstd_layers_are_detected() {
 fn a_truncated_archive_is_an_error() {
     let root = tempfile::tempdir().unwrap();
     let tar = archive(&[file("hello", &[7u8; 3000])]);
-    let r = extract_layer(&tar[..1500], Compression::None, root.path(), &Limits::default());
+    let r = extract_layer(
+        &tar[..1500],
+        Compression::None,
+        root.path(),
+        &Limits::default(),
+    );
     assert!(r.is_err(), "{r:?}");
 }

@@ -191,7 +191,12 @@ struct Run {
 /// Whether two neighbouring runs with these answers can be merged: the answer looks only at
 /// the number, not at the arguments.
 fn mergeable(a: Answer, b: Answer) -> bool {
-    let simple = |x: Answer| !matches!(x, Answer::Rule(Action::CloneNoNamespaces | Action::IoctlNoTiocsti));
+    let simple = |x: Answer| {
+        !matches!(
+            x,
+            Answer::Rule(Action::CloneNoNamespaces | Action::IoctlNoTiocsti)
+        )
+    };
     a == b && simple(a)
 }
 
@@ -413,7 +418,17 @@ mod tests {
     fn rejects_programs_over_the_kernel_limit() {
         // Alternating actions, so no two neighbours merge into one run.
         let rules: Vec<Rule> = (0..3000)
-            .map(|nr| rule("r", nr, if nr % 2 == 0 { Action::Allow } else { Action::Errno(1) }))
+            .map(|nr| {
+                rule(
+                    "r",
+                    nr,
+                    if nr % 2 == 0 {
+                        Action::Allow
+                    } else {
+                        Action::Errno(1)
+                    },
+                )
+            })
             .collect();
         let err = compile(&rules, &CompileOptions::default()).unwrap_err();
         assert!(matches!(err, SeccompError::TooLong { .. }), "{err}");
@@ -441,7 +456,11 @@ mod tests {
         );
         // The default policy's allow stretches shrink the program well below one compare per rule.
         let p = compile(crate::default_policy(), &CompileOptions::default()).unwrap();
-        assert!(p.instructions().len() < crate::default_policy().len(), "{}", p.instructions().len());
+        assert!(
+            p.instructions().len() < crate::default_policy().len(),
+            "{}",
+            p.instructions().len()
+        );
     }
 
     #[test]

@@ -29,9 +29,13 @@ impl Notification {
     /// What the call was, for a fault report: the policy's name for a native call, else the
     /// ABI it came through (a foreign architecture's numbers mean other calls).
     pub fn describe(&self) -> String {
-        let x32 = cfg!(target_arch = "x86_64") && u32::from_ne_bytes(self.nr.to_ne_bytes()) & crate::X32_SYSCALL_BIT != 0;
+        let x32 = cfg!(target_arch = "x86_64")
+            && u32::from_ne_bytes(self.nr.to_ne_bytes()) & crate::X32_SYSCALL_BIT != 0;
         if self.arch != crate::AUDIT_ARCH_NATIVE {
-            format!("a foreign-architecture system call (audit arch {:#x}, nr {})", self.arch, self.nr)
+            format!(
+                "a foreign-architecture system call (audit arch {:#x}, nr {})",
+                self.arch, self.nr
+            )
         } else if x32 {
             format!("an x32 system call (nr {:#x})", self.nr)
         } else {

@@ -31,7 +31,11 @@ pub struct SnapshotReport {
 }
 
 fn io_err(what: &'static str, path: &Path, e: std::io::Error) -> SandboxError {
-    SandboxError::Io { what, path: path.to_path_buf(), error: e }
+    SandboxError::Io {
+        what,
+        path: path.to_path_buf(),
+        error: e,
+    }
 }
 
 /// Writes the workspace as a gzip-compressed tar to `dest` (a host path, created or replaced).
@@ -49,7 +53,9 @@ pub fn snapshot(ws: &Confined, dest: &Path) -> Result<SnapshotReport, SandboxErr
     let files = entries.iter().filter(|e| e.kind == "file");
     let total = files.clone().fold(0u64, |t, e| t.saturating_add(e.size));
     if total > MAX_RESTORE_BYTES {
-        let big = files.max_by_key(|e| e.size).map_or_else(String::new, |e| format!("; the biggest is /workspace/{} ({} bytes)", e.path, e.size));
+        let big = files.max_by_key(|e| e.size).map_or_else(String::new, |e| {
+            format!("; the biggest is /workspace/{} ({} bytes)", e.path, e.size)
+        });
         return Err(SandboxError::path("/workspace", format!("its files total {total} bytes, more than the {MAX_RESTORE_BYTES} a snapshot may hold (restore's limit){big}")));
     }
     // Written under a fresh random name beside `dest` (created O_EXCL, so nothing planted there,
@@ -59,27 +65,42 @@ pub fn snapshot(ws: &Confined, dest: &Path) -> Result<SnapshotReport, SandboxErr
         _ => Path::new("."),
     };
     let tmp_file = tempfile::Builder::new()
-        .prefix(&format!(".{}.", dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()))
+        .prefix(&format!(
+            ".{}.",
+            dest.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        ))
         .suffix(".partial")
         .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))
         .tempfile_in(dir)
         .map_err(|e| io_err("create a temporary file in", dir, e))?;
     let tmp = tmp_file.path().to_path_buf();
-    let out = tmp_file.as_file().try_clone().map_err(|e| io_err("open", &tmp, e))?;
+    let out = tmp_file
+        .as_file()
+        .try_clone()
+        .map_err(|e| io_err("open", &tmp, e))?;
     let mut tar = tar::Builder::new(GzEncoder::new(out, flate2::Compression::fast()));
-    let mut report = SnapshotReport { files: 0, bytes: 0, skipped: Vec::new() };
+    let mut report = SnapshotReport {
+        files: 0,
+        bytes: 0,
+        skipped: Vec::new(),
+    };
     for e in &entries {
         let mut h = tar::Header::new_gnu();
         h.set_mtime(u64::try_from(e.mtime_ns / 1_000_000_000).unwrap_or(0));
         match e.kind {
             // A name that is not UTF-8 has no faithful tar name here (restore reads names as
             // UTF-8); it is skipped and named rather than stored under a look-alike.
-            "file" | "dir" if e.path_bytes() != e.path.as_bytes() => report.skipped.push(e.path.clone()),
+            "file" | "dir" if e.path_bytes() != e.path.as_bytes() => {
+                report.skipped.push(e.path.clone())
+            }
             "dir" => {
                 h.set_entry_type(tar::EntryType::Directory);
                 h.set_mode(0o755);
                 h.set_size(0);
-                tar.append_data(&mut h, format!("{}/", e.path), std::io::empty()).map_err(|err| io_err("write", &tmp, err))?;
+                tar.append_data(&mut h, format!("{}/", e.path), std::io::empty())
+                    .map_err(|err| io_err("write", &tmp, err))?;
             }
             "file" => {
                 // Opened through the confined open: the entry may have become a symlink or a
@@ -98,7 +119,15 @@ pub fn snapshot(ws: &Confined, dest: &Path) -> Result<SnapshotReport, SandboxErr
                 h.set_entry_type(tar::EntryType::Regular);
                 h.set_mode(0o644);
                 h.set_size(size);
-                tar.append_data(&mut h, &e.path, Exact { inner: f.take(size), left: size }).map_err(|err| io_err("write", &tmp, err))?;
+                tar.append_data(
+                    &mut h,
+                    &e.path,
+                    Exact {
+                        inner: f.take(size),
+                        left: size,
+                    },
+                )
+                .map_err(|err| io_err("write", &tmp, err))?;
                 report.files += 1;
                 report.bytes += size;
             }
@@ -109,7 +138,9 @@ pub fn snapshot(ws: &Confined, dest: &Path) -> Result<SnapshotReport, SandboxErr
     let mut f = gz.finish().map_err(|e| io_err("write", &tmp, e))?;
     f.flush().map_err(|e| io_err("write", &tmp, e))?;
     drop(f);
-    tmp_file.persist(dest).map_err(|e| io_err("rename into place", dest, e.error))?;
+    tmp_file
+        .persist(dest)
+        .map_err(|e| io_err("rename into place", dest, e.error))?;
     Ok(report)
 }
 
@@ -127,7 +158,10 @@ impl<R: Read> Read for Exact<R> {
         }
         let n = self.inner.read(buf)?;
         if n == 0 {
-            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the file shrank while it was being archived"));
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the file shrank while it was being archived",
+            ));
         }
         self.left -= n as u64;
         Ok(n)
@@ -141,7 +175,8 @@ pub const MAX_META_BYTES: u64 = 64 << 10;
 const SHOWN_NAME: usize = 200;
 /// The most decompressed bytes restore reads: the data limit plus headers and padding for
 /// the most entries (a gzip stream can expand a thousandfold; it is cut off here).
-const MAX_RESTORE_STREAM: u64 = MAX_RESTORE_BYTES + (MAX_RESTORE_ENTRIES as u64) * 2048 + (64 << 20);
+const MAX_RESTORE_STREAM: u64 =
+    MAX_RESTORE_BYTES + (MAX_RESTORE_ENTRIES as u64) * 2048 + (64 << 20);
 
 /// A member's name for an error: at most [`SHOWN_NAME`] bytes (on a character boundary).
 fn shown(name: &str) -> String {
@@ -164,7 +199,11 @@ struct Capped<R> {
 impl<R: Read> Read for Capped<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.left = self.left.checked_sub(n as u64).ok_or_else(|| std::io::Error::other(format!("the archive decompresses to more than {MAX_RESTORE_STREAM} bytes")))?;
+        self.left = self.left.checked_sub(n as u64).ok_or_else(|| {
+            std::io::Error::other(format!(
+                "the archive decompresses to more than {MAX_RESTORE_STREAM} bytes"
+            ))
+        })?;
         Ok(n)
     }
 }
@@ -174,20 +213,37 @@ type Archive = tar::Archive<Capped<GzDecoder<File>>>;
 /// Visits every member with its full name, reading the archive raw so that GNU long-name and
 /// PAX members are size-checked before their contents are read (tar's own processing reads
 /// them whole into memory first). A PAX `path` or GNU long name applies to the next member.
-fn each_member(ar: &mut Archive, src: &Path, mut f: impl FnMut(String, tar::EntryType, &mut tar::Entry<'_, Capped<GzDecoder<File>>>) -> Result<(), SandboxError>) -> Result<(), SandboxError> {
+fn each_member(
+    ar: &mut Archive,
+    src: &Path,
+    mut f: impl FnMut(
+        String,
+        tar::EntryType,
+        &mut tar::Entry<'_, Capped<GzDecoder<File>>>,
+    ) -> Result<(), SandboxError>,
+) -> Result<(), SandboxError> {
     let mut long_name: Option<Vec<u8>> = None;
     let mut pax_path: Option<Vec<u8>> = None;
     for entry in ar.entries().map_err(|e| io_err("read", src, e))?.raw(true) {
         let mut entry = entry.map_err(|e| io_err("read", src, e))?;
         let kind = entry.header().entry_type();
-        if matches!(kind, tar::EntryType::GNULongName | tar::EntryType::GNULongLink | tar::EntryType::XHeader | tar::EntryType::XGlobalHeader) {
+        if matches!(
+            kind,
+            tar::EntryType::GNULongName
+                | tar::EntryType::GNULongLink
+                | tar::EntryType::XHeader
+                | tar::EntryType::XGlobalHeader
+        ) {
             let size = entry.header().entry_size().unwrap_or(u64::MAX);
             if size > MAX_META_BYTES {
                 let name = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
                 return Err(SandboxError::Member { member: shown(&name), why: format!("a long-name or PAX member of {size} bytes; at most {MAX_META_BYTES} are accepted") });
             }
             let mut data = Vec::new();
-            (&mut entry).take(MAX_META_BYTES).read_to_end(&mut data).map_err(|e| io_err("read", src, e))?;
+            (&mut entry)
+                .take(MAX_META_BYTES)
+                .read_to_end(&mut data)
+                .map_err(|e| io_err("read", src, e))?;
             match kind {
                 tar::EntryType::GNULongName => {
                     while data.last() == Some(&0) {
@@ -217,18 +273,27 @@ fn each_member(ar: &mut Archive, src: &Path, mut f: impl FnMut(String, tar::Entr
 
 /// Why a member is refused, or its relative path.
 fn check_member(name: &str, kind: tar::EntryType) -> Result<String, SandboxError> {
-    let refuse = |why: &str| SandboxError::Member { member: shown(name), why: why.to_string() };
+    let refuse = |why: &str| SandboxError::Member {
+        member: shown(name),
+        why: why.to_string(),
+    };
     if name.starts_with('/') {
-        return Err(refuse("absolute paths are refused; members must be relative"));
+        return Err(refuse(
+            "absolute paths are refused; members must be relative",
+        ));
     }
     if name.split('/').any(|c| c == "..") {
-        return Err(refuse("`..` is refused; members must stay inside the workspace"));
+        return Err(refuse(
+            "`..` is refused; members must stay inside the workspace",
+        ));
     }
     match kind {
         tar::EntryType::Regular | tar::EntryType::Continuous | tar::EntryType::Directory => {}
         tar::EntryType::Symlink => return Err(refuse("symlinks are refused")),
         tar::EntryType::Link => return Err(refuse("hard links are refused")),
-        tar::EntryType::Char | tar::EntryType::Block => return Err(refuse("device nodes are refused")),
+        tar::EntryType::Char | tar::EntryType::Block => {
+            return Err(refuse("device nodes are refused"))
+        }
         tar::EntryType::Fifo => return Err(refuse("FIFOs are refused")),
         _ => return Err(refuse("only regular files and directories are restored")),
     }
@@ -237,7 +302,10 @@ fn check_member(name: &str, kind: tar::EntryType) -> Result<String, SandboxError
 
 fn open_archive(src: &Path) -> Result<Archive, SandboxError> {
     let f = File::open(src).map_err(|e| io_err("open", src, e))?;
-    Ok(tar::Archive::new(Capped { inner: GzDecoder::new(f), left: MAX_RESTORE_STREAM }))
+    Ok(tar::Archive::new(Capped {
+        inner: GzDecoder::new(f),
+        left: MAX_RESTORE_STREAM,
+    }))
 }
 
 #[derive(Debug, Serialize)]
@@ -279,7 +347,8 @@ pub fn restore(ws: &Confined, src: &Path) -> Result<RestoreReport, SandboxError>
                 let mode = entry.header().mode().unwrap_or(0o644) & 0o755;
                 let mut f = ws.create_file(&rel, mode | 0o600)?;
                 let room = MAX_RESTORE_BYTES.saturating_sub(report.bytes);
-                let n = std::io::copy(&mut entry.take(room), &mut f).map_err(|e| io_err("write", &ws.root().join(&rel), e))?;
+                let n = std::io::copy(&mut entry.take(room), &mut f)
+                    .map_err(|e| io_err("write", &ws.root().join(&rel), e))?;
                 report.files += 1;
                 report.bytes += n;
             }

@@ -16,7 +16,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use hull_box::{BindMount, BoxError, BoxSpec, Fault, FaultType, OutputSink, RunOptions, RunResult, Runtime, Stream, Teardown};
+use hull_box::{
+    BindMount, BoxError, BoxSpec, Fault, FaultType, OutputSink, RunOptions, RunResult, Runtime,
+    Stream, Teardown,
+};
 use serde_json::Value;
 
 use crate::error::SandboxError;
@@ -98,7 +101,10 @@ pub enum Started {
 
 /// How a cell's frames ended.
 enum FrameEnd {
-    Done { exit_code: i32, results: Vec<Value> },
+    Done {
+        exit_code: i32,
+        results: Vec<Value>,
+    },
     Eof,
     Timeout,
     /// The channel broke its protocol (code in the cell can write to it): the box is killed and
@@ -151,16 +157,40 @@ fn runner_err(what: &str, e: impl std::fmt::Display) -> SandboxError {
 
 impl RunnerBox {
     /// Starts a box running the runner in `mode` (`once` or `kernel`) and waits for it to connect.
-    pub fn start(rt: &Arc<Runtime>, base: &BoxSpec, mode: &str, box_timeout: Duration, reaper: &Reaper) -> Result<Started, SandboxError> {
-        let io = tempfile::Builder::new().prefix(&leftover_prefix("io")).permissions(crate::sandbox::private_dir_mode()).tempdir().map_err(|e| runner_err("create its private directory", e))?;
+    pub fn start(
+        rt: &Arc<Runtime>,
+        base: &BoxSpec,
+        mode: &str,
+        box_timeout: Duration,
+        reaper: &Reaper,
+    ) -> Result<Started, SandboxError> {
+        let io = tempfile::Builder::new()
+            .prefix(&leftover_prefix("io"))
+            .permissions(crate::sandbox::private_dir_mode())
+            .tempdir()
+            .map_err(|e| runner_err("create its private directory", e))?;
         let sock = io.path().join("s");
-        let listener = UnixListener::bind(&sock).map_err(|e| runner_err("listen on its socket", e))?;
-        listener.set_nonblocking(true).map_err(|e| runner_err("listen on its socket", e))?;
+        let listener =
+            UnixListener::bind(&sock).map_err(|e| runner_err("listen on its socket", e))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| runner_err("listen on its socket", e))?;
         let mut spec = base.clone();
-        spec.mounts.push(BindMount { source: io.path().to_path_buf(), target: IO_DIR.into(), read_only: false });
+        spec.mounts.push(BindMount {
+            source: io.path().to_path_buf(),
+            target: IO_DIR.into(),
+            read_only: false,
+        });
         // `-S`: site (and any sitecustomize on PYTHONPATH, e.g. in a writable /deps) is imported by
         // the runner after it has connected, so nothing but the interpreter runs before that.
-        spec.argv = vec!["python3".into(), "-S".into(), "-c".into(), RUNNER.into(), mode.into(), format!("{IO_DIR}/s")];
+        spec.argv = vec![
+            "python3".into(),
+            "-S".into(),
+            "-c".into(),
+            RUNNER.into(),
+            mode.into(),
+            format!("{IO_DIR}/s"),
+        ];
         spec.timeout = box_timeout;
         let route: Route = Arc::new(Mutex::new(None));
         let (tx, ended) = mpsc::channel::<Ended>();
@@ -182,20 +212,42 @@ impl RunnerBox {
                     reaper.give(teardown);
                     return Ok(Started::Ended(run));
                 }
-                Err(TryRecvError::Disconnected) => return Err(SandboxError::Runner("box thread ended without a result".into())),
+                Err(TryRecvError::Disconnected) => {
+                    return Err(SandboxError::Runner(
+                        "box thread ended without a result".into(),
+                    ))
+                }
                 Err(TryRecvError::Empty) => {}
             }
-            let mut fds = [rustix::event::PollFd::new(&listener, rustix::event::PollFlags::IN)];
-            let ts = rustix::time::Timespec { tv_sec: 0, tv_nsec: 2_000_000 };
+            let mut fds = [rustix::event::PollFd::new(
+                &listener,
+                rustix::event::PollFlags::IN,
+            )];
+            let ts = rustix::time::Timespec {
+                tv_sec: 0,
+                tv_nsec: 2_000_000,
+            };
             let _ = rustix::event::poll(&mut fds, Some(&ts));
         };
         drop(listener);
         let _ = std::fs::remove_file(&sock);
-        conn.set_nonblocking(false).map_err(|e| runner_err("use its connection", e))?;
-        let cred = rustix::net::sockopt::socket_peercred(&conn).map_err(|e| runner_err("identify its process", e))?;
+        conn.set_nonblocking(false)
+            .map_err(|e| runner_err("use its connection", e))?;
+        let cred = rustix::net::sockopt::socket_peercred(&conn)
+            .map_err(|e| runner_err("identify its process", e))?;
         let pid = cred.pid;
-        let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).map_err(|e| runner_err("open a pidfd on its process", e))?;
-        Ok(Started::Ready(RunnerBox { _io: io, conn: BufReader::new(conn), pidfd, ended, thread: Some(thread), route, finished: false, reaper: reaper.clone() }))
+        let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
+            .map_err(|e| runner_err("open a pidfd on its process", e))?;
+        Ok(Started::Ready(RunnerBox {
+            _io: io,
+            conn: BufReader::new(conn),
+            pidfd,
+            ended,
+            thread: Some(thread),
+            route,
+            finished: false,
+            reaper: reaper.clone(),
+        }))
     }
 
     /// True when the box already ended (an idle pooled box that hit its own deadline).
@@ -223,7 +275,9 @@ impl RunnerBox {
     /// A second descriptor of the runner's pidfd, so a holder that cannot take the box's lock
     /// (closing a kernel while one of its cells runs) can still kill it.
     pub fn killer(&self) -> Result<OwnedFd, SandboxError> {
-        self.pidfd.try_clone().map_err(|e| runner_err("duplicate its pidfd", e))
+        self.pidfd
+            .try_clone()
+            .map_err(|e| runner_err("duplicate its pidfd", e))
     }
 
     /// Sends a cell, giving up at `deadline`: the runner reads it, so a runner that stopped
@@ -243,14 +297,24 @@ impl RunnerBox {
             match self.conn.get_mut().write(&msg[sent..]) {
                 Ok(0) => return Some(FrameEnd::Eof),
                 Ok(n) => sent += n,
-                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock
+                            | std::io::ErrorKind::TimedOut
+                            | std::io::ErrorKind::Interrupted
+                    ) => {}
                 Err(_) => return Some(FrameEnd::Eof),
             }
         }
         None
     }
 
-    fn read_frames(&mut self, deadline: Instant, on_stream: &mut dyn FnMut(Stream, &[u8])) -> Result<FrameEnd, SandboxError> {
+    fn read_frames(
+        &mut self,
+        deadline: Instant,
+        on_stream: &mut dyn FnMut(Stream, &[u8]),
+    ) -> Result<FrameEnd, SandboxError> {
         let mut line = Vec::new();
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -280,12 +344,25 @@ impl RunnerBox {
                 return Ok(FrameEnd::Broken("the runner's channel carried a frame that is not an object; rich results were dropped and the box killed".into()));
             };
             if let Some(s) = frame.get("stream").and_then(Value::as_str) {
-                let Ok(data) = base64::engine::general_purpose::STANDARD.decode(frame.get("data").and_then(Value::as_str).unwrap_or("")) else {
+                let Ok(data) = base64::engine::general_purpose::STANDARD
+                    .decode(frame.get("data").and_then(Value::as_str).unwrap_or(""))
+                else {
                     return Ok(FrameEnd::Broken("the runner's channel carried output that is not base64; the box was killed".into()));
                 };
-                on_stream(if s == "stderr" { Stream::Stderr } else { Stream::Stdout }, &data);
+                on_stream(
+                    if s == "stderr" {
+                        Stream::Stderr
+                    } else {
+                        Stream::Stdout
+                    },
+                    &data,
+                );
             } else if frame.get("done").is_some() {
-                let exit_code = frame.get("exit_code").and_then(Value::as_i64).and_then(|c| i32::try_from(c).ok()).unwrap_or(1);
+                let exit_code = frame
+                    .get("exit_code")
+                    .and_then(Value::as_i64)
+                    .and_then(|c| i32::try_from(c).ok())
+                    .unwrap_or(1);
                 let results = match frame.remove("results") {
                     Some(Value::Array(a)) => a,
                     _ => Vec::new(),
@@ -301,13 +378,21 @@ impl RunnerBox {
         let mut killed = false;
         let r = loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            match self.ended.recv_timeout(if killed { Duration::from_secs(3600) } else { left }) {
+            match self.ended.recv_timeout(if killed {
+                Duration::from_secs(3600)
+            } else {
+                left
+            }) {
                 Ok(r) => break r,
                 Err(RecvTimeoutError::Timeout) => {
                     self.kill();
                     killed = true;
                 }
-                Err(RecvTimeoutError::Disconnected) => return Err(SandboxError::Runner("box thread ended without a result".into())),
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(SandboxError::Runner(
+                        "box thread ended without a result".into(),
+                    ))
+                }
             }
         };
         self.finished = true;
@@ -321,7 +406,12 @@ impl RunnerBox {
 
     /// Runs one cell in a `once` box and waits for the box to end: its stdout, stderr, exit code
     /// and faults come from the supervisor, the bundles from the socket.
-    pub fn run_once(mut self, code: &str, timeout: Duration, sink: Box<dyn OutputSink + Send>) -> Result<CellOutcome, SandboxError> {
+    pub fn run_once(
+        mut self,
+        code: &str,
+        timeout: Duration,
+        sink: Box<dyn OutputSink + Send>,
+    ) -> Result<CellOutcome, SandboxError> {
         if let Ok(mut g) = self.route.lock() {
             *g = Some(sink);
         }
@@ -347,7 +437,11 @@ impl RunnerBox {
         }
         run.duration_ms = u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
         if std::env::var_os("HULL_TRACE_CELLS").is_some() {
-            eprintln!("cell: done frame {:?}, box ended {:?}", t_done, t0.elapsed());
+            eprintln!(
+                "cell: done frame {:?}, box ended {:?}",
+                t_done,
+                t0.elapsed()
+            );
         }
         let results = match end {
             FrameEnd::Done { results, .. } => results,
@@ -358,7 +452,13 @@ impl RunnerBox {
 
     /// Runs one cell in a kernel box, which stays alive. `Err(outcome)` means the kernel died
     /// during the cell (timeout, OOM, a crash): the outcome says how.
-    pub fn run_kernel_cell(&mut self, code: &str, timeout: Duration, max_output: u64, sink: &mut dyn OutputSink) -> Result<Result<CellOutcome, CellOutcome>, SandboxError> {
+    pub fn run_kernel_cell(
+        &mut self,
+        code: &str,
+        timeout: Duration,
+        max_output: u64,
+        sink: &mut dyn OutputSink,
+    ) -> Result<Result<CellOutcome, CellOutcome>, SandboxError> {
         let t0 = Instant::now();
         let deadline = t0 + timeout;
         let mut out: [Vec<u8>; 2] = [Vec::new(), Vec::new()];
@@ -368,7 +468,8 @@ impl RunnerBox {
             None => self.read_frames(deadline, &mut |s, data| {
                 sink.chunk(s, data);
                 let buf = &mut out[usize::from(s == Stream::Stderr)];
-                let room = usize::try_from(max_output.saturating_sub(buf.len() as u64)).unwrap_or(usize::MAX);
+                let room = usize::try_from(max_output.saturating_sub(buf.len() as u64))
+                    .unwrap_or(usize::MAX);
                 let take = data.len().min(room);
                 buf.extend_from_slice(&data[..take]);
                 dropped += (data.len() - take) as u64;
@@ -376,7 +477,10 @@ impl RunnerBox {
         };
         let ms = || u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
         let [stdout, stderr] = out;
-        let text = |b: Vec<u8>| String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+        let text = |b: Vec<u8>| {
+            String::from_utf8(b)
+                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+        };
         match end {
             FrameEnd::Done { exit_code, results } => {
                 let run = RunResult {
@@ -408,14 +512,24 @@ impl RunnerBox {
                 if let FrameEnd::Broken(why) = end {
                     run.warnings.push(why);
                 }
-                Ok(Err(CellOutcome { run, results: Vec::new() }))
+                Ok(Err(CellOutcome {
+                    run,
+                    results: Vec::new(),
+                }))
             }
         }
     }
 }
 
 fn timeout_fault(timeout: Duration) -> Fault {
-    Fault { kind: FaultType::Timeout, reason: format!("the call ran past its {:.3}s deadline; the box was killed", timeout.as_secs_f64()), syscall: None }
+    Fault {
+        kind: FaultType::Timeout,
+        reason: format!(
+            "the call ran past its {:.3}s deadline; the box was killed",
+            timeout.as_secs_f64()
+        ),
+        syscall: None,
+    }
 }
 
 impl Drop for RunnerBox {

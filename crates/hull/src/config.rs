@@ -75,15 +75,23 @@ fn type_err(arg: &str, want: &str, got: &Value) -> SandboxError {
 fn opt_u64(arg: &str, v: &Value) -> Result<Option<u64>, SandboxError> {
     match v {
         Value::Null => Ok(None),
-        Value::Number(n) => n.as_u64().map(Some).ok_or_else(|| type_err(arg, "a non-negative integer or null", v)),
+        Value::Number(n) => n
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| type_err(arg, "a non-negative integer or null", v)),
         _ => Err(type_err(arg, "a non-negative integer or null", v)),
     }
 }
 
 fn seconds(arg: &str, v: &Value) -> Result<Duration, SandboxError> {
-    let s = v.as_f64().ok_or_else(|| type_err(arg, "a number of seconds", v))?;
+    let s = v
+        .as_f64()
+        .ok_or_else(|| type_err(arg, "a number of seconds", v))?;
     if !(s.is_finite() && s > 0.0 && s <= 7.0 * 86400.0) {
-        return Err(SandboxError::invalid(arg, format!("{s} must be more than 0 and at most 7 days (604800)")));
+        return Err(SandboxError::invalid(
+            arg,
+            format!("{s} must be more than 0 and at most 7 days (604800)"),
+        ));
     }
     Ok(Duration::from_secs_f64(s))
 }
@@ -102,8 +110,13 @@ fn opt_string(arg: &str, v: &Value) -> Result<Option<String>, SandboxError> {
 
 fn size_value(arg: &str, v: &Value) -> Result<u64, SandboxError> {
     match v {
-        Value::Number(n) => n.as_u64().map(|mb| mb << 20).ok_or_else(|| type_err(arg, "a size in MiB or a string like \"64m\"", v)),
-        Value::String(s) => hull_box::size::parse_size(s).map_err(|e| SandboxError::invalid(arg, e.to_string())),
+        Value::Number(n) => n
+            .as_u64()
+            .map(|mb| mb << 20)
+            .ok_or_else(|| type_err(arg, "a size in MiB or a string like \"64m\"", v)),
+        Value::String(s) => {
+            hull_box::size::parse_size(s).map_err(|e| SandboxError::invalid(arg, e.to_string()))
+        }
         _ => Err(type_err(arg, "a size in MiB or a string like \"64m\"", v)),
     }
 }
@@ -117,22 +130,54 @@ fn mount(v: &Value) -> Result<BindMount, SandboxError> {
                 [s, d] => ((*s).to_string(), (*d).to_string(), false),
                 [s, d, "ro"] => ((*s).to_string(), (*d).to_string(), true),
                 [s, d, "rw"] => ((*s).to_string(), (*d).to_string(), false),
-                _ => return Err(SandboxError::invalid(arg, format!("`{s}`: write a mount as \"SRC:DST\" or \"SRC:DST:ro\""))),
+                _ => {
+                    return Err(SandboxError::invalid(
+                        arg,
+                        format!("`{s}`: write a mount as \"SRC:DST\" or \"SRC:DST:ro\""),
+                    ))
+                }
             }
         }
         Value::Object(m) => {
             let get = |k: &str| m.get(k).and_then(Value::as_str).map(str::to_string);
-            let src = get("source").ok_or_else(|| SandboxError::invalid(arg, format!("{v}: a mount object needs \"source\" and \"target\"")))?;
-            let dst = get("target").ok_or_else(|| SandboxError::invalid(arg, format!("{v}: a mount object needs \"source\" and \"target\"")))?;
-            let ro = m.get("read_only").map(|r| boolean("mounts[].read_only", r)).transpose()?.unwrap_or(false);
+            let src = get("source").ok_or_else(|| {
+                SandboxError::invalid(
+                    arg,
+                    format!("{v}: a mount object needs \"source\" and \"target\""),
+                )
+            })?;
+            let dst = get("target").ok_or_else(|| {
+                SandboxError::invalid(
+                    arg,
+                    format!("{v}: a mount object needs \"source\" and \"target\""),
+                )
+            })?;
+            let ro = m
+                .get("read_only")
+                .map(|r| boolean("mounts[].read_only", r))
+                .transpose()?
+                .unwrap_or(false);
             (src, dst, ro)
         }
-        _ => return Err(type_err(arg, "\"SRC:DST[:ro]\" strings or {source, target, read_only} objects", v)),
+        _ => {
+            return Err(type_err(
+                arg,
+                "\"SRC:DST[:ro]\" strings or {source, target, read_only} objects",
+                v,
+            ))
+        }
     };
     if src.is_empty() || dst.is_empty() {
-        return Err(SandboxError::invalid(arg, format!("{v}: both source and target are needed")));
+        return Err(SandboxError::invalid(
+            arg,
+            format!("{v}: both source and target are needed"),
+        ));
     }
-    Ok(BindMount { source: PathBuf::from(src), target: dst, read_only: ro })
+    Ok(BindMount {
+        source: PathBuf::from(src),
+        target: dst,
+        read_only: ro,
+    })
 }
 
 impl SandboxConfig {
@@ -241,7 +286,10 @@ impl SandboxConfig {
         }
         if let Some(ws) = &c.workspace {
             if !ws.is_absolute() {
-                return Err(SandboxError::invalid("workspace", format!("{} must be an absolute host path", ws.display())));
+                return Err(SandboxError::invalid(
+                    "workspace",
+                    format!("{} must be an absolute host path", ws.display()),
+                ));
             }
         }
         Ok(c)
@@ -279,7 +327,10 @@ mod tests {
         assert_eq!(refused(json!({"mounts": ["nocolon"]})), "mounts");
         assert_eq!(refused(json!({"env": {"A=B": "x"}})), "env");
         assert_eq!(refused(json!({"prewarm": 99})), "prewarm");
-        assert_eq!(refused(json!({"security_profile": "lax"})), "security_profile");
+        assert_eq!(
+            refused(json!({"security_profile": "lax"})),
+            "security_profile"
+        );
         assert_eq!(refused(json!({"memroy_mb": 5})), "memroy_mb");
         assert_eq!(refused(json!({"workspace": "relative/dir"})), "workspace");
     }
@@ -289,6 +340,9 @@ mod tests {
         let c = SandboxConfig::from_json(&json!({"mounts": ["/a:/b:ro", {"source": "/c", "target": "/d"}], "tmpfs": {"/cache": "8m", "/x": 4}})).unwrap();
         assert_eq!(c.mounts.len(), 2);
         assert!(c.mounts[0].read_only && !c.mounts[1].read_only);
-        assert!(c.tmpfs.contains(&("/cache".to_string(), 8 << 20)) && c.tmpfs.contains(&("/x".to_string(), 4 << 20)));
+        assert!(
+            c.tmpfs.contains(&("/cache".to_string(), 8 << 20))
+                && c.tmpfs.contains(&("/x".to_string(), 4 << 20))
+        );
     }
 }

@@ -17,13 +17,22 @@ pub enum SandboxError {
     Box(#[from] hull_box::BoxError),
     /// The setup command ended without success.
     #[error("setup `{command}` failed ({why}); its stderr ends with: {stderr_tail}")]
-    SetupFailed { command: String, why: String, stderr_tail: String },
+    SetupFailed {
+        command: String,
+        why: String,
+        stderr_tail: String,
+    },
     /// A workspace path was refused or could not be used.
     #[error("{path}: {why}")]
     Path { path: String, why: String },
     /// A file operation failed on the host.
     #[error("{what} {}: {error}", path.display())]
-    Io { what: &'static str, path: PathBuf, #[source] error: std::io::Error },
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        error: std::io::Error,
+    },
     /// An archive member was refused (restore).
     #[error("archive member `{member}` refused: {why}")]
     Member { member: String, why: String },
@@ -55,10 +64,16 @@ impl SandboxError {
     }
 
     pub(crate) fn invalid(arg: &str, why: impl Into<String>) -> SandboxError {
-        SandboxError::Invalid { arg: arg.to_string(), why: why.into() }
+        SandboxError::Invalid {
+            arg: arg.to_string(),
+            why: why.into(),
+        }
     }
 
     pub(crate) fn path(path: &str, why: impl Into<String>) -> SandboxError {
-        SandboxError::Path { path: path.to_string(), why: why.into() }
+        SandboxError::Path {
+            path: path.to_string(),
+            why: why.into(),
+        }
     }
 }

@@ -17,7 +17,9 @@ use serde::Serialize;
 
 use crate::error::SandboxError;
 
-const RESOLVE: ResolveFlags = ResolveFlags::BENEATH.union(ResolveFlags::NO_SYMLINKS).union(ResolveFlags::NO_MAGICLINKS);
+const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
+    .union(ResolveFlags::NO_SYMLINKS)
+    .union(ResolveFlags::NO_MAGICLINKS);
 
 /// The most entries a listing or a change scan walks; past it the walk stops (and says so).
 pub const MAX_ENTRIES: usize = 100_000;
@@ -81,7 +83,10 @@ pub fn relative(path: &str) -> Result<String, SandboxError> {
     } else if let Some(r) = path.strip_prefix("/workspace/") {
         r
     } else if path.starts_with('/') {
-        return Err(SandboxError::path(path, "absolute paths must lie under /workspace (or give a path relative to it)"));
+        return Err(SandboxError::path(
+            path,
+            "absolute paths must lie under /workspace (or give a path relative to it)",
+        ));
     } else {
         path
     };
@@ -89,7 +94,12 @@ pub fn relative(path: &str) -> Result<String, SandboxError> {
     for c in rest.split('/') {
         match c {
             "" | "." => {}
-            ".." => return Err(SandboxError::path(path, "`..` is not allowed: paths stay inside the workspace")),
+            ".." => {
+                return Err(SandboxError::path(
+                    path,
+                    "`..` is not allowed: paths stay inside the workspace",
+                ))
+            }
             c => parts.push(c),
         }
     }
@@ -97,17 +107,27 @@ pub fn relative(path: &str) -> Result<String, SandboxError> {
 }
 
 fn io_err(what: &'static str, path: &Path, e: impl Into<std::io::Error>) -> SandboxError {
-    SandboxError::Io { what, path: path.to_path_buf(), error: e.into() }
+    SandboxError::Io {
+        what,
+        path: path.to_path_buf(),
+        error: e.into(),
+    }
 }
 
 /// Explains an `openat2` refusal in the caller's terms.
 fn resolve_err(rel: &str, e: rustix::io::Errno) -> SandboxError {
     if e == rustix::io::Errno::LOOP {
-        SandboxError::path(rel, "a symlink is in the path; workspace file operations never follow symlinks")
+        SandboxError::path(
+            rel,
+            "a symlink is in the path; workspace file operations never follow symlinks",
+        )
     } else if e == rustix::io::Errno::XDEV {
         SandboxError::path(rel, "the path leaves the workspace")
     } else if e == rustix::io::Errno::NXIO {
-        SandboxError::path(rel, "is a FIFO or socket with no reader; only regular files can be written")
+        SandboxError::path(
+            rel,
+            "is a FIFO or socket with no reader; only regular files can be written",
+        )
     } else {
         SandboxError::path(rel, std::io::Error::from(e).to_string())
     }
@@ -116,8 +136,16 @@ fn resolve_err(rel: &str, e: rustix::io::Errno) -> SandboxError {
 impl Confined {
     /// Opens the workspace directory itself (a path the host chose, so it may be followed).
     pub fn open(root: &Path) -> Result<Confined, SandboxError> {
-        let dir = rustix::fs::open(root, OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).map_err(|e| io_err("open workspace", root, e))?;
-        Ok(Confined { dir, root: root.to_path_buf() })
+        let dir = rustix::fs::open(
+            root,
+            OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| io_err("open workspace", root, e))?;
+        Ok(Confined {
+            dir,
+            root: root.to_path_buf(),
+        })
     }
 
     pub fn root(&self) -> &Path {
@@ -126,7 +154,14 @@ impl Confined {
 
     fn open_rel(&self, rel: &str, flags: OFlags, mode: Mode) -> Result<OwnedFd, SandboxError> {
         let p = if rel.is_empty() { "." } else { rel };
-        rustix::fs::openat2(&self.dir, p, flags | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK, mode, RESOLVE).map_err(|e| resolve_err(rel, e))
+        rustix::fs::openat2(
+            &self.dir,
+            p,
+            flags | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK,
+            mode,
+            RESOLVE,
+        )
+        .map_err(|e| resolve_err(rel, e))
     }
 
     /// A directory below the workspace (the workspace itself for `""`).
@@ -142,16 +177,31 @@ impl Confined {
         let st = rustix::fs::fstat(&fd).map_err(|e| io_err("stat", &self.root.join(&rel), e))?;
         let t = FileType::from_raw_mode(st.st_mode);
         if t != FileType::RegularFile {
-            return Err(SandboxError::path(path, format!("is a {}, not a regular file; only regular files are read", kind_name(t))));
+            return Err(SandboxError::path(
+                path,
+                format!(
+                    "is a {}, not a regular file; only regular files are read",
+                    kind_name(t)
+                ),
+            ));
         }
-        Ok((std::fs::File::from(fd), u64::try_from(st.st_size).unwrap_or(0)))
+        Ok((
+            std::fs::File::from(fd),
+            u64::try_from(st.st_size).unwrap_or(0),
+        ))
     }
 
     /// Reads at most `max_bytes` of a regular file. Returns the bytes and the file's size.
     pub fn read_file(&self, path: &str, max_bytes: u64) -> Result<(Vec<u8>, u64), SandboxError> {
         let (f, size) = self.open_regular(path)?;
         let mut data = Vec::new();
-        f.take(max_bytes).read_to_end(&mut data).map_err(|e| io_err("read", &self.root.join(path.trim_start_matches("/workspace/")), e))?;
+        f.take(max_bytes).read_to_end(&mut data).map_err(|e| {
+            io_err(
+                "read",
+                &self.root.join(path.trim_start_matches("/workspace/")),
+                e,
+            )
+        })?;
         Ok((data, size))
     }
 
@@ -169,7 +219,14 @@ impl Confined {
                 Err(e) if e == rustix::io::Errno::EXIST => {}
                 Err(e) => return Err(resolve_err(rel, e)),
             }
-            dir = rustix::fs::openat2(&dir, comp, OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW, Mode::empty(), RESOLVE).map_err(|e| resolve_err(rel, e))?;
+            dir = rustix::fs::openat2(
+                &dir,
+                comp,
+                OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+                Mode::empty(),
+                RESOLVE,
+            )
+            .map_err(|e| resolve_err(rel, e))?;
         }
         Ok((dir, name.to_string()))
     }
@@ -179,19 +236,35 @@ impl Confined {
     pub fn write_file(&self, path: &str, data: &[u8]) -> Result<(), SandboxError> {
         let rel = relative(path)?;
         if rel.is_empty() {
-            return Err(SandboxError::path(path, "names the workspace itself; give a file path"));
+            return Err(SandboxError::path(
+                path,
+                "names the workspace itself; give a file path",
+            ));
         }
         let (dir, name) = self.parent_dir(&rel)?;
-        let fd = rustix::fs::openat2(&dir, name.as_str(), OFlags::WRONLY | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK, Mode::from_raw_mode(0o644), RESOLVE)
-            .map_err(|e| resolve_err(&rel, e))?;
+        let fd = rustix::fs::openat2(
+            &dir,
+            name.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK,
+            Mode::from_raw_mode(0o644),
+            RESOLVE,
+        )
+        .map_err(|e| resolve_err(&rel, e))?;
         let st = rustix::fs::fstat(&fd).map_err(|e| io_err("stat", &self.root.join(&rel), e))?;
         let t = FileType::from_raw_mode(st.st_mode);
         if t != FileType::RegularFile {
-            return Err(SandboxError::path(path, format!("is a {}, not a regular file; only regular files are written", kind_name(t))));
+            return Err(SandboxError::path(
+                path,
+                format!(
+                    "is a {}, not a regular file; only regular files are written",
+                    kind_name(t)
+                ),
+            ));
         }
         rustix::fs::ftruncate(&fd, 0).map_err(|e| io_err("truncate", &self.root.join(&rel), e))?;
         let mut f = std::fs::File::from(fd);
-        f.write_all(data).map_err(|e| io_err("write", &self.root.join(&rel), e))?;
+        f.write_all(data)
+            .map_err(|e| io_err("write", &self.root.join(&rel), e))?;
         Ok(())
     }
 
@@ -206,7 +279,14 @@ impl Confined {
             Err(e) if e == rustix::io::Errno::EXIST => {}
             Err(e) => return Err(resolve_err(rel, e)),
         }
-        rustix::fs::openat2(&dir, name.as_str(), OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW, Mode::empty(), RESOLVE).map_err(|e| resolve_err(rel, e))
+        rustix::fs::openat2(
+            &dir,
+            name.as_str(),
+            OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+            RESOLVE,
+        )
+        .map_err(|e| resolve_err(rel, e))
     }
 
     /// Creates a regular file for writing (restore); the name must not exist as anything but a
@@ -215,11 +295,18 @@ impl Confined {
         let (dir, name) = self.parent_dir(rel)?;
         if let Ok(st) = rustix::fs::statat(&dir, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
             if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
-                rustix::fs::unlinkat(&dir, name.as_str(), AtFlags::empty()).map_err(|e| resolve_err(rel, e))?;
+                rustix::fs::unlinkat(&dir, name.as_str(), AtFlags::empty())
+                    .map_err(|e| resolve_err(rel, e))?;
             }
         }
-        let fd = rustix::fs::openat2(&dir, name.as_str(), OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOFOLLOW, Mode::from_raw_mode(mode & 0o777), RESOLVE)
-            .map_err(|e| resolve_err(rel, e))?;
+        let fd = rustix::fs::openat2(
+            &dir,
+            name.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::from_raw_mode(mode & 0o777),
+            RESOLVE,
+        )
+        .map_err(|e| resolve_err(rel, e))?;
         Ok(std::fs::File::from(fd))
     }
 
@@ -236,7 +323,18 @@ impl Confined {
     pub fn scan(&self) -> Result<Snapshot, SandboxError> {
         let (entries, complete) = self.list("")?;
         // Keyed by the path's bytes, so names that differ only in non-UTF-8 bytes stay apart.
-        let entries = entries.into_iter().filter(|e| e.kind != "dir").map(|mut e| (e.raw.take().unwrap_or_else(|| std::mem::take(&mut e.path).into_bytes()), e)).collect();
+        let entries = entries
+            .into_iter()
+            .filter(|e| e.kind != "dir")
+            .map(|mut e| {
+                (
+                    e.raw
+                        .take()
+                        .unwrap_or_else(|| std::mem::take(&mut e.path).into_bytes()),
+                    e,
+                )
+            })
+            .collect();
         Ok(Snapshot { entries, complete })
     }
 
@@ -267,24 +365,51 @@ fn walk(root: OwnedFd, prefix: &str, out: &mut Vec<Entry>) -> Result<bool, Sandb
     let mut complete = true;
     let mut cur = root;
     let mut ups: Vec<Up> = Vec::new();
-    let Some(mut pending) = list_one(&cur, prefix, None, out, &mut bytes)? else { return Ok(false) };
+    let Some(mut pending) = list_one(&cur, prefix, None, out, &mut bytes)? else {
+        return Ok(false);
+    };
     loop {
         if let Some((name, path, raw)) = pending.pop() {
             if ups.len() + 1 >= MAX_DEPTH {
                 complete = false;
                 continue;
             }
-            let Ok(sub) = rustix::fs::openat(&cur, name.as_slice(), OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK, Mode::empty()) else { continue };
-            let Ok(id) = dir_id(&cur) else { return Ok(false) };
-            ups.push(Up { id, pending: std::mem::take(&mut pending) });
+            let Ok(sub) = rustix::fs::openat(
+                &cur,
+                name.as_slice(),
+                OFlags::DIRECTORY
+                    | OFlags::RDONLY
+                    | OFlags::CLOEXEC
+                    | OFlags::NOFOLLOW
+                    | OFlags::NONBLOCK,
+                Mode::empty(),
+            ) else {
+                continue;
+            };
+            let Ok(id) = dir_id(&cur) else {
+                return Ok(false);
+            };
+            ups.push(Up {
+                id,
+                pending: std::mem::take(&mut pending),
+            });
             cur = sub;
             match list_one(&cur, &path, raw.as_deref(), out, &mut bytes)? {
                 Some(p) => pending = p,
                 None => return Ok(false),
             }
         } else {
-            let Some(up) = ups.pop() else { return Ok(complete) };
-            let Ok(parent) = rustix::fs::openat(&cur, "..", OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW, Mode::empty()) else { return Ok(false) };
+            let Some(up) = ups.pop() else {
+                return Ok(complete);
+            };
+            let Ok(parent) = rustix::fs::openat(
+                &cur,
+                "..",
+                OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+                Mode::empty(),
+            ) else {
+                return Ok(false);
+            };
             if dir_id(&parent).ok() != Some(up.id) {
                 return Ok(false);
             }
@@ -303,8 +428,15 @@ fn dir_id(fd: &OwnedFd) -> rustix::io::Result<(u64, u64)> {
 /// Appends one directory's entries (sorted) to `out` and returns its subdirectories (raw name,
 /// shown path), last-first so popping visits them in order; `None` when a cap was reached
 /// (what fits is kept).
-fn list_one(dir: &OwnedFd, prefix: &str, raw_prefix: Option<&[u8]>, out: &mut Vec<Entry>, bytes: &mut usize) -> Result<Option<Pending>, SandboxError> {
-    let mut reader = rustix::fs::Dir::read_from(dir).map_err(|e| io_err("list", Path::new(prefix), e))?;
+fn list_one(
+    dir: &OwnedFd,
+    prefix: &str,
+    raw_prefix: Option<&[u8]>,
+    out: &mut Vec<Entry>,
+    bytes: &mut usize,
+) -> Result<Option<Pending>, SandboxError> {
+    let mut reader =
+        rustix::fs::Dir::read_from(dir).map_err(|e| io_err("list", Path::new(prefix), e))?;
     let mut subdirs = Vec::new();
     let mut here = Vec::new();
     let mut full = false;
@@ -314,7 +446,9 @@ fn list_one(dir: &OwnedFd, prefix: &str, raw_prefix: Option<&[u8]>, out: &mut Ve
         if name.to_bytes() == b"." || name.to_bytes() == b".." {
             continue;
         }
-        let Ok(st) = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) else { continue };
+        let Ok(st) = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) else {
+            continue;
+        };
         let t = FileType::from_raw_mode(st.st_mode);
         let nm = name.to_string_lossy();
         // Raw bytes are kept only when they differ from what is shown (a non-UTF-8 name here or above).
@@ -328,7 +462,11 @@ fn list_one(dir: &OwnedFd, prefix: &str, raw_prefix: Option<&[u8]>, out: &mut Ve
         } else {
             None
         };
-        let path = if prefix.is_empty() { nm.into_owned() } else { format!("{prefix}/{nm}") };
+        let path = if prefix.is_empty() {
+            nm.into_owned()
+        } else {
+            format!("{prefix}/{nm}")
+        };
         let cost = path.len() + raw.as_ref().map_or(0, Vec::len);
         if out.len() + here.len() >= MAX_ENTRIES || *bytes + cost > MAX_PATH_BYTES {
             full = true;
@@ -339,10 +477,20 @@ fn list_one(dir: &OwnedFd, prefix: &str, raw_prefix: Option<&[u8]>, out: &mut Ve
         if t == FileType::Directory {
             subdirs.push((name.to_bytes().to_vec(), path.clone(), raw.clone()));
         }
-        here.push(Entry { path, kind: kind_name(t), size: u64::try_from(st.st_size).unwrap_or(0), mtime_ns, raw });
+        here.push(Entry {
+            path,
+            kind: kind_name(t),
+            size: u64::try_from(st.st_size).unwrap_or(0),
+            mtime_ns,
+            raw,
+        });
     }
     drop(reader);
-    here.sort_by(|a, b| a.path.cmp(&b.path).then_with(|| a.path_bytes().cmp(b.path_bytes())));
+    here.sort_by(|a, b| {
+        a.path
+            .cmp(&b.path)
+            .then_with(|| a.path_bytes().cmp(b.path_bytes()))
+    });
     out.extend(here);
     if full {
         return Ok(None);
@@ -361,7 +509,15 @@ pub struct Snapshot {
 impl Snapshot {
     /// Paths added or modified since `self` (size, mtime or type differ), sorted.
     pub fn changed_since(&self, now: &Snapshot) -> Vec<String> {
-        now.entries.iter().filter(|(p, e)| self.entries.get(*p).is_none_or(|old| old.size != e.size || old.mtime_ns != e.mtime_ns || old.kind != e.kind)).map(|(p, _)| format!("/workspace/{}", String::from_utf8_lossy(p))).collect()
+        now.entries
+            .iter()
+            .filter(|(p, e)| {
+                self.entries.get(*p).is_none_or(|old| {
+                    old.size != e.size || old.mtime_ns != e.mtime_ns || old.kind != e.kind
+                })
+            })
+            .map(|(p, _)| format!("/workspace/{}", String::from_utf8_lossy(p)))
+            .collect()
     }
 }
 

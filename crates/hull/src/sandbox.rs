@@ -11,7 +11,10 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use hull_box::spec::SpecError;
-use hull_box::{BindMount, BoxError, BoxSpec, Network, NoSink, OutputSink, RootSpec, RunOptions, RunResult, Runtime, TmpfsMount};
+use hull_box::{
+    BindMount, BoxError, BoxSpec, Network, NoSink, OutputSink, RootSpec, RunOptions, RunResult,
+    Runtime, TmpfsMount,
+};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -47,7 +50,10 @@ impl Language {
             Some("bash") => Ok(Language::Bash),
             Some("sh") => Ok(Language::Sh),
             Some("node") | Some("javascript") => Ok(Language::Node),
-            Some(other) => Err(SandboxError::invalid("language", format!("`{other}`: use python, bash, sh or node"))),
+            Some(other) => Err(SandboxError::invalid(
+                "language",
+                format!("`{other}`: use python, bash, sh or node"),
+            )),
         }
     }
 }
@@ -55,7 +61,10 @@ impl Language {
 /// At most this many boxes of one Sandbox run at once; further calls wait their turn (their
 /// deadline starts when their box does).
 fn max_parallel() -> usize {
-    std::thread::available_parallelism().map_or(2, usize::from).saturating_mul(4).max(4)
+    std::thread::available_parallelism()
+        .map_or(2, usize::from)
+        .saturating_mul(4)
+        .max(4)
 }
 
 /// A counting semaphore.
@@ -69,9 +78,15 @@ struct SlotGuard<'a>(&'a Slots);
 
 impl Slots {
     fn take(&self) -> SlotGuard<'_> {
-        let mut u = self.used.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut u = self
+            .used
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         while *u >= self.max {
-            u = self.freed.wait(u).unwrap_or_else(std::sync::PoisonError::into_inner);
+            u = self
+                .freed
+                .wait(u)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
         }
         *u += 1;
         SlotGuard(self)
@@ -80,7 +95,11 @@ impl Slots {
 
 impl Drop for SlotGuard<'_> {
     fn drop(&mut self) {
-        let mut u = self.0.used.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut u = self
+            .0
+            .used
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         *u -= 1;
         self.0.freed.notify_one();
     }
@@ -136,7 +155,12 @@ pub struct Sandbox {
 /// Maps a box-engine refusal to the Python argument it came from.
 fn spec_error(e: BoxError) -> SandboxError {
     let arg = match &e {
-        BoxError::Spec(SpecError::TargetRefused { arg, .. } | SpecError::SourceRefused { arg, .. } | SpecError::SourceMissing { arg, .. } | SpecError::Invalid { arg, .. }) => match *arg {
+        BoxError::Spec(
+            SpecError::TargetRefused { arg, .. }
+            | SpecError::SourceRefused { arg, .. }
+            | SpecError::SourceMissing { arg, .. }
+            | SpecError::Invalid { arg, .. },
+        ) => match *arg {
             "--mount" => return SandboxError::MountRefused(e),
             "--tmpfs" => "tmpfs",
             "--workspace" => "workspace",
@@ -148,14 +172,19 @@ fn spec_error(e: BoxError) -> SandboxError {
             "--max-output" => "max_output_bytes",
             other => other,
         },
-        BoxError::Spec(SpecError::DuplicateTarget(_) | SpecError::TmpfsCoversBind { .. }) => return SandboxError::MountRefused(e),
+        BoxError::Spec(SpecError::DuplicateTarget(_) | SpecError::TmpfsCoversBind { .. }) => {
+            return SandboxError::MountRefused(e)
+        }
         BoxError::Spec(SpecError::TmpfsOverMemory { .. }) => "tmpfs",
         BoxError::Spec(SpecError::BadEnv(_)) => "env",
         BoxError::Spec(SpecError::Caps(_)) => "cap_drop",
         BoxError::Source { arg: "--mount", .. } => return SandboxError::MountRefused(e),
         _ => return SandboxError::Box(e),
     };
-    SandboxError::Invalid { arg: arg.to_string(), why: e.to_string() }
+    SandboxError::Invalid {
+        arg: arg.to_string(),
+        why: e.to_string(),
+    }
 }
 
 /// Session directories are the caller's alone (0700): the workspace holds the box's files, which
@@ -177,8 +206,21 @@ fn remove_tree(p: &Path) {
 impl Sandbox {
     /// Creates the session: checks every argument, makes the workspace, runs `setup` if given
     /// (the only box with a network), probes that a box can start, and fills the prewarm pool.
-    pub fn create(rt: Arc<Runtime>, id: String, cfg: SandboxConfig) -> Result<Arc<Sandbox>, SandboxError> {
-        let session = tempfile::Builder::new().prefix(&crate::cell::leftover_prefix("sb")).permissions(private_dir_mode()).tempdir().map_err(|e| SandboxError::Io { what: "create the session directory in", path: std::env::temp_dir(), error: e })?.keep();
+    pub fn create(
+        rt: Arc<Runtime>,
+        id: String,
+        cfg: SandboxConfig,
+    ) -> Result<Arc<Sandbox>, SandboxError> {
+        let session = tempfile::Builder::new()
+            .prefix(&crate::cell::leftover_prefix("sb"))
+            .permissions(private_dir_mode())
+            .tempdir()
+            .map_err(|e| SandboxError::Io {
+                what: "create the session directory in",
+                path: std::env::temp_dir(),
+                error: e,
+            })?
+            .keep();
         let made = Self::create_in(rt, id, cfg, &session);
         if made.is_err() {
             remove_tree(&session);
@@ -186,23 +228,39 @@ impl Sandbox {
         made
     }
 
-    fn create_in(rt: Arc<Runtime>, id: String, cfg: SandboxConfig, session: &Path) -> Result<Arc<Sandbox>, SandboxError> {
+    fn create_in(
+        rt: Arc<Runtime>,
+        id: String,
+        cfg: SandboxConfig,
+        session: &Path,
+    ) -> Result<Arc<Sandbox>, SandboxError> {
         let ws_path = match &cfg.workspace {
             Some(w) => w.clone(),
             None => {
                 let w = session.join("workspace");
-                private_dir(&w).map_err(|e| SandboxError::Io { what: "create", path: w.clone(), error: e })?;
+                private_dir(&w).map_err(|e| SandboxError::Io {
+                    what: "create",
+                    path: w.clone(),
+                    error: e,
+                })?;
                 w
             }
         };
         let deps = session.join("deps");
-        private_dir(&deps).map_err(|e| SandboxError::Io { what: "create", path: deps.clone(), error: e })?;
+        private_dir(&deps).map_err(|e| SandboxError::Io {
+            what: "create",
+            path: deps.clone(),
+            error: e,
+        })?;
         let mut base = BoxSpec::new(vec!["true".into()]);
         match cfg.image.as_deref() {
             None | Some("host") => {}
             Some(name) => {
-                let store = hull_image::Store::open(&hull_image::default_home()).map_err(|e| SandboxError::invalid("image", format!("`{name}`: {e}")))?;
-                let info = store.resolve(name).map_err(|e| SandboxError::invalid("image", e.to_string()))?;
+                let store = hull_image::Store::open(&hull_image::default_home())
+                    .map_err(|e| SandboxError::invalid("image", format!("`{name}`: {e}")))?;
+                let info = store
+                    .resolve(name)
+                    .map_err(|e| SandboxError::invalid("image", e.to_string()))?;
                 base.root = RootSpec::Dir(info.rootfs.clone());
                 base.image_name = info.name.clone();
                 for kv in info.config.env.iter().flatten() {
@@ -218,9 +276,20 @@ impl Sandbox {
             base.tmp_size = base.tmp_size.min(m / 2);
             base.shm_size = base.shm_size.min(m / 2);
         }
-        base.tmpfs = cfg.tmpfs.iter().map(|(t, s)| TmpfsMount { target: t.clone(), size: *s }).collect();
+        base.tmpfs = cfg
+            .tmpfs
+            .iter()
+            .map(|(t, s)| TmpfsMount {
+                target: t.clone(),
+                size: *s,
+            })
+            .collect();
         base.mounts.clone_from(&cfg.mounts);
-        base.network = if cfg.network { Network::Host } else { Network::None };
+        base.network = if cfg.network {
+            Network::Host
+        } else {
+            Network::None
+        };
         base.cap_drop.clone_from(&cfg.cap_drop);
         base.pids = cfg.pids;
         base.cpus = cfg.cpus;
@@ -235,11 +304,21 @@ impl Sandbox {
             ("MPLCONFIGDIR".into(), "/tmp/.matplotlib".into()),
         ];
         if cfg.setup.is_some() {
-            let pp = cfg.env.get("PYTHONPATH").map_or(DEPS_DIR.to_string(), |p| format!("{DEPS_DIR}:{p}"));
+            let pp = cfg
+                .env
+                .get("PYTHONPATH")
+                .map_or(DEPS_DIR.to_string(), |p| format!("{DEPS_DIR}:{p}"));
             env.push(("PYTHONPATH".into(), pp));
             env.push(("HULL_DEPS".into(), DEPS_DIR.into()));
-            env.push(("PATH".into(), format!("{DEPS_DIR}/bin:{}", hull_box::spec::BOX_PATH)));
-            base.mounts.push(BindMount { source: deps.clone(), target: DEPS_DIR.into(), read_only: cfg.deps_readonly });
+            env.push((
+                "PATH".into(),
+                format!("{DEPS_DIR}/bin:{}", hull_box::spec::BOX_PATH),
+            ));
+            base.mounts.push(BindMount {
+                source: deps.clone(),
+                target: DEPS_DIR.into(),
+                read_only: cfg.deps_readonly,
+            });
         }
         for (k, v) in &cfg.env {
             if k == "PYTHONPATH" && cfg.setup.is_some() {
@@ -259,10 +338,18 @@ impl Sandbox {
             base,
             workspace,
             session: session.to_path_buf(),
-            slots: Slots { used: Mutex::new(0), freed: Condvar::new(), max: max_parallel() },
+            slots: Slots {
+                used: Mutex::new(0),
+                freed: Condvar::new(),
+                max: max_parallel(),
+            },
             reaper,
             reaper_thread: Mutex::new(Some(reaper_thread)),
-            pool: Pool { boxes: Mutex::new(VecDeque::new()), refill: Mutex::new(None), thread: Mutex::new(None) },
+            pool: Pool {
+                boxes: Mutex::new(VecDeque::new()),
+                refill: Mutex::new(None),
+                thread: Mutex::new(None),
+            },
             kernels: Mutex::new(HashMap::new()),
             next_kernel: AtomicU64::new(1),
             destroyed: AtomicBool::new(false),
@@ -275,7 +362,9 @@ impl Sandbox {
             let mut probe = sb.base.clone();
             probe.argv = vec!["/bin/true".into()];
             probe.timeout = Duration::from_secs(10);
-            sb.rt.run(&probe, RunOptions { capture: true }, &mut NoSink).map_err(spec_error)?;
+            sb.rt
+                .run(&probe, RunOptions { capture: true }, &mut NoSink)
+                .map_err(spec_error)?;
         }
         let sb = Arc::new(sb);
         sb.start_pool();
@@ -303,16 +392,35 @@ impl Sandbox {
             ("TMPDIR".into(), format!("{DEPS_DIR}/.tmp")),
         ]);
         let _ = std::fs::create_dir(deps.join(".tmp"));
-        spec.argv = vec!["sh".into(), "-c".into(), format!("set -e\n{cmd}\npython3 -m compileall -q {DEPS_DIR} >/dev/null 2>&1 || true\n")];
-        let r = self.rt.run(&spec, RunOptions { capture: true }, &mut NoSink).map_err(spec_error)?;
+        spec.argv = vec![
+            "sh".into(),
+            "-c".into(),
+            format!("set -e\n{cmd}\npython3 -m compileall -q {DEPS_DIR} >/dev/null 2>&1 || true\n"),
+        ];
+        let r = self
+            .rt
+            .run(&spec, RunOptions { capture: true }, &mut NoSink)
+            .map_err(spec_error)?;
         remove_tree(&deps.join(".tmp"));
         if !r.success {
             let why = match &r.fault {
                 Some(f) => format!("{}: {}", f.kind.as_str(), f.reason),
                 None => format!("exit code {}", r.exit_code),
             };
-            let tail: String = r.stderr.chars().rev().take(2000).collect::<Vec<_>>().into_iter().rev().collect();
-            return Err(SandboxError::SetupFailed { command: cmd.to_string(), why, stderr_tail: tail });
+            let tail: String = r
+                .stderr
+                .chars()
+                .rev()
+                .take(2000)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            return Err(SandboxError::SetupFailed {
+                command: cmd.to_string(),
+                why,
+                stderr_tail: tail,
+            });
         }
         Ok(r)
     }
@@ -333,7 +441,13 @@ impl Sandbox {
                 if sb.destroyed.load(Ordering::SeqCst) {
                     return;
                 }
-                if let Ok(Started::Ready(rb)) = RunnerBox::start(&sb.rt, &sb.base, "once", POOL_IDLE + sb.cfg.timeout, &sb.reaper) {
+                if let Ok(Started::Ready(rb)) = RunnerBox::start(
+                    &sb.rt,
+                    &sb.base,
+                    "once",
+                    POOL_IDLE + sb.cfg.timeout,
+                    &sb.reaper,
+                ) {
                     if let Ok(mut q) = sb.pool.boxes.lock() {
                         q.push_back(rb);
                     }
@@ -375,8 +489,15 @@ impl Sandbox {
         Ok(())
     }
 
-    fn track<T>(&self, f: impl FnOnce() -> Result<(T, RunResult, Vec<Value>), SandboxError>) -> Result<(T, ExecResult), SandboxError> {
-        let before = if self.cfg.track_files { self.workspace.scan().ok() } else { None };
+    fn track<T>(
+        &self,
+        f: impl FnOnce() -> Result<(T, RunResult, Vec<Value>), SandboxError>,
+    ) -> Result<(T, ExecResult), SandboxError> {
+        let before = if self.cfg.track_files {
+            self.workspace.scan().ok()
+        } else {
+            None
+        };
         let (t, mut run, results) = f()?;
         let files = match (&before, self.cfg.track_files) {
             (Some(b), true) => match self.workspace.scan() {
@@ -395,12 +516,24 @@ impl Sandbox {
             },
             _ => Vec::new(),
         };
-        Ok((t, ExecResult { run, results, files }))
+        Ok((
+            t,
+            ExecResult {
+                run,
+                results,
+                files,
+            },
+        ))
     }
 
     /// Runs code in a fresh box. Python goes through the cell runner (rich results, a prewarmed
     /// box when one is ready); bash, sh and node run their interpreter directly.
-    pub fn run_code(&self, code: &str, language: Language, sink: Box<dyn OutputSink + Send>) -> Result<ExecResult, SandboxError> {
+    pub fn run_code(
+        &self,
+        code: &str,
+        language: Language,
+        sink: Box<dyn OutputSink + Send>,
+    ) -> Result<ExecResult, SandboxError> {
         self.check_alive()?;
         if language != Language::Python {
             let argv = match language {
@@ -419,7 +552,13 @@ impl Sandbox {
                     took_warm = true;
                     rb
                 }
-                None => match RunnerBox::start(&self.rt, &self.base, "once", self.cfg.timeout + START_MARGIN, &self.reaper)? {
+                None => match RunnerBox::start(
+                    &self.rt,
+                    &self.base,
+                    "once",
+                    self.cfg.timeout + START_MARGIN,
+                    &self.reaper,
+                )? {
                     Started::Ready(rb) => rb,
                     Started::Ended(run) => return Ok(((), run, Vec::new())),
                 },
@@ -437,17 +576,27 @@ impl Sandbox {
     }
 
     /// Runs an argv in a fresh box.
-    pub fn run(&self, argv: Vec<String>, sink: Box<dyn OutputSink + Send>) -> Result<ExecResult, SandboxError> {
+    pub fn run(
+        &self,
+        argv: Vec<String>,
+        sink: Box<dyn OutputSink + Send>,
+    ) -> Result<ExecResult, SandboxError> {
         self.check_alive()?;
         if argv.is_empty() {
-            return Err(SandboxError::invalid("argv", "give the command and its arguments, e.g. [\"ls\", \"-l\"]"));
+            return Err(SandboxError::invalid(
+                "argv",
+                "give the command and its arguments, e.g. [\"ls\", \"-l\"]",
+            ));
         }
         let _slot = self.slots.take();
         let mut spec = self.base.clone();
         spec.argv = argv;
         let mut sink = sink;
         let ((), r) = self.track(|| {
-            let (run, teardown) = self.rt.run_detached(&spec, RunOptions { capture: true }, &mut *sink).map_err(spec_error)?;
+            let (run, teardown) = self
+                .rt
+                .run_detached(&spec, RunOptions { capture: true }, &mut *sink)
+                .map_err(spec_error)?;
             self.reaper.give(teardown);
             Ok(((), run, Vec::new()))
         })?;
@@ -461,16 +610,30 @@ impl Sandbox {
     /// Starts a kernel: one warm interpreter in a long-lived box.
     pub fn kernel(&self) -> Result<Arc<Kernel>, SandboxError> {
         self.check_alive()?;
-        let id = format!("{}-k{}", self.id, self.next_kernel.fetch_add(1, Ordering::SeqCst));
-        let rb = match RunnerBox::start(&self.rt, &self.base, "kernel", KERNEL_LIFE, &self.reaper)? {
+        let id = format!(
+            "{}-k{}",
+            self.id,
+            self.next_kernel.fetch_add(1, Ordering::SeqCst)
+        );
+        let rb = match RunnerBox::start(&self.rt, &self.base, "kernel", KERNEL_LIFE, &self.reaper)?
+        {
             Started::Ready(rb) => rb,
             Started::Ended(run) => {
-                let why = run.fault.as_ref().map_or_else(|| format!("exit code {}: {}", run.exit_code, run.stderr.trim()), |f| f.reason.clone());
-                return Err(SandboxError::Runner(format!("of the kernel ended before it was ready ({why})")));
+                let why = run.fault.as_ref().map_or_else(
+                    || format!("exit code {}: {}", run.exit_code, run.stderr.trim()),
+                    |f| f.reason.clone(),
+                );
+                return Err(SandboxError::Runner(format!(
+                    "of the kernel ended before it was ready ({why})"
+                )));
             }
         };
         let killer = rb.killer()?;
-        let k = Arc::new(Kernel { id: id.clone(), rb: Mutex::new(Ok(rb)), killer });
+        let k = Arc::new(Kernel {
+            id: id.clone(),
+            rb: Mutex::new(Ok(rb)),
+            killer,
+        });
         if let Ok(mut m) = self.kernels.lock() {
             m.insert(id, Arc::clone(&k));
         }
@@ -483,11 +646,18 @@ impl Sandbox {
 
     /// Runs a cell in a kernel; state persists between cells. A cell that times out or kills
     /// the interpreter ends the kernel (its result says why; later cells are refused).
-    pub fn kernel_run(&self, k: &Kernel, code: &str, sink: &mut dyn OutputSink) -> Result<ExecResult, SandboxError> {
+    pub fn kernel_run(
+        &self,
+        k: &Kernel,
+        code: &str,
+        sink: &mut dyn OutputSink,
+    ) -> Result<ExecResult, SandboxError> {
         self.check_alive()?;
         let max_output = self.base.max_output;
         let ((), r) = self.track(|| {
-            let mut g = k.rb.lock().map_err(|_poison| SandboxError::Runner("kernel lock poisoned".into()))?;
+            let mut g =
+                k.rb.lock()
+                    .map_err(|_poison| SandboxError::Runner("kernel lock poisoned".into()))?;
             let rb = match g.as_mut() {
                 Ok(rb) => rb,
                 Err(why) => return Err(SandboxError::KernelDead(k.id.clone(), why.clone())),
@@ -495,7 +665,10 @@ impl Sandbox {
             match rb.run_kernel_cell(code, self.cfg.timeout, max_output, sink)? {
                 Ok(out) => Ok(((), out.run, out.results)),
                 Err(out) => {
-                    let why = out.run.fault.as_ref().map_or_else(|| format!("the interpreter exited with code {}", out.run.exit_code), |f| f.kind.as_str().to_string());
+                    let why = out.run.fault.as_ref().map_or_else(
+                        || format!("the interpreter exited with code {}", out.run.exit_code),
+                        |f| f.kind.as_str().to_string(),
+                    );
                     *g = Err(why);
                     Ok(((), out.run, out.results))
                 }
@@ -531,7 +704,11 @@ impl Sandbox {
         if let Ok(mut q) = self.pool.boxes.lock() {
             q.clear();
         }
-        let ks: Vec<String> = self.kernels.lock().map(|m| m.keys().cloned().collect()).unwrap_or_default();
+        let ks: Vec<String> = self
+            .kernels
+            .lock()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default();
         for k in ks {
             self.close_kernel(&k);
         }

@@ -34,8 +34,15 @@ fn symlinks_anywhere_in_a_path_are_refused() {
     }
     refused(c.write_file("dir/new/deeper", b"x"));
     refused(c.list("dir"));
-    assert_eq!(std::fs::read_to_string(outside.path().join("secret")).unwrap(), "s");
-    assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 1, "something was created outside");
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("secret")).unwrap(),
+        "s"
+    );
+    assert_eq!(
+        std::fs::read_dir(outside.path()).unwrap().count(),
+        1,
+        "something was created outside"
+    );
 }
 
 #[test]

@@ -16,48 +16,108 @@ pub const NOT_INITIALIZED: i64 = -32002;
 /// The version to answer a client's `initialize` with: the client's own when we support it,
 /// otherwise our newest (the client then decides whether it can speak it).
 pub fn negotiate(requested: &str) -> &'static str {
-    SUPPORTED_VERSIONS.iter().find(|v| **v == requested).copied().unwrap_or(SUPPORTED_VERSIONS[0])
+    SUPPORTED_VERSIONS
+        .iter()
+        .find(|v| **v == requested)
+        .copied()
+        .unwrap_or(SUPPORTED_VERSIONS[0])
 }
 
 /// One incoming line, classified.
 #[derive(Debug, PartialEq)]
 pub enum Incoming {
-    Request { id: Value, method: String, params: Value },
-    Notification { method: String, params: Value },
+    Request {
+        id: Value,
+        method: String,
+        params: Value,
+    },
+    Notification {
+        method: String,
+        params: Value,
+    },
     /// A response to a request we never sent, or a message with neither method nor id: ignored.
     Response,
     /// Not valid JSON-RPC: answer with this error (id null when none could be read).
-    Invalid { id: Value, code: i64, message: String },
+    Invalid {
+        id: Value,
+        code: i64,
+        message: String,
+    },
 }
 
 /// Parses one line.
 pub fn parse(line: &str) -> Incoming {
     let v: Value = match serde_json::from_str(line) {
         Ok(v) => v,
-        Err(e) => return Incoming::Invalid { id: Value::Null, code: PARSE_ERROR, message: format!("parse error: not JSON ({e})") },
+        Err(e) => {
+            return Incoming::Invalid {
+                id: Value::Null,
+                code: PARSE_ERROR,
+                message: format!("parse error: not JSON ({e})"),
+            }
+        }
     };
     let Value::Object(m) = v else {
-        let message = if v.is_array() { "batches are not supported; send one JSON-RPC message per line" } else { "a JSON-RPC message must be an object" };
-        return Incoming::Invalid { id: Value::Null, code: INVALID_REQUEST, message: message.into() };
+        let message = if v.is_array() {
+            "batches are not supported; send one JSON-RPC message per line"
+        } else {
+            "a JSON-RPC message must be an object"
+        };
+        return Incoming::Invalid {
+            id: Value::Null,
+            code: INVALID_REQUEST,
+            message: message.into(),
+        };
     };
     let id = m.get("id").cloned();
     let id_ok = matches!(&id, Some(Value::String(_) | Value::Number(_)));
     if m.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-        return Incoming::Invalid { id: if id_ok { id.unwrap_or(Value::Null) } else { Value::Null }, code: INVALID_REQUEST, message: "`jsonrpc` must be \"2.0\"".into() };
+        return Incoming::Invalid {
+            id: if id_ok {
+                id.unwrap_or(Value::Null)
+            } else {
+                Value::Null
+            },
+            code: INVALID_REQUEST,
+            message: "`jsonrpc` must be \"2.0\"".into(),
+        };
     }
     let params = m.get("params").cloned().unwrap_or(Value::Null);
     match (m.get("method"), id) {
-        (Some(Value::String(method)), None) => Incoming::Notification { method: method.clone(), params },
+        (Some(Value::String(method)), None) => Incoming::Notification {
+            method: method.clone(),
+            params,
+        },
         (Some(Value::String(method)), Some(id)) if id_ok => {
             if !matches!(params, Value::Null | Value::Object(_)) {
-                return Incoming::Invalid { id, code: INVALID_PARAMS, message: "`params` must be an object".into() };
+                return Incoming::Invalid {
+                    id,
+                    code: INVALID_PARAMS,
+                    message: "`params` must be an object".into(),
+                };
             }
-            Incoming::Request { id, method: method.clone(), params }
+            Incoming::Request {
+                id,
+                method: method.clone(),
+                params,
+            }
         }
-        (Some(Value::String(_)), Some(_)) => Incoming::Invalid { id: Value::Null, code: INVALID_REQUEST, message: "`id` must be a string or a number".into() },
-        (Some(_), id) => Incoming::Invalid { id: id.filter(|_| id_ok).unwrap_or(Value::Null), code: INVALID_REQUEST, message: "`method` must be a string".into() },
+        (Some(Value::String(_)), Some(_)) => Incoming::Invalid {
+            id: Value::Null,
+            code: INVALID_REQUEST,
+            message: "`id` must be a string or a number".into(),
+        },
+        (Some(_), id) => Incoming::Invalid {
+            id: id.filter(|_| id_ok).unwrap_or(Value::Null),
+            code: INVALID_REQUEST,
+            message: "`method` must be a string".into(),
+        },
         (None, _) if m.contains_key("result") || m.contains_key("error") => Incoming::Response,
-        (None, id) => Incoming::Invalid { id: id.filter(|_| id_ok).unwrap_or(Value::Null), code: INVALID_REQUEST, message: "a request needs a `method`".into() },
+        (None, id) => Incoming::Invalid {
+            id: id.filter(|_| id_ok).unwrap_or(Value::Null),
+            code: INVALID_REQUEST,
+            message: "a request needs a `method`".into(),
+        },
     }
 }
 
@@ -92,15 +152,40 @@ mod tests {
 
     #[test]
     fn messages_are_classified() {
-        assert_eq!(parse(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#), Incoming::Request { id: json!(1), method: "ping".into(), params: Value::Null });
-        assert_eq!(parse(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#), Incoming::Notification { method: "notifications/initialized".into(), params: Value::Null });
-        assert_eq!(parse(r#"{"jsonrpc":"2.0","id":"a","result":{}}"#), Incoming::Response);
+        assert_eq!(
+            parse(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#),
+            Incoming::Request {
+                id: json!(1),
+                method: "ping".into(),
+                params: Value::Null
+            }
+        );
+        assert_eq!(
+            parse(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#),
+            Incoming::Notification {
+                method: "notifications/initialized".into(),
+                params: Value::Null
+            }
+        );
+        assert_eq!(
+            parse(r#"{"jsonrpc":"2.0","id":"a","result":{}}"#),
+            Incoming::Response
+        );
         assert_eq!(code("{not json"), PARSE_ERROR);
         assert_eq!(code("[]"), INVALID_REQUEST);
         assert_eq!(code("3"), INVALID_REQUEST);
         assert_eq!(code(r#"{"id":1,"method":"ping"}"#), INVALID_REQUEST);
-        assert_eq!(code(r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#), INVALID_REQUEST);
-        assert_eq!(code(r#"{"jsonrpc":"2.0","id":1,"method":7}"#), INVALID_REQUEST);
-        assert_eq!(code(r#"{"jsonrpc":"2.0","id":1,"method":"x","params":[1]}"#), INVALID_PARAMS);
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#),
+            INVALID_REQUEST
+        );
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","id":1,"method":7}"#),
+            INVALID_REQUEST
+        );
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","id":1,"method":"x","params":[1]}"#),
+            INVALID_PARAMS
+        );
     }
 }

@@ -55,19 +55,28 @@ struct Server {
 impl Server {
     fn send(&self, v: &Value) {
         let line = v.to_string();
-        let mut o = self.out.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut o = self
+            .out
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let _ = writeln!(o, "{line}");
         let _ = o.flush();
     }
 
     /// Waits for the Sandbox (its setup may still be running).
     fn workspace(&self) -> Arc<Workspace> {
-        let mut g = self.ready.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut g = self
+            .ready
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         loop {
             if let Some(w) = g.as_ref() {
                 return Arc::clone(w);
             }
-            g = self.ready_cv.wait(g).unwrap_or_else(std::sync::PoisonError::into_inner);
+            g = self
+                .ready_cv
+                .wait(g)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
         }
     }
 }
@@ -94,7 +103,8 @@ fn start_error(e: &SandboxError) -> String {
 
 fn start(rt: Arc<Runtime>, s: settings::Settings) -> Result<Workspace, String> {
     if let Some(w) = &s.workspace {
-        std::fs::create_dir_all(w).map_err(|e| format!("HULL_MCP_WORKSPACE={}: cannot create it: {e}", w.display()))?;
+        std::fs::create_dir_all(w)
+            .map_err(|e| format!("HULL_MCP_WORKSPACE={}: cannot create it: {e}", w.display()))?;
     }
     if let Some(cmd) = &s.setup {
         log(&format!("running HULL_MCP_SETUP: {cmd}"));
@@ -102,8 +112,21 @@ fn start(rt: Arc<Runtime>, s: settings::Settings) -> Result<Workspace, String> {
     let sb = Sandbox::create(rt, "mcp".into(), s.sandbox_config()).map_err(|e| start_error(&e))?;
     let languages = tools::probe_languages(&sb).map_err(|e| start_error(&e))?;
     let image = s.image.clone().unwrap_or_else(|| "host".into());
-    log(&format!("ready: image `{image}` with {}; workspace {}", if languages.is_empty() { "no interpreter".to_string() } else { languages.join(", ") }, sb.workspace_path().display()));
-    Ok(Workspace { sb, image, languages, settings: s })
+    log(&format!(
+        "ready: image `{image}` with {}; workspace {}",
+        if languages.is_empty() {
+            "no interpreter".to_string()
+        } else {
+            languages.join(", ")
+        },
+        sb.workspace_path().display()
+    ));
+    Ok(Workspace {
+        sb,
+        image,
+        languages,
+        settings: s,
+    })
 }
 
 pub fn main(_args: &McpArgs) -> i32 {
@@ -122,20 +145,33 @@ pub fn main(_args: &McpArgs) -> i32 {
         }
     };
     rt.sweep_leftovers();
-    let server = Arc::new(Server { out: Mutex::new(std::io::stdout()), initialized: AtomicBool::new(false), ready: Mutex::new(None), ready_cv: Condvar::new() });
+    let server = Arc::new(Server {
+        out: Mutex::new(std::io::stdout()),
+        initialized: AtomicBool::new(false),
+        ready: Mutex::new(None),
+        ready_cv: Condvar::new(),
+    });
     // The Sandbox starts while the client initializes (a setup may take minutes); tool calls
     // wait for it. A start that fails ends the server: its settings are wrong.
     {
         let server = Arc::clone(&server);
         // A panic in the start must end the server too, or tool calls would wait forever.
-        std::thread::spawn(move || match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| start(rt, s))).unwrap_or_else(|_panic| Err("start: the sandbox's start panicked (see the message above)".into())) {
-            Ok(w) => {
-                *server.ready.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::new(w));
-                server.ready_cv.notify_all();
-            }
-            Err(e) => {
-                log(&e);
-                std::process::exit(2);
+        std::thread::spawn(move || {
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| start(rt, s)))
+                .unwrap_or_else(|_panic| {
+                    Err("start: the sandbox's start panicked (see the message above)".into())
+                }) {
+                Ok(w) => {
+                    *server
+                        .ready
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::new(w));
+                    server.ready_cv.notify_all();
+                }
+                Err(e) => {
+                    log(&e);
+                    std::process::exit(2);
+                }
             }
         });
     }
@@ -146,7 +182,9 @@ pub fn main(_args: &McpArgs) -> i32 {
             continue;
         }
         match jsonrpc::parse(&line) {
-            Incoming::Invalid { id, code, message } => server.send(&jsonrpc::error(&id, code, &message)),
+            Incoming::Invalid { id, code, message } => {
+                server.send(&jsonrpc::error(&id, code, &message))
+            }
             Incoming::Response => {}
             Incoming::Notification { method, .. } => {
                 if method != "notifications/initialized" && method != "notifications/cancelled" {
@@ -170,7 +208,11 @@ pub fn main(_args: &McpArgs) -> i32 {
     // its thread, so bad settings are reported even when the client left at once), then destroy
     // the Sandbox (every box reaped, the session directory removed).
     drop(server.workspace());
-    let ws = server.ready.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+    let ws = server
+        .ready
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
     if let Some(ws) = ws {
         ws.sb.destroy();
         drop(ws);

@@ -31,10 +31,13 @@ pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Settings, String
     let memory_mb = match val("HULL_MCP_MEMORY") {
         None => 512,
         Some(m) => {
-            let bytes = hull_box::size::parse_size(m.trim()).map_err(|e| format!("HULL_MCP_MEMORY={m}: {e}; write e.g. 512m or 2g"))?;
+            let bytes = hull_box::size::parse_size(m.trim())
+                .map_err(|e| format!("HULL_MCP_MEMORY={m}: {e}; write e.g. 512m or 2g"))?;
             let mb = bytes >> 20;
             if mb < 16 {
-                return Err(format!("HULL_MCP_MEMORY={m}: too small for a box; give at least 16m"));
+                return Err(format!(
+                    "HULL_MCP_MEMORY={m}: too small for a box; give at least 16m"
+                ));
             }
             mb
         }
@@ -60,12 +63,24 @@ pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Settings, String
             // A bare number is bytes here (output is counted in bytes, not MiB).
             let n = match t.parse::<u64>() {
                 Ok(n) => n,
-                Err(_) => hull_box::size::parse_size(t).map_err(|e| format!("HULL_MCP_MAX_OUTPUT={m}: {e}; or write a byte count like 20000"))?,
+                Err(_) => hull_box::size::parse_size(t).map_err(|e| {
+                    format!("HULL_MCP_MAX_OUTPUT={m}: {e}; or write a byte count like 20000")
+                })?,
             };
-            usize::try_from(n).ok().filter(|n| (256..=(64 << 20)).contains(n)).ok_or_else(|| format!("HULL_MCP_MAX_OUTPUT={m}: give between 256 bytes and 64m"))?
+            usize::try_from(n)
+                .ok()
+                .filter(|n| (256..=(64 << 20)).contains(n))
+                .ok_or_else(|| format!("HULL_MCP_MAX_OUTPUT={m}: give between 256 bytes and 64m"))?
         }
     };
-    Ok(Settings { setup, image, memory_mb, timeout, workspace, max_output })
+    Ok(Settings {
+        setup,
+        image,
+        memory_mb,
+        timeout,
+        workspace,
+        max_output,
+    })
 }
 
 impl Settings {
@@ -78,7 +93,12 @@ impl Settings {
             workspace: self.workspace.clone(),
             memory_mb: Some(self.memory_mb),
             timeout: self.timeout,
-            max_output_bytes: Some(u64::try_from(self.max_output).unwrap_or(u64::MAX).saturating_mul(8).max(1 << 20)),
+            max_output_bytes: Some(
+                u64::try_from(self.max_output)
+                    .unwrap_or(u64::MAX)
+                    .saturating_mul(8)
+                    .max(1 << 20),
+            ),
             ..SandboxConfig::default()
         }
     }
@@ -90,24 +110,54 @@ mod tests {
     use std::collections::HashMap;
 
     fn with(pairs: &[(&str, &str)]) -> Result<Settings, String> {
-        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect();
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+            .collect();
         from_env(|k| m.get(k).cloned())
     }
 
     #[test]
     fn defaults_and_values() {
         let s = with(&[]).unwrap();
-        assert_eq!((s.memory_mb, s.timeout, s.max_output), (512, Duration::from_secs(30), DEFAULT_MAX_OUTPUT));
-        let s = with(&[("HULL_MCP_MEMORY", "1g"), ("HULL_MCP_TIMEOUT", "2m"), ("HULL_MCP_MAX_OUTPUT", "4k"), ("HULL_MCP_WORKSPACE", "/tmp/w"), ("HULL_MCP_SETUP", "true")]).unwrap();
-        assert_eq!((s.memory_mb, s.timeout, s.max_output), (1024, Duration::from_secs(120), 4096));
+        assert_eq!(
+            (s.memory_mb, s.timeout, s.max_output),
+            (512, Duration::from_secs(30), DEFAULT_MAX_OUTPUT)
+        );
+        let s = with(&[
+            ("HULL_MCP_MEMORY", "1g"),
+            ("HULL_MCP_TIMEOUT", "2m"),
+            ("HULL_MCP_MAX_OUTPUT", "4k"),
+            ("HULL_MCP_WORKSPACE", "/tmp/w"),
+            ("HULL_MCP_SETUP", "true"),
+        ])
+        .unwrap();
+        assert_eq!(
+            (s.memory_mb, s.timeout, s.max_output),
+            (1024, Duration::from_secs(120), 4096)
+        );
         assert_eq!(s.workspace, Some(PathBuf::from("/tmp/w")));
-        assert_eq!(with(&[("HULL_MCP_MAX_OUTPUT", "1000")]).unwrap().max_output, 1000);
-        assert_eq!(with(&[("HULL_MCP_TIMEOUT", "")]).unwrap().timeout, Duration::from_secs(30));
+        assert_eq!(
+            with(&[("HULL_MCP_MAX_OUTPUT", "1000")]).unwrap().max_output,
+            1000
+        );
+        assert_eq!(
+            with(&[("HULL_MCP_TIMEOUT", "")]).unwrap().timeout,
+            Duration::from_secs(30)
+        );
     }
 
     #[test]
     fn bad_values_name_the_variable() {
-        for (k, v) in [("HULL_MCP_MEMORY", "lots"), ("HULL_MCP_MEMORY", "1m"), ("HULL_MCP_TIMEOUT", "soon"), ("HULL_MCP_TIMEOUT", "0"), ("HULL_MCP_WORKSPACE", "rel/dir"), ("HULL_MCP_MAX_OUTPUT", "10"), ("HULL_MCP_MAX_OUTPUT", "x")] {
+        for (k, v) in [
+            ("HULL_MCP_MEMORY", "lots"),
+            ("HULL_MCP_MEMORY", "1m"),
+            ("HULL_MCP_TIMEOUT", "soon"),
+            ("HULL_MCP_TIMEOUT", "0"),
+            ("HULL_MCP_WORKSPACE", "rel/dir"),
+            ("HULL_MCP_MAX_OUTPUT", "10"),
+            ("HULL_MCP_MAX_OUTPUT", "x"),
+        ] {
             let e = with(&[(k, v)]).unwrap_err();
             assert!(e.starts_with(k), "{k}={v}: {e}");
         }

@@ -13,13 +13,24 @@ use super::sanitize::{cap, clean};
 use super::settings::Settings;
 
 /// `run_code` languages and the interpreter each needs in the image.
-const LANGUAGES: &[(&str, &str)] = &[("python", "python3"), ("bash", "bash"), ("sh", "sh"), ("node", "node")];
+const LANGUAGES: &[(&str, &str)] = &[
+    ("python", "python3"),
+    ("bash", "bash"),
+    ("sh", "sh"),
+    ("node", "node"),
+];
 
 /// The tool names, for error messages.
 pub const NAMES: &str = "run_code, write_file, read_file, list_files";
 
 /// Image files `read_file` returns as image content, by extension.
-const IMAGE_TYPES: &[(&str, &str)] = &[(".png", "image/png"), (".jpg", "image/jpeg"), (".jpeg", "image/jpeg"), (".gif", "image/gif"), (".webp", "image/webp")];
+const IMAGE_TYPES: &[(&str, &str)] = &[
+    (".png", "image/png"),
+    (".jpg", "image/jpeg"),
+    (".jpeg", "image/jpeg"),
+    (".gif", "image/gif"),
+    (".webp", "image/webp"),
+];
 /// The largest image file `read_file` returns as image content.
 const MAX_IMAGE_FILE: u64 = 8 << 20;
 
@@ -35,12 +46,22 @@ pub struct Workspace {
 /// Asks the image which interpreters it has, with one box (`command -v` in `sh`; an image
 /// without `sh` can still have `python3`, which a second box checks).
 pub fn probe_languages(sb: &Sandbox) -> Result<Vec<&'static str>, SandboxError> {
-    let script = LANGUAGES.iter().map(|(_, bin)| format!("command -v {bin} >/dev/null 2>&1 && echo {bin};")).collect::<String>();
+    let script = LANGUAGES
+        .iter()
+        .map(|(_, bin)| format!("command -v {bin} >/dev/null 2>&1 && echo {bin};"))
+        .collect::<String>();
     let r = sb.run(vec!["sh".into(), "-c".into(), script], Box::new(NoSink))?;
     let found: Vec<&str> = r.run.stdout.lines().map(str::trim).collect();
-    let mut langs: Vec<&'static str> = LANGUAGES.iter().filter(|(_, bin)| found.contains(bin)).map(|(l, _)| *l).collect();
+    let mut langs: Vec<&'static str> = LANGUAGES
+        .iter()
+        .filter(|(_, bin)| found.contains(bin))
+        .map(|(l, _)| *l)
+        .collect();
     if r.run.fault.is_some() || !r.run.success {
-        let py = sb.run(vec!["python3".into(), "-c".into(), "pass".into()], Box::new(NoSink))?;
+        let py = sb.run(
+            vec!["python3".into(), "-c".into(), "pass".into()],
+            Box::new(NoSink),
+        )?;
         if py.run.success {
             langs = vec!["python"];
         }
@@ -54,7 +75,19 @@ impl Workspace {
         let s = &self.settings;
         let mut tools = Vec::new();
         if !self.languages.is_empty() {
-            let interps: Vec<String> = self.languages.iter().map(|l| format!("{l} ({})", LANGUAGES.iter().find(|(n, _)| n == l).map_or("", |(_, b)| *b))).collect();
+            let interps: Vec<String> = self
+                .languages
+                .iter()
+                .map(|l| {
+                    format!(
+                        "{l} ({})",
+                        LANGUAGES
+                            .iter()
+                            .find(|(n, _)| n == l)
+                            .map_or("", |(_, b)| *b)
+                    )
+                })
+                .collect();
             tools.push(json!({
                 "name": "run_code",
                 "title": "Run code in a sandbox",
@@ -114,7 +147,17 @@ impl Workspace {
             "write_file" => self.write_file(args),
             "read_file" => self.read_file(args),
             "list_files" => self.list_files(args),
-            other => return Err(format!("unknown tool `{}`; this server has {}", clean(other), if self.languages.is_empty() { "write_file, read_file, list_files" } else { NAMES })),
+            other => {
+                return Err(format!(
+                    "unknown tool `{}`; this server has {}",
+                    clean(other),
+                    if self.languages.is_empty() {
+                        "write_file, read_file, list_files"
+                    } else {
+                        NAMES
+                    }
+                ))
+            }
         };
         Ok(out.unwrap_or_else(|e| e))
     }
@@ -124,13 +167,35 @@ impl Workspace {
         let code = string_arg(args, "code")?;
         let lang = match args.get("language") {
             None | Some(Value::Null) => self.languages[0],
-            Some(Value::String(l)) => self.languages.iter().copied().find(|x| x == l).ok_or_else(|| {
-                bad_arg("language", &format!("`{}` is not available in image `{}`; use one of: {}", clean(l), self.image, self.languages.join(", ")))
-            })?,
-            Some(_) => return Err(bad_arg("language", &format!("must be a string, one of: {}", self.languages.join(", ")))),
+            Some(Value::String(l)) => {
+                self.languages
+                    .iter()
+                    .copied()
+                    .find(|x| x == l)
+                    .ok_or_else(|| {
+                        bad_arg(
+                            "language",
+                            &format!(
+                                "`{}` is not available in image `{}`; use one of: {}",
+                                clean(l),
+                                self.image,
+                                self.languages.join(", ")
+                            ),
+                        )
+                    })?
+            }
+            Some(_) => {
+                return Err(bad_arg(
+                    "language",
+                    &format!("must be a string, one of: {}", self.languages.join(", ")),
+                ))
+            }
         };
         let language = Language::parse(Some(lang)).map_err(|e| failure(&e))?;
-        let r = self.sb.run_code(code, language, Box::new(NoSink)).map_err(|e| failure(&e))?;
+        let r = self
+            .sb
+            .run_code(code, language, Box::new(NoSink))
+            .map_err(|e| failure(&e))?;
         Ok(run_result(&r, self.settings.max_output))
     }
 
@@ -138,8 +203,18 @@ impl Workspace {
         check_known(args, &["path", "content"])?;
         let path = string_arg(args, "path")?;
         let content = string_arg(args, "content")?;
-        self.sb.files().write_file(path, content.as_bytes()).map_err(|e| failure(&e))?;
-        Ok(text_result(&format!("wrote {} bytes to /workspace/{}", content.len(), clean(&workspace_rel(path))), false))
+        self.sb
+            .files()
+            .write_file(path, content.as_bytes())
+            .map_err(|e| failure(&e))?;
+        Ok(text_result(
+            &format!(
+                "wrote {} bytes to /workspace/{}",
+                content.len(),
+                clean(&workspace_rel(path))
+            ),
+            false,
+        ))
     }
 
     fn read_file(&self, args: &Map<String, Value>) -> Result<Value, Value> {
@@ -148,7 +223,11 @@ impl Workspace {
         let lower = path.to_ascii_lowercase();
         let max = u64::try_from(self.settings.max_output).unwrap_or(u64::MAX);
         if let Some((_, mime)) = IMAGE_TYPES.iter().find(|(ext, _)| lower.ends_with(ext)) {
-            let (data, size) = self.sb.files().read_file(path, MAX_IMAGE_FILE).map_err(|e| failure(&e))?;
+            let (data, size) = self
+                .sb
+                .files()
+                .read_file(path, MAX_IMAGE_FILE)
+                .map_err(|e| failure(&e))?;
             if size <= MAX_IMAGE_FILE {
                 let b64 = base64::engine::general_purpose::STANDARD.encode(&data);
                 return Ok(json!({ "content": [
@@ -157,7 +236,11 @@ impl Workspace {
                 ], "isError": false }));
             }
         }
-        let (data, size) = self.sb.files().read_file(path, max).map_err(|e| failure(&e))?;
+        let (data, size) = self
+            .sb
+            .files()
+            .read_file(path, max)
+            .map_err(|e| failure(&e))?;
         let name = clean(&workspace_rel(path));
         let mut text = match std::str::from_utf8(&data) {
             Ok(t) => clean(t),
@@ -176,7 +259,12 @@ impl Workspace {
         let sub = match args.get("path") {
             None | Some(Value::Null) => "",
             Some(Value::String(s)) => s.as_str(),
-            Some(_) => return Err(bad_arg("path", "must be a string (a subdirectory of /workspace)")),
+            Some(_) => {
+                return Err(bad_arg(
+                    "path",
+                    "must be a string (a subdirectory of /workspace)",
+                ))
+            }
         };
         let (entries, complete) = self.sb.files().list(sub).map_err(|e| failure(&e))?;
         let mut text = String::new();
@@ -195,7 +283,10 @@ impl Workspace {
         if !complete {
             text.push_str("[hull: listing stopped early; there are more entries]\n");
         }
-        Ok(text_result(&cap(&text, self.settings.max_output, "the listing"), false))
+        Ok(text_result(
+            &cap(&text, self.settings.max_output, "the listing"),
+            false,
+        ))
     }
 }
 
@@ -214,14 +305,25 @@ fn bad_arg(arg: &str, why: &str) -> Value {
 /// A call that could not be made (a refused path, a box that could not start): the model sees
 /// the message and its causes.
 fn failure(e: &SandboxError) -> Value {
-    let chain = crate::error_chain(e).iter().map(|s| clean(s)).collect::<Vec<_>>().join("\n  caused by: ");
-    let label = if matches!(e, SandboxError::Invalid { .. }) { "bad argument" } else { "error" };
+    let chain = crate::error_chain(e)
+        .iter()
+        .map(|s| clean(s))
+        .collect::<Vec<_>>()
+        .join("\n  caused by: ");
+    let label = if matches!(e, SandboxError::Invalid { .. }) {
+        "bad argument"
+    } else {
+        "error"
+    };
     text_result(&format!("[hull: {label}] {chain}"), true)
 }
 
 fn check_known(args: &Map<String, Value>, known: &[&str]) -> Result<(), Value> {
     match args.keys().find(|k| !known.contains(&k.as_str())) {
-        Some(k) => Err(bad_arg(&clean(k), &format!("unknown argument; this tool takes {}", known.join(", ")))),
+        Some(k) => Err(bad_arg(
+            &clean(k),
+            &format!("unknown argument; this tool takes {}", known.join(", ")),
+        )),
         None => Ok(()),
     }
 }
@@ -242,7 +344,11 @@ pub fn run_result(r: &ExecResult, max: usize) -> Value {
     let run = &r.run;
     let mut text = String::new();
     if let Some(f) = &run.fault {
-        text.push_str(&format!("[sandbox: {}] {}\n", f.kind.as_str(), clean(&f.reason)));
+        text.push_str(&format!(
+            "[sandbox: {}] {}\n",
+            f.kind.as_str(),
+            clean(&f.reason)
+        ));
     }
     text.push_str(&format!("[exit code: {}]\n", run.exit_code));
     for (name, s) in [("stdout", &run.stdout), ("stderr", &run.stderr)] {
@@ -254,18 +360,29 @@ pub fn run_result(r: &ExecResult, max: usize) -> Value {
         }
     }
     if run.truncated {
-        text.push_str(&format!("[output cut: the sandbox discarded {} more bytes past its own output cap]\n", run.dropped_bytes));
+        text.push_str(&format!(
+            "[output cut: the sandbox discarded {} more bytes past its own output cap]\n",
+            run.dropped_bytes
+        ));
     }
     let mut images = Vec::new();
     for bundle in &r.results {
-        let Some(b) = bundle.as_object() else { continue };
-        let image = ["image/png", "image/jpeg"].iter().find_map(|m| b.get(*m).and_then(Value::as_str).map(|d| (*m, d)));
+        let Some(b) = bundle.as_object() else {
+            continue;
+        };
+        let image = ["image/png", "image/jpeg"]
+            .iter()
+            .find_map(|m| b.get(*m).and_then(Value::as_str).map(|d| (*m, d)));
         if let Some((mime, data)) = image {
             let data: String = data.chars().filter(|c| !c.is_ascii_whitespace()).collect();
             images.push(json!({ "type": "image", "data": data, "mimeType": mime }));
         }
         if let Some(t) = b.get("text/plain").and_then(Value::as_str) {
-            let label = if image.is_some() { "[result: image below]" } else { "[result]" };
+            let label = if image.is_some() {
+                "[result: image below]"
+            } else {
+                "[result]"
+            };
             text.push_str(&format!("{label}\n{}\n", cap(&clean(t), max, "the result")));
         }
     }
@@ -274,7 +391,11 @@ pub fn run_result(r: &ExecResult, max: usize) -> Value {
     }
     if !r.files.is_empty() {
         let files: Vec<String> = r.files.iter().map(|f| clean(f)).collect();
-        text.push_str(&cap(&format!("[hull: files changed] {}\n", files.join(", ")), max, "the file list"));
+        text.push_str(&cap(
+            &format!("[hull: files changed] {}\n", files.join(", ")),
+            max,
+            "the file list",
+        ));
     }
     let mut content = vec![json!({ "type": "text", "text": text })];
     content.extend(images);

@@ -6,11 +6,16 @@ use std::process::{Command, Output, Stdio};
 
 /// The binary under test: `HULL_BIN` (CI copies it for the unprivileged run) or cargo's build.
 pub fn bin() -> PathBuf {
-    std::env::var_os("HULL_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_hull")), PathBuf::from)
+    std::env::var_os("HULL_BIN")
+        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_hull")), PathBuf::from)
 }
 
 pub fn hull(args: &[&str]) -> Output {
-    Command::new(bin()).args(args).stdin(Stdio::null()).output().expect("spawn hull")
+    Command::new(bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn hull")
 }
 
 /// `hull run --json ARGS` and the parsed result object (panics on a JSON error object).
@@ -19,7 +24,12 @@ pub fn run_json(args: &[&str]) -> serde_json::Value {
     full.extend_from_slice(args);
     let out = hull(&full);
     let text = String::from_utf8_lossy(&out.stdout);
-    let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("bad JSON ({e}): {text}\nstderr: {}", String::from_utf8_lossy(&out.stderr)));
+    let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| {
+        panic!(
+            "bad JSON ({e}): {text}\nstderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
     assert!(v.get("error").is_none(), "hull refused: {v}");
     v
 }
@@ -42,13 +52,23 @@ pub fn cap_enforced(controller: &str) -> bool {
     let out = hull(&["doctor", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
     let name = format!("cgroup {controller} cap");
-    let found = v.as_array().and_then(|a| a.iter().find(|c| c["name"] == name.as_str()).cloned());
+    let found = v
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["name"] == name.as_str()).cloned());
     match found {
         Some(c) if c["status"] == "enforced" => true,
         Some(c) => {
             // CI machines of this project have every cap; a skip there is a failure.
-            assert!(std::env::var_os("CI").is_none(), "{name} not enforced in CI: {} (fix: {})", c["detail"], c["fix"]);
-            eprintln!("SKIP: {name} not enforced here: {} (fix: {})", c["detail"], c["fix"]);
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "{name} not enforced in CI: {} (fix: {})",
+                c["detail"],
+                c["fix"]
+            );
+            eprintln!(
+                "SKIP: {name} not enforced here: {} (fix: {})",
+                c["detail"], c["fix"]
+            );
             false
         }
         None => {
