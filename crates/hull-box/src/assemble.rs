@@ -61,6 +61,19 @@ pub struct Context<'a> {
     pub keep_caps: u64,
     /// Where the root is assembled before the pivot (`plan::STAGE` unless templates are on).
     pub stage: &'a str,
+    /// Host root (see [`crate::remap`]): the host ids box ids 0.. map to, and how many.
+    pub remap: Option<Remap>,
+    /// The workspace is a temporary one hull made for this box (already given to the box's
+    /// root), not a host directory of the caller's.
+    pub temporary_workspace: bool,
+}
+
+/// The host ids a box of host root maps to (see [`crate::remap`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Remap {
+    pub uid: u32,
+    pub gid: u32,
+    pub count: u32,
 }
 
 /// The namespace flags for `spec`.
@@ -138,9 +151,15 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
         RootSpec::Host => Vec::new(),
     };
     let ws = src.add("--workspace", ctx.workspace)?;
+    // Host directories the box may write: with a remapped root they become idmapped copies.
+    let mut adopt = Vec::new();
+    if !ctx.temporary_workspace {
+        adopt.extend(src.list.last().map(|(_, fd)| *fd));
+    }
     let mut mount_src = Vec::new();
     for m in &spec.mounts {
         mount_src.push(src.add("--mount", &m.source)?);
+        adopt.extend(src.list.last().map(|(_, fd)| *fd));
     }
     let mut b = PlanBuilder::start(
         clone_flags(spec),
@@ -266,14 +285,18 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
         .iter()
         .find(|(k, _)| k == "PATH")
         .map_or(BOX_PATH.to_string(), |(_, v)| v.clone());
-    Ok(p.finish(
+    let mut plan = p.finish(
         ctx.keep_caps,
         ctx.seccomp_rules,
         ctx.listener,
         &spec.argv,
         &env,
         &path_var,
-    ))
+    );
+    if let Some(r) = ctx.remap {
+        plan.remap_root(r.uid, r.gid, r.count, &adopt);
+    }
+    Ok(plan)
 }
 
 /// The proper ancestors of an absolute path, shallowest first (`/a/b/c` -> `/a`, `/a/b`).
@@ -515,6 +538,8 @@ mod tests {
             listener: true,
             keep_caps: 0,
             stage: "/tmp/hull-tmpl-x",
+            remap: None,
+            temporary_workspace: true,
         };
         // Sub-ids replace the box's own id maps with a wait for the supervisor's helpers, and
         // such a box is built whole (a template's user namespace maps one id).
@@ -634,6 +659,8 @@ mod tests {
             listener: true,
             keep_caps: 0,
             stage: crate::plan::STAGE,
+            remap: None,
+            temporary_workspace: true,
         };
         let err = build(&s, &ctx).expect_err("refused").to_string();
         assert!(err.contains("/usr/data") && err.contains("image"), "{err}");

@@ -55,6 +55,10 @@ pub fn last_cap() -> u32 {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CapError {
     #[error(
+        "{arg} `{name}` is refused when hull runs as root: a file capability the box wrote in a host directory given to it (stored for the directory's owner) would be a capability on the host; run hull as an unprivileged user to keep it"
+    )]
+    HostRoot { arg: &'static str, name: String },
+    #[error(
         "{arg} `{name}` is not a capability; use a name like NET_BIND_SERVICE or CAP_CHOWN, or ALL"
     )]
     Unknown { arg: &'static str, name: String },
@@ -88,6 +92,27 @@ pub fn resolve(add: &[String], drop: &[String]) -> Result<u64, CapError> {
     Ok(keep)
 }
 
+/// `SETFCAP`: writing `security.capability`. As host root a box's host directories are
+/// idmapped to their owner (see `remap`), so a file capability written there would be stored
+/// for that owner, host root included: never kept for host root.
+const SETFCAP: u64 = 1 << 31;
+
+/// [`resolve`], for a box of host root when `host_root`: `SETFCAP` named explicitly is refused,
+/// and never kept through `ALL`.
+pub fn resolve_for(add: &[String], drop: &[String], host_root: bool) -> Result<u64, CapError> {
+    let keep = resolve(add, drop)?;
+    if !host_root {
+        return Ok(keep);
+    }
+    if let Some(name) = add.iter().find(|a| parse("--cap-add", a) == Ok(SETFCAP)) {
+        return Err(CapError::HostRoot {
+            arg: "--cap-add",
+            name: name.clone(),
+        });
+    }
+    Ok(keep & !SETFCAP)
+}
+
 /// The names in a mask, for `--plan`.
 pub fn names(mask: u64) -> Vec<&'static str> {
     NAMES
@@ -110,6 +135,14 @@ mod tests {
         assert_eq!(all_but_admin & (1 << 21), 0);
         assert_ne!(all_but_admin & 1, 0);
         assert_eq!(names(1 << 10), vec!["NET_BIND_SERVICE"]);
+        assert_eq!(names(SETFCAP), vec!["SETFCAP"]);
+        let err = resolve_for(&["cap_setfcap".into()], &[], true).unwrap_err();
+        assert!(err.to_string().contains("as root"), "{err}");
+        assert_eq!(
+            resolve_for(&["ALL".into()], &[], true).unwrap() & SETFCAP,
+            0
+        );
+        assert_eq!(resolve_for(&["SETFCAP".into()], &[], false), Ok(SETFCAP));
         assert!(resolve(&["FLY".into()], &[])
             .unwrap_err()
             .to_string()

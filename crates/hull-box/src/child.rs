@@ -40,6 +40,9 @@ pub(crate) struct ChildContext<'a> {
     /// A ready box (see `ready.rs`): at `Exec`, pid 1 waits for the program to run, sent later
     /// as a [`crate::proto::go`] datagram, instead of running the plan's own.
     pub ready_box: bool,
+    /// Idmapped bind sources the supervisor made for `AdoptTree` steps: (the step's descriptor
+    /// number, our copy of the supervisor's descriptor).
+    pub trees: &'a [(i32, RawFd)],
 }
 
 /// In a pid 1 forked by a template's entry process: the read end of the pipe on which the entry
@@ -160,6 +163,23 @@ extern "C" fn pid1_main(arg: *mut libc::c_void) -> libc::c_int {
     run_from(args.ctx, args.next)
 }
 
+/// Exits at once if the supervisor is gone: its pid is no longer our parent (`supervisor`, when
+/// not 0), or its end of our channel closed (in a new pid namespace getppid() is 0 whoever the
+/// parent is). Follows every arming of the death signal, which a death just before it missed.
+fn supervisor_alive(ctx: &ChildContext<'_>, supervisor: i32) {
+    if supervisor != 0 && sys::getppid() != 0 && sys::getppid() != supervisor {
+        sys::exit_now(125);
+    }
+    let mut fds = [libc::pollfd {
+        fd: ctx.sock,
+        events: 0,
+        revents: 0,
+    }];
+    if sys::poll(&mut fds, 0).is_ok() && fds[0].revents & (libc::POLLHUP | libc::POLLERR) != 0 {
+        sys::exit_now(125);
+    }
+}
+
 /// ENOENT on an optional step means the kernel or host simply has no such path.
 fn optional(r: SysResult<()>) -> SysResult<()> {
     match r {
@@ -174,23 +194,14 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
     match step {
         Step::DieWithSupervisor { supervisor } => {
             sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong)?;
-            // In a new pid namespace getppid() is 0; the supervisor being gone shows as our
-            // reparenting, which pdeathsig alone could have missed if it died before the prctl.
-            if sys::getppid() != 0 && sys::getppid() != *supervisor {
-                sys::exit_now(125);
-            }
-            // In a new pid namespace getppid() is 0 whoever the parent is, so the reliable sign
-            // of a supervisor that died before the prctl is its end of our channel closing.
-            let mut fds = [libc::pollfd {
-                fd: ctx.sock,
-                events: 0,
-                revents: 0,
-            }];
-            if sys::poll(&mut fds, 0).is_ok()
-                && fds[0].revents & (libc::POLLHUP | libc::POLLERR) != 0
-            {
-                sys::exit_now(125);
-            }
+            supervisor_alive(ctx, *supervisor);
+            Ok(())
+        }
+        Step::BecomeRoot => {
+            sys::become_ns_root(true)?;
+            // The id change cleared the death signal until become_ns_root set it again: the
+            // supervisor may have died in between.
+            supervisor_alive(ctx, 0);
             Ok(())
         }
         Step::MapIds {
@@ -211,6 +222,16 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
                 Ok(_) => Err(Errno(libc::EPROTO)),
                 Err(e) => Err(e),
             }
+        }
+        Step::AdoptTree { fd, .. } => {
+            reserved_is_free(ctx, *fd)?;
+            let from = ctx
+                .trees
+                .iter()
+                .find(|(at, _)| at == fd)
+                .map(|(_, from)| *from)
+                .ok_or(Errno(libc::EBADF))?;
+            sys::place_at(from, *fd)
         }
         Step::JoinCgroup { procs } => sys::write_file(&procs.c, b"0", 0, 0),
         Step::UnshareCgroupNs => sys::unshare(libc::CLONE_NEWCGROUP),
@@ -364,8 +385,16 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
             let _ = sys::poll(&mut fds, -1);
             sys::exit_now(0)
         }
-        Step::JoinTemplate { user_fd, mnt_fd } => {
+        Step::JoinTemplate {
+            user_fd,
+            mnt_fd,
+            become_root,
+        } => {
             sys::setns(*user_fd, libc::CLONE_NEWUSER)?;
+            if *become_root {
+                sys::become_ns_root(true)?;
+                supervisor_alive(ctx, 0);
+            }
             sys::setns(*mnt_fd, libc::CLONE_NEWNS)
         }
         Step::CloneSource { path, fd } => {
@@ -424,7 +453,9 @@ fn reserved_is_free(ctx: &ChildContext<'_>, fd: RawFd) -> SysResult<()> {
         .any(|u| u == fd);
     for s in &ctx.plan.steps {
         used |= match s {
-            Step::JoinTemplate { user_fd, mnt_fd } => *user_fd == fd || *mnt_fd == fd,
+            Step::JoinTemplate {
+                user_fd, mnt_fd, ..
+            } => *user_fd == fd || *mnt_fd == fd,
             Step::EnterTemplate {
                 mnt_fd,
                 net_fd,
@@ -681,6 +712,7 @@ mod tests {
                 Step::JoinTemplate {
                     user_fd: 905,
                     mnt_fd: 906,
+                    become_root: false,
                 },
                 Step::EnterTemplate {
                     mnt_fd: 907,
@@ -705,6 +737,7 @@ mod tests {
             trace: None,
             pid1_stack: None,
             ready_box: false,
+            trees: &[],
         };
         for busy in [901, 902, 903, 905, 906, 907, 908, 909, 910] {
             assert_eq!(

@@ -31,6 +31,14 @@ pub enum BoxError {
         path: PathBuf,
         errno: Errno,
     },
+    /// As host root, a host directory the box may write could not be given to it as an
+    /// idmapped copy (see [`crate::remap`]).
+    #[error("{arg} {path}: cannot give it to the box without host root's ids (an idmapped mount failed: {errno}){}", idmap_hint(*errno))]
+    Idmap {
+        arg: &'static str,
+        path: String,
+        errno: Errno,
+    },
     /// A limit was requested with --require-limits but cannot be enforced here.
     #[error("--require-limits: {0}")]
     LimitsUnenforced(String),
@@ -53,6 +61,15 @@ pub enum BoxError {
     Io { what: String, error: std::io::Error },
 }
 
+/// The fix for a failed idmapped mount.
+fn idmap_hint(errno: Errno) -> &'static str {
+    match errno.0 {
+        libc::EINVAL | libc::EOPNOTSUPP => "; its file system does not support idmapped mounts (ext4, xfs, btrfs and tmpfs do): use a directory on one of those, or run hull as an unprivileged user",
+        libc::ELOOP => "; a component of the path is a symlink: give the resolved path",
+        _ => "",
+    }
+}
+
 impl BoxError {
     /// The error's kind, a stable word for JSON front ends.
     pub fn kind(&self) -> &'static str {
@@ -60,7 +77,7 @@ impl BoxError {
             BoxError::Spec(_) => "invalid_argument",
             BoxError::Setup { .. } | BoxError::SetupVanished(_) => "setup_failed",
             BoxError::Clone { .. } => "namespaces_unavailable",
-            BoxError::Source { .. } => "mount_source",
+            BoxError::Source { .. } | BoxError::Idmap { .. } => "mount_source",
             BoxError::LimitsUnenforced(_) => "limits_unenforced",
             BoxError::SubIds(_) => "subids_unavailable",
             BoxError::Protocol(_) => "protocol",

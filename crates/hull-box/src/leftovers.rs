@@ -77,7 +77,10 @@ pub(crate) fn sweep(parents: &[PathBuf], temp: &Path) -> Swept {
         .count();
     let uid = crate::sys::geteuid();
     for ws in orphans(temp, WORKSPACE_PREFIX) {
-        let ours = std::fs::symlink_metadata(&ws).is_ok_and(|m| m.is_dir() && m.uid() == uid);
+        // Host root gives its temporary workspaces to its boxes' root (see `remap`).
+        let box_root = crate::remap::box_root().map(|(u, _)| u);
+        let ours = std::fs::symlink_metadata(&ws)
+            .is_ok_and(|m| m.is_dir() && (m.uid() == uid || Some(m.uid()) == box_root));
         if ours && remove_tree(&ws) {
             swept.workspaces += 1;
         }

@@ -13,6 +13,7 @@ pub mod leftovers;
 pub mod plan;
 pub mod proto;
 mod ready;
+pub mod remap;
 pub mod result;
 pub mod size;
 mod spares;

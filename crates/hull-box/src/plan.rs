@@ -57,6 +57,20 @@ impl BoxPath {
     }
 }
 
+/// Who writes a box's id maps when the box cannot write them itself.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub enum IdMaps {
+    /// `--subids` of an unprivileged caller: the setuid helpers newuidmap/newgidmap map the
+    /// caller's own id and its ranges in /etc/subuid and /etc/subgid.
+    Helpers {
+        uids: crate::subids::IdRange,
+        gids: crate::subids::IdRange,
+    },
+    /// Host root: the supervisor maps ids 0..`count` to `uid`.. and `gid`.. (hull's own range,
+    /// see [`crate::remap`]).
+    Direct { uid: u32, gid: u32, count: u32 },
+}
+
 /// The descriptor a template process keeps its first mount namespace at (below the sources').
 pub const TEMPLATE_HOST_FD: i32 = 899;
 
@@ -96,10 +110,25 @@ pub enum Step {
         uid_map: Vec<u8>,
         gid_map: Vec<u8>,
     },
-    /// `--subids`: ask the supervisor to write our id maps with newuidmap/newgidmap, and wait.
+    /// Ask the supervisor to write our id maps (we cannot map ids other than our own), and
+    /// wait.
     AwaitIdMaps {
-        uids: crate::subids::IdRange,
-        gids: crate::subids::IdRange,
+        maps: IdMaps,
+    },
+    /// Become uid and gid 0 of the box's user namespace, without the host's supplementary
+    /// groups (host root only: until then our credentials are host root's, which the box's
+    /// namespace does not map). After every bind source is open, which may need them.
+    BecomeRoot,
+    /// Take the idmapped copy of a bind source that the supervisor made (see
+    /// [`crate::remap`]) at descriptor `fd`; attached later with `AttachSource`.
+    AdoptTree {
+        path: BoxPath,
+        fd: i32,
+        /// The host ids the box's ids 0..`count` map to (the source's owner is shown as the
+        /// box's root; with `count` > 1, ids on disk are the box's own).
+        uid: u32,
+        gid: u32,
+        count: u32,
     },
     /// Write "0" into a cgroup.procs file: the box joins its cgroup before any user code runs.
     JoinCgroup {
@@ -232,6 +261,9 @@ pub enum Step {
     JoinTemplate {
         user_fd: i32,
         mnt_fd: i32,
+        /// The template's root is not the host's (see [`crate::remap`]): become it after
+        /// joining, so the box's own user namespace is made by, and maps, that id.
+        become_root: bool,
     },
     /// Open a bind source like `OpenSource`, then replace the descriptor with a detached copy of
     /// its mount tree (`open_tree(OPEN_TREE_CLONE)`), attached later with `AttachSource`.
@@ -269,7 +301,14 @@ impl Step {
         match self {
             Step::DieWithSupervisor { .. } => "tie the box to its supervisor",
             Step::MapIds { .. } => "map user and group ids",
-            Step::AwaitIdMaps { .. } => "map user and group ids through newuidmap/newgidmap",
+            Step::AwaitIdMaps {
+                maps: IdMaps::Helpers { .. },
+            } => "map user and group ids through newuidmap/newgidmap",
+            Step::AwaitIdMaps {
+                maps: IdMaps::Direct { .. },
+            } => "map user and group ids (by the supervisor)",
+            Step::BecomeRoot => "become root of the box's user namespace",
+            Step::AdoptTree { .. } => "take an idmapped bind source",
             Step::JoinCgroup { .. } => "join cgroup",
             Step::UnshareCgroupNs => "new cgroup namespace",
             Step::OpenSource { .. } => "open bind source",
@@ -334,9 +373,9 @@ impl Step {
     pub fn path(&self) -> Option<String> {
         match self {
             Step::JoinCgroup { procs } => Some(procs.shown.clone()),
-            Step::OpenSource { path, .. } | Step::CloneSource { path, .. } => {
-                Some(path.shown.clone())
-            }
+            Step::OpenSource { path, .. }
+            | Step::CloneSource { path, .. }
+            | Step::AdoptTree { path, .. } => Some(path.shown.clone()),
             Step::AttachSource { source, target, .. } => {
                 Some(format!("{source} -> {}", target.shown))
             }
@@ -371,7 +410,18 @@ impl fmt::Display for Step {
         match self {
             Step::DieWithSupervisor { supervisor } => write!(f, "prctl(PR_SET_PDEATHSIG, SIGKILL): the box dies with its supervisor (pid {supervisor})"),
             Step::MapIds { uid, gid, .. } => write!(f, "map uid 0 -> {uid}, gid 0 -> {gid} (setgroups deny)"),
-            Step::AwaitIdMaps { uids: u, gids: g } => write!(
+            Step::AwaitIdMaps { maps: IdMaps::Direct { uid, gid, count: 1 } } => write!(f, "wait for the supervisor to map uid 0 -> {uid}, gid 0 -> {gid} (host root's boxes never map to host root)"),
+            Step::AwaitIdMaps { maps: IdMaps::Direct { uid, gid, count } } => write!(
+                f,
+                "wait for the supervisor to map uid 0-{last} -> {uid}-{}, gid 0-{last} -> {gid}-{} (host root's boxes never map to host root)",
+                u64::from(*uid) + u64::from(*count) - 1,
+                u64::from(*gid) + u64::from(*count) - 1,
+                last = count - 1,
+            ),
+            Step::BecomeRoot => write!(f, "setgroups([]), setresgid(0), setresuid(0) in the box's user namespace"),
+            Step::AdoptTree { path, fd, uid, gid, count: 1 } => write!(f, "take the supervisor's idmapped copy of {} as fd {fd} (its owner is the box's root, host {uid}:{gid})", path.shown),
+            Step::AdoptTree { path, fd, uid, gid, count } => write!(f, "take the supervisor's idmapped copy of {} as fd {fd} (ids 0-{} on disk are the box's, host {uid}:{gid}..)", path.shown, count - 1),
+            Step::AwaitIdMaps { maps: IdMaps::Helpers { uids: u, gids: g } } => write!(
                 f,
                 "wait for the supervisor's newuidmap/newgidmap: uid 0 -> {}, 1-{} -> {}-{}; gid 0 -> {}, 1-{} -> {}-{}",
                 u.own,
@@ -417,7 +467,7 @@ impl fmt::Display for Step {
             Step::Seccomp { listener, rules } => write!(f, "install seccomp allowlist ({rules} rules, default ENOSYS; escape calls {})", if *listener { "reported to the supervisor, box killed" } else { "kill the box" }),
             Step::LeanRoot { root, keep_fd } => write!(f, "keep this mount namespace as fd {keep_fd}, then in a copy of it pivot_root to {} and detach the host's tree", root.shown),
             Step::HoldTemplate { .. } => write!(f, "report the template ready, hold it until the supervisor has its namespaces"),
-            Step::JoinTemplate { .. } => write!(f, "setns into the template's user namespace and the mount namespace it was built in"),
+            Step::JoinTemplate { become_root, .. } => write!(f, "setns into the template's user namespace{} and the mount namespace it was built in", if *become_root { " (becoming its root)" } else { "" }),
             Step::CloneSource { path, fd } => write!(f, "open {} (O_PATH) and clone its mount tree (detached) as fd {fd}", path.shown),
             Step::EnterTemplate { flags, net_fd, own_fds, .. } => {
                 let mut flags = *flags;
@@ -480,17 +530,59 @@ impl BoxPlan {
         for s in &mut self.steps {
             if matches!(s, Step::MapIds { .. }) {
                 *s = Step::AwaitIdMaps {
-                    uids: uids.clone(),
-                    gids: gids.clone(),
+                    maps: IdMaps::Helpers {
+                        uids: uids.clone(),
+                        gids: gids.clone(),
+                    },
                 };
             }
         }
     }
 
-    /// The id ranges of an `AwaitIdMaps` step, if the plan has one.
-    pub(crate) fn id_maps(&self) -> Option<(&crate::subids::IdRange, &crate::subids::IdRange)> {
+    /// Host root (see [`crate::remap`]): the box's ids 0..`count` map to `uid`.. and `gid`..,
+    /// written by the supervisor, and the box becomes its own root once its bind sources are
+    /// open. The sources whose descriptors are in `adopt` (host directories the box may write)
+    /// become idmapped copies the supervisor makes, attached instead of bound, so what the
+    /// box writes there belongs to the directory's owner, not to the box's host ids.
+    pub fn remap_root(&mut self, uid: u32, gid: u32, count: u32, adopt: &[i32]) {
+        let mut steps = Vec::with_capacity(self.steps.len() + 2);
+        for s in std::mem::take(&mut self.steps) {
+            match s {
+                Step::MapIds { .. } => steps.push(Step::AwaitIdMaps {
+                    maps: IdMaps::Direct { uid, gid, count },
+                }),
+                Step::PrivatizeMounts => {
+                    steps.push(Step::BecomeRoot);
+                    steps.push(s);
+                }
+                Step::OpenSource { path, fd } if adopt.contains(&fd) => {
+                    steps.push(Step::AdoptTree {
+                        path,
+                        fd,
+                        uid,
+                        gid,
+                        count,
+                    });
+                }
+                Step::Bind { source, target, .. }
+                    if source_fd(&source).is_some_and(|fd| adopt.contains(&fd)) =>
+                {
+                    steps.push(Step::AttachSource {
+                        fd: source_fd(&source).unwrap_or(-1),
+                        source: source.shown,
+                        target,
+                    });
+                }
+                other => steps.push(other),
+            }
+        }
+        self.steps = steps;
+    }
+
+    /// Who maps the box's ids, when the box cannot map them itself.
+    pub(crate) fn id_maps(&self) -> Option<&IdMaps> {
         self.steps.iter().find_map(|s| match s {
-            Step::AwaitIdMaps { uids, gids } => Some((uids, gids)),
+            Step::AwaitIdMaps { maps } => Some(maps),
             _ => None,
         })
     }
@@ -523,13 +615,11 @@ impl BoxPlan {
     /// The box plan carries no namespace descriptors yet (see [`BoxPlan::set_template_fds`]).
     pub fn split_template(self) -> Result<(BoxPlan, BoxPlan), BoxPlan> {
         // A template's user namespace maps one id; a box with sub-ids is built whole.
-        if self
-            .steps
-            .iter()
-            .any(|s| matches!(s, Step::AwaitIdMaps { .. }))
-        {
-            return Err(self);
-        }
+        let become_root = match self.id_maps() {
+            None => false,
+            Some(IdMaps::Direct { count: 1, .. }) => true,
+            Some(_) => return Err(self),
+        };
         let root = self
             .steps
             .iter()
@@ -571,7 +661,11 @@ impl BoxPlan {
                     template.push(Step::DieWithSupervisor { supervisor });
                     boxed.push(Step::DieWithSupervisor { supervisor });
                 }
-                Step::MapIds { .. } => template.push(s),
+                // The template's ids are the box's: the template maps them, and the box's own
+                // user namespace, made below it, maps its root to the template's.
+                Step::MapIds { .. } | Step::AwaitIdMaps { .. } | Step::BecomeRoot => {
+                    template.push(s)
+                }
                 // After the template is entered: it needs the box's own user namespace.
                 Step::UnshareCgroupNs => {}
                 Step::OpenSource { path, fd } => sources.push(Step::CloneSource { path, fd }),
@@ -596,6 +690,7 @@ impl BoxPlan {
         boxed.push(Step::JoinTemplate {
             user_fd: -1,
             mnt_fd: -1,
+            become_root,
         });
         boxed.extend(sources);
         boxed.push(Step::EnterTemplate {
@@ -651,7 +746,9 @@ impl BoxPlan {
     ) {
         for s in &mut self.steps {
             match s {
-                Step::JoinTemplate { user_fd, mnt_fd } => (*user_fd, *mnt_fd) = (user, host),
+                Step::JoinTemplate {
+                    user_fd, mnt_fd, ..
+                } => (*user_fd, *mnt_fd) = (user, host),
                 Step::EnterTemplate {
                     mnt_fd,
                     net_fd,

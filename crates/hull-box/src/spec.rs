@@ -184,7 +184,11 @@ impl BoxSpec {
                 }
             }
         }
-        caps::resolve(&self.cap_add, &self.cap_drop)?;
+        caps::resolve_for(
+            &self.cap_add,
+            &self.cap_drop,
+            crate::remap::box_root().is_some(),
+        )?;
         if !self.cwd.starts_with('/') {
             return Err(SpecError::Invalid {
                 arg: "--cwd",

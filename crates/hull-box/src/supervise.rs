@@ -4,7 +4,7 @@
 //! killing the box's pid 1 makes the kernel kill every process in the box's pid namespace.
 
 use std::ffi::CString;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -329,8 +329,12 @@ impl Core {
                 })
                 .collect();
         }
-        let keep = crate::caps::resolve(&spec.cap_add, &spec.cap_drop)
-            .map_err(crate::spec::SpecError::from)?;
+        let keep = crate::caps::resolve_for(
+            &spec.cap_add,
+            &spec.cap_drop,
+            crate::remap::box_root().is_some(),
+        )
+        .map_err(crate::spec::SpecError::from)?;
         let ctx = Context {
             uid: sys::geteuid(),
             gid: sys::getegid(),
@@ -340,6 +344,8 @@ impl Core {
             listener: self.listener,
             keep_caps: keep,
             stage: crate::plan::STAGE,
+            remap: remap_of(spec),
+            temporary_workspace: temp.is_some(),
         };
         build_plan(spec, &ctx)
     }
@@ -364,8 +370,12 @@ impl Core {
             }
         };
         spec.validate()?;
-        let keep = crate::caps::resolve(&spec.cap_add, &spec.cap_drop)
-            .map_err(crate::spec::SpecError::from)?;
+        let keep = crate::caps::resolve_for(
+            &spec.cap_add,
+            &spec.cap_drop,
+            crate::remap::box_root().is_some(),
+        )
+        .map_err(crate::spec::SpecError::from)?;
         // A box set up ahead for this shape of spec, if one is ready (not while tracing steps,
         // which a ready box ran long ago).
         if let (Some(pool), false) = (&self.ready, tracing) {
@@ -490,6 +500,8 @@ impl Core {
                 .templates
                 .as_ref()
                 .map_or(crate::plan::STAGE, |t| t.stage()),
+            remap: remap_of(spec),
+            temporary_workspace: spec.workspace.is_none(),
         };
         build_plan(spec, &ctx)
     }
@@ -610,8 +622,12 @@ impl Core {
     /// Sets up a box for `spec` and leaves its pid 1 waiting for the program (see `ready.rs`).
     pub(crate) fn build_ready(&self, spec: &BoxSpec) -> Result<crate::ready::ReadyBox, BoxError> {
         spec.validate()?;
-        let keep = crate::caps::resolve(&spec.cap_add, &spec.cap_drop)
-            .map_err(crate::spec::SpecError::from)?;
+        let keep = crate::caps::resolve_for(
+            &spec.cap_add,
+            &spec.cap_drop,
+            crate::remap::box_root().is_some(),
+        )
+        .map_err(crate::spec::SpecError::from)?;
         let Some(templates) = &self.templates else {
             return Err(BoxError::Sys {
                 what: "set up a box ahead without templates",
@@ -742,6 +758,11 @@ impl Core {
         };
         let argv_ptrs = child::pointer_array(argv);
         let env_ptrs = child::pointer_array(env);
+        // Idmapped copies of the host directories the box may write (host root only): made
+        // here, in the initial user namespace, and held until the clone has its copies.
+        let trees = adopted_trees(plan)?;
+        let tree_fds: Vec<(i32, RawFd)> =
+            trees.iter().map(|(at, fd)| (*at, fd.as_raw_fd())).collect();
         let ctx = ChildContext {
             plan,
             sock: sock_child.as_raw_fd(),
@@ -755,6 +776,7 @@ impl Core {
             trace: trace.map(|t| t.0),
             pid1_stack,
             ready_box,
+            trees: &tree_fds,
         };
         let start = sys::monotonic_ns();
         // SAFETY: the child runs only `child::run`, which reads prepared data, calls
@@ -769,9 +791,9 @@ impl Core {
                 })
             }
         };
-        drop((out_w, err_w, sock_child));
-        if let Some((uids, gids)) = plan.id_maps() {
-            if let Err(e) = map_subids(pid, &sock_parent, uids, gids, plan) {
+        drop((out_w, err_w, sock_child, trees));
+        if let Some(maps) = plan.id_maps() {
+            if let Err(e) = map_ids(pid, &sock_parent, maps, plan) {
                 let _ = sys::kill(pid, libc::SIGKILL);
                 let _ = sys::wait4(pid, false);
                 return Err(e);
@@ -793,12 +815,33 @@ impl Core {
     }
 }
 
-/// `--subids`: waits for the box's request, writes its maps with the uidmap helpers, answers.
-fn map_subids(
+/// Idmapped copies of the plan's `AdoptTree` sources (see [`crate::remap`]), by descriptor
+/// number.
+fn adopted_trees(plan: &BoxPlan) -> Result<Vec<(i32, OwnedFd)>, BoxError> {
+    plan.steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::AdoptTree {
+                path,
+                fd,
+                uid,
+                gid,
+                count,
+            } => Some(
+                crate::remap::tree("--workspace or --mount", &path.c, (*uid, *gid), *count)
+                    .map(|t| (*fd, t)),
+            ),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Waits for the box's request and writes its id maps: with the uidmap helpers (`--subids`),
+/// or ourselves (host root, see [`crate::remap`]); then answers.
+pub(crate) fn map_ids(
     pid: libc::pid_t,
     sock: &OwnedFd,
-    uids: &crate::subids::IdRange,
-    gids: &crate::subids::IdRange,
+    maps: &crate::plan::IdMaps,
     plan: &BoxPlan,
 ) -> Result<(), BoxError> {
     match crate::template::await_message(sock, 10_000)? {
@@ -806,7 +849,20 @@ fn map_subids(
         Message::SetupFailed { step, errno } => return Err(setup_error(plan, step, errno)),
         _ => return Err(crate::proto::ProtoError::Tag(0).into()),
     }
-    crate::subids::apply(pid, uids, gids)?;
+    match maps {
+        crate::plan::IdMaps::Helpers { uids, gids } => crate::subids::apply(pid, uids, gids)?,
+        crate::plan::IdMaps::Direct { uid, gid, count } => {
+            for (file, id) in [("uid_map", uid), ("gid_map", gid)] {
+                let path = format!("/proc/{pid}/{file}");
+                std::fs::write(&path, format!("0 {id} {count}\n")).map_err(|error| {
+                    BoxError::Io {
+                        what: format!("write {path}"),
+                        error,
+                    }
+                })?;
+            }
+        }
+    }
     sys::send_with_fd(sock.as_raw_fd(), &Message::IdsMapped.encode(), None).map_err(|errno| {
         BoxError::Sys {
             what: "answer the box's id-map request",
@@ -825,10 +881,21 @@ struct Started {
     err: OwnedFd,
 }
 
-/// The plan of `spec` in `ctx`, its id maps left to the uidmap helpers with `--subids`.
+/// The host ids host root's box maps to (see [`crate::remap`]): with `--subids`, the whole
+/// range.
+fn remap_of(spec: &BoxSpec) -> Option<crate::assemble::Remap> {
+    crate::remap::box_root().map(|(uid, gid)| crate::assemble::Remap {
+        uid,
+        gid,
+        count: if spec.subids { crate::remap::COUNT } else { 1 },
+    })
+}
+
+/// The plan of `spec` in `ctx`, its id maps left to the uidmap helpers with `--subids` (host
+/// root's are written by the supervisor, see [`crate::remap`]).
 fn build_plan(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
     let mut plan = assemble::build(spec, ctx)?;
-    if spec.subids {
+    if spec.subids && ctx.remap.is_none() {
         let (uids, gids) = crate::subids::lookup(ctx.uid, ctx.gid)?;
         plan.use_subids(uids, gids);
     }
@@ -1567,10 +1634,12 @@ impl Workspace {
             });
         }
         template.pop();
-        Ok(Workspace {
+        let ws = Workspace {
             path: PathBuf::from(std::ffi::OsString::from_vec(template)),
             temporary: true,
-        })
+        };
+        crate::remap::give_to_box(&ws.path)?;
+        Ok(ws)
     }
 }
 

@@ -6,7 +6,7 @@
 //! holding the allocator's lock.
 
 use std::ffi::CStr;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr;
 
 /// An errno value returned by a failed system call.
@@ -381,6 +381,134 @@ pub fn mount_setattr(path: &CStr, recursive: bool, set: u64, clear: u64) -> SysR
         )
     };
     check_long(ret).map(drop)
+}
+
+pub const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
+
+/// Opens `path` with `O_PATH` and `RESOLVE_NO_SYMLINKS` (see [`open_path_at`]) at any number.
+pub fn open_path_no_symlinks(path: &CStr) -> SysResult<OwnedFd> {
+    let how = OpenHow {
+        flags: u64::try_from(libc::O_PATH | libc::O_CLOEXEC).unwrap_or(0),
+        mode: 0,
+        resolve: RESOLVE_NO_SYMLINKS,
+    };
+    // SAFETY: path is a valid C string and `how` a valid open_how of the size passed.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            ptr::from_ref(&how),
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    let fd = RawFd::try_from(check_long(ret)?).unwrap_or(-1);
+    // SAFETY: openat2 returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Owner uid and gid of what `fd` refers to (`fstat`, which works on `O_PATH` descriptors).
+pub fn owner_of(fd: BorrowedFd<'_>) -> SysResult<(u32, u32)> {
+    let st = rustix::fs::fstat(fd).map_err(|e| Errno(e.raw_os_error()))?;
+    Ok((st.st_uid, st.st_gid))
+}
+
+/// A detached copy of the mount tree `fd` points into (`open_tree(OPEN_TREE_CLONE |
+/// AT_RECURSIVE)`) whose ids are mapped through the user namespace `userns`
+/// (`mount_setattr(MOUNT_ATTR_IDMAP)`, recursive): an idmapped bind to attach with
+/// [`attach_tree`]. Only a caller with `CAP_SYS_ADMIN` in the initial user namespace may idmap
+/// a host file system, so the supervisor makes these before the box's namespaces exist.
+pub fn idmapped_tree(fd: BorrowedFd<'_>, userns: BorrowedFd<'_>) -> SysResult<OwnedFd> {
+    const OPEN_TREE_CLONE: libc::c_uint = 1;
+    const AT_RECURSIVE: libc::c_uint = 0x8000;
+    let flags = OPEN_TREE_CLONE
+        | AT_RECURSIVE
+        | libc::AT_EMPTY_PATH as libc::c_uint
+        | libc::O_CLOEXEC as libc::c_uint;
+    // SAFETY: an empty C string with AT_EMPTY_PATH names `fd` itself.
+    let ret = unsafe { libc::syscall(libc::SYS_open_tree, fd.as_raw_fd(), c"".as_ptr(), flags) };
+    let tree = RawFd::try_from(check_long(ret)?).unwrap_or(-1);
+    // SAFETY: open_tree returned a new descriptor that nothing else owns.
+    let tree = unsafe { OwnedFd::from_raw_fd(tree) };
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_IDMAP,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: u64::try_from(userns.as_raw_fd()).unwrap_or(u64::MAX),
+    };
+    // SAFETY: attr is a valid mount_attr of the size passed; the empty path names `tree`.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::c_uint::try_from(libc::AT_EMPTY_PATH | libc::AT_RECURSIVE).unwrap_or(0),
+            ptr::from_ref(&attr),
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    check_long(ret)?;
+    Ok(tree)
+}
+
+/// A user namespace with the id maps `uid_map` and `gid_map` (written by us, so they may name
+/// any ids when we are root), as a descriptor: the mapping of an idmapped mount. A child waits
+/// in it until we hold the descriptor, then exits.
+pub fn userns_with_maps(uid_map: &[u8], gid_map: &[u8]) -> SysResult<OwnedFd> {
+    let (r, w) = pipe()?;
+    // SAFETY: the child only closes a descriptor, reads a pipe and exits (allocation-free).
+    let pid = match unsafe { clone_fork(libc::CLONE_NEWUSER) }? {
+        0 => {
+            close_raw(w.as_raw_fd());
+            let mut b = [0u8; 1];
+            let _ = read(r.as_fd(), &mut b);
+            exit_now(0)
+        }
+        pid => pid,
+    };
+    drop(r);
+    let io = |e: std::io::Error| Errno(e.raw_os_error().unwrap_or(libc::EIO));
+    let made = std::fs::write(format!("/proc/{pid}/uid_map"), uid_map)
+        .and_then(|()| std::fs::write(format!("/proc/{pid}/gid_map"), gid_map))
+        .and_then(|()| std::fs::File::open(format!("/proc/{pid}/ns/user")))
+        .map(OwnedFd::from)
+        .map_err(io);
+    drop(w);
+    let _ = wait4(pid, false);
+    made
+}
+
+/// Becomes uid and gid 0 of the user namespace we are in, with no supplementary groups: after
+/// joining or creating a user namespace our credentials are still the host's (as host root,
+/// uid 0, which that namespace may map to nothing), so files we create and permission checks
+/// would use them. Raw system calls: glibc's wrappers would try to signal every thread of the
+/// process it believes exists, and a forked copy of a threaded supervisor has only one.
+///
+/// Changing ids clears the parent-death signal; it is set again here, and the caller checks
+/// that its parent did not die in between.
+pub fn become_ns_root(clear_groups: bool) -> SysResult<()> {
+    let mut death: libc::c_int = 0;
+    // SAFETY: PR_GET_PDEATHSIG writes one int through the pointer we pass.
+    check(unsafe { libc::prctl(libc::PR_GET_PDEATHSIG, ptr::from_mut(&mut death)) })?;
+    if clear_groups {
+        // SAFETY: setgroups with a zero count reads no memory.
+        check_long(unsafe { libc::syscall(libc::SYS_setgroups, 0, ptr::null::<libc::gid_t>()) })?;
+    }
+    // SAFETY: plain integer arguments.
+    check_long(unsafe { libc::syscall(libc::SYS_setresgid, 0, 0, 0) })?;
+    // SAFETY: plain integer arguments.
+    check_long(unsafe { libc::syscall(libc::SYS_setresuid, 0, 0, 0) })?;
+    // Changing ids made us non-dumpable, which hands our /proc entries (uid_map among them,
+    // which a process below writes for itself) to the namespace's owner; pid 1 turns
+    // non-dumpable again before the program exists.
+    prctl(libc::PR_SET_DUMPABLE, 1)?;
+    if death != 0 {
+        prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::c_ulong::try_from(death).unwrap_or(0),
+        )?;
+    }
+    Ok(())
 }
 
 pub fn mkdir(path: &CStr, mode: libc::mode_t) -> SysResult<()> {
@@ -848,17 +976,20 @@ pub fn set_nonblocking(fd: BorrowedFd<'_>) -> SysResult<()> {
     check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) }).map(drop)
 }
 
+/// The kernel's `struct open_how` (linux/openat2.h).
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+
 /// `openat2` with `RESOLVE_NO_SYMLINKS`: the path (already canonical, so symlink-free when it
 /// was checked) must still be symlink-free, so a component swapped for a symlink since the check
 /// fails with ELOOP instead of redirecting a bind.
 pub fn open_path_at(path: &CStr, at: RawFd) -> SysResult<()> {
-    #[repr(C)]
-    struct OpenHow {
-        flags: u64,
-        mode: u64,
-        resolve: u64,
-    }
-    const RESOLVE_NO_SYMLINKS: u64 = 0x04;
     let how = OpenHow {
         flags: u64::try_from(libc::O_PATH | libc::O_CLOEXEC).unwrap_or(0),
         mode: 0,
@@ -878,7 +1009,7 @@ pub fn open_path_at(path: &CStr, at: RawFd) -> SysResult<()> {
 }
 
 /// Moves our descriptor `fd` to the number `at` (close-on-exec), closing `fd`.
-fn place_at(fd: RawFd, at: RawFd) -> SysResult<()> {
+pub fn place_at(fd: RawFd, at: RawFd) -> SysResult<()> {
     if fd == at {
         return Ok(());
     }

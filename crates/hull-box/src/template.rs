@@ -53,6 +53,9 @@ pub(crate) struct Template {
     users: Mutex<Vec<OwnNs>>,
     /// Making a pooled namespace failed once: boxes unshare their own from then on.
     pool_failed: AtomicBool,
+    /// Its root is not the caller's (host root, see [`crate::remap`]): whoever joins its user
+    /// namespace becomes that root before making namespaces below it.
+    remapped: bool,
 }
 
 /// A box's own user namespace (ids mapped) with the ipc and uts namespaces it owns.
@@ -262,6 +265,7 @@ fn make_pooled(t: &Template, kind: Pooled, stack: &mut [u8]) -> Result<Vec<Owned
         user: t.user.as_raw_fd(),
         ready: ready_w.as_raw_fd(),
         kind,
+        become_root: t.remapped,
     };
     // SAFETY: `pool_helper` calls only allocation-free wrappers and ends in _exit or is killed;
     // it reads `args`, which stays in place until the child is reaped below, and runs on
@@ -319,16 +323,34 @@ struct HelperArgs {
     user: RawFd,
     ready: RawFd,
     kind: Pooled,
+    become_root: bool,
 }
 
 extern "C" fn pool_helper(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the HelperArgs make_pooled passed, alive until we are reaped.
-    let HelperArgs { user, ready, kind } = unsafe { std::ptr::read(arg.cast::<HelperArgs>()) };
+    let HelperArgs {
+        user,
+        ready,
+        kind,
+        become_root,
+    } = unsafe { std::ptr::read(arg.cast::<HelperArgs>()) };
     // Our descriptor table is a copy of a busy process's: drop every descriptor but ours
     // (another thread's box pipes among them, whose end of output we would otherwise delay).
     sys::close_all_except(&mut [user, ready]);
     let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-    let made = sys::setns(user, libc::CLONE_NEWUSER).and_then(|()| match kind {
+    let parent = sys::getppid();
+    let joined = sys::setns(user, libc::CLONE_NEWUSER).and_then(|()| {
+        if !become_root {
+            return Ok(());
+        }
+        sys::become_ns_root(true)?;
+        // The id change cleared the death signal until become_ns_root set it again.
+        if sys::getppid() != parent {
+            sys::exit_now(1);
+        }
+        Ok(())
+    });
+    let made = joined.and_then(|()| match kind {
         Pooled::Net => sys::unshare(libc::CLONE_NEWNET).and_then(|()| sys::loopback_up()),
         Pooled::User => sys::open_dir_path(c"/proc/self").and_then(|proc_self| {
             sys::unshare(libc::CLONE_NEWUSER)?;
@@ -390,6 +412,7 @@ fn build(plan: &BoxPlan) -> Result<Template, BoxError> {
         trace: None,
         pid1_stack: None,
         ready_box: false,
+        trees: &[],
     };
     // SAFETY: the child runs only `child::run` over the template plan (allocation-free wrappers,
     // ending in HoldTemplate's exit).
@@ -405,9 +428,15 @@ fn build(plan: &BoxPlan) -> Result<Template, BoxError> {
         }
     };
     drop(sock_child);
-    let answer = await_message_fd(&sock_parent, 10_000);
+    // Host root's template maps its root to hull's range (see `remap`), which only we can write.
+    let mapped = match plan.id_maps() {
+        Some(maps) => crate::supervise::map_ids(pid, &sock_parent, maps, plan),
+        None => Ok(()),
+    };
+    let answer = mapped.and_then(|()| await_message_fd(&sock_parent, 10_000));
+    let remapped = plan.id_maps().is_some();
     let result = match answer {
-        Ok((Message::Ready, Some(host))) => open_ns(pid, host),
+        Ok((Message::Ready, Some(host))) => open_ns(pid, host, remapped),
         Ok((Message::Ready, None)) => Err(BoxError::Sys {
             what: "build a template (no mount namespace sent)",
             errno: Errno(libc::EPROTO),
@@ -430,7 +459,7 @@ fn build(plan: &BoxPlan) -> Result<Template, BoxError> {
     result
 }
 
-fn open_ns(pid: libc::pid_t, host: OwnedFd) -> Result<Template, BoxError> {
+fn open_ns(pid: libc::pid_t, host: OwnedFd, remapped: bool) -> Result<Template, BoxError> {
     let open = |kind: &str| -> Result<OwnedFd, BoxError> {
         let path = format!("/proc/{pid}/ns/{kind}");
         std::fs::File::open(&path)
@@ -447,6 +476,7 @@ fn open_ns(pid: libc::pid_t, host: OwnedFd) -> Result<Template, BoxError> {
         nets: Mutex::new(Vec::new()),
         users: Mutex::new(Vec::new()),
         pool_failed: AtomicBool::new(false),
+        remapped,
     })
 }
 

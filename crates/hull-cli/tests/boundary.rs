@@ -1006,6 +1006,30 @@ fn subids_map_a_range_through_the_uidmap_helpers_or_are_refused_naming_the_fix()
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr),
     );
+    if uid == "0" {
+        // Host root's boxes map to hull's own range, all 65536 ids of it with --subids, and a
+        // named workspace is an idmapped copy whose ids on disk are the box's own.
+        println!("host root: --subids maps hull's range");
+        assert!(
+            out.status.success() && stdout.contains("chowned"),
+            "{stdout}\n{stderr}"
+        );
+        assert_eq!(
+            stdout.split_whitespace().take(3).collect::<Vec<_>>(),
+            ["0", "2147287040", "65536"],
+            "{stdout}"
+        );
+        let f = std::fs::metadata(dir.path().join("f")).unwrap();
+        assert_eq!(
+            (
+                std::os::unix::fs::MetadataExt::uid(&f),
+                std::os::unix::fs::MetadataExt::gid(&f)
+            ),
+            (1000, 1000),
+            "{stdout}"
+        );
+        return;
+    }
     match (range("/etc/subuid"), range("/etc/subgid")) {
         (Some(u), Some(g)) => {
             println!("{me} has sub-ids from {u} (uids) and {g} (gids): testing the mapping");
@@ -1057,4 +1081,114 @@ fn subids_map_a_range_through_the_uidmap_helpers_or_are_refused_naming_the_fix()
             );
         }
     }
+}
+
+/// The host uid and gid (real, effective, saved, fs) of process `pid`, from its status file.
+fn host_ids(pid: i32) -> (Vec<u32>, Vec<u32>) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let ids = |key: &str| -> Vec<u32> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .unwrap()
+            .split_whitespace()
+            .map(|n| n.parse().unwrap())
+            .collect()
+    };
+    (ids("Uid:"), ids("Gid:"))
+}
+
+#[test]
+fn host_roots_box_is_never_host_root_and_its_files_belong_to_the_directory_owner() {
+    // The box's processes, seen from the host: as host root they run as hull's own range
+    // (2147287040), never uid 0, with no supplementary groups; rootless, as the caller.
+    let me = caller_ids();
+    let marker = format!("hull-remap-{}", std::process::id());
+    let ws = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(bin())
+        .args([
+            "run",
+            "--timeout",
+            "20s",
+            "--workspace",
+            ws.path().to_str().unwrap(),
+            "--",
+            "python3",
+            "-c",
+            "import os, time; open('/workspace/made', 'w').write('x'); os.mkdir('/workspace/d'); time.sleep(20)",
+            &marker,
+        ])
+        .spawn()
+        .unwrap();
+    let pid = wait_for_process(&marker);
+    for _ in 0..500 {
+        if ws.path().join("d").exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let (uids, gids) = host_ids(pid);
+    let groups = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("Groups:").map(|g| g.trim().to_string()))
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let expected = if me.0 == 0 { 2_147_287_040 } else { me.0 };
+    assert_eq!(uids, vec![expected; 4], "box uids on the host");
+    assert_eq!(
+        gids,
+        vec![if me.0 == 0 { 2_147_287_040 } else { me.1 }; 4],
+        "box gids on the host"
+    );
+    if me.0 == 0 {
+        assert!(groups.is_empty(), "host root's groups kept: {groups}");
+    }
+    // What the box made in the named workspace belongs to the workspace's owner (the caller),
+    // not to the box's host ids.
+    for name in ["made", "d"] {
+        let m = std::fs::metadata(ws.path().join(name)).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!((m.uid(), m.gid()), me, "{name}");
+    }
+    if me.0 != 0 {
+        return;
+    }
+    // As root, a directory owned by someone else: the box is its owner, its files are theirs.
+    let other = tempfile::tempdir().unwrap();
+    std::os::unix::fs::chown(other.path(), Some(65534), Some(65534)).unwrap();
+    let v = run_json(&[
+        "--workspace",
+        other.path().to_str().unwrap(),
+        "--code",
+        "import os; open('/workspace/f', 'w').write('x'); print(os.stat('/workspace').st_uid)",
+    ]);
+    assert_eq!(stdout(&v).trim(), "0", "{v}");
+    let m = std::fs::metadata(other.path().join("f")).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!((m.uid(), m.gid()), (65534, 65534));
+    // A file capability written through such a directory would be stored for its owner (host
+    // root for a root-owned one): SETFCAP is refused, by name, and never kept through ALL.
+    let out = hull(&["run", "--cap-add", "SETFCAP", "--", "true"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("SETFCAP") && err.contains("as root"),
+        "{out:?}"
+    );
+    let v = run_json(&[
+        "--cap-add",
+        "ALL",
+        "--code",
+        "print(open('/proc/self/status').read().split('CapEff:')[1].split()[0])",
+    ]);
+    let eff = u64::from_str_radix(stdout(&v).trim(), 16).unwrap();
+    assert_eq!(eff & (1 << 31), 0, "SETFCAP kept through ALL: {v}");
+}
+
+/// The caller's effective uid and gid.
+fn caller_ids() -> (u32, u32) {
+    let m = std::fs::metadata("/proc/self").unwrap();
+    use std::os::unix::fs::MetadataExt;
+    (m.uid(), m.gid())
 }
