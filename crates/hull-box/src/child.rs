@@ -43,6 +43,9 @@ pub(crate) struct ChildContext<'a> {
     /// Idmapped bind sources the supervisor made for `AdoptTree` steps: (the step's descriptor
     /// number, our copy of the supervisor's descriptor).
     pub trees: &'a [(i32, RawFd)],
+    /// Where the supervisor's argv and environment strings are ([`sys::process_strings`]),
+    /// which pid 1 blanks before the program exists.
+    pub strings: Option<[usize; 4]>,
 }
 
 /// In a pid 1 forked by a template's entry process: the read end of the pipe on which the entry
@@ -329,6 +332,17 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
                 0,
             )
         }
+        Step::UserNsLimits {
+            instances,
+            watches,
+            values,
+        } => {
+            optional(sys::write_file(&instances.c, &values.0, 0, 0))?;
+            optional(sys::write_file(&watches.c, &values.1, 0, 0))
+        }
+        Step::LowerRlimits { limits } => limits
+            .iter()
+            .try_for_each(|(res, v)| sys::set_limit(*res, *v)),
         Step::Pivot { root } => pivot(root),
         Step::Hostname { name } => sys::sethostname(name.as_bytes()),
         Step::LoopbackUp => sys::loopback_up(),
@@ -525,6 +539,11 @@ fn isolate_pid1(ctx: &ChildContext<'_>) -> SysResult<()> {
     // from the supervisor (other boxes' pipes, a template's namespaces) is reachable even in the
     // moment between the program's exec and our return, nor kept while a ready box waits.
     let _ = sys::prctl(libc::PR_SET_DUMPABLE, 0);
+    // Our argv and environment are the supervisor's (we are its copy): /proc/1/cmdline would
+    // show the host's command line, whatever secret it carries.
+    if let Some(areas) = ctx.strings {
+        sys::retitle(areas, c"hull-init");
+    }
     sys::close_all_except(&mut [ctx.sock, ctx.stdin, ctx.stdout, ctx.stderr]);
     Ok(())
 }
@@ -738,6 +757,7 @@ mod tests {
             pid1_stack: None,
             ready_box: false,
             trees: &[],
+            strings: None,
         };
         for busy in [901, 902, 903, 905, 906, 907, 908, 909, 910] {
             assert_eq!(

@@ -6,6 +6,7 @@
 //! This is the only crate of hull that forks into namespaces; its `unsafe` code is in [`sys`].
 
 pub mod assemble;
+pub mod budgets;
 pub mod caps;
 mod child;
 pub mod error;

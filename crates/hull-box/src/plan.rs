@@ -203,6 +203,19 @@ pub enum Step {
     Proc {
         target: BoxPath,
     },
+    /// Sets the box's user namespace's own inotify limits (see [`crate::budgets`]), through its
+    /// fresh procfs before `/proc/sys` turns read-only; skipped when the kernel has no such
+    /// file.
+    UserNsLimits {
+        instances: BoxPath,
+        watches: BoxPath,
+        values: (Vec<u8>, Vec<u8>),
+    },
+    /// Lowers soft and hard rlimits to the box's share of per-user budgets (see
+    /// [`crate::budgets`]).
+    LowerRlimits {
+        limits: Vec<(u32, u64)>,
+    },
     /// Hides a /proc file behind /dev/null; skipped when the kernel has no such file.
     MaskFile {
         target: BoxPath,
@@ -327,6 +340,8 @@ impl Step {
             Step::Proc { .. } => "mount proc",
             Step::MaskFile { .. } | Step::MaskDir { .. } => "mask /proc path",
             Step::ProtectProc { .. } => "make /proc path read-only",
+            Step::UserNsLimits { .. } => "set the user namespace's inotify limits",
+            Step::LowerRlimits { .. } => "lower resource limits",
             Step::Pivot { .. } => "pivot root",
             Step::Hostname { .. } => "set hostname",
             Step::LoopbackUp => "bring up loopback",
@@ -363,6 +378,9 @@ impl Step {
             | Step::AttachSource { target, .. }
             | Step::Bind { target, .. } => vec![target],
             Step::MaskFile { target, null } => vec![target, null],
+            Step::UserNsLimits {
+                instances, watches, ..
+            } => vec![instances, watches],
             Step::MountRoot { at, .. } => vec![at],
             Step::Seal { root, dev } => vec![root, dev],
             _ => Vec::new(),
@@ -452,6 +470,8 @@ impl fmt::Display for Step {
             Step::MaskFile { target, .. } => write!(f, "mask {} with /dev/null (if present)", target.shown),
             Step::MaskDir { target } => write!(f, "mask {} with an empty read-only tmpfs (if present)", target.shown),
             Step::ProtectProc { target } => write!(f, "make {} read-only (if present)", target.shown),
+            Step::UserNsLimits { instances, watches, values } => write!(f, "write {} > {}, {} > {} (the box's share of its caller's inotify budget)", String::from_utf8_lossy(&values.0), instances.shown, String::from_utf8_lossy(&values.1), watches.shown),
+            Step::LowerRlimits { limits } => write!(f, "lower rlimits (soft and hard) to the box's share of per-user budgets: {}", limits.iter().map(|(r, v)| format!("{}={v}", crate::budgets::rlimit_name(*r))).collect::<Vec<_>>().join(", ")),
             Step::Pivot { root } => write!(f, "pivot_root to {}, detach the old root", root.shown),
             Step::Hostname { name } => write!(f, "sethostname {name}"),
             Step::LoopbackUp => write!(f, "bring up lo (the only interface)"),
@@ -860,6 +880,12 @@ fn proc_present() -> &'static ProcPresent {
                 "vmcore",
                 "pagetypeinfo",
                 "slabinfo",
+                // Host memory layout: physical page flags, use counts and owners, and kernel
+                // virtual addresses (KASLR).
+                "kpageflags",
+                "kpagecount",
+                "kpagecgroup",
+                "vmallocinfo",
             ]
             .into_iter()
             .filter(present)
@@ -1057,6 +1083,13 @@ impl PlanBuilder<Writable> {
         self.steps.push(Step::Proc {
             target: self.staged("/proc"),
         });
+        if let Some(values) = &crate::budgets::budgets().inotify {
+            self.steps.push(Step::UserNsLimits {
+                instances: self.staged("/proc/sys/user/max_inotify_instances"),
+                watches: self.staged("/proc/sys/user/max_inotify_watches"),
+                values: values.clone(),
+            });
+        }
         let present = proc_present();
         for f in &present.files {
             self.steps.push(Step::MaskFile {
@@ -1116,6 +1149,10 @@ impl PlanBuilder<Process> {
         env: &[(String, String)],
         path_var: &str,
     ) -> BoxPlan {
+        let limits = crate::budgets::budgets().rlimits.clone();
+        if !limits.is_empty() {
+            self.steps.push(Step::LowerRlimits { limits });
+        }
         self.steps.push(Step::DropCaps { keep: keep_caps });
         self.steps.push(Step::NoNewPrivs);
         self.steps.push(Step::Seccomp {

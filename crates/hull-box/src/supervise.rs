@@ -777,6 +777,7 @@ impl Core {
             pid1_stack,
             ready_box,
             trees: &tree_fds,
+            strings: sys::process_strings(),
         };
         let start = sys::monotonic_ns();
         // SAFETY: the child runs only `child::run`, which reads prepared data, calls

@@ -383,6 +383,88 @@ pub fn mount_setattr(path: &CStr, recursive: bool, set: u64, clear: u64) -> SysR
     check_long(ret).map(drop)
 }
 
+/// Where this process's argv and environment strings live (`arg_start`, `arg_end`,
+/// `env_start`, `env_end` of /proc/self/stat), read once: a box's pid 1 is a copy of the
+/// supervisor, and its /proc/1/cmdline would show the supervisor's command line.
+pub fn process_strings() -> Option<[usize; 4]> {
+    static AREAS: std::sync::OnceLock<Option<[usize; 4]>> = std::sync::OnceLock::new();
+    *AREAS.get_or_init(|| {
+        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        // Fields after the command name (which may hold spaces) start with field 3.
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let at = |n: usize| f.get(n - 3)?.parse::<usize>().ok();
+        let areas = [at(48)?, at(49)?, at(50)?, at(51)?];
+        (areas[0] < areas[1] && areas[2] <= areas[3]).then_some(areas)
+    })
+}
+
+/// Replaces our command line with `name` and blanks our environment strings (a forked copy of
+/// the supervisor's, in our own memory), and sets our thread name to `name`. `areas` is
+/// [`process_strings`]' answer, read by the supervisor before the fork. The last byte of the
+/// argv area is left non-zero, so the kernel shows /proc/PID/cmdline up to the first NUL.
+pub fn retitle(areas: [usize; 4], name: &CStr) {
+    let [arg_start, arg_end, env_start, env_end] = areas;
+    let len = arg_end - arg_start;
+    let name = name.to_bytes();
+    let keep = name.len().min(len.saturating_sub(2));
+    // SAFETY: [arg_start, arg_end) and [env_start, env_end) are this process's own argv and
+    // environment strings (from /proc/self/stat of the process we are a copy of); they stay
+    // mapped for the process's life, and nothing in a box's setup reads them.
+    unsafe {
+        ptr::write_bytes(arg_start as *mut u8, 0, len);
+        ptr::copy_nonoverlapping(name.as_ptr(), arg_start as *mut u8, keep);
+        if len >= 2 {
+            *((arg_end - 1) as *mut u8) = b' ';
+        }
+        ptr::write_bytes(env_start as *mut u8, 0, env_end - env_start);
+    }
+    let mut comm = [0u8; 16];
+    let n = name.len().min(15);
+    comm[..n].copy_from_slice(&name[..n]);
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+    unsafe { libc::prctl(libc::PR_SET_NAME, comm.as_ptr()) };
+}
+
+/// Our soft limit of rlimit `resource` (`RLIM_INFINITY` as `u64::MAX`).
+pub fn soft_limit(resource: u32) -> Option<u64> {
+    let mut lim = libc::rlimit64 {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: prlimit64 on ourselves (pid 0) writes the old limit into `lim` and sets nothing.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_prlimit64,
+            0,
+            resource,
+            ptr::null::<libc::rlimit64>(),
+            ptr::from_mut(&mut lim),
+        )
+    };
+    (ret == 0).then_some(lim.rlim_cur)
+}
+
+/// Sets our soft and hard limit of rlimit `resource` to `value` (a raw system call, as in the
+/// rest of a box's setup).
+pub fn set_limit(resource: u32, value: u64) -> SysResult<()> {
+    let lim = libc::rlimit64 {
+        rlim_cur: value,
+        rlim_max: value,
+    };
+    // SAFETY: prlimit64 on ourselves reads the new limit from `lim` and writes nothing back.
+    check_long(unsafe {
+        libc::syscall(
+            libc::SYS_prlimit64,
+            0,
+            resource,
+            ptr::from_ref(&lim),
+            ptr::null_mut::<libc::rlimit64>(),
+        )
+    })
+    .map(drop)
+}
+
 pub const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
 
 /// Opens `path` with `O_PATH` and `RESOLVE_NO_SYMLINKS` (see [`open_path_at`]) at any number.

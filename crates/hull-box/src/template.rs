@@ -413,6 +413,7 @@ fn build(plan: &BoxPlan) -> Result<Template, BoxError> {
         pid1_stack: None,
         ready_box: false,
         trees: &[],
+        strings: None,
     };
     // SAFETY: the child runs only `child::run` over the template plan (allocation-free wrappers,
     // ending in HoldTemplate's exit).

@@ -518,3 +518,26 @@ fn a_box_with_sub_ids_is_built_whole_by_a_templated_runtime() {
     }
     assert_eq!(rt.ready_used(), 0);
 }
+
+#[test]
+fn pid_1_of_a_templated_or_ready_box_shows_no_host_command_line() {
+    // Pid 1 is a copy of the process running the Runtime (this test binary, whose argv and
+    // environment are the host's): it shows a neutral name, and its environment is not
+    // readable.
+    let rt = runtime();
+    for _ in 0..3 {
+        let r = python(
+            &rt,
+            "print(repr(open('/proc/1/cmdline', 'rb').read()), open('/proc/1/comm').read().strip())\ntry:\n    open('/proc/1/environ', 'rb').read(); print('ENVIRON')\nexcept OSError as e:\n    print('environ', e.errno)",
+        );
+        assert!(r.success, "{r:?}");
+        assert!(
+            r.stdout.starts_with("b'hull-init\\x00' hull-init\n"),
+            "{}",
+            r.stdout
+        );
+        assert!(r.stdout.contains("environ 13"), "{}", r.stdout);
+        rt.settle(std::time::Duration::from_secs(10));
+    }
+    assert!(rt.ready_used() > 0, "no box set up ahead was used");
+}

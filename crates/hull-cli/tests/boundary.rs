@@ -1192,3 +1192,101 @@ fn caller_ids() -> (u32, u32) {
     use std::os::unix::fs::MetadataExt;
     (m.uid(), m.gid())
 }
+
+#[test]
+fn proc_hides_host_memory_layout_and_pid_1_shows_no_host_command_line() {
+    // Pid 1 is a copy of the supervisor: its command line (which holds this very code) would
+    // show hull's host argv. Host memory maps are masked like the other sensitive /proc files.
+    let marker = format!("hull-argv-secret-{}", std::process::id());
+    let memory: Vec<&str> = ["kpageflags", "kpagecount", "kpagecgroup", "vmallocinfo"]
+        .into_iter()
+        .filter(|f| std::path::Path::new(&format!("/proc/{f}")).exists())
+        .collect();
+    println!("host memory files this kernel has: {memory:?}");
+    let code = format!(
+        "import os, stat\n# {marker}\nc = open('/proc/1/cmdline', 'rb').read()\nprint('cmdline', c, {marker:?}.encode() in c)\nprint('comm', open('/proc/1/comm').read().strip())\nfor f in {memory:?}:\n    st = os.stat('/proc/' + f)\n    print(f, stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(1, 3))"
+    );
+    let v = run_json(&["--code", &code]);
+    let out = stdout(&v);
+    assert!(v["success"] == true, "{v}");
+    assert!(
+        out.contains("cmdline b'hull-init\\x00' False"),
+        "pid 1 shows the host's argv: {out}"
+    );
+    assert!(out.contains("comm hull-init"), "{out}");
+    for f in &memory {
+        assert!(
+            out.contains(&format!("{f} True")),
+            "/proc/{f} not masked: {out}"
+        );
+    }
+}
+
+#[test]
+fn a_box_exhausting_per_user_budgets_leaves_the_callers_own_calls_working() {
+    // Inotify instances and queued signals are counted per user, and a box's are charged to
+    // the user who ran hull: the box takes all it can, and while it holds them the caller can
+    // still make its own.
+    let ws = tempfile::tempdir().unwrap();
+    let code = "import ctypes, signal, threading, time\nlibc = ctypes.CDLL(None, use_errno=True)\nfds = []\nwhile len(fds) < 100000:\n    fd = libc.inotify_init1(0)\n    if fd < 0:\n        break\n    fds.append(fd)\nino_err = ctypes.get_errno()\nsignal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])\nq, qerr = 0, 0\ntry:\n    while q < 1000000:\n        signal.pthread_kill(threading.get_ident(), signal.SIGRTMIN)\n        q += 1\nexcept OSError as e:\n    qerr = e.errno\nopen('/workspace/held', 'w').write('%d %d %d %d' % (len(fds), ino_err, q, qerr))\ntime.sleep(30)";
+    let mut child = std::process::Command::new(bin())
+        .args([
+            "run",
+            "--timeout",
+            "60s",
+            "--workspace",
+            ws.path().to_str().unwrap(),
+            "--code",
+            code,
+        ])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let held = ws.path().join("held");
+    for _ in 0..3000 {
+        if std::fs::read_to_string(&held).is_ok_and(|s| s.split(' ').count() == 4) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let text = std::fs::read_to_string(&held).expect("the box reported what it holds");
+    let n: Vec<i64> = text.split(' ').map(|x| x.parse().unwrap()).collect();
+    // The caller's own calls, while the box holds everything it could take.
+    // SAFETY: inotify_init1 takes a flag word; the descriptor is closed right after.
+    let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC) };
+    let ino_errno = std::io::Error::last_os_error();
+    if fd >= 0 {
+        // SAFETY: our own descriptor.
+        unsafe { libc::close(fd) };
+    }
+    let sig = std::process::Command::new("python3")
+        .args(["-c", "import signal, threading\nsignal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])\nsignal.pthread_kill(threading.get_ident(), signal.SIGRTMIN)\nprint('queued')"])
+        .output()
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    println!(
+        "the box held {} inotify instances (then errno {}) and {} queued signals (then errno {})",
+        n[0], n[1], n[2], n[3]
+    );
+    assert_eq!(
+        n[1],
+        i64::from(libc::EMFILE),
+        "the box's inotify ran out another way: {text}"
+    );
+    assert_eq!(
+        n[3],
+        i64::from(libc::EAGAIN),
+        "the box's signal queue ran out another way: {text}"
+    );
+    assert!(
+        fd >= 0,
+        "the caller's inotify_init1 failed while the box held {}: {ino_errno}",
+        n[0]
+    );
+    assert!(
+        sig.status.success() && String::from_utf8_lossy(&sig.stdout).contains("queued"),
+        "the caller could not queue a signal while the box held {}: {sig:?}",
+        n[2]
+    );
+}
