@@ -41,6 +41,9 @@ fn main() {
             FileAction::Kill => "Action::Kill".to_owned(),
             FileAction::CloneNoNamespaces => "Action::CloneNoNamespaces".to_owned(),
             FileAction::IoctlNoTiocsti => "Action::IoctlNoTiocsti".to_owned(),
+            FileAction::SocketFamilies => "Action::SocketFamilies".to_owned(),
+            FileAction::ModeNoSetId => "Action::ModeNoSetId".to_owned(),
+            FileAction::OpenNoSetId => "Action::OpenNoSetId".to_owned(),
             FileAction::Errno(name) => format!("Action::Errno(errno(libc::{name}))"),
         };
         writeln!(

@@ -11,13 +11,18 @@
 //!    ENOSYS.
 //! 3. The syscall table split into runs of consecutive numbers with the same answer (a gap
 //!    between rules answers the default, `ERRNO | default_errno`), found by a binary search
-//!    over the runs' first numbers; `clone` and `ioctl` leaves then look at their argument.
+//!    over the runs' first numbers; the leaves of argument-checking rules (`clone`, `ioctl`,
+//!    `socket`, the `chmod` family, `open`...) then look at their arguments.
 //!    The kernel caches the always-allow answers per nr, so the tree is only walked for the
 //!    rest.
 
 use crate::arch::{
     arg_low_offset, AUDIT_ARCH_NATIVE, CLONE_NAMESPACE_FLAGS, OFFSET_ARCH, OFFSET_NR, TIOCLINUX,
     TIOCSTI,
+};
+use crate::args::{
+    self, AF_NETLINK, NETLINK_ALLOWED, OPEN_CREATE_FLAGS, SETID_MODE_BITS, SOCKET_FAMILIES,
+    SOCKET_FAMILY_ARG, SOCKET_PROTOCOL_ARG,
 };
 use crate::{Action, Rule, SeccompError};
 
@@ -100,6 +105,8 @@ impl Default for CompileOptions {
 
 const ENOSYS: u16 = crate::policy::errno(libc::ENOSYS);
 const EPERM: u16 = crate::policy::errno(libc::EPERM);
+const EAFNOSUPPORT: u16 = crate::policy::errno(libc::EAFNOSUPPORT);
+const EPROTONOSUPPORT: u16 = crate::policy::errno(libc::EPROTONOSUPPORT);
 
 /// A compiled seccomp filter, at most [`MAX_INSTRUCTIONS`] long.
 #[derive(Clone)]
@@ -173,11 +180,30 @@ fn check_errno(name: &'static str, errno: u16) -> Result<(), SeccompError> {
 /// What the filter answers for one run of syscall numbers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Answer {
-    /// A rule's action (for [`Action::CloneNoNamespaces`] and [`Action::IoctlNoTiocsti`], a run
-    /// of exactly one number).
-    Rule(Action),
+    Allow,
+    Errno(u16),
+    Kill,
+    /// An argument-checking rule; neighbours merge only when they read the same arguments.
+    Check(Check),
     /// No rule names these numbers: the default errno.
     Default,
+}
+
+/// An argument-checking action with the argument positions of its syscall resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Check {
+    CloneNoNamespaces,
+    IoctlNoTiocsti,
+    SocketFamilies,
+    /// [`Action::ModeNoSetId`]: the index of the mode argument.
+    ModeNoSetId {
+        mode: u32,
+    },
+    /// [`Action::OpenNoSetId`]: the indexes of the flags and mode arguments.
+    OpenNoSetId {
+        flags: u32,
+        mode: u32,
+    },
 }
 
 /// A maximal run of consecutive syscall numbers, from `first` up to the next run's `first`,
@@ -188,33 +214,22 @@ struct Run {
     answer: Answer,
 }
 
-/// Whether two neighbouring runs with these answers can be merged: the answer looks only at
-/// the number, not at the arguments.
-fn mergeable(a: Answer, b: Answer) -> bool {
-    let simple = |x: Answer| {
-        !matches!(
-            x,
-            Answer::Rule(Action::CloneNoNamespaces | Action::IoctlNoTiocsti)
-        )
-    };
-    a == b && simple(a)
-}
-
 /// Turns rules sorted by nr into runs covering every number from 0 up: gaps between rules get
 /// [`Answer::Default`], and neighbours with the same answer merge (the policy allows long
 /// stretches of the syscall table, so ~350 rules become far fewer runs).
-fn runs(rules: &[(u32, &Rule)]) -> Vec<Run> {
+fn runs(rules: &[(u32, Answer)]) -> Vec<Run> {
     let mut out: Vec<Run> = Vec::new();
     let mut push = |first: u32, answer: Answer| match out.last() {
-        Some(last) if mergeable(last.answer, answer) => {}
+        // Equal answers emit the same code (a check carries its argument positions).
+        Some(last) if last.answer == answer => {}
         _ => out.push(Run { first, answer }),
     };
     let mut next = 0u32;
-    for &(nr, rule) in rules {
+    for &(nr, answer) in rules {
         if nr > next {
             push(next, Answer::Default);
         }
-        push(nr, Answer::Rule(rule.action));
+        push(nr, answer);
         next = nr.saturating_add(1);
     }
     push(next, Answer::Default);
@@ -225,21 +240,60 @@ fn runs(rules: &[(u32, &Rule)]) -> Vec<Run> {
 fn emit_answer(out: &mut Vec<libc::sock_filter>, answer: Answer, kill: u32, default_errno: u16) {
     match answer {
         Answer::Default => out.push(ret_errno(default_errno)),
-        Answer::Rule(Action::Allow) => out.push(ret(libc::SECCOMP_RET_ALLOW)),
-        Answer::Rule(Action::Errno(e)) => out.push(ret_errno(e)),
-        Answer::Rule(Action::Kill) => out.push(ret(kill)),
-        Answer::Rule(Action::CloneNoNamespaces) => out.extend([
+        Answer::Allow => out.push(ret(libc::SECCOMP_RET_ALLOW)),
+        Answer::Errno(e) => out.push(ret_errno(e)),
+        Answer::Kill => out.push(ret(kill)),
+        Answer::Check(check) => emit_check(out, check, kill),
+    }
+}
+
+/// Emits an argument check (A = nr of its syscall). Every compare reads the low 32 bits of an
+/// argument: each checked argument is an `int` or `umode_t` to the kernel, so the high bits
+/// neither hide a value from the check nor change what the kernel does.
+fn emit_check(out: &mut Vec<libc::sock_filter>, check: Check, kill: u32) {
+    let allow = ret(libc::SECCOMP_RET_ALLOW);
+    match check {
+        Check::CloneNoNamespaces => out.extend([
             load(arg_low_offset(0)),
             jump(op::JSET, CLONE_NAMESPACE_FLAGS, 0, 1),
             ret(kill),
-            ret(libc::SECCOMP_RET_ALLOW),
+            allow,
         ]),
-        Answer::Rule(Action::IoctlNoTiocsti) => out.extend([
+        Check::IoctlNoTiocsti => out.extend([
             load(arg_low_offset(1)),
             jump(op::JEQ, TIOCSTI, 2, 0),
             jump(op::JEQ, TIOCLINUX, 1, 0),
-            ret(libc::SECCOMP_RET_ALLOW),
+            allow,
             ret_errno(EPERM),
+        ]),
+        Check::SocketFamilies => {
+            let [unix, inet, inet6] = SOCKET_FAMILIES;
+            out.extend([
+                load(arg_low_offset(SOCKET_FAMILY_ARG)),
+                jump(op::JEQ, unix, 5, 0),
+                jump(op::JEQ, inet, 4, 0),
+                jump(op::JEQ, inet6, 3, 0),
+                jump(op::JEQ, AF_NETLINK, 0, 3),
+                load(arg_low_offset(SOCKET_PROTOCOL_ARG)),
+                jump(op::JEQ, NETLINK_ALLOWED, 0, 2),
+                allow,
+                ret_errno(EAFNOSUPPORT),
+                ret_errno(EPROTONOSUPPORT),
+            ]);
+        }
+        Check::ModeNoSetId { mode } => out.extend([
+            load(arg_low_offset(mode)),
+            jump(op::JSET, SETID_MODE_BITS, 0, 1),
+            ret_errno(EPERM),
+            allow,
+        ]),
+        Check::OpenNoSetId { flags, mode } => out.extend([
+            load(arg_low_offset(flags)),
+            jump(op::JSET, OPEN_CREATE_FLAGS, 0, 3),
+            load(arg_low_offset(mode)),
+            jump(op::JSET, SETID_MODE_BITS, 0, 1),
+            ret_errno(EPERM),
+            allow,
         ]),
     }
 }
@@ -249,24 +303,36 @@ fn emit_answer(out: &mut Vec<libc::sock_filter>, answer: Answer, kill: u32, defa
 /// always-allow cache, so install cost follows the depth of this tree times the table size:
 /// with runs instead of one compare per rule (the older layout: ~800 instructions, ~190 us to
 /// install here) the program is a few hundred instructions and each walk about log2(runs)
-/// compares. Inner nodes are `jge K` plus a 32-bit `ja`, because jt/jf offsets are 8 bits.
+/// compares. It also converts and JIT-compiles the whole program, so length counts too: an
+/// inner node is one `jge K` whose `jt` skips the left half when that half is under 256
+/// instructions (jt/jf offsets are 8 bits), else `jge K` plus a 32-bit `ja`.
 fn emit_tree(out: &mut Vec<libc::sock_filter>, runs: &[Run], kill: u32, default_errno: u16) {
     if let [only] = runs {
         emit_answer(out, only.answer, kill, default_errno);
         return;
     }
     let mid = runs.len() / 2;
-    // nr >= K: fall through to the `ja` that reaches the right half; else skip it, into the left.
-    out.push(jump(op::JGE, runs[mid].first, 0, 1));
-    let ja = out.len();
-    out.push(stmt(op::JMP | op::JA, 0));
-    emit_tree(out, &runs[..mid], kill, default_errno);
-    out[ja].k = u32::try_from(out.len() - ja - 1).unwrap_or(u32::MAX);
+    let mut left = Vec::new();
+    emit_tree(&mut left, &runs[..mid], kill, default_errno);
+    let first_right = runs[mid].first;
+    match u8::try_from(left.len()) {
+        // nr >= K: jump over the left half to the right; else fall into the left.
+        Ok(skip) => out.push(jump(op::JGE, first_right, skip, 0)),
+        // nr >= K: fall through to the `ja` that reaches the right half; else skip it.
+        Err(_) => out.extend([
+            jump(op::JGE, first_right, 0, 1),
+            stmt(
+                op::JMP | op::JA,
+                u32::try_from(left.len()).unwrap_or(u32::MAX),
+            ),
+        ]),
+    }
+    out.append(&mut left);
     emit_tree(out, &runs[mid..], kill, default_errno);
 }
 
-/// Checks one rule and returns its nr as the 32-bit value the filter compares.
-fn rule_nr(rule: &Rule) -> Result<u32, SeccompError> {
+/// Checks one rule and returns its nr as the 32-bit value the filter compares, with its answer.
+fn rule_nr(rule: &Rule) -> Result<(u32, Answer), SeccompError> {
     let bad = || SeccompError::InvalidSyscallNumber {
         name: rule.name,
         nr: rule.nr,
@@ -276,23 +342,36 @@ fn rule_nr(rule: &Rule) -> Result<u32, SeccompError> {
         return Err(bad());
     }
     let own_nr = |sys: libc::c_long| i128::from(rule.nr) == i128::from(sys);
-    match rule.action {
-        Action::Errno(e) => check_errno(rule.name, e)?,
-        Action::CloneNoNamespaces if !own_nr(libc::SYS_clone) => {
-            return Err(SeccompError::ActionNotForSyscall {
-                name: rule.name,
-                action: "clone-no-ns",
-            })
+    let not_for = |action: &'static str| SeccompError::ActionNotForSyscall {
+        name: rule.name,
+        action,
+    };
+    let answer = match rule.action {
+        Action::Errno(e) => {
+            check_errno(rule.name, e)?;
+            Answer::Errno(e)
         }
-        Action::IoctlNoTiocsti if !own_nr(libc::SYS_ioctl) => {
-            return Err(SeccompError::ActionNotForSyscall {
-                name: rule.name,
-                action: "ioctl-no-tiocsti",
-            })
+        Action::Allow => Answer::Allow,
+        Action::Kill => Answer::Kill,
+        Action::CloneNoNamespaces if own_nr(libc::SYS_clone) => {
+            Answer::Check(Check::CloneNoNamespaces)
         }
-        _ => {}
-    }
-    Ok(nr)
+        Action::CloneNoNamespaces => return Err(not_for("clone-no-ns")),
+        Action::IoctlNoTiocsti if own_nr(libc::SYS_ioctl) => Answer::Check(Check::IoctlNoTiocsti),
+        Action::IoctlNoTiocsti => return Err(not_for("ioctl-no-tiocsti")),
+        Action::SocketFamilies if args::creates_sockets(rule.nr) => {
+            Answer::Check(Check::SocketFamilies)
+        }
+        Action::SocketFamilies => return Err(not_for("socket-families")),
+        Action::ModeNoSetId => Answer::Check(Check::ModeNoSetId {
+            mode: args::mode_arg(rule.nr).ok_or_else(|| not_for("mode-no-setid"))?,
+        }),
+        Action::OpenNoSetId => {
+            let (flags, mode) = args::open_args(rule.nr).ok_or_else(|| not_for("open-no-setid"))?;
+            Answer::Check(Check::OpenNoSetId { flags, mode })
+        }
+    };
+    Ok((nr, answer))
 }
 
 /// Compiles `rules` into a filter for this build's architecture.
@@ -309,14 +388,15 @@ pub fn compile(rules: &[Rule], opts: &CompileOptions) -> Result<Program, Seccomp
         .iter()
         .map(|r| Ok((rule_nr(r)?, r)))
         .collect::<Result<Vec<_>, _>>()?;
-    sorted.sort_by_key(|&(nr, _)| nr);
-    if let Some(w) = sorted.windows(2).find(|w| w[0].0 == w[1].0) {
+    sorted.sort_by_key(|&((nr, _), _)| nr);
+    if let Some(w) = sorted.windows(2).find(|w| w[0].0 .0 == w[1].0 .0) {
         return Err(SeccompError::DuplicateSyscall {
             first: w[0].1.name,
             second: w[1].1.name,
             nr: w[0].1.nr,
         });
     }
+    let answers: Vec<(u32, Answer)> = sorted.into_iter().map(|(answer, _)| answer).collect();
 
     let mut out = vec![
         load(OFFSET_ARCH),
@@ -331,7 +411,7 @@ pub fn compile(rules: &[Rule], opts: &CompileOptions) -> Result<Program, Seccomp
             ret(kill),
         ]);
     }
-    emit_tree(&mut out, &runs(&sorted), kill, opts.default_errno);
+    emit_tree(&mut out, &runs(&answers), kill, opts.default_errno);
 
     if out.len() > MAX_INSTRUCTIONS {
         return Err(SeccompError::TooLong { len: out.len() });
@@ -403,15 +483,53 @@ mod tests {
             compile(&[r], &opts),
             Err(SeccompError::ActionNotForSyscall { .. })
         ));
-        let r = rule(
-            "read",
-            crate::policy::sys_nr(libc::SYS_read),
+        for action in [
             Action::IoctlNoTiocsti,
+            Action::SocketFamilies,
+            Action::ModeNoSetId,
+            Action::OpenNoSetId,
+        ] {
+            let r = rule("read", crate::policy::sys_nr(libc::SYS_read), action);
+            assert!(
+                matches!(
+                    compile(&[r], &opts),
+                    Err(SeccompError::ActionNotForSyscall { .. })
+                ),
+                "{action:?}"
+            );
+        }
+        // Each argument check is tied to its own syscalls: the mode check is not for openat.
+        let r = rule(
+            "openat",
+            crate::policy::sys_nr(libc::SYS_openat),
+            Action::ModeNoSetId,
         );
         assert!(matches!(
             compile(&[r], &opts),
             Err(SeccompError::ActionNotForSyscall { .. })
         ));
+    }
+
+    #[test]
+    fn checks_share_a_run_only_when_they_read_the_same_arguments() {
+        let mode = |at| Answer::Check(Check::ModeNoSetId { mode: at });
+        let answers = [
+            (5, mode(1)),
+            (6, mode(1)),
+            (7, mode(2)),
+            (8, Answer::Check(Check::OpenNoSetId { flags: 1, mode: 2 })),
+        ];
+        let got: Vec<(u32, Answer)> = runs(&answers).iter().map(|r| (r.first, r.answer)).collect();
+        assert_eq!(
+            got,
+            [
+                (0, Answer::Default),
+                (5, mode(1)),
+                (7, mode(2)),
+                (8, answers[3].1),
+                (9, Answer::Default),
+            ]
+        );
     }
 
     #[test]
@@ -442,15 +560,15 @@ mod tests {
             rule("c", 2, Action::Errno(1)),
             rule("d", 5, Action::Allow),
         ];
-        let sorted: Vec<(u32, &Rule)> = rules.iter().map(|r| (rule_nr(r).unwrap(), r)).collect();
-        let got: Vec<(u32, Answer)> = runs(&sorted).iter().map(|r| (r.first, r.answer)).collect();
+        let answers: Vec<(u32, Answer)> = rules.iter().map(|r| rule_nr(r).unwrap()).collect();
+        let got: Vec<(u32, Answer)> = runs(&answers).iter().map(|r| (r.first, r.answer)).collect();
         assert_eq!(
             got,
             [
-                (0, Answer::Rule(Action::Allow)),
-                (2, Answer::Rule(Action::Errno(1))),
+                (0, Answer::Allow),
+                (2, Answer::Errno(1)),
                 (3, Answer::Default),
-                (5, Answer::Rule(Action::Allow)),
+                (5, Answer::Allow),
                 (6, Answer::Default),
             ]
         );

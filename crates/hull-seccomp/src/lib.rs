@@ -9,6 +9,7 @@
 //! program does for one syscall without installing it; [`probe`] says what the kernel offers.
 
 mod arch;
+mod args;
 mod bpf;
 mod error;
 mod eval;

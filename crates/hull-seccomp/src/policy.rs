@@ -17,6 +17,19 @@ pub enum Action {
     /// kernel looks at) is `TIOCSTI` or `TIOCLINUX`, then fail with `EPERM`. Those two inject
     /// input into a terminal the box may share with its caller (CVE-2017-5226).
     IoctlNoTiocsti,
+    /// `socket` and `socketpair` only: allow `AF_UNIX`, `AF_INET`, `AF_INET6`, and
+    /// `AF_NETLINK` with protocol `NETLINK_ROUTE`; another netlink protocol fails with
+    /// `EPROTONOSUPPORT`, any other family with `EAFNOSUPPORT` (both the low 32 bits of their
+    /// argument, which is all the kernel reads). A network namespace does not isolate every
+    /// family: `AF_VSOCK` reaches the hypervisor's services from any namespace.
+    SocketFamilies,
+    /// The `chmod` family, `creat`, `mknod`, `mknodat` only: fail with `EPERM` when the mode
+    /// argument has `S_ISUID` or `S_ISGID`, so the box cannot leave a set-id file where
+    /// another host user may run it.
+    ModeNoSetId,
+    /// `open` and `openat` only: like [`Action::ModeNoSetId`] for the mode argument, when the
+    /// flags have `O_CREAT` or `O_TMPFILE` (without them the kernel ignores the mode).
+    OpenNoSetId,
 }
 
 /// One reviewed line of the policy.

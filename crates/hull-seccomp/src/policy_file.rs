@@ -31,6 +31,35 @@ pub(crate) enum FileAction {
     Kill,
     CloneNoNamespaces,
     IoctlNoTiocsti,
+    SocketFamilies,
+    ModeNoSetId,
+    OpenNoSetId,
+}
+
+impl FileAction {
+    /// For an argument-checking action: its spelling and the syscalls it may be given to
+    /// (their arguments are where the check looks); `None` for the others.
+    fn argument_check(&self) -> Option<(&'static str, &'static [&'static str])> {
+        match self {
+            Self::CloneNoNamespaces => Some(("clone-no-ns", &["clone"])),
+            Self::IoctlNoTiocsti => Some(("ioctl-no-tiocsti", &["ioctl"])),
+            Self::SocketFamilies => Some(("socket-families", &["socket", "socketpair"])),
+            Self::ModeNoSetId => Some((
+                "mode-no-setid",
+                &[
+                    "chmod",
+                    "fchmod",
+                    "fchmodat",
+                    "fchmodat2",
+                    "creat",
+                    "mknod",
+                    "mknodat",
+                ],
+            )),
+            Self::OpenNoSetId => Some(("open-no-setid", &["open", "openat"])),
+            Self::Allow | Self::Errno(_) | Self::Kill => None,
+        }
+    }
 }
 
 /// Why a line was rejected.
@@ -85,12 +114,15 @@ fn parse_action(token: &str) -> Result<FileAction, String> {
         "kill" => Ok(FileAction::Kill),
         "clone-no-ns" => Ok(FileAction::CloneNoNamespaces),
         "ioctl-no-tiocsti" => Ok(FileAction::IoctlNoTiocsti),
+        "socket-families" => Ok(FileAction::SocketFamilies),
+        "mode-no-setid" => Ok(FileAction::ModeNoSetId),
+        "open-no-setid" => Ok(FileAction::OpenNoSetId),
         _ => match token.strip_prefix("errno:") {
             Some(name) if is_errno_name(name) => Ok(FileAction::Errno(name.to_owned())),
             Some(name) => Err(format!("`{name}` is not an errno name like EPERM")),
             None => Err(format!(
                 "unknown action `{token}` (expected allow, kill, errno:NAME, clone-no-ns, \
-                 ioctl-no-tiocsti)"
+                 ioctl-no-tiocsti, socket-families, mode-no-setid, open-no-setid)"
             )),
         },
     }
@@ -119,14 +151,13 @@ fn parse_line(line_no: usize, text: &str) -> Result<Option<FileRule>, String> {
         (token, rest) = next_token(rest).ok_or("missing action and reason")?;
     }
     let action = parse_action(token)?;
-    match (&action, name) {
-        (FileAction::CloneNoNamespaces, n) if n != "clone" => {
-            return Err("clone-no-ns applies only to clone".to_owned())
+    if let Some((spelling, syscalls)) = action.argument_check() {
+        if !syscalls.contains(&name) {
+            return Err(format!(
+                "{spelling} applies only to {}",
+                syscalls.join(", ")
+            ));
         }
-        (FileAction::IoctlNoTiocsti, n) if n != "ioctl" => {
-            return Err("ioctl-no-tiocsti applies only to ioctl".to_owned())
-        }
-        _ => {}
     }
     let reason = rest.trim();
     if reason.is_empty() {
@@ -199,6 +230,23 @@ mod tests {
     }
 
     #[test]
+    fn argument_checks_parse_for_their_syscalls() {
+        let rules = parse(
+            "socketpair socket-families a\nmknodat mode-no-setid b\nopen [x86_64] open-no-setid c\n",
+        )
+        .unwrap();
+        let actions: Vec<&FileAction> = rules.iter().map(|r| &r.action).collect();
+        assert_eq!(
+            actions,
+            [
+                &FileAction::SocketFamilies,
+                &FileAction::ModeNoSetId,
+                &FileAction::OpenNoSetId
+            ]
+        );
+    }
+
+    #[test]
     fn rejects_missing_reason() {
         let e = err("read allow\n");
         assert_eq!(e.line, 1);
@@ -223,6 +271,15 @@ mod tests {
         assert!(err("read ioctl-no-tiocsti why\n")
             .message
             .contains("only to ioctl"));
+        assert!(err("connect socket-families why\n")
+            .message
+            .contains("only to socket, socketpair"));
+        assert!(err("openat mode-no-setid why\n")
+            .message
+            .contains("only to chmod, fchmod"));
+        assert!(err("chmod open-no-setid why\n")
+            .message
+            .contains("only to open, openat"));
     }
 
     #[test]

@@ -473,3 +473,348 @@ fn probe_matches_what_the_kernel_actually_does() {
         "probe.user_notif ({exit:?})"
     );
 }
+
+/// `S_ISUID | S_ISGID`: the bits that make an executable run with its owner's or group's ids.
+const SETID: u32 = libc::S_ISUID | libc::S_ISGID;
+
+fn c_path(p: &std::path::Path) -> std::ffi::CString {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(p.as_os_str().as_bytes()).expect("no NUL in a temp path")
+}
+
+fn mode_of(p: &std::path::Path) -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(p).expect("stat").mode()
+}
+
+/// Turns "the call returned -1 with errno `e`" into true, for syscalls returning `c_int`.
+fn int_failed_with(ret: libc::c_int, e: i32) -> bool {
+    failed_with(libc::c_long::from(ret), e)
+}
+
+#[test]
+fn setid_modes_are_refused_and_no_setid_file_appears() {
+    if !require_kill_process() {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("f");
+    std::fs::write(&file, b"#!/bin/sh\n").expect("write");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    // Natively the owner may set both bits, so EPERM under the filter is the filter's answer.
+    let native = dir.path().join("native");
+    std::fs::write(&native, b"").expect("write");
+    std::fs::set_permissions(&native, std::fs::Permissions::from_mode(0o6755))
+        .expect("the owner can set setuid and setgid natively");
+    assert_eq!(mode_of(&native) & SETID, SETID, "native chmod 6755");
+
+    let made = ["openat", "open", "creat", "mknod", "mknodat", "plain"].map(|n| dir.path().join(n));
+    let [at_new, open_new, creat_new, mknod_new, mknodat_new, plain_new] =
+        made.each_ref().map(|p| c_path(p));
+    let (f, d) = (c_path(&file), c_path(dir.path()));
+    let creat_flags = libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_CLOEXEC;
+
+    let program = default_program(KillMode::KillProcess);
+    let exit = run_filtered(&program, || {
+        // SAFETY: each call gets NUL-terminated paths prepared before fork, integer modes and
+        // flags, or an fd this closure opened; nothing else is touched.
+        unsafe {
+            let fd = libc::open(f.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+            if fd < 0 {
+                return 1;
+            }
+            // fchmod: setuid, setgid, both, and setuid hidden behind high bits the kernel
+            // drops (mode is a 16-bit umode_t there).
+            for mode in [0o4755u64, 0o2755, 0o6755, (1 << 32) | 0o4755] {
+                let r = libc::syscall(libc::SYS_fchmod, fd, mode);
+                if !failed_with(r, libc::EPERM) {
+                    return 2;
+                }
+            }
+            // Ordinary modes and the sticky bit still work.
+            for mode in [0o700, 0o1755, 0o755] {
+                if libc::fchmod(fd, mode) != 0 {
+                    return 3;
+                }
+            }
+            let r = libc::syscall(libc::SYS_fchmodat, libc::AT_FDCWD, f.as_ptr(), 0o4755);
+            if !failed_with(r, libc::EPERM) {
+                return 4;
+            }
+            if libc::syscall(libc::SYS_fchmodat, libc::AT_FDCWD, f.as_ptr(), 0o750) != 0 {
+                return 5;
+            }
+            // Creating with a setid mode; the mode is read only with O_CREAT or O_TMPFILE.
+            let r = libc::openat(libc::AT_FDCWD, at_new.as_ptr(), creat_flags, 0o4755);
+            if !int_failed_with(r, libc::EPERM) {
+                return 6;
+            }
+            let r = libc::openat(
+                libc::AT_FDCWD,
+                d.as_ptr(),
+                libc::O_TMPFILE | libc::O_WRONLY,
+                0o2755,
+            );
+            if !int_failed_with(r, libc::EPERM) {
+                return 7;
+            }
+            let r = libc::openat(libc::AT_FDCWD, f.as_ptr(), libc::O_RDONLY, 0o6755);
+            if r < 0 || libc::close(r) != 0 {
+                return 8; // without O_CREAT the mode is ignored, so it must not matter
+            }
+            let r = libc::openat(libc::AT_FDCWD, plain_new.as_ptr(), creat_flags, 0o755);
+            if r < 0 || libc::close(r) != 0 {
+                return 9;
+            }
+            let r = libc::mknodat(
+                libc::AT_FDCWD,
+                mknodat_new.as_ptr(),
+                libc::S_IFREG | 0o2755,
+                0,
+            );
+            if !int_failed_with(r, libc::EPERM) {
+                return 10;
+            }
+            #[cfg(target_arch = "x86_64")]
+            {
+                let legacy = [
+                    libc::syscall(libc::SYS_chmod, f.as_ptr(), 0o4755),
+                    libc::syscall(libc::SYS_fchmodat2, libc::AT_FDCWD, f.as_ptr(), 0o2755, 0),
+                    libc::syscall(libc::SYS_open, open_new.as_ptr(), creat_flags, 0o4755),
+                    libc::syscall(libc::SYS_creat, creat_new.as_ptr(), 0o6755),
+                    libc::syscall(
+                        libc::SYS_mknod,
+                        mknod_new.as_ptr(),
+                        libc::S_IFREG | 0o4755,
+                        0,
+                    ),
+                ];
+                if let Some(i) = legacy.iter().position(|&r| !failed_with(r, libc::EPERM)) {
+                    return 20 + i32::try_from(i).unwrap_or(0);
+                }
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            let _ = (&open_new, &creat_new, &mknod_new);
+        }
+        OK
+    });
+    assert_eq!(exit, Exit::Code(OK), "the step numbered by the exit code");
+    assert_eq!(
+        mode_of(&file) & 0o7777,
+        0o750,
+        "only the ordinary chmods took effect"
+    );
+    for p in &made[..5] {
+        assert!(!p.exists(), "{} was created", p.display());
+    }
+    assert_eq!(mode_of(&made[5]) & SETID, 0);
+}
+
+/// `openat2(path, O_RDONLY)` with an otherwise empty `open_how`.
+fn openat2_read(path: &std::ffi::CStr) -> libc::c_long {
+    // `struct open_how { u64 flags, mode, resolve; }`, all zero: a plain read-only open.
+    let how = [0u64; 3];
+    // SAFETY: a NUL-terminated path and a live open_how with its exact size.
+    unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            how.as_ptr(),
+            std::mem::size_of_val(&how),
+        )
+    }
+}
+
+#[test]
+fn openat2_fails_with_enosys_so_callers_fall_back() {
+    if !require_kill_process() {
+        return;
+    }
+    let path = c"/proc/self/status";
+    let native = run_unfiltered(|| if openat2_read(path) >= 0 { OK } else { 1 });
+    if !require(native == Exit::Code(OK), "the kernel lacks openat2") {
+        return;
+    }
+    let program = default_program(KillMode::KillProcess);
+    let exit = run_filtered(&program, || {
+        if failed_with(openat2_read(path), libc::ENOSYS) {
+            OK
+        } else {
+            1
+        }
+    });
+    assert_eq!(exit, Exit::Code(OK), "openat2 should fail with ENOSYS");
+}
+
+/// `socket(domain, type, protocol)` through the raw syscall, so `domain` can carry high bits.
+fn raw_socket(domain: u64, ty: libc::c_int, protocol: libc::c_int) -> libc::c_long {
+    // SAFETY: integer arguments only; a returned fd is closed by the caller or at exit.
+    unsafe { libc::syscall(libc::SYS_socket, domain, ty, protocol) }
+}
+
+fn af(domain: libc::c_int) -> u64 {
+    u64::try_from(domain).expect("address families are positive")
+}
+
+/// Whether `socket(domain, ty, protocol)` succeeds here without a filter.
+fn natively_creates(domain: libc::c_int, ty: libc::c_int, protocol: libc::c_int) -> bool {
+    run_unfiltered(|| {
+        if raw_socket(af(domain), ty, protocol) >= 0 {
+            OK
+        } else {
+            1
+        }
+    }) == Exit::Code(OK)
+}
+
+/// A TCP connection over 127.0.0.1 within the calling process, one byte each way; raw calls
+/// only, since it runs in a forked child.
+fn loopback_tcp_round_trip() -> bool {
+    // SAFETY: sockets this function creates, a zeroed sockaddr_in and its length as locals,
+    // and one-byte buffers.
+    unsafe {
+        let listener = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        let mut addr: libc::sockaddr_in = std::mem::zeroed();
+        addr.sin_family = libc::sa_family_t::try_from(libc::AF_INET).unwrap_or(0);
+        addr.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
+        let mut len =
+            libc::socklen_t::try_from(std::mem::size_of::<libc::sockaddr_in>()).unwrap_or(0);
+        let sa = (&raw mut addr).cast::<libc::sockaddr>();
+        if listener < 0
+            || libc::bind(listener, sa, len) != 0
+            || libc::listen(listener, 1) != 0
+            || libc::getsockname(listener, sa, &mut len) != 0
+        {
+            return false;
+        }
+        let client = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if client < 0 || libc::connect(client, sa, len) != 0 {
+            return false;
+        }
+        let server = libc::accept(listener, std::ptr::null_mut(), std::ptr::null_mut());
+        let mut byte = 0u8;
+        server >= 0
+            && libc::write(client, b"t".as_ptr().cast(), 1) == 1
+            && libc::read(server, (&raw mut byte).cast(), 1) == 1
+            && byte == b't'
+    }
+}
+
+#[test]
+fn only_unix_inet_and_netlink_route_sockets_can_be_made() {
+    if !require_kill_process() {
+        return;
+    }
+    let (stream, raw, dgram) = (libc::SOCK_STREAM, libc::SOCK_RAW, libc::SOCK_DGRAM);
+    // What the kernel does without the filter: AF_VSOCK creates a socket wherever the vsock
+    // transport is loaded (it is on Firecracker and cloud VMs), AF_PACKET succeeds for root
+    // and fails with EPERM otherwise; neither says EAFNOSUPPORT, so that errno under the
+    // filter is the filter's.
+    let vsock_native = natively_creates(libc::AF_VSOCK, stream, 0);
+    eprintln!(
+        "AF_VSOCK natively: {}",
+        if vsock_native { "created" } else { "refused" }
+    );
+    require(
+        vsock_native,
+        "AF_VSOCK is refused natively here (no vsock transport), so its check below is weak",
+    );
+    let packet_native = run_unfiltered(|| {
+        if failed_with(raw_socket(af(libc::AF_PACKET), raw, 0), libc::EAFNOSUPPORT) {
+            1
+        } else {
+            OK
+        }
+    });
+    assert_eq!(packet_native, Exit::Code(OK), "AF_PACKET exists natively");
+    assert!(
+        natively_creates(libc::AF_NETLINK, dgram, libc::NETLINK_KOBJECT_UEVENT),
+        "NETLINK_KOBJECT_UEVENT sockets are created natively"
+    );
+    let ipv6 = natively_creates(libc::AF_INET6, stream, 0);
+    require(ipv6, "IPv6 is disabled here; AF_INET6 is not checked");
+
+    let refused_families = [
+        (libc::AF_VSOCK, stream),
+        (libc::AF_PACKET, raw),
+        (libc::AF_BLUETOOTH, raw),
+        (libc::AF_ALG, libc::SOCK_SEQPACKET),
+        (libc::AF_KEY, raw),
+        (libc::AF_XDP, raw),
+        (libc::AF_RDS, libc::SOCK_SEQPACKET),
+        (libc::AF_TIPC, libc::SOCK_RDM),
+        (libc::AF_CAN, raw),
+        (libc::AF_UNSPEC, stream),
+    ];
+    let refused_netlink = [
+        libc::NETLINK_KOBJECT_UEVENT,
+        libc::NETLINK_AUDIT,
+        libc::NETLINK_GENERIC,
+        libc::NETLINK_SOCK_DIAG,
+        libc::NETLINK_NETFILTER,
+        libc::NETLINK_XFRM,
+    ];
+    let program = default_program(KillMode::KillProcess);
+    let exit = run_filtered(&program, || {
+        for (i, &(domain, ty)) in refused_families.iter().enumerate() {
+            if !failed_with(raw_socket(af(domain), ty, 0), libc::EAFNOSUPPORT) {
+                return 10 + i32::try_from(i).unwrap_or(0);
+            }
+        }
+        // The kernel reads the family as an int: high bits neither hide a family nor refuse one.
+        if !failed_with(
+            raw_socket((1 << 32) | af(libc::AF_VSOCK), stream, 0),
+            libc::EAFNOSUPPORT,
+        ) {
+            return 2;
+        }
+        if raw_socket((1 << 32) | af(libc::AF_UNIX), stream, 0) < 0 {
+            return 3;
+        }
+        for (i, &protocol) in refused_netlink.iter().enumerate() {
+            if !failed_with(
+                raw_socket(af(libc::AF_NETLINK), dgram, protocol),
+                libc::EPROTONOSUPPORT,
+            ) {
+                return 30 + i32::try_from(i).unwrap_or(0);
+            }
+        }
+        // getifaddrs and if_nameindex speak NETLINK_ROUTE.
+        if raw_socket(af(libc::AF_NETLINK), raw, libc::NETLINK_ROUTE) < 0 {
+            return 4;
+        }
+        if raw_socket(af(libc::AF_UNIX), stream, 0) < 0
+            || raw_socket(af(libc::AF_INET), dgram, 0) < 0
+        {
+            return 5;
+        }
+        if ipv6 && raw_socket(af(libc::AF_INET6), stream, 0) < 0 {
+            return 6;
+        }
+        if !loopback_tcp_round_trip() {
+            return 7;
+        }
+        let mut pair = [0; 2];
+        // SAFETY: socketpair writes two fds into a live array.
+        let r = unsafe { libc::socketpair(libc::AF_VSOCK, stream, 0, pair.as_mut_ptr()) };
+        if !int_failed_with(r, libc::EAFNOSUPPORT) {
+            return 8;
+        }
+        // SAFETY: as above; then one byte between the two ends.
+        let unix_pair = unsafe {
+            libc::socketpair(libc::AF_UNIX, stream, 0, pair.as_mut_ptr()) == 0
+                && libc::write(pair[0], b"u".as_ptr().cast(), 1) == 1
+                && {
+                    let mut b = 0u8;
+                    libc::read(pair[1], (&raw mut b).cast(), 1) == 1 && b == b'u'
+                }
+        };
+        if !unix_pair {
+            return 9;
+        }
+        OK
+    });
+    assert_eq!(exit, Exit::Code(OK), "the step numbered by the exit code");
+}

@@ -300,3 +300,98 @@ fn busybox_runs() {
                   ps >/dev/null; wget --help >/dev/null 2>&1 || true; echo BUSYBOX-OK";
     assert_runs(&[busybox, "sh", "-c", script], "BUSYBOX-OK");
 }
+
+const SETID_SCRIPT: &str = r#"
+tar cf t.tar suid
+mkdir x && tar xpf t.tar -C x; echo "tar exit $?"
+test -x x/suid && echo "tar extracted"
+cp -a suid copy; echo "cp -a exit $?"
+install -m 755 suid installed && echo "install 755 ok"
+install -m 4755 suid installed-setuid; echo "install 4755 exit $?"
+chmod u+s installed; echo "chmod u+s exit $?"
+chmod g+s installed; echo "chmod g+s exit $?"
+chmod 750 installed && echo "chmod 750 ok"
+python3 - <<'PY'
+import os
+try:
+    os.open("created", os.O_CREAT | os.O_WRONLY, 0o4755); print("os.open CREATED")
+except OSError as e:
+    print("os.open", e.errno, e.strerror)
+fd = os.open("created-plain", os.O_CREAT | os.O_WRONLY, 0o755); os.fchmod(fd, 0o700); os.close(fd)
+print("python plain ok")
+PY
+echo SETID-DONE
+"#;
+
+/// What tools do when the filter refuses a set-id mode: GNU tar extracts the member and reports
+/// the mode it could not set (exit 2), `cp -a` copies without the bit (exit 1), `install -m
+/// 4755` fails, ordinary modes work. Nothing ends with a set-id bit.
+#[test]
+fn tools_keep_working_when_setid_modes_are_refused() {
+    if !require_kill_process() {
+        return;
+    }
+    let Some(bash) = find_tool(&["/bin/bash", "/usr/bin/bash"]) else {
+        require(false, "bash is not installed");
+        return;
+    };
+    if !require(
+        find_tool(&["/usr/bin/python3"]).is_some()
+            && find_tool(&["/usr/bin/tar", "/bin/tar"]).is_some(),
+        "python3 or tar is not installed",
+    ) {
+        return;
+    }
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let source = dir.path().join("suid");
+    std::fs::copy("/bin/true", &source).expect("copy /bin/true");
+    // Natively the owner may make it setuid, which is what the archive carries.
+    std::fs::set_permissions(&source, std::fs::Permissions::from_mode(0o4755)).expect("chmod");
+    let (exit, output) = run_under_filter(&[bash, "-c", SETID_SCRIPT], dir.path());
+    assert!(
+        exit == Exit::Code(0) && output.contains("SETID-DONE"),
+        "{exit:?}\n{output}"
+    );
+    for expected in [
+        "tar exit 2",
+        "Cannot change mode to rwsr-xr-x: Operation not permitted",
+        "tar extracted",
+        "cp -a exit 1",
+        "install 755 ok",
+        "install 4755 exit 1",
+        "chmod u+s exit 1",
+        "chmod g+s exit 1",
+        "chmod 750 ok",
+        "os.open 1 Operation not permitted",
+        "python plain ok",
+    ] {
+        assert!(
+            output.contains(expected),
+            "missing {expected:?} in:\n{output}"
+        );
+    }
+    for name in [
+        "x/suid",
+        "copy",
+        "installed",
+        "installed-setuid",
+        "created-plain",
+    ] {
+        let path = dir.path().join(name);
+        if let Ok(meta) = std::fs::metadata(&path) {
+            assert_eq!(meta.mode() & 0o6000, 0, "{name} has mode {:o}", meta.mode());
+        }
+    }
+    assert_eq!(
+        std::fs::metadata(dir.path().join("installed"))
+            .expect("installed")
+            .mode()
+            & 0o7777,
+        0o750
+    );
+    assert!(
+        !dir.path().join("created").exists(),
+        "os.open created the setuid file"
+    );
+}
