@@ -55,7 +55,7 @@ pub fn last_cap() -> u32 {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CapError {
     #[error(
-        "{arg} `{name}` is refused when hull runs as root: a file capability the box wrote in a host directory given to it (stored for the directory's owner) would be a capability on the host; run hull as an unprivileged user to keep it"
+        "{arg} `{name}` is refused when hull runs as root: in a host directory given to the box, files belong to the directory's owner (host root for a root-owned one), so a file capability written there (SETFCAP) would be a capability on the host, and a set-id file rewritten there would keep its bit (FSETID); run hull as an unprivileged user to keep it"
     )]
     HostRoot { arg: &'static str, name: String },
     #[error(
@@ -94,23 +94,33 @@ pub fn resolve(add: &[String], drop: &[String]) -> Result<u64, CapError> {
 
 /// `SETFCAP`: writing `security.capability`. As host root a box's host directories are
 /// idmapped to their owner (see `remap`), so a file capability written there would be stored
-/// for that owner, host root included: never kept for host root.
+/// for that owner, host root included.
 const SETFCAP: u64 = 1 << 31;
 
-/// [`resolve`], for a box of host root when `host_root`: `SETFCAP` named explicitly is refused,
-/// and never kept through `ALL`.
+/// `FSETID`: writing to a set-id file without the kernel clearing the bit, which would let a
+/// box rewrite a set-id program already in a host directory it was given.
+const FSETID: u64 = 1 << 4;
+
+/// What a box of host root never keeps.
+const HOST_ROOT_REFUSED: u64 = SETFCAP | FSETID;
+
+/// [`resolve`], for a box of host root when `host_root`: [`SETFCAP`] and [`FSETID`] named
+/// explicitly are refused, and never kept through `ALL`.
 pub fn resolve_for(add: &[String], drop: &[String], host_root: bool) -> Result<u64, CapError> {
     let keep = resolve(add, drop)?;
     if !host_root {
         return Ok(keep);
     }
-    if let Some(name) = add.iter().find(|a| parse("--cap-add", a) == Ok(SETFCAP)) {
+    if let Some(name) = add
+        .iter()
+        .find(|a| parse("--cap-add", a).is_ok_and(|m| m & HOST_ROOT_REFUSED == m && m != 0))
+    {
         return Err(CapError::HostRoot {
             arg: "--cap-add",
             name: name.clone(),
         });
     }
-    Ok(keep & !SETFCAP)
+    Ok(keep & !HOST_ROOT_REFUSED)
 }
 
 /// The names in a mask, for `--plan`.
@@ -139,9 +149,11 @@ mod tests {
         let err = resolve_for(&["cap_setfcap".into()], &[], true).unwrap_err();
         assert!(err.to_string().contains("as root"), "{err}");
         assert_eq!(
-            resolve_for(&["ALL".into()], &[], true).unwrap() & SETFCAP,
+            resolve_for(&["ALL".into()], &[], true).unwrap() & HOST_ROOT_REFUSED,
             0
         );
+        assert!(resolve_for(&["FSETID".into()], &[], true).is_err());
+        assert_eq!(resolve_for(&["FSETID".into()], &[], false), Ok(FSETID));
         assert_eq!(resolve_for(&["SETFCAP".into()], &[], false), Ok(SETFCAP));
         assert!(resolve(&["FLY".into()], &[])
             .unwrap_err()

@@ -1271,6 +1271,13 @@ fn host_roots_box_is_never_host_root_and_its_files_belong_to_the_directory_owner
     ]);
     let eff = u64::from_str_radix(stdout(&v).trim(), 16).unwrap();
     assert_eq!(eff & (1 << 31), 0, "SETFCAP kept through ALL: {v}");
+    assert_eq!(eff & (1 << 4), 0, "FSETID kept through ALL: {v}");
+    assert_ne!(eff & 1, 0, "CHOWN should be kept through ALL: {v}");
+    let out = hull(&["run", "--cap-add", "fsetid", "--", "true"]);
+    assert!(
+        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("FSETID"),
+        "{out:?}"
+    );
 }
 
 /// The caller's effective uid and gid.
