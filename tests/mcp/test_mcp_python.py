@@ -231,6 +231,11 @@ class Raw:
         self.p.stdin.write((obj if isinstance(obj, str) else json.dumps(obj)) + "\n")
         self.p.stdin.flush()
 
+    def send_bytes(self, line):
+        self.p.stdin.flush()
+        self.p.stdin.buffer.write(line + b"\n")
+        self.p.stdin.buffer.flush()
+
     def recv(self):
         line = self.p.stdout.readline()
         assert line, "server closed stdout"
@@ -297,6 +302,22 @@ def test_lifecycle_errors_and_notifications():
         rest, code = raw.close()
     assert rest == "" and code == 0
     assert "hull mcp: ready" in raw.err
+
+
+def test_a_line_that_is_not_utf8_gets_a_parse_error_and_the_server_goes_on():
+    raw = Raw()
+    try:
+        assert raw.ask(1, "initialize", init_params("2025-06-18"))["result"]["protocolVersion"] == "2025-06-18"
+        raw.send_bytes(b'{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "run_code", "arguments": {"code": "print(\'\xff\')"}}}')
+        r = raw.recv()
+        assert r["id"] is None and r["error"]["code"] == -32700 and "UTF-8" in r["error"]["message"], r
+        # The same server still answers, and still runs code.
+        assert raw.ask(3, "ping") == {"jsonrpc": "2.0", "id": 3, "result": {}}
+        r = raw.ask(4, "tools/call", {"name": "run_code", "arguments": {"code": "print('after the bad line')"}})
+        assert "after the bad line" in r["result"]["content"][0]["text"], r
+    finally:
+        rest, code = raw.close()
+    assert rest == "" and code == 0
 
 
 @pytest.mark.parametrize("var,value", [("HULL_MCP_MEMORY", "lots"), ("HULL_MCP_TIMEOUT", "soon"), ("HULL_MCP_MAX_OUTPUT", "3"), ("HULL_MCP_WORKSPACE", "relative/dir"), ("HULL_MCP_IMAGE", "no-such-image:1"), ("HULL_MCP_SETUP", "exit 7")])

@@ -8,6 +8,7 @@
 pub mod assemble;
 pub mod caps;
 mod child;
+mod ending;
 pub mod error;
 pub mod leftovers;
 pub mod plan;
