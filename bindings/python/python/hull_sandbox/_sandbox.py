@@ -60,6 +60,27 @@ def _grow_pipe(f):
         pass
 
 
+def _request_line(method, params):
+    """A request as UTF-8 JSON, all but its leading `{"id": N, `. Text with a lone surrogate
+    (which Python strings can hold) has no UTF-8 form: it is refused here, naming the argument,
+    since the server could not parse the line and its error could reach no caller."""
+    body = json.dumps({"method": method, "params": params}, ensure_ascii=False)[1:] + "\n"
+    try:
+        return body.encode("utf-8")
+    except UnicodeEncodeError as e:
+        bad = e.object[e.start]
+        names = [k for k, v in (params or {}).items() if not _encodable(v)]
+        raise ValueError("%s holds U+%04X, a lone surrogate: not valid Unicode text, so it cannot be sent (encode binary data as bytes, e.g. write_file)" % (names[0] if names else "an argument", ord(bad))) from None
+
+
+def _encodable(v):
+    try:
+        json.dumps(v, ensure_ascii=False).encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
 class _Call:
     __slots__ = ("done", "answer", "on_event")
 
@@ -111,6 +132,7 @@ class _Server:
             call.done.set()
 
     def call(self, method, params, on_event=None):
+        line = _request_line(method, params)
         call = _Call(on_event)
         with self._plock:
             if self._closed:
@@ -118,7 +140,7 @@ class _Server:
             self._next += 1
             rid = self._next
             self._pending[rid] = call
-        line = (json.dumps({"id": rid, "method": method, "params": params}) + "\n").encode()
+        line = b'{"id": %d, ' % rid + line
         try:
             with self._wlock:
                 self.proc.stdin.write(line)
