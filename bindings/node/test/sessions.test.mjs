@@ -1,18 +1,28 @@
 // Concurrency, kernels, streaming callbacks, prewarmed boxes and the server's lifetime.
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { test } from "node:test";
 
 import { waitFor } from "./helpers.mjs";
 import { KernelDied, Sandbox, SandboxError } from "../dist/index.js";
 
+// The children of every thread of `pid`: a box's pid 1 is the child of the server thread that
+// started it, not of its main thread.
 function children(pid) {
+  let tasks;
   try {
-    return readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").split(/\s+/).filter(Boolean);
+    tasks = readdirSync(`/proc/${pid}/task`);
   } catch {
     return [];
   }
+  return tasks.flatMap((tid) => {
+    try {
+      return readFileSync(`/proc/${pid}/task/${tid}/children`, "utf8").split(/\s+/).filter(Boolean);
+    } catch {
+      return [];
+    }
+  });
 }
 
 const alive = (pid) => {

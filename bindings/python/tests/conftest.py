@@ -1,12 +1,18 @@
 """Tests of hull-sandbox against the real hull binary (HULL_BIN, else the installed wheel's)."""
 
+import functools
+import json
 import os
+import subprocess
 
-import pytest
+from hull_sandbox import find_hull
 
 
-def hull_cgroups():
-    """The box cgroups (hull-* directories) below this process's cgroups, by controller path."""
+def hull_cgroups(server_pid):
+    """The box cgroups (and spare cgroups made ahead) of the hull whose pid is server_pid, below
+    this process's cgroups and HULL_CGROUP_PARENT: hull names them `hull-<its pid>-...`. Only a
+    test's own server's count, since other hulls (other tests, other users) share the parents."""
+    prefix = "hull-%d-" % server_pid
     found = set()
     with open("/proc/self/cgroup") as f:
         for line in f:
@@ -23,7 +29,7 @@ def hull_cgroups():
             for b in bases:
                 try:
                     for name in os.listdir(b):
-                        if name.startswith("hull-") and os.path.isdir(os.path.join(b, name)):
+                        if name.startswith(prefix) and os.path.isdir(os.path.join(b, name)):
                             found.add(os.path.join(b, name))
                 except OSError:
                     pass
@@ -41,6 +47,12 @@ def children(pid):
     return out
 
 
-@pytest.fixture
-def cgroups_before():
-    return hull_cgroups()
+@functools.lru_cache(maxsize=None)
+def pids_cap_enforced():
+    """Whether `hull doctor` says box cgroups (the pids cap) work here."""
+    out = subprocess.run([find_hull(), "doctor", "--json"], capture_output=True, text=True).stdout
+    try:
+        checks = json.loads(out)
+    except ValueError:
+        return False
+    return any(c.get("name") == "cgroup Pids cap" and c.get("status") == "enforced" for c in checks)

@@ -77,3 +77,23 @@ def test_require_limits_runs_where_caps_are_enforced():
     # CI machines of this project enforce every cap, so this must not raise there.
     with Sandbox(require_limits=True, memory_mb=256, cpus=1, pids=64) as sb:
         assert sb.run_code("print('capped')").stdout == "capped\n"
+
+
+def test_text_that_is_not_valid_unicode_is_refused_naming_the_argument():
+    # A lone surrogate cannot be encoded as UTF-8; hull serve could not parse the request, and
+    # its error (id null) would reach no call: the caller would wait forever.
+    with Sandbox() as sb:
+        got = []
+
+        def call():
+            try:
+                sb.run_code("x = '\ud800'")
+            except Exception as e:  # noqa: BLE001 - the test inspects it below
+                got.append(e)
+
+        t = threading.Thread(target=call, daemon=True)
+        t.start()
+        t.join(20)
+        assert not t.is_alive(), "the call with a lone surrogate never returned"
+        assert isinstance(got[0], ValueError) and "code" in str(got[0]) and "surrogate" in str(got[0]), got
+        assert sb.run_code("print('still fine')").stdout == "still fine\n"

@@ -1,18 +1,24 @@
 """Concurrency, kernels, streaming callbacks and prewarmed boxes."""
 
+import os
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import children, hull_cgroups
+from conftest import children, hull_cgroups, pids_cap_enforced
 from hull_sandbox import KernelDied, Sandbox
 
 
 def test_100_concurrent_calls_on_one_sandbox_leave_nothing_behind():
-    before = hull_cgroups()
     sb = Sandbox(timeout_s=60)
+    server = sb.server_pid
+    # Another hull alive throughout, with spare cgroups in the same parents (as other tests'
+    # and other users' hulls on a shared machine have): it must not count as left behind.
+    other = Sandbox()
     try:
         def call(i):
             return sb.run_code("import os\nprint(%d * 2)\n%d" % (i, i))
@@ -28,9 +34,21 @@ def test_100_concurrent_calls_on_one_sandbox_leave_nothing_behind():
         while children(sb.server_pid) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert children(sb.server_pid) == [], "boxes left running"
+        # While it lives the server keeps spare cgroups named for it: the check below looks
+        # where they are.
+        if pids_cap_enforced():
+            assert hull_cgroups(server), "no cgroup named for hull %d found while it runs" % server
     finally:
         sb.destroy()
-    assert hull_cgroups() - before == set(), "cgroups left behind"
+    # Only this test's server's cgroups: other hulls on the machine have theirs in the same
+    # parents. The server has exited (destroy waits for it), so none of its may remain.
+    try:
+        assert sb._server.proc.poll() is not None
+        assert hull_cgroups(server) == set(), "cgroups left behind"
+        if pids_cap_enforced():
+            assert hull_cgroups(other.server_pid), "the other hull's cgroups are not where the check looks"
+    finally:
+        other.destroy()
 
 
 def test_kernel_keeps_state_between_cells():
@@ -143,3 +161,53 @@ def test_kernel_and_run_output_stream_too():
 def _lines(chunks):
     out, err = "".join(c for c in chunks if not c.startswith("ERR:")), "".join(c[4:] for c in chunks if c.startswith("ERR:"))
     return [l + "\n" for l in out.splitlines()] + ["ERR:" + l + "\n" for l in err.splitlines()]
+
+
+def _alive_with(marker):
+    """Whether a process whose command line holds `marker` runs on this host."""
+    for pid in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                if marker.encode() in f.read().replace(b"\0", b" "):
+                    return True
+        except OSError:
+            pass
+    return False
+
+
+def _running(pid):
+    """Whether process `pid` exists and is not a zombie."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_killed_client_ends_its_boxes_at_once():
+    # A client process (ours) with a call in flight whose deadline is a minute away.
+    marker = "sleep %d.5" % (50_000_000 + os.getpid())
+    script = (
+        "import sys, threading\n"
+        "from hull_sandbox import Sandbox\n"
+        "sb = Sandbox(timeout_s=60)\n"
+        "print(sb.server_pid, flush=True)\n"
+        "sb.run_code(%r)\n" % ("import subprocess\nsubprocess.run(%r.split())" % marker)
+    )
+    client = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        server = int(client.stdout.readline())
+        deadline = time.monotonic() + 20
+        while not _alive_with(marker):
+            assert time.monotonic() < deadline, "the call never started"
+            time.sleep(0.05)
+    finally:
+        client.kill()  # SIGKILL: the SDK cleans nothing up
+        client.wait()
+    # Its server sees stdin close and ends the box now, not at the call's deadline.
+    deadline = time.monotonic() + 10
+    while (_alive_with(marker) or _running(server)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive_with(marker), "the box outlived its killed client by 10 s"
+    assert not _running(server), "hull serve outlived its killed client by 10 s"
+    assert hull_cgroups(server) == set(), "cgroups left behind"

@@ -9,6 +9,7 @@ pub mod assemble;
 pub mod budgets;
 pub mod caps;
 mod child;
+mod ending;
 pub mod error;
 pub mod leftovers;
 pub mod plan;

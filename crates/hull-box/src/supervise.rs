@@ -70,6 +70,8 @@ pub(crate) struct Core {
     spares: Option<crate::spares::Spares>,
     /// Boxes set up ahead, waiting for their program, with templates.
     ready: Option<crate::ready::ReadyBoxes>,
+    /// Polled by every box's watch: [`Runtime::end_every_box`].
+    ending: crate::ending::Ending,
 }
 
 // SAFETY: `fprog` points into `program`, which the Core owns and never mutates; the pointer is
@@ -168,6 +170,15 @@ impl Runtime {
             .map_or_else(Vec::new, crate::ready::ReadyBoxes::pids)
     }
 
+    /// Kills every box this Runtime is running, and any it starts from now on, at once; their
+    /// calls return with a `killed` fault saying so. For a front end whose client is gone
+    /// (`hull serve` at the end of its input): nobody waits for those results, so the boxes
+    /// should not run on to their deadlines. Teardowns still remove their cgroups and
+    /// workspaces as usual.
+    pub fn end_every_box(&self) {
+        self.core.ending.end_all();
+    }
+
     /// Removes box cgroups and temporary workspaces that SIGKILLed hulls left behind (see
     /// [`crate::leftovers`]). Reads the temporary directory, so long-lived front ends call it
     /// once, off the hot path.
@@ -263,6 +274,7 @@ impl Core {
             templates: None,
             spares: None,
             ready: None,
+            ending: crate::ending::Ending::new()?,
         })
     }
 
@@ -586,6 +598,7 @@ impl Core {
         let pid = rb.pid;
         let watch = Watch {
             pid,
+            ending: self.ending.fd(),
             start,
             spec,
             opts,
@@ -700,6 +713,7 @@ impl Core {
         } = started;
         let watch = Watch {
             pid,
+            ending: self.ending.fd(),
             start,
             spec,
             opts,
@@ -1039,6 +1053,8 @@ struct Outcome {
     rusage_cpu_ms: u64,
     timed_out: bool,
     interrupted: Option<i32>,
+    /// Killed because every box was to end ([`Runtime::end_every_box`]).
+    ended: bool,
     /// A seccomp notification: (what to name in the fault's `syscall`, the reason).
     escape: Option<(String, String)>,
     exec_failed: Option<Errno>,
@@ -1058,6 +1074,8 @@ struct Captured {
 
 struct Watch<'a> {
     pid: libc::pid_t,
+    /// Readable once every box is to end ([`Runtime::end_every_box`]).
+    ending: BorrowedFd<'a>,
     start: u64,
     spec: &'a BoxSpec,
     opts: RunOptions,
@@ -1093,6 +1111,7 @@ impl Watch<'_> {
             rusage_cpu_ms: 0,
             timed_out: false,
             interrupted: None,
+            ended: false,
             escape: None,
             exec_failed: None,
             stdout: Captured::default(),
@@ -1116,7 +1135,7 @@ impl Watch<'_> {
             if o.stdout.eof && o.stderr.eof && ((exited && !sock_open) || o.status.is_some()) {
                 break;
             }
-            let mut fds: Vec<libc::pollfd> = Vec::with_capacity(6);
+            let mut fds: Vec<libc::pollfd> = Vec::with_capacity(7);
             let mut push = |fd: BorrowedFd<'_>, on: bool| {
                 fds.push(libc::pollfd {
                     fd: if on { fd.as_raw_fd() } else { -1 },
@@ -1133,6 +1152,7 @@ impl Watch<'_> {
                 Some(l) => push(l.as_fd(), !exited),
                 None => push(sock.as_fd(), false),
             }
+            push(self.ending, !killed);
             let now = sys::monotonic_ns();
             let timeout_ms = if exited {
                 // Bounded drain: a pipe still open after the box died would be a kernel surprise.
@@ -1236,6 +1256,11 @@ impl Watch<'_> {
                     }
                 }
             }
+            if ready_in(6) && !killed {
+                o.ended = true;
+                killed = true;
+                let _ = sys::kill(self.pid, libc::SIGKILL);
+            }
             if ready_in(4) {
                 let mut si = [0u8; 128];
                 if sys::read(sigfd.as_fd(), &mut si).is_ok() {
@@ -1286,6 +1311,7 @@ impl Watch<'_> {
             && o.exec_failed.is_none()
             && !o.timed_out
             && o.interrupted.is_none()
+            && !o.ended
         {
             return Err(BoxError::SetupVanished(o.pid1_status));
         }
@@ -1446,6 +1472,13 @@ fn finish(
                 "the wall-clock deadline of {} passed; the whole box was killed",
                 fmt_duration(timeout)
             ),
+            syscall: None,
+        })
+    } else if o.ended {
+        Some(Fault {
+            kind: FaultType::Killed,
+            reason: "hull was told to end every box (its client went away); the box was killed"
+                .into(),
             syscall: None,
         })
     } else if let Some(sig) = o.interrupted {

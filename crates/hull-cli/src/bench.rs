@@ -23,7 +23,9 @@ pub struct BenchArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
-    /// Measure the Sandbox layer instead: run_code("print(1)") cold and with prewarm=2, beside bare python3.
+    /// Measure the Sandbox layer instead: run_code("print(1)") cold and with prewarm=2, beside
+    /// bare python3; then a call printing 16 MiB through the Python SDK (when python3 imports
+    /// hull_sandbox) and a bare `hull serve` client, against the box's own time.
     #[arg(long)]
     pub sdk: bool,
     /// Time each pair at once after the last, without first waiting (up to 50 ms) for the boxes

@@ -1,7 +1,8 @@
 //! `hull bench --sdk`: what a Sandbox call costs, against bare `python3 -c 'print(1)'`,
 //! interleaved in one process: `run_code("print(1)")` on one Sandbox cold (a fresh box per call,
 //! the runner started by the call) and with `prewarm=2` (a box with the runner already waiting;
-//! the pool is allowed to refill between calls, and that wait is not timed).
+//! the pool is allowed to refill between calls, and that wait is not timed). Then a call that
+//! prints 16 MiB, through the Python SDK and a bare `hull serve` client (`bench_sdk_output.rs`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -88,8 +89,12 @@ pub fn main(args: &BenchArgs, rt: Arc<Runtime>) -> i32 {
             w.push(ww);
         }
     }
+    cold.destroy();
+    warm.destroy();
     let (bp, cp, wp) = (p(&mut b, 0.5), p(&mut c, 0.5), p(&mut w, 0.5));
     let (b9, c9, w9) = (p(&mut b, 0.9), p(&mut c, 0.9), p(&mut w, 0.9));
+    // Large answers: a few runs are enough (each moves 16 MiB through JSON and a pipe).
+    let output = crate::bench_sdk_output::measure(python, (runs / 10).clamp(3, 10));
     if args.json {
         println!(
             "{}",
@@ -98,6 +103,7 @@ pub fn main(args: &BenchArgs, rt: Arc<Runtime>) -> i32 {
                 "bare_python_ms": {"min": b[0], "p50": bp, "p90": b9},
                 "sandbox_cold_ms": {"min": c[0], "p50": cp, "p90": c9, "ratio_to_bare": cp / bp},
                 "sandbox_prewarm2_ms": {"min": w[0], "p50": wp, "p90": w9, "ratio_to_bare": wp / bp},
+                "large_output": output,
             })
         );
     } else {
@@ -135,8 +141,7 @@ pub fn main(args: &BenchArgs, rt: Arc<Runtime>) -> i32 {
             if cp <= 1.5 * bp { "met" } else { "NOT met" },
             if wp < 3.0 { "met" } else { "NOT met" }
         );
+        crate::bench_sdk_output::print(&output);
     }
-    cold.destroy();
-    warm.destroy();
     0
 }

@@ -2,6 +2,7 @@
 
 mod bench;
 mod bench_sdk;
+mod bench_sdk_output;
 mod doctor;
 mod image_bench;
 mod images;

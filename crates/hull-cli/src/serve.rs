@@ -31,6 +31,13 @@ mod tests {
         assert_eq!(super::incomplete_tail("aé".as_bytes()), 0);
         assert_eq!(super::incomplete_tail(&[0xff]), 0);
     }
+
+    #[test]
+    fn a_line_that_is_not_utf8_is_refused_naming_the_offset() {
+        assert_eq!(super::request_text(b"{}\n"), Ok("{}\n"));
+        let e = super::request_text(b"{\"a\": \"\xff\"}").unwrap_err();
+        assert!(e.contains("not UTF-8") && e.contains("offset 7"), "{e}");
+    }
 }
 
 /// `run` parameters: the options of `hull run`, by the same names in snake_case.
@@ -327,12 +334,30 @@ pub fn main(_args: &ServeArgs) -> i32 {
     let out = Out::start();
     let sessions = Arc::new(crate::serve_sandbox::Sessions::default());
     let mut workers = Vec::new();
-    for line in std::io::stdin().lock().lines() {
-        let Ok(line) = line else { break };
+    let mut input = std::io::stdin().lock();
+    let mut raw = Vec::new();
+    loop {
+        raw.clear();
+        match input.read_until(b'\n', &mut raw) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                eprintln!("hull serve: cannot read stdin ({e}); ending every box");
+                break;
+            }
+        }
+        let line = match request_text(&raw) {
+            Ok(l) => l,
+            Err(message) => {
+                out.send(&json!({ "id": null, "error": { "kind": "protocol", "message": message, "chain": [] } }));
+                continue;
+            }
+        };
         if line.trim().is_empty() {
             continue;
         }
-        let req: Value = match serde_json::from_str(&line) {
+        let req: Value = match serde_json::from_str(line) {
             Ok(v) => v,
             Err(e) => {
                 out.send(&json!({ "id": null, "error": { "kind": "protocol", "message": format!("not a JSON object: {e}"), "chain": [] } }));
@@ -364,12 +389,26 @@ pub fn main(_args: &ServeArgs) -> i32 {
         }));
         workers.retain(|w| !w.is_finished());
     }
+    // End of input: the client is gone (it closed the pipe, or its process died), so nobody
+    // waits for the calls still running. Their boxes end now instead of at their deadlines;
+    // then every sandbox is destroyed (boxes reaped, directories removed).
+    rt.end_every_box();
     for w in workers {
         let _ = w.join();
     }
     sessions.destroy_all();
     out.flush();
     0
+}
+
+/// A request line as text: one that is not UTF-8 is refused (naming where), never guessed at.
+fn request_text(raw: &[u8]) -> Result<&str, String> {
+    std::str::from_utf8(raw).map_err(|e| {
+        format!(
+            "the request line is not UTF-8 (invalid byte at offset {}); send one UTF-8 JSON object per line",
+            e.valid_up_to()
+        )
+    })
 }
 
 /// Adds every image in the local store (pulled or imported) after the embedded ones in a

@@ -7,7 +7,8 @@ use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
 
-/// Sends `requests`, closes stdin, and returns every line the server wrote.
+/// Sends `requests` and `shutdown` (which waits for every call), closes stdin, and returns
+/// every line the server wrote. (Closing stdin alone would end the calls still running.)
 fn session(requests: &[Value]) -> Vec<Value> {
     let mut child = Command::new(common::bin())
         .arg("serve")
@@ -20,6 +21,7 @@ fn session(requests: &[Value]) -> Vec<Value> {
         for r in requests {
             writeln!(stdin, "{r}").unwrap();
         }
+        writeln!(stdin, "{}", json!({"id": "end", "method": "shutdown"})).unwrap();
     }
     let lines: Vec<Value> = BufReader::new(child.stdout.take().unwrap())
         .lines()
@@ -105,7 +107,8 @@ fn streamed_output_arrives_as_events_before_the_result() {
             .any(|e| e["event"] == "stderr" && e["data"] == "b\n"),
         "{lines:?}"
     );
-    let last = lines.last().unwrap();
+    // The answer comes after every event (and before shutdown's).
+    let last = &lines[lines.len() - 2];
     assert_eq!(last["id"], 7);
     assert_eq!(last["result"]["stdout"], "a\n");
 }
@@ -169,6 +172,7 @@ fn a_client_that_stops_reading_does_not_hold_off_deadlines() {
         "the sleeper outlived its 1 s deadline while stdout was not read"
     );
     // Now read: both answers arrive, the sleeper's as a timeout.
+    writeln!(stdin, "{}", json!({"id": "end", "method": "shutdown"})).unwrap();
     drop(stdin);
     let lines: Vec<Value> = BufReader::new(child.stdout.take().unwrap())
         .lines()
@@ -188,4 +192,182 @@ fn a_client_that_stops_reading_does_not_hold_off_deadlines() {
         "{:?}",
         answer(&lines, 1)
     );
+}
+
+/// A `hull serve` child with piped stdin/stdout, read line by line.
+struct Server {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    stdout: BufReader<std::process::ChildStdout>,
+}
+
+impl Server {
+    fn start() -> Server {
+        let mut child = Command::new(common::bin())
+            .arg("serve")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Server {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    fn send_raw(&mut self, line: &[u8]) {
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(line).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn send(&mut self, v: &Value) {
+        self.send_raw(v.to_string().as_bytes());
+    }
+
+    /// The next line that is not a streamed event.
+    fn answer(&mut self) -> Value {
+        loop {
+            let mut line = String::new();
+            assert!(
+                self.stdout.read_line(&mut line).unwrap() > 0,
+                "hull serve closed its output"
+            );
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v.get("event").is_none() {
+                return v;
+            }
+        }
+    }
+
+    fn call(&mut self, id: i64, method: &str, params: Value) -> Value {
+        self.send(&json!({"id": id, "method": method, "params": params}));
+        let a = self.answer();
+        assert_eq!(a["id"], id, "{a}");
+        a
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_line_that_is_not_utf8_is_answered_and_the_server_goes_on() {
+    let mut s = Server::start();
+    let created = s.call(1, "sandbox.create", json!({}));
+    let sb = created["result"]["sandbox"].as_str().unwrap().to_string();
+    // One byte that is never UTF-8, inside an otherwise fine request.
+    let mut bad = br#"{"id": 2, "method": "sandbox.run", "params": {"sandbox": ""#.to_vec();
+    bad.extend_from_slice(sb.as_bytes());
+    bad.extend_from_slice(b"\", \"argv\": [\"echo\", \"\xff\"]}}");
+    s.send_raw(&bad);
+    let a = s.answer();
+    assert_eq!(a["id"], Value::Null, "{a}");
+    assert_eq!(a["error"]["kind"], "protocol", "{a}");
+    assert!(
+        a["error"]["message"].as_str().unwrap().contains("UTF-8"),
+        "{a}"
+    );
+    // The same server, and the sandbox made before the bad line, still answer.
+    assert_eq!(s.call(3, "hello", json!({}))["result"]["protocol"], 1);
+    let r = s.call(
+        4,
+        "sandbox.run",
+        json!({"sandbox": sb, "argv": ["echo", "still here"]}),
+    );
+    assert_eq!(r["result"]["stdout"], "still here\n", "{r}");
+}
+
+/// Box cgroups and session directories named for hull `pid` (what its sweep would remove).
+fn leftovers_of(pid: u32) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut visit = vec![(std::path::PathBuf::from("/sys/fs/cgroup"), 0)];
+    let cg = format!("hull-{pid}-");
+    while let Some((d, depth)) = visit.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) && depth < 6 {
+                if e.file_name().to_string_lossy().starts_with(&cg) {
+                    found.push(e.path().display().to_string());
+                }
+                visit.push((e.path(), depth + 1));
+            }
+        }
+    }
+    let ws = format!("hull-ws-{pid}-");
+    for e in std::fs::read_dir(std::env::temp_dir())
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if e.file_name().to_string_lossy().starts_with(&ws) {
+            found.push(e.path().display().to_string());
+        }
+    }
+    found
+}
+
+#[test]
+fn closing_stdin_ends_every_running_box_at_once() {
+    let mut s = Server::start();
+    let pid = s.child.id();
+    let sb = s.call(1, "sandbox.create", json!({"timeout_s": 60}))["result"]["sandbox"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let kernel = s.call(2, "kernel.start", json!({"sandbox": sb}))["result"]["kernel"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Four long calls of every kind, each sleeping with a marker no other process has.
+    let base = 40_000_000 + u64::from(std::process::id()) * 10;
+    let marker = |i: u64| format!("sleep {}.5", base + i);
+    let py = |i: u64| {
+        format!(
+            "import subprocess\nsubprocess.run(['sleep', '{}.5'])",
+            base + i
+        )
+    };
+    s.send(&json!({"id": 10, "method": "run", "params": {"argv": ["sleep", format!("{}.5", base)], "timeout": "60s"}}));
+    s.send(&json!({"id": 11, "method": "sandbox.run", "params": {"sandbox": sb, "argv": ["sleep", format!("{}.5", base + 1)]}}));
+    s.send(
+        &json!({"id": 12, "method": "sandbox.run_code", "params": {"sandbox": sb, "code": py(2)}}),
+    );
+    s.send(&json!({"id": 13, "method": "kernel.run_code", "params": {"sandbox": sb, "kernel": kernel, "code": py(3)}}));
+    let t = std::time::Instant::now();
+    while !(0..4).all(|i| alive_with(&marker(i))) {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(20),
+            "not every call started: {:?}",
+            (0..4).map(|i| alive_with(&marker(i))).collect::<Vec<_>>()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // The client goes away (as when the SDK's process is SIGKILLed): its end of stdin closes.
+    drop(s.stdin.take());
+    let t = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = s.child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(10),
+            "hull serve still runs 10 s after its stdin closed (the calls' deadline is 60 s)"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+    for i in 0..4 {
+        assert!(!alive_with(&marker(i)), "{} outlived the server", marker(i));
+    }
+    // It cleaned up after itself, rather than dying and leaving it to the next sweep.
+    assert_eq!(leftovers_of(pid), Vec::<String>::new());
 }

@@ -24,6 +24,10 @@ _LANGUAGES = ("python", "bash", "sh", "node")
 #: The `hull serve` protocol version this package speaks (checked with `hello`).
 PROTOCOL = 1
 _STREAM_QUEUE = 256
+#: Buffer size of the pipes to `hull serve`: an answer can be one line of many MiB (a run's
+#: output is capped at 64 MiB per stream by default), read in chunks this large, never byte by
+#: byte (an unbuffered pipe's readline makes one read(2) per byte).
+_PIPE_BUFFER = 1 << 20
 
 
 def find_hull():
@@ -44,6 +48,39 @@ def find_hull():
     raise SandboxError("the hull binary was not found: reinstall hull-sandbox (pip install ./bindings/python) or set HULL_BIN", "not_found")
 
 
+def _grow_pipe(f):
+    """Asks for a pipe as large as the read buffer, so the server hands a large answer over in
+    fewer, larger pieces. Best effort: the kernel may refuse (fs.pipe-max-size, the user's pipe
+    quota); reading is chunked either way."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(f.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), _PIPE_BUFFER)
+    except (ImportError, OSError):
+        pass
+
+
+def _request_line(method, params):
+    """A request as UTF-8 JSON, all but its leading `{"id": N, `. Text with a lone surrogate
+    (which Python strings can hold) has no UTF-8 form: it is refused here, naming the argument,
+    since the server could not parse the line and its error could reach no caller."""
+    body = json.dumps({"method": method, "params": params}, ensure_ascii=False)[1:] + "\n"
+    try:
+        return body.encode("utf-8")
+    except UnicodeEncodeError as e:
+        bad = e.object[e.start]
+        names = [k for k, v in (params or {}).items() if not _encodable(v)]
+        raise ValueError("%s holds U+%04X, a lone surrogate: not valid Unicode text, so it cannot be sent (encode binary data as bytes, e.g. write_file)" % (names[0] if names else "an argument", ord(bad))) from None
+
+
+def _encodable(v):
+    try:
+        json.dumps(v, ensure_ascii=False).encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
 class _Call:
     __slots__ = ("done", "answer", "on_event")
 
@@ -57,7 +94,8 @@ class _Server:
     """One `hull serve` process and the reader thread that dispatches its answers."""
 
     def __init__(self, binary):
-        self.proc = subprocess.Popen([binary, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        self.proc = subprocess.Popen([binary, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=_PIPE_BUFFER)
+        _grow_pipe(self.proc.stdout)
         self._wlock = threading.Lock()
         self._plock = threading.Lock()
         self._pending = {}
@@ -67,6 +105,8 @@ class _Server:
         self._reader.start()
 
     def _read(self):
+        # A buffered reader: each read(2) takes what the pipe holds, up to _PIPE_BUFFER, and
+        # readline returns as soon as a line is complete, so streamed events are not delayed.
         for line in self.proc.stdout:
             try:
                 msg = json.loads(line)
@@ -92,6 +132,7 @@ class _Server:
             call.done.set()
 
     def call(self, method, params, on_event=None):
+        line = _request_line(method, params)
         call = _Call(on_event)
         with self._plock:
             if self._closed:
@@ -99,7 +140,7 @@ class _Server:
             self._next += 1
             rid = self._next
             self._pending[rid] = call
-        line = (json.dumps({"id": rid, "method": method, "params": params}) + "\n").encode()
+        line = b'{"id": %d, ' % rid + line
         try:
             with self._wlock:
                 self.proc.stdin.write(line)

@@ -4,8 +4,9 @@
 calls; every call is a fresh network-off box) and returns a LangChain tool. The tool's output is
 text written for a model to act on: stdout, the trailing value, the traceback on error, a labelled
 sandbox fault (`[sandbox: timeout] ...`) and a mention of each image result. The program's own
-output cannot forge those labels: terminal escapes, control and invisible format characters are
-stripped, and a `[sandbox` it prints (or a look-alike bracket) is shown as `(sandbox`.
+output cannot forge those labels: terminal escapes, control and invisible characters are
+stripped, and a `[sandbox` it prints (or one with a look-alike bracket) is shown as `(sandbox`,
+also at the edges of a cut.
 """
 
 import re
@@ -31,24 +32,47 @@ DEFAULT_MAX_CHARS = 8000
 # CSI/OSC/other escape sequences, then any C0/C1 control character but tab and newline.
 _ESCAPES = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[@-Z\\-_])")
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-# Invisible format characters (zero-width spaces and joiners, bidi overrides, BOM): they could
-# hide text or split a `[sandbox` so it escapes the rewrite below.
-_INVISIBLE = re.compile("[\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb]")
+# Characters that show as nothing: Unicode's Default_Ignorable_Code_Point set (zero-width
+# characters and joiners, bidi controls, the combining grapheme joiner, variation selectors, tag
+# characters, Hangul fillers, Mongolian selectors, Khmer inherent vowels, BOM, ...) plus the
+# braille blank and the interlinear annotation marks. They could hide text or split a `[sandbox`
+# so it escapes the rewrite below. (`hull mcp` strips the same set: crates/hull-cli/src/mcp/sanitize.rs.)
+_INVISIBLE = re.compile(
+    "[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f"
+    "\u2800\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufffb\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
+    "\U000e0000-\U000e0fff]"
+)
+# Opening brackets a reader could take for `[` (reviewed from Unicode's opening brackets: square
+# brackets with quills, strokes, ticks and underbars, white square brackets, bracket pieces, half
+# brackets, ceiling and floor, tortoise-shell, lenticular and corner brackets, editorial brackets,
+# and their fullwidth, halfwidth, small and vertical forms; not parentheses, braces or angle
+# brackets). `hull mcp` escapes the same list (sanitize.rs: OPENERS).
+_OPENERS = (
+    "[\uff3b\u2045\u2308\u230a\u23a1\u23a2\u23a3\u2772\u27e6\u27ec\u298b\u298d\u298f\u2997\u2e02\u2e04"
+    "\u2e09\u2e0c\u2e1c\u2e22\u2e24\u2e55\u2e57\u300c\u300e\u3010\u3014\u3016\u3018\u301a\ufe17\ufe39"
+    "\ufe3b\ufe41\ufe43\ufe47\ufe5d\uff62"
+)
 # An opening bracket (ASCII or a look-alike) before "sandbox": what could pass for a label.
-_LABEL = re.compile(r"[\[\uff3b\u27e6\u2045\u298b\u298d\u298f](\s*)sandbox", re.IGNORECASE)
+_LABEL = re.compile("[%s](\\s*)(sandbox)" % re.escape(_OPENERS), re.IGNORECASE)
 _IMAGES = ("image/png", "image/jpeg", "image/svg+xml", "image/gif")
 
 
 def _clean(text, max_chars):
-    """Program output made safe to frame: no escapes or control characters, no forged labels,
-    at most max_chars (the middle is cut, with a marker saying how much)."""
+    """Program output made safe to frame: no escapes, control or invisible characters, at most
+    max_chars (the middle is cut, with a marker saying how much), and no forged labels. The label
+    rewrite comes after the cut, so no cut point can bring a label back."""
     text = _CONTROLS.sub("", _ESCAPES.sub("", text.replace("\r\n", "\n").replace("\r", "\n")))
-    text = _LABEL.sub(r"(\1sandbox", _INVISIBLE.sub("", text))
-    if len(text) > max_chars:
-        head, tail = max_chars * 2 // 3, max_chars // 3
-        cut = len(text) - head - tail
-        text = "%s\n[... %d characters cut ...]\n%s" % (text[:head], cut, text[-tail:])
-    return text
+    text = _INVISIBLE.sub("", text)
+    if len(text) <= max_chars:
+        return _unlabel(text)
+    head, tail = max_chars * 2 // 3, max_chars // 3
+    cut = len(text) - head - tail
+    return "%s\n[... %d characters cut ...]\n%s" % (_unlabel(text[:head]), cut, _unlabel(text[-tail:]))
+
+
+def _unlabel(text):
+    """`[sandbox` (or with a look-alike bracket) becomes `(sandbox`: only the tool writes labels."""
+    return _LABEL.sub(r"(\1\2", text)
 
 
 def format_result(r, max_chars=DEFAULT_MAX_CHARS):

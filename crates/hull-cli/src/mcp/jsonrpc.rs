@@ -45,8 +45,22 @@ pub enum Incoming {
     },
 }
 
-/// Parses one line.
-pub fn parse(line: &str) -> Incoming {
+/// Parses one line as read (JSON text is UTF-8: a line that is not gets a parse error naming
+/// where, and is never guessed at).
+pub fn parse(line: &[u8]) -> Incoming {
+    let line = match std::str::from_utf8(line) {
+        Ok(l) => l,
+        Err(e) => {
+            return Incoming::Invalid {
+                id: Value::Null,
+                code: PARSE_ERROR,
+                message: format!(
+                    "parse error: the line is not UTF-8 (invalid byte at offset {})",
+                    e.valid_up_to()
+                ),
+            }
+        }
+    };
     let v: Value = match serde_json::from_str(line) {
         Ok(v) => v,
         Err(e) => {
@@ -144,7 +158,7 @@ mod tests {
     }
 
     fn code(line: &str) -> i64 {
-        match parse(line) {
+        match parse(line.as_bytes()) {
             Incoming::Invalid { code, .. } => code,
             other => panic!("{line} was accepted: {other:?}"),
         }
@@ -153,7 +167,7 @@ mod tests {
     #[test]
     fn messages_are_classified() {
         assert_eq!(
-            parse(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#),
+            parse(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#),
             Incoming::Request {
                 id: json!(1),
                 method: "ping".into(),
@@ -161,14 +175,14 @@ mod tests {
             }
         );
         assert_eq!(
-            parse(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#),
+            parse(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#),
             Incoming::Notification {
                 method: "notifications/initialized".into(),
                 params: Value::Null
             }
         );
         assert_eq!(
-            parse(r#"{"jsonrpc":"2.0","id":"a","result":{}}"#),
+            parse(br#"{"jsonrpc":"2.0","id":"a","result":{}}"#),
             Incoming::Response
         );
         assert_eq!(code("{not json"), PARSE_ERROR);
@@ -187,5 +201,19 @@ mod tests {
             code(r#"{"jsonrpc":"2.0","id":1,"method":"x","params":[1]}"#),
             INVALID_PARAMS
         );
+    }
+
+    #[test]
+    fn a_line_that_is_not_utf8_is_a_parse_error_with_a_null_id() {
+        match parse(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"p\xffing\"}") {
+            Incoming::Invalid { id, code, message } => {
+                assert_eq!((id, code), (Value::Null, PARSE_ERROR));
+                assert!(
+                    message.contains("not UTF-8") && message.contains("offset 35"),
+                    "{message}"
+                );
+            }
+            other => panic!("accepted: {other:?}"),
+        }
     }
 }

@@ -176,9 +176,20 @@ pub fn main(_args: &McpArgs) -> i32 {
         });
     }
     let mut workers = Vec::new();
-    for line in std::io::stdin().lock().lines() {
-        let Ok(line) = line else { break };
-        if line.trim().is_empty() {
+    let mut input = std::io::stdin().lock();
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match input.read_until(b'\n', &mut line) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                log(&format!("cannot read stdin ({e}); stopping"));
+                break;
+            }
+        }
+        if line.trim_ascii().is_empty() {
             continue;
         }
         match jsonrpc::parse(&line) {
