@@ -14,6 +14,7 @@ pub mod plan;
 pub mod proto;
 mod ready;
 pub mod result;
+pub mod sensitive;
 pub mod size;
 mod spares;
 pub mod spec;

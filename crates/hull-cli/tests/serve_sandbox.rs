@@ -18,8 +18,14 @@ struct Client {
 
 impl Client {
     fn new() -> Client {
+        Client::with_env(&[])
+    }
+
+    /// A server with these extra environment variables.
+    fn with_env(env: &[(&str, &std::path::Path)]) -> Client {
         let mut child = Command::new(common::bin())
             .arg("serve")
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -176,6 +182,44 @@ fn bad_arguments_are_refused_naming_them() {
         )
         .unwrap_err();
     assert_eq!(e["arg"], "language");
+}
+
+/// `mounts=` and `workspace=` get the same sensitive-path checks as `hull run` (the SDKs pass
+/// them through `sandbox.create`), naming the path and the reason.
+#[test]
+fn sandbox_mounts_and_workspace_refuse_credential_stores_and_start_up_files() {
+    let d = tempfile::tempdir().unwrap();
+    let home = std::fs::canonicalize(d.path()).unwrap().join("me");
+    std::fs::create_dir_all(home.join(".aws")).unwrap();
+    std::fs::create_dir_all(home.join(".local/bin")).unwrap();
+    std::fs::write(home.join(".zshrc"), "echo hi").unwrap();
+    let h = home.display();
+    let mut c = Client::with_env(&[("HOME", &home)]);
+    for (params, kind, words) in [
+        (
+            json!({"mounts": [format!("{h}/.aws:/data:ro")]}),
+            "mount_refused",
+            "AWS access keys",
+        ),
+        (
+            json!({"mounts": [{"source": format!("{h}/.zshrc"), "target": "/data/rc", "read_only": false}]}),
+            "mount_refused",
+            "commands every interactive zsh",
+        ),
+        (
+            json!({"workspace": format!("{h}/.local/bin")}),
+            "invalid_argument",
+            "commands on the user's PATH",
+        ),
+    ] {
+        let e = c.call("sandbox.create", params.clone()).unwrap_err();
+        assert_eq!(e["kind"], kind, "{params}: {e}");
+        assert!(
+            e["message"].as_str().unwrap().contains(words),
+            "{params}: {e}"
+        );
+    }
+    c.create(json!({"mounts": [{"source": format!("{h}/.zshrc"), "target": "/data/rc", "read_only": true}]}));
 }
 
 #[test]

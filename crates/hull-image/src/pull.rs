@@ -336,12 +336,14 @@ impl Store {
                 }
                 Some(e) => return Err(client.body_error(what, e).into()),
                 None if have < size && attempt < attempts => {}
-                None if have < size => return Err(invalid(
-                    what,
-                    format!(
+                None if have < size => {
+                    return Err(invalid(
+                        what,
+                        format!(
                         "the registry sent {have} of {size} bytes; run the pull again to resume"
                     ),
-                )),
+                    ))
+                }
                 None => {}
             }
         }
