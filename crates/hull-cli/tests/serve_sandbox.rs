@@ -969,3 +969,108 @@ fn names_that_are_not_utf8_are_tracked_listed_and_cleared() {
     let l = c.ok("sandbox.list_files", json!({"sandbox": sb}));
     assert_eq!(l["entries"].as_array().unwrap().len(), 1, "{l}");
 }
+
+/// Snapshot destinations and restore sources through links a box planted (in its own
+/// workspace, where a caller may well write or read archives) are refused: nothing is written
+/// into the host directory the link names, no host file reaches another sandbox, and a restore
+/// whose members conflict leaves the workspace as it was.
+#[test]
+fn snapshot_and_restore_never_follow_planted_links_and_a_failed_restore_changes_nothing() {
+    let mut c = Client::new();
+    let r = c.ok("sandbox.create", json!({}));
+    let (a, ws_a) = (
+        r["sandbox"].as_str().unwrap().to_string(),
+        std::path::PathBuf::from(r["workspace"].as_str().unwrap()),
+    );
+    let b = c.create(json!({}));
+    let host = tempfile::tempdir().unwrap();
+    let exports = host.path().join("exports");
+    std::fs::create_dir(&exports).unwrap();
+    let private = host.path().join("private.tar.gz");
+    tar_gz(
+        &private,
+        &[("secret.txt", tar::EntryType::Regular, "host secret")],
+    );
+    let plant = format!(
+        "ln -s {} out && ln -s {} export.tar.gz",
+        exports.display(),
+        private.display()
+    );
+    let r = c.ok(
+        "sandbox.run",
+        json!({"sandbox": a, "argv": ["sh", "-c", plant]}),
+    );
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let e = c
+        .call(
+            "sandbox.snapshot",
+            json!({"sandbox": b, "dest": ws_a.join("out/b.tar.gz")}),
+        )
+        .unwrap_err();
+    assert_eq!(e["kind"], "path_refused", "{e}");
+    assert!(
+        e["message"].as_str().unwrap().contains("symbolic link"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read_dir(&exports).unwrap().count(), 0);
+    c.ok(
+        "sandbox.write_file",
+        json!({"sandbox": b, "path": "mine.txt", "text": "mine"}),
+    );
+    let e = c
+        .call(
+            "sandbox.restore",
+            json!({"sandbox": b, "src": ws_a.join("export.tar.gz")}),
+        )
+        .unwrap_err();
+    assert_eq!(e["kind"], "path_refused", "{e}");
+    let conflict = host.path().join("conflict.tar.gz");
+    tar_gz(
+        &conflict,
+        &[
+            ("x", tar::EntryType::Regular, "1"),
+            ("x/", tar::EntryType::Directory, ""),
+        ],
+    );
+    let e = c
+        .call("sandbox.restore", json!({"sandbox": b, "src": conflict}))
+        .unwrap_err();
+    assert_eq!(e["member"], "x/", "{e}");
+    let l = c.ok("sandbox.list_files", json!({"sandbox": b}));
+    assert_eq!(
+        l["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["path"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["mine.txt"],
+        "{l}"
+    );
+    assert_eq!(
+        c.ok(
+            "sandbox.read_file",
+            json!({"sandbox": b, "path": "mine.txt"})
+        )["data_b64"],
+        "bWluZQ=="
+    );
+}
+
+/// A restore replaces directories the box made read-only (moving a directory to another parent
+/// needs write permission on it, which an unprivileged hull must first give itself).
+#[test]
+fn a_restore_replaces_directories_the_box_made_read_only() {
+    let mut c = Client::new();
+    let sb = c.create(json!({}));
+    let r = c.ok(
+        "sandbox.run",
+        json!({"sandbox": sb, "argv": ["sh", "-c", "mkdir -p ro/inner && echo x > ro/inner/f && chmod 555 ro/inner ro && chmod 000 ro/inner/f"]}),
+    );
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("one.tar.gz");
+    tar_gz(&p, &[("one.txt", tar::EntryType::Regular, "1")]);
+    c.ok("sandbox.restore", json!({"sandbox": sb, "src": p}));
+    let l = c.ok("sandbox.list_files", json!({"sandbox": sb}));
+    assert_eq!(l["entries"].as_array().unwrap().len(), 1, "{l}");
+}

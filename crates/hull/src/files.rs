@@ -34,6 +34,9 @@ pub const MAX_DEPTH: usize = 256;
 pub struct Confined {
     dir: OwnedFd,
     root: PathBuf,
+    /// Held by snapshot and restore: a restore stages inside the workspace and then moves every
+    /// entry, which another snapshot or restore must not see half done.
+    archive: std::sync::Mutex<()>,
 }
 
 /// One entry of a listing.
@@ -142,14 +145,32 @@ impl Confined {
             Mode::empty(),
         )
         .map_err(|e| io_err("open workspace", root, e))?;
-        Ok(Confined {
+        Ok(Confined::from_fd(dir, root.to_path_buf()))
+    }
+
+    /// A directory already opened (no-follow) by the caller; `root` is its path, for messages.
+    pub(crate) fn from_fd(dir: OwnedFd, root: PathBuf) -> Confined {
+        Confined {
             dir,
-            root: root.to_path_buf(),
-        })
+            root,
+            archive: std::sync::Mutex::new(()),
+        }
     }
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// The workspace directory's descriptor.
+    pub(crate) fn fd(&self) -> &OwnedFd {
+        &self.dir
+    }
+
+    /// One snapshot or restore of this workspace at a time.
+    pub(crate) fn archive_lock(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.archive
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn open_rel(&self, rel: &str, flags: OFlags, mode: Mode) -> Result<OwnedFd, SandboxError> {
@@ -336,13 +357,6 @@ impl Confined {
             })
             .collect();
         Ok(Snapshot { entries, complete })
-    }
-
-    /// Removes everything in the workspace (restore replaces its contents), no-follow, one
-    /// directory open at a time (any depth).
-    pub fn clear(&self) -> Result<(), SandboxError> {
-        let dir = self.open_dir("")?;
-        hull_box::leftovers::empty_dir(dir).map_err(|e| io_err("empty", &self.root, e))
     }
 }
 
