@@ -1074,3 +1074,77 @@ fn a_restore_replaces_directories_the_box_made_read_only() {
     let l = c.ok("sandbox.list_files", json!({"sandbox": sb}));
     assert_eq!(l["entries"].as_array().unwrap().len(), 1, "{l}");
 }
+
+/// Names that differ only in bytes that are not UTF-8 are listed distinctly (`path_b64`, their
+/// bytes, beside the lossy `path`), and `read_file`, `write_file` and `list_files` take those
+/// bytes back (`path_b64`, `subdir_b64`), each reaching its own file.
+#[test]
+fn names_that_are_not_utf8_round_trip_through_path_b64() {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut c = Client::new();
+    let sb = c.create(json!({}));
+    let mk = "import os\nopen(b'a\\xff', 'w').write('ff')\nopen(b'a\\xfe', 'w').write('fe')\nos.mkdir(b'd\\xff')\nopen(b'd\\xff/inner', 'w').write('in')\nopen('plain', 'w').write('p')";
+    let r = c.ok(
+        "sandbox.run",
+        json!({"sandbox": sb, "argv": ["python3", "-c", mk]}),
+    );
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let l = c.ok("sandbox.list_files", json!({"sandbox": sb}));
+    let entries = l["entries"].as_array().unwrap();
+    let raw: Vec<Vec<u8>> = entries
+        .iter()
+        .filter_map(|e| e["path_b64"].as_str())
+        .map(|s| b64.decode(s).unwrap())
+        .collect();
+    for want in [&b"a\xff"[..], b"a\xfe", b"d\xff", b"d\xff/inner"] {
+        assert!(
+            raw.iter().any(|r| r == want),
+            "{want:?} not listed by its bytes: {l}"
+        );
+    }
+    let plain = entries.iter().find(|e| e["path"] == "plain").unwrap();
+    assert!(plain.get("path_b64").is_none(), "{plain}");
+    for (name, content) in [
+        (&b"a\xff"[..], "ff"),
+        (b"a\xfe", "fe"),
+        (b"d\xff/inner", "in"),
+    ] {
+        let r = c.ok(
+            "sandbox.read_file",
+            json!({"sandbox": sb, "path_b64": b64.encode(name)}),
+        );
+        assert_eq!(r["data_b64"], b64.encode(content), "{name:?}: {r}");
+    }
+    c.ok(
+        "sandbox.write_file",
+        json!({"sandbox": sb, "path_b64": b64.encode(b"d\xff/new\xfd"), "text": "written"}),
+    );
+    let r = c.ok(
+        "sandbox.run",
+        json!({"sandbox": sb, "argv": ["python3", "-c", "print(open(b'd\\xff/new\\xfd').read())"]}),
+    );
+    assert_eq!(r["stdout"], "written\n", "{r}");
+    let l = c.ok(
+        "sandbox.list_files",
+        json!({"sandbox": sb, "subdir_b64": b64.encode(b"d\xff")}),
+    );
+    let inner: Vec<Vec<u8>> = l["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| b64.decode(e["path_b64"].as_str().unwrap()).unwrap())
+        .collect();
+    assert_eq!(
+        inner,
+        [b"d\xff/inner".to_vec(), b"d\xff/new\xfd".to_vec()],
+        "{l}"
+    );
+    let e = c
+        .call(
+            "sandbox.read_file",
+            json!({"sandbox": sb, "path": "plain", "path_b64": b64.encode("plain")}),
+        )
+        .unwrap_err();
+    assert_eq!(e["kind"], "invalid_argument", "{e}");
+}
