@@ -61,9 +61,13 @@ export class Result {
 
 /** One workspace entry from `listFiles` (symlinks are listed, never followed). */
 export interface FileEntry {
+  /** Relative to the workspace, for display: bytes that are not UTF-8 show as U+FFFD, so two
+   * such names can look alike (`pathBytes` tells them apart). */
   path: string;
   type: string;
   size: number;
+  /** The path's exact bytes, present only when it is not UTF-8; readFile/writeFile take them. */
+  pathBytes?: Buffer;
 }
 
 /** The outcome of one call (run, runCode, a kernel cell). */

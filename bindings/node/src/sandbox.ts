@@ -187,6 +187,21 @@ function renameArg(e: unknown): unknown {
  * }
  * ```
  */
+/** A workspace path parameter: `name` as text, or `name_b64` for bytes that are not UTF-8, so
+ * every name the workspace holds can be named. */
+function wsPath(name: string, path: unknown): Record<string, string> {
+  if (typeof path === "string") return { [name]: path };
+  if (path instanceof Uint8Array) {
+    const bytes = Buffer.from(path.buffer, path.byteOffset, path.byteLength);
+    try {
+      return { [name]: new TextDecoder("utf-8", { fatal: true }).decode(bytes) };
+    } catch {
+      return { [`${name}_b64`]: bytes.toString("base64") };
+    }
+  }
+  throw typeErr(name, "a string or the Uint8Array/Buffer bytes of a name", path);
+}
+
 export class Sandbox {
   /** The sandbox id on its server (set by `start()`). */
   id: string | undefined;
@@ -279,30 +294,36 @@ export class Sandbox {
   }
 
   /** Writes a string (UTF-8) or bytes to a workspace path, creating parent directories. */
-  async writeFile(path: string, data: string | Uint8Array): Promise<void> {
-    if (typeof path !== "string") throw typeErr("path", "a string", path);
+  async writeFile(path: string | Uint8Array, data: string | Uint8Array): Promise<void> {
+    const at = wsPath("path", path);
     let bytes: Buffer;
     if (typeof data === "string") bytes = Buffer.from(data, "utf8");
     else if (data instanceof Uint8Array) bytes = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
     else throw typeErr("data", "a string or a Uint8Array/Buffer", data);
-    await this.call("sandbox.write_file", { path, data_b64: bytes.toString("base64") });
+    await this.call("sandbox.write_file", { ...at, data_b64: bytes.toString("base64") });
   }
 
   /** Reads a regular workspace file (at most `maxBytes` of it). Symlinks, FIFOs and paths
-   * leaving the workspace are refused (FileOperationError). */
-  async readFile(path: string, options: { maxBytes?: number } = {}): Promise<Buffer> {
-    if (typeof path !== "string") throw typeErr("path", "a string", path);
+   * leaving the workspace are refused (FileOperationError). `path` is a string, or the bytes
+   * of a name that is not UTF-8 (`FileEntry.pathBytes`). */
+  async readFile(path: string | Uint8Array, options: { maxBytes?: number } = {}): Promise<Buffer> {
+    const at = wsPath("path", path);
     const { maxBytes } = options;
     if (maxBytes !== undefined && (!isInt(maxBytes) || maxBytes < 0)) throw typeErr("maxBytes", "a non-negative integer", maxBytes);
-    const r = await this.call("sandbox.read_file", { path, ...(maxBytes !== undefined ? { max_bytes: maxBytes } : {}) });
+    const r = await this.call("sandbox.read_file", { ...at, ...(maxBytes !== undefined ? { max_bytes: maxBytes } : {}) });
     return Buffer.from(r.data_b64, "base64");
   }
 
-  /** Every entry below `subdir` (recursive; symlinks listed, never followed). */
-  async listFiles(subdir = ""): Promise<FileEntry[]> {
-    if (typeof subdir !== "string") throw typeErr("subdir", "a string", subdir);
-    const r = await this.call("sandbox.list_files", { subdir });
-    return (r.entries as any[]).map((e) => ({ path: e.path, type: e.type, size: e.size }));
+  /** Every entry below `subdir` (recursive; symlinks listed, never followed). A name that is
+   * not UTF-8 shows U+FFFD in `path` and carries its exact bytes in `pathBytes`. */
+  async listFiles(subdir: string | Uint8Array = ""): Promise<FileEntry[]> {
+    const r = await this.call("sandbox.list_files", wsPath("subdir", subdir));
+    return (r.entries as any[]).map((e) => ({
+      path: e.path,
+      type: e.type,
+      size: e.size,
+      ...(typeof e.path_b64 === "string" ? { pathBytes: Buffer.from(e.path_b64, "base64") } : {}),
+    }));
   }
 
   /** Writes the workspace as a .tar.gz at `dest` (a host path). */

@@ -106,3 +106,22 @@ for (const member of hostile) {
     assert.equal(existsSync(join(tmp, "..", "escape.txt")), false);
   });
 }
+
+test("names that are not UTF-8 are listed distinctly and read back by their bytes", async () => {
+  const r = await sb.run(["python3", "-c", "open(b'nu\\xff', 'w').write('ff'); open(b'nu\\xfe', 'w').write('fe')"]);
+  assert.equal(r.exitCode, 0, r.stderr);
+  const entries = (await sb.listFiles()).filter((e) => e.path.startsWith("nu"));
+  assert.equal(entries.length, 2);
+  assert.ok(entries.every((e) => e.path === "nu\ufffd" && e.pathBytes instanceof Buffer));
+  const byName = new Map(entries.map((e) => [e.pathBytes.toString("hex"), e.pathBytes]));
+  assert.deepEqual([...byName.keys()].sort(), ["6e75fe", "6e75ff"]);
+  assert.equal((await sb.readFile(byName.get("6e75ff"))).toString(), "ff");
+  assert.equal((await sb.readFile(byName.get("6e75fe"))).toString(), "fe");
+  await sb.writeFile(Buffer.from([0x6e, 0x76, 0xfd]), "written");
+  const back = await sb.run(["python3", "-c", "print(open(b'nv\\xfd').read())"]);
+  assert.equal(back.stdout, "written\n");
+  // UTF-8 names carry no pathBytes: their text is exact.
+  await sb.writeFile("plain-utf8.txt", "p");
+  const plain = (await sb.listFiles()).find((e) => e.path === "plain-utf8.txt");
+  assert.equal(plain.pathBytes, undefined);
+});

@@ -109,3 +109,22 @@ def test_hostile_restore_is_refused(sb, tmp_path, name, kind, link):
     assert name in str(e.value)
     assert sb.read_file("precious.txt") == b"keep me"
     assert not os.path.exists(tmp_path.parent / "escape.txt")
+
+
+def test_names_that_are_not_utf8_round_trip(sb):
+    """Two names that differ only in bytes that are not UTF-8 are listed distinctly (`path` shows
+    U+FFFD, `path_bytes` is exact) and each reads back its own content by its bytes."""
+    r = sb.run(["python3", "-c", "open(b'a\\xff', 'w').write('ff'); open(b'a\\xfe', 'w').write('fe')"])
+    assert r.exit_code == 0, r
+    entries = [e for e in sb.list_files() if e.path_bytes.startswith(b"a")]
+    assert sorted(e.path_bytes for e in entries) == [b"a\xfe", b"a\xff"]
+    assert all(e.path == "a\ufffd" for e in entries)
+    for e in entries:
+        assert sb.read_file(e.path_bytes) == {b"a\xff": b"ff", b"a\xfe": b"fe"}[e.path_bytes]
+    sb.write_file(b"b\xfd", "written")
+    assert sb.run(["python3", "-c", "print(open(b'b\\xfd').read())"]).stdout == "written\n"
+    assert [e.path_bytes for e in sb.list_files(b"") if e.path_bytes == b"b\xfd"] == [b"b\xfd"]
+    # UTF-8 names need nothing else: their bytes are their text.
+    sb.write_file("plain.txt", "p")
+    plain = [e for e in sb.list_files() if e.path == "plain.txt"][0]
+    assert plain.path_bytes == b"plain.txt"

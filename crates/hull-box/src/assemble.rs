@@ -95,20 +95,22 @@ const SOURCE_FD_BASE: i32 = 900;
 /// Bind sources, each opened by the box at a fixed descriptor before the mounts start.
 struct Sources {
     list: Vec<(String, i32)>,
+    /// The host's home directories, looked up at the first source.
+    homes: std::cell::OnceCell<crate::sensitive::Homes>,
 }
 
 impl Sources {
     /// Checks `path` (resolved) against the refused sources and reserves a descriptor for it.
     /// The box opens the resolved path with `RESOLVE_NO_SYMLINKS`, so what it binds is what was
     /// checked here even if a component is swapped for a symlink in between.
-    fn add(&mut self, arg: &'static str, path: &Path) -> Result<String, BoxError> {
+    fn add(&mut self, arg: &'static str, path: &Path, read_only: bool) -> Result<String, BoxError> {
         let canon = std::fs::canonicalize(path).map_err(|e| BoxError::Source {
             arg,
             path: path.to_path_buf(),
             errno: sys::Errno(e.raw_os_error().unwrap_or(libc::EIO)),
         })?;
-        let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
-        crate::spec::check_source(arg, &canon, home.as_deref())?;
+        let homes = self.homes.get_or_init(crate::sensitive::Homes::of_host);
+        crate::spec::check_source(arg, &canon, read_only, homes)?;
         let c = canon.to_string_lossy().into_owned();
         if c.contains('\0') {
             return Err(SpecError::Nul(arg.into()).into());
@@ -145,12 +147,15 @@ fn classify(path: &Path) -> Option<Entry> {
 
 /// Builds the plan for `spec`. Bind sources are opened by the box itself (`Step::OpenSource`).
 pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
-    let mut src = Sources { list: Vec::new() };
+    let mut src = Sources {
+        list: Vec::new(),
+        homes: std::cell::OnceCell::new(),
+    };
     let root_entries = match &spec.root {
         RootSpec::Dir(dir) => rootfs_entries(spec, dir, &mut src)?,
         RootSpec::Host => Vec::new(),
     };
-    let ws = src.add("--workspace", ctx.workspace)?;
+    let ws = src.add("--workspace", ctx.workspace, false)?;
     // Host directories the box may write: with a remapped root they become idmapped copies.
     let mut adopt = Vec::new();
     if !ctx.temporary_workspace {
@@ -158,7 +163,7 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
     }
     let mut mount_src = Vec::new();
     for m in &spec.mounts {
-        mount_src.push(src.add("--mount", &m.source)?);
+        mount_src.push(src.add("--mount", &m.source, m.read_only)?);
         adopt.extend(src.list.last().map(|(_, fd)| *fd));
     }
     let mut b = PlanBuilder::start(
@@ -424,10 +429,10 @@ fn rootfs_entries(
                 if wanted_empty && empty {
                     RootEntry::EmptyDir
                 } else {
-                    RootEntry::Dir(src.add("--rootfs", &host)?)
+                    RootEntry::Dir(src.add("--rootfs", &host, true)?)
                 }
             }
-            Some(Entry::File) => RootEntry::File(src.add("--rootfs", &host)?),
+            Some(Entry::File) => RootEntry::File(src.add("--rootfs", &host, true)?),
             None => continue,
         };
         out.push((name, entry));

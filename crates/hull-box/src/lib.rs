@@ -17,6 +17,7 @@ pub mod proto;
 mod ready;
 pub mod remap;
 pub mod result;
+pub mod sensitive;
 pub mod size;
 mod spares;
 pub mod spec;

@@ -5,6 +5,7 @@ use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 use crate::caps;
+use crate::sensitive::{self, HomeOrEntry, Homes};
 use crate::size::Human;
 
 /// Where the box's read-only root comes from.
@@ -201,7 +202,9 @@ impl BoxSpec {
                 why: "must be 1 to 64 characters".into(),
             });
         }
-        let home = std::env::var_os("HOME").map(PathBuf::from);
+        // The host's home directories are looked up once, and only when there is a source.
+        let homes = std::cell::OnceCell::new();
+        let homes = || homes.get_or_init(Homes::of_host);
         if let RootSpec::Dir(d) = &self.root {
             if !d.is_dir() {
                 return Err(SpecError::Invalid {
@@ -209,10 +212,10 @@ impl BoxSpec {
                     why: format!("{} is not a directory", d.display()),
                 });
             }
-            check_source("--rootfs", d, home.as_deref())?;
+            check_source("--rootfs", d, true, homes())?;
         }
         if let Some(ws) = &self.workspace {
-            check_source("--workspace", ws, home.as_deref())?;
+            check_source("--workspace", ws, false, homes())?;
             if !ws.is_dir() {
                 return Err(SpecError::Invalid {
                     arg: "--workspace",
@@ -233,7 +236,7 @@ impl BoxSpec {
             if m.target == "/tmp" {
                 return Err(SpecError::TargetRefused { arg: "--mount", target: m.target.clone(), why: "/tmp is the box's private tmpfs; mount under it (e.g. /tmp/data) or at another path".into() });
             }
-            check_source("--mount", &m.source, home.as_deref())?;
+            check_source("--mount", &m.source, m.read_only, homes())?;
             if targets.contains(&m.target.as_str()) {
                 return Err(SpecError::DuplicateTarget(m.target.clone()));
             }
@@ -309,40 +312,15 @@ fn check_target(arg: &'static str, target: &str) -> Result<(), SpecError> {
     Ok(())
 }
 
-/// Host paths that may not be bound into a box because of what lies below them.
-const REFUSED_SOURCE_TREES: &[&str] = &[
-    "/etc",
-    "/proc",
-    "/sys",
-    "/dev",
-    "/boot",
-    "/run",
-    "/var/run",
-    "/var/lib/docker",
-    "/var/lib/containerd",
-    "/var/lib/containers",
-    "/var/lib/kubelet",
-    "/var/log",
-];
-
-/// Secrets under a home directory.
-const REFUSED_HOME_TREES: &[&str] = &[
-    ".ssh",
-    ".gnupg",
-    ".aws",
-    ".kube",
-    ".docker",
-    ".config/gcloud",
-    ".azure",
-    ".netrc",
-    ".password-store",
-];
-
-/// Refuses a bind source (after resolving symlinks) that would expose host secrets or state.
+/// Refuses a bind source (after resolving symlinks) that would expose host secrets or state:
+/// `/`, container engine sockets, home directories and what contains them, and every path of
+/// the reviewed list in `policy/sensitive-mounts.policy` ([`crate::sensitive`]) that the source
+/// is, lies inside or contains (read-only entries pass when the bind is read-only).
 pub(crate) fn check_source(
     arg: &'static str,
     source: &Path,
-    home: Option<&Path>,
+    read_only: bool,
+    homes: &Homes,
 ) -> Result<(), SpecError> {
     let canon = std::fs::canonicalize(source).map_err(|e| SpecError::SourceMissing {
         arg,
@@ -359,66 +337,21 @@ pub(crate) fn check_source(
     if c == "/" {
         return Err(refuse("it would expose the whole host filesystem".into()));
     }
-    for t in REFUSED_SOURCE_TREES {
-        if is_within(&c, t) {
-            return Err(refuse(format!(
-                "{t} holds host configuration, kernel interfaces or other workloads' state"
-            )));
-        }
-        // A parent of a refused tree exposes it too (`/var` holds `/var/log`).
-        if is_within(t, &c) {
-            return Err(refuse(format!(
-                "it contains {t}, which holds host configuration or other workloads' state"
-            )));
-        }
-    }
-    // The host's /tmp is where the box's root is staged (and where other boxes' workspaces live).
-    if c == crate::plan::STAGE || c == "/var/tmp" {
-        return Err(refuse(format!(
-            "{c} is shared by every process and box on the host; mount a directory inside it"
-        )));
-    }
-    for whole in ["/home", "/root"] {
-        if c == whole {
-            return Err(refuse(format!(
-                "{whole} holds every user's home directory; mount the project directory itself"
-            )));
-        }
-    }
-    if let Some(user_home) = ["/home/", "/root/"].iter().find(|p| c.starts_with(**p)) {
-        // Another user's (or root's) credentials, whatever $HOME says.
-        let rest = &c[user_home.len()..];
-        let inner = if *user_home == "/root/" {
-            rest
-        } else {
-            rest.split_once('/').map_or("", |(_, r)| r)
-        };
-        if let Some(s) = REFUSED_HOME_TREES
-            .iter()
-            .find(|s| is_within(&format!("/{inner}"), &format!("/{s}")))
-        {
-            return Err(refuse(format!("~/{s} holds credentials")));
-        }
-    }
     if c.ends_with("docker.sock") || c.ends_with("containerd.sock") || c.ends_with("podman.sock") {
         return Err(refuse(
             "a container engine socket is root on the host".into(),
         ));
     }
-    if let Some(home) = home.and_then(|h| std::fs::canonicalize(h).ok()) {
-        let h = home.to_string_lossy().to_string();
-        if h != "/" && is_within(&h, &c) {
-            return Err(refuse(format!(
-                "it contains your home directory {h}; mount the project directory itself"
-            )));
-        }
-        for s in REFUSED_HOME_TREES {
-            if is_within(&c, &format!("{h}/{s}")) {
-                return Err(refuse(format!("~/{s} holds credentials")));
-            }
-        }
+    match sensitive::check(&c, read_only, homes) {
+        Ok(()) => Ok(()),
+        Err(HomeOrEntry::Home { home, is: true }) => Err(refuse(format!(
+            "{home} is a home directory (it holds credentials and shell start-up files); mount the project directory itself"
+        ))),
+        Err(HomeOrEntry::Home { home, is: false }) => Err(refuse(format!(
+            "it contains the home directory {home}; mount the project directory itself"
+        ))),
+        Err(HomeOrEntry::Entry(r)) => Err(refuse(format!("{r}; {}", r.fix(arg)))),
     }
-    Ok(())
 }
 
 /// Why a request was refused. Each message names the argument and the fix.
@@ -572,6 +505,145 @@ mod tests {
         assert!(matches!(e, SpecError::TmpfsOverMemory { .. }), "{e}");
         s.tmp_size = 16 << 20;
         s.validate().unwrap();
+    }
+
+    /// Makes `make` (directories end in `/`, `LINK -> TARGET` is a symlink, others are files) in
+    /// a fresh home directory and checks `--mount HOME/src` with only that home known.
+    fn mount_in_fake_home(make: &[&str], src: &str, read_only: bool) -> Result<(), SpecError> {
+        let d = tempfile::tempdir().unwrap();
+        let home = std::fs::canonicalize(d.path()).unwrap().join("me");
+        std::fs::create_dir(&home).unwrap();
+        for m in make {
+            let p = home.join(m.trim_end_matches('/'));
+            if let Some((link, target)) = m.split_once(" -> ") {
+                std::os::unix::fs::symlink(home.join(target), home.join(link)).unwrap();
+            } else if m.ends_with('/') {
+                std::fs::create_dir_all(&p).unwrap();
+            } else {
+                std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+                std::fs::write(&p, b"secret").unwrap();
+            }
+        }
+        let homes = Homes::only(&[home.to_str().unwrap()]);
+        check_source("--mount", &home.join(src), read_only, &homes)
+    }
+
+    /// `~/SRC` is refused in both modes, naming the path, the reason and the fix.
+    macro_rules! refused_in_any_mode {
+        ($name:ident, make: $make:expr, mount: $src:expr, names: $path:expr, why: $why:expr) => {
+            #[test]
+            fn $name() {
+                for ro in [false, true] {
+                    let e = match mount_in_fake_home($make, $src, ro) {
+                        Err(e @ SpecError::SourceRefused { .. }) => e.to_string(),
+                        other => panic!("~/{} (read-only {ro}) was not refused: {other:?}", $src),
+                    };
+                    for word in [$path, $why, "copy only the files the box needs", "--mount"] {
+                        assert!(
+                            e.contains(word),
+                            "~/{} (read-only {ro}): `{word}` missing in: {e}",
+                            $src
+                        );
+                    }
+                }
+            }
+        };
+    }
+
+    refused_in_any_mode!(ssh_is_refused, make: &[".ssh/"], mount: ".ssh", names: "/me/.ssh holds", why: "SSH private keys");
+    refused_in_any_mode!(aws_is_refused, make: &[".aws/"], mount: ".aws", names: "/me/.aws holds", why: "AWS access keys");
+    refused_in_any_mode!(gnupg_is_refused, make: &[".gnupg/"], mount: ".gnupg", names: "/me/.gnupg holds", why: "GnuPG private keys");
+    refused_in_any_mode!(gh_is_refused, make: &[".config/gh/"], mount: ".config/gh", names: "/me/.config/gh holds", why: "GitHub CLI's OAuth token");
+    refused_in_any_mode!(netrc_is_refused, make: &[".netrc"], mount: ".netrc", names: "/me/.netrc holds", why: "passwords for hosts");
+    refused_in_any_mode!(git_credentials_are_refused, make: &[".git-credentials"], mount: ".git-credentials", names: "/me/.git-credentials holds", why: "git's credential helper");
+    refused_in_any_mode!(npmrc_is_refused, make: &[".npmrc"], mount: ".npmrc", names: "/me/.npmrc holds", why: "npm registry tokens");
+    refused_in_any_mode!(pypirc_is_refused, make: &[".pypirc"], mount: ".pypirc", names: "/me/.pypirc holds", why: "PyPI upload tokens");
+    refused_in_any_mode!(cargo_is_refused_for_its_token, make: &[".cargo/registry/"], mount: ".cargo", names: "it contains /", why: "/me/.cargo/credentials.toml, which holds the crates.io publishing token");
+    refused_in_any_mode!(docker_is_refused, make: &[".docker/"], mount: ".docker", names: "/me/.docker holds", why: "container registry passwords");
+    refused_in_any_mode!(kube_is_refused, make: &[".kube/"], mount: ".kube", names: "/me/.kube holds", why: "Kubernetes cluster credentials");
+    refused_in_any_mode!(azure_is_refused, make: &[".azure/"], mount: ".azure", names: "/me/.azure holds", why: "Azure CLI access tokens");
+    refused_in_any_mode!(gcloud_is_refused, make: &[".config/gcloud/"], mount: ".config/gcloud", names: "/me/.config/gcloud holds", why: "Google Cloud SDK credentials");
+    refused_in_any_mode!(config_as_a_whole_is_refused, make: &[".config/"], mount: ".config", names: "it contains /", why: "/me/.config/gcloud, which holds Google Cloud SDK credentials");
+    refused_in_any_mode!(a_key_inside_ssh_is_refused, make: &[".ssh/id_ed25519"], mount: ".ssh/id_ed25519", names: "it lies inside /", why: "/me/.ssh, which holds SSH private keys");
+    refused_in_any_mode!(a_symlink_to_ssh_is_refused, make: &[".ssh/", "projects/", "projects/keys -> .ssh"], mount: "projects/keys", names: "/me/.ssh holds", why: "SSH private keys");
+    refused_in_any_mode!(local_share_is_refused_for_keyrings, make: &[".local/share/"], mount: ".local/share", names: "it contains /", why: "/me/.local/share/keyrings, which holds the desktop keyring's secrets");
+
+    /// `~/SRC` is refused writable, naming the path, the reason and the read-only fix, and
+    /// accepted read-only.
+    macro_rules! read_only_only {
+        ($name:ident, make: $make:expr, mount: $src:expr, why: $why:expr) => {
+            #[test]
+            fn $name() {
+                let e = match mount_in_fake_home($make, $src, false) {
+                    Err(e @ SpecError::SourceRefused { .. }) => e.to_string(),
+                    other => panic!("~/{} read-write was not refused: {other:?}", $src),
+                };
+                for word in [concat!("/me/", $src), $why, "read-only (SRC:DST:ro"] {
+                    assert!(e.contains(word), "~/{}: `{word}` missing in: {e}", $src);
+                }
+                mount_in_fake_home($make, $src, true)
+                    .unwrap_or_else(|e| panic!("~/{} read-only was refused: {e}", $src));
+            }
+        };
+    }
+
+    read_only_only!(bashrc_is_read_only, make: &[".bashrc"], mount: ".bashrc", why: "commands every interactive bash of the user runs");
+    read_only_only!(profile_is_read_only, make: &[".profile"], mount: ".profile", why: "commands every login shell of the user runs");
+    read_only_only!(zshrc_is_read_only, make: &[".zshrc"], mount: ".zshrc", why: "commands every interactive zsh");
+    read_only_only!(local_bin_is_read_only, make: &[".local/bin/"], mount: ".local/bin", why: "commands on the user's PATH");
+    read_only_only!(gitconfig_is_read_only, make: &[".gitconfig"], mount: ".gitconfig", why: "commands git runs");
+
+    #[test]
+    fn usr_is_read_only() {
+        let homes = Homes::only(&[]);
+        let e = check_source("--mount", Path::new("/usr"), false, &homes)
+            .unwrap_err()
+            .to_string();
+        for word in [
+            "/usr holds the host's programs and libraries",
+            "read-only (SRC:DST:ro",
+        ] {
+            assert!(e.contains(word), "`{word}` missing in: {e}");
+        }
+        let e = check_source("--mount", Path::new("/usr/share"), false, &homes)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("it lies inside /usr"), "{e}");
+        check_source("--mount", Path::new("/usr"), true, &homes).unwrap();
+        check_source("--rootfs", Path::new("/usr"), true, &homes).unwrap();
+    }
+
+    #[test]
+    fn the_workspace_is_writable_so_read_only_entries_are_refused_there() {
+        let d = tempfile::tempdir().unwrap();
+        let home = std::fs::canonicalize(d.path()).unwrap();
+        std::fs::create_dir_all(home.join(".local/bin")).unwrap();
+        let homes = Homes::only(&[home.to_str().unwrap()]);
+        let e = check_source("--workspace", &home.join(".local/bin"), false, &homes)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--workspace") && e.contains("the workspace is writable"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_home_and_what_contains_it_are_refused_and_projects_inside_are_not() {
+        let d = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(d.path()).unwrap();
+        let home = base.join("me");
+        std::fs::create_dir_all(home.join("projects/app")).unwrap();
+        let homes = Homes::only(&[home.to_str().unwrap()]);
+        let e = check_source("--mount", &home, true, &homes)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is a home directory"), "{e}");
+        let e = check_source("--mount", &base, true, &homes)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("contains the home directory"), "{e}");
+        check_source("--mount", &home.join("projects/app"), false, &homes).unwrap();
     }
 
     #[test]

@@ -42,8 +42,16 @@ pub fn import(args: &ImportArgs) -> i32 {
         Err(c) => return c,
     };
     match store.import(&args.path, args.name.as_deref()) {
-        Ok(i) => {
-            println!("imported {} {} ({})", i.name, i.digest, Human(i.size));
+        Ok(r) => {
+            let i = &r.image;
+            println!(
+                "imported {} {} ({}, {} layers, {} unpacked)",
+                i.name,
+                i.digest,
+                Human(i.size),
+                r.layers,
+                r.unpacked
+            );
             0
         }
         Err(e) => {

@@ -1,6 +1,8 @@
 //! `hull serve` methods for Sandbox sessions (`sandbox.*`, `kernel.*`), over the `hull` crate.
 //! Each request names its sandbox by the id `sandbox.create` returned. Binary file contents
-//! travel base64-encoded (`data_b64`); paths are workspace paths (`x/y` or `/workspace/x/y`).
+//! travel base64-encoded (`data_b64`); paths are workspace paths (`x/y` or `/workspace/x/y`),
+//! given as text (`path`, `subdir`) or, for names that are not UTF-8, as base64 of their bytes
+//! (`path_b64`, `subdir_b64`, as listings show them).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -90,6 +92,33 @@ fn opt_str<'a>(p: &'a Map<String, Value>, k: &str) -> Result<Option<&'a str>, Sa
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
         Some(_) => Err(bad(k, "must be a string")),
+    }
+}
+
+/// A workspace path given as `name` (text) or `name_b64` (base64 of its bytes, for names that
+/// are not UTF-8), not both; `default` when neither is given, or refused when it is `None`.
+fn path_param(
+    p: &Map<String, Value>,
+    name: &str,
+    default: Option<&str>,
+) -> Result<Vec<u8>, SandboxError> {
+    let b64_name = format!("{name}_b64");
+    match (opt_str(p, name)?, opt_str(p, &b64_name)?) {
+        (Some(t), None) => Ok(t.as_bytes().to_vec()),
+        (None, Some(b)) => base64::engine::general_purpose::STANDARD
+            .decode(b)
+            .map_err(|e| bad(&b64_name, &format!("not base64: {e}"))),
+        (None, None) => match default {
+            Some(d) => Ok(d.as_bytes().to_vec()),
+            None => Err(bad(
+                name,
+                &format!("a string is required (or `{b64_name}`, base64 of the name's bytes)"),
+            )),
+        },
+        (Some(_), Some(_)) => Err(bad(
+            name,
+            &format!("give `{name}` or `{b64_name}`, not both"),
+        )),
     }
 }
 
@@ -192,7 +221,7 @@ impl Sessions {
                     (None, Some(t)) => t.as_bytes().to_vec(),
                     _ => return Err(bad("data_b64", "give exactly one of `data_b64` or `text`")),
                 };
-                sb.files().write_file(str_param(p, "path")?, &data)?;
+                sb.files().write_file(path_param(p, "path", None)?, &data)?;
                 Ok(json!({ "bytes": data.len() }))
             }
             "sandbox.read_file" => {
@@ -205,9 +234,10 @@ impl Sessions {
                         false,
                     ),
                 };
-                let path = str_param(p, "path")?;
-                let (data, size) = sb.files().read_file(path, max)?;
+                let path = path_param(p, "path", None)?;
+                let (data, size) = sb.files().read_file(&path, max)?;
                 if whole && size > max {
+                    let path = String::from_utf8_lossy(&path);
                     return Err(bad("max_bytes", &format!("{path} is {size} bytes, more than {READ_WHOLE_MAX} read whole; pass max_bytes to read its start, or snapshot the workspace")));
                 }
                 Ok(
@@ -216,7 +246,7 @@ impl Sessions {
             }
             "sandbox.list_files" => {
                 let sb = self.get(p)?;
-                let (entries, complete) = sb.files().list(opt_str(p, "subdir")?.unwrap_or(""))?;
+                let (entries, complete) = sb.files().list(path_param(p, "subdir", Some(""))?)?;
                 Ok(json!({ "entries": entries, "complete": complete }))
             }
             "sandbox.snapshot" => {

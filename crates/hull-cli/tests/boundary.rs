@@ -569,7 +569,7 @@ fn bad_options_are_refused_naming_the_argument() {
                 "--tmpfs",
                 "/data=1m",
                 "--mount",
-                "/usr/share:/data/x",
+                "/usr/share:/data/x:ro",
                 "--",
                 "true",
             ],
@@ -589,6 +589,133 @@ fn bad_options_are_refused_naming_the_argument() {
             assert!(err.contains(w), "{args:?}: `{w}` missing from: {err}");
         }
     }
+}
+
+/// Credential stores are refused in any mode and shell start-up files writable, through
+/// `hull run --mount` / `--workspace` with `HOME` pointing at a home made here; the refusal names
+/// the path, the reason from the reviewed list and the fix, and a read-only bind of a start-up
+/// file still works.
+#[test]
+fn credential_stores_and_start_up_files_are_refused_as_mount_sources() {
+    let d = tempfile::tempdir().unwrap();
+    let home = std::fs::canonicalize(d.path()).unwrap().join("me");
+    for dir in [".ssh", ".config/gh", ".local/bin"] {
+        std::fs::create_dir_all(home.join(dir)).unwrap();
+    }
+    std::fs::write(home.join(".ssh/id_ed25519"), "PRIVATE KEY").unwrap();
+    std::fs::write(home.join(".bashrc"), "echo from-bashrc").unwrap();
+    let h = home.to_str().unwrap();
+    let run = |args: &[String]| {
+        std::process::Command::new(bin())
+            .args(args)
+            .env("HOME", &home)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let cases: &[(&[String], &[&str])] = &[
+        (
+            &[
+                "run".into(),
+                "--mount".into(),
+                format!("{h}/.ssh:/data"),
+                "--".into(),
+                "true".into(),
+            ],
+            &[
+                "--mount",
+                "/me/.ssh holds SSH private keys",
+                "copy only the files the box needs",
+            ],
+        ),
+        (
+            &[
+                "run".into(),
+                "--mount".into(),
+                format!("{h}/.ssh:/data:ro"),
+                "--".into(),
+                "true".into(),
+            ],
+            &["--mount", "/me/.ssh holds SSH private keys"],
+        ),
+        (
+            &[
+                "run".into(),
+                "--mount".into(),
+                format!("{h}/.config:/data:ro"),
+                "--".into(),
+                "true".into(),
+            ],
+            &["--mount", "it contains", "/me/.config/g", "which holds"],
+        ),
+        (
+            &[
+                "run".into(),
+                "--mount".into(),
+                format!("{h}/.bashrc:/data/rc"),
+                "--".into(),
+                "true".into(),
+            ],
+            &[
+                "--mount",
+                "/me/.bashrc holds commands every interactive bash",
+                "read-only (SRC:DST:ro",
+            ],
+        ),
+        (
+            &[
+                "run".into(),
+                "--workspace".into(),
+                format!("{h}/.local/bin"),
+                "--".into(),
+                "true".into(),
+            ],
+            &[
+                "--workspace",
+                "/me/.local/bin holds commands on the user's PATH",
+                "the workspace is writable",
+            ],
+        ),
+        (
+            &[
+                "run".into(),
+                "--mount".into(),
+                "/usr:/data".into(),
+                "--".into(),
+                "true".into(),
+            ],
+            &[
+                "--mount",
+                "/usr holds the host's programs and libraries",
+                "read-only",
+            ],
+        ),
+    ];
+    for (args, words) in cases {
+        let out = run(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(125),
+            "{args:?} was not refused: {err}"
+        );
+        for w in *words {
+            assert!(err.contains(w), "{args:?}: `{w}` missing from: {err}");
+        }
+    }
+    let out = run(&[
+        "run".into(),
+        "--mount".into(),
+        format!("{h}/.bashrc:/data/rc:ro"),
+        "--".into(),
+        "cat".into(),
+        "/data/rc".into(),
+    ]);
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("from-bashrc"),
+        "a read-only bind of ~/.bashrc: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

@@ -351,3 +351,269 @@ fn bad_import_input_is_explained() {
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("not valid"));
 }
+
+/// A gzip layer holding `files` (name, contents); a name `.wh.NAME` is a whiteout.
+fn small_layer(files: &[(&str, &str)]) -> Vec<u8> {
+    let mut b = tar::Builder::new(flate2::write::GzEncoder::new(
+        Vec::new(),
+        flate2::Compression::fast(),
+    ));
+    for (name, data) in files {
+        let mut h = tar::Header::new_gnu();
+        h.set_mode(0o644);
+        h.set_size(data.len() as u64);
+        b.append_data(&mut h, name, data.as_bytes()).unwrap();
+    }
+    b.into_inner().unwrap().finish().unwrap()
+}
+
+/// Changes a document of [`small_layout`] ("config", "manifest", "index") before it is hashed.
+type Edit<'a> = &'a dyn Fn(&str, &mut Value);
+
+/// Writes an OCI layout whose manifest lists `order` (indexes into `layers`, each blob written
+/// once); `edit` may change the config, manifest and top descriptor before each is hashed.
+fn small_layout(dir: &Path, layers: &[Vec<u8>], order: &[usize], edit: &dyn Fn(&str, &mut Value)) {
+    std::fs::create_dir_all(dir.join("blobs/sha256")).unwrap();
+    std::fs::write(dir.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
+    let descs: Vec<Value> = layers
+        .iter()
+        .map(|l| {
+            let mut d = put(dir, l);
+            d["mediaType"] = json!("application/vnd.oci.image.layer.v1.tar+gzip");
+            d
+        })
+        .collect();
+    let mut cfg = json!({"architecture": "amd64", "os": "linux", "config": {}});
+    edit("config", &mut cfg);
+    let mut c = put(dir, &serde_json::to_vec(&cfg).unwrap());
+    c["mediaType"] = json!("application/vnd.oci.image.config.v1+json");
+    let mut manifest = json!({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json", "config": c, "layers": order.iter().map(|i| descs[*i].clone()).collect::<Vec<_>>()});
+    edit("manifest", &mut manifest);
+    let mut m = put(dir, &serde_json::to_vec(&manifest).unwrap());
+    m["mediaType"] = json!("application/vnd.oci.image.manifest.v1+json");
+    let mut index = json!({"schemaVersion": 2, "manifests": [m]});
+    edit("index", &mut index);
+    std::fs::write(dir.join("index.json"), serde_json::to_vec(&index).unwrap()).unwrap();
+}
+
+fn import_err(home: &Path, layout: &Path) -> String {
+    let out = hull_in(home, &["import", layout.to_str().unwrap(), "--name", "t:1"]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "imported: {err}");
+    assert_eq!(roots(home), 0, "a root was published: {err}");
+    err
+}
+
+/// Every descriptor's size must match its blob (the layer's, the config's, the manifest's).
+#[test]
+fn import_refuses_a_descriptor_whose_size_does_not_match_its_blob() {
+    let layer = small_layer(&[("f", "data")]);
+    let bump = |v: &mut Value| *v = json!(v.as_u64().unwrap() + 1);
+    let cases: [(&str, Edit<'_>); 3] = [
+        ("layer 0", &|what, v| {
+            if what == "manifest" {
+                bump(&mut v["layers"][0]["size"]);
+            }
+        }),
+        ("config", &|what, v| {
+            if what == "manifest" {
+                bump(&mut v["config"]["size"]);
+            }
+        }),
+        ("manifest", &|what, v| {
+            if what == "index" {
+                bump(&mut v["manifests"][0]["size"]);
+            }
+        }),
+    ];
+    for (what, edit) in cases {
+        let home = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        small_layout(dir.path(), std::slice::from_ref(&layer), &[0], edit);
+        let err = import_err(home.path(), dir.path());
+        assert!(
+            err.contains(what) && err.contains("descriptor"),
+            "{what}: {err}"
+        );
+    }
+}
+
+/// Manifests, configs and indexes over 4 MiB are refused, as `hull pull` refuses them.
+#[test]
+fn import_refuses_documents_over_4_mib() {
+    let layer = small_layer(&[("f", "data")]);
+    let pad = "x".repeat(5 << 20);
+    for doc in ["index", "manifest", "config"] {
+        let home = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        small_layout(
+            dir.path(),
+            std::slice::from_ref(&layer),
+            &[0],
+            &|what, v| {
+                if what == doc {
+                    v["annotations"] = json!({ "pad": pad });
+                }
+            },
+        );
+        let err = import_err(home.path(), dir.path());
+        assert!(err.contains("4194304"), "{doc}: {err}");
+    }
+    // A docker archive's manifest.json and config too.
+    for doc in ["manifest.json", "cfg.json"] {
+        let home = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("layer.tar"), b"").unwrap();
+        std::fs::write(
+            dir.path().join("cfg.json"),
+            serde_json::to_vec(&json!({"os": "linux"})).unwrap(),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("manifest.json"),
+            serde_json::to_vec(&json!([{"Config": "cfg.json", "Layers": ["layer.tar"]}])).unwrap(),
+        )
+        .unwrap();
+        let mut big = std::fs::read(dir.path().join(doc)).unwrap();
+        big.extend(std::iter::repeat_n(b' ', 5 << 20));
+        std::fs::write(dir.path().join(doc), big).unwrap();
+        let err = import_err(home.path(), dir.path());
+        assert!(err.contains("4194304"), "{doc}: {err}");
+    }
+}
+
+/// More layers than the limit are refused, naming it, in OCI layouts and docker archives; a
+/// blob listed 10,000 times is one such image.
+#[test]
+fn import_refuses_more_layers_than_the_limit_naming_it() {
+    let layer = small_layer(&[("f", "data")]);
+    for n in [129, 10_000] {
+        let home = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        small_layout(
+            dir.path(),
+            std::slice::from_ref(&layer),
+            &vec![0; n],
+            &|_, _| {},
+        );
+        let err = import_err(home.path(), dir.path());
+        assert!(
+            err.contains(&format!("{n} layers")) && err.contains("at most 128"),
+            "{n}: {err}"
+        );
+    }
+    let home = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut raw = Vec::new();
+    std::io::copy(
+        &mut flate2::read::GzDecoder::new(layer.as_slice()),
+        &mut raw,
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("layer.tar"), raw).unwrap();
+    std::fs::write(
+        dir.path().join("cfg.json"),
+        serde_json::to_vec(&json!({"os": "linux"})).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("manifest.json"),
+        serde_json::to_vec(&json!([{"Config": "cfg.json", "Layers": vec!["layer.tar"; 10_000]}]))
+            .unwrap(),
+    )
+    .unwrap();
+    let err = import_err(home.path(), dir.path());
+    assert!(
+        err.contains("10000 layers") && err.contains("at most 128"),
+        "{err}"
+    );
+}
+
+/// The `imported ... (SIZE, N layers, M unpacked)` counts of an import.
+fn unpacked(out: &str) -> (usize, usize) {
+    let tail = out.rsplit('(').next().unwrap();
+    let nums: Vec<usize> = tail
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().unwrap())
+        .collect();
+    let n = nums.len();
+    assert!(
+        n >= 2 && tail.contains("layers") && tail.contains("unpacked"),
+        "{out}"
+    );
+    (nums[n - 2], nums[n - 1])
+}
+
+/// A layer repeated right after itself is unpacked once (unpacking it again changes nothing);
+/// repeated after another layer it is unpacked again, since that layer may have removed what
+/// it holds, and the root is what applying every layer in order gives.
+#[test]
+fn a_repeated_layer_is_unpacked_once_in_a_row_and_again_after_another() {
+    let a = small_layer(&[("f", "from a")]);
+    let b = small_layer(&[(".wh.f", ""), ("g", "from b")]);
+    let home = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    small_layout(
+        dir.path(),
+        &[a.clone(), b.clone()],
+        &vec![0; 100],
+        &|_, _| {},
+    );
+    let out = ok(&hull_in(
+        home.path(),
+        &["import", dir.path().to_str().unwrap(), "--name", "rep:1"],
+    ));
+    assert_eq!(unpacked(&out), (100, 1), "{out}");
+    for (order, present) in [
+        (&[0, 1][..], false),
+        (&[0, 1, 0][..], true),
+        (&[0, 0, 1, 1, 0, 0][..], true),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        small_layout(dir.path(), &[a.clone(), b.clone()], order, &|_, _| {});
+        let name = format!("rep:{}", order.len());
+        let out = ok(&hull_in(
+            home.path(),
+            &["import", dir.path().to_str().unwrap(), "--name", &name],
+        ));
+        let runs = 1 + order.windows(2).filter(|w| w[0] != w[1]).count();
+        assert_eq!(unpacked(&out), (order.len(), runs), "{order:?}: {out}");
+        let digest = out
+            .split_whitespace()
+            .nth(2)
+            .unwrap()
+            .trim_start_matches("sha256:")
+            .to_string();
+        let root = home.path().join("images/roots").join(digest).join("rootfs");
+        assert_eq!(root.join("f").exists(), present, "{order:?}");
+        assert_eq!(std::fs::read_to_string(root.join("g")).unwrap(), "from b");
+    }
+}
+
+/// An image archive whose blob is a symlink to a host file (which would also let one name
+/// /dev/zero and never finish) is refused: blobs and documents are opened with no link
+/// followed and must be regular files inside the image.
+#[test]
+fn import_never_follows_a_link_in_the_image_to_a_host_file() {
+    let host = tempfile::tempdir().unwrap();
+    let layer = small_layer(&[("from-host", "host file")]);
+    let host_file = host.path().join("layer.tgz");
+    std::fs::write(&host_file, &layer).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    small_layout(dir.path(), std::slice::from_ref(&layer), &[0], &|_, _| {});
+    let blob = dir
+        .path()
+        .join("blobs/sha256")
+        .join(Digest::of(&layer).hex());
+    std::fs::remove_file(&blob).unwrap();
+    std::os::unix::fs::symlink(&host_file, &blob).unwrap();
+    let archive = host.path().join("image.tar");
+    let mut t = tar::Builder::new(std::fs::File::create(&archive).unwrap());
+    t.follow_symlinks(false);
+    t.append_dir_all(".", dir.path()).unwrap();
+    t.into_inner().unwrap().flush().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let err = import_err(home.path(), &archive);
+    assert!(err.contains("symbolic link"), "{err}");
+}

@@ -510,6 +510,10 @@ struct Behaviour {
     any_manifest: bool,
     /// While set, every layer response (200 or 206) is cut after half of its body.
     cut_always: Arc<AtomicBool>,
+    /// The manifest declares the config one byte larger than it is.
+    config_size_off: bool,
+    /// The manifest lists the first layer this many times (when more than 1).
+    layer_repeats: usize,
 }
 
 struct Mini {
@@ -553,7 +557,8 @@ fn gz_layer(entries: &[Member<'_>]) -> Vec<u8> {
     b.into_inner().unwrap().finish().unwrap()
 }
 
-fn mini_image(busybox: &[u8], extra_layers: bool) -> (HashMap<String, Vec<u8>>, Vec<u8>, usize) {
+fn mini_image(busybox: &[u8], how: &Behaviour) -> (HashMap<String, Vec<u8>>, Vec<u8>, usize) {
+    let extra_layers = how.extra_layers;
     use tar::EntryType::{Directory, Regular, Symlink};
     let mut layers = vec![gz_layer(&[
         ("bin/", b"", 0o755, Directory, None),
@@ -580,9 +585,13 @@ fn mini_image(busybox: &[u8], extra_layers: bool) -> (HashMap<String, Vec<u8>>, 
     }
     let config = serde_json::to_vec(&json!({"architecture": "amd64", "os": "linux", "config": {"Cmd": ["/bin/cat", "/hull-marker"]}})).unwrap();
     let cd = Digest::of(&config);
-    let descs: Vec<Value> = layers.iter().map(|l| json!({"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": Digest::of(l).to_string(), "size": l.len()})).collect();
+    let mut descs: Vec<Value> = layers.iter().map(|l| json!({"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": Digest::of(l).to_string(), "size": l.len()})).collect();
+    for _ in 1..how.layer_repeats {
+        descs.insert(0, descs[0].clone());
+    }
+    let config_size = config.len() + usize::from(how.config_size_off);
     let manifest = serde_json::to_vec(&json!({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cd.to_string(), "size": config.len()},
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cd.to_string(), "size": config_size},
         "layers": descs}))
     .unwrap();
     let size = layers[0].len();
@@ -596,7 +605,7 @@ fn mini_image(busybox: &[u8], extra_layers: bool) -> (HashMap<String, Vec<u8>>, 
 
 impl Mini {
     fn start(busybox: &[u8], how: Behaviour) -> Mini {
-        let (blobs, manifest, layer_size) = mini_image(busybox, how.extra_layers);
+        let (blobs, manifest, layer_size) = mini_image(busybox, &how);
         let manifest_digest = Digest::of(&manifest);
         let layer_digest = serde_json::from_slice::<Value>(&manifest).unwrap()["layers"][0]
             ["digest"]
@@ -919,6 +928,67 @@ fn a_manifest_that_does_not_match_its_pinned_digest_is_refused() {
             &format!("{}/mini/img@{}", mini.addr, mini.manifest_digest),
         ],
     ));
+}
+
+/// `hull pull` and `hull import` share their checks (`hull_image::checks`): a config whose size
+/// is not its descriptor's is refused, and so is a manifest with more than 128 layers, before
+/// any blob is requested; a layer repeated in a row is pulled and unpacked.
+#[test]
+fn pull_checks_descriptor_sizes_and_the_layer_count() {
+    let Some(bb) = busybox() else { return };
+    let mini = Mini::start(
+        &bb,
+        Behaviour {
+            config_size_off: true,
+            ..Behaviour::default()
+        },
+    );
+    let h = home();
+    let out = hull_in(h.path(), &["pull", &format!("{}/mini/img:1", mini.addr)]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("image config") && err.contains("descriptor says"),
+        "{err}"
+    );
+    assert_nothing_stored(h.path());
+    let mini = Mini::start(
+        &bb,
+        Behaviour {
+            layer_repeats: 200,
+            ..Behaviour::default()
+        },
+    );
+    let out = hull_in(h.path(), &["pull", &format!("{}/mini/img:1", mini.addr)]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("200 layers") && err.contains("at most 128"),
+        "{err}"
+    );
+    assert_nothing_stored(h.path());
+    assert!(
+        !mini.log().iter().any(|l| l.contains("/blobs/")),
+        "blobs were fetched for a manifest with too many layers"
+    );
+    let mini = Mini::start(
+        &bb,
+        Behaviour {
+            layer_repeats: 5,
+            ..Behaviour::default()
+        },
+    );
+    ok(&hull_in(
+        h.path(),
+        &["pull", &format!("{}/mini/img:1", mini.addr)],
+    ));
+    assert_eq!(
+        ok(&hull_in(
+            h.path(),
+            &["run", "--image", &format!("{}/mini/img:1", mini.addr)]
+        )),
+        "marker: mini registry\n"
+    );
 }
 
 #[test]

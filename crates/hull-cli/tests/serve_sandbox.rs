@@ -18,8 +18,14 @@ struct Client {
 
 impl Client {
     fn new() -> Client {
+        Client::with_env(&[])
+    }
+
+    /// A server with these extra environment variables.
+    fn with_env(env: &[(&str, &std::path::Path)]) -> Client {
         let mut child = Command::new(common::bin())
             .arg("serve")
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -176,6 +182,44 @@ fn bad_arguments_are_refused_naming_them() {
         )
         .unwrap_err();
     assert_eq!(e["arg"], "language");
+}
+
+/// `mounts=` and `workspace=` get the same sensitive-path checks as `hull run` (the SDKs pass
+/// them through `sandbox.create`), naming the path and the reason.
+#[test]
+fn sandbox_mounts_and_workspace_refuse_credential_stores_and_start_up_files() {
+    let d = tempfile::tempdir().unwrap();
+    let home = std::fs::canonicalize(d.path()).unwrap().join("me");
+    std::fs::create_dir_all(home.join(".aws")).unwrap();
+    std::fs::create_dir_all(home.join(".local/bin")).unwrap();
+    std::fs::write(home.join(".zshrc"), "echo hi").unwrap();
+    let h = home.display();
+    let mut c = Client::with_env(&[("HOME", &home)]);
+    for (params, kind, words) in [
+        (
+            json!({"mounts": [format!("{h}/.aws:/data:ro")]}),
+            "mount_refused",
+            "AWS access keys",
+        ),
+        (
+            json!({"mounts": [{"source": format!("{h}/.zshrc"), "target": "/data/rc", "read_only": false}]}),
+            "mount_refused",
+            "commands every interactive zsh",
+        ),
+        (
+            json!({"workspace": format!("{h}/.local/bin")}),
+            "invalid_argument",
+            "commands on the user's PATH",
+        ),
+    ] {
+        let e = c.call("sandbox.create", params.clone()).unwrap_err();
+        assert_eq!(e["kind"], kind, "{params}: {e}");
+        assert!(
+            e["message"].as_str().unwrap().contains(words),
+            "{params}: {e}"
+        );
+    }
+    c.create(json!({"mounts": [{"source": format!("{h}/.zshrc"), "target": "/data/rc", "read_only": true}]}));
 }
 
 #[test]
@@ -924,4 +968,183 @@ fn names_that_are_not_utf8_are_tracked_listed_and_cleared() {
     c.ok("sandbox.restore", json!({"sandbox": sb, "src": p}));
     let l = c.ok("sandbox.list_files", json!({"sandbox": sb}));
     assert_eq!(l["entries"].as_array().unwrap().len(), 1, "{l}");
+}
+
+/// Snapshot destinations and restore sources through links a box planted (in its own
+/// workspace, where a caller may well write or read archives) are refused: nothing is written
+/// into the host directory the link names, no host file reaches another sandbox, and a restore
+/// whose members conflict leaves the workspace as it was.
+#[test]
+fn snapshot_and_restore_never_follow_planted_links_and_a_failed_restore_changes_nothing() {
+    let mut c = Client::new();
+    let r = c.ok("sandbox.create", json!({}));
+    let (a, ws_a) = (
+        r["sandbox"].as_str().unwrap().to_string(),
+        std::path::PathBuf::from(r["workspace"].as_str().unwrap()),
+    );
+    let b = c.create(json!({}));
+    let host = tempfile::tempdir().unwrap();
+    let exports = host.path().join("exports");
+    std::fs::create_dir(&exports).unwrap();
+    let private = host.path().join("private.tar.gz");
+    tar_gz(
+        &private,
+        &[("secret.txt", tar::EntryType::Regular, "host secret")],
+    );
+    let plant = format!(
+        "ln -s {} out && ln -s {} export.tar.gz",
+        exports.display(),
+        private.display()
+    );
+    let r = c.ok(
+        "sandbox.run",
+        json!({"sandbox": a, "argv": ["sh", "-c", plant]}),
+    );
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let e = c
+        .call(
+            "sandbox.snapshot",
+            json!({"sandbox": b, "dest": ws_a.join("out/b.tar.gz")}),
+        )
+        .unwrap_err();
+    assert_eq!(e["kind"], "path_refused", "{e}");
+    assert!(
+        e["message"].as_str().unwrap().contains("symbolic link"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read_dir(&exports).unwrap().count(), 0);
+    c.ok(
+        "sandbox.write_file",
+        json!({"sandbox": b, "path": "mine.txt", "text": "mine"}),
+    );
+    let e = c
+        .call(
+            "sandbox.restore",
+            json!({"sandbox": b, "src": ws_a.join("export.tar.gz")}),
+        )
+        .unwrap_err();
+    assert_eq!(e["kind"], "path_refused", "{e}");
+    let conflict = host.path().join("conflict.tar.gz");
+    tar_gz(
+        &conflict,
+        &[
+            ("x", tar::EntryType::Regular, "1"),
+            ("x/", tar::EntryType::Directory, ""),
+        ],
+    );
+    let e = c
+        .call("sandbox.restore", json!({"sandbox": b, "src": conflict}))
+        .unwrap_err();
+    assert_eq!(e["member"], "x/", "{e}");
+    let l = c.ok("sandbox.list_files", json!({"sandbox": b}));
+    assert_eq!(
+        l["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["path"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["mine.txt"],
+        "{l}"
+    );
+    assert_eq!(
+        c.ok(
+            "sandbox.read_file",
+            json!({"sandbox": b, "path": "mine.txt"})
+        )["data_b64"],
+        "bWluZQ=="
+    );
+}
+
+/// A restore replaces directories the box made read-only (moving a directory to another parent
+/// needs write permission on it, which an unprivileged hull must first give itself).
+#[test]
+fn a_restore_replaces_directories_the_box_made_read_only() {
+    let mut c = Client::new();
+    let sb = c.create(json!({}));
+    let r = c.ok(
+        "sandbox.run",
+        json!({"sandbox": sb, "argv": ["sh", "-c", "mkdir -p ro/inner && echo x > ro/inner/f && chmod 555 ro/inner ro && chmod 000 ro/inner/f"]}),
+    );
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("one.tar.gz");
+    tar_gz(&p, &[("one.txt", tar::EntryType::Regular, "1")]);
+    c.ok("sandbox.restore", json!({"sandbox": sb, "src": p}));
+    let l = c.ok("sandbox.list_files", json!({"sandbox": sb}));
+    assert_eq!(l["entries"].as_array().unwrap().len(), 1, "{l}");
+}
+
+/// Names that differ only in bytes that are not UTF-8 are listed distinctly (`path_b64`, their
+/// bytes, beside the lossy `path`), and `read_file`, `write_file` and `list_files` take those
+/// bytes back (`path_b64`, `subdir_b64`), each reaching its own file.
+#[test]
+fn names_that_are_not_utf8_round_trip_through_path_b64() {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut c = Client::new();
+    let sb = c.create(json!({}));
+    let mk = "import os\nopen(b'a\\xff', 'w').write('ff')\nopen(b'a\\xfe', 'w').write('fe')\nos.mkdir(b'd\\xff')\nopen(b'd\\xff/inner', 'w').write('in')\nopen('plain', 'w').write('p')";
+    let r = c.ok(
+        "sandbox.run",
+        json!({"sandbox": sb, "argv": ["python3", "-c", mk]}),
+    );
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let l = c.ok("sandbox.list_files", json!({"sandbox": sb}));
+    let entries = l["entries"].as_array().unwrap();
+    let raw: Vec<Vec<u8>> = entries
+        .iter()
+        .filter_map(|e| e["path_b64"].as_str())
+        .map(|s| b64.decode(s).unwrap())
+        .collect();
+    for want in [&b"a\xff"[..], b"a\xfe", b"d\xff", b"d\xff/inner"] {
+        assert!(
+            raw.iter().any(|r| r == want),
+            "{want:?} not listed by its bytes: {l}"
+        );
+    }
+    let plain = entries.iter().find(|e| e["path"] == "plain").unwrap();
+    assert!(plain.get("path_b64").is_none(), "{plain}");
+    for (name, content) in [
+        (&b"a\xff"[..], "ff"),
+        (b"a\xfe", "fe"),
+        (b"d\xff/inner", "in"),
+    ] {
+        let r = c.ok(
+            "sandbox.read_file",
+            json!({"sandbox": sb, "path_b64": b64.encode(name)}),
+        );
+        assert_eq!(r["data_b64"], b64.encode(content), "{name:?}: {r}");
+    }
+    c.ok(
+        "sandbox.write_file",
+        json!({"sandbox": sb, "path_b64": b64.encode(b"d\xff/new\xfd"), "text": "written"}),
+    );
+    let r = c.ok(
+        "sandbox.run",
+        json!({"sandbox": sb, "argv": ["python3", "-c", "print(open(b'd\\xff/new\\xfd').read())"]}),
+    );
+    assert_eq!(r["stdout"], "written\n", "{r}");
+    let l = c.ok(
+        "sandbox.list_files",
+        json!({"sandbox": sb, "subdir_b64": b64.encode(b"d\xff")}),
+    );
+    let inner: Vec<Vec<u8>> = l["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| b64.decode(e["path_b64"].as_str().unwrap()).unwrap())
+        .collect();
+    assert_eq!(
+        inner,
+        [b"d\xff/inner".to_vec(), b"d\xff/new\xfd".to_vec()],
+        "{l}"
+    );
+    let e = c
+        .call(
+            "sandbox.read_file",
+            json!({"sandbox": sb, "path": "plain", "path_b64": b64.encode("plain")}),
+        )
+        .unwrap_err();
+    assert_eq!(e["kind"], "invalid_argument", "{e}");
 }

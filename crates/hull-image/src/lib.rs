@@ -3,6 +3,7 @@
 //! `hull images`, `hull rmi`, `hull run --image`) and the registry client (`hull pull`).
 
 pub mod auth;
+pub mod checks;
 pub mod extract;
 pub mod oci;
 pub mod pull;
@@ -14,4 +15,4 @@ pub use extract::{extract_layer, Compression, ExtractError, Limits, Report};
 pub use pull::{LayerOutcome, PullOptions, PullProgress, PullReport};
 pub use reference::Reference;
 pub use registry::{ClientOptions, RegistryError};
-pub use store::{default_home, ImageError, ImageInfo, Store};
+pub use store::{default_home, ImageError, ImageInfo, ImportReport, Store};

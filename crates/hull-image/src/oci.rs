@@ -184,18 +184,37 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Hashes a reader fully.
-pub fn digest_reader<R: std::io::Read>(mut r: R) -> std::io::Result<Digest> {
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 16];
-    loop {
-        let n = r.read(&mut buf)?;
-        if n == 0 {
-            break;
+/// A writer that hashes what passes through it.
+pub struct HashingWriter<W> {
+    inner: W,
+    hash: Sha256,
+}
+
+impl<W: std::io::Write> HashingWriter<W> {
+    pub fn new(inner: W) -> Self {
+        HashingWriter {
+            inner,
+            hash: Sha256::new(),
         }
-        h.update(&buf[..n]);
     }
-    Ok(Digest(hex(&h.finalize())))
+
+    /// Flushes the writer and returns the digest of everything written.
+    pub fn finish(mut self) -> std::io::Result<Digest> {
+        self.inner.flush()?;
+        Ok(Digest(hex(&self.hash.finalize())))
+    }
+}
+
+impl<W: std::io::Write> std::io::Write for HashingWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hash.update(&buf[..n]);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 #[cfg(test)]

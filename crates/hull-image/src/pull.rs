@@ -15,6 +15,7 @@ use std::sync::Mutex;
 use sha2::{Digest as _, Sha256};
 
 use crate::auth;
+use crate::checks;
 use crate::oci::{self, Digest, ImageConfig, Index, Manifest, Platform};
 use crate::reference::Reference;
 use crate::registry::{self, Client, ClientOptions};
@@ -120,6 +121,8 @@ impl Store {
             });
         }
 
+        // Counted, typed and parsed before any blob is requested.
+        let layers = checks::manifest_layers(&manifest)?;
         if !registry::is_config_type(&manifest.config.media_type) {
             return Err(invalid("manifest", format!("config media type `{}` is not a container image config (is this an artifact rather than an image?)", manifest.config.media_type)));
         }
@@ -130,33 +133,10 @@ impl Store {
             )
         })?;
         let config_bytes = client.small_blob(&config_digest, "the image config")?;
-        let actual = Digest::of(&config_bytes);
-        if actual != config_digest {
-            return Err(ImageError::DigestMismatch {
-                what: "image config".into(),
-                expected: config_digest.to_string(),
-                actual: actual.to_string(),
-            });
-        }
+        checks::verify_document(&manifest.config, &config_bytes, "image config")?;
         let config: ImageConfig = serde_json::from_slice(&config_bytes)
             .map_err(|e| invalid("image config", e.to_string()))?;
 
-        let mut layers = Vec::with_capacity(manifest.layers.len());
-        for (i, l) in manifest.layers.iter().enumerate() {
-            if !registry::is_layer_type(&l.media_type) {
-                return Err(invalid(
-                    format!("layer {i}"),
-                    format!(
-                        "media type `{}` is not a tar, tar+gzip or tar+zstd layer",
-                        l.media_type
-                    ),
-                ));
-            }
-            let d = Digest::parse(&l.digest).ok_or_else(|| {
-                invalid(format!("layer {i}"), format!("bad digest `{}`", l.digest))
-            })?;
-            layers.push((i, d, l.size));
-        }
         let results = self.download_layers(&client, &layers, opts, progress)?;
         let mut stored = Vec::with_capacity(layers.len());
         let (mut downloaded, mut bytes, mut present) = (0, 0, 0);
@@ -170,7 +150,7 @@ impl Store {
             }
             stored.push((d.clone(), path, *size));
         }
-        let image = self.publish(&name, &digest, &stored, config.config)?;
+        let image = self.publish(&name, &digest, &stored, config.config)?.image;
         Ok(PullReport {
             image,
             unchanged: false,
@@ -398,14 +378,7 @@ fn resolve_manifest(
         let want = Digest::parse(&desc.digest)
             .ok_or_else(|| invalid("image index", format!("bad digest `{}`", desc.digest)))?;
         let (b, mt) = client.manifest(&want.to_string())?;
-        digest = Digest::of(&b);
-        if digest != want {
-            return Err(ImageError::DigestMismatch {
-                what: format!("manifest for {platform}"),
-                expected: want.to_string(),
-                actual: digest.to_string(),
-            });
-        }
+        digest = checks::verify_document(desc, &b, &format!("manifest for {platform}"))?;
         (b, mt)
     } else {
         (bytes, media_type)

@@ -15,8 +15,7 @@ use crate::auth::{self, Challenge, Credentials, TokenAnswer};
 use crate::oci::{self, Digest};
 use crate::reference::{self, Reference, Scheme};
 
-/// Manifests, indexes and configs larger than this are refused (real ones are a few KiB).
-pub const DOCUMENT_LIMIT: u64 = 4 << 20;
+pub use crate::checks::DOCUMENT_LIMIT;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::checks;
 use crate::extract::{self, Compression, Limits};
 use crate::oci::{
     self, Descriptor, Digest, DockerArchiveEntry, ImageConfig, Index, Manifest, RunConfig,
@@ -73,6 +74,17 @@ pub struct ImageInfo {
     pub rootfs: PathBuf,
     pub size: u64,
     pub config: RunConfig,
+}
+
+/// What an import did.
+#[derive(Clone, Debug)]
+pub struct ImportReport {
+    pub image: ImageInfo,
+    /// Layers the manifest lists.
+    pub layers: usize,
+    /// Layers unpacked this time: none when the image's root was already here, and a layer
+    /// repeated right after itself only once ([`checks::unpack_plan`]).
+    pub unpacked: usize,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -149,20 +161,39 @@ impl Store {
         Ok(p)
     }
 
-    /// Copies `src` into the blob store, verifying it hashes to `expected`.
-    fn put_blob(&self, src: &Path, expected: &Digest, what: &str) -> Result<PathBuf, ImageError> {
-        let dst = self.blob_path(expected);
-        if dst.exists() {
-            return Ok(dst);
+    /// Copies the blob `src` (opened by [`open_in`]) into the blob store, hashing it on the way:
+    /// it must hash to `expected` when one is given (an OCI layout; a blob already stored is
+    /// not read again), and is stored under what it hashes to otherwise (a docker archive).
+    fn put_blob(
+        &self,
+        src: &mut fs::File,
+        expected: Option<&Digest>,
+        what: &str,
+    ) -> Result<(Digest, PathBuf), ImageError> {
+        if let Some(d) = expected {
+            let dst = self.blob_path(d);
+            if dst.exists() {
+                return Ok((d.clone(), dst));
+            }
         }
-        let tmp = self
-            .dir
-            .join("tmp")
-            .join(format!("blob-{}-{}", expected.hex(), nanos()));
-        fs::copy(src, &tmp).map_err(io_at(format!("copy {} ({what})", src.display())))?;
-        let actual = oci::digest_reader(fs::File::open(&tmp).map_err(io_at("reopen a blob"))?)
-            .map_err(io_at("hash a blob"))?;
-        if &actual != expected {
+        let tmp = self.dir.join("tmp").join(format!("blob-{}", nanos()));
+        let copied = (|| {
+            let out = fs::File::create(&tmp)?;
+            let mut hashing = oci::HashingWriter::new(out);
+            io::copy(src, &mut hashing)?;
+            hashing.finish()
+        })();
+        let actual = match copied {
+            Ok(d) => d,
+            Err(e) => {
+                let _ = fs::remove_file(&tmp);
+                return Err(ImageError::Io {
+                    what: format!("copy {what}"),
+                    source: e,
+                });
+            }
+        };
+        if let Some(expected) = expected.filter(|e| **e != actual) {
             let _ = fs::remove_file(&tmp);
             return Err(ImageError::DigestMismatch {
                 what: what.into(),
@@ -170,13 +201,14 @@ impl Store {
                 actual: actual.to_string(),
             });
         }
-        fs::rename(&tmp, &dst).map_err(io_at(format!("store blob {expected}")))?;
-        Ok(dst)
+        let dst = self.blob_path(&actual);
+        fs::rename(&tmp, &dst).map_err(io_at(format!("store blob {actual}")))?;
+        Ok((actual, dst))
     }
 
     /// Imports an OCI image layout directory, an OCI archive, or a `docker save` archive.
     /// `name` overrides the reference the image is stored under.
-    pub fn import(&self, path: &Path, name: Option<&str>) -> Result<ImageInfo, ImageError> {
+    pub fn import(&self, path: &Path, name: Option<&str>) -> Result<ImportReport, ImageError> {
         if let Some(n) = name {
             if !valid_name(n) {
                 return Err(ImageError::BadName(n.into()));
@@ -196,7 +228,7 @@ impl Store {
         result
     }
 
-    fn import_dir(&self, dir: &Path, name: Option<&str>) -> Result<ImageInfo, ImageError> {
+    fn import_dir(&self, dir: &Path, name: Option<&str>) -> Result<ImportReport, ImageError> {
         if dir.join("index.json").is_file() {
             self.import_oci(dir, name)
         } else if dir.join("manifest.json").is_file() {
@@ -212,7 +244,20 @@ impl Store {
             .map_err(|e| invalid(format!("{what} {}", path.display()), e.to_string()))
     }
 
-    /// Reads a blob of an OCI layout, checking its digest.
+    /// A document of an image being imported (`index.json`, `manifest.json`, a config), read
+    /// no larger than [`checks::DOCUMENT_LIMIT`] and parsed.
+    fn read_document<T: for<'de> Deserialize<'de>>(
+        dir: &Path,
+        rel: &str,
+        what: &str,
+    ) -> Result<(T, Vec<u8>), ImageError> {
+        let (f, _) = open_in(dir, rel, what)?;
+        let bytes = checks::read_document(f, what)?;
+        let v = serde_json::from_slice(&bytes).map_err(|e| invalid(what, e.to_string()))?;
+        Ok((v, bytes))
+    }
+
+    /// Reads a document blob of an OCI layout, checking its size and digest against `desc`.
     fn layout_blob(
         dir: &Path,
         desc: &Descriptor,
@@ -220,21 +265,18 @@ impl Store {
     ) -> Result<(Digest, Vec<u8>), ImageError> {
         let d = Digest::parse(&desc.digest)
             .ok_or_else(|| invalid(what, format!("bad digest `{}`", desc.digest)))?;
-        let bytes = fs::read(dir.join("blobs/sha256").join(d.hex()))
-            .map_err(io_at(format!("read {what} {d}")))?;
-        let actual = Digest::of(&bytes);
-        if actual != d {
-            return Err(ImageError::DigestMismatch {
-                what: what.into(),
-                expected: d.to_string(),
-                actual: actual.to_string(),
-            });
+        let (f, size) = open_in(dir, &format!("blobs/sha256/{}", d.hex()), what)?;
+        if size > checks::DOCUMENT_LIMIT {
+            return Err(checks::too_large(what));
         }
+        checks::check_size(what, desc.size, size)?;
+        let bytes = checks::read_document(f, what)?;
+        checks::verify_document(desc, &bytes, what)?;
         Ok((d, bytes))
     }
 
-    fn import_oci(&self, dir: &Path, name: Option<&str>) -> Result<ImageInfo, ImageError> {
-        let index: Index = Self::read_json(&dir.join("index.json"), "index")?;
+    fn import_oci(&self, dir: &Path, name: Option<&str>) -> Result<ImportReport, ImageError> {
+        let (index, _): (Index, _) = Self::read_document(dir, "index.json", "index.json")?;
         let tag = name.and_then(|n| n.rsplit_once(':').map(|(_, t)| t));
         let pick = index
             .manifests
@@ -270,20 +312,23 @@ impl Store {
         }
         let manifest: Manifest =
             serde_json::from_slice(&bytes).map_err(|e| invalid("manifest", e.to_string()))?;
+        let listed = checks::manifest_layers(&manifest)?;
         let (_, config_bytes) = Self::layout_blob(dir, &manifest.config, "config")?;
         let config: ImageConfig = serde_json::from_slice(&config_bytes)
             .map_err(|e| invalid("image config", e.to_string()))?;
-        let mut layers = Vec::new();
-        for (i, l) in manifest.layers.iter().enumerate() {
-            let d = Digest::parse(&l.digest).ok_or_else(|| {
-                invalid(format!("layer {i}"), format!("bad digest `{}`", l.digest))
-            })?;
-            let p = self.put_blob(
-                &dir.join("blobs/sha256").join(d.hex()),
-                &d,
-                &format!("layer {i}"),
-            )?;
-            layers.push((d, p, l.size));
+        let mut layers: Vec<(Digest, PathBuf, u64)> = Vec::with_capacity(listed.len());
+        for (i, d, size) in listed {
+            // A blob listed again is the same blob: checked and stored once.
+            if let Some(done) = layers.iter().find(|l| l.0 == d).cloned() {
+                checks::check_size(&format!("layer {i}"), size, done.2)?;
+                layers.push(done);
+                continue;
+            }
+            let what = format!("layer {i}");
+            let (mut f, actual) = open_in(dir, &format!("blobs/sha256/{}", d.hex()), &what)?;
+            checks::check_size(&what, size, actual)?;
+            let (_, p) = self.put_blob(&mut f, Some(&d), &what)?;
+            layers.push((d, p, size));
         }
         let name = name
             .map(str::to_string)
@@ -292,35 +337,31 @@ impl Store {
         self.publish(&name, &digest, &layers, config.config)
     }
 
-    fn import_docker(&self, dir: &Path, name: Option<&str>) -> Result<ImageInfo, ImageError> {
-        let entries: Vec<DockerArchiveEntry> =
-            Self::read_json(&dir.join("manifest.json"), "docker manifest")?;
+    fn import_docker(&self, dir: &Path, name: Option<&str>) -> Result<ImportReport, ImageError> {
+        let (entries, _): (Vec<DockerArchiveEntry>, _) =
+            Self::read_document(dir, "manifest.json", "manifest.json")?;
         let e = entries
             .first()
             .ok_or_else(|| invalid("manifest.json", "it lists no images"))?;
-        let inside = |p: &str| -> Result<PathBuf, ImageError> {
-            if p.starts_with('/') || p.split('/').any(|c| c == "..") {
-                return Err(invalid(
-                    "manifest.json",
-                    format!("path `{p}` leaves the archive"),
-                ));
-            }
-            Ok(dir.join(p))
-        };
-        let config_bytes =
-            fs::read(inside(&e.config)?).map_err(io_at(format!("read config {}", e.config)))?;
-        let config: ImageConfig = serde_json::from_slice(&config_bytes)
-            .map_err(|err| invalid("image config", err.to_string()))?;
-        let mut layers = Vec::new();
+        checks::check_layer_count("manifest.json", e.layers.len())?;
+        let (config, config_bytes): (ImageConfig, _) =
+            Self::read_document(dir, &e.config, &format!("config {}", e.config))?;
+        let mut layers: Vec<(Digest, PathBuf, u64)> = Vec::with_capacity(e.layers.len());
+        let mut hashed: Vec<(&str, usize)> = Vec::new();
         let mut ids = vec![Digest::of(&config_bytes).to_string()];
         for (i, l) in e.layers.iter().enumerate() {
-            let p = inside(l)?;
-            let d =
-                oci::digest_reader(fs::File::open(&p).map_err(io_at(format!("open layer {l}")))?)
-                    .map_err(io_at("hash a layer"))?;
-            let stored = self.put_blob(&p, &d, &format!("layer {i}"))?;
-            let size = fs::metadata(&stored).map(|m| m.len()).unwrap_or(0);
+            // A path listed again is hashed and stored once.
+            if let Some(&(_, j)) = hashed.iter().find(|(p, _)| *p == l.as_str()) {
+                let done = layers[j].clone();
+                ids.push(done.0.to_string());
+                layers.push(done);
+                continue;
+            }
+            let what = format!("layer {i} ({l})");
+            let (mut f, size) = open_in(dir, l, &what)?;
+            let (d, stored) = self.put_blob(&mut f, None, &what)?;
             ids.push(d.to_string());
+            hashed.push((l.as_str(), layers.len()));
             layers.push((d, stored, size));
         }
         // A docker archive has no manifest digest; the image is identified by its config and
@@ -337,15 +378,18 @@ impl Store {
     }
 
     /// Unpacks the layers into a new root (unless this digest is already here) and points the
-    /// reference `name` at it.
+    /// reference `name` at it. A layer repeated right after itself is unpacked once
+    /// ([`checks::unpack_plan`]).
     pub(crate) fn publish(
         &self,
         name: &str,
         digest: &Digest,
         layers: &[(Digest, PathBuf, u64)],
         config: RunConfig,
-    ) -> Result<ImageInfo, ImageError> {
+    ) -> Result<ImportReport, ImageError> {
+        checks::check_layer_count("manifest", layers.len())?;
         let root = self.root_dir(digest);
+        let mut unpacked = 0;
         if !root.join("meta.json").is_file() {
             let tmp = self.tmp_dir("root")?;
             let made = (|| {
@@ -356,13 +400,23 @@ impl Store {
                     allow_devices,
                     ..Limits::default()
                 };
-                for (d, p, _) in layers {
+                let digests: Vec<Digest> = layers.iter().map(|l| l.0.clone()).collect();
+                for i in checks::unpack_plan(&digests) {
+                    let (d, p, _) = &layers[i];
                     let f = fs::File::open(p).map_err(io_at(format!("open layer {d}")))?;
                     extract::extract_layer(f, Compression::Detect, &rootfs, &limits)?;
+                    unpacked += 1;
+                }
+                // The image's size counts each blob once.
+                let mut distinct: Vec<&(Digest, PathBuf, u64)> = Vec::new();
+                for l in layers {
+                    if !distinct.iter().any(|x| x.0 == l.0) {
+                        distinct.push(l);
+                    }
                 }
                 let meta = RootMeta {
                     digest: digest.to_string(),
-                    size: layers.iter().map(|l| l.2).sum(),
+                    size: distinct.iter().map(|l| l.2).sum(),
                     layers: layers.iter().map(|l| l.0.to_string()).collect(),
                     config: config.clone(),
                 };
@@ -384,7 +438,11 @@ impl Store {
             made?;
         }
         self.set_ref(name, digest)?;
-        self.info(name, digest)
+        Ok(ImportReport {
+            image: self.info(name, digest)?,
+            layers: layers.len(),
+            unpacked,
+        })
     }
 
     pub(crate) fn set_ref(&self, name: &str, digest: &Digest) -> Result<(), ImageError> {
@@ -521,6 +579,42 @@ impl Store {
         }
         Ok(())
     }
+}
+
+/// Opens `rel` below `dir` (an image layout or an unpacked archive, whose contents may be
+/// hostile) with no symlink followed and no `..` leaving it, and checks it is a regular file:
+/// a planted link cannot make the import read a host file. Returns the file and its size.
+fn open_in(dir: &Path, rel: &str, what: &str) -> Result<(fs::File, u64), ImageError> {
+    use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
+    let at = |e: rustix::io::Errno| ImageError::Io {
+        what: format!("open {what} ({})", dir.join(rel).display()),
+        source: e.into(),
+    };
+    let root = rustix::fs::open(
+        dir,
+        OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(at)?;
+    let fd = rustix::fs::openat2(
+        &root,
+        rel,
+        OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+    .map_err(|e| match e {
+        rustix::io::Errno::LOOP | rustix::io::Errno::XDEV => invalid(
+            what,
+            format!("`{rel}` passes through a symbolic link or leaves the image; refused"),
+        ),
+        e => at(e),
+    })?;
+    let st = rustix::fs::fstat(&fd).map_err(at)?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+        return Err(invalid(what, format!("`{rel}` is not a regular file")));
+    }
+    Ok((fs::File::from(fd), u64::try_from(st.st_size).unwrap_or(0)))
 }
 
 /// remove_dir_all that first makes directories writable (image roots hold 0555 dirs).

@@ -3,12 +3,17 @@
 //! A snapshot holds regular files and directories only (symlinks, FIFOs, sockets and devices in
 //! the workspace are skipped and named in the answer, since restore would refuse them). Restore
 //! treats the archive as hostile: it reads every header first and refuses the whole archive, naming
-//! the member, if any is absolute, has `..`, or is a symlink, hard link, device or FIFO, or if the
-//! archive is too large; only then does it replace the workspace's contents, creating each member
-//! through the confined, no-follow operations of [`crate::files`].
+//! the member, if any is absolute, has `..`, or is a symlink, hard link, device or FIFO, if two
+//! members disagree about a name (a file and a directory, a file under a file, a file twice), or
+//! if the archive is too large; only then does it unpack, into a staging directory
+//! ([`crate::staging`]) through the confined, no-follow operations of [`crate::files`], checking
+//! every member again, and swap the result into place, so a failed restore changes nothing.
+//! The host paths themselves (the snapshot's destination, the restore's source) are opened with
+//! no symlink followed ([`crate::hostpath`]): a box can plant links where it writes.
 
+use std::collections::HashMap;
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::{Read, Seek, Write};
 use std::path::Path;
 
 use flate2::read::GzDecoder;
@@ -17,6 +22,8 @@ use serde::Serialize;
 
 use crate::error::SandboxError;
 use crate::files::{relative, Confined};
+use crate::hostpath;
+use crate::staging::Staging;
 
 /// Restore refuses archives that would unpack to more than this many bytes or entries.
 pub const MAX_RESTORE_BYTES: u64 = 8 << 30;
@@ -40,6 +47,7 @@ fn io_err(what: &'static str, path: &Path, e: std::io::Error) -> SandboxError {
 
 /// Writes the workspace as a gzip-compressed tar to `dest` (a host path, created or replaced).
 pub fn snapshot(ws: &Confined, dest: &Path) -> Result<SnapshotReport, SandboxError> {
+    let _one = ws.archive_lock();
     let (entries, complete) = ws.list("")?;
     if !complete {
         return Err(SandboxError::path(
@@ -58,26 +66,14 @@ pub fn snapshot(ws: &Confined, dest: &Path) -> Result<SnapshotReport, SandboxErr
         });
         return Err(SandboxError::path("/workspace", format!("its files total {total} bytes, more than the {MAX_RESTORE_BYTES} a snapshot may hold (restore's limit){big}")));
     }
-    // Written under a fresh random name beside `dest` (created O_EXCL, so nothing planted there,
-    // e.g. a symlink when `dest` lies in the workspace, is followed) and renamed into place.
-    let dir = match dest.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let tmp_file = tempfile::Builder::new()
-        .prefix(&format!(
-            ".{}.",
-            dest.file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default()
-        ))
-        .suffix(".partial")
-        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))
-        .tempfile_in(dir)
-        .map_err(|e| io_err("create a temporary file in", dir, e))?;
-    let tmp = tmp_file.path().to_path_buf();
-    let out = tmp_file
-        .as_file()
+    // Written under a fresh random name in `dest`'s directory, which is opened with no symlink
+    // followed (a box may have planted one on the way when `dest` lies where it writes); the
+    // file is created O_EXCL|O_NOFOLLOW and renamed over `dest` (a link there is replaced).
+    let parent = hostpath::open_parent(dest, "a snapshot")?;
+    let partial = Partial::create(&parent)?;
+    let tmp = parent.path.join(&partial.name);
+    let out = partial
+        .file
         .try_clone()
         .map_err(|e| io_err("open", &tmp, e))?;
     let mut tar = tar::Builder::new(GzEncoder::new(out, flate2::Compression::fast()));
@@ -138,10 +134,80 @@ pub fn snapshot(ws: &Confined, dest: &Path) -> Result<SnapshotReport, SandboxErr
     let mut f = gz.finish().map_err(|e| io_err("write", &tmp, e))?;
     f.flush().map_err(|e| io_err("write", &tmp, e))?;
     drop(f);
-    tmp_file
-        .persist(dest)
-        .map_err(|e| io_err("rename into place", dest, e.error))?;
+    partial.persist()?;
     Ok(report)
+}
+
+/// A snapshot being written: a fresh file in the destination's directory, removed unless it is
+/// renamed into place.
+struct Partial<'a> {
+    parent: &'a hostpath::Parent,
+    name: std::ffi::OsString,
+    file: File,
+    done: bool,
+}
+
+impl<'a> Partial<'a> {
+    fn create(parent: &'a hostpath::Parent) -> Result<Partial<'a>, SandboxError> {
+        let shown = parent.name.to_string_lossy();
+        loop {
+            let name =
+                std::ffi::OsString::from(hostpath::fresh_name(&format!(".{shown}.")) + ".partial");
+            match rustix::fs::openat(
+                &parent.dir,
+                name.as_os_str(),
+                rustix::fs::OFlags::WRONLY
+                    | rustix::fs::OFlags::CREATE
+                    | rustix::fs::OFlags::EXCL
+                    | rustix::fs::OFlags::NOFOLLOW
+                    | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::from_raw_mode(0o644),
+            ) {
+                Ok(fd) => {
+                    return Ok(Partial {
+                        parent,
+                        name,
+                        file: File::from(fd),
+                        done: false,
+                    })
+                }
+                Err(rustix::io::Errno::EXIST) => continue,
+                Err(e) => return Err(io_err("create a temporary file in", &parent.path, e.into())),
+            }
+        }
+    }
+
+    /// Renames the file over the destination (replacing a file or a link there, never
+    /// following one).
+    fn persist(mut self) -> Result<(), SandboxError> {
+        rustix::fs::renameat(
+            &self.parent.dir,
+            self.name.as_os_str(),
+            &self.parent.dir,
+            self.parent.name.as_os_str(),
+        )
+        .map_err(|e| {
+            io_err(
+                "rename into place",
+                &self.parent.path.join(&self.parent.name),
+                e.into(),
+            )
+        })?;
+        self.done = true;
+        Ok(())
+    }
+}
+
+impl Drop for Partial<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = rustix::fs::unlinkat(
+                &self.parent.dir,
+                self.name.as_os_str(),
+                rustix::fs::AtFlags::empty(),
+            );
+        }
+    }
 }
 
 /// Reads exactly `left` bytes, or fails: a file that shrank after its header was written must
@@ -208,18 +274,18 @@ impl<R: Read> Read for Capped<R> {
     }
 }
 
-type Archive = tar::Archive<Capped<GzDecoder<File>>>;
+type Archive<'f> = tar::Archive<Capped<GzDecoder<&'f File>>>;
 
 /// Visits every member with its full name, reading the archive raw so that GNU long-name and
 /// PAX members are size-checked before their contents are read (tar's own processing reads
 /// them whole into memory first). A PAX `path` or GNU long name applies to the next member.
 fn each_member(
-    ar: &mut Archive,
+    ar: &mut Archive<'_>,
     src: &Path,
     mut f: impl FnMut(
         String,
         tar::EntryType,
-        &mut tar::Entry<'_, Capped<GzDecoder<File>>>,
+        &mut tar::Entry<'_, Capped<GzDecoder<&File>>>,
     ) -> Result<(), SandboxError>,
 ) -> Result<(), SandboxError> {
     let mut long_name: Option<Vec<u8>> = None;
@@ -300,12 +366,89 @@ fn check_member(name: &str, kind: tar::EntryType) -> Result<String, SandboxError
     relative(name).map_err(|e| refuse(&e.to_string()))
 }
 
-fn open_archive(src: &Path) -> Result<Archive, SandboxError> {
-    let f = File::open(src).map_err(|e| io_err("open", src, e))?;
+/// Reads the archive from its start (each pass rewinds the one descriptor, so both read the
+/// same file whatever happens to `src`'s path meanwhile).
+fn open_archive<'f>(file: &'f File, src: &Path) -> Result<Archive<'f>, SandboxError> {
+    let mut f = file;
+    f.rewind().map_err(|e| io_err("read", src, e))?;
     Ok(tar::Archive::new(Capped {
-        inner: GzDecoder::new(f),
+        inner: GzDecoder::new(file),
         left: MAX_RESTORE_STREAM,
     }))
+}
+
+/// What the archive has said so far: every name (and each name's parents) as a file or a
+/// directory, and the totals, so conflicting or oversized archives are refused.
+#[derive(Default)]
+struct Members {
+    /// `true` for a directory.
+    kinds: HashMap<String, bool>,
+    bytes: u64,
+    count: usize,
+    name_bytes: usize,
+}
+
+impl Members {
+    /// Checks one member against the rules and the members before it; returns its relative path.
+    fn add(&mut self, name: &str, kind: tar::EntryType, size: u64) -> Result<String, SandboxError> {
+        let rel = check_member(name, kind)?;
+        let refuse = |why: String| SandboxError::Member {
+            member: shown(name),
+            why,
+        };
+        self.bytes = self.bytes.saturating_add(size);
+        self.count += 1;
+        self.name_bytes += rel.len();
+        if self.bytes > MAX_RESTORE_BYTES || self.count > MAX_RESTORE_ENTRIES {
+            return Err(refuse(format!(
+                "the archive exceeds {MAX_RESTORE_BYTES} bytes or {MAX_RESTORE_ENTRIES} entries"
+            )));
+        }
+        if self.name_bytes > crate::files::MAX_PATH_BYTES {
+            return Err(refuse(format!(
+                "the archive's names exceed {} bytes",
+                crate::files::MAX_PATH_BYTES
+            )));
+        }
+        let is_dir = kind == tar::EntryType::Directory;
+        if rel.is_empty() {
+            return if is_dir {
+                Ok(rel)
+            } else {
+                Err(refuse("names the workspace itself".into()))
+            };
+        }
+        for (i, _) in rel.match_indices('/') {
+            let parent = &rel[..i];
+            match self.kinds.get(parent) {
+                Some(false) => {
+                    return Err(refuse(format!(
+                        "lies under `{}`, which the archive also has as a file",
+                        shown(parent)
+                    )))
+                }
+                Some(true) => {}
+                None => {
+                    self.kinds.insert(parent.to_string(), true);
+                }
+            }
+        }
+        match self.kinds.get(&rel) {
+            None => {
+                self.kinds.insert(rel.clone(), is_dir);
+                Ok(rel)
+            }
+            Some(true) if is_dir => Ok(rel),
+            Some(&was_dir) if was_dir != is_dir => Err(refuse(format!(
+                "`{}` is both a file and a directory in the archive",
+                shown(&rel)
+            ))),
+            Some(_) => Err(refuse(format!(
+                "`{}` appears twice in the archive",
+                shown(&rel)
+            ))),
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -315,37 +458,33 @@ pub struct RestoreReport {
 }
 
 /// Replaces the workspace's contents with the archive at `src` (a host path), after checking
-/// every member.
+/// every member; a restore that fails leaves the workspace as it was.
 pub fn restore(ws: &Confined, src: &Path) -> Result<RestoreReport, SandboxError> {
+    let _one = ws.archive_lock();
+    let file = hostpath::open_file(src, "a restore")?;
     // Pass 1: headers only; nothing is written unless every member is acceptable.
-    let mut total = 0u64;
-    let mut count = 0usize;
-    let mut ar = open_archive(src)?;
-    each_member(&mut ar, src, |name, kind, entry| {
-        check_member(&name, kind)?;
-        total = total.saturating_add(entry.size());
-        count += 1;
-        if total > MAX_RESTORE_BYTES || count > MAX_RESTORE_ENTRIES {
-            return Err(SandboxError::Member { member: shown(&name), why: format!("the archive exceeds {MAX_RESTORE_BYTES} bytes or {MAX_RESTORE_ENTRIES} entries") });
-        }
-        Ok(())
+    let mut members = Members::default();
+    each_member(&mut open_archive(&file, src)?, src, |name, kind, entry| {
+        members.add(&name, kind, entry.size()).map(drop)
     })?;
-    // Pass 2: replace the contents (every member is checked again: the file may have changed).
-    ws.clear()?;
+    // Pass 2: unpack into a staging directory, every member checked again (the file may have
+    // changed), then swap it in. Any error drops the staging directory and its contents.
+    let stage = Staging::create(ws)?;
+    let mut members = Members::default();
     let mut report = RestoreReport { files: 0, bytes: 0 };
-    let mut ar = open_archive(src)?;
-    each_member(&mut ar, src, |name, kind, entry| {
-        let rel = check_member(&name, kind)?;
+    each_member(&mut open_archive(&file, src)?, src, |name, kind, entry| {
+        let rel = members.add(&name, kind, entry.size())?;
         if rel.is_empty() {
             return Ok(());
         }
         match kind {
             tar::EntryType::Directory => {
-                ws.make_dir(&rel)?;
+                stage.new.make_dir(&rel)?;
             }
             tar::EntryType::Regular | tar::EntryType::Continuous => {
+                // Never setuid, setgid or sticky, nor writable by others.
                 let mode = entry.header().mode().unwrap_or(0o644) & 0o755;
-                let mut f = ws.create_file(&rel, mode | 0o600)?;
+                let mut f = stage.new.create_file(&rel, mode | 0o600)?;
                 let room = MAX_RESTORE_BYTES.saturating_sub(report.bytes);
                 let n = std::io::copy(&mut entry.take(room), &mut f)
                     .map_err(|e| io_err("write", &ws.root().join(&rel), e))?;
@@ -356,5 +495,6 @@ pub fn restore(ws: &Confined, src: &Path) -> Result<RestoreReport, SandboxError>
         }
         Ok(())
     })?;
+    stage.swap()?;
     Ok(report)
 }

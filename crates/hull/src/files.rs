@@ -34,6 +34,9 @@ pub const MAX_DEPTH: usize = 256;
 pub struct Confined {
     dir: OwnedFd,
     root: PathBuf,
+    /// Held by snapshot and restore: a restore stages inside the workspace and then moves every
+    /// entry, which another snapshot or restore must not see half done.
+    archive: std::sync::Mutex<()>,
 }
 
 /// One entry of a listing.
@@ -47,9 +50,22 @@ pub struct Entry {
     pub size: u64,
     pub mtime_ns: i128,
     /// The path's bytes when a name in it is not UTF-8 (`path` then shows U+FFFD for the bad
-    /// bytes, so two such names can look alike); change tracking compares these.
-    #[serde(skip)]
+    /// bytes, so two such names can look alike): serialized as `path_b64` (base64), which the
+    /// file operations take back; change tracking compares these.
+    #[serde(
+        rename = "path_b64",
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "base64_bytes"
+    )]
     raw: Option<Vec<u8>>,
+}
+
+fn base64_bytes<S: serde::Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+    use base64::Engine;
+    match v {
+        Some(b) => s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(b)),
+        None => s.serialize_none(),
+    }
 }
 
 impl Entry {
@@ -75,35 +91,46 @@ fn kind_name(t: FileType) -> &'static str {
 /// Normalises a caller's path to a relative one: `x/y`, `/workspace/x/y` and `./x` are accepted;
 /// other absolute paths, `..`, empty components and NUL are refused, naming the path.
 pub fn relative(path: &str) -> Result<String, SandboxError> {
-    if path.contains('\0') {
-        return Err(SandboxError::path(path, "contains a NUL byte"));
+    relative_bytes(path.as_bytes()).map(|r| String::from_utf8_lossy(&r).into_owned())
+}
+
+/// [`relative`] for a path given as bytes (names that are not UTF-8, e.g. from `path_b64`).
+pub fn relative_bytes(path: &[u8]) -> Result<Vec<u8>, SandboxError> {
+    let shown = String::from_utf8_lossy(path);
+    if path.contains(&0) {
+        return Err(SandboxError::path(&shown, "contains a NUL byte"));
     }
-    let rest = if path == "/workspace" {
-        ""
-    } else if let Some(r) = path.strip_prefix("/workspace/") {
+    let rest: &[u8] = if path == b"/workspace" {
+        b""
+    } else if let Some(r) = path.strip_prefix(b"/workspace/") {
         r
-    } else if path.starts_with('/') {
+    } else if path.starts_with(b"/") {
         return Err(SandboxError::path(
-            path,
+            &shown,
             "absolute paths must lie under /workspace (or give a path relative to it)",
         ));
     } else {
         path
     };
-    let mut parts = Vec::new();
-    for c in rest.split('/') {
+    let mut out = Vec::with_capacity(rest.len());
+    for c in rest.split(|b| *b == b'/') {
         match c {
-            "" | "." => {}
-            ".." => {
+            b"" | b"." => {}
+            b".." => {
                 return Err(SandboxError::path(
-                    path,
+                    &shown,
                     "`..` is not allowed: paths stay inside the workspace",
                 ))
             }
-            c => parts.push(c),
+            c => {
+                if !out.is_empty() {
+                    out.push(b'/');
+                }
+                out.extend_from_slice(c);
+            }
         }
     }
-    Ok(parts.join("/"))
+    Ok(out)
 }
 
 fn io_err(what: &'static str, path: &Path, e: impl Into<std::io::Error>) -> SandboxError {
@@ -115,7 +142,8 @@ fn io_err(what: &'static str, path: &Path, e: impl Into<std::io::Error>) -> Sand
 }
 
 /// Explains an `openat2` refusal in the caller's terms.
-fn resolve_err(rel: &str, e: rustix::io::Errno) -> SandboxError {
+fn resolve_err(rel: &[u8], e: rustix::io::Errno) -> SandboxError {
+    let rel = &*String::from_utf8_lossy(rel);
     if e == rustix::io::Errno::LOOP {
         SandboxError::path(
             rel,
@@ -142,18 +170,36 @@ impl Confined {
             Mode::empty(),
         )
         .map_err(|e| io_err("open workspace", root, e))?;
-        Ok(Confined {
+        Ok(Confined::from_fd(dir, root.to_path_buf()))
+    }
+
+    /// A directory already opened (no-follow) by the caller; `root` is its path, for messages.
+    pub(crate) fn from_fd(dir: OwnedFd, root: PathBuf) -> Confined {
+        Confined {
             dir,
-            root: root.to_path_buf(),
-        })
+            root,
+            archive: std::sync::Mutex::new(()),
+        }
     }
 
     pub fn root(&self) -> &Path {
         &self.root
     }
 
-    fn open_rel(&self, rel: &str, flags: OFlags, mode: Mode) -> Result<OwnedFd, SandboxError> {
-        let p = if rel.is_empty() { "." } else { rel };
+    /// The workspace directory's descriptor.
+    pub(crate) fn fd(&self) -> &OwnedFd {
+        &self.dir
+    }
+
+    /// One snapshot or restore of this workspace at a time.
+    pub(crate) fn archive_lock(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.archive
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn open_rel(&self, rel: &[u8], flags: OFlags, mode: Mode) -> Result<OwnedFd, SandboxError> {
+        let p = if rel.is_empty() { &b"."[..] } else { rel };
         rustix::fs::openat2(
             &self.dir,
             p,
@@ -165,20 +211,29 @@ impl Confined {
     }
 
     /// A directory below the workspace (the workspace itself for `""`).
-    pub fn open_dir(&self, rel: &str) -> Result<OwnedFd, SandboxError> {
-        self.open_rel(rel, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty())
+    pub fn open_dir(&self, rel: impl AsRef<[u8]>) -> Result<OwnedFd, SandboxError> {
+        self.open_rel(
+            rel.as_ref(),
+            OFlags::DIRECTORY | OFlags::RDONLY,
+            Mode::empty(),
+        )
     }
 
     /// Opens a regular file for reading (no-follow, non-blocking, checked with `fstat` before
-    /// anything is read). Returns the file and its size.
-    pub fn open_regular(&self, path: &str) -> Result<(std::fs::File, u64), SandboxError> {
-        let rel = relative(path)?;
+    /// anything is read). `path` is text or, for names that are not UTF-8, bytes. Returns the
+    /// file and its size.
+    pub fn open_regular(
+        &self,
+        path: impl AsRef<[u8]>,
+    ) -> Result<(std::fs::File, u64), SandboxError> {
+        let path = path.as_ref();
+        let rel = relative_bytes(path)?;
         let fd = self.open_rel(&rel, OFlags::RDONLY, Mode::empty())?;
-        let st = rustix::fs::fstat(&fd).map_err(|e| io_err("stat", &self.root.join(&rel), e))?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| io_err("stat", &self.host_path(&rel), e))?;
         let t = FileType::from_raw_mode(st.st_mode);
         if t != FileType::RegularFile {
             return Err(SandboxError::path(
-                path,
+                &String::from_utf8_lossy(path),
                 format!(
                     "is a {}, not a regular file; only regular files are read",
                     kind_name(t)
@@ -191,14 +246,25 @@ impl Confined {
         ))
     }
 
+    /// Where `rel` is on the host, for messages.
+    fn host_path(&self, rel: &[u8]) -> PathBuf {
+        use std::os::unix::ffi::OsStrExt;
+        self.root.join(std::ffi::OsStr::from_bytes(rel))
+    }
+
     /// Reads at most `max_bytes` of a regular file. Returns the bytes and the file's size.
-    pub fn read_file(&self, path: &str, max_bytes: u64) -> Result<(Vec<u8>, u64), SandboxError> {
+    pub fn read_file(
+        &self,
+        path: impl AsRef<[u8]>,
+        max_bytes: u64,
+    ) -> Result<(Vec<u8>, u64), SandboxError> {
+        let path = path.as_ref();
         let (f, size) = self.open_regular(path)?;
         let mut data = Vec::new();
         f.take(max_bytes).read_to_end(&mut data).map_err(|e| {
             io_err(
                 "read",
-                &self.root.join(path.trim_start_matches("/workspace/")),
+                &self.host_path(&relative_bytes(path).unwrap_or_default()),
                 e,
             )
         })?;
@@ -206,14 +272,14 @@ impl Confined {
     }
 
     /// Makes the parent directories of `rel` (each one created with `mkdirat` on a descriptor
-    /// opened no-follow) and returns a descriptor of the last.
-    fn parent_dir(&self, rel: &str) -> Result<(OwnedFd, String), SandboxError> {
-        let (parents, name) = match rel.rsplit_once('/') {
-            Some((p, n)) => (p, n),
-            None => ("", rel),
+    /// opened no-follow) and returns a descriptor of the last, and the last name.
+    fn parent_dir<'r>(&self, rel: &'r [u8]) -> Result<(OwnedFd, &'r [u8]), SandboxError> {
+        let (parents, name) = match rel.iter().rposition(|b| *b == b'/') {
+            Some(i) => (&rel[..i], &rel[i + 1..]),
+            None => (&b""[..], rel),
         };
         let mut dir = self.open_dir("")?;
-        for comp in parents.split('/').filter(|c| !c.is_empty()) {
+        for comp in parents.split(|b| *b == b'/').filter(|c| !c.is_empty()) {
             match rustix::fs::mkdirat(&dir, comp, Mode::from_raw_mode(0o755)) {
                 Ok(()) => {}
                 Err(e) if e == rustix::io::Errno::EXIST => {}
@@ -228,60 +294,64 @@ impl Confined {
             )
             .map_err(|e| resolve_err(rel, e))?;
         }
-        Ok((dir, name.to_string()))
+        Ok((dir, name))
     }
 
     /// Writes `data` to a regular file, creating it and its parent directories. An existing
     /// symlink, FIFO, device or directory at the path is refused before anything is written.
-    pub fn write_file(&self, path: &str, data: &[u8]) -> Result<(), SandboxError> {
-        let rel = relative(path)?;
+    /// `path` is text or, for names that are not UTF-8, bytes.
+    pub fn write_file(&self, path: impl AsRef<[u8]>, data: &[u8]) -> Result<(), SandboxError> {
+        let path = path.as_ref();
+        let shown = String::from_utf8_lossy(path);
+        let rel = relative_bytes(path)?;
         if rel.is_empty() {
             return Err(SandboxError::path(
-                path,
+                &shown,
                 "names the workspace itself; give a file path",
             ));
         }
         let (dir, name) = self.parent_dir(&rel)?;
         let fd = rustix::fs::openat2(
             &dir,
-            name.as_str(),
+            name,
             OFlags::WRONLY | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK,
             Mode::from_raw_mode(0o644),
             RESOLVE,
         )
         .map_err(|e| resolve_err(&rel, e))?;
-        let st = rustix::fs::fstat(&fd).map_err(|e| io_err("stat", &self.root.join(&rel), e))?;
+        let host = self.host_path(&rel);
+        let st = rustix::fs::fstat(&fd).map_err(|e| io_err("stat", &host, e))?;
         let t = FileType::from_raw_mode(st.st_mode);
         if t != FileType::RegularFile {
             return Err(SandboxError::path(
-                path,
+                &shown,
                 format!(
                     "is a {}, not a regular file; only regular files are written",
                     kind_name(t)
                 ),
             ));
         }
-        rustix::fs::ftruncate(&fd, 0).map_err(|e| io_err("truncate", &self.root.join(&rel), e))?;
+        rustix::fs::ftruncate(&fd, 0).map_err(|e| io_err("truncate", &host, e))?;
         let mut f = std::fs::File::from(fd);
-        f.write_all(data)
-            .map_err(|e| io_err("write", &self.root.join(&rel), e))?;
+        f.write_all(data).map_err(|e| io_err("write", &host, e))?;
         Ok(())
     }
 
     /// Creates a directory (and its parents) no-follow; an existing directory is fine.
-    pub fn make_dir(&self, rel: &str) -> Result<OwnedFd, SandboxError> {
+    pub fn make_dir(&self, rel: impl AsRef<[u8]>) -> Result<OwnedFd, SandboxError> {
+        let rel = rel.as_ref();
         let (dir, name) = self.parent_dir(rel)?;
         if name.is_empty() {
             return Ok(dir);
         }
-        match rustix::fs::mkdirat(&dir, name.as_str(), Mode::from_raw_mode(0o755)) {
+        match rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(0o755)) {
             Ok(()) => {}
             Err(e) if e == rustix::io::Errno::EXIST => {}
             Err(e) => return Err(resolve_err(rel, e)),
         }
         rustix::fs::openat2(
             &dir,
-            name.as_str(),
+            name,
             OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
             Mode::empty(),
             RESOLVE,
@@ -291,17 +361,22 @@ impl Confined {
 
     /// Creates a regular file for writing (restore); the name must not exist as anything but a
     /// regular file, which is replaced.
-    pub fn create_file(&self, rel: &str, mode: u32) -> Result<std::fs::File, SandboxError> {
+    pub fn create_file(
+        &self,
+        rel: impl AsRef<[u8]>,
+        mode: u32,
+    ) -> Result<std::fs::File, SandboxError> {
+        let rel = rel.as_ref();
         let (dir, name) = self.parent_dir(rel)?;
-        if let Ok(st) = rustix::fs::statat(&dir, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+        if let Ok(st) = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
             if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
-                rustix::fs::unlinkat(&dir, name.as_str(), AtFlags::empty())
+                rustix::fs::unlinkat(&dir, name, AtFlags::empty())
                     .map_err(|e| resolve_err(rel, e))?;
             }
         }
         let fd = rustix::fs::openat2(
             &dir,
-            name.as_str(),
+            name,
             OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOFOLLOW,
             Mode::from_raw_mode(mode & 0o777),
             RESOLVE,
@@ -310,12 +385,16 @@ impl Confined {
         Ok(std::fs::File::from(fd))
     }
 
-    /// Lists `subdir` recursively without following symlinks, shallow entries first per directory.
-    pub fn list(&self, subdir: &str) -> Result<(Vec<Entry>, bool), SandboxError> {
-        let rel = relative(subdir)?;
+    /// Lists `subdir` (text, or bytes for a name that is not UTF-8) recursively without
+    /// following symlinks, shallow entries first per directory.
+    pub fn list(&self, subdir: impl AsRef<[u8]>) -> Result<(Vec<Entry>, bool), SandboxError> {
+        let rel = relative_bytes(subdir.as_ref())?;
         let dir = self.open_dir(&rel)?;
         let mut out = Vec::new();
-        let complete = walk(dir, &rel, &mut out)?;
+        let complete = match std::str::from_utf8(&rel) {
+            Ok(shown) => walk(dir, shown, None, &mut out)?,
+            Err(_) => walk(dir, &String::from_utf8_lossy(&rel), Some(&rel), &mut out)?,
+        };
         Ok((out, complete))
     }
 
@@ -337,13 +416,6 @@ impl Confined {
             .collect();
         Ok(Snapshot { entries, complete })
     }
-
-    /// Removes everything in the workspace (restore replaces its contents), no-follow, one
-    /// directory open at a time (any depth).
-    pub fn clear(&self) -> Result<(), SandboxError> {
-        let dir = self.open_dir("")?;
-        hull_box::leftovers::empty_dir(dir).map_err(|e| io_err("empty", &self.root, e))
-    }
 }
 
 /// Walks the tree below `root` depth first, each directory's entries (sorted) before its
@@ -356,7 +428,12 @@ impl Confined {
 /// path and, when that differs from its bytes, its raw path.
 type Pending = Vec<(Vec<u8>, String, Option<Vec<u8>>)>;
 
-fn walk(root: OwnedFd, prefix: &str, out: &mut Vec<Entry>) -> Result<bool, SandboxError> {
+fn walk(
+    root: OwnedFd,
+    prefix: &str,
+    raw_prefix: Option<&[u8]>,
+    out: &mut Vec<Entry>,
+) -> Result<bool, SandboxError> {
     struct Up {
         id: (u64, u64),
         pending: Pending,
@@ -365,7 +442,7 @@ fn walk(root: OwnedFd, prefix: &str, out: &mut Vec<Entry>) -> Result<bool, Sandb
     let mut complete = true;
     let mut cur = root;
     let mut ups: Vec<Up> = Vec::new();
-    let Some(mut pending) = list_one(&cur, prefix, None, out, &mut bytes)? else {
+    let Some(mut pending) = list_one(&cur, prefix, raw_prefix, out, &mut bytes)? else {
         return Ok(false);
     };
     loop {
@@ -533,5 +610,11 @@ mod tests {
         assert!(relative("/etc/passwd").is_err());
         assert!(relative("a/../../etc").is_err());
         assert!(relative("/workspacex/a").is_err());
+        assert_eq!(
+            relative_bytes(b"/workspace/d\xff/./x\xfe").unwrap(),
+            b"d\xff/x\xfe"
+        );
+        assert!(relative_bytes(b"d\xff/../../x").is_err());
+        assert!(relative_bytes(b"a\0b").is_err());
     }
 }

@@ -13,7 +13,9 @@ pub mod cell;
 pub mod config;
 pub mod error;
 pub mod files;
+mod hostpath;
 pub mod sandbox;
+mod staging;
 
 pub use config::SandboxConfig;
 pub use error::SandboxError;

@@ -13,6 +13,10 @@ export async function documentedUse(): Promise<void> {
   const text: string | null | undefined = first?.text;
   const bytes: Buffer = await sb.readFile("a", { maxBytes: 10 });
   await sb.writeFile("a", new Uint8Array([1]));
+  for (const f of await sb.listFiles()) {
+    const name: string | Buffer = f.pathBytes ?? f.path;
+    await sb.readFile(name);
+  }
   const k: Kernel = await sb.kernel();
   await k.runCode("x = 1");
   await k.close();
@@ -36,6 +40,8 @@ export async function misuse(sb: Sandbox): Promise<void> {
   await sb.runCode("1", { language: "ruby" });
   // @ts-expect-error argv is an array
   await sb.run("ls -l");
+  // @ts-expect-error a path is a string or bytes
+  await sb.readFile(7);
   // @ts-expect-error results are read-only mime bundles
   (await sb.runCode("1")).results[0].data["text/plain"] = "x";
 }

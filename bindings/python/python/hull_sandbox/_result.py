@@ -70,9 +70,18 @@ class Result:
 
 @dataclass(frozen=True)
 class FileEntry:
+    #: The path relative to the workspace, for display: bytes that are not UTF-8 show as U+FFFD,
+    #: so two such names can look alike; `path_bytes` tells them apart.
     path: str
     type: str
     size: int
+    #: The path's bytes when it is not UTF-8 (else None).
+    raw: Optional[bytes] = None
+
+    @property
+    def path_bytes(self) -> bytes:
+        """The path's exact bytes; `read_file` and `write_file` take them."""
+        return self.raw if self.raw is not None else self.path.encode()
 
 
 @dataclass

@@ -231,6 +231,18 @@ def _check(name, value, types, what):
         raise TypeError("%s must be %s, got %r" % (name, what, value))
 
 
+def _path(name, path):
+    """A workspace path parameter: `name` as text, or `name_b64` for bytes that are not UTF-8
+    (as `FileEntry.path_bytes` gives them), so every name the workspace holds can be named."""
+    path = os.fspath(path)
+    if isinstance(path, bytes):
+        try:
+            return {name: path.decode("utf-8")}
+        except UnicodeDecodeError:
+            return {name + "_b64": base64.b64encode(path).decode()}
+    return {name: path}
+
+
 class Sandbox:
     """A session of fresh boxes that share one workspace. Use as a context manager."""
 
@@ -322,23 +334,26 @@ class Sandbox:
         return self._result(self._server.call("sandbox.run", params, self._streaming(params)))
 
     def write_file(self, path, data):
-        """Writes str (UTF-8) or bytes to a workspace path, creating parent directories."""
+        """Writes str (UTF-8) or bytes to a workspace path (str, or bytes for a name that is not
+        UTF-8), creating parent directories."""
         if isinstance(data, str):
             data = data.encode()
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError("data must be str or bytes")
-        self._server.call("sandbox.write_file", self._p(path=os.fspath(path), data_b64=base64.b64encode(bytes(data)).decode()))
+        self._server.call("sandbox.write_file", self._p(data_b64=base64.b64encode(bytes(data)).decode(), **_path("path", path)))
 
     def read_file(self, path, max_bytes=None):
-        """Reads a regular file of the workspace (at most max_bytes of it) as bytes."""
+        """Reads a regular file of the workspace (at most max_bytes of it) as bytes. `path` is str,
+        or bytes for a name that is not UTF-8 (`FileEntry.path_bytes`)."""
         _check("max_bytes", max_bytes, int, "an int or None")
-        r = self._server.call("sandbox.read_file", self._p(path=os.fspath(path), max_bytes=max_bytes))
+        r = self._server.call("sandbox.read_file", self._p(max_bytes=max_bytes, **_path("path", path)))
         return base64.b64decode(r["data_b64"])
 
     def list_files(self, subdir=""):
-        """Every entry below subdir (recursive, symlinks listed, never followed)."""
-        r = self._server.call("sandbox.list_files", self._p(subdir=os.fspath(subdir)))
-        return [FileEntry(e["path"], e["type"], e["size"]) for e in r["entries"]]
+        """Every entry below subdir (recursive, symlinks listed, never followed). A name that is
+        not UTF-8 shows U+FFFD in `path`; `path_bytes` is exact and read_file/write_file take it."""
+        r = self._server.call("sandbox.list_files", self._p(**_path("subdir", subdir)))
+        return [FileEntry(e["path"], e["type"], e["size"], base64.b64decode(e["path_b64"]) if "path_b64" in e else None) for e in r["entries"]]
 
     def snapshot(self, dest):
         """Writes the workspace as a .tar.gz at dest (a host path)."""
