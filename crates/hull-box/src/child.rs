@@ -65,6 +65,11 @@ fn send(sock: RawFd, m: Message, fd: Option<RawFd>) {
 /// Runs the plan and never returns.
 pub(crate) fn run(ctx: &ChildContext<'_>) -> ! {
     sys::close_raw(ctx.peer);
+    // Holding our supervisor's owner lock would keep its leftovers from a sweep after it died.
+    let lock = crate::owner::lock_fd();
+    if lock >= 0 {
+        sys::close_raw(lock);
+    }
     run_from(ctx, 0)
 }
 

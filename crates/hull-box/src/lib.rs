@@ -10,6 +10,7 @@ pub mod caps;
 mod child;
 pub mod error;
 pub mod leftovers;
+pub mod owner;
 pub mod plan;
 pub mod proto;
 mod ready;

@@ -429,12 +429,12 @@ impl Core {
                 Some(cg) => Some(cg),
                 None => {
                     let seq = self.counter.fetch_add(1, Ordering::Relaxed);
-                    // The start time makes the name unique even when a SIGKILLed hull left its
-                    // cgroup behind and a later hull got the same pid.
+                    // The owner identity lets a later hull sweep the cgroup if we are SIGKILLed
+                    // (`leftovers`); the start time keeps two Runtimes of one process apart.
                     let name = format!(
                         "{}{}-{seq}-{}",
                         crate::leftovers::CGROUP_PREFIX,
-                        sys::getpid(),
+                        crate::owner::id(),
                         self.started_ns
                     );
                     Some(h.create(&name, &limits)?)
@@ -1550,11 +1550,12 @@ impl Workspace {
 
     pub(crate) fn temporary() -> Result<Workspace, BoxError> {
         let base = std::env::temp_dir();
-        // The pid lets a later hull sweep this directory if we are SIGKILLed (`leftovers`).
+        // The owner identity lets a later hull sweep this directory if we are SIGKILLed
+        // (`leftovers`).
         let name = format!(
             "{}{}-XXXXXX",
             crate::leftovers::WORKSPACE_PREFIX,
-            sys::getpid()
+            crate::owner::id()
         );
         let mut template = base.join(name).into_os_string().into_vec();
         template.push(0);

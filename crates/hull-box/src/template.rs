@@ -120,8 +120,13 @@ impl Drop for Templates {
 
 impl Templates {
     pub fn new() -> Result<Templates, BoxError> {
-        // The pid lets a later hull sweep the directory if we are SIGKILLed (`leftovers`).
-        let template = format!("{}{}-XXXXXX", crate::leftovers::STAGE_PREFIX, sys::getpid());
+        // The owner identity lets a later hull sweep the directory if we are SIGKILLed
+        // (`leftovers`).
+        let template = format!(
+            "{}{}-XXXXXX",
+            crate::leftovers::STAGE_PREFIX,
+            crate::owner::id()
+        );
         let dir = tempfile_dir(&std::env::temp_dir().join(template))?;
         Ok(Templates {
             shared: Arc::default(),

@@ -310,7 +310,8 @@ fn process_with(marker: &str) -> bool {
 }
 
 fn leftover_cgroups(hull_pid: u32) -> Vec<String> {
-    let prefix = format!("hull-{hull_pid}-");
+    // `hull-<pid>.<random>-...`: the owner identity (hull_box::owner) starts with the pid.
+    let prefix = format!("hull-{hull_pid}.");
     let mut found = Vec::new();
     let mut stack = vec![std::path::PathBuf::from("/sys/fs/cgroup")];
     while let Some(d) = stack.pop() {
@@ -901,8 +902,8 @@ fn a_sigkilled_hull_leaves_nothing_the_next_hull_does_not_sweep() {
         .expect("spawn hull");
     let pid = child.id();
     let temp = std::env::temp_dir();
-    let ws_prefix = format!("hull-ws-{pid}-");
-    let cg_prefix = format!("hull-{pid}-");
+    let ws_prefix = format!("hull-ws-{pid}.");
+    let cg_prefix = format!("hull-{pid}.");
     let leftovers = || {
         let mut v = Vec::new();
         find_named(&temp, &ws_prefix, 1, &mut v);
@@ -951,32 +952,21 @@ fn a_sigkilled_hull_leaves_nothing_the_next_hull_does_not_sweep() {
     }
 }
 
-#[test]
-fn subids_map_a_range_through_the_uidmap_helpers_or_are_refused_naming_the_fix() {
-    // With a range in /etc/subuid and /etc/subgid (CI's unprivileged user), `--subids` maps ids
-    // 1-65536 inside to it: a file chowned to 1000 inside is owned by start+999 on the host.
-    // Without one (CI's root), the box is refused before anything runs, naming the file and
-    // the fix.
-    let me = String::from_utf8(
-        std::process::Command::new("id")
-            .arg("-un")
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .unwrap()
-    .trim()
-    .to_string();
-    let uid = String::from_utf8(
-        std::process::Command::new("id")
-            .arg("-u")
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .unwrap()
-    .trim()
-    .to_string();
+/// This user's name and the starts of its /etc/subuid and /etc/subgid ranges, if it has them.
+fn subid_ranges() -> (String, Option<u32>, Option<u32>) {
+    let id = |flag: &str| {
+        String::from_utf8(
+            std::process::Command::new("id")
+                .arg(flag)
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap()
+        .trim()
+        .to_string()
+    };
+    let (me, uid) = (id("-un"), id("-u"));
     let range = |file: &str| {
         std::fs::read_to_string(file)
             .unwrap_or_default()
@@ -988,6 +978,17 @@ fn subids_map_a_range_through_the_uidmap_helpers_or_are_refused_naming_the_fix()
                     .flatten()
             })
     };
+    let (u, g) = (range("/etc/subuid"), range("/etc/subgid"));
+    (me, u, g)
+}
+
+#[test]
+fn subids_map_a_range_through_the_uidmap_helpers_or_are_refused_naming_the_fix() {
+    // With a range in /etc/subuid and /etc/subgid (CI's unprivileged user), `--subids` maps ids
+    // 1-65536 inside to it: a file chowned to 1000 inside is owned by start+999 on the host.
+    // Without one (CI's root), the box is refused before anything runs, naming the file and
+    // the fix.
+    let (me, subuid, subgid) = subid_ranges();
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().to_str().unwrap();
     let out = hull(&[
@@ -1006,7 +1007,7 @@ fn subids_map_a_range_through_the_uidmap_helpers_or_are_refused_naming_the_fix()
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr),
     );
-    match (range("/etc/subuid"), range("/etc/subgid")) {
+    match (subuid, subgid) {
         (Some(u), Some(g)) => {
             println!("{me} has sub-ids from {u} (uids) and {g} (gids): testing the mapping");
             assert!(
@@ -1057,4 +1058,65 @@ fn subids_map_a_range_through_the_uidmap_helpers_or_are_refused_naming_the_fix()
             );
         }
     }
+}
+
+#[test]
+fn a_subids_box_that_chowns_its_temporary_workspace_leaves_nothing_behind() {
+    // Files and directories a `--subids --cap-add CHOWN` box gives to its sub-ids belong to ids
+    // of the caller's range on the host, which the caller cannot remove as itself (a directory
+    // of another uid, without write permission for us). The teardown must remove the box's
+    // temporary workspace all the same.
+    let (me, subuid, subgid) = subid_ranges();
+    if subuid.is_none() || subgid.is_none() {
+        println!("SKIP: {me} has no /etc/subuid and /etc/subgid range (the rootless pass has one)");
+        return;
+    }
+    // A temporary directory of our own, so only this test's hulls write there.
+    let temp = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(bin())
+        .args([
+            "run",
+            "--json",
+            "--subids",
+            "--cap-add",
+            "CHOWN",
+            "--",
+            "sh",
+            "-c",
+            "cd /workspace && touch f && chown 1000:1000 f && mkdir -p d/e && touch d/g d/e/h \
+             && chmod 700 d/e && chmod 500 d && chown -R 1000:1000 d && mkdir s && touch s/t \
+             && chown 3000 s/t && chmod 1777 s && chown 2000 s && echo chowned",
+        ])
+        .env("TMPDIR", temp.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "bad JSON ({e}): {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert!(
+        v["success"].as_bool().unwrap() && stdout(&v).contains("chowned"),
+        "{v}"
+    );
+    let left: Vec<_> = std::fs::read_dir(temp.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("hull-ws-")
+        })
+        .collect();
+    assert!(
+        left.is_empty(),
+        "the box's temporary workspace was left behind: {left:?}\nwarnings: {}\nstderr: {}",
+        v["warnings"],
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
