@@ -78,6 +78,17 @@ unsafe impl Send for Core {}
 // SAFETY: as above, all shared access is read-only.
 unsafe impl Sync for Core {}
 
+/// A pidfd of this process, opened once (-1 where the kernel has none): a box's processes in
+/// their new pid namespace poll it to learn that their supervisor died before they asked for
+/// PDEATHSIG (see `Step::DieWithSupervisor`). Close-on-exec, and pid 1 closes it before the
+/// program starts.
+pub(crate) fn own_pidfd() -> std::os::fd::RawFd {
+    static FD: std::sync::OnceLock<Option<OwnedFd>> = std::sync::OnceLock::new();
+    FD.get_or_init(|| sys::pidfd_open(sys::getpid()).ok())
+        .as_ref()
+        .map_or(-1, AsRawFd::as_raw_fd)
+}
+
 /// The signals the supervisor turns into "kill the box, clean up, report".
 pub(crate) const FORWARDED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 
@@ -746,6 +757,7 @@ impl Core {
             plan,
             sock: sock_child.as_raw_fd(),
             peer: sock_parent.as_raw_fd(),
+            supervisor: own_pidfd(),
             stdin: stdin_fd,
             stdout: out_w.as_raw_fd(),
             stderr: err_w.as_raw_fd(),

@@ -113,7 +113,9 @@ struct Shared {
 
 impl Drop for Templates {
     fn drop(&mut self) {
+        // Joined, so no pool helper is being made once the Runtime is gone.
         self.shared.worker.stop();
+        self.shared.worker.join();
         let _ = std::fs::remove_dir(&self.stage);
     }
 }
@@ -267,6 +269,7 @@ fn make_pooled(t: &Template, kind: Pooled, stack: &mut [u8]) -> Result<Vec<Owned
         user: t.user.as_raw_fd(),
         ready: ready_w.as_raw_fd(),
         kind,
+        parent: sys::getpid(),
     };
     // SAFETY: `pool_helper` calls only allocation-free wrappers and ends in _exit or is killed;
     // it reads `args`, which stays in place until the child is reaped below, and runs on
@@ -318,21 +321,35 @@ fn make_pooled(t: &Template, kind: Pooled, stack: &mut [u8]) -> Result<Vec<Owned
     result
 }
 
-/// What a pool helper is told: the template's user namespace, the pipe end it reports on, and
-/// which namespaces to make.
+/// What a pool helper is told: the template's user namespace, the pipe end it reports on,
+/// which namespaces to make, and the pid of the process that made it.
 struct HelperArgs {
     user: RawFd,
     ready: RawFd,
     kind: Pooled,
+    parent: libc::pid_t,
 }
 
 extern "C" fn pool_helper(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the HelperArgs make_pooled passed, alive until we are reaped.
-    let HelperArgs { user, ready, kind } = unsafe { std::ptr::read(arg.cast::<HelperArgs>()) };
-    // Our descriptor table is a copy of a busy process's: drop every descriptor but ours
-    // (another thread's box pipes among them, whose end of output we would otherwise delay).
-    sys::close_all_except(&mut [user, ready]);
+    let HelperArgs {
+        user,
+        ready,
+        kind,
+        parent,
+    } = unsafe { std::ptr::read(arg.cast::<HelperArgs>()) };
+    // We pause until our maker kills us, so we must die with it: SIGKILL when the pool thread
+    // (our parent; it reaps us before it ends) goes, with the process or otherwise. A parent
+    // that died before this prctl sent no signal and left us reparented, which getppid shows
+    // (we are in its pid namespace); without this check such a helper paused forever.
     let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+    if sys::getppid() != parent {
+        sys::exit_now(1);
+    }
+    // Our descriptor table is a copy of a busy process's: drop every descriptor but ours
+    // (another thread's box pipes among them, whose end of output we would otherwise delay;
+    // the owner lock, which would keep our maker's leftovers from a sweep).
+    sys::close_all_except(&mut [user, ready]);
     let made = sys::setns(user, libc::CLONE_NEWUSER).and_then(|()| match kind {
         Pooled::Net => sys::unshare(libc::CLONE_NEWNET).and_then(|()| sys::loopback_up()),
         Pooled::User => sys::open_dir_path(c"/proc/self").and_then(|proc_self| {
@@ -386,6 +403,7 @@ fn build(plan: &BoxPlan) -> Result<Template, BoxError> {
         plan,
         sock: sock_child.as_raw_fd(),
         peer: sock_parent.as_raw_fd(),
+        supervisor: crate::supervise::own_pidfd(),
         stdin: null.as_raw_fd(),
         stdout: null.as_raw_fd(),
         stderr: null.as_raw_fd(),
