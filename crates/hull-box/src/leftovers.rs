@@ -82,6 +82,8 @@ pub(crate) fn sweep(parents: &[PathBuf], temp: &Path) -> Swept {
         return swept;
     };
     let uid = crate::sys::geteuid();
+    // Our sub-id ranges, looked up once if a workspace needs them (see `remove_tree_mapped`).
+    let mut subids = None;
     let mut dead: Vec<Dead> = Vec::new();
     let mut named: Vec<(TempKind, String, PathBuf)> = Vec::new();
     for e in rd.flatten() {
@@ -120,7 +122,7 @@ pub(crate) fn sweep(parents: &[PathBuf], temp: &Path) -> Swept {
             TempKind::Stage => std::fs::remove_dir(&path).is_ok(),
             TempKind::Workspace => {
                 std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir() && m.uid() == uid)
-                    && remove_tree(&path)
+                    && (remove_tree(&path) || remove_mapped(&path, uid, &mut subids))
             }
         };
         if removed {
@@ -156,6 +158,24 @@ pub(crate) fn sweep(parents: &[PathBuf], temp: &Path) -> Swept {
         let _ = std::fs::remove_file(&d.lock_path);
     }
     swept
+}
+
+/// Removes a workspace that a `--subids` box left holding files of our sub-ids, from a user
+/// namespace mapped like the box's, if we have sub-id ranges (`ranges` caches the look-up).
+fn remove_mapped(
+    path: &Path,
+    uid: u32,
+    ranges: &mut Option<Option<(crate::subids::IdRange, crate::subids::IdRange)>>,
+) -> bool {
+    let ranges =
+        ranges.get_or_insert_with(|| crate::subids::lookup(uid, crate::sys::getegid()).ok());
+    match ranges {
+        Some((uids, gids)) => {
+            crate::subids::remove_tree_mapped(path, uids, gids).is_ok()
+                && std::fs::symlink_metadata(path).is_err()
+        }
+        None => false,
+    }
 }
 
 /// Removes a tree a box wrote (a workspace); the box may have left directories without write

@@ -388,16 +388,18 @@ impl Core {
                 }
             }
         }
-        let workspace = match &spec.workspace {
+        let mut workspace = match &spec.workspace {
             Some(w) => Workspace {
                 path: w.clone(),
                 temporary: false,
+                subids: None,
             },
             None => self.temporary_workspace()?,
         };
         let (guard, warnings) = self.box_cgroup(spec)?;
         mark("workspace and cgroup created");
         let plan = self.assemble(spec, keep, &workspace.path, &guard)?;
+        workspace.subids = plan.id_maps().map(|(u, g)| (u.clone(), g.clone()));
         // Holds the template's namespaces (and a pooled network namespace) until the box has
         // entered them.
         let (plan, _entered) = match &self.templates {
@@ -1549,6 +1551,9 @@ impl Drop for CgroupGuard {
 pub(crate) struct Workspace {
     pub(crate) path: PathBuf,
     temporary: bool,
+    /// A `--subids` box's id ranges: what it left owned by them is removed from a user
+    /// namespace mapped the same way ([`crate::subids::remove_tree_mapped`]).
+    subids: Option<(crate::subids::IdRange, crate::subids::IdRange)>,
 }
 
 impl Workspace {
@@ -1557,6 +1562,7 @@ impl Workspace {
         Workspace {
             path: PathBuf::new(),
             temporary: false,
+            subids: None,
         }
     }
 
@@ -1583,6 +1589,7 @@ impl Workspace {
         Ok(Workspace {
             path: PathBuf::from(std::ffi::OsString::from_vec(template)),
             temporary: true,
+            subids: None,
         })
     }
 }
@@ -1591,9 +1598,22 @@ use std::os::unix::ffi::OsStringExt;
 
 impl Drop for Workspace {
     fn drop(&mut self) {
-        if !self.temporary {
+        if !self.temporary || crate::leftovers::remove_tree(&self.path) {
             return;
         }
-        crate::leftovers::remove_tree(&self.path);
+        // A `--subids` box may have given files to ids of our range, which we cannot remove as
+        // ourselves.
+        let mapped = match &self.subids {
+            Some((uids, gids)) => crate::subids::remove_tree_mapped(&self.path, uids, gids).err(),
+            None => None,
+        };
+        if std::fs::symlink_metadata(&self.path).is_ok() {
+            // The result has gone out already: stderr is the only place left to say it.
+            eprintln!(
+                "hull: warning: could not remove the temporary workspace {}{}; remove it by hand",
+                self.path.display(),
+                mapped.map(|e| format!(" ({e})")).unwrap_or_default()
+            );
+        }
     }
 }

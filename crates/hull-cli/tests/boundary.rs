@@ -7,6 +7,7 @@ use common::*;
 
 use std::io::Write;
 use std::net::TcpListener;
+use std::os::unix::fs::MetadataExt;
 
 #[test]
 fn host_files_outside_mounts_are_not_visible() {
@@ -1118,5 +1119,65 @@ fn a_subids_box_that_chowns_its_temporary_workspace_leaves_nothing_behind() {
         "the box's temporary workspace was left behind: {left:?}\nwarnings: {}\nstderr: {}",
         v["warnings"],
         String::from_utf8_lossy(&out.stderr)
+    );
+    // A hull SIGKILLed while such a box runs cannot remove it; the next sweep must.
+    let mut child = std::process::Command::new(bin())
+        .args([
+            "run",
+            "--subids",
+            "--cap-add",
+            "CHOWN",
+            "--",
+            "sh",
+            "-c",
+            "cd /workspace && mkdir -p d/e && touch d/e/h && chmod 500 d && chown -R 1000:1000 d \
+             && mkdir s && chown 2000 s && sleep 30",
+        ])
+        .env("TMPDIR", temp.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let workspaces = || -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(temp.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("hull-ws-")
+            })
+            .collect()
+    };
+    // The box has chowned its tree once `s` belongs to another uid.
+    let me = std::fs::metadata(temp.path()).unwrap().uid();
+    let t = std::time::Instant::now();
+    while !workspaces()
+        .iter()
+        .any(|w| std::fs::metadata(w.join("s")).is_ok_and(|m| m.uid() != me))
+    {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(10),
+            "the box never chowned its workspace: {:?}",
+            workspaces()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(workspaces().len(), 1, "{:?}", workspaces());
+    let out = std::process::Command::new(bin())
+        .args(["doctor", "--json"])
+        .env("TMPDIR", temp.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        workspaces().is_empty(),
+        "the sweep left a --subids box's workspace: {:?}\n{}",
+        workspaces(),
+        String::from_utf8_lossy(&out.stdout)
     );
 }
