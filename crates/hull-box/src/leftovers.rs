@@ -152,8 +152,9 @@ pub(crate) fn sweep(parents: &[PathBuf], temp: &Path) -> Swept {
             }
         }
     }
-    // Unlinked while we still hold the lock, so no owner can be judged alive by a lock file
-    // that is about to go.
+    // Unlinked while we still hold the lock: a hull that created this very name an instant ago
+    // (and so had no lock yet when we took it) sees, once it gets the lock, that the name no
+    // longer leads to its file, and takes another identity (`owner::take`).
     for d in dead.iter().filter(|d| !d.left) {
         let _ = std::fs::remove_file(&d.lock_path);
     }
