@@ -198,10 +198,9 @@ fn killed(temp: &Path, marker: &str, rng: &mut Rng, phase: Option<u64>, pids: &m
 /// sits in a cgroup named after one of the servers.
 fn leftover_processes(marker: &str, pids: &[u32]) -> Vec<String> {
     let needle = format!("HULL_LEAK_TEST={marker}\0");
-    let cgroup_names: Vec<(String, String)> = pids
-        .iter()
-        .map(|p| (format!("/hull-{p}-"), format!("/hull-{p}.")))
-        .collect();
+    // `hull-<pid>.<random>-...`: only this version's names, so another hull that happens to
+    // have one of our servers' pids (other hulls run here) is not counted.
+    let cgroup_names: Vec<String> = pids.iter().map(|p| format!("/hull-{p}.")).collect();
     let mut found = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         let name = e.file_name();
@@ -216,9 +215,7 @@ fn leftover_processes(marker: &str, pids: &[u32]) -> Vec<String> {
             .windows(needle.len())
             .any(|w| w == needle.as_bytes());
         let cgroup = std::fs::read_to_string(e.path().join("cgroup")).unwrap_or_default();
-        let boxed = cgroup_names
-            .iter()
-            .any(|(a, b)| cgroup.contains(a.as_str()) || cgroup.contains(b.as_str()));
+        let boxed = cgroup_names.iter().any(|c| cgroup.contains(c.as_str()));
         if marked || boxed {
             let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
             // A zombie is gone but for its exit status: not a leak.
@@ -237,7 +234,7 @@ fn leftover_processes(marker: &str, pids: &[u32]) -> Vec<String> {
 }
 
 /// Directories under `dir` (down to `depth` levels) whose names carry one of `pids` the way hull
-/// names what it makes (`hull-<pid>.` / `hull-<pid>-` and the `hull-ws-`, `hull-tmpl-` forms).
+/// names what it makes (`hull-<pid>.<random>-`, and the `hull-ws-`, `hull-tmpl-` forms).
 fn named_after(dir: &Path, pids: &[u32], depth: usize, out: &mut Vec<PathBuf>) {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return;
@@ -251,7 +248,7 @@ fn named_after(dir: &Path, pids: &[u32], depth: usize, out: &mut Vec<PathBuf>) {
             ["hull-", "hull-ws-", "hull-tmpl-"].iter().any(|pre| {
                 name.strip_prefix(pre)
                     .and_then(|r| r.strip_prefix(&p.to_string()))
-                    .is_some_and(|r| r.starts_with(['-', '.']))
+                    .is_some_and(|r| r.starts_with('.'))
             })
         });
         if ours {

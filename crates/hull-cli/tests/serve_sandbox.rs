@@ -426,15 +426,16 @@ fn a_killed_server_leaves_nothing_the_next_hull_does_not_sweep() {
     );
 }
 
-/// Whether `name` is one of the things hull process `pid` names on the host (`hull-ws-<pid>…`,
-/// `hull-tmpl-<pid>…`, `hull-<pid>…` cgroups, `hull-live-<pid>…` locks).
+/// Whether `name` is one of the things hull process `pid` names on the host (`hull-ws-<pid>.…`,
+/// `hull-tmpl-<pid>.…`, `hull-<pid>.…` cgroups, `hull-live-<pid>.…` locks: the owner identity,
+/// see hull_box::owner). The `.` leaves out an older hull's `hull-<pid>-…` of the same pid.
 fn named_for(name: &str, pid: u32) -> bool {
     ["hull-ws-", "hull-tmpl-", "hull-live-", "hull-"]
         .iter()
         .any(|p| {
             name.strip_prefix(p)
                 .and_then(|rest| rest.strip_prefix(&pid.to_string()))
-                .is_some_and(|rest| rest.starts_with(['-', '.']))
+                .is_some_and(|rest| rest.starts_with('.'))
         })
 }
 
