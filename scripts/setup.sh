@@ -46,6 +46,14 @@ fi
 # The unprivileged user the rootless test pass runs as.
 TEST_USER="${HULL_TEST_USER:-hulltest}"
 id "$TEST_USER" >/dev/null 2>&1 || useradd -m "$TEST_USER"
+# A sub-id range for it (useradd adds one only where login.defs says so), for `--subids` tests.
+for f in subuid subgid; do
+    if ! grep -q "^$TEST_USER:" "/etc/$f" 2>/dev/null; then
+        # The first 65536 ids above every range already given out.
+        start=$(awk -F: 'BEGIN { m = 100000 } { e = $2 + $3; if (e > m) m = e } END { print m }' "/etc/$f" 2>/dev/null || echo 100000)
+        usermod "--add-sub${f#sub}s" "$start-$((start + 65535))" "$TEST_USER"
+    fi
+done
 
 # Delegate a cgroup subtree to it, the way an administrator would: v1 hierarchies where the
 # controllers live there (hybrid hosts), else a v2 directory with the controllers enabled.

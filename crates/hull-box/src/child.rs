@@ -25,6 +25,9 @@ pub(crate) struct ChildContext<'a> {
     /// The supervisor's end of the channel, inherited by the fork: closed first, so that the
     /// supervisor's death shows as a hangup on `sock`.
     pub peer: RawFd,
+    /// A pidfd of the supervisor's process (-1 without pidfd support): readable once it exited,
+    /// which a child in a new pid namespace cannot learn from getppid().
+    pub supervisor: RawFd,
     pub stdin: RawFd,
     pub stdout: RawFd,
     pub stderr: RawFd,
@@ -71,6 +74,11 @@ fn send(sock: RawFd, m: Message, fd: Option<RawFd>) {
 /// Runs the plan and never returns.
 pub(crate) fn run(ctx: &ChildContext<'_>) -> ! {
     sys::close_raw(ctx.peer);
+    // Holding our supervisor's owner lock would keep its leftovers from a sweep after it died.
+    let lock = crate::owner::lock_fd();
+    if lock >= 0 {
+        sys::close_raw(lock);
+    }
     run_from(ctx, 0)
 }
 
@@ -167,20 +175,37 @@ extern "C" fn pid1_main(arg: *mut libc::c_void) -> libc::c_int {
 }
 
 /// Exits at once if the supervisor is gone: its pid is no longer our parent (`supervisor`, when
-/// not 0), or its end of our channel closed (in a new pid namespace getppid() is 0 whoever the
-/// parent is). Follows every arming of the death signal, which a death just before it missed.
+/// not 0 and we share its pid namespace), or [`supervisor_gone`]. Follows every arming of the
+/// death signal, which a death just before it missed.
 fn supervisor_alive(ctx: &ChildContext<'_>, supervisor: i32) {
     if supervisor != 0 && sys::getppid() != 0 && sys::getppid() != supervisor {
         sys::exit_now(125);
     }
-    let mut fds = [libc::pollfd {
-        fd: ctx.sock,
-        events: 0,
-        revents: 0,
-    }];
-    if sys::poll(&mut fds, 0).is_ok() && fds[0].revents & (libc::POLLHUP | libc::POLLERR) != 0 {
+    if supervisor_gone(ctx) {
         sys::exit_now(125);
     }
+}
+
+/// Whether our supervisor is gone: its process exited (its pidfd is readable) or its end of our
+/// channel is closed (a copy held by a box another thread was forking may delay the hangup,
+/// hence the pidfd).
+fn supervisor_gone(ctx: &ChildContext<'_>) -> bool {
+    // A negative descriptor is ignored by poll.
+    let mut fds = [
+        libc::pollfd {
+            fd: ctx.sock,
+            events: 0,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: ctx.supervisor,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    sys::poll(&mut fds, 0).is_ok()
+        && (fds[0].revents & (libc::POLLHUP | libc::POLLERR) != 0
+            || fds[1].revents & libc::POLLIN != 0)
 }
 
 /// ENOENT on an optional step means the kernel or host simply has no such path.
@@ -368,6 +393,13 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
             Ok(())
         }
         Step::Exec { candidates, .. } => {
+            // Checked again before the program runs, once the setup's milliseconds have let a
+            // dying supervisor's process finish exiting: a supervisor that died while its
+            // other threads still ran when we asked for PDEATHSIG would never signal us, and
+            // its box would run with nobody enforcing its deadline.
+            if supervisor_gone(ctx) {
+                sys::exit_now(125);
+            }
             isolate_pid1(ctx)?;
             if ctx.ready_box {
                 let go = await_go(ctx)?;
@@ -462,7 +494,7 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
 /// open, the number could be one we still need (our channel, the output pipes, a template's
 /// namespaces). Refuse (EBUSY, naming the step) rather than replace it.
 fn reserved_is_free(ctx: &ChildContext<'_>, fd: RawFd) -> SysResult<()> {
-    let mut used = [ctx.sock, ctx.stdin, ctx.stdout, ctx.stderr]
+    let mut used = [ctx.sock, ctx.supervisor, ctx.stdin, ctx.stdout, ctx.stderr]
         .into_iter()
         .any(|u| u == fd);
     for s in &ctx.plan.steps {
@@ -747,6 +779,7 @@ mod tests {
             plan: &plan,
             sock: 901,
             peer: 3,
+            supervisor: 904,
             stdin: 0,
             stdout: 902,
             stderr: 903,
@@ -759,14 +792,14 @@ mod tests {
             trees: &[],
             strings: None,
         };
-        for busy in [901, 902, 903, 905, 906, 907, 908, 909, 910] {
+        for busy in [901, 902, 903, 904, 905, 906, 907, 908, 909, 910] {
             assert_eq!(
                 reserved_is_free(&ctx, busy),
                 Err(Errno(libc::EBUSY)),
                 "fd {busy}"
             );
         }
-        for free in [900, 904, 911] {
+        for free in [900, 911] {
             assert_eq!(reserved_is_free(&ctx, free), Ok(()), "fd {free}");
         }
     }

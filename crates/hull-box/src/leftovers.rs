@@ -1,23 +1,32 @@
 //! Sweeping what a hull that was SIGKILLed left behind.
 //!
 //! A box dies with its supervisor (`PR_SET_PDEATHSIG`), but a supervisor killed outright cannot
-//! remove the box's cgroup directories or its temporary workspace. Both carry the supervisor's
-//! pid in their names (`hull-<pid>-...`), so a later hull removes those whose hull is gone.
-//! Only empty cgroups can be removed (rmdir refuses a busy one), and only workspaces owned by
-//! the caller are touched.
+//! remove the box's cgroup directories, its temporary workspace, its template staging directory
+//! or its Sandbox session directories. Each carries its owner's identity in its name
+//! (`hull-ws-<id>-...`, `hull-tmpl-<id>-...`, `hull-<id>-...` cgroups; see [`crate::owner`]), and
+//! the owner holds a `flock` on `$TMPDIR/hull-live-<id>.lock` for as long as it lives. A sweep
+//! judges an owner dead only when it can take that lock itself, which holds across pid
+//! namespaces (a pid looked up in our own `/proc` does not: a hull in a container or under
+//! `unshare -p` sharing our TMPDIR would look dead), and keeps it while it removes the owner's
+//! things. A name without a lock file beside it (an owner with another TMPDIR, another user's,
+//! an older hull's) is left alone. Only empty cgroups can be removed (rmdir refuses a busy one),
+//! and only lock files and workspaces owned by the caller are touched. A dead owner's lock file
+//! goes once nothing named after it is left.
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags};
 
-/// The temporary workspace name prefix; the supervisor's pid and a random suffix follow.
+use crate::owner::{self, LOCK_PREFIX, LOCK_SUFFIX};
+
+/// The temporary workspace name prefix; the owner's identity and a random suffix follow.
 pub(crate) const WORKSPACE_PREFIX: &str = "hull-ws-";
-/// The template staging directory prefix (an empty mount point on the host); the Runtime's pid
-/// and a random suffix follow.
+/// The template staging directory prefix (an empty mount point on the host); the owner's
+/// identity and a random suffix follow.
 pub(crate) const STAGE_PREFIX: &str = "hull-tmpl-";
-/// The box cgroup name prefix; the supervisor's pid, a sequence number and a start time follow.
+/// The box cgroup name prefix; the owner's identity, a sequence number and a start time follow.
 pub(crate) const CGROUP_PREFIX: &str = "hull-";
 
 /// What one sweep removed.
@@ -27,65 +36,150 @@ pub struct Swept {
     pub workspaces: usize,
 }
 
-/// The pid in `<prefix><pid>-...`, if the name has that shape.
-fn owner_pid(name: &str, prefix: &str) -> Option<libc::pid_t> {
+/// The owner identity in `<prefix><id>-...`, if the name has that shape.
+fn owner_id<'a>(name: &'a str, prefix: &str) -> Option<&'a str> {
     let rest = name.strip_prefix(prefix)?;
-    let (pid, tail) = rest.split_once('-')?;
-    if tail.is_empty() {
+    let (id, tail) = rest.split_once('-')?;
+    (!tail.is_empty() && owner::is_id(id)).then_some(id)
+}
+
+/// An owner found dead, its lock held by us while its things go.
+struct Dead {
+    id: String,
+    lock_path: PathBuf,
+    _lock: OwnedFd,
+    /// Something named after it could not be removed: its lock file stays for a later sweep.
+    left: bool,
+}
+
+/// Takes the lock at `path` if it is a lock file of ours that nobody holds: its owner is gone.
+fn take_if_dead(path: &Path, uid: u32) -> Option<OwnedFd> {
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    if !meta.is_file() || meta.uid() != uid {
         return None;
     }
-    pid.parse().ok().filter(|p| *p > 0)
+    let fd = rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive).ok()?;
+    Some(fd)
 }
 
-/// Whether `pid` names no process in our pid namespace (a live one, even a reused pid, is left
-/// alone: its leftovers wait for a later sweep).
-fn gone(pid: libc::pid_t) -> bool {
-    !Path::new(&format!("/proc/{pid}")).exists()
+/// What a temporary directory entry named after an owner is.
+enum TempKind {
+    Stage,
+    Workspace,
 }
 
-/// Entries of `dir` named `<prefix><pid>-...` whose hull is gone.
-fn orphans(dir: &Path, prefix: &str) -> Vec<PathBuf> {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    rd.flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_str()
-                .and_then(|n| owner_pid(n, prefix))
-                .is_some_and(gone)
-        })
-        .map(|e| e.path())
-        .collect()
-}
-
-/// Removes box cgroups under `parents` and temporary workspaces in `temp` left by dead hulls.
+/// Removes box cgroups under `parents` and temporary directories in `temp` whose owners are
+/// gone (their lock files in `temp` are not held), then those owners' lock files.
 pub(crate) fn sweep(parents: &[PathBuf], temp: &Path) -> Swept {
     let mut swept = Swept::default();
-    for parent in parents {
-        // Box cgroups are leaves, so rmdir (which the kernel refuses while a task is inside)
-        // is the whole removal.
-        swept.cgroups += orphans(parent, CGROUP_PREFIX)
-            .iter()
-            .filter(|p| std::fs::remove_dir(p).is_ok())
-            .count();
-    }
-    // Template staging directories are empty mount points on the host side.
-    swept.workspaces += orphans(temp, STAGE_PREFIX)
-        .iter()
-        .filter(|p| std::fs::remove_dir(p).is_ok())
-        .count();
+    let Ok(rd) = std::fs::read_dir(temp) else {
+        return swept;
+    };
     let uid = crate::sys::geteuid();
-    for ws in orphans(temp, WORKSPACE_PREFIX) {
-        // Host root gives its temporary workspaces to its boxes' root (see `remap`).
-        let box_root = crate::remap::box_root().map(|(u, _)| u);
-        let ours = std::fs::symlink_metadata(&ws)
-            .is_ok_and(|m| m.is_dir() && (m.uid() == uid || Some(m.uid()) == box_root));
-        if ours && remove_tree(&ws) {
-            swept.workspaces += 1;
+    // Our sub-id ranges, looked up once if a workspace needs them (see `remove_tree_mapped`).
+    let mut subids = None;
+    let mut dead: Vec<Dead> = Vec::new();
+    let mut named: Vec<(TempKind, String, PathBuf)> = Vec::new();
+    for e in rd.flatten() {
+        let file_name = e.file_name();
+        let Some(name) = file_name.to_str() else {
+            continue;
+        };
+        let lock_id = name
+            .strip_prefix(LOCK_PREFIX)
+            .and_then(|r| r.strip_suffix(LOCK_SUFFIX))
+            .filter(|id| owner::is_id(id));
+        if let Some(id) = lock_id {
+            if let Some(lock) = take_if_dead(&e.path(), uid) {
+                dead.push(Dead {
+                    id: id.to_string(),
+                    lock_path: e.path(),
+                    _lock: lock,
+                    left: false,
+                });
+            }
+        } else if let Some(id) = owner_id(name, STAGE_PREFIX) {
+            named.push((TempKind::Stage, id.to_string(), e.path()));
+        } else if let Some(id) = owner_id(name, WORKSPACE_PREFIX) {
+            named.push((TempKind::Workspace, id.to_string(), e.path()));
         }
     }
+    if dead.is_empty() {
+        return swept;
+    }
+    for (kind, id, path) in named {
+        let Some(owner) = dead.iter_mut().find(|d| d.id == id) else {
+            continue;
+        };
+        let removed = match kind {
+            // Template staging directories are empty mount points on the host side.
+            TempKind::Stage => std::fs::remove_dir(&path).is_ok(),
+            TempKind::Workspace => {
+                // Host root gives its temporary workspaces to its boxes' root (see `remap`).
+                let box_root = crate::remap::box_root().map(|(u, _)| u);
+                std::fs::symlink_metadata(&path)
+                    .is_ok_and(|m| m.is_dir() && (m.uid() == uid || Some(m.uid()) == box_root))
+                    && (remove_tree(&path) || remove_mapped(&path, uid, &mut subids))
+            }
+        };
+        if removed {
+            swept.workspaces += 1;
+        } else {
+            owner.left = true;
+        }
+    }
+    for parent in parents {
+        let Ok(rd) = std::fs::read_dir(parent) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let file_name = e.file_name();
+            let Some(id) = file_name.to_str().and_then(|n| owner_id(n, CGROUP_PREFIX)) else {
+                continue;
+            };
+            let Some(owner) = dead.iter_mut().find(|d| d.id == id) else {
+                continue;
+            };
+            // Box cgroups are leaves, so rmdir (which the kernel refuses while a task is
+            // inside) is the whole removal.
+            if std::fs::remove_dir(e.path()).is_ok() {
+                swept.cgroups += 1;
+            } else {
+                owner.left = true;
+            }
+        }
+    }
+    // Unlinked while we still hold the lock: a hull that created this very name an instant ago
+    // (and so had no lock yet when we took it) sees, once it gets the lock, that the name no
+    // longer leads to its file, and takes another identity (`owner::take`).
+    for d in dead.iter().filter(|d| !d.left) {
+        let _ = std::fs::remove_file(&d.lock_path);
+    }
     swept
+}
+
+/// Removes a workspace that a `--subids` box left holding files of our sub-ids, from a user
+/// namespace mapped like the box's, if we have sub-id ranges (`ranges` caches the look-up).
+fn remove_mapped(
+    path: &Path,
+    uid: u32,
+    ranges: &mut Option<Option<(crate::subids::IdRange, crate::subids::IdRange)>>,
+) -> bool {
+    let ranges =
+        ranges.get_or_insert_with(|| crate::subids::lookup(uid, crate::sys::getegid()).ok());
+    match ranges {
+        Some((uids, gids)) => {
+            crate::subids::remove_tree_mapped(path, uids, gids).is_ok()
+                && std::fs::symlink_metadata(path).is_err()
+        }
+        None => false,
+    }
 }
 
 /// Removes a tree a box wrote (a workspace); the box may have left directories without write
@@ -234,49 +328,112 @@ mod tests {
 
     #[test]
     fn names_carry_their_owner() {
-        assert_eq!(owner_pid("hull-ws-123-AbCdEf", WORKSPACE_PREFIX), Some(123));
-        assert_eq!(owner_pid("hull-77-0-123456", CGROUP_PREFIX), Some(77));
-        assert_eq!(owner_pid("hull-ws-AbCdEf", WORKSPACE_PREFIX), None);
-        assert_eq!(owner_pid("hull-hulltest", CGROUP_PREFIX), None);
-        assert_eq!(owner_pid("hull-12-", CGROUP_PREFIX), None);
-        assert_eq!(owner_pid("other-12-x", CGROUP_PREFIX), None);
+        let id = "123.0123456789abcdef";
+        assert_eq!(
+            owner_id(&format!("hull-ws-{id}-AbCdEf"), WORKSPACE_PREFIX),
+            Some(id)
+        );
+        assert_eq!(
+            owner_id(&format!("hull-ws-{id}-sb-AbCdEf"), WORKSPACE_PREFIX),
+            Some(id)
+        );
+        assert_eq!(
+            owner_id(&format!("hull-{id}-0-123456"), CGROUP_PREFIX),
+            Some(id)
+        );
+        assert_eq!(owner_id("hull-ws-123-AbCdEf", WORKSPACE_PREFIX), None);
+        assert_eq!(owner_id("hull-ws-AbCdEf", WORKSPACE_PREFIX), None);
+        assert_eq!(owner_id("hull-hulltest", CGROUP_PREFIX), None);
+        assert_eq!(owner_id(&format!("hull-{id}-"), CGROUP_PREFIX), None);
+        assert_eq!(owner_id(&format!("other-{id}-x"), CGROUP_PREFIX), None);
     }
 
     #[test]
-    fn only_dead_owners_are_swept() {
+    fn only_owners_whose_lock_is_free_are_swept() {
         let temp = tempfile::tempdir().unwrap();
         let cg = tempfile::tempdir().unwrap();
-        // pid_max is at most 2^22, so this pid cannot be alive.
-        let dead = 1 << 23;
-        let live = std::process::id();
-        for dir in [
-            format!("hull-ws-{dead}-x1"),
-            format!("hull-ws-{live}-x2"),
-            "hull-ws-noid".into(),
-        ] {
-            std::fs::create_dir_all(temp.path().join(&dir).join("sub")).unwrap();
+        let (dead, live, unknown) = (
+            "7.00000000000000de",
+            "8.00000000000000a1",
+            "9.0000000000000000",
+        );
+        // A dead owner left its lock file unlocked; a live one holds its lock (another open
+        // file of the same name, as another process would); the third has no lock file here.
+        std::fs::write(owner::lock_path(temp.path(), dead), "").unwrap();
+        std::fs::write(owner::lock_path(temp.path(), live), "").unwrap();
+        let held = std::fs::File::open(owner::lock_path(temp.path(), live)).unwrap();
+        rustix::fs::flock(&held, FlockOperation::NonBlockingLockExclusive).unwrap();
+        for id in [dead, live, unknown] {
+            std::fs::create_dir_all(temp.path().join(format!("hull-ws-{id}-x1/sub"))).unwrap();
+            std::fs::create_dir(temp.path().join(format!("hull-ws-{id}-sb-x2"))).unwrap();
+            std::fs::create_dir(temp.path().join(format!("hull-tmpl-{id}-x3"))).unwrap();
+            std::fs::create_dir(cg.path().join(format!("hull-{id}-0-1"))).unwrap();
         }
-        for dir in [
-            format!("hull-{dead}-0-1"),
-            format!("hull-{live}-0-1"),
-            "hull-hulltest".into(),
-        ] {
-            std::fs::create_dir(cg.path().join(dir)).unwrap();
-        }
+        std::fs::create_dir(temp.path().join("hull-ws-noid")).unwrap();
+        std::fs::create_dir(cg.path().join("hull-hulltest")).unwrap();
         let swept = sweep(&[cg.path().to_path_buf()], temp.path());
         assert_eq!(
             swept,
             Swept {
                 cgroups: 1,
-                workspaces: 1
+                workspaces: 3
             }
         );
-        assert!(!temp.path().join(format!("hull-ws-{dead}-x1")).exists());
-        assert!(temp.path().join(format!("hull-ws-{live}-x2")).exists());
+        let names = |d: &Path| -> Vec<String> {
+            let mut v: Vec<String> = std::fs::read_dir(d)
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        assert!(
+            names(temp.path()).iter().all(|n| !n.contains(dead)),
+            "{:?}",
+            names(temp.path())
+        );
+        assert!(names(cg.path()).iter().all(|n| !n.contains(dead)));
+        for id in [live, unknown] {
+            for n in [
+                format!("hull-ws-{id}-x1"),
+                format!("hull-ws-{id}-sb-x2"),
+                format!("hull-tmpl-{id}-x3"),
+            ] {
+                assert!(temp.path().join(&n).exists(), "{n} was swept");
+            }
+            assert!(cg.path().join(format!("hull-{id}-0-1")).exists());
+        }
+        assert!(owner::lock_path(temp.path(), live).exists());
         assert!(temp.path().join("hull-ws-noid").exists());
-        assert!(!cg.path().join(format!("hull-{dead}-0-1")).exists());
-        assert!(cg.path().join(format!("hull-{live}-0-1")).exists());
         assert!(cg.path().join("hull-hulltest").exists());
+        // Once its owner lets go, the live one's things go too.
+        drop(held);
+        let swept = sweep(&[cg.path().to_path_buf()], temp.path());
+        assert_eq!(
+            swept,
+            Swept {
+                cgroups: 1,
+                workspaces: 3
+            }
+        );
+        assert!(!owner::lock_path(temp.path(), live).exists());
+    }
+
+    #[test]
+    fn a_dead_owners_lock_file_stays_while_something_of_it_is_left() {
+        let temp = tempfile::tempdir().unwrap();
+        let cg = tempfile::tempdir().unwrap();
+        let dead = "7.00000000000000de";
+        std::fs::write(owner::lock_path(temp.path(), dead), "").unwrap();
+        // A busy cgroup (here: a non-empty directory rmdir refuses).
+        std::fs::create_dir_all(cg.path().join(format!("hull-{dead}-0-1/busy"))).unwrap();
+        sweep(&[cg.path().to_path_buf()], temp.path());
+        assert!(owner::lock_path(temp.path(), dead).exists());
+        std::fs::remove_dir(cg.path().join(format!("hull-{dead}-0-1/busy"))).unwrap();
+        let swept = sweep(&[cg.path().to_path_buf()], temp.path());
+        assert_eq!(swept.cgroups, 1);
+        assert!(!owner::lock_path(temp.path(), dead).exists());
     }
 
     #[test]

@@ -12,6 +12,7 @@ mod child;
 mod ending;
 pub mod error;
 pub mod leftovers;
+pub mod owner;
 pub mod plan;
 pub mod proto;
 mod ready;

@@ -6,7 +6,8 @@
 //!
 //! Only long-lived runtimes keep spares ([`crate::Runtime::enable_templates`]); a one-shot
 //! `hull run` would only make resources it never uses. Spares left when the runtime goes are
-//! removed; those of a SIGKILLed hull carry its pid in their names, so `leftovers` sweeps them.
+//! removed; those of a SIGKILLed hull carry its owner identity in their names (`owner`), so
+//! `leftovers` sweeps them.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,7 +16,6 @@ use std::sync::{Arc, Mutex};
 use hull_cgroup::{BoxCgroup, Host, Limits};
 
 use crate::supervise::Workspace;
-use crate::sys;
 use crate::worker::{lock, Worker};
 
 /// How many of each kind are kept ready: two covers a box starting while the last one's
@@ -28,7 +28,7 @@ pub(crate) struct Spares {
 
 struct Shared {
     host: Option<Arc<Host>>,
-    /// Names spare cgroups like the runtime's own (`hull-<pid>-s<seq>-<start>`).
+    /// Names spare cgroups like the runtime's own (`hull-<owner id>-s<seq>-<start>`).
     started_ns: u64,
     seq: AtomicU64,
     state: Mutex<State>,
@@ -176,7 +176,7 @@ fn fill(shared: &Shared) {
                 let name = format!(
                     "{}{}-s{seq}-{}",
                     crate::leftovers::CGROUP_PREFIX,
-                    sys::getpid(),
+                    crate::owner::id(),
                     shared.started_ns
                 );
                 let made = host.create(&name, &limits);

@@ -4,10 +4,20 @@
 //! `newgidmap` (package uidmap) may write such maps for an unprivileged caller; hull runs them on
 //! the box's first process, which waits for them (`Step::AwaitIdMaps`), and uses them as root
 //! too (root gets no range without an entry of its own).
+//!
+//! Files such a box gives to its sub-ids belong to ids of the caller's range on the host, which
+//! the caller cannot remove as itself (a directory of another uid, a sticky one). A temporary
+//! workspace holding them is removed by [`remove_tree_mapped`]: `rm -rf` run as root of a user
+//! namespace mapped the same way, where those ids are the caller's to remove.
 
+use std::ffi::{CStr, CString};
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 use std::process::Command;
 
 use crate::error::BoxError;
+use crate::sys;
 
 /// Ids mapped inside besides root: 1..=MAX_IDS.
 const MAX_IDS: u32 = 65536;
@@ -82,6 +92,109 @@ pub fn apply(pid: libc::pid_t, uids: &IdRange, gids: &IdRange) -> Result<(), Box
         }
     }
     Ok(())
+}
+
+/// The programs [`remove_tree_mapped`] runs, in the order tried.
+const RM: [&CStr; 2] = [c"/usr/bin/rm", c"/bin/rm"];
+
+/// Removes the tree at `path` (a box's temporary workspace) as root of a fresh user namespace
+/// that maps root to our uid and gid and 1.. to `uids` and `gids`, as a `--subids` box's does:
+/// there every id the box could give a file is mapped, and root's capabilities over mapped ids
+/// (`CAP_DAC_OVERRIDE`, `CAP_FOWNER`) remove what we cannot as ourselves. Only the user namespace
+/// is new: `rm -rf --one-file-system` sees our mounts, and follows no symlink.
+pub fn remove_tree_mapped(path: &Path, uids: &IdRange, gids: &IdRange) -> Result<(), BoxError> {
+    let sysf = |what: &'static str| move |errno: sys::Errno| BoxError::Sys { what, errno };
+    let target = CString::new(path.as_os_str().as_bytes()).map_err(|_| BoxError::Sys {
+        what: "remove a workspace (its path holds a NUL byte)",
+        errno: sys::Errno(libc::EINVAL),
+    })?;
+    let args: [&CStr; 5] = [c"rm", c"-rf", c"--one-file-system", c"--", &target];
+    let argv: Vec<*const libc::c_char> = args
+        .iter()
+        .map(|a| a.as_ptr())
+        .chain([std::ptr::null()])
+        .collect();
+    let envp = [
+        c"PATH=/usr/bin:/bin".as_ptr(),
+        c"LC_ALL=C".as_ptr(),
+        std::ptr::null(),
+    ];
+    // rm gets no input and, in particular, never writes to our stdout (`hull serve`'s protocol).
+    let null = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .map_err(|error| BoxError::Io {
+            what: "open /dev/null".into(),
+            error,
+        })?;
+    // The child waits on this pipe until its maps are written.
+    let (go_r, go_w) = sys::pipe().map_err(sysf("create the remover's pipe"))?;
+    let parent = sys::getpid();
+    // SAFETY: the child runs only `remover`, which calls allocation-free wrappers on data made
+    // before the clone and ends in execve or exit_now.
+    let pid = match unsafe { sys::clone_fork(libc::CLONE_NEWUSER) } {
+        Ok(0) => remover(
+            parent,
+            [go_r.as_raw_fd(), go_w.as_raw_fd(), null.as_raw_fd()],
+            &argv,
+            &envp,
+        ),
+        Ok(pid) => pid,
+        Err(errno) => return Err(sysf("start the workspace remover")(errno)),
+    };
+    drop(go_r);
+    let mapped = apply(pid, uids, gids);
+    if mapped.is_ok() {
+        let _ = sys::write_all(std::os::fd::AsFd::as_fd(&go_w), b"g");
+    } else {
+        let _ = sys::kill(pid, libc::SIGKILL);
+    }
+    drop(go_w);
+    let waited = sys::wait4(pid, false).map_err(sysf("wait for the workspace remover"))?;
+    mapped?;
+    match waited {
+        Some(w) if libc::WIFEXITED(w.status) && libc::WEXITSTATUS(w.status) == 0 => Ok(()),
+        Some(w) => Err(BoxError::SubIds(format!(
+            "rm -rf {} in a user namespace mapped like the box's failed (wait status {:#x})",
+            path.display(),
+            w.status
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The remover's side: dies with us, waits for its maps, then becomes `rm` (as root of its user
+/// namespace, with every capability there) with `/dev/null` as stdin and stdout.
+fn remover(
+    parent: libc::pid_t,
+    [go_r, go_w, null]: [std::os::fd::RawFd; 3],
+    argv: &[*const libc::c_char],
+    envp: &[*const libc::c_char],
+) -> ! {
+    let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+    if sys::getppid() != parent {
+        sys::exit_now(1);
+    }
+    sys::close_raw(go_w);
+    if sys::dup2(null, 0).is_err() || sys::dup2(null, 1).is_err() {
+        sys::exit_now(1);
+    }
+    let lock = crate::owner::lock_fd();
+    if lock >= 0 {
+        sys::close_raw(lock);
+    }
+    let mut b = [0u8; 1];
+    // SAFETY: `go_r` is our copy of the pipe's read end, open until we exec.
+    let go = unsafe { std::os::fd::BorrowedFd::borrow_raw(go_r) };
+    if !matches!(sys::read(go, &mut b), Ok(1)) {
+        sys::exit_now(1);
+    }
+    sys::reset_signals();
+    for rm in RM {
+        sys::execve(rm, argv, envp);
+    }
+    sys::exit_now(127)
 }
 
 fn user_name(uid: u32) -> Option<String> {

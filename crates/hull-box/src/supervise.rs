@@ -80,6 +80,17 @@ unsafe impl Send for Core {}
 // SAFETY: as above, all shared access is read-only.
 unsafe impl Sync for Core {}
 
+/// A pidfd of this process, opened once (-1 where the kernel has none): a box's processes in
+/// their new pid namespace poll it to learn that their supervisor died before they asked for
+/// PDEATHSIG (see `Step::DieWithSupervisor`). Close-on-exec, and pid 1 closes it before the
+/// program starts.
+pub(crate) fn own_pidfd() -> std::os::fd::RawFd {
+    static FD: std::sync::OnceLock<Option<OwnedFd>> = std::sync::OnceLock::new();
+    FD.get_or_init(|| sys::pidfd_open(sys::getpid()).ok())
+        .as_ref()
+        .map_or(-1, AsRawFd::as_raw_fd)
+}
+
 /// The signals the supervisor turns into "kill the box, clean up, report".
 pub(crate) const FORWARDED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 
@@ -399,16 +410,21 @@ impl Core {
                 }
             }
         }
-        let workspace = match &spec.workspace {
+        let mut workspace = match &spec.workspace {
             Some(w) => Workspace {
                 path: w.clone(),
                 temporary: false,
+                subids: None,
             },
             None => self.temporary_workspace()?,
         };
         let (guard, warnings) = self.box_cgroup(spec)?;
         mark("workspace and cgroup created");
         let plan = self.assemble(spec, keep, &workspace.path, &guard)?;
+        workspace.subids = match plan.id_maps() {
+            Some(crate::plan::IdMaps::Helpers { uids, gids }) => Some((uids.clone(), gids.clone())),
+            _ => None,
+        };
         // Holds the template's namespaces (and a pooled network namespace) until the box has
         // entered them.
         let (plan, _entered) = match &self.templates {
@@ -451,12 +467,12 @@ impl Core {
                 Some(cg) => Some(cg),
                 None => {
                     let seq = self.counter.fetch_add(1, Ordering::Relaxed);
-                    // The start time makes the name unique even when a SIGKILLed hull left its
-                    // cgroup behind and a later hull got the same pid.
+                    // The owner identity lets a later hull sweep the cgroup if we are SIGKILLed
+                    // (`leftovers`); the start time keeps two Runtimes of one process apart.
                     let name = format!(
                         "{}{}-{seq}-{}",
                         crate::leftovers::CGROUP_PREFIX,
-                        sys::getpid(),
+                        crate::owner::id(),
                         self.started_ns
                     );
                     Some(h.create(&name, &limits)?)
@@ -781,6 +797,7 @@ impl Core {
             plan,
             sock: sock_child.as_raw_fd(),
             peer: sock_parent.as_raw_fd(),
+            supervisor: own_pidfd(),
             stdin: stdin_fd,
             stdout: out_w.as_raw_fd(),
             stderr: err_w.as_raw_fd(),
@@ -1638,6 +1655,9 @@ impl Drop for CgroupGuard {
 pub(crate) struct Workspace {
     pub(crate) path: PathBuf,
     temporary: bool,
+    /// A `--subids` box's id ranges: what it left owned by them is removed from a user
+    /// namespace mapped the same way ([`crate::subids::remove_tree_mapped`]).
+    subids: Option<(crate::subids::IdRange, crate::subids::IdRange)>,
 }
 
 impl Workspace {
@@ -1646,16 +1666,18 @@ impl Workspace {
         Workspace {
             path: PathBuf::new(),
             temporary: false,
+            subids: None,
         }
     }
 
     pub(crate) fn temporary() -> Result<Workspace, BoxError> {
         let base = std::env::temp_dir();
-        // The pid lets a later hull sweep this directory if we are SIGKILLed (`leftovers`).
+        // The owner identity lets a later hull sweep this directory if we are SIGKILLed
+        // (`leftovers`).
         let name = format!(
             "{}{}-XXXXXX",
             crate::leftovers::WORKSPACE_PREFIX,
-            sys::getpid()
+            crate::owner::id()
         );
         let mut template = base.join(name).into_os_string().into_vec();
         template.push(0);
@@ -1671,6 +1693,7 @@ impl Workspace {
         let ws = Workspace {
             path: PathBuf::from(std::ffi::OsString::from_vec(template)),
             temporary: true,
+            subids: None,
         };
         crate::remap::give_to_box(&ws.path)?;
         Ok(ws)
@@ -1681,9 +1704,22 @@ use std::os::unix::ffi::OsStringExt;
 
 impl Drop for Workspace {
     fn drop(&mut self) {
-        if !self.temporary {
+        if !self.temporary || crate::leftovers::remove_tree(&self.path) {
             return;
         }
-        crate::leftovers::remove_tree(&self.path);
+        // A `--subids` box may have given files to ids of our range, which we cannot remove as
+        // ourselves.
+        let mapped = match &self.subids {
+            Some((uids, gids)) => crate::subids::remove_tree_mapped(&self.path, uids, gids).err(),
+            None => None,
+        };
+        if std::fs::symlink_metadata(&self.path).is_ok() {
+            // The result has gone out already: stderr is the only place left to say it.
+            eprintln!(
+                "hull: warning: could not remove the temporary workspace {}{}; remove it by hand",
+                self.path.display(),
+                mapped.map(|e| format!(" ({e})")).unwrap_or_default()
+            );
+        }
     }
 }

@@ -116,15 +116,22 @@ struct Shared {
 
 impl Drop for Templates {
     fn drop(&mut self) {
+        // Joined, so no pool helper is being made once the Runtime is gone.
         self.shared.worker.stop();
+        self.shared.worker.join();
         let _ = std::fs::remove_dir(&self.stage);
     }
 }
 
 impl Templates {
     pub fn new() -> Result<Templates, BoxError> {
-        // The pid lets a later hull sweep the directory if we are SIGKILLed (`leftovers`).
-        let template = format!("{}{}-XXXXXX", crate::leftovers::STAGE_PREFIX, sys::getpid());
+        // The owner identity lets a later hull sweep the directory if we are SIGKILLed
+        // (`leftovers`).
+        let template = format!(
+            "{}{}-XXXXXX",
+            crate::leftovers::STAGE_PREFIX,
+            crate::owner::id()
+        );
         let dir = tempfile_dir(&std::env::temp_dir().join(template))?;
         Ok(Templates {
             shared: Arc::default(),
@@ -266,6 +273,7 @@ fn make_pooled(t: &Template, kind: Pooled, stack: &mut [u8]) -> Result<Vec<Owned
         ready: ready_w.as_raw_fd(),
         kind,
         become_root: t.remapped,
+        parent: sys::getpid(),
     };
     // SAFETY: `pool_helper` calls only allocation-free wrappers and ends in _exit or is killed;
     // it reads `args`, which stays in place until the child is reaped below, and runs on
@@ -317,13 +325,14 @@ fn make_pooled(t: &Template, kind: Pooled, stack: &mut [u8]) -> Result<Vec<Owned
     result
 }
 
-/// What a pool helper is told: the template's user namespace, the pipe end it reports on, and
-/// which namespaces to make.
+/// What a pool helper is told: the template's user namespace, the pipe end it reports on,
+/// which namespaces to make, and the pid of the process that made it.
 struct HelperArgs {
     user: RawFd,
     ready: RawFd,
     kind: Pooled,
     become_root: bool,
+    parent: libc::pid_t,
 }
 
 extern "C" fn pool_helper(arg: *mut libc::c_void) -> libc::c_int {
@@ -333,12 +342,20 @@ extern "C" fn pool_helper(arg: *mut libc::c_void) -> libc::c_int {
         ready,
         kind,
         become_root,
+        parent,
     } = unsafe { std::ptr::read(arg.cast::<HelperArgs>()) };
-    // Our descriptor table is a copy of a busy process's: drop every descriptor but ours
-    // (another thread's box pipes among them, whose end of output we would otherwise delay).
-    sys::close_all_except(&mut [user, ready]);
+    // We pause until our maker kills us, so we must die with it: SIGKILL when the pool thread
+    // (our parent; it reaps us before it ends) goes, with the process or otherwise. A parent
+    // that died before this prctl sent no signal and left us reparented, which getppid shows
+    // (we are in its pid namespace); without this check such a helper paused forever.
     let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-    let parent = sys::getppid();
+    if sys::getppid() != parent {
+        sys::exit_now(1);
+    }
+    // Our descriptor table is a copy of a busy process's: drop every descriptor but ours
+    // (another thread's box pipes among them, whose end of output we would otherwise delay;
+    // the owner lock, which would keep our maker's leftovers from a sweep).
+    sys::close_all_except(&mut [user, ready]);
     let joined = sys::setns(user, libc::CLONE_NEWUSER).and_then(|()| {
         if !become_root {
             return Ok(());
@@ -403,6 +420,7 @@ fn build(plan: &BoxPlan) -> Result<Template, BoxError> {
         plan,
         sock: sock_child.as_raw_fd(),
         peer: sock_parent.as_raw_fd(),
+        supervisor: crate::supervise::own_pidfd(),
         stdin: null.as_raw_fd(),
         stdout: null.as_raw_fd(),
         stderr: null.as_raw_fd(),

@@ -7,6 +7,7 @@ use common::*;
 
 use std::io::Write;
 use std::net::TcpListener;
+use std::os::unix::fs::MetadataExt;
 
 #[test]
 fn host_files_outside_mounts_are_not_visible() {
@@ -397,7 +398,8 @@ fn process_with(marker: &str) -> bool {
 }
 
 fn leftover_cgroups(hull_pid: u32) -> Vec<String> {
-    let prefix = format!("hull-{hull_pid}-");
+    // `hull-<pid>.<random>-...`: the owner identity (hull_box::owner) starts with the pid.
+    let prefix = format!("hull-{hull_pid}.");
     let mut found = Vec::new();
     let mut stack = vec![std::path::PathBuf::from("/sys/fs/cgroup")];
     while let Some(d) = stack.pop() {
@@ -1115,8 +1117,8 @@ fn a_sigkilled_hull_leaves_nothing_the_next_hull_does_not_sweep() {
         .expect("spawn hull");
     let pid = child.id();
     let temp = std::env::temp_dir();
-    let ws_prefix = format!("hull-ws-{pid}-");
-    let cg_prefix = format!("hull-{pid}-");
+    let ws_prefix = format!("hull-ws-{pid}.");
+    let cg_prefix = format!("hull-{pid}.");
     let leftovers = || {
         let mut v = Vec::new();
         find_named(&temp, &ws_prefix, 1, &mut v);
@@ -1165,32 +1167,21 @@ fn a_sigkilled_hull_leaves_nothing_the_next_hull_does_not_sweep() {
     }
 }
 
-#[test]
-fn subids_map_a_range_through_the_uidmap_helpers_or_are_refused_naming_the_fix() {
-    // With a range in /etc/subuid and /etc/subgid (CI's unprivileged user), `--subids` maps ids
-    // 1-65536 inside to it: a file chowned to 1000 inside is owned by start+999 on the host.
-    // Without one (CI's root), the box is refused before anything runs, naming the file and
-    // the fix.
-    let me = String::from_utf8(
-        std::process::Command::new("id")
-            .arg("-un")
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .unwrap()
-    .trim()
-    .to_string();
-    let uid = String::from_utf8(
-        std::process::Command::new("id")
-            .arg("-u")
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .unwrap()
-    .trim()
-    .to_string();
+/// This user's name and the starts of its /etc/subuid and /etc/subgid ranges, if it has them.
+fn subid_ranges() -> (String, Option<u32>, Option<u32>) {
+    let id = |flag: &str| {
+        String::from_utf8(
+            std::process::Command::new("id")
+                .arg(flag)
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap()
+        .trim()
+        .to_string()
+    };
+    let (me, uid) = (id("-un"), id("-u"));
     let range = |file: &str| {
         std::fs::read_to_string(file)
             .unwrap_or_default()
@@ -1202,6 +1193,17 @@ fn subids_map_a_range_through_the_uidmap_helpers_or_are_refused_naming_the_fix()
                     .flatten()
             })
     };
+    let (u, g) = (range("/etc/subuid"), range("/etc/subgid"));
+    (me, u, g)
+}
+
+#[test]
+fn subids_map_a_range_through_the_uidmap_helpers_or_are_refused_naming_the_fix() {
+    // With a range in /etc/subuid and /etc/subgid (CI's unprivileged user), `--subids` maps ids
+    // 1-65536 inside to it: a file chowned to 1000 inside is owned by start+999 on the host.
+    // Without one (CI's root), the box is refused before anything runs, naming the file and
+    // the fix.
+    let (me, subuid, subgid) = subid_ranges();
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().to_str().unwrap();
     let out = hull(&[
@@ -1220,7 +1222,7 @@ fn subids_map_a_range_through_the_uidmap_helpers_or_are_refused_naming_the_fix()
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr),
     );
-    if uid == "0" {
+    if caller_ids().0 == 0 {
         // Host root's boxes map to hull's own range, all 65536 ids of it with --subids, and a
         // named workspace is an idmapped copy whose ids on disk are the box's own.
         println!("host root: --subids maps hull's range");
@@ -1244,7 +1246,7 @@ fn subids_map_a_range_through_the_uidmap_helpers_or_are_refused_naming_the_fix()
         );
         return;
     }
-    match (range("/etc/subuid"), range("/etc/subgid")) {
+    match (subuid, subgid) {
         (Some(u), Some(g)) => {
             println!("{me} has sub-ids from {u} (uids) and {g} (gids): testing the mapping");
             assert!(
@@ -1509,5 +1511,126 @@ fn a_box_exhausting_per_user_budgets_leaves_the_callers_own_calls_working() {
         sig.status.success() && String::from_utf8_lossy(&sig.stdout).contains("queued"),
         "the caller could not queue a signal while the box held {}: {sig:?}",
         n[2]
+    );
+}
+
+#[test]
+fn a_subids_box_that_chowns_its_temporary_workspace_leaves_nothing_behind() {
+    // Files and directories a `--subids --cap-add CHOWN` box gives to its sub-ids belong to ids
+    // of the caller's range on the host, which the caller cannot remove as itself (a directory
+    // of another uid, without write permission for us). The teardown must remove the box's
+    // temporary workspace all the same.
+    let (me, subuid, subgid) = subid_ranges();
+    if subuid.is_none() || subgid.is_none() {
+        println!("SKIP: {me} has no /etc/subuid and /etc/subgid range (the rootless pass has one)");
+        return;
+    }
+    // A temporary directory of our own, so only this test's hulls write there.
+    let temp = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(bin())
+        .args([
+            "run",
+            "--json",
+            "--subids",
+            "--cap-add",
+            "CHOWN",
+            "--",
+            "sh",
+            "-c",
+            "cd /workspace && touch f && chown 1000:1000 f && mkdir -p d/e && touch d/g d/e/h \
+             && chmod 700 d/e && chmod 500 d && chown -R 1000:1000 d && mkdir s && touch s/t \
+             && chown 3000 s/t && chmod 1777 s && chown 2000 s && echo chowned",
+        ])
+        .env("TMPDIR", temp.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "bad JSON ({e}): {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert!(
+        v["success"].as_bool().unwrap() && stdout(&v).contains("chowned"),
+        "{v}"
+    );
+    let left: Vec<_> = std::fs::read_dir(temp.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("hull-ws-")
+        })
+        .collect();
+    assert!(
+        left.is_empty(),
+        "the box's temporary workspace was left behind: {left:?}\nwarnings: {}\nstderr: {}",
+        v["warnings"],
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A hull SIGKILLed while such a box runs cannot remove it; the next sweep must.
+    let mut child = std::process::Command::new(bin())
+        .args([
+            "run",
+            "--subids",
+            "--cap-add",
+            "CHOWN",
+            "--",
+            "sh",
+            "-c",
+            "cd /workspace && mkdir -p d/e && touch d/e/h && chmod 500 d && chown -R 1000:1000 d \
+             && mkdir s && chown 2000 s && sleep 30",
+        ])
+        .env("TMPDIR", temp.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let workspaces = || -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(temp.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("hull-ws-")
+            })
+            .collect()
+    };
+    // The box has chowned its tree once `s` belongs to another uid.
+    let me = std::fs::metadata(temp.path()).unwrap().uid();
+    let t = std::time::Instant::now();
+    while !workspaces()
+        .iter()
+        .any(|w| std::fs::metadata(w.join("s")).is_ok_and(|m| m.uid() != me))
+    {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(10),
+            "the box never chowned its workspace: {:?}",
+            workspaces()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(workspaces().len(), 1, "{:?}", workspaces());
+    let out = std::process::Command::new(bin())
+        .args(["doctor", "--json"])
+        .env("TMPDIR", temp.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        workspaces().is_empty(),
+        "the sweep left a --subids box's workspace: {:?}\n{}",
+        workspaces(),
+        String::from_utf8_lossy(&out.stdout)
     );
 }

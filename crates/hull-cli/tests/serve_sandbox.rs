@@ -21,8 +21,8 @@ impl Client {
         Client::with_env(&[])
     }
 
-    /// A server with these extra environment variables.
-    fn with_env(env: &[(&str, &std::path::Path)]) -> Client {
+    /// A server with these environment variables set (e.g. its own TMPDIR).
+    fn with_env(env: &[(&str, &std::ffi::OsStr)]) -> Client {
         let mut child = Command::new(common::bin())
             .arg("serve")
             .envs(env.iter().copied())
@@ -194,7 +194,7 @@ fn sandbox_mounts_and_workspace_refuse_credential_stores_and_start_up_files() {
     std::fs::create_dir_all(home.join(".local/bin")).unwrap();
     std::fs::write(home.join(".zshrc"), "echo hi").unwrap();
     let h = home.display();
-    let mut c = Client::with_env(&[("HOME", &home)]);
+    let mut c = Client::with_env(&[("HOME", home.as_os_str())]);
     for (params, kind, words) in [
         (
             json!({"mounts": [format!("{h}/.aws:/data:ro")]}),
@@ -445,13 +445,10 @@ fn a_killed_server_leaves_nothing_the_next_hull_does_not_sweep() {
         json!({"sandbox": sb, "path": "f", "text": "x"}),
     );
     let session = std::path::Path::new(&ws).parent().unwrap().to_path_buf();
+    // `hull-ws-<owner id>-sb-...`, the owner identity starting with the server's pid.
+    let name = session.file_name().unwrap().to_str().unwrap().to_string();
     assert!(
-        session
-            .file_name()
-            .unwrap()
-            .to_str()
-            .unwrap()
-            .starts_with(&format!("hull-ws-{}-sb-", c.child.id())),
+        name.starts_with(&format!("hull-ws-{}.", c.child.id())) && name.contains("-sb-"),
         "{}",
         session.display()
     );
@@ -465,6 +462,156 @@ fn a_killed_server_leaves_nothing_the_next_hull_does_not_sweep() {
         "hull doctor did not sweep {}",
         session.display()
     );
+}
+
+/// Whether `name` is one of the things hull process `pid` names on the host (`hull-ws-<pid>.…`,
+/// `hull-tmpl-<pid>.…`, `hull-<pid>.…` cgroups, `hull-live-<pid>.…` locks: the owner identity,
+/// see hull_box::owner). The `.` leaves out an older hull's `hull-<pid>-…` of the same pid.
+fn named_for(name: &str, pid: u32) -> bool {
+    ["hull-ws-", "hull-tmpl-", "hull-live-", "hull-"]
+        .iter()
+        .any(|p| {
+            name.strip_prefix(p)
+                .and_then(|rest| rest.strip_prefix(&pid.to_string()))
+                .is_some_and(|rest| rest.starts_with('.'))
+        })
+}
+
+/// Directories under `dir` (down to `depth` levels) named for hull process `pid`.
+fn dirs_named_for(
+    dir: &std::path::Path,
+    pid: u32,
+    depth: usize,
+    out: &mut Vec<std::path::PathBuf>,
+) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        if !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        if named_for(&e.file_name().to_string_lossy(), pid) {
+            out.push(e.path());
+        } else if depth > 1 {
+            dirs_named_for(&e.path(), pid, depth - 1, out);
+        }
+    }
+}
+
+/// The command that runs a program in a new pid namespace (with its own /proc) here: plain
+/// `unshare` as root, inside a new user namespace (mapping us to its root) otherwise. None,
+/// with the reason printed, where neither works.
+fn in_new_pid_namespace() -> Option<Vec<&'static str>> {
+    let cmd: Vec<&str> = if common::is_root() {
+        vec!["unshare", "--pid", "--fork", "--mount-proc"]
+    } else {
+        vec![
+            "unshare",
+            "--user",
+            "--map-root-user",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+        ]
+    };
+    // The probe: a process there sees itself as pid 1.
+    let probe = Command::new(cmd[0])
+        .args(&cmd[1..])
+        .args(["sh", "-c", "echo $$"])
+        .output();
+    match probe {
+        Ok(o) if o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "1" => {
+            Some(cmd)
+        }
+        Ok(o) => {
+            println!(
+                "SKIP: `{}` does not give a new pid namespace here: {}",
+                cmd.join(" "),
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
+            None
+        }
+        Err(e) => {
+            println!("SKIP: cannot run unshare(1): {e}");
+            None
+        }
+    }
+}
+
+#[test]
+fn a_sweep_from_another_pid_namespace_leaves_a_live_sandbox_working() {
+    // A hull in another pid namespace (a container, `unshare -p`) that shares our TMPDIR and
+    // cgroup parent cannot see our pid; its leftover sweep must still know we live.
+    let Some(unshare) = in_new_pid_namespace() else {
+        return;
+    };
+    let temp = tempfile::tempdir().unwrap();
+    let mut c = Client::with_env(&[("TMPDIR", temp.path().as_os_str())]);
+    let pid = c.child.id();
+    let r = c.ok("sandbox.create", json!({}));
+    let sb = r["sandbox"].as_str().unwrap().to_string();
+    c.ok(
+        "sandbox.write_file",
+        json!({"sandbox": sb, "path": "kept", "text": "still here"}),
+    );
+    let ran = c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["true"]}));
+    assert_eq!(ran["exit_code"], 0, "{ran}");
+    // What the server named on the host: its session directory, spare workspaces and box
+    // cgroups (made ahead by its threads; wait until they stop changing).
+    let named = || {
+        let mut v = Vec::new();
+        dirs_named_for(temp.path(), pid, 1, &mut v);
+        dirs_named_for(std::path::Path::new("/sys/fs/cgroup"), pid, 5, &mut v);
+        v.sort();
+        v
+    };
+    let mut before = named();
+    let t = std::time::Instant::now();
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let now = named();
+        if now == before || t.elapsed() > std::time::Duration::from_secs(10) {
+            break;
+        }
+        before = now;
+    }
+    assert!(
+        before.iter().any(|p| p.starts_with(temp.path())),
+        "no directory of server {pid} in {}: {before:?}",
+        temp.path().display()
+    );
+    // `hull doctor` sweeps leftovers; here it runs where our server's pid does not exist.
+    let out = Command::new(unshare[0])
+        .args(&unshare[1..])
+        .arg(common::bin())
+        .args(["doctor", "--json"])
+        .env("TMPDIR", temp.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report.contains("leftovers"),
+        "doctor did not sweep: {report}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let gone: Vec<_> = before.iter().filter(|p| !p.exists()).collect();
+    assert!(
+        gone.is_empty(),
+        "a sweep from another pid namespace removed live {gone:?}\n{report}"
+    );
+    // The sandbox still works, with its workspace.
+    let r = c.ok(
+        "sandbox.run",
+        json!({"sandbox": sb, "argv": ["cat", "/workspace/kept"]}),
+    );
+    assert_eq!(r["stdout"], "still here", "{r}");
+    let r = c.ok(
+        "sandbox.run_code",
+        json!({"sandbox": sb, "code": "print(open('/workspace/kept').read())"}),
+    );
+    assert_eq!(r["stdout"], "still here\n", "{r}");
 }
 
 #[test]
@@ -728,9 +875,8 @@ fn session_directories_are_private() {
         .unwrap()
         .flatten()
         .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .starts_with(&format!("hull-ws-{}-io-", c.child.id()))
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.starts_with(&format!("hull-ws-{}.", c.child.id())) && n.contains("-io-")
         })
         .map(|e| e.path())
         .collect();

@@ -32,10 +32,11 @@ pub const IO_DIR: &str = "/run/hull";
 type Ended = Result<(RunResult, Teardown), BoxError>;
 
 /// A name prefix for host directories a session makes in `$TMPDIR`: hull-box's temporary
-/// workspace pattern (`hull-ws-<pid>-...`), so if this process is SIGKILLed, the next `hull run`
-/// or `hull doctor` removes them as it removes a dead hull's box workspaces.
+/// workspace pattern (`hull-ws-<owner id>-...`, see `hull_box::owner`), so if this process is
+/// SIGKILLed, the next `hull run` or `hull doctor` removes them as it removes a dead hull's box
+/// workspaces.
 pub fn leftover_prefix(kind: &str) -> String {
-    format!("hull-ws-{}-{kind}-", std::process::id())
+    format!("hull-ws-{}-{kind}-", hull_box::owner::id())
 }
 
 /// Where a runner box's output goes; set when a call takes the box.
