@@ -10,9 +10,10 @@ from hull_sandbox import find_hull
 
 def hull_cgroups(server_pid):
     """The box cgroups (and spare cgroups made ahead) of the hull whose pid is server_pid, below
-    this process's cgroups and HULL_CGROUP_PARENT: hull names them `hull-<its pid>-...`. Only a
-    test's own server's count, since other hulls (other tests, other users) share the parents."""
-    prefix = "hull-%d-" % server_pid
+    this process's cgroups and HULL_CGROUP_PARENT: hull names them after its owner identity,
+    `hull-<its pid>.<random>-...`. Only a test's own server's count, since other hulls (other
+    tests, other users) share the parents."""
+    prefix = "hull-%d." % server_pid
     found = set()
     with open("/proc/self/cgroup") as f:
         for line in f:

@@ -1072,22 +1072,8 @@ const RESOLVE_NO_SYMLINKS: u64 = 0x04;
 /// was checked) must still be symlink-free, so a component swapped for a symlink since the check
 /// fails with ELOOP instead of redirecting a bind.
 pub fn open_path_at(path: &CStr, at: RawFd) -> SysResult<()> {
-    let how = OpenHow {
-        flags: u64::try_from(libc::O_PATH | libc::O_CLOEXEC).unwrap_or(0),
-        mode: 0,
-        resolve: RESOLVE_NO_SYMLINKS,
-    };
-    // SAFETY: path is a valid C string and `how` a valid open_how of the size passed.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            libc::AT_FDCWD,
-            path.as_ptr(),
-            ptr::from_ref(&how),
-            std::mem::size_of::<OpenHow>(),
-        )
-    };
-    place_at(RawFd::try_from(check_long(ret)?).unwrap_or(-1), at)
+    let fd = open_path_no_symlinks(path)?;
+    place_at(std::os::fd::IntoRawFd::into_raw_fd(fd), at)
 }
 
 /// Moves our descriptor `fd` to the number `at` (close-on-exec), closing `fd`.

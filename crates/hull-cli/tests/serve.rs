@@ -291,7 +291,8 @@ fn a_line_that_is_not_utf8_is_answered_and_the_server_goes_on() {
 fn leftovers_of(pid: u32) -> Vec<String> {
     let mut found = Vec::new();
     let mut visit = vec![(std::path::PathBuf::from("/sys/fs/cgroup"), 0)];
-    let cg = format!("hull-{pid}-");
+    // Names carry the owner identity `<pid>.<random>` (see hull-box's `owner.rs`).
+    let cg = format!("hull-{pid}.");
     while let Some((d, depth)) = visit.pop() {
         for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
             if e.file_type().is_ok_and(|t| t.is_dir()) && depth < 6 {
@@ -302,7 +303,7 @@ fn leftovers_of(pid: u32) -> Vec<String> {
             }
         }
     }
-    let ws = format!("hull-ws-{pid}-");
+    let ws = format!("hull-ws-{pid}.");
     for e in std::fs::read_dir(std::env::temp_dir())
         .into_iter()
         .flatten()
@@ -351,6 +352,11 @@ fn closing_stdin_ends_every_running_box_at_once() {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+    // The check below looks where the server's things are: its session directory at least.
+    assert!(
+        !leftovers_of(pid).is_empty(),
+        "nothing named for hull {pid} found while it runs"
+    );
     // The client goes away (as when the SDK's process is SIGKILLed): its end of stdin closes.
     drop(s.stdin.take());
     let t = std::time::Instant::now();
