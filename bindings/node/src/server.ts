@@ -124,6 +124,10 @@ export class Server {
     if (this.closed || this.closing) {
       return Promise.reject(new SandboxError("the sandbox's server is closed (destroyed or exited); create a new Sandbox", "destroyed"));
     }
+    const bad = illFormed(params);
+    if (bad !== undefined) {
+      return Promise.reject(new TypeError(`${bad} holds a lone surrogate: not valid Unicode text, so it cannot be sent (pass binary data as a Buffer or Uint8Array)`));
+    }
     const id = ++this.next;
     return new Promise((resolve, reject) => {
       if (this.pending.size === 0) this.busy();
@@ -154,4 +158,28 @@ export class Server {
   get pid(): number | undefined {
     return this.proc.pid;
   }
+}
+
+/** A lone surrogate: a UTF-16 code unit of a pair without its other half (a string can hold
+ * one, UTF-8 and so the server's JSON cannot). In a `u` regex, a whole pair is one code point,
+ * so only lone halves match. */
+const LONE_SURROGATE = /\p{Cs}/u;
+
+/** The name of the first argument (or nested key) whose text holds a lone surrogate: the server
+ * could not parse such a line, and its error could reach no caller, so the call would wait
+ * forever. */
+function illFormed(v: unknown, name = ""): string | undefined {
+  if (typeof v === "string") return LONE_SURROGATE.test(v) ? name || "an argument" : undefined;
+  if (Array.isArray(v)) {
+    for (const x of v) {
+      const bad = illFormed(x, name);
+      if (bad !== undefined) return bad;
+    }
+  } else if (v !== null && typeof v === "object" && !ArrayBuffer.isView(v)) {
+    for (const [k, x] of Object.entries(v)) {
+      const bad = illFormed(x, name || k);
+      if (bad !== undefined) return bad;
+    }
+  }
+  return undefined;
 }

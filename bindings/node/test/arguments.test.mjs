@@ -65,3 +65,19 @@ test("a binary without sandbox sessions is refused", async () => {
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test("text with a lone surrogate is refused naming the argument, not sent to hang", async () => {
+  // JSON.stringify escapes a lone surrogate as \ud800, which the server's JSON parser refuses:
+  // its error could name no call, so the call would wait forever.
+  const sb = await Sandbox.create();
+  try {
+    const call = sb.runCode("x = '\ud800'");
+    const timeout = new Promise((_, reject) => setTimeout(() => reject(new Error("the call never returned")), 10_000).unref());
+    await assert.rejects(Promise.race([call, timeout]), (e) => e instanceof TypeError && /code/.test(e.message) && /surrogate/.test(e.message));
+    // A pair is well formed and goes through; the sandbox still works.
+    const r = await sb.runCode("print(len('\ud83d\ude00'))");
+    assert.equal(r.stdout, "1\n");
+  } finally {
+    await sb.destroy();
+  }
+});
