@@ -29,12 +29,17 @@ pub enum Network {
     Host,
 }
 
+/// Why a network name was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}`: use none or host")]
+pub struct UnknownNetwork(pub String);
+
 impl Network {
-    pub fn parse(s: &str) -> Result<Network, String> {
+    pub fn parse(s: &str) -> Result<Network, UnknownNetwork> {
         match s {
             "none" => Ok(Network::None),
             "host" => Ok(Network::Host),
-            other => Err(format!("`{other}`: use none or host")),
+            other => Err(UnknownNetwork(other.to_string())),
         }
     }
 }

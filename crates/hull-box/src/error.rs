@@ -33,8 +33,9 @@ pub enum BoxError {
         errno: Errno,
     },
     /// As host root, a host directory the box may write could not be given to it as an
-    /// idmapped copy (see [`crate::remap`]).
-    #[error("{arg} {path}: cannot give it to the box without host root's ids (an idmapped mount failed: {errno}){}", idmap_hint(*errno))]
+    /// idmapped copy (see [`crate::remap`]). `arg` says which arguments the path may come from
+    /// (for debugging); the message names the path, which every front end's caller wrote.
+    #[error("{path}: cannot give it to the box without host root's ids (an idmapped mount failed: {errno}){}", idmap_hint(*errno))]
     Idmap {
         arg: &'static str,
         path: String,
