@@ -11,8 +11,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use hull::error::Named;
+use hull::Backend;
 use hull_api::{Chain, RunRequest};
-use hull_box::{BoxError, OutputSink, RunOptions, Runtime, SpecField, Stream};
+use hull_box::{BoxError, OutputSink, Runtime, SpecField, Stream};
 use serde_json::{json, Value};
 
 /// The protocol version; bumped on an incompatible change.
@@ -88,21 +89,19 @@ fn run(rt: &Runtime, out: &Out, id: &Value, params: Value) -> Result<Value, Valu
     for w in &built.warnings {
         eprintln!("hull serve: warning: {w}");
     }
+    // Through the Sandbox layer's backend seam, like every box of a sandbox.
+    let backend: &dyn Backend = rt;
     let mut sink = EventSink::new(out.clone(), id.clone());
     let res = if stream {
-        rt.run_detached(&built.spec, RunOptions { capture: true }, &mut sink)
+        backend.run(&built.spec, &mut sink)
     } else {
-        rt.run_detached(
-            &built.spec,
-            RunOptions { capture: true },
-            &mut hull_box::NoSink,
-        )
+        backend.run(&built.spec, &mut hull_box::NoSink)
     };
     match res {
-        Ok((r, teardown)) => {
+        Ok((r, destroy)) => {
             let v = serde_json::to_value(&r).unwrap_or(Value::Null);
             out.send(&json!({ "id": id, "result": v }));
-            teardown.finish();
+            destroy();
             Ok(Value::Null)
         }
         Err(e) => Err(box_error_json(e, &req)),
