@@ -346,3 +346,12 @@ def test_bad_settings_are_refused_by_name(var, value):
     assert p.returncode == 2, (p.returncode, p.stderr)
     assert var in p.stderr, p.stderr
     assert p.stdout == ""
+
+
+def test_an_engine_refusal_is_named_by_its_variable_not_a_flag():
+    # The engine refuses /etc as a workspace; the message names the variable the caller set,
+    # not `hull run`'s --workspace nor the SDKs' workspace=.
+    p = subprocess.run([HULL, "mcp"], input="", capture_output=True, text=True, env=server_env(HULL_MCP_WORKSPACE="/etc"), timeout=120)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert "HULL_MCP_WORKSPACE: source /etc refused" in p.stderr, p.stderr
+    assert "--workspace" not in p.stderr and "workspace:" not in p.stderr, p.stderr

@@ -49,6 +49,22 @@ test("what only the server can judge rejects start(), naming it", async () => {
   await assert.rejects(Sandbox.create({ mounts: ["/etc:/data"] }), (e) => e instanceof MountRefused && e instanceof SandboxError);
 });
 
+test("the engine's refusals name the option as the caller wrote it, never a hull run flag", async () => {
+  const cases = [
+    [{ capDrop: ["FLY"] }, InvalidArgument, "capDrop", "--cap-drop"],
+    [{ memoryMb: 16, tmpfs: { "/big": "64m" } }, InvalidArgument, "tmpfs", "--memory"],
+    [{ workspace: "/etc" }, InvalidArgument, "workspace", "--workspace"],
+    [{ mounts: ["/etc:/data"] }, MountRefused, "mounts", "--mount"],
+  ];
+  for (const [opts, cls, name, flag] of cases) {
+    await assert.rejects(
+      Sandbox.create(opts),
+      (e) => e instanceof cls && e.message.startsWith(`${name}: `) && !e.message.includes(flag) && (cls !== InvalidArgument || e.arg === name),
+      JSON.stringify(opts),
+    );
+  }
+});
+
 test("a binary without sandbox sessions is refused", async () => {
   const dir = mkdtempSync(join(tmpdir(), "hull-node-fake-"));
   const saved = process.env.HULL_BIN;

@@ -3,7 +3,9 @@
 import socket
 import threading
 
-from hull_sandbox import Sandbox
+import pytest
+
+from hull_sandbox import MountRefused, Sandbox
 
 
 def test_env_tmpfs_and_mounts(tmp_path):
@@ -97,3 +99,32 @@ def test_text_that_is_not_valid_unicode_is_refused_naming_the_argument():
         assert not t.is_alive(), "the call with a lone surrogate never returned"
         assert isinstance(got[0], ValueError) and "code" in str(got[0]) and "surrogate" in str(got[0]), got
         assert sb.run_code("print('still fine')").stdout == "still fine\n"
+
+
+@pytest.mark.parametrize(
+    "kwargs, arg, flag",
+    [
+        ({"mounts": ["/etc:/data"]}, "mounts", "--mount"),
+        ({"workspace": "/etc"}, "workspace", "--workspace"),
+        ({"memory_mb": 16, "tmpfs": {"/big": "64m"}}, "tmpfs", "--memory"),
+        ({"cap_drop": ["FLY"]}, "cap_drop", "--cap-drop"),
+    ],
+)
+def test_refusals_name_the_argument_as_python_spells_it(kwargs, arg, flag):
+    # The engine names a field; hull serve spells it as the Sandbox() argument, never as
+    # `hull run`'s flag, in the exception's message and its `arg`.
+    with pytest.raises(ValueError) as e:
+        Sandbox(**kwargs)
+    err = e.value
+    got_arg = err.detail.get("arg") if isinstance(err, MountRefused) else err.arg
+    assert got_arg == arg, (err, got_arg)
+    assert str(err).startswith(arg + ": ") and flag not in str(err), str(err)
+
+
+def test_a_refused_mount_reads_once_down_its_chain(tmp_path):
+    with pytest.raises(MountRefused) as e:
+        Sandbox(mounts=["%s:/data" % (tmp_path / "missing")])
+    chain = e.value.chain
+    assert len(chain) >= 2 and str(e.value) == ": ".join(chain), chain
+    for parent, cause in zip(chain, chain[1:]):
+        assert cause not in parent, chain

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use crate::error::BoxError;
 use crate::plan::{BoxPlan, PlanBuilder, Skeleton};
-use crate::spec::{is_within, BoxSpec, Network, RootSpec, SpecError, BOX_PATH};
+use crate::spec::{is_within, BoxSpec, Network, RootSpec, SpecError, SpecField, BOX_PATH};
 use crate::sys;
 
 /// Host directories the `host` image shows, read-only (symlinks are copied as symlinks).
@@ -103,17 +103,17 @@ impl Sources {
     /// Checks `path` (resolved) against the refused sources and reserves a descriptor for it.
     /// The box opens the resolved path with `RESOLVE_NO_SYMLINKS`, so what it binds is what was
     /// checked here even if a component is swapped for a symlink in between.
-    fn add(&mut self, arg: &'static str, path: &Path, read_only: bool) -> Result<String, BoxError> {
+    fn add(&mut self, field: SpecField, path: &Path, read_only: bool) -> Result<String, BoxError> {
         let canon = std::fs::canonicalize(path).map_err(|e| BoxError::Source {
-            arg,
+            field,
             path: path.to_path_buf(),
             errno: sys::Errno(e.raw_os_error().unwrap_or(libc::EIO)),
         })?;
         let homes = self.homes.get_or_init(crate::sensitive::Homes::of_host);
-        crate::spec::check_source(arg, &canon, read_only, homes)?;
+        crate::spec::check_source(field, &canon, read_only, homes)?;
         let c = canon.to_string_lossy().into_owned();
         if c.contains('\0') {
-            return Err(SpecError::Nul(arg.into()).into());
+            return Err(SpecError::Nul(field).into());
         }
         let fd = SOURCE_FD_BASE + i32::try_from(self.list.len()).unwrap_or(0);
         self.list.push((c, fd));
@@ -155,7 +155,7 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
         RootSpec::Dir(dir) => rootfs_entries(spec, dir, &mut src)?,
         RootSpec::Host => Vec::new(),
     };
-    let ws = src.add("--workspace", ctx.workspace, false)?;
+    let ws = src.add(SpecField::Workspace, ctx.workspace, false)?;
     // Host directories the box may write: with a remapped root they become idmapped copies.
     let mut adopt = Vec::new();
     if !ctx.temporary_workspace {
@@ -163,7 +163,7 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
     }
     let mut mount_src = Vec::new();
     for m in &spec.mounts {
-        mount_src.push(src.add("--mount", &m.source, m.read_only)?);
+        mount_src.push(src.add(SpecField::Mounts, &m.source, m.read_only)?);
         adopt.extend(src.list.last().map(|(_, fd)| *fd));
     }
     let mut b = PlanBuilder::start(
@@ -201,7 +201,7 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
         let top = target.split('/').nth(1).unwrap_or("");
         if image_top.iter().any(|t| t == top) {
             return Err(SpecError::TargetRefused {
-                arg: "--mount",
+                field: SpecField::Mounts,
                 target: (*target).to_string(),
                 why: format!("/{top} comes from the image, which is read-only and shared; mount at a new top-level path such as /data or /mnt/x"),
             }
@@ -212,7 +212,7 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
             .iter()
             .find(|m| m.target != *target && is_within(target, &m.target))
         {
-            return Err(SpecError::TargetRefused { arg: "--mount", target: (*target).to_string(), why: format!("it lies inside the --mount at {}; hull does not create mount points in host directories", m.target) }.into());
+            return Err(SpecError::TargetRefused { field: SpecField::Mounts, target: (*target).to_string(), why: format!("it lies inside the bind mount at {}; hull does not create mount points in host directories", m.target) }.into());
         }
         let inside_writable = writable_roots
             .iter()
@@ -429,10 +429,10 @@ fn rootfs_entries(
                 if wanted_empty && empty {
                     RootEntry::EmptyDir
                 } else {
-                    RootEntry::Dir(src.add("--rootfs", &host, true)?)
+                    RootEntry::Dir(src.add(SpecField::Root, &host, true)?)
                 }
             }
-            Some(Entry::File) => RootEntry::File(src.add("--rootfs", &host, true)?),
+            Some(Entry::File) => RootEntry::File(src.add(SpecField::Root, &host, true)?),
             None => continue,
         };
         out.push((name, entry));

@@ -2,6 +2,8 @@
 //! dropped from the bounding, ambient, effective, permitted and inheritable sets. `--cap-add`
 //! keeps a capability inside the box's user namespace only (it never means anything on the host).
 
+use crate::field::SpecField;
+
 /// Capability names in number order (linux/capability.h), without the `CAP_` prefix.
 pub const NAMES: &[&str] = &[
     "CHOWN",
@@ -55,16 +57,23 @@ pub fn last_cap() -> u32 {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CapError {
     #[error(
-        "{arg} `{name}` is refused when hull runs as root: in a host directory given to the box, files belong to the directory's owner (host root for a root-owned one), so a file capability written there (SETFCAP) would be a capability on the host, and a set-id file rewritten there would keep its bit (FSETID); run hull as an unprivileged user to keep it"
+        "`{name}` is refused when hull runs as root: in a host directory given to the box, files belong to the directory's owner (host root for a root-owned one), so a file capability written there (SETFCAP) would be a capability on the host, and a set-id file rewritten there would keep its bit (FSETID); run hull as an unprivileged user to keep it"
     )]
-    HostRoot { arg: &'static str, name: String },
-    #[error(
-        "{arg} `{name}` is not a capability; use a name like NET_BIND_SERVICE or CAP_CHOWN, or ALL"
-    )]
-    Unknown { arg: &'static str, name: String },
+    HostRoot { field: SpecField, name: String },
+    #[error("`{name}` is not a capability; use a name like NET_BIND_SERVICE or CAP_CHOWN, or ALL")]
+    Unknown { field: SpecField, name: String },
 }
 
-fn parse(arg: &'static str, name: &str) -> Result<u64, CapError> {
+impl CapError {
+    /// Which list named the capability (`cap_add` or `cap_drop`).
+    pub fn field(&self) -> SpecField {
+        match self {
+            CapError::HostRoot { field, .. } | CapError::Unknown { field, .. } => *field,
+        }
+    }
+}
+
+fn parse(field: SpecField, name: &str) -> Result<u64, CapError> {
     let upper = name.trim().to_ascii_uppercase();
     let bare = upper.strip_prefix("CAP_").unwrap_or(&upper);
     if bare == "ALL" {
@@ -75,7 +84,7 @@ fn parse(arg: &'static str, name: &str) -> Result<u64, CapError> {
         .position(|n| *n == bare)
         .map(|i| 1u64 << i)
         .ok_or_else(|| CapError::Unknown {
-            arg,
+            field,
             name: name.to_string(),
         })
 }
@@ -84,10 +93,10 @@ fn parse(arg: &'static str, name: &str) -> Result<u64, CapError> {
 pub fn resolve(add: &[String], drop: &[String]) -> Result<u64, CapError> {
     let mut keep = 0u64;
     for a in add {
-        keep |= parse("--cap-add", a)?;
+        keep |= parse(SpecField::CapAdd, a)?;
     }
     for d in drop {
-        keep &= !parse("--cap-drop", d)?;
+        keep &= !parse(SpecField::CapDrop, d)?;
     }
     Ok(keep)
 }
@@ -113,10 +122,10 @@ pub fn resolve_for(add: &[String], drop: &[String], host_root: bool) -> Result<u
     }
     if let Some(name) = add
         .iter()
-        .find(|a| parse("--cap-add", a).is_ok_and(|m| m & HOST_ROOT_REFUSED == m && m != 0))
+        .find(|a| parse(SpecField::CapAdd, a).is_ok_and(|m| m & HOST_ROOT_REFUSED == m && m != 0))
     {
         return Err(CapError::HostRoot {
-            arg: "--cap-add",
+            field: SpecField::CapAdd,
             name: name.clone(),
         });
     }
@@ -155,9 +164,8 @@ mod tests {
         assert!(resolve_for(&["FSETID".into()], &[], true).is_err());
         assert_eq!(resolve_for(&["FSETID".into()], &[], false), Ok(FSETID));
         assert_eq!(resolve_for(&["SETFCAP".into()], &[], false), Ok(SETFCAP));
-        assert!(resolve(&["FLY".into()], &[])
-            .unwrap_err()
-            .to_string()
-            .contains("--cap-add"));
+        let err = resolve(&["FLY".into()], &[]).unwrap_err();
+        assert!(err.to_string().contains("FLY"), "{err}");
+        assert_eq!(err.field(), SpecField::CapAdd);
     }
 }

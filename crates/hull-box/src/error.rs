@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use crate::field::SpecField;
 use crate::spec::SpecError;
 use crate::sys::Errno;
 
@@ -25,40 +26,79 @@ pub enum BoxError {
     #[error("could not create the box's namespaces: {errno}; {hint}")]
     Clone { errno: Errno, hint: String },
     /// A bind source could not be opened.
-    #[error("{arg} {}: {errno}", path.display())]
+    #[error("source {}: {errno}", path.display())]
     Source {
-        arg: &'static str,
+        field: SpecField,
         path: PathBuf,
         errno: Errno,
     },
     /// As host root, a host directory the box may write could not be given to it as an
-    /// idmapped copy (see [`crate::remap`]).
-    #[error("{arg} {path}: cannot give it to the box without host root's ids (an idmapped mount failed: {errno}){}", idmap_hint(*errno))]
+    /// idmapped copy (see [`crate::remap`]). `arg` says which arguments the path may come from
+    /// (for debugging); the message names the path, which every front end's caller wrote.
+    #[error("{path}: cannot give it to the box without host root's ids (an idmapped mount failed: {errno}){}", idmap_hint(*errno))]
     Idmap {
         arg: &'static str,
         path: String,
         errno: Errno,
     },
-    /// A limit was requested with --require-limits but cannot be enforced here.
-    #[error("--require-limits: {0}")]
+    /// Limits were required (`require_limits`) but cannot all be enforced here.
+    #[error("{0}")]
     LimitsUnenforced(String),
     /// The box's channel broke the protocol.
-    #[error("the box sent a malformed message: {0}")]
+    #[error("the box sent a malformed message")]
     Protocol(#[from] crate::proto::ProtoError),
     /// The box ended before reporting that setup finished.
     #[error("the box exited during setup without reporting why (wait status {0:#x})")]
     SetupVanished(i32),
-    /// `--subids` cannot be honoured: no range, or the uidmap helpers failed.
-    #[error("--subids: {0}")]
-    SubIds(String),
-    #[error("cgroup: {0}")]
+    /// `subids` cannot be honoured: no range, or the uidmap helpers failed.
+    #[error(transparent)]
+    SubIds(#[from] SubIdsError),
+    #[error("could not set up the box's cgroup")]
     Cgroup(#[from] hull_cgroup::CgroupError),
     #[error("seccomp: {0}")]
     Seccomp(String),
     #[error("{what}: {errno}")]
     Sys { what: &'static str, errno: Errno },
-    #[error("{what}: {error}")]
-    Io { what: String, error: std::io::Error },
+    #[error("{what}")]
+    Io {
+        what: String,
+        #[source]
+        error: std::io::Error,
+    },
+}
+
+/// Why ids 1-65536 could not be mapped to the caller's sub-id ranges (see [`crate::subids`]).
+#[derive(Debug, thiserror::Error)]
+pub enum SubIdsError {
+    #[error("cannot read {path} (install the uidmap package and give {name} a range: usermod --add-subuids/--add-subgids)")]
+    Read {
+        path: &'static str,
+        name: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} has no range for {name} (uid {uid}); add one, e.g. `usermod --add-subuids 100000-165535 --add-subgids 100000-165535 {name}`")]
+    NoRange {
+        path: &'static str,
+        name: String,
+        uid: u32,
+    },
+    #[error("cannot run {helper} (install the uidmap package)")]
+    Spawn {
+        helper: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{helper} {pid} {args} failed ({status}): {stderr}")]
+    Helper {
+        helper: &'static str,
+        pid: i32,
+        args: String,
+        status: std::process::ExitStatus,
+        stderr: String,
+    },
+    #[error("rm -rf {} in a user namespace mapped like the box's failed (wait status {status:#x})", path.display())]
+    Remove { path: PathBuf, status: i32 },
 }
 
 /// The fix for a failed idmapped mount.
@@ -71,6 +111,17 @@ fn idmap_hint(errno: Errno) -> &'static str {
 }
 
 impl BoxError {
+    /// The spec field the error is about, for a front end to name as its caller spelled it.
+    pub fn field(&self) -> Option<SpecField> {
+        match self {
+            BoxError::Spec(e) => Some(e.field()),
+            BoxError::Source { field, .. } => Some(*field),
+            BoxError::LimitsUnenforced(_) => Some(SpecField::RequireLimits),
+            BoxError::SubIds(_) => Some(SpecField::Subids),
+            _ => None,
+        }
+    }
+
     /// The error's kind, a stable word for JSON front ends.
     pub fn kind(&self) -> &'static str {
         match self {

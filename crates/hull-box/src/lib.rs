@@ -11,6 +11,7 @@ pub mod caps;
 mod child;
 mod ending;
 pub mod error;
+pub mod field;
 pub mod leftovers;
 pub mod owner;
 pub mod plan;
@@ -29,6 +30,7 @@ mod template;
 mod worker;
 
 pub use error::BoxError;
+pub use field::SpecField;
 pub use result::{Fault, FaultType, RunResult, Stats};
 pub use spec::{BindMount, BoxSpec, Network, RootSpec, Stdin, TmpfsMount};
 pub use supervise::{NoSink, OutputSink, RunOptions, Runtime, Stream, Teardown};

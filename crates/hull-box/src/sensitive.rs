@@ -177,10 +177,10 @@ impl std::fmt::Display for Refusal {
 }
 
 impl Refusal {
-    /// How to get what was wanted without the refused access; `arg` is the option as spelled.
-    pub fn fix(&self, arg: &str) -> &'static str {
-        match (self.access, arg) {
-            (Access::ReadOnly, "--workspace") => "the workspace is writable: use a directory made for the box, or --mount this one read-only (SRC:DST:ro)",
+    /// How to get what was wanted without the refused access, for a source given as `field`.
+    pub fn fix(&self, field: crate::field::SpecField) -> &'static str {
+        match (self.access, field) {
+            (Access::ReadOnly, crate::field::SpecField::Workspace) => "the workspace is writable: use a directory made for the box, or mount this one read-only (SRC:DST:ro)",
             (Access::ReadOnly, _) => "bind it read-only (SRC:DST:ro, or read_only in the SDKs)",
             (Access::Exact, _) => "mount a directory made for the box inside it",
             (Access::None, _) => "copy only the files the box needs into a directory of their own and mount that",

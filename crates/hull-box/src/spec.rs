@@ -1,10 +1,12 @@
 //! What a caller asks of one box (`BoxSpec`), and the checks that refuse a bad request before
-//! anything is forked. Every refusal names the argument and says how to fix it.
+//! anything is forked. Every refusal names the field ([`SpecField`]; each front end spells it
+//! its own way) and says how to fix it.
 
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 use crate::caps;
+pub use crate::field::SpecField;
 use crate::sensitive::{self, HomeOrEntry, Homes};
 use crate::size::Human;
 
@@ -123,7 +125,7 @@ impl BoxSpec {
             return Err(SpecError::NoCommand);
         }
         if self.argv.iter().any(|a| a.contains('\0')) {
-            return Err(SpecError::Nul("command".into()));
+            return Err(SpecError::Nul(SpecField::Command));
         }
         for (k, v) in &self.env {
             if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
@@ -132,20 +134,20 @@ impl BoxSpec {
         }
         if self.timeout.is_zero() {
             return Err(SpecError::Invalid {
-                arg: "--timeout",
+                field: SpecField::Timeout,
                 why: "must be longer than zero".into(),
             });
         }
         if self.max_output == 0 {
             return Err(SpecError::Invalid {
-                arg: "--max-output",
+                field: SpecField::MaxOutput,
                 why: "must be at least 1 byte".into(),
             });
         }
         if let Some(p) = self.pids {
             if p == 0 {
                 return Err(SpecError::Invalid {
-                    arg: "--pids",
+                    field: SpecField::Pids,
                     why: "must be at least 1".into(),
                 });
             }
@@ -153,7 +155,7 @@ impl BoxSpec {
         if let Some(c) = self.cpus {
             if !(c.is_finite() && c > 0.0 && c <= 4096.0) {
                 return Err(SpecError::Invalid {
-                    arg: "--cpus",
+                    field: SpecField::Cpus,
                     why: format!("`{c}` is not a positive CPU count (e.g. 0.5, 2)"),
                 });
             }
@@ -161,7 +163,7 @@ impl BoxSpec {
         if let Some(mem) = self.memory {
             if mem < (4 << 20) {
                 return Err(SpecError::Invalid {
-                    arg: "--memory",
+                    field: SpecField::Memory,
                     why: format!(
                         "{} is too small to start a process; give at least 4m",
                         Human(mem)
@@ -192,13 +194,13 @@ impl BoxSpec {
         )?;
         if !self.cwd.starts_with('/') {
             return Err(SpecError::Invalid {
-                arg: "--cwd",
+                field: SpecField::Cwd,
                 why: format!("`{}` must be an absolute path in the box", self.cwd),
             });
         }
         if self.hostname.is_empty() || self.hostname.len() > 64 {
             return Err(SpecError::Invalid {
-                arg: "--hostname",
+                field: SpecField::Hostname,
                 why: "must be 1 to 64 characters".into(),
             });
         }
@@ -208,35 +210,39 @@ impl BoxSpec {
         if let RootSpec::Dir(d) = &self.root {
             if !d.is_dir() {
                 return Err(SpecError::Invalid {
-                    arg: "--rootfs",
+                    field: SpecField::Root,
                     why: format!("{} is not a directory", d.display()),
                 });
             }
-            check_source("--rootfs", d, true, homes())?;
+            check_source(SpecField::Root, d, true, homes())?;
         }
         if let Some(ws) = &self.workspace {
-            check_source("--workspace", ws, false, homes())?;
+            check_source(SpecField::Workspace, ws, false, homes())?;
             if !ws.is_dir() {
                 return Err(SpecError::Invalid {
-                    arg: "--workspace",
+                    field: SpecField::Workspace,
                     why: format!("{} is not a directory (create it first)", ws.display()),
                 });
             }
         }
         let mut targets: Vec<&str> = Vec::new();
         for t in &self.tmpfs {
-            check_target("--tmpfs", &t.target)?;
+            check_target(SpecField::Tmpfs, &t.target)?;
             if targets.contains(&t.target.as_str()) {
                 return Err(SpecError::DuplicateTarget(t.target.clone()));
             }
             targets.push(&t.target);
         }
         for m in &self.mounts {
-            check_target("--mount", &m.target)?;
+            check_target(SpecField::Mounts, &m.target)?;
             if m.target == "/tmp" {
-                return Err(SpecError::TargetRefused { arg: "--mount", target: m.target.clone(), why: "/tmp is the box's private tmpfs; mount under it (e.g. /tmp/data) or at another path".into() });
+                return Err(SpecError::TargetRefused {
+                    field: SpecField::Mounts,
+                    target: m.target.clone(),
+                    why: "/tmp is the box's private tmpfs; mount under it (e.g. /tmp/data) or at another path".into(),
+                });
             }
-            check_source("--mount", &m.source, m.read_only, homes())?;
+            check_source(SpecField::Mounts, &m.source, m.read_only, homes())?;
             if targets.contains(&m.target.as_str()) {
                 return Err(SpecError::DuplicateTarget(m.target.clone()));
             }
@@ -270,9 +276,9 @@ pub fn is_within(path: &str, dir: &str) -> bool {
 /// Box paths a mount may not cover: the box's own kernel interfaces and identity.
 const REFUSED_TARGET_TREES: &[&str] = &["/proc", "/sys", "/dev", "/etc"];
 
-fn check_target(arg: &'static str, target: &str) -> Result<(), SpecError> {
+fn check_target(field: SpecField, target: &str) -> Result<(), SpecError> {
     let refuse = |why: String| SpecError::TargetRefused {
-        arg,
+        field,
         target: target.to_string(),
         why,
     };
@@ -282,7 +288,7 @@ fn check_target(arg: &'static str, target: &str) -> Result<(), SpecError> {
         ));
     }
     if target.contains('\0') {
-        return Err(SpecError::Nul(arg.into()));
+        return Err(SpecError::Nul(field));
     }
     let p = Path::new(target);
     if p.components()
@@ -306,7 +312,8 @@ fn check_target(arg: &'static str, target: &str) -> Result<(), SpecError> {
     }
     if is_within(target, "/workspace") {
         return Err(refuse(
-            "/workspace is the box's workspace; choose it with --workspace DIR".into(),
+            "/workspace is the box's workspace; choose its host directory as the workspace instead"
+                .into(),
         ));
     }
     Ok(())
@@ -317,18 +324,18 @@ fn check_target(arg: &'static str, target: &str) -> Result<(), SpecError> {
 /// the reviewed list in `policy/sensitive-mounts.policy` ([`crate::sensitive`]) that the source
 /// is, lies inside or contains (read-only entries pass when the bind is read-only).
 pub(crate) fn check_source(
-    arg: &'static str,
+    field: SpecField,
     source: &Path,
     read_only: bool,
     homes: &Homes,
 ) -> Result<(), SpecError> {
-    let canon = std::fs::canonicalize(source).map_err(|e| SpecError::SourceMissing {
-        arg,
+    let canon = std::fs::canonicalize(source).map_err(|error| SpecError::SourceMissing {
+        field,
         path: source.to_path_buf(),
-        error: e.to_string(),
+        error,
     })?;
     let refuse = |why: String| SpecError::SourceRefused {
-        arg,
+        field,
         path: source.to_path_buf(),
         resolved: canon.clone(),
         why,
@@ -350,52 +357,76 @@ pub(crate) fn check_source(
         Err(HomeOrEntry::Home { home, is: false }) => Err(refuse(format!(
             "it contains the home directory {home}; mount the project directory itself"
         ))),
-        Err(HomeOrEntry::Entry(r)) => Err(refuse(format!("{r}; {}", r.fix(arg)))),
+        Err(HomeOrEntry::Entry(r)) => Err(refuse(format!("{r}; {}", r.fix(field)))),
     }
 }
 
-/// Why a request was refused. Each message names the argument and the fix.
+/// Why a request was refused. Each message says what is wrong and the fix; which field it is
+/// about is [`SpecError::field`], which the front end names (`--mount: source /etc refused ...`
+/// in `hull run`, `mounts: ...` in the SDKs).
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
-    #[error("no command given: pass one after `--` (e.g. `hull run -- python3 -c 'print(1)'`) or use --code")]
+    #[error("no command given; give the program and its arguments")]
     NoCommand,
-    #[error("{0} contains a NUL byte")]
-    Nul(String),
-    #[error("--env `{0}`: write environment variables as NAME=VALUE with a non-empty NAME")]
+    #[error("contains a NUL byte")]
+    Nul(SpecField),
+    #[error("`{0}`: write environment variables as NAME=VALUE with a non-empty NAME")]
     BadEnv(String),
-    #[error("{arg}: {why}")]
-    Invalid { arg: &'static str, why: String },
-    #[error("tmpfs {target} of {} is larger than the memory cap of {}: it could never be filled; lower the tmpfs size or raise --memory", Human(*size), Human(*memory))]
+    #[error("{why}")]
+    Invalid { field: SpecField, why: String },
+    #[error("tmpfs {target} of {} is larger than the memory cap of {}: it could never be filled; lower the tmpfs size or raise the memory cap", Human(*size), Human(*memory))]
     TmpfsOverMemory {
         target: String,
         size: u64,
         memory: u64,
     },
-    #[error("{arg} target `{target}` refused: {why}")]
+    #[error("target `{target}` refused: {why}")]
     TargetRefused {
-        arg: &'static str,
+        field: SpecField,
         target: String,
         why: String,
     },
-    #[error("{arg} source {} refused (resolves to {}): {why}", path.display(), resolved.display())]
+    #[error("source {} refused (resolves to {}): {why}", path.display(), resolved.display())]
     SourceRefused {
-        arg: &'static str,
+        field: SpecField,
         path: PathBuf,
         resolved: PathBuf,
         why: String,
     },
-    #[error("{arg} source {}: {error}", path.display())]
+    #[error("source {} cannot be used", path.display())]
     SourceMissing {
-        arg: &'static str,
+        field: SpecField,
         path: PathBuf,
-        error: String,
+        #[source]
+        error: std::io::Error,
     },
     #[error("two mounts target `{0}`; give each path once")]
     DuplicateTarget(String),
-    #[error("--tmpfs {tmpfs} would cover the --mount at {bind}; put the bind outside the tmpfs or drop the tmpfs")]
+    #[error("the tmpfs at {tmpfs} would cover the bind mount at {bind}; put the bind outside the tmpfs or drop the tmpfs")]
     TmpfsCoversBind { tmpfs: String, bind: String },
     #[error(transparent)]
     Caps(#[from] caps::CapError),
+}
+
+impl SpecError {
+    /// The field the refusal is about.
+    pub fn field(&self) -> SpecField {
+        match self {
+            SpecError::NoCommand => SpecField::Command,
+            SpecError::Nul(f) => *f,
+            SpecError::BadEnv(_) => SpecField::Env,
+            SpecError::Invalid { field, .. }
+            | SpecError::TargetRefused { field, .. }
+            | SpecError::SourceRefused { field, .. }
+            | SpecError::SourceMissing { field, .. } => *field,
+            SpecError::TmpfsOverMemory { target, .. } if target == "/tmp" => SpecField::TmpSize,
+            SpecError::TmpfsOverMemory { .. } | SpecError::TmpfsCoversBind { .. } => {
+                SpecField::Tmpfs
+            }
+            SpecError::DuplicateTarget(_) => SpecField::Mounts,
+            SpecError::Caps(c) => c.field(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -431,8 +462,86 @@ mod tests {
                 target: "/data".into(),
                 read_only: true,
             });
-            let e = s.validate().unwrap_err().to_string();
-            assert!(e.contains("--mount") && e.contains("refused"), "{src}: {e}");
+            let e = s.validate().unwrap_err();
+            assert_eq!(e.field(), SpecField::Mounts, "{src}: {e}");
+            assert!(e.to_string().contains("refused"), "{src}: {e}");
+        }
+    }
+
+    /// The engine names fields, never one front end's spelling of them: `--mount` would be
+    /// wrong for a Python caller who passed `mounts=`.
+    #[test]
+    fn refusals_name_a_field_and_no_front_ends_flag() {
+        fn bind(src: &str, target: &str) -> BindMount {
+            BindMount {
+                source: src.into(),
+                target: target.into(),
+                read_only: true,
+            }
+        }
+        type Change = Box<dyn Fn(&mut BoxSpec)>;
+        let cases: Vec<(Change, SpecField)> = vec![
+            (
+                Box::new(|s| s.mounts.push(bind("/etc", "/data"))),
+                SpecField::Mounts,
+            ),
+            (
+                Box::new(|s| s.mounts.push(bind("/usr", "/proc"))),
+                SpecField::Mounts,
+            ),
+            (
+                Box::new(|s| s.mounts.push(bind("/no/such/dir", "/data"))),
+                SpecField::Mounts,
+            ),
+            (
+                Box::new(|s| s.root = RootSpec::Dir("/".into())),
+                SpecField::Root,
+            ),
+            (
+                Box::new(|s| s.workspace = Some("/etc".into())),
+                SpecField::Workspace,
+            ),
+            (Box::new(|s| s.timeout = Duration::ZERO), SpecField::Timeout),
+            (Box::new(|s| s.memory = Some(1 << 20)), SpecField::Memory),
+            (
+                Box::new(|s| {
+                    s.memory = Some(16 << 20);
+                    s.tmp_size = 32 << 20;
+                }),
+                SpecField::TmpSize,
+            ),
+            (
+                Box::new(|s| s.cap_add = vec!["FLY".into()]),
+                SpecField::CapAdd,
+            ),
+            (
+                Box::new(|s| s.cap_drop = vec!["FLY".into()]),
+                SpecField::CapDrop,
+            ),
+            (
+                Box::new(|s| s.env = vec![("A=B".into(), "x".into())]),
+                SpecField::Env,
+            ),
+            (Box::new(|s| s.argv.clear()), SpecField::Command),
+            (Box::new(|s| s.cwd = "rel".into()), SpecField::Cwd),
+            (
+                Box::new(|s| {
+                    s.tmpfs.push(TmpfsMount {
+                        target: "/data".into(),
+                        size: 1 << 20,
+                    });
+                    s.mounts.push(bind("/usr/share", "/data/x"));
+                }),
+                SpecField::Tmpfs,
+            ),
+        ];
+        for (i, (make, field)) in cases.iter().enumerate() {
+            let mut s = spec();
+            make(&mut s);
+            let e = s.validate().unwrap_err();
+            assert_eq!(e.field(), *field, "case {i}: {e}");
+            let text = crate::error::BoxError::from(e).to_string();
+            assert!(!text.contains("--"), "case {i} names a flag: {text}");
         }
     }
 
@@ -525,7 +634,7 @@ mod tests {
             }
         }
         let homes = Homes::only(&[home.to_str().unwrap()]);
-        check_source("--mount", &home.join(src), read_only, &homes)
+        check_source(SpecField::Mounts, &home.join(src), read_only, &homes)
     }
 
     /// `~/SRC` is refused in both modes, naming the path, the reason and the fix.
@@ -535,10 +644,12 @@ mod tests {
             fn $name() {
                 for ro in [false, true] {
                     let e = match mount_in_fake_home($make, $src, ro) {
-                        Err(e @ SpecError::SourceRefused { .. }) => e.to_string(),
+                        Err(e @ SpecError::SourceRefused { .. }) => (e.to_string(), e.field()),
                         other => panic!("~/{} (read-only {ro}) was not refused: {other:?}", $src),
                     };
-                    for word in [$path, $why, "copy only the files the box needs", "--mount"] {
+                    assert_eq!(e.1, SpecField::Mounts);
+                    let e = e.0;
+                    for word in [$path, $why, "copy only the files the box needs"] {
                         assert!(
                             e.contains(word),
                             "~/{} (read-only {ro}): `{word}` missing in: {e}",
@@ -596,7 +707,7 @@ mod tests {
     #[test]
     fn usr_is_read_only() {
         let homes = Homes::only(&[]);
-        let e = check_source("--mount", Path::new("/usr"), false, &homes)
+        let e = check_source(SpecField::Mounts, Path::new("/usr"), false, &homes)
             .unwrap_err()
             .to_string();
         for word in [
@@ -605,12 +716,12 @@ mod tests {
         ] {
             assert!(e.contains(word), "`{word}` missing in: {e}");
         }
-        let e = check_source("--mount", Path::new("/usr/share"), false, &homes)
+        let e = check_source(SpecField::Mounts, Path::new("/usr/share"), false, &homes)
             .unwrap_err()
             .to_string();
         assert!(e.contains("it lies inside /usr"), "{e}");
-        check_source("--mount", Path::new("/usr"), true, &homes).unwrap();
-        check_source("--rootfs", Path::new("/usr"), true, &homes).unwrap();
+        check_source(SpecField::Mounts, Path::new("/usr"), true, &homes).unwrap();
+        check_source(SpecField::Root, Path::new("/usr"), true, &homes).unwrap();
     }
 
     #[test]
@@ -619,13 +730,16 @@ mod tests {
         let home = std::fs::canonicalize(d.path()).unwrap();
         std::fs::create_dir_all(home.join(".local/bin")).unwrap();
         let homes = Homes::only(&[home.to_str().unwrap()]);
-        let e = check_source("--workspace", &home.join(".local/bin"), false, &homes)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("--workspace") && e.contains("the workspace is writable"),
-            "{e}"
-        );
+        let e = check_source(
+            SpecField::Workspace,
+            &home.join(".local/bin"),
+            false,
+            &homes,
+        )
+        .unwrap_err();
+        assert_eq!(e.field(), SpecField::Workspace);
+        let e = e.to_string();
+        assert!(e.contains("the workspace is writable"), "{e}");
     }
 
     #[test]
@@ -635,15 +749,15 @@ mod tests {
         let home = base.join("me");
         std::fs::create_dir_all(home.join("projects/app")).unwrap();
         let homes = Homes::only(&[home.to_str().unwrap()]);
-        let e = check_source("--mount", &home, true, &homes)
+        let e = check_source(SpecField::Mounts, &home, true, &homes)
             .unwrap_err()
             .to_string();
         assert!(e.contains("is a home directory"), "{e}");
-        let e = check_source("--mount", &base, true, &homes)
+        let e = check_source(SpecField::Mounts, &base, true, &homes)
             .unwrap_err()
             .to_string();
         assert!(e.contains("contains the home directory"), "{e}");
-        check_source("--mount", &home.join("projects/app"), false, &homes).unwrap();
+        check_source(SpecField::Mounts, &home.join("projects/app"), false, &homes).unwrap();
     }
 
     #[test]

@@ -16,7 +16,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::process::Command;
 
-use crate::error::BoxError;
+use crate::error::{BoxError, SubIdsError};
 use crate::sys;
 
 /// Ids mapped inside besides root: 1..=MAX_IDS.
@@ -62,9 +62,17 @@ pub fn find(file: &str, name: &str, id: u32) -> Option<(u32, u32)> {
 /// The caller's uid and gid ranges, or an error naming the file and the fix.
 pub fn lookup(uid: u32, gid: u32) -> Result<(IdRange, IdRange), BoxError> {
     let name = user_name(uid).unwrap_or_else(|| uid.to_string());
-    let one = |path: &str, own: u32| -> Result<IdRange, BoxError> {
-        let text = std::fs::read_to_string(path).map_err(|e| BoxError::SubIds(format!("cannot read {path}: {e}; install the uidmap package and give {name} a range (usermod --add-subuids/--add-subgids)")))?;
-        let (start, count) = find(&text, &name, uid).ok_or_else(|| BoxError::SubIds(format!("{path} has no range for {name} (uid {uid}); add one, e.g. `usermod --add-subuids 100000-165535 --add-subgids 100000-165535 {name}`")))?;
+    let one = |path: &'static str, own: u32| -> Result<IdRange, BoxError> {
+        let text = std::fs::read_to_string(path).map_err(|source| SubIdsError::Read {
+            path,
+            name: name.clone(),
+            source,
+        })?;
+        let (start, count) = find(&text, &name, uid).ok_or_else(|| SubIdsError::NoRange {
+            path,
+            name: name.clone(),
+            uid,
+        })?;
         Ok(IdRange { own, start, count })
     };
     Ok((one("/etc/subuid", uid)?, one("/etc/subgid", gid)?))
@@ -77,18 +85,16 @@ pub fn apply(pid: libc::pid_t, uids: &IdRange, gids: &IdRange) -> Result<(), Box
             .arg(pid.to_string())
             .args(range.args())
             .output()
-            .map_err(|e| {
-                BoxError::SubIds(format!(
-                    "cannot run {helper}: {e}; install the uidmap package"
-                ))
-            })?;
+            .map_err(|source| SubIdsError::Spawn { helper, source })?;
         if !out.status.success() {
-            return Err(BoxError::SubIds(format!(
-                "{helper} {pid} {} failed ({}): {}",
-                range.args().join(" "),
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            )));
+            return Err(SubIdsError::Helper {
+                helper,
+                pid,
+                args: range.args().join(" "),
+                status: out.status,
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            }
+            .into());
         }
     }
     Ok(())
@@ -155,11 +161,11 @@ pub fn remove_tree_mapped(path: &Path, uids: &IdRange, gids: &IdRange) -> Result
     mapped?;
     match waited {
         Some(w) if libc::WIFEXITED(w.status) && libc::WEXITSTATUS(w.status) == 0 => Ok(()),
-        Some(w) => Err(BoxError::SubIds(format!(
-            "rm -rf {} in a user namespace mapped like the box's failed (wait status {:#x})",
-            path.display(),
-            w.status
-        ))),
+        Some(w) => Err(SubIdsError::Remove {
+            path: path.to_path_buf(),
+            status: w.status,
+        }
+        .into()),
         None => Ok(()),
     }
 }

@@ -54,7 +54,7 @@ fn boxed(rt: &Runtime, argv: &[&str]) -> Result<(f64, f64), String> {
     let t = Instant::now();
     let (r, teardown) = rt
         .run_detached(&spec, RunOptions { capture: true }, &mut NoSink)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| hull_api::Chain(&e).to_string())?;
     let el = t.elapsed().as_secs_f64() * 1000.0;
     teardown.finish();
     let total = t.elapsed().as_secs_f64() * 1000.0;

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hull::{Language, Sandbox, SandboxConfig};
+use hull::{Language, Sandbox, SandboxRequest};
 use hull_box::{NoSink, Runtime};
 
 use crate::bench::BenchArgs;
@@ -24,7 +24,7 @@ fn call(sb: &Sandbox) -> Result<f64, String> {
     let t = Instant::now();
     let r = sb
         .run_code("print(1)", Language::Python, Box::new(NoSink))
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| hull_api::Chain(&e).to_string())?;
     let ms = t.elapsed().as_secs_f64() * 1000.0;
     if r.run.stdout != "1\n" || !r.run.success {
         return Err(format!(
@@ -43,11 +43,11 @@ pub fn main(args: &BenchArgs, rt: Arc<Runtime>) -> i32 {
         "python3"
     };
     let make = |prewarm: usize, id: &str| {
-        let cfg = SandboxConfig {
+        let cfg = SandboxRequest {
             prewarm,
-            ..SandboxConfig::default()
+            ..SandboxRequest::default()
         };
-        Sandbox::create(Arc::clone(&rt), id.to_string(), cfg)
+        Sandbox::create(Arc::<Runtime>::clone(&rt), id.to_string(), cfg)
     };
     let (cold, warm) = match (make(0, "bench-cold"), make(2, "bench-warm")) {
         (Ok(c), Ok(w)) => (c, w),

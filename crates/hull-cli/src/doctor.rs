@@ -138,7 +138,7 @@ pub fn main(args: &DoctorArgs) -> i32 {
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
     let (subids_ok, subids_detail, subids_fix) = match (newuidmap, hull_box::subids::lookup(uid, gid)) {
         (true, Ok((u, g))) => (true, format!("--subids maps ids 1-{} to {}.. (uids) and 1-{} to {}.. (gids) through newuidmap/newgidmap", u.count, u.start, g.count, g.start), None),
-        (true, Err(e)) => (false, format!("newuidmap present, but {e}"), Some("add ranges for this user to /etc/subuid and /etc/subgid (optional: needed only for --subids)")),
+        (true, Err(e)) => (false, format!("newuidmap present, but {}", hull_api::Chain(&e)), Some("add ranges for this user to /etc/subuid and /etc/subgid (optional: needed only for --subids)")),
         (false, _) => (false, "newuidmap absent: --subids is unavailable (boxes use a single-uid map)".into(), Some("apt-get install uidmap (optional: needed only for --subids)")),
     };
     checks.push(check("sub-ids", subids_ok, subids_detail, subids_fix));
@@ -169,7 +169,7 @@ pub fn main(args: &DoctorArgs) -> i32 {
             Err(e) => checks.push(check(
                 "box",
                 false,
-                e.to_string(),
+                hull_api::Chain(&e).to_string(),
                 Some("see the checks above"),
             )),
         }

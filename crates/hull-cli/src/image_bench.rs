@@ -17,8 +17,11 @@ fn argv() -> Vec<String> {
 
 /// The spec `hull run --image NAME -- /bin/sh -c :` builds, store look-up included.
 fn image_spec(name: &str) -> Result<BoxSpec, String> {
-    let store = Store::open(&default_home()).map_err(|e| format!("--image `{name}`: {e}"))?;
-    let info = store.resolve(name).map_err(|e| format!("--image: {e}"))?;
+    let store = Store::open(&default_home())
+        .map_err(|e| format!("--image `{name}`: {}", hull_api::Chain(&e)))?;
+    let info = store
+        .resolve(name)
+        .map_err(|e| format!("--image: {}", hull_api::Chain(&e)))?;
     let mut spec = BoxSpec::new(argv());
     spec.root = RootSpec::Dir(info.rootfs);
     spec.image_name = info.name;
@@ -39,7 +42,7 @@ fn timed(rt: &Runtime, make: &dyn Fn() -> Result<BoxSpec, String>) -> Result<f64
     let spec = make()?;
     let (r, teardown) = rt
         .run_detached(&spec, RunOptions { capture: true }, &mut NoSink)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| hull_api::Chain(&e).to_string())?;
     let ms = t.elapsed().as_secs_f64() * 1000.0;
     teardown.finish();
     if !r.success {

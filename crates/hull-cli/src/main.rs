@@ -68,14 +68,3 @@ pub fn print_error(err: &(dyn std::error::Error + 'static)) {
         src = s.source();
     }
 }
-
-/// The cause chain as a list, for JSON errors.
-pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> Vec<String> {
-    let mut v = vec![err.to_string()];
-    let mut src = err.source();
-    while let Some(s) = src {
-        v.push(s.to_string());
-        src = s.source();
-    }
-    v
-}

@@ -124,7 +124,8 @@ fn options(args: &PullArgs) -> Result<PullOptions, String> {
         hull_image::reference::check_insecure_arg(h)?;
     }
     let platform = args.platform.as_deref().map(Platform::parse).transpose()?;
-    let timeout = crate::run::parse_duration("--timeout", &args.timeout)?;
+    let timeout =
+        hull_api::duration::parse_duration(&args.timeout).map_err(|e| format!("--timeout: {e}"))?;
     if args.parallel == 0 || args.parallel > 8 {
         return Err(format!("--parallel {}: give 1 to 8", args.parallel));
     }

@@ -2,30 +2,35 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::time::Duration;
 
-use clap::{Args, ValueEnum};
-use hull_box::size::parse_size;
-use hull_box::spec::{DEFAULT_PIDS, DEFAULT_TIMEOUT};
-use hull_box::{
-    BindMount, BoxError, BoxSpec, Network, OutputSink, RootSpec, RunOptions, Runtime, Stdin,
-    Stream, TmpfsMount,
-};
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+use clap::Args;
+use hull::error::Named;
+use hull_api::{duration, size, Chain, Language, Mount, Network, RunRequest, Tmpfs};
+use hull_box::spec::DEFAULT_PIDS;
+use hull_box::{BoxError, OutputSink, RunOptions, Runtime, SpecField, Stream};
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum Language {
-    Python,
-    Bash,
-    Sh,
-    Node,
+/// `--language`: the names (and aliases) [`Language`] reads.
+fn language_parser() -> impl TypedValueParser<Value = Language> {
+    PossibleValuesParser::new([
+        PossibleValue::new("python").alias("python3"),
+        PossibleValue::new("bash"),
+        PossibleValue::new("sh"),
+        PossibleValue::new("node").alias("javascript"),
+    ])
+    .map(|s| {
+        s.parse::<Language>()
+            .expect("every listed name is a language")
+    })
 }
 
-#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
-pub enum NetworkArg {
-    /// A private network namespace with loopback only.
-    None,
-    /// The host's network: an explicit relaxation of the box.
-    Host,
+/// `--network`, with what each value means for `--help`.
+fn network_parser() -> impl TypedValueParser<Value = Network> {
+    PossibleValuesParser::new([
+        PossibleValue::new("none").help("A private network namespace with loopback only."),
+        PossibleValue::new("host").help("The host's network: an explicit relaxation of the box."),
+    ])
+    .map(|s| Network::parse(&s).expect("every listed name is a network"))
 }
 
 #[derive(Args, Debug)]
@@ -37,7 +42,7 @@ pub struct RunArgs {
     #[arg(long, conflicts_with = "command")]
     pub code: Option<String>,
     /// Interpreter for --code.
-    #[arg(long, value_enum, default_value = "python", requires = "code")]
+    #[arg(long, default_value = "python", requires = "code", value_parser = language_parser())]
     pub language: Language,
     /// Print the result as one JSON object instead of streaming the output.
     #[arg(long)]
@@ -64,8 +69,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "SRC:DST[:ro]")]
     pub mount: Vec<String>,
     /// Network: none (loopback only, the default) or host.
-    #[arg(long, value_enum, default_value = "none")]
-    pub network: NetworkArg,
+    #[arg(long, default_value = "none", value_parser = network_parser())]
+    pub network: Network,
     /// Keep a capability inside the box's user namespace (all are dropped by default). Repeatable; ALL allowed.
     #[arg(long, value_name = "CAP")]
     pub cap_add: Vec<String>,
@@ -109,164 +114,93 @@ pub struct RunArgs {
     pub command: Vec<String>,
 }
 
-/// Parses `30s`, `500ms`, `2m`, `1h` or a bare number of seconds.
-pub fn parse_duration(arg: &str, text: &str) -> Result<Duration, String> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("{arg} `{text}` is not a duration; write e.g. 30s, 500ms or 2m"))?;
-    let secs = match unit {
-        "" | "s" => n,
-        "ms" => n / 1000.0,
-        "m" | "min" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => {
-            return Err(format!(
-                "{arg} `{text}` has an unknown unit `{unit}`; use ms, s, m or h"
-            ))
-        }
+/// The flags as a request; an error names the flag and what is wrong with its value.
+pub fn request_from(args: &RunArgs) -> Result<RunRequest, String> {
+    let size = |flag: &str, text: &str| size::parse_size(text).map_err(|e| format!("{flag}: {e}"));
+    let mut r = RunRequest {
+        argv: args.command.clone(),
+        code: args.code.clone(),
+        language: args.language,
+        image: args.image.clone(),
+        rootfs: args.rootfs.clone(),
+        workspace: args.workspace.clone(),
+        tmp_size: size("--tmp-size", &args.tmp_size)?,
+        network: args.network,
+        cap_add: args.cap_add.clone(),
+        cap_drop: args.cap_drop.clone(),
+        memory: args
+            .memory
+            .as_deref()
+            .map(|m| size("--memory", m))
+            .transpose()?,
+        pids: (args.pids != 0).then_some(args.pids),
+        cpus: args.cpus,
+        require_limits: args.require_limits,
+        subids: args.subids,
+        max_output: size("--max-output", &args.max_output)?,
+        cwd: args.cwd.clone(),
+        inherit_stdin: args.interactive,
+        ..RunRequest::default()
     };
-    if !secs.is_finite() || secs <= 0.0 || secs > 7.0 * 86400.0 {
-        return Err(format!("{arg} `{text}` must be between 1ms and 7 days"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
-
-fn size_arg(arg: &str, text: &str) -> Result<u64, String> {
-    parse_size(text).map_err(|e| format!("{arg}: {e}"))
-}
-
-/// Turns the arguments into a spec; errors name the argument.
-pub fn spec_from(args: &RunArgs) -> Result<BoxSpec, String> {
-    let argv = match &args.code {
-        Some(code) => match args.language {
-            Language::Python => vec!["python3".into(), "-c".into(), code.clone()],
-            Language::Bash => vec!["bash".into(), "-c".into(), code.clone()],
-            Language::Sh => vec!["sh".into(), "-c".into(), code.clone()],
-            Language::Node => vec!["node".into(), "-e".into(), code.clone()],
-        },
-        None => args.command.clone(),
-    };
-    let mut spec = BoxSpec::new(argv);
-    let mut image_config = None;
-    if let Some(dir) = &args.rootfs {
-        spec.root = RootSpec::Dir(dir.clone());
-        spec.image_name = dir.display().to_string();
-    } else if args.image != "host" {
-        let store = hull_image::Store::open(&hull_image::default_home())
-            .map_err(|e| format!("--image `{}`: {e}", args.image))?;
-        let info = store
-            .resolve(&args.image)
-            .map_err(|e| format!("--image: {e}"))?;
-        spec.root = RootSpec::Dir(info.rootfs.clone());
-        spec.image_name = info.name.clone();
-        image_config = Some(info.config);
-    }
-    if let Some(cfg) = &image_config {
-        if spec.argv.is_empty() {
-            spec.argv = cfg
-                .entrypoint
-                .iter()
-                .flatten()
-                .chain(cfg.cmd.iter().flatten())
-                .cloned()
-                .collect();
-        }
-        for kv in cfg.env.iter().flatten() {
-            if let Some((k, v)) = kv.split_once('=') {
-                spec.env.push((k.to_string(), v.to_string()));
-            }
-        }
-        if let Some(wd) = cfg.working_dir.as_ref().filter(|w| w.starts_with('/')) {
-            spec.cwd = wd.clone();
-        }
-        if let Some(u) = cfg
-            .user
-            .as_ref()
-            .filter(|u| !u.is_empty() && *u != "root" && *u != "0" && *u != "0:0")
-        {
-            eprintln!("hull: warning: the image asks for user `{u}`; boxes run as uid 0 of their own user namespace (a single-uid map)");
-        }
-    }
-    spec.workspace = args.workspace.clone();
-    spec.tmp_size = size_arg("--tmp-size", &args.tmp_size)?;
     for t in &args.tmpfs {
-        let (path, size) = t
-            .split_once('=')
-            .ok_or_else(|| format!("--tmpfs `{t}`: write it as PATH=SIZE, e.g. /cache=128m"))?;
-        let size = size_arg("--tmpfs", size)?;
-        if path == "/tmp" {
-            spec.tmp_size = size;
-        } else {
-            spec.tmpfs.push(TmpfsMount {
-                target: path.to_string(),
-                size,
-            });
-        }
+        r.tmpfs.push(
+            t.parse::<Tmpfs>()
+                .map_err(|e| format!("--tmpfs: {}", Chain(&e)))?,
+        );
     }
     for m in &args.mount {
-        let parts: Vec<&str> = m.split(':').collect();
-        let (src, dst, ro) = match parts.as_slice() {
-            [s, d] => (*s, *d, false),
-            [s, d, "ro"] => (*s, *d, true),
-            [s, d, "rw"] => (*s, *d, false),
-            [_, _, mode] => return Err(format!("--mount `{m}`: mode `{mode}` must be ro or rw")),
-            _ => return Err(format!("--mount `{m}`: write it as SRC:DST or SRC:DST:ro")),
-        };
-        if src.is_empty() || dst.is_empty() {
-            return Err(format!("--mount `{m}`: both SRC and DST are needed"));
-        }
-        spec.mounts.push(BindMount {
-            source: PathBuf::from(src),
-            target: dst.to_string(),
-            read_only: ro,
-        });
+        r.mounts.push(
+            m.parse::<Mount>()
+                .map_err(|e| format!("--mount: {}", Chain(&e)))?,
+        );
     }
-    spec.network = if args.network == NetworkArg::Host {
-        Network::Host
-    } else {
-        Network::None
-    };
-    spec.cap_add = args.cap_add.clone();
-    spec.cap_drop = args.cap_drop.clone();
-    spec.memory = args
-        .memory
-        .as_deref()
-        .map(|m| size_arg("--memory", m))
-        .transpose()?;
-    spec.pids = if args.pids == 0 {
-        None
-    } else {
-        Some(args.pids)
-    };
-    spec.cpus = args.cpus;
-    spec.require_limits = args.require_limits;
-    spec.subids = args.subids;
-    spec.timeout = if args.timeout.is_empty() {
-        DEFAULT_TIMEOUT
-    } else {
-        parse_duration("--timeout", &args.timeout)?
-    };
-    spec.max_output = size_arg("--max-output", &args.max_output)?;
+    if !args.timeout.is_empty() {
+        r.timeout =
+            duration::parse_duration(&args.timeout).map_err(|e| format!("--timeout: {e}"))?;
+    }
     for e in &args.env {
         let (k, v) = e
             .split_once('=')
-            .ok_or_else(|| format!("--env `{e}`: write it as NAME=VALUE"))?;
-        spec.env.push((k.to_string(), v.to_string()));
+            .ok_or_else(|| format!("--env: `{e}`: write it as NAME=VALUE"))?;
+        r.env.push((k.to_string(), v.to_string()));
     }
-    if let Some(cwd) = &args.cwd {
-        spec.cwd = cwd.clone();
+    Ok(r)
+}
+
+/// How `hull run` spells a field of the box's spec: the flag that sets it.
+pub fn flag(field: SpecField, r: &RunRequest) -> &'static str {
+    match field {
+        SpecField::Command => "CMD",
+        SpecField::Env => "--env",
+        SpecField::Root if r.rootfs.is_some() => "--rootfs",
+        SpecField::Root => "--image",
+        SpecField::Workspace => "--workspace",
+        SpecField::TmpSize => "--tmp-size",
+        SpecField::Tmpfs => "--tmpfs",
+        SpecField::Mounts => "--mount",
+        SpecField::CapAdd => "--cap-add",
+        SpecField::CapDrop => "--cap-drop",
+        SpecField::Memory => "--memory",
+        SpecField::Pids => "--pids",
+        SpecField::Cpus => "--cpus",
+        SpecField::Timeout => "--timeout",
+        SpecField::MaxOutput => "--max-output",
+        SpecField::Cwd => "--cwd",
+        SpecField::Hostname => "--hostname",
+        SpecField::Subids => "--subids",
+        SpecField::RequireLimits => "--require-limits",
     }
-    spec.stdin = if args.interactive {
-        Stdin::Inherit
-    } else {
-        Stdin::Null
-    };
-    Ok(spec)
+}
+
+/// A box error as `hull run` shows it: named by the flag it is about, when it is about one.
+fn shown(e: BoxError, r: &RunRequest) -> Result<Named<BoxError>, BoxError> {
+    match e.field() {
+        Some(f) => Ok(Named {
+            arg: flag(f, r),
+            error: e,
+        }),
+        None => Err(e),
+    }
 }
 
 /// Streams box output straight to our own stdout and stderr.
@@ -316,25 +250,61 @@ impl OutputSink for Passthrough {
     }
 }
 
-fn json_error(err: &BoxError) -> serde_json::Value {
-    serde_json::json!({ "error": { "kind": err.kind(), "message": err.to_string(), "chain": crate::error_chain(err) } })
+fn json_error(kind: &str, err: &(dyn std::error::Error + 'static)) -> serde_json::Value {
+    serde_json::json!({ "error": { "kind": kind, "message": Chain(err).to_string(), "chain": hull_api::error::chain(err) } })
+}
+
+/// Prints an error once: as JSON with `--json`, else on stderr with its causes.
+fn report(args: &RunArgs, kind: &str, err: &(dyn std::error::Error + 'static)) -> i32 {
+    if args.json {
+        println!("{}", json_error(kind, err));
+    } else {
+        crate::print_error(err);
+    }
+    125
+}
+
+/// A box error, named by its flag.
+fn report_box(args: &RunArgs, r: &RunRequest, e: BoxError) -> i32 {
+    let kind = e.kind();
+    match shown(e, r) {
+        Ok(named) => report(args, kind, &named),
+        Err(e) => report(args, kind, &e),
+    }
+}
+
+/// A refusal of the flags themselves, before any box.
+fn report_invalid(args: &RunArgs, msg: &str) -> i32 {
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({ "error": { "kind": "invalid_argument", "message": msg, "chain": [msg] } })
+        );
+    } else {
+        eprintln!("hull: error: {msg}");
+    }
+    125
 }
 
 pub fn main(args: RunArgs) -> i32 {
-    let spec = match spec_from(&args) {
-        Ok(s) => s,
-        Err(msg) => {
-            if args.json {
-                println!(
-                    "{}",
-                    serde_json::json!({ "error": { "kind": "invalid_argument", "message": msg, "chain": [msg] } })
-                );
-            } else {
-                eprintln!("hull: error: {msg}");
-            }
-            return 125;
+    let req = match request_from(&args) {
+        Ok(r) => r,
+        Err(msg) => return report_invalid(&args, &msg),
+    };
+    let built = match hull::boxspec::run_spec(&req) {
+        Ok(b) => b,
+        Err(error) => {
+            let arg = flag(SpecField::Root, &req);
+            return report(&args, "invalid_argument", &Named { arg, error });
         }
     };
+    for w in &built.warnings {
+        eprintln!("hull: warning: {w}");
+    }
+    let spec = built.spec;
+    if spec.argv.is_empty() {
+        return report_invalid(&args, "no command given: pass one after `--` (e.g. `hull run -- python3 -c 'print(1)'`) or use --code");
+    }
     let runtime = match Runtime::new() {
         Ok(r) => r,
         Err(e) => {
@@ -348,10 +318,7 @@ pub fn main(args: RunArgs) -> i32 {
                 let _ = write!(std::io::stdout(), "{plan}");
                 0
             }
-            Err(e) => {
-                crate::print_error(&e);
-                125
-            }
+            Err(e) => report_box(&args, &req, e),
         };
     }
     // The result is printed as soon as it is known; the box's teardown (reaping, cgroup and
@@ -386,35 +353,76 @@ pub fn main(args: RunArgs) -> i32 {
             runtime.sweep_leftovers();
             r.exit_code
         }
-        Err(e) => {
-            if args.json {
-                println!("{}", json_error(&e));
-            } else {
-                crate::print_error(&e);
-            }
-            125
-        }
+        Err(e) => report_box(&args, &req, e),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn req(args: &[&str]) -> Result<RunRequest, String> {
+        let cli = Cli::try_parse_from(std::iter::once("hull").chain(args.iter().copied()))
+            .map_err(|e| e.to_string())?;
+        request_from(&cli.run)
+    }
 
     #[test]
-    fn durations() {
+    fn flags_become_a_request_with_real_units() {
+        let r = req(&[
+            "--memory",
+            "1g",
+            "--timeout",
+            "500ms",
+            "--pids",
+            "0",
+            "--tmpfs",
+            "/c=4m",
+            "--mount",
+            "/a:/b:ro",
+            "-e",
+            "A=1",
+            "--",
+            "true",
+        ])
+        .unwrap();
+        assert_eq!(r.memory, Some(1 << 30));
+        assert_eq!(r.timeout, std::time::Duration::from_millis(500));
         assert_eq!(
-            parse_duration("--timeout", "2s"),
-            Ok(Duration::from_secs(2))
+            (r.pids, r.tmpfs[0].size, r.mounts[0].read_only),
+            (None, 4 << 20, true)
         );
-        assert_eq!(parse_duration("--timeout", "2"), Ok(Duration::from_secs(2)));
+        assert_eq!(r.env, [("A".to_string(), "1".to_string())]);
         assert_eq!(
-            parse_duration("--timeout", "500ms"),
-            Ok(Duration::from_millis(500))
+            req(&["--code", "1", "--language", "javascript"])
+                .unwrap()
+                .command(),
+            ["node", "-e", "1"]
         );
-        assert!(parse_duration("--timeout", "2x")
-            .unwrap_err()
-            .contains("--timeout"));
-        assert!(parse_duration("--timeout", "0").is_err());
+        assert_eq!(
+            req(&["--network", "host", "--", "true"]).unwrap().network,
+            Network::Host
+        );
+    }
+
+    #[test]
+    fn bad_values_name_the_flag() {
+        for (args, flag) in [
+            (&["--tmp-size", "64", "--", "true"][..], "--tmp-size: "),
+            (&["--timeout", "soon", "--", "true"], "--timeout: "),
+            (&["--tmpfs", "/c=10", "--", "true"], "--tmpfs: "),
+            (&["--mount", "/etc", "--", "true"], "--mount: "),
+            (&["-e", "NOVALUE", "--", "true"], "--env: "),
+        ] {
+            let e = req(args).unwrap_err();
+            assert!(e.starts_with(flag), "{args:?}: {e}");
+        }
     }
 }

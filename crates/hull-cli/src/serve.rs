@@ -10,11 +10,11 @@ use std::io::{BufRead, Write};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use hull_box::{OutputSink, RunOptions, Runtime, Stream};
-use serde::Deserialize;
+use hull::error::Named;
+use hull::Backend;
+use hull_api::{Chain, RunRequest};
+use hull_box::{BoxError, OutputSink, Runtime, SpecField, Stream};
 use serde_json::{json, Value};
-
-use crate::run::{Language, NetworkArg, RunArgs};
 
 /// The protocol version; bumped on an incompatible change.
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -40,101 +40,82 @@ mod tests {
     }
 }
 
-/// `run` parameters: the options of `hull run`, by the same names in snake_case.
-#[derive(Deserialize, Debug, Default)]
-#[serde(deny_unknown_fields, default)]
-struct RunParams {
-    argv: Vec<String>,
-    code: Option<String>,
-    language: Option<String>,
-    image: Option<String>,
-    rootfs: Option<String>,
-    workspace: Option<String>,
-    tmp_size: Option<String>,
-    tmpfs: Vec<String>,
-    mounts: Vec<String>,
-    network: Option<String>,
-    cap_add: Vec<String>,
-    cap_drop: Vec<String>,
-    memory: Option<String>,
-    pids: Option<u64>,
-    cpus: Option<f64>,
-    require_limits: bool,
-    subids: bool,
-    timeout: Option<Value>,
-    max_output: Option<String>,
-    env: std::collections::BTreeMap<String, String>,
-    cwd: Option<String>,
-    stream: bool,
+/// An error answer: its kind, its message (the whole chain on one line), each level of the
+/// chain once, and the argument it is about (as the request named it) when there is one.
+pub(crate) fn error_json(
+    kind: &str,
+    err: &(dyn std::error::Error + 'static),
+    arg: Option<&str>,
+) -> Value {
+    let mut v = json!({ "kind": kind, "message": Chain(err).to_string(), "chain": hull_api::error::chain(err) });
+    if let Some(a) = arg {
+        v["arg"] = json!(a);
+    }
+    v
 }
 
-fn invalid(message: String) -> Value {
-    json!({ "kind": "invalid_argument", "message": message, "chain": [message] })
+fn invalid(e: &hull_api::RequestError) -> Value {
+    json!({ "kind": "invalid_argument", "message": e.to_string(), "chain": [e.to_string()], "arg": e.arg })
 }
 
-impl RunParams {
-    fn into_args(self) -> Result<RunArgs, Value> {
-        let language = match self.language.as_deref() {
-            None | Some("python") => Language::Python,
-            Some("bash") => Language::Bash,
-            Some("sh") => Language::Sh,
-            Some("node") => Language::Node,
-            Some(other) => {
-                return Err(invalid(format!(
-                    "params.language `{other}`: use python, bash, sh or node"
-                )))
-            }
-        };
-        let network = match self.network.as_deref() {
-            None | Some("none") => NetworkArg::None,
-            Some("host") => NetworkArg::Host,
-            Some(other) => {
-                return Err(invalid(format!(
-                    "params.network `{other}`: use none or host"
-                )))
-            }
-        };
-        if self.code.is_some() && !self.argv.is_empty() {
-            return Err(invalid(
-                "params: give either `code` or `argv`, not both".into(),
-            ));
+/// How `run`'s parameters spell a field of the box's spec.
+fn run_key(field: SpecField, r: &RunRequest) -> &'static str {
+    match field {
+        SpecField::Command => "argv",
+        SpecField::Root if r.rootfs.is_some() => "rootfs",
+        SpecField::Root => "image",
+        f => f.name(),
+    }
+}
+
+/// `run`: one box from the parameters (`hull run`'s options by their snake_case names).
+fn run(rt: &Runtime, out: &Out, id: &Value, params: Value) -> Result<Value, Value> {
+    let mut params = if params.is_null() { json!({}) } else { params };
+    let stream = match params.as_object_mut().and_then(|m| m.remove("stream")) {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => b,
+        Some(v) => {
+            return Err(invalid(&hull_api::RequestError::new(
+                "stream",
+                format!("expected true or false, got {v}"),
+            )))
         }
-        let timeout = match self.timeout {
-            None => "30s".to_string(),
-            Some(Value::Number(n)) => format!("{}", n.as_f64().unwrap_or(0.0)),
-            Some(Value::String(s)) => s,
-            Some(other) => return Err(invalid(format!("params.timeout `{other}`: give seconds (a number) or a duration string like \"2s\""))),
-        };
-        Ok(RunArgs {
-            code: self.code,
-            language,
-            json: true,
-            plan: false,
-            image: self.image.unwrap_or_else(|| "host".into()),
-            rootfs: self.rootfs.map(Into::into),
-            workspace: self.workspace.map(Into::into),
-            tmp_size: self.tmp_size.unwrap_or_else(|| "64m".into()),
-            tmpfs: self.tmpfs,
-            mount: self.mounts,
-            network,
-            cap_add: self.cap_add,
-            cap_drop: self.cap_drop,
-            memory: self.memory,
-            pids: self.pids.unwrap_or(hull_box::spec::DEFAULT_PIDS),
-            cpus: self.cpus,
-            require_limits: self.require_limits,
-            subids: self.subids,
-            timeout,
-            max_output: self.max_output.unwrap_or_else(|| "64m".into()),
-            env: self
-                .env
-                .into_iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect(),
-            cwd: self.cwd,
-            interactive: false,
-            command: self.argv,
-        })
+    };
+    let req = RunRequest::from_json(&params).map_err(|e| invalid(&e))?;
+    let built = hull::boxspec::run_spec(&req).map_err(|error| {
+        let arg = run_key(SpecField::Root, &req);
+        error_json("invalid_argument", &Named { arg, error }, Some(arg))
+    })?;
+    for w in &built.warnings {
+        eprintln!("hull serve: warning: {w}");
+    }
+    // Through the Sandbox layer's backend seam, like every box of a sandbox.
+    let backend: &dyn Backend = rt;
+    let mut sink = EventSink::new(out.clone(), id.clone());
+    let res = if stream {
+        backend.run(&built.spec, &mut sink)
+    } else {
+        backend.run(&built.spec, &mut hull_box::NoSink)
+    };
+    match res {
+        Ok((r, destroy)) => {
+            let v = serde_json::to_value(&r).unwrap_or(Value::Null);
+            out.send(&json!({ "id": id, "result": v }));
+            destroy();
+            Ok(Value::Null)
+        }
+        Err(e) => Err(box_error_json(e, &req)),
+    }
+}
+
+fn box_error_json(e: BoxError, r: &RunRequest) -> Value {
+    let kind = e.kind();
+    match e.field() {
+        Some(f) => {
+            let arg = run_key(f, r);
+            error_json(kind, &Named { arg, error: e }, Some(arg))
+        }
+        None => error_json(kind, &e, None),
     }
 }
 
@@ -281,34 +262,9 @@ fn handle(
             "images": ["host"],
         })))),
         "run" => {
-            let params: RunParams =
-                match serde_json::from_value(if params.is_null() { json!({}) } else { params }) {
-                    Ok(p) => p,
-                    Err(e) => return reply(Err(invalid(format!("params: {e}")))),
-                };
-            let stream = params.stream;
-            let args = match params.into_args() {
-                Ok(a) => a,
-                Err(e) => return reply(Err(e)),
-            };
-            let spec = match crate::run::spec_from(&args) {
-                Ok(s) => s,
-                Err(m) => return reply(Err(invalid(m))),
-            };
-            let mut sink = EventSink::new(out.clone(), id.clone());
-            let res = if stream {
-                rt.run_detached(&spec, RunOptions { capture: true }, &mut sink)
-            } else {
-                rt.run_detached(&spec, RunOptions { capture: true }, &mut hull_box::NoSink)
-            };
-            match res {
-                Ok((r, teardown)) => {
-                    reply(Ok(serde_json::to_value(&r).unwrap_or(Value::Null)));
-                    teardown.finish();
-                }
-                Err(e) => reply(Err(
-                    json!({ "kind": e.kind(), "message": e.to_string(), "chain": crate::error_chain(&e) }),
-                )),
+            // A result is sent before the box's teardown; only an error is left to send.
+            if let Err(e) = run(rt, out, &id, params) {
+                reply(Err(e));
             }
         }
         m if m.starts_with("sandbox.") || m.starts_with("kernel.") => {

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use base64::Engine;
-use hull::{Language, Sandbox, SandboxConfig, SandboxError};
+use hull::{Language, Sandbox, SandboxError, SandboxRequest};
 use hull_box::{OutputSink, Runtime};
 use serde_json::{json, Map, Value};
 
@@ -56,10 +56,8 @@ impl Sessions {
 }
 
 fn error_json(e: &SandboxError) -> Value {
-    let mut v =
-        json!({ "kind": e.kind(), "message": e.to_string(), "chain": crate::error_chain(e) });
+    let mut v = crate::serve::error_json(e.kind(), e, e.arg());
     match e {
-        SandboxError::Invalid { arg, .. } => v["arg"] = json!(arg),
         SandboxError::Box(hull_box::BoxError::Setup {
             step, errno, path, ..
         }) => {
@@ -179,10 +177,10 @@ impl Sessions {
         let b64 = base64::engine::general_purpose::STANDARD;
         match method {
             "sandbox.create" => {
-                let cfg = SandboxConfig::from_json(&params)?;
+                let cfg = SandboxRequest::from_json(&params)?;
                 let n = self.next.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
                 let sid = format!("sb{n}");
-                let sb = Sandbox::create(Arc::clone(rt), sid.clone(), cfg)?;
+                let sb = Sandbox::create(Arc::<Runtime>::clone(rt), sid.clone(), cfg)?;
                 let setup = sb.setup.as_ref().map(|r| json!({ "stdout": r.stdout, "stderr": r.stderr, "exit_code": r.exit_code, "duration_ms": r.duration_ms }));
                 let ws = sb.workspace_path().display().to_string();
                 if let Ok(mut m) = self.map.lock() {
@@ -192,7 +190,12 @@ impl Sessions {
             }
             "sandbox.run_code" => {
                 let sb = self.get(p)?;
-                let language = Language::parse(opt_str(p, "language")?)?;
+                let language = match opt_str(p, "language")? {
+                    None => Language::Python,
+                    Some(l) => l
+                        .parse::<Language>()
+                        .map_err(|e| bad("language", &e.to_string()))?,
+                };
                 let r = sb.run_code(str_param(p, "code")?, language, sink_for(p, out, id))?;
                 Ok(exec_json(&r))
             }

@@ -582,6 +582,18 @@ fn bad_options_are_refused_naming_the_argument() {
             &["--mount", "absolute"],
         ),
         (&["run"], &["no command"]),
+        (
+            &["run", "--mount", "/no/such/dir:/data", "--", "true"],
+            &["--mount: source /no/such/dir", "No such file"],
+        ),
+        (
+            &["run", "--workspace", "/etc", "--", "true"],
+            &["--workspace: source /etc refused"],
+        ),
+        (
+            &["run", "--cap-drop", "FLY", "--", "true"],
+            &["--cap-drop: `FLY` is not a capability"],
+        ),
     ];
     for (args, words) in cases {
         let out = hull(args);

@@ -184,6 +184,129 @@ fn bad_arguments_are_refused_naming_them() {
     assert_eq!(e["arg"], "language");
 }
 
+/// An engine refusal names the argument as the SDKs spell it (`arg`, and the message's start),
+/// never `hull run`'s flag: a Python caller who passed `mounts=` must not read `--mount`.
+#[test]
+fn refusals_name_the_sandbox_argument_not_a_command_line_flag() {
+    let mut c = Client::new();
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().display();
+    for (params, kind, arg, flag) in [
+        (
+            json!({"mounts": ["/etc:/data"]}),
+            "mount_refused",
+            "mounts",
+            "--mount",
+        ),
+        (
+            json!({"mounts": [format!("{src}:/proc")]}),
+            "mount_refused",
+            "mounts",
+            "--mount",
+        ),
+        (
+            json!({"workspace": "/etc"}),
+            "invalid_argument",
+            "workspace",
+            "--workspace",
+        ),
+        (
+            json!({"memory_mb": 16, "tmpfs": {"/big": "64m"}}),
+            "invalid_argument",
+            "tmpfs",
+            "--memory",
+        ),
+        (
+            json!({"tmpfs": {"/data": "1m"}, "mounts": [format!("{src}:/data/x:ro")]}),
+            "mount_refused",
+            "tmpfs",
+            "--mount",
+        ),
+        (
+            json!({"cap_drop": ["FLY"]}),
+            "invalid_argument",
+            "cap_drop",
+            "--cap-drop",
+        ),
+    ] {
+        let e = c.call("sandbox.create", params.clone()).unwrap_err();
+        let message = e["message"].as_str().unwrap();
+        assert_eq!(e["kind"], kind, "{params}: {e}");
+        assert_eq!(e["arg"], arg, "{params}: {e}");
+        assert!(
+            message.starts_with(&format!("{arg}: ")) && !message.contains(flag),
+            "{params}: {e}"
+        );
+    }
+    // `run` spells them by its own parameters.
+    for (params, arg) in [
+        (
+            json!({"argv": ["true"], "mounts": ["/etc:/data"]}),
+            "mounts",
+        ),
+        (
+            json!({"argv": ["true"], "tmp_size": "64m", "memory": "16m"}),
+            "tmp_size",
+        ),
+        (json!({"argv": ["true"], "cwd": "relative"}), "cwd"),
+        (json!({}), "argv"),
+    ] {
+        let e = c.call("run", params.clone()).unwrap_err();
+        let message = e["message"].as_str().unwrap();
+        assert_eq!(e["arg"], arg, "{params}: {e}");
+        assert!(
+            message.starts_with(&format!("{arg}: ")) && !message.contains("--"),
+            "{params}: {e}"
+        );
+    }
+}
+
+/// No level of an error's chain repeats the next one's text (a cause is never also formatted
+/// into its parent's message), and `message` is the chain read once.
+#[test]
+fn error_chains_never_repeat_their_own_text() {
+    let mut c = Client::new();
+    let d = tempfile::tempdir().unwrap();
+    let sb = c.create(json!({}));
+    let missing = d.path().join("no/such/dir");
+    let errors = [
+        c.call("sandbox.create", json!({"mounts": ["/etc:/data"]})),
+        c.call(
+            "sandbox.create",
+            json!({"mounts": [format!("{}:/data", missing.display())]}),
+        ),
+        c.call(
+            "sandbox.restore",
+            json!({"sandbox": sb, "src": missing.join("x.tar.gz")}),
+        ),
+        c.call(
+            "sandbox.snapshot",
+            json!({"sandbox": sb, "dest": missing.join("x.tar.gz")}),
+        ),
+        c.call(
+            "run",
+            json!({"argv": ["true"], "mounts": [format!("{}:/data", missing.display())]}),
+        ),
+        c.call("run", json!({"argv": ["true"], "image": "no-such-image:1"})),
+    ];
+    let mut longest = 0;
+    for e in errors {
+        let e = e.expect_err("the call was refused");
+        let chain: Vec<&str> = e["chain"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l.as_str().unwrap())
+            .collect();
+        for pair in chain.windows(2) {
+            assert!(!pair[0].contains(pair[1]), "{e}");
+        }
+        assert_eq!(e["message"].as_str().unwrap(), chain.join(": "), "{e}");
+        longest = longest.max(chain.len());
+    }
+    assert!(longest >= 2, "no error had a cause to check");
+}
+
 /// `mounts=` and `workspace=` get the same sensitive-path checks as `hull run` (the SDKs pass
 /// them through `sandbox.create`), naming the path and the reason.
 #[test]

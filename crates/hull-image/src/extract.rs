@@ -67,7 +67,7 @@ pub struct Report {
 pub enum ExtractError {
     #[error("layer member `{member}` refused: {why}")]
     Refused { member: String, why: String },
-    #[error("layer member `{member}`: {source}")]
+    #[error("layer member `{member}`")]
     Io { member: String, source: io::Error },
     #[error("layer refused at member `{member}`: {what} exceeds the limit of {limit}")]
     Limit {
@@ -75,9 +75,9 @@ pub enum ExtractError {
         what: &'static str,
         limit: u64,
     },
-    #[error("reading the layer archive: {0}")]
-    Archive(io::Error),
-    #[error("opening the extraction root {}: {source}", path.display())]
+    #[error("reading the layer archive")]
+    Archive(#[source] io::Error),
+    #[error("opening the extraction root {}", path.display())]
     Root { path: PathBuf, source: io::Error },
 }
 

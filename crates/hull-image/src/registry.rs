@@ -19,7 +19,7 @@ pub use crate::checks::DOCUMENT_LIMIT;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
-    #[error("cannot reach registry {registry} ({url}): {source}; check the address and that the registry is running (connect timeout {connect_s}s, read timeout {read_s}s, `hull pull --timeout`)")]
+    #[error("cannot reach registry {registry} ({url}); check the address and that the registry is running (connect timeout {connect_s}s, read timeout {read_s}s, `hull pull --timeout`)")]
     Unreachable {
         registry: String,
         url: String,
@@ -49,7 +49,7 @@ pub enum RegistryError {
     },
     #[error("{0}")]
     Credentials(String),
-    #[error("reading {what} from {registry}: {source}")]
+    #[error("reading {what} from {registry}")]
     Read {
         registry: String,
         what: String,

@@ -26,7 +26,7 @@ use crate::oci::{
 pub enum ImageError {
     #[error("image `{0}` not found; `hull images` lists what is here, `hull pull IMAGE` or `hull import PATH` adds one")]
     NotFound(String),
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     Io { what: String, source: io::Error },
     #[error(
         "{0} is not an OCI image layout (no index.json / oci-layout) nor a docker or OCI archive"

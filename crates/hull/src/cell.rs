@@ -16,12 +16,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use hull_box::{
-    BindMount, BoxError, BoxSpec, Fault, FaultType, OutputSink, RunOptions, RunResult, Runtime,
-    Stream, Teardown,
-};
+use hull_box::{BindMount, BoxError, BoxSpec, Fault, FaultType, OutputSink, RunResult, Stream};
 use serde_json::Value;
 
+use crate::backend::{Backend, Destroy};
 use crate::error::SandboxError;
 
 /// The runner, passed to `python3 -c`.
@@ -29,7 +27,7 @@ pub const RUNNER: &str = include_str!("runner.py");
 /// Where the private directory with the socket appears in the box.
 pub const IO_DIR: &str = "/run/hull";
 
-type Ended = Result<(RunResult, Teardown), BoxError>;
+type Ended = Result<(RunResult, Destroy), BoxError>;
 
 /// A name prefix for host directories a session makes in `$TMPDIR`: hull-box's temporary
 /// workspace pattern (`hull-ws-<owner id>-...`, see `hull_box::owner`), so if this process is
@@ -54,29 +52,29 @@ impl OutputSink for RouteSink {
     }
 }
 
-/// Finishes box teardowns off the caller's path (reaping pid 1, removing its cgroup).
+/// Destroys boxes off the caller's path (reaping pid 1, removing its cgroup).
 #[derive(Clone)]
-pub struct Reaper(mpsc::Sender<Teardown>);
+pub struct Reaper(mpsc::Sender<Destroy>);
 
 impl Reaper {
     pub fn start() -> (Reaper, JoinHandle<()>) {
-        let (tx, rx) = mpsc::channel::<Teardown>();
+        let (tx, rx) = mpsc::channel::<Destroy>();
         let h = std::thread::spawn(move || {
-            for t in rx {
-                t.finish();
+            for destroy in rx {
+                destroy();
             }
         });
         (Reaper(tx), h)
     }
 
     /// A reaper over an existing channel (used to let the original channel close).
-    pub fn from_sender(tx: mpsc::Sender<Teardown>) -> Reaper {
+    pub fn from_sender(tx: mpsc::Sender<Destroy>) -> Reaper {
         Reaper(tx)
     }
 
-    pub fn give(&self, t: Teardown) {
-        if let Err(mpsc::SendError(t)) = self.0.send(t) {
-            t.finish();
+    pub fn give(&self, destroy: Destroy) {
+        if let Err(mpsc::SendError(destroy)) = self.0.send(destroy) {
+            destroy();
         }
     }
 }
@@ -152,14 +150,17 @@ pub struct CellOutcome {
     pub results: Vec<Value>,
 }
 
-fn runner_err(what: &str, e: impl std::fmt::Display) -> SandboxError {
-    SandboxError::Runner(format!("{what}: {e}"))
+fn runner_err(what: &'static str, e: impl Into<std::io::Error>) -> SandboxError {
+    SandboxError::RunnerIo {
+        what,
+        error: e.into(),
+    }
 }
 
 impl RunnerBox {
     /// Starts a box running the runner in `mode` (`once` or `kernel`) and waits for it to connect.
     pub fn start(
-        rt: &Arc<Runtime>,
+        backend: &Arc<dyn Backend>,
         base: &BoxSpec,
         mode: &str,
         box_timeout: Duration,
@@ -195,10 +196,10 @@ impl RunnerBox {
         spec.timeout = box_timeout;
         let route: Route = Arc::new(Mutex::new(None));
         let (tx, ended) = mpsc::channel::<Ended>();
-        let (rt2, route2) = (Arc::clone(rt), Arc::clone(&route));
+        let (backend, route2) = (Arc::clone(backend), Arc::clone(&route));
         let thread = std::thread::spawn(move || {
             let mut sink = RouteSink(route2);
-            let _ = tx.send(rt2.run_detached(&spec, RunOptions { capture: true }, &mut sink));
+            let _ = tx.send(backend.run(&spec, &mut sink));
         });
         let conn = loop {
             match listener.accept() {

@@ -9,14 +9,16 @@
 //! across cells, and prewarmed boxes take calls with the interpreter already started.
 
 pub mod archive;
+pub mod backend;
+pub mod boxspec;
 pub mod cell;
-pub mod config;
 pub mod error;
 pub mod files;
 mod hostpath;
 pub mod sandbox;
 mod staging;
 
-pub use config::SandboxConfig;
+pub use backend::Backend;
 pub use error::SandboxError;
-pub use sandbox::{ExecResult, Kernel, Language, Sandbox};
+pub use hull_api::{Language, SandboxRequest};
+pub use sandbox::{ExecResult, Kernel, Sandbox};

@@ -10,17 +10,15 @@ use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use hull_box::spec::SpecError;
-use hull_box::{
-    BindMount, BoxError, BoxSpec, Network, NoSink, OutputSink, RootSpec, RunOptions, RunResult,
-    Runtime, TmpfsMount,
-};
+use hull_api::{Language, SandboxRequest};
+use hull_box::{BoxSpec, Network, NoSink, OutputSink, RunResult};
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::backend::Backend;
+use crate::boxspec::DEPS_DIR;
 use crate::cell::{Reaper, RunnerBox, Started};
-use crate::config::{SandboxConfig, DEPS_DIR};
-use crate::error::SandboxError;
+use crate::error::{Named, SandboxError};
 use crate::files::Confined;
 
 /// What one call produced: the box's result plus the rich results and changed files.
@@ -32,30 +30,6 @@ pub struct ExecResult {
     pub results: Vec<Value>,
     /// Workspace paths (`/workspace/...`) added or modified by the call, when tracked.
     pub files: Vec<String>,
-}
-
-/// Languages `run_code` accepts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Language {
-    Python,
-    Bash,
-    Sh,
-    Node,
-}
-
-impl Language {
-    pub fn parse(s: Option<&str>) -> Result<Language, SandboxError> {
-        match s {
-            None | Some("python") | Some("python3") => Ok(Language::Python),
-            Some("bash") => Ok(Language::Bash),
-            Some("sh") => Ok(Language::Sh),
-            Some("node") | Some("javascript") => Ok(Language::Node),
-            Some(other) => Err(SandboxError::invalid(
-                "language",
-                format!("`{other}`: use python, bash, sh or node"),
-            )),
-        }
-    }
 }
 
 /// At most this many boxes of one Sandbox run at once; further calls wait their turn (their
@@ -136,8 +110,8 @@ impl Kernel {
 
 pub struct Sandbox {
     pub id: String,
-    rt: Arc<Runtime>,
-    cfg: SandboxConfig,
+    backend: Arc<dyn Backend>,
+    cfg: SandboxRequest,
     base: BoxSpec,
     workspace: Confined,
     session: PathBuf,
@@ -150,41 +124,6 @@ pub struct Sandbox {
     destroyed: AtomicBool,
     /// The setup box's result, when there was one.
     pub setup: Option<RunResult>,
-}
-
-/// Maps a box-engine refusal to the Python argument it came from.
-fn spec_error(e: BoxError) -> SandboxError {
-    let arg = match &e {
-        BoxError::Spec(
-            SpecError::TargetRefused { arg, .. }
-            | SpecError::SourceRefused { arg, .. }
-            | SpecError::SourceMissing { arg, .. }
-            | SpecError::Invalid { arg, .. },
-        ) => match *arg {
-            "--mount" => return SandboxError::MountRefused(e),
-            "--tmpfs" => "tmpfs",
-            "--workspace" => "workspace",
-            "--rootfs" => "image",
-            "--memory" => "memory_mb",
-            "--cpus" => "cpus",
-            "--pids" => "pids",
-            "--timeout" => "timeout_s",
-            "--max-output" => "max_output_bytes",
-            other => other,
-        },
-        BoxError::Spec(SpecError::DuplicateTarget(_) | SpecError::TmpfsCoversBind { .. }) => {
-            return SandboxError::MountRefused(e)
-        }
-        BoxError::Spec(SpecError::TmpfsOverMemory { .. }) => "tmpfs",
-        BoxError::Spec(SpecError::BadEnv(_)) => "env",
-        BoxError::Spec(SpecError::Caps(_)) => "cap_drop",
-        BoxError::Source { arg: "--mount", .. } => return SandboxError::MountRefused(e),
-        _ => return SandboxError::Box(e),
-    };
-    SandboxError::Invalid {
-        arg: arg.to_string(),
-        why: e.to_string(),
-    }
 }
 
 /// Session directories are the caller's alone (0700): the workspace holds the box's files, which
@@ -207,9 +146,9 @@ impl Sandbox {
     /// Creates the session: checks every argument, makes the workspace, runs `setup` if given
     /// (the only box with a network), probes that a box can start, and fills the prewarm pool.
     pub fn create(
-        rt: Arc<Runtime>,
+        backend: Arc<dyn Backend>,
         id: String,
-        cfg: SandboxConfig,
+        cfg: SandboxRequest,
     ) -> Result<Arc<Sandbox>, SandboxError> {
         let session = tempfile::Builder::new()
             .prefix(&crate::cell::leftover_prefix("sb"))
@@ -221,7 +160,7 @@ impl Sandbox {
                 error: e,
             })?
             .keep();
-        let made = Self::create_in(rt, id, cfg, &session);
+        let made = Self::create_in(backend, id, cfg, &session);
         if made.is_err() {
             remove_tree(&session);
         }
@@ -229,9 +168,9 @@ impl Sandbox {
     }
 
     fn create_in(
-        rt: Arc<Runtime>,
+        backend: Arc<dyn Backend>,
         id: String,
-        cfg: SandboxConfig,
+        cfg: SandboxRequest,
         session: &Path,
     ) -> Result<Arc<Sandbox>, SandboxError> {
         let ws_path = match &cfg.workspace {
@@ -252,88 +191,18 @@ impl Sandbox {
             path: deps.clone(),
             error: e,
         })?;
-        let mut base = BoxSpec::new(vec!["true".into()]);
-        match cfg.image.as_deref() {
-            None | Some("host") => {}
-            Some(name) => {
-                let store = hull_image::Store::open(&hull_image::default_home())
-                    .map_err(|e| SandboxError::invalid("image", format!("`{name}`: {e}")))?;
-                let info = store
-                    .resolve(name)
-                    .map_err(|e| SandboxError::invalid("image", e.to_string()))?;
-                base.root = RootSpec::Dir(info.rootfs.clone());
-                base.image_name = info.name.clone();
-                for kv in info.config.env.iter().flatten() {
-                    if let Some((k, v)) = kv.split_once('=') {
-                        base.env.push((k.to_string(), v.to_string()));
-                    }
-                }
-            }
-        }
-        base.workspace = Some(ws_path.clone());
-        base.memory = cfg.memory_mb.map(|m| m << 20);
-        if let Some(m) = base.memory {
-            base.tmp_size = base.tmp_size.min(m / 2);
-            base.shm_size = base.shm_size.min(m / 2);
-        }
-        base.tmpfs = cfg
-            .tmpfs
-            .iter()
-            .map(|(t, s)| TmpfsMount {
-                target: t.clone(),
-                size: *s,
+        let base = crate::boxspec::sandbox_base(&cfg, &ws_path, &deps).map_err(|error| {
+            SandboxError::Image(Named {
+                arg: "image",
+                error,
             })
-            .collect();
-        base.mounts.clone_from(&cfg.mounts);
-        base.network = if cfg.network {
-            Network::Host
-        } else {
-            Network::None
-        };
-        base.cap_drop.clone_from(&cfg.cap_drop);
-        base.pids = cfg.pids;
-        base.cpus = cfg.cpus;
-        base.require_limits = cfg.require_limits;
-        base.timeout = cfg.timeout;
-        if let Some(m) = cfg.max_output_bytes {
-            base.max_output = m;
-        }
-        let mut env: Vec<(String, String)> = vec![
-            ("MPLBACKEND".into(), "Agg".into()),
-            ("PYTHONUNBUFFERED".into(), "1".into()),
-            ("MPLCONFIGDIR".into(), "/tmp/.matplotlib".into()),
-        ];
-        if cfg.setup.is_some() {
-            let pp = cfg
-                .env
-                .get("PYTHONPATH")
-                .map_or(DEPS_DIR.to_string(), |p| format!("{DEPS_DIR}:{p}"));
-            env.push(("PYTHONPATH".into(), pp));
-            env.push(("HULL_DEPS".into(), DEPS_DIR.into()));
-            env.push((
-                "PATH".into(),
-                format!("{DEPS_DIR}/bin:{}", hull_box::spec::BOX_PATH),
-            ));
-            base.mounts.push(BindMount {
-                source: deps.clone(),
-                target: DEPS_DIR.into(),
-                read_only: cfg.deps_readonly,
-            });
-        }
-        for (k, v) in &cfg.env {
-            if k == "PYTHONPATH" && cfg.setup.is_some() {
-                continue;
-            }
-            env.retain(|(ek, _)| ek != k);
-            env.push((k.clone(), v.clone()));
-        }
-        base.env.extend(env);
-        base.validate().map_err(|e| spec_error(BoxError::Spec(e)))?;
-        let workspace = Confined::open(&ws_path)?;
+        })?;
+        backend.check(&base).map_err(SandboxError::from_box)?;
+        let workspace = backend.files(&ws_path)?;
         let (reaper, reaper_thread) = Reaper::start();
         let mut sb = Sandbox {
             id,
-            rt,
+            backend,
             cfg,
             base,
             workspace,
@@ -362,9 +231,11 @@ impl Sandbox {
             let mut probe = sb.base.clone();
             probe.argv = vec!["/bin/true".into()];
             probe.timeout = Duration::from_secs(10);
-            sb.rt
-                .run(&probe, RunOptions { capture: true }, &mut NoSink)
-                .map_err(spec_error)?;
+            let (_, destroy) = sb
+                .backend
+                .run(&probe, &mut NoSink)
+                .map_err(SandboxError::from_box)?;
+            destroy();
         }
         let sb = Arc::new(sb);
         sb.start_pool();
@@ -397,10 +268,11 @@ impl Sandbox {
             "-c".into(),
             format!("set -e\n{cmd}\npython3 -m compileall -q {DEPS_DIR} >/dev/null 2>&1 || true\n"),
         ];
-        let r = self
-            .rt
-            .run(&spec, RunOptions { capture: true }, &mut NoSink)
-            .map_err(spec_error)?;
+        let (r, destroy) = self
+            .backend
+            .run(&spec, &mut NoSink)
+            .map_err(SandboxError::from_box)?;
+        destroy();
         remove_tree(&deps.join(".tmp"));
         if !r.success {
             let why = match &r.fault {
@@ -442,7 +314,7 @@ impl Sandbox {
                     return;
                 }
                 if let Ok(Started::Ready(rb)) = RunnerBox::start(
-                    &sb.rt,
+                    &sb.backend,
                     &sb.base,
                     "once",
                     POOL_IDLE + sb.cfg.timeout,
@@ -536,12 +408,7 @@ impl Sandbox {
     ) -> Result<ExecResult, SandboxError> {
         self.check_alive()?;
         if language != Language::Python {
-            let argv = match language {
-                Language::Bash => vec!["bash".into(), "-c".into(), code.into()],
-                Language::Sh => vec!["sh".into(), "-c".into(), code.into()],
-                _ => vec!["node".into(), "-e".into(), code.into()],
-            };
-            return self.run(argv, sink);
+            return self.run(language.argv(code), sink);
         }
         let _slot = self.slots.take();
         let t0 = std::time::Instant::now();
@@ -553,7 +420,7 @@ impl Sandbox {
                     rb
                 }
                 None => match RunnerBox::start(
-                    &self.rt,
+                    &self.backend,
                     &self.base,
                     "once",
                     self.cfg.timeout + START_MARGIN,
@@ -593,11 +460,11 @@ impl Sandbox {
         spec.argv = argv;
         let mut sink = sink;
         let ((), r) = self.track(|| {
-            let (run, teardown) = self
-                .rt
-                .run_detached(&spec, RunOptions { capture: true }, &mut *sink)
-                .map_err(spec_error)?;
-            self.reaper.give(teardown);
+            let (run, destroy) = self
+                .backend
+                .run(&spec, &mut *sink)
+                .map_err(SandboxError::from_box)?;
+            self.reaper.give(destroy);
             Ok(((), run, Vec::new()))
         })?;
         Ok(r)
@@ -615,8 +482,13 @@ impl Sandbox {
             self.id,
             self.next_kernel.fetch_add(1, Ordering::SeqCst)
         );
-        let rb = match RunnerBox::start(&self.rt, &self.base, "kernel", KERNEL_LIFE, &self.reaper)?
-        {
+        let rb = match RunnerBox::start(
+            &self.backend,
+            &self.base,
+            "kernel",
+            KERNEL_LIFE,
+            &self.reaper,
+        )? {
             Started::Ready(rb) => rb,
             Started::Ended(run) => {
                 let why = run.fault.as_ref().map_or_else(

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use hull::{Sandbox, SandboxError};
-use hull_box::Runtime;
+use hull_box::{Runtime, SpecField};
 use serde_json::{json, Map, Value};
 
 use jsonrpc::Incoming;
@@ -85,9 +85,27 @@ fn log(msg: &str) {
     eprintln!("hull mcp: {msg}");
 }
 
-/// Names the variable a Sandbox refusal came from.
+/// The variable that sets a field of the box's spec, if one does.
+fn variable(field: SpecField) -> Option<&'static str> {
+    match field {
+        SpecField::Root => Some("HULL_MCP_IMAGE"),
+        SpecField::Workspace => Some("HULL_MCP_WORKSPACE"),
+        SpecField::Memory => Some("HULL_MCP_MEMORY"),
+        SpecField::Timeout => Some("HULL_MCP_TIMEOUT"),
+        _ => None,
+    }
+}
+
+/// A failed start, named by the variable it came from: the engine's refusals by their field
+/// (the Sandbox's own spelling of it is left out), the Sandbox's by its argument.
 fn start_error(e: &SandboxError) -> String {
+    let chain = match e {
+        SandboxError::Refused(n) => hull_api::error::chain(&n.error),
+        SandboxError::Image(n) => hull_api::error::chain(&n.error),
+        e => hull_api::error::chain(e),
+    };
     let var = match e {
+        SandboxError::SetupFailed { .. } => "HULL_MCP_SETUP",
         SandboxError::Invalid { arg, .. } => match arg.as_str() {
             "image" => "HULL_MCP_IMAGE",
             "workspace" => "HULL_MCP_WORKSPACE",
@@ -95,10 +113,12 @@ fn start_error(e: &SandboxError) -> String {
             "timeout_s" => "HULL_MCP_TIMEOUT",
             _ => "settings",
         },
-        SandboxError::SetupFailed { .. } => "HULL_MCP_SETUP",
-        _ => "start",
+        e => match e.field() {
+            Some(f) => variable(f).unwrap_or("settings"),
+            None => "start",
+        },
     };
-    format!("{var}: {}", crate::error_chain(e).join("\n  caused by: "))
+    format!("{var}: {}", chain.join("\n  caused by: "))
 }
 
 fn start(rt: Arc<Runtime>, s: settings::Settings) -> Result<Workspace, String> {
@@ -112,21 +132,23 @@ fn start(rt: Arc<Runtime>, s: settings::Settings) -> Result<Workspace, String> {
     let sb = Sandbox::create(rt, "mcp".into(), s.sandbox_config()).map_err(|e| start_error(&e))?;
     let languages = tools::probe_languages(&sb).map_err(|e| start_error(&e))?;
     let image = s.image.clone().unwrap_or_else(|| "host".into());
-    log(&format!(
-        "ready: image `{image}` with {}; workspace {}",
-        if languages.is_empty() {
-            "no interpreter".to_string()
-        } else {
-            languages.join(", ")
-        },
-        sb.workspace_path().display()
-    ));
-    Ok(Workspace {
+    let ws = Workspace {
         sb,
         image,
         languages,
         settings: s,
-    })
+    };
+    log(&format!(
+        "ready: image `{}` with {}; workspace {}",
+        ws.image,
+        if ws.languages.is_empty() {
+            "no interpreter".to_string()
+        } else {
+            ws.language_names()
+        },
+        ws.sb.workspace_path().display()
+    ));
+    Ok(ws)
 }
 
 pub fn main(_args: &McpArgs) -> i32 {

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use hull::SandboxConfig;
+use hull::SandboxRequest;
 
 /// The settings, after checking.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,7 +31,7 @@ pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Settings, String
     let memory_mb = match val("HULL_MCP_MEMORY") {
         None => 512,
         Some(m) => {
-            let bytes = hull_box::size::parse_size(m.trim())
+            let bytes = hull_api::size::parse_size(m.trim())
                 .map_err(|e| format!("HULL_MCP_MEMORY={m}: {e}; write e.g. 512m or 2g"))?;
             let mb = bytes >> 20;
             if mb < 16 {
@@ -44,7 +44,9 @@ pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Settings, String
     };
     let timeout = match val("HULL_MCP_TIMEOUT") {
         None => Duration::from_secs(30),
-        Some(t) => crate::run::parse_duration("HULL_MCP_TIMEOUT", &t)?,
+        Some(t) => {
+            hull_api::duration::parse_duration(&t).map_err(|e| format!("HULL_MCP_TIMEOUT: {e}"))?
+        }
     };
     let workspace = match val("HULL_MCP_WORKSPACE") {
         None => None,
@@ -63,7 +65,7 @@ pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Settings, String
             // A bare number is bytes here (output is counted in bytes, not MiB).
             let n = match t.parse::<u64>() {
                 Ok(n) => n,
-                Err(_) => hull_box::size::parse_size(t).map_err(|e| {
+                Err(_) => hull_api::size::parse_size(t).map_err(|e| {
                     format!("HULL_MCP_MAX_OUTPUT={m}: {e}; or write a byte count like 20000")
                 })?,
             };
@@ -86,20 +88,20 @@ pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Settings, String
 impl Settings {
     /// The Sandbox this server keeps for its life. The box's own output cap is larger than what
     /// a result shows, so the head and tail of long output both reach the model.
-    pub fn sandbox_config(&self) -> SandboxConfig {
-        SandboxConfig {
+    pub fn sandbox_config(&self) -> SandboxRequest {
+        SandboxRequest {
             image: self.image.clone(),
             setup: self.setup.clone(),
             workspace: self.workspace.clone(),
-            memory_mb: Some(self.memory_mb),
+            memory: Some(self.memory_mb << 20),
             timeout: self.timeout,
-            max_output_bytes: Some(
+            max_output: Some(
                 u64::try_from(self.max_output)
                     .unwrap_or(u64::MAX)
                     .saturating_mul(8)
                     .max(1 << 20),
             ),
-            ..SandboxConfig::default()
+            ..SandboxRequest::default()
         }
     }
 }

@@ -12,14 +12,6 @@ use serde_json::{json, Map, Value};
 use super::sanitize::{clean, clean_capped};
 use super::settings::Settings;
 
-/// `run_code` languages and the interpreter each needs in the image.
-const LANGUAGES: &[(&str, &str)] = &[
-    ("python", "python3"),
-    ("bash", "bash"),
-    ("sh", "sh"),
-    ("node", "node"),
-];
-
 /// The tool names, for error messages.
 pub const NAMES: &str = "run_code, write_file, read_file, list_files";
 
@@ -38,24 +30,26 @@ const MAX_IMAGE_FILE: u64 = 8 << 20;
 pub struct Workspace {
     pub sb: Arc<Sandbox>,
     pub image: String,
-    /// `run_code` language names whose interpreter the image has, in [`LANGUAGES`] order.
-    pub languages: Vec<&'static str>,
+    /// `run_code` languages whose interpreter the image has, in [`Language::ALL`] order.
+    pub languages: Vec<Language>,
     pub settings: Settings,
 }
 
 /// Asks the image which interpreters it has, with one box (`command -v` in `sh`; an image
 /// without `sh` can still have `python3`, which a second box checks).
-pub fn probe_languages(sb: &Sandbox) -> Result<Vec<&'static str>, SandboxError> {
-    let script = LANGUAGES
+pub fn probe_languages(sb: &Sandbox) -> Result<Vec<Language>, SandboxError> {
+    let script = Language::ALL
         .iter()
-        .map(|(_, bin)| format!("command -v {bin} >/dev/null 2>&1 && echo {bin};"))
+        .map(|l| {
+            let bin = l.interpreter();
+            format!("command -v {bin} >/dev/null 2>&1 && echo {bin};")
+        })
         .collect::<String>();
     let r = sb.run(vec!["sh".into(), "-c".into(), script], Box::new(NoSink))?;
     let found: Vec<&str> = r.run.stdout.lines().map(str::trim).collect();
-    let mut langs: Vec<&'static str> = LANGUAGES
-        .iter()
-        .filter(|(_, bin)| found.contains(bin))
-        .map(|(l, _)| *l)
+    let mut langs: Vec<Language> = Language::ALL
+        .into_iter()
+        .filter(|l| found.contains(&l.interpreter()))
         .collect();
     if r.run.fault.is_some() || !r.run.success {
         let py = sb.run(
@@ -63,13 +57,19 @@ pub fn probe_languages(sb: &Sandbox) -> Result<Vec<&'static str>, SandboxError> 
             Box::new(NoSink),
         )?;
         if py.run.success {
-            langs = vec!["python"];
+            langs = vec![Language::Python];
         }
     }
     Ok(langs)
 }
 
 impl Workspace {
+    /// The languages `run_code` offers, for messages.
+    pub fn language_names(&self) -> String {
+        let names: Vec<&str> = self.languages.iter().map(|l| l.name()).collect();
+        names.join(", ")
+    }
+
     /// The `tools/list` answer.
     pub fn list(&self) -> Value {
         let s = &self.settings;
@@ -78,15 +78,7 @@ impl Workspace {
             let interps: Vec<String> = self
                 .languages
                 .iter()
-                .map(|l| {
-                    format!(
-                        "{l} ({})",
-                        LANGUAGES
-                            .iter()
-                            .find(|(n, _)| n == l)
-                            .map_or("", |(_, b)| *b)
-                    )
-                })
+                .map(|l| format!("{l} ({})", l.interpreter()))
                 .collect();
             tools.push(json!({
                 "name": "run_code",
@@ -165,33 +157,31 @@ impl Workspace {
     fn run_code(&self, args: &Map<String, Value>) -> Result<Value, Value> {
         check_known(args, &["code", "language"])?;
         let code = string_arg(args, "code")?;
-        let lang = match args.get("language") {
+        let language = match args.get("language") {
             None | Some(Value::Null) => self.languages[0],
-            Some(Value::String(l)) => {
-                self.languages
-                    .iter()
-                    .copied()
-                    .find(|x| x == l)
-                    .ok_or_else(|| {
-                        bad_arg(
-                            "language",
-                            &format!(
-                                "`{}` is not available in image `{}`; use one of: {}",
-                                clean(l),
-                                self.image,
-                                self.languages.join(", ")
-                            ),
-                        )
-                    })?
-            }
+            Some(Value::String(l)) => self
+                .languages
+                .iter()
+                .copied()
+                .find(|x| x.name() == l)
+                .ok_or_else(|| {
+                    bad_arg(
+                        "language",
+                        &format!(
+                            "`{}` is not available in image `{}`; use one of: {}",
+                            clean(l),
+                            self.image,
+                            self.language_names()
+                        ),
+                    )
+                })?,
             Some(_) => {
                 return Err(bad_arg(
                     "language",
-                    &format!("must be a string, one of: {}", self.languages.join(", ")),
+                    &format!("must be a string, one of: {}", self.language_names()),
                 ))
             }
         };
-        let language = Language::parse(Some(lang)).map_err(|e| failure(&e))?;
         let r = self
             .sb
             .run_code(code, language, Box::new(NoSink))
@@ -304,7 +294,7 @@ fn bad_arg(arg: &str, why: &str) -> Value {
 /// A call that could not be made (a refused path, a box that could not start): the model sees
 /// the message and its causes.
 fn failure(e: &SandboxError) -> Value {
-    let chain = crate::error_chain(e)
+    let chain = hull_api::error::chain(e)
         .iter()
         .map(|s| clean(s))
         .collect::<Vec<_>>()
