@@ -467,7 +467,7 @@ fn bad_arguments_name_the_flag() {
         ),
         (
             vec!["pull", "--timeout", "soon", "127.0.0.1:1/x"],
-            "--timeout `soon`",
+            "--timeout: `soon`",
         ),
         (
             vec!["pull", "--parallel", "0", "127.0.0.1:1/x"],
