@@ -5,6 +5,7 @@ use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 use crate::caps;
+pub use crate::sensitive::is_within;
 use crate::sensitive::{self, HomeOrEntry, Homes};
 use crate::size::Human;
 
@@ -257,14 +258,6 @@ impl BoxSpec {
         // validated: positive, <= 4096
         self.cpus.map(|c| (c * 1000.0).round().max(1.0) as u64)
     }
-}
-
-/// True when `path` equals `dir` or lies below it (both normalised absolute box paths).
-pub fn is_within(path: &str, dir: &str) -> bool {
-    if dir == "/" {
-        return true;
-    }
-    path == dir || (path.starts_with(dir) && path.as_bytes().get(dir.len()) == Some(&b'/'))
 }
 
 /// Box paths a mount may not cover: the box's own kernel interfaces and identity.

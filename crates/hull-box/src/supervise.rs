@@ -860,8 +860,13 @@ fn adopted_trees(plan: &BoxPlan) -> Result<Vec<(i32, OwnedFd)>, BoxError> {
                 gid,
                 count,
             } => Some(
-                crate::remap::tree("--workspace or --mount", &path.c, (*uid, *gid), *count)
-                    .map(|t| (*fd, t)),
+                crate::remap::tree(&path.c, (*uid, *gid), *count)
+                    .map(|t| (*fd, t))
+                    .map_err(|errno| BoxError::Idmap {
+                        arg: "--workspace or --mount",
+                        path: path.c.to_string_lossy().into_owned(),
+                        errno,
+                    }),
             ),
             _ => None,
         })
@@ -1695,7 +1700,18 @@ impl Workspace {
             temporary: true,
             subids: None,
         };
-        crate::remap::give_to_box(&ws.path)?;
+        // Host root's box maps its root to hull's range (see `remap`): give it the directory.
+        if let Some((uid, gid)) = crate::remap::box_root() {
+            std::os::unix::fs::chown(&ws.path, Some(uid), Some(gid)).map_err(|error| {
+                BoxError::Io {
+                    what: format!(
+                        "give the temporary workspace {} to the box",
+                        ws.path.display()
+                    ),
+                    error,
+                }
+            })?;
+        }
         Ok(ws)
     }
 }
