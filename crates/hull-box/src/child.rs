@@ -34,9 +34,11 @@ pub(crate) struct ChildContext<'a> {
     /// `execve` argv and envp: null-terminated arrays pointing into the plan's C strings.
     pub argv: &'a [*const libc::c_char],
     pub envp: &'a [*const libc::c_char],
-    pub seccomp: Option<&'a libc::sock_fprog>,
-    /// `HULL_TRACE_STEPS`: a shared page where each step's end time (CLOCK_MONOTONIC ns) is stored.
-    pub trace: Option<*mut u64>,
+    /// The seccomp filter the `Seccomp` step installs (none for a template process).
+    pub seccomp: Option<&'a hull_seccomp::Program>,
+    /// `HULL_TRACE_STEPS`: a shared page where each step's start time (CLOCK_MONOTONIC ns) is
+    /// stored.
+    pub trace: Option<&'a sys::SharedSlots>,
     /// For a plan with `StartPid1`: the stack pid 1 runs on (memory the supervisor set aside;
     /// in the entry process it is that process's own copy, which only pid 1 touches).
     pub pid1_stack: Option<(*mut u8, usize)>,
@@ -86,10 +88,7 @@ pub(crate) fn run(ctx: &ChildContext<'_>) -> ! {
 fn run_from(ctx: &ChildContext<'_>, first: usize) -> ! {
     for (i, step) in ctx.plan.steps.iter().enumerate().skip(first) {
         if let Some(t) = ctx.trace {
-            if i < crate::supervise::TRACE_SLOTS {
-                // SAFETY: `t` is a shared mapping of TRACE_SLOTS u64s made by the parent.
-                unsafe { *t.add(i) = sys::monotonic_ns() };
-            }
+            t.set(i, sys::monotonic_ns());
         }
         let done = match step {
             Step::StartPid1 => start_pid1(ctx, i + 1),
@@ -377,10 +376,9 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
         Step::Seccomp { listener, .. } => {
             let mut fd = None;
             if let Some(prog) = ctx.seccomp {
-                // SAFETY: prog points at the parent's compiled program, copied into our memory by
-                // clone; no_new_privs was set by the step before.
-                let ret = unsafe { hull_seccomp::install_raw(prog, *listener) };
-                match ret {
+                // The program is our copy of the parent's; no_new_privs was set by the step
+                // before.
+                match prog.install(*listener) {
                     Ok(l) if *listener => fd = Some(l),
                     Ok(_) => {}
                     Err(e) => return Err(Errno(e)),

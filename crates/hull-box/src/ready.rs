@@ -13,14 +13,15 @@
 //! boxes left when the runtime goes are killed and removed; their pid 1s are children of the
 //! thread and die with it (PDEATHSIG) if the process does.
 
-use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use crate::plan::BoxPlan;
-use crate::spec::BoxSpec;
-use crate::supervise::{CgroupGuard, Core, Workspace};
+use crate::error::BoxError;
+use crate::launch::{Setup, Started};
+use crate::plan::{BoxPlan, Step};
+use crate::resources::{limits_of, CgroupGuard, Resources, Workspace};
+use crate::spec::{BoxSpec, RootSpec, Stdin};
 use crate::sys;
 use crate::template::Entered;
 use crate::worker::{lock, Worker};
@@ -29,81 +30,137 @@ use crate::worker::{lock, Worker};
 /// being set up.
 const KEEP: usize = 2;
 
+/// What sets boxes up ahead (the Runtime's engine); the thread holds it weakly.
+pub(crate) trait SetUpAhead: Send + Sync {
+    /// Sets up a box for `spec` and leaves its pid 1 waiting for the program.
+    fn set_up_ahead(&self, spec: &BoxSpec) -> Result<ReadyBox, BoxError>;
+}
+
 /// One box set up ahead, its pid 1 waiting for a go datagram.
 pub(crate) struct ReadyBox {
     /// The whole plan it was set up from (its `Exec` is the one it was built for, never run).
-    pub(crate) plan: BoxPlan,
+    plan: BoxPlan,
     /// The plan its pid 1 ran (after the template split): setup errors name its steps.
     pub(crate) boxed: BoxPlan,
-    /// Clone to Ready when it was set up, in microseconds (the result's `setup_us`).
-    pub(crate) setup_us: u64,
-    pub(crate) limits: hull_cgroup::Limits,
-    pub(crate) pid: libc::pid_t,
-    pub(crate) sock: OwnedFd,
-    pub(crate) out: OwnedFd,
-    pub(crate) err: OwnedFd,
-    pub(crate) listener: Option<OwnedFd>,
-    pub(crate) workspace: Workspace,
-    pub(crate) cgroup: CgroupGuard,
-    pub(crate) warnings: Vec<String>,
+    limits: hull_cgroup::Limits,
+    /// Its pid 1 and channel, until it is sent its program: from then on the watch and the
+    /// teardown own them.
+    started: Option<Started>,
+    resources: Resources,
     _entered: Option<Entered>,
-    /// Its pid 1 got the go datagram: from then on the watch and the teardown own it.
-    used: bool,
 }
 
 impl ReadyBox {
-    #[allow(clippy::too_many_arguments)]
+    /// `started` has just been cloned to run `boxed` (see [`ReadyBox::await_setup`]).
     pub(crate) fn new(
         plan: BoxPlan,
         boxed: BoxPlan,
         limits: hull_cgroup::Limits,
-        pid: libc::pid_t,
-        sock: OwnedFd,
-        out: OwnedFd,
-        err: OwnedFd,
-        workspace: Workspace,
-        cgroup: CgroupGuard,
-        warnings: Vec<String>,
+        started: Started,
+        resources: Resources,
         entered: Option<Entered>,
     ) -> ReadyBox {
         ReadyBox {
             plan,
             boxed,
-            setup_us: 0,
             limits,
-            pid,
-            sock,
-            out,
-            err,
-            listener: None,
-            workspace,
-            cgroup,
-            warnings,
+            started: Some(started),
+            resources,
             _entered: entered,
-            used: false,
         }
     }
 
-    pub(crate) fn mark_used(&mut self) {
-        self.used = true;
+    /// Its pid 1 (0 once sent its program).
+    fn pid(&self) -> libc::pid_t {
+        self.started.as_ref().map_or(0, |s| s.pid)
+    }
+
+    /// Waits up to `timeout_ms` for its setup to run to the end: `Ready`, with the seccomp
+    /// listener, whose time is the result's `setup_us`.
+    pub(crate) fn await_setup(&mut self, timeout_ms: i32) -> Result<(), BoxError> {
+        let Some(started) = self.started.as_mut() else {
+            return Ok(());
+        };
+        let listener = started.channel.expect_ready(timeout_ms, &self.boxed)?;
+        started.setup = Setup::Done {
+            listener,
+            us: (sys::monotonic_ns() - started.clock) / 1000,
+        };
+        Ok(())
+    }
+
+    /// Whether it was set up with the limits `spec` asks for (and, with `require_limits`, every
+    /// cap enforced).
+    pub(crate) fn fits(&self, spec: &BoxSpec) -> bool {
+        self.limits == limits_of(spec)
+            && (!spec.require_limits || self.resources.warnings.is_empty())
+    }
+
+    /// The go datagram that runs `plan`'s program in this box, when `plan` (built with this
+    /// box's workspace and cgroup) is exactly what it was set up with: every step up to the
+    /// program, and the clone flags. None otherwise, or when the program does not fit one
+    /// datagram.
+    pub(crate) fn go_for(&self, plan: &BoxPlan) -> Option<Vec<u8>> {
+        let (
+            Some((
+                Step::Exec {
+                    argv,
+                    env,
+                    candidates,
+                },
+                setup,
+            )),
+            Some((_, ready_setup)),
+        ) = (plan.steps.split_last(), self.plan.steps.split_last())
+        else {
+            return None;
+        };
+        if setup != ready_setup || plan.clone_flags != self.plan.clone_flags {
+            return None;
+        }
+        crate::proto::go::encode(argv, env, candidates)
+    }
+
+    /// Its workspace and cgroup, for the plan `go_for` checks.
+    pub(crate) fn workspace(&self) -> &Workspace {
+        &self.resources.workspace
+    }
+
+    pub(crate) fn cgroup(&self) -> &CgroupGuard {
+        &self.resources.cgroup
+    }
+
+    /// Sends pid 1 its program (the box's clock starts now) and hands the started box over;
+    /// None if pid 1 is gone (the box is ended when dropped).
+    pub(crate) fn launch(&mut self, go: &[u8]) -> Option<Started> {
+        let mut started = self.started.take()?;
+        started.clock = sys::monotonic_ns();
+        if started.channel.send_bytes(go).is_err() {
+            self.started = Some(started);
+            return None;
+        }
+        Some(started)
     }
 
     /// Its cgroup, workspace and warnings, for the box's teardown and result.
-    pub(crate) fn hand_over(&mut self) -> (CgroupGuard, Workspace, Vec<String>) {
-        (
-            std::mem::replace(&mut self.cgroup, CgroupGuard(None)),
-            std::mem::replace(&mut self.workspace, Workspace::none()),
-            std::mem::take(&mut self.warnings),
+    pub(crate) fn hand_over(&mut self) -> Resources {
+        std::mem::replace(
+            &mut self.resources,
+            Resources {
+                workspace: Workspace::none(),
+                cgroup: CgroupGuard(None),
+                warnings: Vec::new(),
+            },
         )
     }
 }
 
 impl Drop for ReadyBox {
     fn drop(&mut self) {
-        if !self.used {
+        if let Some(s) = self.started.take() {
             // Never used: pid 1 is still waiting (or died); its cgroup and workspace go after it.
-            let _ = sys::kill(self.pid, libc::SIGKILL);
-            let _ = sys::wait4(self.pid, false);
+            let _ = sys::kill(s.pid, libc::SIGKILL);
+            let _ = sys::wait4(s.pid, false);
         }
     }
 }
@@ -146,7 +203,11 @@ impl ReadyBoxes {
 
     /// A ready box for `spec`'s shape, if one is there (the caller still checks its plan). A
     /// spec that can use one also becomes what the next ones are set up for.
-    pub(crate) fn take(&self, core: &Arc<Core>, spec: &BoxSpec) -> Option<ReadyBox> {
+    pub(crate) fn take<E: SetUpAhead + 'static>(
+        &self,
+        engine: &Arc<E>,
+        spec: &BoxSpec,
+    ) -> Option<ReadyBox> {
         if !eligible(spec) {
             return None;
         }
@@ -166,8 +227,9 @@ impl ReadyBoxes {
         };
         // Without the thread no box is set up ahead: every box takes the ordinary path.
         self.shared.worker.start_once("hull-ready", || {
-            let (shared, core) = (Arc::clone(&self.shared), Arc::downgrade(core));
-            move || fill(&shared, &core)
+            let engine: Weak<dyn SetUpAhead> = Arc::downgrade(engine) as Weak<dyn SetUpAhead>;
+            let shared = Arc::clone(&self.shared);
+            move || fill(&shared, &engine)
         });
         // With one still ready, its replacement waits for this box's result (`refill`): the
         // setup would compete with the box for the CPU.
@@ -208,7 +270,7 @@ impl ReadyBoxes {
         lock(&self.shared.state)
             .boxes
             .iter()
-            .map(|b| b.pid)
+            .map(ReadyBox::pid)
             .collect()
     }
 
@@ -236,10 +298,10 @@ impl ReadyBoxes {
 /// ready box would mount what a path named then, not at the call (a directory replaced in
 /// between); other roots and sub-ids are never templated.
 fn eligible(spec: &BoxSpec) -> bool {
-    spec.root == crate::spec::RootSpec::Host
+    spec.root == RootSpec::Host
         && spec.workspace.is_none()
         && spec.mounts.is_empty()
-        && spec.stdin == crate::spec::Stdin::Null
+        && spec.stdin == Stdin::Null
         && !spec.subids
 }
 
@@ -255,7 +317,7 @@ fn same_shape(a: &BoxSpec, b: &BoxSpec) -> bool {
     blank(a) == blank(b)
 }
 
-fn fill(shared: &Shared, core: &Weak<Core>) {
+fn fill(shared: &Shared, engine: &Weak<dyn SetUpAhead>) {
     loop {
         let (spec, generation) = {
             let mut st = lock(&shared.state);
@@ -280,10 +342,12 @@ fn fill(shared: &Shared, core: &Weak<Core>) {
                 st = shared.worker.sleep(st);
             }
         };
-        let Some(core) = core.upgrade() else { return };
-        let made = core.build_ready(&spec);
+        let Some(engine) = engine.upgrade() else {
+            return;
+        };
+        let made = engine.set_up_ahead(&spec);
         // Not kept across the wait: the Runtime may go meanwhile.
-        drop(core);
+        drop(engine);
         let mut st = lock(&shared.state);
         match made {
             Ok(b) if st.generation == generation && !shared.worker.stopping() => st.boxes.push(b),

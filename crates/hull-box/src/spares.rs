@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use hull_cgroup::{BoxCgroup, Host, Limits};
 
-use crate::supervise::Workspace;
+use crate::resources::Workspace;
 use crate::worker::{lock, Worker};
 
 /// How many of each kind are kept ready: two covers a box starting while the last one's

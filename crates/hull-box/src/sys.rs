@@ -1115,3 +1115,93 @@ pub fn monotonic_ns() -> u64 {
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
 }
+
+/// `u64` slots in a shared anonymous mapping: a child writes them (its copy of the mapping is
+/// the same memory) and we read them. Unmapped on drop.
+pub struct SharedSlots {
+    base: *mut u64,
+    len: usize,
+}
+
+impl SharedSlots {
+    /// `len` zeroed slots; None if mmap fails.
+    pub fn new(len: usize) -> Option<SharedSlots> {
+        let bytes = len.checked_mul(std::mem::size_of::<u64>())?;
+        // SAFETY: a fresh anonymous shared mapping; no existing memory is affected.
+        let p = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                bytes.max(1),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        (p != libc::MAP_FAILED).then(|| SharedSlots {
+            base: p.cast(),
+            len,
+        })
+    }
+
+    /// Slot `i` (0 while nobody wrote it); None past the end.
+    pub fn get(&self, i: usize) -> Option<u64> {
+        // SAFETY: `i` is within the mapping, which lives as long as `self`; a volatile read,
+        // since another process writes the memory.
+        (i < self.len).then(|| unsafe { ptr::read_volatile(self.base.add(i)) })
+    }
+
+    /// Writes `value` into slot `i` (nothing past the end). Allocation-free: for the child.
+    pub fn set(&self, i: usize, value: u64) {
+        if i < self.len {
+            // SAFETY: `i` is within the mapping, which lives as long as `self`; the memory is
+            // only ever reached through raw pointers, never through a reference.
+            unsafe { ptr::write_volatile(self.base.add(i), value) };
+        }
+    }
+}
+
+impl Drop for SharedSlots {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the mapping made in `new`.
+        unsafe { libc::munmap(self.base.cast(), (self.len * 8).max(1)) };
+    }
+}
+
+/// Available blocks and inodes of the file system holding `path` (`statvfs(3)`).
+pub fn free_space(path: &CStr) -> SysResult<(u64, u64)> {
+    // SAFETY: statvfs is plain old data; all-zero is a valid value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: path is a valid C string and st is valid for writes.
+    check(unsafe { libc::statvfs(path.as_ptr(), &mut st) })?;
+    Ok((st.f_bavail, st.f_favail))
+}
+
+/// `mkdtemp(3)`: creates a fresh 0700 directory named `template` with its trailing `XXXXXX`
+/// replaced, and returns its path.
+pub fn mkdtemp(template: &std::path::Path) -> SysResult<std::path::PathBuf> {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let mut bytes = template.as_os_str().as_bytes().to_vec();
+    if bytes.contains(&0) {
+        return Err(Errno(libc::EINVAL));
+    }
+    bytes.push(0);
+    // SAFETY: a NUL-terminated, writable buffer; mkdtemp rewrites its XXXXXX in place.
+    let p = unsafe { libc::mkdtemp(bytes.as_mut_ptr().cast()) };
+    if p.is_null() {
+        return Err(Errno::last());
+    }
+    bytes.pop();
+    Ok(std::path::PathBuf::from(std::ffi::OsString::from_vec(
+        bytes,
+    )))
+}
+
+/// A `pollfd` asking whether `fd` is readable.
+pub fn poll_in(fd: BorrowedFd<'_>) -> libc::pollfd {
+    libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    }
+}

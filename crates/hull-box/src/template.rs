@@ -22,10 +22,12 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::channel::Channel;
 use crate::child::{self, ChildContext};
 use crate::error::BoxError;
+use crate::launch;
 use crate::plan::BoxPlan;
-use crate::proto::Message;
+use crate::proto::UnexpectedMessage;
 use crate::sys::{self, Errno};
 use crate::worker::{lock, Worker};
 
@@ -420,7 +422,7 @@ fn build(plan: &BoxPlan) -> Result<Template, BoxError> {
         plan,
         sock: sock_child.as_raw_fd(),
         peer: sock_parent.as_raw_fd(),
-        supervisor: crate::supervise::own_pidfd(),
+        supervisor: launch::supervisor_pidfd(),
         stdin: null.as_raw_fd(),
         stdout: null.as_raw_fd(),
         stderr: null.as_raw_fd(),
@@ -447,32 +449,27 @@ fn build(plan: &BoxPlan) -> Result<Template, BoxError> {
         }
     };
     drop(sock_child);
+    let channel = Channel::new(sock_parent);
     // Host root's template maps its root to hull's range (see `remap`), which only we can write.
     let mapped = match plan.id_maps() {
-        Some(maps) => crate::supervise::map_ids(pid, &sock_parent, maps, plan),
+        Some(maps) => launch::map_ids(pid, &channel, maps, plan),
         None => Ok(()),
     };
-    let answer = mapped.and_then(|()| await_message_fd(&sock_parent, 10_000));
+    let answer = mapped.and_then(|()| channel.expect_ready(10_000, plan));
     let remapped = plan.id_maps().is_some();
     let result = match answer {
-        Ok((Message::Ready, Some(host))) => open_ns(pid, host, remapped),
-        Ok((Message::Ready, None)) => Err(BoxError::Sys {
-            what: "build a template (no mount namespace sent)",
-            errno: Errno(libc::EPROTO),
-        }),
-        Ok((Message::SetupFailed { step, errno }, _)) => {
-            Err(crate::supervise::setup_error(plan, step, errno))
+        Ok(Some(host)) => open_ns(pid, host, remapped),
+        Ok(None) => Err(UnexpectedMessage {
+            expected: "Ready with the template's mount namespace",
+            got: "Ready without a descriptor",
         }
-        Ok(_) => Err(BoxError::Sys {
-            what: "build a template (unexpected message)",
-            errno: Errno(libc::EPROTO),
-        }),
+        .into()),
         Err(e) => Err(e),
     };
     // The template process has done its part; its namespaces live on in our descriptors. (It
     // would also leave on the hangup, but a box forked meanwhile by another thread may hold a
     // copy of our end for a moment.)
-    drop(sock_parent);
+    drop(channel);
     let _ = sys::kill(pid, libc::SIGKILL);
     let _ = sys::wait4(pid, false);
     result
@@ -497,40 +494,4 @@ fn open_ns(pid: libc::pid_t, host: OwnedFd, remapped: bool) -> Result<Template, 
         pool_failed: AtomicBool::new(false),
         remapped,
     })
-}
-
-/// Waits up to `timeout_ms` for one message on `sock`.
-pub(crate) fn await_message(sock: &OwnedFd, timeout_ms: i32) -> Result<Message, BoxError> {
-    await_message_fd(sock, timeout_ms).map(|(m, _)| m)
-}
-
-/// Waits up to `timeout_ms` for one message on `sock`, with the descriptor it carries.
-pub(crate) fn await_message_fd(
-    sock: &OwnedFd,
-    timeout_ms: i32,
-) -> Result<(Message, Option<OwnedFd>), BoxError> {
-    let mut fds = [libc::pollfd {
-        fd: sock.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    }];
-    let n = sys::poll(&mut fds, timeout_ms).map_err(|errno| BoxError::Sys {
-        what: "wait for the box",
-        errno,
-    })?;
-    if n == 0 {
-        return Err(BoxError::Sys {
-            what: "wait for the box's first message",
-            errno: Errno(libc::ETIMEDOUT),
-        });
-    }
-    let mut m = [0u8; 64];
-    match sys::recv_with_fd(sock.as_fd(), &mut m) {
-        Ok((0, _)) => Err(BoxError::SetupVanished(0)),
-        Ok((len, fd)) => Ok((Message::decode(&m[..len])?, fd)),
-        Err(errno) => Err(BoxError::Sys {
-            what: "read the box channel",
-            errno,
-        }),
-    }
 }

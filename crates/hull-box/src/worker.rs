@@ -32,7 +32,7 @@ impl Worker {
         body: impl FnOnce() -> F,
     ) {
         self.started.get_or_init(|| {
-            *lock(&self.thread) = sys::spawn_helper(name, &crate::supervise::FORWARDED, body())
+            *lock(&self.thread) = sys::spawn_helper(name, &crate::ending::FORWARDED, body())
         });
     }
 
