@@ -8,11 +8,11 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 use crate::channel::{self, Channel};
-use crate::child::{self, ChildContext};
 use crate::error::BoxError;
 use crate::plan::{BoxPlan, IdMaps, Step};
 use crate::proto::Message;
 use crate::spec::Stdin;
+use crate::sys::child::{self, ChildContext};
 use crate::sys::{self, Errno};
 use crate::trace::TraceMap;
 
@@ -106,10 +106,7 @@ impl Launch<'_> {
             strings: sys::process_strings(),
         };
         let clock = sys::monotonic_ns();
-        // SAFETY: the child runs only `child::run`, which reads prepared data, calls
-        // allocation-free wrappers and ends in execve or _exit.
-        let pid = match unsafe { sys::clone_fork(plan.clone_flags) } {
-            Ok(0) => child::run(&ctx),
+        let pid = match child::clone_box(plan.clone_flags, &ctx) {
             Ok(pid) => pid,
             Err(errno) => {
                 return Err(BoxError::Clone {

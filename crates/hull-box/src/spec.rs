@@ -118,7 +118,7 @@ impl BoxSpec {
         }
     }
 
-    /// Refuses a request that would be unsafe or cannot work, before anything is created.
+    /// Refuses a request that would be dangerous or cannot work, before anything is created.
     pub fn validate(&self) -> Result<(), SpecError> {
         if self.argv.is_empty() || self.argv[0].is_empty() {
             return Err(SpecError::NoCommand);

@@ -18,16 +18,17 @@
 //! Worth it only in a long-lived Runtime (`hull serve`, `hull bench`, the SDKs): for a single
 //! box, building the template costs what it saves.
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::channel::Channel;
-use crate::child::{self, ChildContext};
+
 use crate::error::BoxError;
 use crate::launch;
 use crate::plan::BoxPlan;
 use crate::proto::UnexpectedMessage;
+use crate::sys::child::{self, ChildContext, PoolHelper, Pooled};
 use crate::sys::{self, Errno};
 use crate::worker::{lock, Worker};
 
@@ -65,13 +66,6 @@ pub(crate) struct OwnNs {
     user: OwnedFd,
     ipc: OwnedFd,
     uts: OwnedFd,
-}
-
-/// What a pool helper makes.
-#[derive(Clone, Copy)]
-enum Pooled {
-    Net,
-    User,
 }
 
 impl Template {
@@ -270,36 +264,25 @@ fn fill(shared: &Shared) {
 fn make_pooled(t: &Template, kind: Pooled, stack: &mut [u8]) -> Result<Vec<OwnedFd>, BoxError> {
     let sysf = |what: &'static str| move |errno: Errno| BoxError::Sys { what, errno };
     let (ready_r, ready_w) = sys::pipe().map_err(sysf("create the pool pipe"))?;
-    let args = HelperArgs {
+    let args = PoolHelper {
         user: t.user.as_raw_fd(),
         ready: ready_w.as_raw_fd(),
         kind,
         become_root: t.remapped,
         parent: sys::getpid(),
     };
-    // SAFETY: `pool_helper` calls only allocation-free wrappers and ends in _exit or is killed;
-    // it reads `args`, which stays in place until the child is reaped below, and runs on
-    // `stack`, which only this thread hands out, one helper at a time.
-    let pid = unsafe {
-        sys::spawn_shared(
-            stack,
-            pool_helper,
-            std::ptr::addr_of!(args).cast_mut().cast(),
-            0,
-        )
-    }
-    .map_err(sysf("start the namespace pool helper"))?;
-    let r_raw = ready_r.as_raw_fd();
-    drop(ready_w);
-    let mut fds = [libc::pollfd {
-        fd: r_raw,
-        events: libc::POLLIN,
-        revents: 0,
-    }];
-    let mut b = [0u8; 1];
-    let ready = sys::poll(&mut fds, 5000).is_ok_and(|n| n == 1)
-        && sys::read(ready_r.as_fd(), &mut b).is_ok_and(|n| n == 1);
-    let result = if ready {
+    child::with_pool_helper(stack, &args, |pid| {
+        drop(ready_w);
+        let mut fds = [sys::poll_in(ready_r.as_fd())];
+        let mut b = [0u8; 1];
+        let ready = sys::poll(&mut fds, 5000).is_ok_and(|n| n == 1)
+            && sys::read(ready_r.as_fd(), &mut b).is_ok_and(|n| n == 1);
+        if !ready {
+            return Err(BoxError::Sys {
+                what: "make a pooled namespace",
+                errno: Errno(libc::EIO),
+            });
+        }
         let kinds: &[&str] = match kind {
             Pooled::Net => &["net"],
             Pooled::User => &["user", "ipc", "uts"],
@@ -316,96 +299,20 @@ fn make_pooled(t: &Template, kind: Pooled, stack: &mut [u8]) -> Result<Vec<Owned
                     })
             })
             .collect()
-    } else {
-        Err(BoxError::Sys {
-            what: "make a pooled namespace",
-            errno: Errno(libc::EIO),
-        })
-    };
-    let _ = sys::kill(pid, libc::SIGKILL);
-    let _ = sys::wait4(pid, false);
-    result
-}
-
-/// What a pool helper is told: the template's user namespace, the pipe end it reports on,
-/// which namespaces to make, and the pid of the process that made it.
-struct HelperArgs {
-    user: RawFd,
-    ready: RawFd,
-    kind: Pooled,
-    become_root: bool,
-    parent: libc::pid_t,
-}
-
-extern "C" fn pool_helper(arg: *mut libc::c_void) -> libc::c_int {
-    // SAFETY: `arg` is the HelperArgs make_pooled passed, alive until we are reaped.
-    let HelperArgs {
-        user,
-        ready,
-        kind,
-        become_root,
-        parent,
-    } = unsafe { std::ptr::read(arg.cast::<HelperArgs>()) };
-    // We pause until our maker kills us, so we must die with it: SIGKILL when the pool thread
-    // (our parent; it reaps us before it ends) goes, with the process or otherwise. A parent
-    // that died before this prctl sent no signal and left us reparented, which getppid shows
-    // (we are in its pid namespace); without this check such a helper paused forever.
-    let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-    if sys::getppid() != parent {
-        sys::exit_now(1);
-    }
-    // Our descriptor table is a copy of a busy process's: drop every descriptor but ours
-    // (another thread's box pipes among them, whose end of output we would otherwise delay;
-    // the owner lock, which would keep our maker's leftovers from a sweep).
-    sys::close_all_except(&mut [user, ready]);
-    let joined = sys::setns(user, libc::CLONE_NEWUSER).and_then(|()| {
-        if !become_root {
-            return Ok(());
-        }
-        sys::become_ns_root(true)?;
-        // The id change cleared the death signal until become_ns_root set it again.
-        if sys::getppid() != parent {
-            sys::exit_now(1);
-        }
-        Ok(())
-    });
-    let made = joined.and_then(|()| match kind {
-        Pooled::Net => sys::unshare(libc::CLONE_NEWNET).and_then(|()| sys::loopback_up()),
-        Pooled::User => sys::open_dir_path(c"/proc/self").and_then(|proc_self| {
-            sys::unshare(libc::CLONE_NEWUSER)?;
-            child::map_root_in(proc_self.as_raw_fd())?;
-            sys::unshare(libc::CLONE_NEWIPC | libc::CLONE_NEWUTS)
-        }),
-    });
-    if made.is_err() {
-        sys::exit_now(1);
-    }
-    // SAFETY: `ready` is our copy of the pipe's write end.
-    let w = unsafe { std::os::fd::BorrowedFd::borrow_raw(ready) };
-    let _ = sys::write_all(w, b"r");
-    loop {
-        // SAFETY: pause takes no arguments; we wait for the parent's SIGKILL.
-        unsafe { libc::pause() };
-    }
+    })
+    .map_err(sysf("start the namespace pool helper"))?
 }
 
 /// `mkdtemp(3)` of `template` (ending in XXXXXX), as a UTF-8 path.
 fn tempfile_dir(template: &std::path::Path) -> Result<String, BoxError> {
-    let mut bytes = template.to_string_lossy().into_owned().into_bytes();
-    bytes.push(0);
-    // SAFETY: a NUL-terminated, writable buffer ending in XXXXXX.
-    let p = unsafe { libc::mkdtemp(bytes.as_mut_ptr().cast()) };
-    if p.is_null() {
-        return Err(BoxError::Sys {
-            what: "create the template staging directory",
-            errno: Errno::last(),
-        });
-    }
-    bytes.pop();
-    String::from_utf8(bytes).map_err(|_| BoxError::Sys {
+    let fail = |errno| BoxError::Sys {
         what: "create the template staging directory",
-        errno: Errno(libc::EINVAL),
-    })
+        errno,
+    };
+    let dir = sys::mkdtemp(std::path::Path::new(&*template.to_string_lossy())).map_err(fail)?;
+    dir.into_os_string()
+        .into_string()
+        .map_err(|_| fail(Errno(libc::EINVAL)))
 }
 
 /// Runs the skeleton in a template process and keeps its namespaces.
@@ -435,10 +342,8 @@ fn build(plan: &BoxPlan) -> Result<Template, BoxError> {
         trees: &[],
         strings: None,
     };
-    // SAFETY: the child runs only `child::run` over the template plan (allocation-free wrappers,
-    // ending in HoldTemplate's exit).
-    let pid = match unsafe { sys::clone_fork(plan.clone_flags) } {
-        Ok(0) => child::run(&ctx),
+    // The template process runs the skeleton and ends in HoldTemplate's exit.
+    let pid = match child::clone_box(plan.clone_flags, &ctx) {
         Ok(pid) => pid,
         Err(errno) => {
             return Err(BoxError::Clone {

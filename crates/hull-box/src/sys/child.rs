@@ -1,4 +1,8 @@
-//! The box side: executes a [`BoxPlan`] inside the freshly cloned process (pid 1 of the box).
+//! The processes hull clones, which run between `clone` and `execve` (or `_exit`): the box side
+//! ([`clone_box`]: executes a [`BoxPlan`] inside the freshly cloned process, pid 1 of the box),
+//! a template's pool helper ([`with_pool_helper`]) and the `--subids` remover
+//! ([`fork_remover`]). They are in `sys` because the `unsafe` clone that starts each relies on
+//! what they do: only data prepared before the clone, and allocation-free system calls.
 //!
 //! Runs between `clone` and `execve`, so it only reads data the parent prepared and calls the
 //! allocation-free wrappers of [`crate::sys`]. A failed step is sent to the supervisor as
@@ -8,7 +12,8 @@
 //! then waits for the supervisor's teardown to kill it (its exit is the namespace teardown,
 //! kept off the result's path).
 
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, RawFd};
+use std::ffi::CStr;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, RawFd};
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use crate::plan::{BoxPlan, Step};
@@ -73,8 +78,19 @@ fn send(sock: RawFd, m: Message, fd: Option<RawFd>) {
     let _ = sys::send_with_fd(sock, &m.encode(), fd);
 }
 
+/// Clones a box's first process with `flags` (its namespaces) to run `ctx.plan`, and returns its
+/// pid. The child never returns: it ends in the program's `execve` or in `_exit`.
+pub(crate) fn clone_box(flags: libc::c_int, ctx: &ChildContext<'_>) -> SysResult<libc::pid_t> {
+    // SAFETY: the child runs only `run`, which reads data prepared before the clone, calls
+    // allocation-free wrappers and ends in execve or _exit.
+    match unsafe { sys::clone_fork(flags) }? {
+        0 => run(ctx),
+        pid => Ok(pid),
+    }
+}
+
 /// Runs the plan and never returns.
-pub(crate) fn run(ctx: &ChildContext<'_>) -> ! {
+fn run(ctx: &ChildContext<'_>) -> ! {
     sys::close_raw(ctx.peer);
     // Holding our supervisor's owner lock would keep its leftovers from a sweep after it died.
     let lock = crate::owner::lock_fd();
@@ -683,11 +699,9 @@ fn spawn_and_reap(ctx: &ChildContext<'_>, program: &Program<'_>) -> SysResult<()
                     },
                     None,
                 );
-                loop {
-                    // SAFETY: pause takes no arguments; SIGKILL (teardown, deadline or the
-                    // supervisor's death through PDEATHSIG) ends it.
-                    unsafe { libc::pause() };
-                }
+                // SIGKILL (teardown, deadline or the supervisor's death through PDEATHSIG)
+                // ends us.
+                pause_forever()
             }
             Ok(_) => {}
             Err(Errno(libc::ECHILD)) => sys::exit_now(0),
@@ -748,6 +762,173 @@ pub(crate) fn pointer_array(strings: &[std::ffi::CString]) -> Vec<*const libc::c
     let mut v: Vec<*const libc::c_char> = strings.iter().map(|s| s.as_ptr()).collect();
     v.push(std::ptr::null());
     v
+}
+
+/// What a template's pool helper makes (see `template.rs`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Pooled {
+    /// A network namespace owned by the template's user namespace, loopback up.
+    Net,
+    /// A user namespace below the template's, uid and gid 0 mapped, with the ipc and uts
+    /// namespaces it owns.
+    User,
+}
+
+/// What a pool helper is told: the template's user namespace, the pipe end it reports on,
+/// which namespaces to make, whether to become the template's root first, and the pid of the
+/// process that made it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PoolHelper {
+    pub(crate) user: RawFd,
+    pub(crate) ready: RawFd,
+    pub(crate) kind: Pooled,
+    pub(crate) become_root: bool,
+    pub(crate) parent: libc::pid_t,
+}
+
+/// Kills and reaps a pool helper when dropped, so its stack and arguments outlive it.
+struct Reap(libc::pid_t);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let _ = sys::kill(self.0, libc::SIGKILL);
+        let _ = sys::wait4(self.0, false);
+    }
+}
+
+/// Starts a pool helper for `args` on `stack` (it shares our memory, `CLONE_VM`: a fork would
+/// copy the supervisor's page tables and leave every page it writes afterwards to be copied
+/// again on the next write), calls `meanwhile` with its pid (which reads its report and opens
+/// its namespaces), then kills and reaps it, and returns what `meanwhile` returned.
+pub(crate) fn with_pool_helper<R>(
+    stack: &mut [u8],
+    args: &PoolHelper,
+    meanwhile: impl FnOnce(libc::pid_t) -> R,
+) -> SysResult<R> {
+    // SAFETY: `pool_helper` calls only allocation-free wrappers and ends in _exit or is killed;
+    // it reads `args` and runs on `stack`, both borrowed until `Reap` has killed and reaped it
+    // (also when `meanwhile` unwinds).
+    let pid = unsafe {
+        sys::spawn_shared(
+            stack,
+            pool_helper,
+            std::ptr::from_ref(args).cast_mut().cast(),
+            0,
+        )
+    }?;
+    let _reap = Reap(pid);
+    Ok(meanwhile(pid))
+}
+
+extern "C" fn pool_helper(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the PoolHelper with_pool_helper passed, alive until we are reaped.
+    let PoolHelper {
+        user,
+        ready,
+        kind,
+        become_root,
+        parent,
+    } = unsafe { std::ptr::read(arg.cast::<PoolHelper>()) };
+    // We pause until our maker kills us, so we must die with it: SIGKILL when the pool thread
+    // (our parent; it reaps us before it ends) goes, with the process or otherwise. A parent
+    // that died before this prctl sent no signal and left us reparented, which getppid shows
+    // (we are in its pid namespace); without this check such a helper paused forever.
+    let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+    if sys::getppid() != parent {
+        sys::exit_now(1);
+    }
+    // Our descriptor table is a copy of a busy process's: drop every descriptor but ours
+    // (another thread's box pipes among them, whose end of output we would otherwise delay;
+    // the owner lock, which would keep our maker's leftovers from a sweep).
+    sys::close_all_except(&mut [user, ready]);
+    let joined = sys::setns(user, libc::CLONE_NEWUSER).and_then(|()| {
+        if !become_root {
+            return Ok(());
+        }
+        sys::become_ns_root(true)?;
+        // The id change cleared the death signal until become_ns_root set it again.
+        if sys::getppid() != parent {
+            sys::exit_now(1);
+        }
+        Ok(())
+    });
+    let made = joined.and_then(|()| match kind {
+        Pooled::Net => sys::unshare(libc::CLONE_NEWNET).and_then(|()| sys::loopback_up()),
+        Pooled::User => sys::open_dir_path(c"/proc/self").and_then(|proc_self| {
+            sys::unshare(libc::CLONE_NEWUSER)?;
+            map_root_in(proc_self.as_raw_fd())?;
+            sys::unshare(libc::CLONE_NEWIPC | libc::CLONE_NEWUTS)
+        }),
+    });
+    if made.is_err() {
+        sys::exit_now(1);
+    }
+    // SAFETY: `ready` is our copy of the pipe's write end.
+    let w = unsafe { BorrowedFd::borrow_raw(ready) };
+    let _ = sys::write_all(w, b"r");
+    pause_forever()
+}
+
+/// Waits for the SIGKILL that ends us.
+fn pause_forever() -> ! {
+    loop {
+        // SAFETY: pause takes no arguments; the SIGKILL we wait for ends it.
+        unsafe { libc::pause() };
+    }
+}
+
+/// What the `--subids` remover (see `subids.rs`) is given, all made before the clone.
+pub(crate) struct Remover<'a> {
+    /// Our pid: the remover exits if it is no longer its parent.
+    pub(crate) parent: libc::pid_t,
+    /// The pipe it waits on until its maps are written: (read end, our write end).
+    pub(crate) go: (RawFd, RawFd),
+    /// `/dev/null`, its stdin and stdout.
+    pub(crate) null: RawFd,
+    pub(crate) argv: &'a [*const libc::c_char],
+    pub(crate) envp: &'a [*const libc::c_char],
+    /// The programs to exec, in the order tried.
+    pub(crate) programs: &'a [&'a CStr],
+}
+
+/// Forks the remover into a new user namespace (its maps are the caller's to write) and returns
+/// its pid.
+pub(crate) fn fork_remover(r: &Remover<'_>) -> SysResult<libc::pid_t> {
+    // SAFETY: the child runs only `remover`, which calls allocation-free wrappers on data made
+    // before the clone and ends in execve or exit_now.
+    match unsafe { sys::clone_fork(libc::CLONE_NEWUSER) }? {
+        0 => remover(r),
+        pid => Ok(pid),
+    }
+}
+
+/// The remover's side: dies with us, waits for its maps, then becomes `rm` (as root of its user
+/// namespace, with every capability there) with `/dev/null` as stdin and stdout.
+fn remover(r: &Remover<'_>) -> ! {
+    let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+    if sys::getppid() != r.parent {
+        sys::exit_now(1);
+    }
+    let (go_r, go_w) = r.go;
+    sys::close_raw(go_w);
+    if sys::dup2(r.null, 0).is_err() || sys::dup2(r.null, 1).is_err() {
+        sys::exit_now(1);
+    }
+    let lock = crate::owner::lock_fd();
+    if lock >= 0 {
+        sys::close_raw(lock);
+    }
+    let mut b = [0u8; 1];
+    // SAFETY: `go_r` is our copy of the pipe's read end, open until we exec.
+    let go = unsafe { BorrowedFd::borrow_raw(go_r) };
+    if !matches!(sys::read(go, &mut b), Ok(1)) {
+        sys::exit_now(1);
+    }
+    sys::reset_signals();
+    for rm in r.programs {
+        sys::execve(rm, r.argv, r.envp);
+    }
+    sys::exit_now(127)
 }
 
 #[cfg(test)]
