@@ -436,7 +436,7 @@ impl Engine {
         };
         let pid = started.pid;
         // Pid 1 reports failures by its index in the plan it ran (the template-split one).
-        let outcome = self.watch(spec, &rb.boxed, opts, started, &sigfd, sink, false);
+        let outcome = self.watch(spec, &rb.entry_plan, opts, started, &sigfd, sink, false);
         sys::unblock_signals(&FORWARDED);
         let resources = rb.hand_over();
         Ok(Some(self.conclude(spec, outcome?, pid, resources, None)))
@@ -457,7 +457,7 @@ impl SetUpAhead for Engine {
         let workspace = self.temporary_workspace()?;
         let (cgroup, warnings) = self.box_cgroup(spec)?;
         let plan = self.assemble(spec, keep, &workspace.path, &cgroup)?;
-        let (boxed, entered) = templates.prepare(plan.clone())?;
+        let (entry_plan, entered) = templates.prepare(plan.clone())?;
         if entered.is_none() {
             return Err(BoxError::Sys {
                 what: "set up a box ahead without a template",
@@ -465,7 +465,7 @@ impl SetUpAhead for Engine {
             });
         }
         let launch = Launch {
-            plan: &boxed,
+            plan: &entry_plan,
             stdin: spec.stdin,
             timeout: spec.timeout,
             filter: &self.filter,
@@ -475,7 +475,7 @@ impl SetUpAhead for Engine {
         let started = launch.start()?;
         let mut rb = ReadyBox::new(
             plan,
-            boxed,
+            entry_plan,
             limits_of(spec),
             started,
             Resources {

@@ -20,11 +20,12 @@ use std::time::Duration;
 use crate::error::BoxError;
 use crate::launch::{Setup, Started};
 use crate::plan::{BoxPlan, Step};
+use crate::poison::lock;
 use crate::resources::{limits_of, CgroupGuard, Resources, Workspace};
 use crate::spec::{BoxSpec, RootSpec, Stdin};
 use crate::sys;
 use crate::template::Entered;
-use crate::worker::{lock, Worker};
+use crate::worker::Worker;
 
 /// How many are kept ready: two covers a box starting while the last one's replacement is still
 /// being set up.
@@ -41,7 +42,7 @@ pub(crate) struct ReadyBox {
     /// The whole plan it was set up from (its `Exec` is the one it was built for, never run).
     plan: BoxPlan,
     /// The plan its pid 1 ran (after the template split): setup errors name its steps.
-    pub(crate) boxed: BoxPlan,
+    pub(crate) entry_plan: BoxPlan,
     limits: hull_cgroup::Limits,
     /// Its pid 1 and channel, until it is sent its program: from then on the watch and the
     /// teardown own them.
@@ -51,10 +52,10 @@ pub(crate) struct ReadyBox {
 }
 
 impl ReadyBox {
-    /// `started` has just been cloned to run `boxed` (see [`ReadyBox::await_setup`]).
+    /// `started` has just been cloned to run `entry_plan` (see [`ReadyBox::await_setup`]).
     pub(crate) fn new(
         plan: BoxPlan,
-        boxed: BoxPlan,
+        entry_plan: BoxPlan,
         limits: hull_cgroup::Limits,
         started: Started,
         resources: Resources,
@@ -62,7 +63,7 @@ impl ReadyBox {
     ) -> ReadyBox {
         ReadyBox {
             plan,
-            boxed,
+            entry_plan,
             limits,
             started: Some(started),
             resources,
@@ -81,7 +82,7 @@ impl ReadyBox {
         let Some(started) = self.started.as_mut() else {
             return Ok(());
         };
-        let listener = started.channel.expect_ready(timeout_ms, &self.boxed)?;
+        let listener = started.channel.expect_ready(timeout_ms, &self.entry_plan)?;
         started.setup = Setup::Done {
             listener,
             us: (sys::monotonic_ns() - started.clock) / 1000,
@@ -166,18 +167,18 @@ impl Drop for ReadyBox {
 }
 
 pub(crate) struct ReadyBoxes {
-    shared: Arc<Shared>,
+    pool: Arc<ReadyPool>,
 }
 
-struct Shared {
-    state: Mutex<State>,
+struct ReadyPool {
+    state: Mutex<ReadyStock>,
     /// The thread, joined by `stop` so that no box is left half set up at exit.
     worker: Worker,
     used: AtomicU64,
 }
 
 #[derive(Default)]
-struct State {
+struct ReadyStock {
     /// The spec of the last box that could use one: what the thread sets boxes up for.
     want: Option<BoxSpec>,
     /// Bumped when `want` changes shape: a box set up for an older one is not kept.
@@ -191,13 +192,13 @@ struct State {
 
 impl ReadyBoxes {
     pub(crate) fn new() -> ReadyBoxes {
-        let shared = Shared {
-            state: Mutex::new(State::default()),
+        let pool = ReadyPool {
+            state: Mutex::new(ReadyStock::default()),
             worker: Worker::default(),
             used: AtomicU64::new(0),
         };
         ReadyBoxes {
-            shared: Arc::new(shared),
+            pool: Arc::new(pool),
         }
     }
 
@@ -212,7 +213,7 @@ impl ReadyBoxes {
             return None;
         }
         let (taken, still_ready) = {
-            let mut st = lock(&self.shared.state);
+            let mut st = lock(&self.pool.state);
             if st.want.as_ref().is_some_and(|w| same_shape(w, spec)) {
                 let taken = st.boxes.pop();
                 (taken, !st.boxes.is_empty())
@@ -226,25 +227,25 @@ impl ReadyBoxes {
             }
         };
         // Without the thread no box is set up ahead: every box takes the ordinary path.
-        self.shared.worker.start_once("hull-ready", || {
+        self.pool.worker.start_once("hull-ready", || {
             let engine: Weak<dyn SetUpAhead> = Arc::downgrade(engine) as Weak<dyn SetUpAhead>;
-            let shared = Arc::clone(&self.shared);
-            move || fill(&shared, &engine)
+            let pool = Arc::clone(&self.pool);
+            move || keep_boxes_ready(&pool, &engine)
         });
         // With one still ready, its replacement waits for this box's result (`refill`): the
         // setup would compete with the box for the CPU.
         if taken.is_none() || !still_ready {
-            self.shared.worker.wake();
+            self.pool.worker.wake();
         }
         if taken.is_some() {
-            self.shared.used.fetch_add(1, Ordering::Relaxed);
+            self.pool.used.fetch_add(1, Ordering::Relaxed);
         }
         taken
     }
 
     /// A box has its result: set up the ones missing.
     pub(crate) fn refill(&self) {
-        self.shared.worker.wake();
+        self.pool.worker.wake();
     }
 
     /// Waits up to `timeout` until the thread is done setting up boxes for the current shape
@@ -253,7 +254,7 @@ impl ReadyBoxes {
         let deadline = std::time::Instant::now() + timeout;
         loop {
             {
-                let st = lock(&self.shared.state);
+                let st = lock(&self.pool.state);
                 if st.want.is_none() || st.failed || st.boxes.len() >= KEEP {
                     return true;
                 }
@@ -267,7 +268,7 @@ impl ReadyBoxes {
 
     /// The pid 1s of the boxes ready now.
     pub(crate) fn pids(&self) -> Vec<libc::pid_t> {
-        lock(&self.shared.state)
+        lock(&self.pool.state)
             .boxes
             .iter()
             .map(ReadyBox::pid)
@@ -275,15 +276,15 @@ impl ReadyBoxes {
     }
 
     pub(crate) fn used(&self) -> u64 {
-        self.shared.used.load(Ordering::Relaxed)
+        self.pool.used.load(Ordering::Relaxed)
     }
 
     /// Ends the thread (after the box it may be setting up) and the ready boxes.
     pub(crate) fn stop(&self) {
-        self.shared.worker.stop();
-        self.shared.worker.join();
+        self.pool.worker.stop();
+        self.pool.worker.join();
         let (boxes, discard) = {
-            let mut st = lock(&self.shared.state);
+            let mut st = lock(&self.pool.state);
             (
                 std::mem::take(&mut st.boxes),
                 std::mem::take(&mut st.discard),
@@ -317,19 +318,19 @@ fn same_shape(a: &BoxSpec, b: &BoxSpec) -> bool {
     blank(a) == blank(b)
 }
 
-fn fill(shared: &Shared, engine: &Weak<dyn SetUpAhead>) {
+fn keep_boxes_ready(pool: &ReadyPool, engine: &Weak<dyn SetUpAhead>) {
     loop {
         let (spec, generation) = {
-            let mut st = lock(&shared.state);
+            let mut st = lock(&pool.state);
             loop {
-                if shared.worker.stopping() {
+                if pool.worker.stopping() {
                     return;
                 }
                 if !st.discard.is_empty() {
                     let stale = std::mem::take(&mut st.discard);
                     drop(st);
                     drop(stale);
-                    st = lock(&shared.state);
+                    st = lock(&pool.state);
                     continue;
                 }
                 if let Some(w) = st
@@ -339,7 +340,7 @@ fn fill(shared: &Shared, engine: &Weak<dyn SetUpAhead>) {
                 {
                     break (w.clone(), st.generation);
                 }
-                st = shared.worker.sleep(st);
+                st = pool.worker.sleep(st);
             }
         };
         let Some(engine) = engine.upgrade() else {
@@ -348,9 +349,9 @@ fn fill(shared: &Shared, engine: &Weak<dyn SetUpAhead>) {
         let made = engine.set_up_ahead(&spec);
         // Not kept across the wait: the Runtime may go meanwhile.
         drop(engine);
-        let mut st = lock(&shared.state);
+        let mut st = lock(&pool.state);
         match made {
-            Ok(b) if st.generation == generation && !shared.worker.stopping() => st.boxes.push(b),
+            Ok(b) if st.generation == generation && !pool.worker.stopping() => st.boxes.push(b),
             Ok(b) => {
                 drop(st);
                 drop(b);

@@ -65,9 +65,7 @@ pub(crate) fn tree(path: &CStr, to: (u32, u32), count: u32) -> Result<OwnedFd, E
 fn userns(maps: &(String, String)) -> Result<OwnedFd, Errno> {
     let key = format!("{}/{}", maps.0, maps.1);
     let io = |e: std::io::Error| Errno(e.raw_os_error().unwrap_or(libc::EIO));
-    let mut made = USERNS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut made = crate::poison::lock(&USERNS);
     if let Some((_, fd)) = made.iter().find(|(k, _)| *k == key) {
         return fd.try_clone().map_err(io);
     }

@@ -17,6 +17,29 @@ use crate::sys::Errno;
 use crate::template::Templates;
 use crate::watch::{OutputSink, RunOptions};
 
+/// What the warm pools of a [`Runtime`] ([`Runtime::enable_templates`]) have done and hold:
+/// all zero and empty when templates are off. For tests and `hull bench`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WarmStats {
+    /// Read-only skeletons built and kept.
+    pub templates: usize,
+    /// Boxes that entered a pooled network namespace.
+    pub pooled_nets: u64,
+    /// Boxes that entered a pooled user namespace.
+    pub pooled_users: u64,
+    /// Boxes that got a cgroup made ahead.
+    pub spare_cgroups: u64,
+    /// Boxes that got a temporary workspace made ahead.
+    pub spare_workspaces: u64,
+    /// The directories (cgroups, then workspaces) of the spares made ahead and not yet used;
+    /// they are removed with the Runtime.
+    pub spare_paths: Vec<PathBuf>,
+    /// Boxes that ran in a box set up ahead.
+    pub ready_used: u64,
+    /// The pid 1s of the boxes set up ahead and waiting now (they end with the Runtime).
+    pub ready_pids: Vec<libc::pid_t>,
+}
+
 /// Process-wide state: the detected cgroup layout and the compiled seccomp filter. Create once,
 /// run many boxes (concurrently from several threads, too).
 pub struct Runtime {
@@ -45,40 +68,20 @@ impl Runtime {
         engine.enable_templates()
     }
 
-    /// How many templates this Runtime holds (0 when templates are off).
-    pub fn templates_built(&self) -> usize {
-        self.engine.templates.as_ref().map_or(0, Templates::len)
-    }
-
-    /// How many boxes entered a pooled network namespace (0 when templates are off).
-    pub fn pooled_nets_used(&self) -> u64 {
-        self.engine
-            .templates
-            .as_ref()
-            .map_or(0, Templates::pooled_nets)
-    }
-
-    /// How many boxes entered a pooled user namespace (templates only).
-    pub fn pooled_users_used(&self) -> u64 {
-        self.engine
-            .templates
-            .as_ref()
-            .map_or(0, Templates::pooled_users)
-    }
-
-    /// How many boxes got a cgroup, and a temporary workspace, made ahead by the spares thread
-    /// (0 when templates are off).
-    pub fn spares_used(&self) -> (u64, u64) {
-        self.engine.spares.as_ref().map_or((0, 0), Spares::used)
-    }
-
-    /// The directories (cgroups, then workspaces) of the spares made ahead and not yet used;
-    /// they are removed with the Runtime.
-    pub fn spare_paths(&self) -> Vec<PathBuf> {
-        self.engine
-            .spares
-            .as_ref()
-            .map_or_else(Vec::new, Spares::paths)
+    /// What the warm pools have done and hold (see [`WarmStats`]).
+    pub fn warm_stats(&self) -> WarmStats {
+        let e = &self.engine;
+        let (spare_cgroups, spare_workspaces) = e.spares.as_ref().map_or((0, 0), Spares::used);
+        WarmStats {
+            templates: e.templates.as_ref().map_or(0, Templates::len),
+            pooled_nets: e.templates.as_ref().map_or(0, Templates::pooled_nets),
+            pooled_users: e.templates.as_ref().map_or(0, Templates::pooled_users),
+            spare_cgroups,
+            spare_workspaces,
+            spare_paths: e.spares.as_ref().map_or_else(Vec::new, Spares::paths),
+            ready_used: e.ready.as_ref().map_or(0, ReadyBoxes::used),
+            ready_pids: e.ready.as_ref().map_or_else(Vec::new, ReadyBoxes::pids),
+        }
     }
 
     /// Waits up to `timeout` for the boxes set up ahead to be complete for the last shape run
@@ -86,19 +89,6 @@ impl Runtime {
     /// they are, or none are being set up.
     pub fn settle(&self, timeout: Duration) -> bool {
         self.engine.ready.as_ref().is_none_or(|r| r.settle(timeout))
-    }
-
-    /// How many boxes ran in a box set up ahead of time (templates only).
-    pub fn ready_used(&self) -> u64 {
-        self.engine.ready.as_ref().map_or(0, ReadyBoxes::used)
-    }
-
-    /// The pid 1s of the boxes set up ahead and waiting now (they end with the Runtime).
-    pub fn ready_pids(&self) -> Vec<libc::pid_t> {
-        self.engine
-            .ready
-            .as_ref()
-            .map_or_else(Vec::new, ReadyBoxes::pids)
     }
 
     /// Kills every box this Runtime is running, and any it starts from now on, at once; their

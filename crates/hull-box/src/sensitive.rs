@@ -77,9 +77,7 @@ impl Homes {
                 .ok()
                 .map(|m| (m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec())),
         );
-        let mut cache = HOST_HOMES
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut cache = crate::poison::lock(&HOST_HOMES);
         if let Some((k, h)) = cache.as_ref() {
             if *k == key {
                 return h.clone();

@@ -133,7 +133,7 @@ pub fn remove_tree_mapped(path: &Path, uids: &IdRange, gids: &IdRange) -> Result
     let parent = sys::getpid();
     let remover = sys::child::Remover {
         parent,
-        go: (go_r.as_raw_fd(), go_w.as_raw_fd()),
+        maps_pipe: (go_r.as_raw_fd(), go_w.as_raw_fd()),
         null: null.as_raw_fd(),
         argv: &argv,
         envp: &envp,

@@ -27,10 +27,11 @@ use crate::channel::Channel;
 use crate::error::BoxError;
 use crate::launch;
 use crate::plan::BoxPlan;
+use crate::poison::lock;
 use crate::proto::UnexpectedMessage;
 use crate::sys::child::{self, ChildContext, PoolHelper, Pooled};
 use crate::sys::{self, Errno};
-use crate::worker::{lock, Worker};
+use crate::worker::Worker;
 
 /// The most templates one Runtime keeps (one per distinct skeleton: image, hostname, network
 /// mode, user mount points); past it the oldest is dropped (boxes using it keep it alive).
@@ -93,14 +94,14 @@ pub(crate) struct Entered {
 
 /// The Runtime's templates, by skeleton, and the thread that fills their network pools.
 pub(crate) struct Templates {
-    shared: Arc<Shared>,
+    pool: Arc<TemplatePool>,
     /// An empty host directory the templates assemble their roots on (in their own mount
     /// namespaces), so the host's /tmp, where bind sources may live, stays visible to boxes.
     stage: String,
 }
 
 #[derive(Default)]
-struct Shared {
+struct TemplatePool {
     built: Mutex<Vec<(u64, Arc<Template>)>>,
     /// The pool thread (`hull-netpool`).
     worker: Worker,
@@ -113,8 +114,8 @@ struct Shared {
 impl Drop for Templates {
     fn drop(&mut self) {
         // Joined, so no pool helper is being made once the Runtime is gone.
-        self.shared.worker.stop();
-        self.shared.worker.join();
+        self.pool.worker.stop();
+        self.pool.worker.join();
         let _ = std::fs::remove_dir(&self.stage);
     }
 }
@@ -130,23 +131,23 @@ impl Templates {
         );
         let dir = tempfile_dir(&std::env::temp_dir().join(template))?;
         Ok(Templates {
-            shared: Arc::default(),
+            pool: Arc::default(),
             stage: dir,
         })
     }
 
     pub fn len(&self) -> usize {
-        lock(&self.shared.built).len()
+        lock(&self.pool.built).len()
     }
 
     /// How many boxes entered a pooled network namespace so far.
     pub fn pooled_nets(&self) -> u64 {
-        self.shared.pooled.load(Ordering::Relaxed)
+        self.pool.pooled.load(Ordering::Relaxed)
     }
 
     /// How many boxes entered a pooled user namespace so far.
     pub fn pooled_users(&self) -> u64 {
-        self.shared.pooled_users.load(Ordering::Relaxed)
+        self.pool.pooled_users.load(Ordering::Relaxed)
     }
 
     /// Where this Runtime's templates assemble their roots.
@@ -158,13 +159,13 @@ impl Templates {
     /// the first time, with a pooled network namespace when one is ready. A plan whose skeleton
     /// cannot be shared comes back whole, with nothing entered.
     pub fn prepare(&self, plan: BoxPlan) -> Result<(BoxPlan, Option<Entered>), BoxError> {
-        let (skeleton, mut boxed) = match plan.split_template() {
+        let (skeleton, mut entry_plan) = match plan.split_template() {
             Ok(split) => split,
             Err(whole) => return Ok((whole, None)),
         };
         let key = skeleton.template_key();
         let template = {
-            let mut built = lock(&self.shared.built);
+            let mut built = lock(&self.pool.built);
             match built.iter().find(|(k, _)| *k == key) {
                 Some((_, t)) => Arc::clone(t),
                 None => {
@@ -177,21 +178,21 @@ impl Templates {
                 }
             }
         };
-        let net = if boxed.can_share_pooled_net() {
+        let net = if entry_plan.can_share_pooled_net() {
             lock(&template.nets).pop()
         } else {
             None
         };
         if net.is_some() {
-            self.shared.pooled.fetch_add(1, Ordering::Relaxed);
+            self.pool.pooled.fetch_add(1, Ordering::Relaxed);
         }
         let own = lock(&template.users).pop();
         if own.is_some() {
-            self.shared.pooled_users.fetch_add(1, Ordering::Relaxed);
+            self.pool.pooled_users.fetch_add(1, Ordering::Relaxed);
         }
         self.start_filler();
-        self.shared.worker.wake();
-        boxed.set_template_fds(
+        self.pool.worker.wake();
+        entry_plan.set_template_fds(
             template.user.as_raw_fd(),
             template.host.as_raw_fd(),
             template.mnt.as_raw_fd(),
@@ -200,7 +201,7 @@ impl Templates {
                 .map(|o| [o.user.as_raw_fd(), o.ipc.as_raw_fd(), o.uts.as_raw_fd()]),
         );
         Ok((
-            boxed,
+            entry_plan,
             Some(Entered {
                 _template: template,
                 _net: net,
@@ -212,9 +213,9 @@ impl Templates {
     /// Starts the thread that keeps each template's network pool full (once).
     fn start_filler(&self) {
         // Without the thread there is no pool: boxes unshare their own network namespace.
-        self.shared.worker.start_once("hull-netpool", || {
-            let shared = Arc::clone(&self.shared);
-            move || fill(&shared)
+        self.pool.worker.start_once("hull-netpool", || {
+            let pool = Arc::clone(&self.pool);
+            move || keep_namespaces_ready(&pool)
         });
     }
 }
@@ -224,13 +225,13 @@ const HELPER_STACK: usize = 64 * 1024;
 
 /// The pool filler: makes a namespace for the first template that wants one, else sleeps until
 /// a box takes one (or a second passes).
-fn fill(shared: &Shared) {
+fn keep_namespaces_ready(pool: &TemplatePool) {
     let Some(mut stack) = sys::Stack::reserve(HELPER_STACK) else {
         // Without a stack for the helpers there is no pool: boxes unshare their own namespaces.
         return;
     };
-    while !shared.worker.stopping() {
-        let wanting = lock(&shared.built)
+    while !pool.worker.stopping() {
+        let wanting = lock(&pool.built)
             .iter()
             .find_map(|(_, t)| t.wants().map(|k| (Arc::clone(t), k)));
         match wanting {
@@ -246,7 +247,7 @@ fn fill(shared: &Shared) {
                 Err(_) => t.pool_failed.store(true, Ordering::Relaxed),
             },
             None => {
-                drop(shared.worker.sleep(lock(&shared.built)));
+                drop(pool.worker.sleep(lock(&pool.built)));
             }
         }
     }

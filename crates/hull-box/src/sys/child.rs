@@ -60,15 +60,15 @@ pub(crate) struct ChildContext<'a> {
 
 /// In a pid 1 forked by a template's entry process: the read end of the pipe on which the entry
 /// process says it has reported our pid. Our first message waits for it (see `StartPid1`).
-static GATE: AtomicI32 = AtomicI32::new(-1);
+static PID1_REPORTED: AtomicI32 = AtomicI32::new(-1);
 
 fn send(sock: RawFd, m: Message, fd: Option<RawFd>) {
-    let gate = GATE.swap(-1, Ordering::Relaxed);
-    if gate >= 0 {
-        // SAFETY: the gate is our own descriptor, read once and closed here.
-        let go = unsafe { std::os::fd::OwnedFd::from_raw_fd(gate) };
+    let reported = PID1_REPORTED.swap(-1, Ordering::Relaxed);
+    if reported >= 0 {
+        // SAFETY: the pipe's read end is our own descriptor, read once and closed here.
+        let reported = unsafe { std::os::fd::OwnedFd::from_raw_fd(reported) };
         let mut b = [0u8; 1];
-        if !matches!(sys::read(go.as_fd(), &mut b), Ok(1)) {
+        if !matches!(sys::read(reported.as_fd(), &mut b), Ok(1)) {
             // The entry process died before reporting us: the supervisor must not hear from a
             // pid 1 it does not know.
             sys::exit_now(125);
@@ -138,8 +138,8 @@ fn run_from(ctx: &ChildContext<'_>, first: usize) -> ! {
 struct Pid1Args<'a> {
     ctx: &'a ChildContext<'a>,
     next: usize,
-    go_r: RawFd,
-    go_w: RawFd,
+    reported_r: RawFd,
+    reported_w: RawFd,
 }
 
 /// Forks the process that becomes pid 1 of the box's new pid namespace, as the supervisor's
@@ -149,15 +149,15 @@ fn start_pid1(ctx: &ChildContext<'_>, next: usize) -> SysResult<()> {
     let Some((stack, len)) = ctx.pid1_stack else {
         return Err(Errno(libc::EINVAL));
     };
-    // Pid 1's first message waits for the go byte, so its messages (Ready...) reach the
+    // Pid 1's first message waits for a byte on this pipe, so its messages (Ready...) reach the
     // supervisor after our Pid1; a hangup instead means we died before sending it, and pid 1
     // must not run unknown to the supervisor.
-    let (go_r, go_w) = sys::pipe()?;
+    let (reported_r, reported_w) = sys::pipe()?;
     let args = Pid1Args {
         ctx,
         next,
-        go_r: go_r.as_raw_fd(),
-        go_w: go_w.as_raw_fd(),
+        reported_r: reported_r.as_raw_fd(),
+        reported_w: reported_w.as_raw_fd(),
     };
     // SAFETY: the supervisor set this memory aside for pid 1's stack and nothing else uses it.
     let stack = unsafe { std::slice::from_raw_parts_mut(stack, len) };
@@ -171,11 +171,11 @@ fn start_pid1(ctx: &ChildContext<'_>, next: usize) -> SysResult<()> {
             libc::CLONE_PARENT,
         )
     }?;
-    // Not `send`: the gate in our shared memory is pid 1's now.
-    // The go byte only follows a Pid1 that was sent: otherwise pid 1 sees the pipe close with
+    // Not `send`: PID1_REPORTED in our shared memory is pid 1's now.
+    // The byte only follows a Pid1 that was sent: otherwise pid 1 sees the pipe close with
     // us and exits instead of running unknown to the supervisor.
     if sys::send_with_fd(ctx.sock, &Message::Pid1 { pid }.encode(), None).is_ok() {
-        let _ = sys::write_all(go_w.as_fd(), b"g");
+        let _ = sys::write_all(reported_w.as_fd(), b"g");
     }
     sys::exit_now(0)
 }
@@ -183,9 +183,9 @@ fn start_pid1(ctx: &ChildContext<'_>, next: usize) -> SysResult<()> {
 extern "C" fn pid1_main(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the Pid1Args start_pid1 passed; that frame is never left.
     let args = unsafe { &*arg.cast::<Pid1Args<'_>>() };
-    // Our descriptor table is our own copy: keep only the read end of the go pipe.
-    sys::close_raw(args.go_w);
-    GATE.store(args.go_r, Ordering::Relaxed);
+    // Our descriptor table is our own copy: keep only the pipe's read end.
+    sys::close_raw(args.reported_w);
+    PID1_REPORTED.store(args.reported_r, Ordering::Relaxed);
     run_from(args.ctx, args.next)
 }
 
@@ -416,8 +416,8 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
             }
             isolate_pid1(ctx)?;
             if ctx.ready_box {
-                let go = await_go(ctx)?;
-                spawn_and_reap(ctx, &go.program())
+                let sent = await_program(ctx)?;
+                spawn_and_reap(ctx, &sent.program())
             } else {
                 spawn_and_reap(
                     ctx,
@@ -610,12 +610,12 @@ enum Candidates<'a> {
 
 /// A ready box's program: pointer arrays into a private mapping that holds its go datagram,
 /// kept until pid 1 execs or exits.
-struct Go {
+struct SentProgram {
     ptrs: &'static [*const libc::c_char],
     counts: (usize, usize),
 }
 
-impl Go {
+impl SentProgram {
     fn program(&self) -> Program<'_> {
         let (argc, envc) = self.counts;
         Program {
@@ -629,7 +629,7 @@ impl Go {
 /// Waits for the supervisor's go datagram (see [`crate::proto::go`]) and lays out its strings
 /// for execve, without allocating: the datagram and the pointer arrays live in one fresh private
 /// mapping. A hangup means the ready box was never used: exit quietly.
-fn await_go(ctx: &ChildContext<'_>) -> SysResult<Go> {
+fn await_program(ctx: &ChildContext<'_>) -> SysResult<SentProgram> {
     use crate::proto::go;
     let nomem = Errno(libc::ENOMEM);
     let data = sys::anonymous::<u8>(go::MAX).ok_or(nomem)?;
@@ -650,7 +650,7 @@ fn await_go(ctx: &ChildContext<'_>) -> SysResult<Go> {
             data[at..].as_ptr().cast()
         };
     }
-    Ok(Go {
+    Ok(SentProgram {
         ptrs: &ptrs[..total],
         counts: (argc, envc),
     })
@@ -747,7 +747,7 @@ fn exec_program(ctx: &ChildContext<'_>, program: &Program<'_>) -> ! {
     };
     match program.candidates {
         Candidates::Plan(list) => list.iter().for_each(|c| try_one(c.as_c_str())),
-        // SAFETY: each pointer is to a NUL-terminated string inside the go datagram (await_go
+        // SAFETY: each pointer is to a NUL-terminated string inside the go datagram (await_program
         // checked every terminator), which stays mapped until we exec or exit.
         Candidates::Raw(list) => list
             .iter()
@@ -882,7 +882,7 @@ pub(crate) struct Remover<'a> {
     /// Our pid: the remover exits if it is no longer its parent.
     pub(crate) parent: libc::pid_t,
     /// The pipe it waits on until its maps are written: (read end, our write end).
-    pub(crate) go: (RawFd, RawFd),
+    pub(crate) maps_pipe: (RawFd, RawFd),
     /// `/dev/null`, its stdin and stdout.
     pub(crate) null: RawFd,
     pub(crate) argv: &'a [*const libc::c_char],
@@ -909,8 +909,8 @@ fn remover(r: &Remover<'_>) -> ! {
     if sys::getppid() != r.parent {
         sys::exit_now(1);
     }
-    let (go_r, go_w) = r.go;
-    sys::close_raw(go_w);
+    let (maps_r, maps_w) = r.maps_pipe;
+    sys::close_raw(maps_w);
     if sys::dup2(r.null, 0).is_err() || sys::dup2(r.null, 1).is_err() {
         sys::exit_now(1);
     }
@@ -919,9 +919,9 @@ fn remover(r: &Remover<'_>) -> ! {
         sys::close_raw(lock);
     }
     let mut b = [0u8; 1];
-    // SAFETY: `go_r` is our copy of the pipe's read end, open until we exec.
-    let go = unsafe { BorrowedFd::borrow_raw(go_r) };
-    if !matches!(sys::read(go, &mut b), Ok(1)) {
+    // SAFETY: `maps_r` is our copy of the pipe's read end, open until we exec.
+    let maps = unsafe { BorrowedFd::borrow_raw(maps_r) };
+    if !matches!(sys::read(maps, &mut b), Ok(1)) {
         sys::exit_now(1);
     }
     sys::reset_signals();
