@@ -26,7 +26,7 @@ use crate::channel::Channel;
 
 use crate::error::BoxError;
 use crate::launch;
-use crate::plan::BoxPlan;
+use crate::plan::{BoxPlan, TemplateFds};
 use crate::poison::lock;
 use crate::proto::UnexpectedMessage;
 use crate::sys::child::{self, ChildContext, PoolHelper, Pooled};
@@ -159,7 +159,7 @@ impl Templates {
     /// the first time, with a pooled network namespace when one is ready. A plan whose skeleton
     /// cannot be shared comes back whole, with nothing entered.
     pub fn prepare(&self, plan: BoxPlan) -> Result<(BoxPlan, Option<Entered>), BoxError> {
-        let (skeleton, mut entry_plan) = match plan.split_template() {
+        let (skeleton, entry_plan) = match plan.split_template() {
             Ok(split) => split,
             Err(whole) => return Ok((whole, None)),
         };
@@ -192,16 +192,17 @@ impl Templates {
         }
         self.start_filler();
         self.pool.worker.wake();
-        entry_plan.set_template_fds(
-            template.user.as_raw_fd(),
-            template.host.as_raw_fd(),
-            template.mnt.as_raw_fd(),
-            net.as_ref().map(AsRawFd::as_raw_fd),
-            own.as_ref()
+        let plan = entry_plan.enter(&TemplateFds {
+            user: template.user.as_raw_fd(),
+            host: template.host.as_raw_fd(),
+            root: template.mnt.as_raw_fd(),
+            net: net.as_ref().map(AsRawFd::as_raw_fd),
+            own: own
+                .as_ref()
                 .map(|o| [o.user.as_raw_fd(), o.ipc.as_raw_fd(), o.uts.as_raw_fd()]),
-        );
+        });
         Ok((
-            entry_plan,
+            plan,
             Some(Entered {
                 _template: template,
                 _net: net,

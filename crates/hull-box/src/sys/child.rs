@@ -470,20 +470,18 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
         } => {
             let mut flags = *flags;
             // The template's root has no /proc mounted: keep our own /proc entry for the maps.
-            let proc_self = if own_fds[0] < 0 {
-                Some(sys::open_dir_path(c"/proc/self")?)
-            } else {
-                None
+            let proc_self = match own_fds {
+                None => Some(sys::open_dir_path(c"/proc/self")?),
+                Some(_) => None,
             };
             sys::setns(*mnt_fd, libc::CLONE_NEWNS)?;
-            if *net_fd >= 0 {
-                sys::setns(*net_fd, libc::CLONE_NEWNET)?;
+            if let Some(net) = *net_fd {
+                sys::setns(net, libc::CLONE_NEWNET)?;
                 flags &= !libc::CLONE_NEWNET;
             }
-            let Some(proc_self) = proc_self else {
+            if let Some([user, ipc, uts]) = *own_fds {
                 // A pooled user namespace, ids mapped already; joined last, since the joins
                 // above need our capabilities in the template's.
-                let [user, ipc, uts] = *own_fds;
                 sys::setns(user, libc::CLONE_NEWUSER)?;
                 if flags & libc::CLONE_NEWIPC != 0 {
                     sys::setns(ipc, libc::CLONE_NEWIPC)?;
@@ -494,9 +492,12 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
                 return sys::unshare(
                     flags & !(libc::CLONE_NEWUSER | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS),
                 );
-            };
+            }
             sys::unshare(flags)?;
-            map_root_in(proc_self.as_raw_fd())
+            match proc_self {
+                Some(proc_self) => map_root_in(proc_self.as_raw_fd()),
+                None => Err(Errno(libc::EINVAL)),
+            }
         }
         // Handled by the plan loop itself (it needs the step's index).
         Step::StartPid1 => Err(Errno(libc::EINVAL)),
@@ -521,7 +522,7 @@ fn reserved_is_free(ctx: &ChildContext<'_>, fd: RawFd) -> SysResult<()> {
                 net_fd,
                 own_fds,
                 ..
-            } => *mnt_fd == fd || *net_fd == fd || own_fds.contains(&fd),
+            } => *mnt_fd == fd || *net_fd == Some(fd) || own_fds.is_some_and(|o| o.contains(&fd)),
             _ => false,
         };
     }
@@ -946,8 +947,8 @@ mod tests {
                 },
                 Step::EnterTemplate {
                     mnt_fd: 907,
-                    net_fd: -1,
-                    own_fds: [908, 909, 910],
+                    net_fd: None,
+                    own_fds: Some([908, 909, 910]),
                     flags: 0,
                 },
             ],
