@@ -567,7 +567,15 @@ mod tests {
         );
         assert!(sub.split_template().is_err());
         let plan = build(&BoxSpec::new(vec!["true".into()]), &ctx).unwrap();
-        let (template, boxed) = plan.split_template().map_err(|_| "not split").unwrap();
+        let (template, entry) = plan.split_template().map_err(|_| "not split").unwrap();
+        let fds = crate::plan::TemplateFds {
+            user: 905,
+            host: 906,
+            root: 907,
+            net: None,
+            own: None,
+        };
+        let boxed = entry.clone().enter(&fds);
         let kinds = |p: &crate::plan::BoxPlan| p.steps.iter().map(Step::name).collect::<Vec<_>>();
         let t = kinds(&template);
         assert_eq!(t.first(), Some(&"tie the box to its supervisor"));
@@ -621,6 +629,41 @@ mod tests {
             _ => true,
         }));
         assert!(!b.contains(&"make root read-only"), "{b:?}");
+        // The template's descriptors are in the steps that use them, and nothing else is left
+        // to fill in; a pooled network namespace (loopback up) replaces the box's loopback step.
+        assert!(boxed.steps.iter().any(|s| matches!(
+            s,
+            Step::JoinTemplate {
+                user_fd: 905,
+                mnt_fd: 906,
+                ..
+            }
+        )));
+        assert!(boxed.steps.iter().any(|s| matches!(
+            s,
+            Step::EnterTemplate {
+                mnt_fd: 907,
+                net_fd: None,
+                own_fds: None,
+                ..
+            }
+        )));
+        assert!(b.contains(&"bring up loopback"), "{b:?}");
+        assert!(entry.can_share_pooled_net());
+        let pooled = entry.enter(&crate::plan::TemplateFds {
+            net: Some(908),
+            own: Some([909, 910, 911]),
+            ..fds
+        });
+        assert!(pooled.steps.iter().any(|s| matches!(
+            s,
+            Step::EnterTemplate {
+                net_fd: Some(908),
+                own_fds: Some([909, 910, 911]),
+                ..
+            }
+        )));
+        assert!(!pooled.steps.iter().any(|s| matches!(s, Step::LoopbackUp)));
         // The same spec gives the same template key; another hostname another.
         let again = build(&BoxSpec::new(vec!["true".into()]), &ctx)
             .unwrap()

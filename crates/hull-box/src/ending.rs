@@ -1,7 +1,8 @@
-//! Ending every box of a Runtime at once, for a front end whose client went away (`hull serve`
-//! when its stdin closes): one pipe every box's watch polls. Writing to it makes its read end
-//! readable for good (nobody reads it), so a box whose watch starts later ends at once too, with
-//! no list of boxes to keep and no race between starting a box and ending them all.
+//! What ends boxes from outside: the signals a supervisor forwards, and ending every box of a
+//! Runtime at once, for a front end whose client went away (`hull serve` when its stdin closes):
+//! one pipe every box's watch polls. Writing to it makes its read end readable for good (nobody
+//! reads it), so a box whose watch starts later ends at once too, with no list of boxes to keep
+//! and no race between starting a box and ending them all.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -9,6 +10,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::error::BoxError;
 use crate::sys;
 
+/// The signals the supervisor turns into "kill the box, clean up, report" (the thread watching a
+/// box reads them from a signalfd; background threads block them).
+pub(crate) const FORWARDED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+/// The pipe that ends every box of one Runtime.
 pub(crate) struct Ending {
     read: OwnedFd,
     write: OwnedFd,

@@ -47,6 +47,9 @@ pub enum BoxError {
     /// The box's channel broke the protocol.
     #[error("the box sent a malformed message")]
     Protocol(#[from] crate::proto::ProtoError),
+    /// The box sent a message out of turn.
+    #[error(transparent)]
+    Unexpected(#[from] crate::proto::UnexpectedMessage),
     /// The box ended before reporting that setup finished.
     #[error("the box exited during setup without reporting why (wait status {0:#x})")]
     SetupVanished(i32),
@@ -131,7 +134,7 @@ impl BoxError {
             BoxError::Source { .. } | BoxError::Idmap { .. } => "mount_source",
             BoxError::LimitsUnenforced(_) => "limits_unenforced",
             BoxError::SubIds(_) => "subids_unavailable",
-            BoxError::Protocol(_) => "protocol",
+            BoxError::Protocol(_) | BoxError::Unexpected(_) => "protocol",
             BoxError::Cgroup(_) => "cgroup",
             BoxError::Seccomp(_) => "seccomp",
             BoxError::Sys { .. } | BoxError::Io { .. } => "host",

@@ -464,21 +464,11 @@ mod tests {
         std::fs::set_permissions(top.join("locked"), std::fs::Permissions::from_mode(0o000))
             .unwrap();
         // The common default soft limit, so a removal holding one fd per level fails here too.
-        let mut lim = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: getrlimit/setrlimit write/read only the struct we pass.
-        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
-        let low = libc::rlimit {
-            rlim_cur: lim.rlim_cur.min(1024),
-            rlim_max: lim.rlim_max,
-        };
-        // SAFETY: as above.
-        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &low) };
+        let nofile = libc::RLIMIT_NOFILE;
+        let soft = crate::sys::soft_limit(nofile).unwrap();
+        crate::sys::set_soft_limit(nofile, soft.min(1024)).unwrap();
         let removed = remove_tree(&top);
-        // SAFETY: as above.
-        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
+        crate::sys::set_soft_limit(nofile, soft).unwrap();
         assert!(removed);
         assert!(!top.exists());
     }

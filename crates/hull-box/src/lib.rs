@@ -3,34 +3,47 @@
 //! A caller describes a box as a [`BoxSpec`]; [`Runtime::run`] validates it, builds a
 //! [`plan::BoxPlan`] (the ordered setup steps), clones a child into new user, mount, pid, net, ipc,
 //! uts and cgroup namespaces that executes the plan, and supervises it from outside until it ends.
-//! This is the only crate of hull that forks into namespaces; its `unsafe` code is in [`sys`].
+//! This is the only crate of hull that forks into namespaces; every block of it the compiler
+//! cannot check for memory safety is in the crate-private `sys` module (the raw system calls,
+//! and `sys::child`, the processes hull clones), each with a `SAFETY:` comment.
 
 pub mod assemble;
 pub mod budgets;
 pub mod caps;
-mod child;
+mod channel;
 mod ending;
+mod engine;
 pub mod error;
 pub mod field;
+mod launch;
 pub mod leftovers;
+mod outcome;
 pub mod owner;
 pub mod plan;
+mod poison;
 pub mod proto;
 mod ready;
 pub mod remap;
+mod resources;
 pub mod result;
+mod runtime;
 pub mod sensitive;
 pub mod size;
 mod spares;
 pub mod spec;
 pub mod subids;
-mod supervise;
-pub mod sys;
+mod sys;
 mod template;
+mod trace;
+mod verdict;
+mod watch;
 mod worker;
 
 pub use error::BoxError;
 pub use field::SpecField;
+pub use resources::Teardown;
 pub use result::{Fault, FaultType, RunResult, Stats};
+pub use runtime::{Runtime, WarmStats};
 pub use spec::{BindMount, BoxSpec, Network, RootSpec, Stdin, TmpfsMount};
-pub use supervise::{NoSink, OutputSink, RunOptions, Runtime, Stream, Teardown};
+pub use sys::Errno;
+pub use watch::{NoSink, OutputSink, RunOptions, Stream};

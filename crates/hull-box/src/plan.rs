@@ -286,14 +286,14 @@ pub enum Step {
     },
     /// Join the template's sealed root namespace, then unshare the box's own namespaces below
     /// it (`flags`, a fresh user namespace first, so the template's mounts arrive locked and
-    /// read-only) and map our ids in it. `net_fd`, when not -1, is a ready network namespace
-    /// (loopback up) of the template's pool, joined instead of unsharing a new one.
-    /// `own_fds`, when not -1, are a ready user namespace of the pool (below the template's,
-    /// ids mapped) and the ipc and uts namespaces it owns, joined last instead of unsharing them.
+    /// read-only) and map our ids in it. `net_fd` is a ready network namespace (loopback up)
+    /// of the template's pool, joined instead of unsharing a new one; `own_fds` a ready user
+    /// namespace of the pool (below the template's, ids mapped) and the ipc and uts namespaces
+    /// it owns, joined last instead of unsharing them.
     EnterTemplate {
         mnt_fd: i32,
-        net_fd: i32,
-        own_fds: [i32; 3],
+        net_fd: Option<i32>,
+        own_fds: Option<[i32; 3]>,
         flags: libc::c_int,
     },
     /// Fork the process that becomes pid 1 of the box's new pid namespace, as a sibling
@@ -492,16 +492,16 @@ impl fmt::Display for Step {
             Step::EnterTemplate { flags, net_fd, own_fds, .. } => {
                 let mut flags = *flags;
                 write!(f, "setns into the template's sealed root")?;
-                if *net_fd >= 0 {
+                if net_fd.is_some() {
                     flags &= !libc::CLONE_NEWNET;
                     write!(f, ", a fresh network namespace from its pool")?;
                 }
-                if own_fds[0] >= 0 {
+                if own_fds.is_some() {
                     flags &= !(libc::CLONE_NEWUSER | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS);
                     write!(f, ", a fresh user namespace from its pool (uid 0 -> 0) with its ipc and uts namespaces")?;
                 }
                 write!(f, ", then unshare {}", ns_names(flags).join(", "))?;
-                if own_fds[0] < 0 {
+                if own_fds.is_none() {
                     write!(f, " and map uid 0 -> 0")?;
                 }
                 Ok(())
@@ -584,15 +584,22 @@ impl BoxPlan {
                         count,
                     });
                 }
-                Step::Bind { source, target, .. }
-                    if source_fd(&source).is_some_and(|fd| adopt.contains(&fd)) =>
-                {
-                    steps.push(Step::AttachSource {
-                        fd: source_fd(&source).unwrap_or(-1),
+                Step::Bind {
+                    source,
+                    target,
+                    optional,
+                } => match source_fd(&source).filter(|fd| adopt.contains(fd)) {
+                    Some(fd) => steps.push(Step::AttachSource {
+                        fd,
                         source: source.shown,
                         target,
-                    });
-                }
+                    }),
+                    None => steps.push(Step::Bind {
+                        source,
+                        target,
+                        optional,
+                    }),
+                },
                 other => steps.push(other),
             }
         }
@@ -632,8 +639,9 @@ impl BoxPlan {
     /// still has the host's paths) and attached, and its paths lose the staging prefix, since
     /// the root is already in place. `None` when the skeleton depends on this box (binds from
     /// descriptors the box opens itself, as `--rootfs` entries are), so it cannot be shared.
-    /// The box plan carries no namespace descriptors yet (see [`BoxPlan::set_template_fds`]).
-    pub fn split_template(self) -> Result<(BoxPlan, BoxPlan), BoxPlan> {
+    /// The box's part is an [`EntryPlan`]: it becomes the plan the box runs once the template
+    /// (and what its pools hold) is known, so no step ever carries a descriptor to fill in.
+    pub fn split_template(self) -> Result<(BoxPlan, EntryPlan), BoxPlan> {
         // A template's user namespace maps one id; a box with sub-ids is built whole.
         let become_root = match self.id_maps() {
             None => false,
@@ -671,7 +679,7 @@ impl BoxPlan {
         let rest = steps.split_off(seal + 1);
         let skeleton = steps.split_off(root - 1); // PrivatizeMounts, MountRoot .. Seal
         let mut template = Vec::with_capacity(skeleton.len() + 4);
-        let mut boxed = Vec::with_capacity(rest.len() + 8);
+        let mut head = Vec::with_capacity(4);
         let mut die = None;
         let mut sources = Vec::new();
         for s in steps {
@@ -679,7 +687,7 @@ impl BoxPlan {
                 Step::DieWithSupervisor { supervisor } => {
                     die = Some(supervisor);
                     template.push(Step::DieWithSupervisor { supervisor });
-                    boxed.push(Step::DieWithSupervisor { supervisor });
+                    head.push(Step::DieWithSupervisor { supervisor });
                 }
                 // The template's ids are the box's: the template maps them, and the box's own
                 // user namespace, made below it, maps its root to the template's.
@@ -690,7 +698,7 @@ impl BoxPlan {
                 Step::UnshareCgroupNs => {}
                 Step::OpenSource { path, fd } => sources.push(Step::CloneSource { path, fd }),
                 // Cgroup joins run first, from the host's namespaces.
-                other => boxed.push(other),
+                other => head.push(other),
             }
         }
         template.extend(skeleton);
@@ -707,97 +715,50 @@ impl BoxPlan {
         template.push(Step::HoldTemplate {
             keep_fd: TEMPLATE_HOST_FD,
         });
-        boxed.push(Step::JoinTemplate {
-            user_fd: -1,
-            mnt_fd: -1,
-            become_root,
-        });
-        boxed.extend(sources);
-        boxed.push(Step::EnterTemplate {
-            mnt_fd: -1,
-            net_fd: -1,
-            own_fds: [-1; 3],
-            flags,
-        });
-        boxed.push(Step::UnshareCgroupNs);
-        boxed.push(Step::StartPid1);
+        let mut pid1 = Vec::with_capacity(rest.len() + 1);
         if let Some(supervisor) = die {
-            boxed.push(Step::DieWithSupervisor { supervisor });
+            pid1.push(Step::DieWithSupervisor { supervisor });
         }
         for s in rest {
             let mut s = match s {
                 Step::Pivot { .. } => continue,
-                Step::Bind { source, target, .. } => Step::AttachSource {
-                    fd: source_fd(&source).unwrap_or(-1),
-                    source: source.shown,
+                // Every bind after the seal is from a descriptor (checked above).
+                Step::Bind {
+                    source,
                     target,
+                    optional,
+                } => match source_fd(&source) {
+                    Some(fd) => Step::AttachSource {
+                        fd,
+                        source: source.shown,
+                        target,
+                    },
+                    None => Step::Bind {
+                        source,
+                        target,
+                        optional,
+                    },
                 },
                 other => other,
             };
             for p in s.paths_mut() {
                 p.unstage(&stage.c);
             }
-            boxed.push(s);
+            pid1.push(s);
         }
         Ok((
             BoxPlan {
                 steps: template,
                 clone_flags: libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID,
             },
-            BoxPlan {
-                steps: boxed,
-                clone_flags: 0,
+            EntryPlan {
+                head,
+                become_root,
+                sources,
+                flags,
+                pid1,
             },
         ))
-    }
-
-    /// Points the plan's template steps at a template's namespace descriptors: its user
-    /// namespace, the mount namespace it was built in (`host`) and its pivoted one (`root`), a
-    /// pooled user namespace with its ipc and uts namespaces for the box when `own` is given, and a pooled network
-    /// namespace when `net` is given (whose loopback is up already, and which
-    /// the box has no capability to configure, so its own `LoopbackUp` step goes).
-    pub fn set_template_fds(
-        &mut self,
-        user: i32,
-        host: i32,
-        root: i32,
-        net: Option<i32>,
-        own: Option<[i32; 3]>,
-    ) {
-        for s in &mut self.steps {
-            match s {
-                Step::JoinTemplate {
-                    user_fd, mnt_fd, ..
-                } => (*user_fd, *mnt_fd) = (user, host),
-                Step::EnterTemplate {
-                    mnt_fd,
-                    net_fd,
-                    own_fds,
-                    ..
-                } => {
-                    (*mnt_fd, *net_fd, *own_fds) = (root, net.unwrap_or(-1), own.unwrap_or([-1; 3]))
-                }
-                _ => {}
-            }
-        }
-        if net.is_some() {
-            self.steps.retain(|s| !matches!(s, Step::LoopbackUp));
-        }
-    }
-
-    /// Whether this plan's box could use a pooled network namespace: it wants a private one, and
-    /// keeps no capability that would need its own user namespace to own it (binding low ports,
-    /// raw sockets, configuring interfaces).
-    pub fn can_share_pooled_net(&self) -> bool {
-        let net_caps = (1u64 << 10) | (1u64 << 12) | (1u64 << 13); // NET_BIND_SERVICE, NET_ADMIN, NET_RAW
-        let private = self.steps.iter().any(
-            |s| matches!(s, Step::EnterTemplate { flags, .. } if flags & libc::CLONE_NEWNET != 0),
-        );
-        let keeps = self
-            .steps
-            .iter()
-            .any(|s| matches!(s, Step::DropCaps { keep } if keep & net_caps != 0));
-        private && !keeps
     }
 
     /// What identifies a template: a hash of every skeleton step (paths, sizes, file contents),
@@ -813,6 +774,80 @@ impl BoxPlan {
             s.hash(&mut h);
         }
         h.finish()
+    }
+}
+
+/// The descriptors a box enters a template through (see `template.rs`): the template's user
+/// namespace, the mount namespace it was built in (`host`: the host's paths, where bind
+/// sources are cloned from) and its pivoted one (`root`), and from its pools, when they had
+/// one, a network namespace and a user namespace with the ipc and uts namespaces it owns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TemplateFds {
+    pub user: i32,
+    pub host: i32,
+    pub root: i32,
+    pub net: Option<i32>,
+    pub own: Option<[i32; 3]>,
+}
+
+/// A box's part of a split plan ([`BoxPlan::split_template`]), before it knows the template
+/// it enters: what its entry process runs (the head: dying with the supervisor, joining the
+/// cgroup; then the template's namespaces, the cloned bind sources, its own namespaces below
+/// the template's) and what its pid 1 runs (the rest of the box's plan, paths unstaged).
+/// [`EntryPlan::enter`] turns it into the plan the box runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EntryPlan {
+    head: Vec<Step>,
+    /// The template's root is not the host's (see [`crate::remap`]).
+    become_root: bool,
+    /// `CloneSource` steps, one per bind source.
+    sources: Vec<Step>,
+    /// The namespaces the box unshares below the template's.
+    flags: libc::c_int,
+    pid1: Vec<Step>,
+}
+
+impl EntryPlan {
+    /// Whether this box could use a pooled network namespace: it wants a private one, and
+    /// keeps no capability that would need its own user namespace to own it (binding low ports,
+    /// raw sockets, configuring interfaces).
+    pub fn can_share_pooled_net(&self) -> bool {
+        let net_caps = (1u64 << 10) | (1u64 << 12) | (1u64 << 13); // NET_BIND_SERVICE, NET_ADMIN, NET_RAW
+        let keeps = self
+            .pid1
+            .iter()
+            .any(|s| matches!(s, Step::DropCaps { keep } if keep & net_caps != 0));
+        self.flags & libc::CLONE_NEWNET != 0 && !keeps
+    }
+
+    /// The plan the box runs to enter the template whose descriptors are `fds`: a pooled
+    /// network namespace comes with its loopback up, and the box has no capability to
+    /// configure it, so its own `LoopbackUp` step goes.
+    pub fn enter(self, fds: &TemplateFds) -> BoxPlan {
+        let mut steps = self.head;
+        steps.push(Step::JoinTemplate {
+            user_fd: fds.user,
+            mnt_fd: fds.host,
+            become_root: self.become_root,
+        });
+        steps.extend(self.sources);
+        steps.push(Step::EnterTemplate {
+            mnt_fd: fds.root,
+            net_fd: fds.net,
+            own_fds: fds.own,
+            flags: self.flags,
+        });
+        steps.push(Step::UnshareCgroupNs);
+        steps.push(Step::StartPid1);
+        steps.extend(
+            self.pid1
+                .into_iter()
+                .filter(|s| fds.net.is_none() || !matches!(s, Step::LoopbackUp)),
+        );
+        BoxPlan {
+            steps,
+            clone_flags: 0,
+        }
     }
 }
 

@@ -25,6 +25,19 @@ pub enum Message {
 pub const LEN: usize = 16;
 
 impl Message {
+    /// The message's name, for errors about one that came out of turn.
+    pub fn name(self) -> &'static str {
+        match self {
+            Message::Ready => "Ready",
+            Message::SetupFailed { .. } => "SetupFailed",
+            Message::ExecFailed { .. } => "ExecFailed",
+            Message::MainExited { .. } => "MainExited",
+            Message::Pid1 { .. } => "Pid1",
+            Message::WantIdMaps => "WantIdMaps",
+            Message::IdsMapped => "IdsMapped",
+        }
+    }
+
     pub fn encode(self) -> [u8; LEN] {
         let (tag, a, b): (u32, i32, i32) = match self {
             Message::Ready => (1, 0, 0),
@@ -154,6 +167,16 @@ pub mod go {
         }
         (pos == data.len()).then_some((argc, envc, candc))
     }
+}
+
+/// A well-formed message that the box's side of the protocol may not send at that point (a
+/// `Pid1` during the watch, a `Ready` where the entry process reports its pid 1...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the box sent {got} where {expected} was due")]
+pub struct UnexpectedMessage {
+    /// What the supervisor was waiting for (message names, see [`Message::name`]).
+    pub expected: &'static str,
+    pub got: &'static str,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

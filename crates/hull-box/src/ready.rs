@@ -13,114 +13,172 @@
 //! boxes left when the runtime goes are killed and removed; their pid 1s are children of the
 //! thread and die with it (PDEATHSIG) if the process does.
 
-use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use crate::plan::BoxPlan;
-use crate::spec::BoxSpec;
-use crate::supervise::{CgroupGuard, Core, Workspace};
+use crate::error::BoxError;
+use crate::launch::{Setup, Started};
+use crate::plan::{BoxPlan, Step};
+use crate::poison::lock;
+use crate::resources::{limits_of, CgroupGuard, Resources, Workspace};
+use crate::spec::{BoxSpec, RootSpec, Stdin};
 use crate::sys;
 use crate::template::Entered;
-use crate::worker::{lock, Worker};
+use crate::worker::Worker;
 
 /// How many are kept ready: two covers a box starting while the last one's replacement is still
 /// being set up.
 const KEEP: usize = 2;
 
+/// What sets boxes up ahead (the Runtime's engine); the thread holds it weakly.
+pub(crate) trait SetUpAhead: Send + Sync {
+    /// Sets up a box for `spec` and leaves its pid 1 waiting for the program.
+    fn set_up_ahead(&self, spec: &BoxSpec) -> Result<ReadyBox, BoxError>;
+}
+
 /// One box set up ahead, its pid 1 waiting for a go datagram.
 pub(crate) struct ReadyBox {
     /// The whole plan it was set up from (its `Exec` is the one it was built for, never run).
-    pub(crate) plan: BoxPlan,
+    plan: BoxPlan,
     /// The plan its pid 1 ran (after the template split): setup errors name its steps.
-    pub(crate) boxed: BoxPlan,
-    /// Clone to Ready when it was set up, in microseconds (the result's `setup_us`).
-    pub(crate) setup_us: u64,
-    pub(crate) limits: hull_cgroup::Limits,
-    pub(crate) pid: libc::pid_t,
-    pub(crate) sock: OwnedFd,
-    pub(crate) out: OwnedFd,
-    pub(crate) err: OwnedFd,
-    pub(crate) listener: Option<OwnedFd>,
-    pub(crate) workspace: Workspace,
-    pub(crate) cgroup: CgroupGuard,
-    pub(crate) warnings: Vec<String>,
+    pub(crate) entry_plan: BoxPlan,
+    limits: hull_cgroup::Limits,
+    /// Its pid 1 and channel, until it is sent its program: from then on the watch and the
+    /// teardown own them.
+    started: Option<Started>,
+    resources: Resources,
     _entered: Option<Entered>,
-    /// Its pid 1 got the go datagram: from then on the watch and the teardown own it.
-    used: bool,
 }
 
 impl ReadyBox {
-    #[allow(clippy::too_many_arguments)]
+    /// `started` has just been cloned to run `entry_plan` (see [`ReadyBox::await_setup`]).
     pub(crate) fn new(
         plan: BoxPlan,
-        boxed: BoxPlan,
+        entry_plan: BoxPlan,
         limits: hull_cgroup::Limits,
-        pid: libc::pid_t,
-        sock: OwnedFd,
-        out: OwnedFd,
-        err: OwnedFd,
-        workspace: Workspace,
-        cgroup: CgroupGuard,
-        warnings: Vec<String>,
+        started: Started,
+        resources: Resources,
         entered: Option<Entered>,
     ) -> ReadyBox {
         ReadyBox {
             plan,
-            boxed,
-            setup_us: 0,
+            entry_plan,
             limits,
-            pid,
-            sock,
-            out,
-            err,
-            listener: None,
-            workspace,
-            cgroup,
-            warnings,
+            started: Some(started),
+            resources,
             _entered: entered,
-            used: false,
         }
     }
 
-    pub(crate) fn mark_used(&mut self) {
-        self.used = true;
+    /// Its pid 1 (0 once sent its program).
+    fn pid(&self) -> libc::pid_t {
+        self.started.as_ref().map_or(0, |s| s.pid)
+    }
+
+    /// Waits up to `timeout_ms` for its setup to run to the end: `Ready`, with the seccomp
+    /// listener, whose time is the result's `setup_us`.
+    pub(crate) fn await_setup(&mut self, timeout_ms: i32) -> Result<(), BoxError> {
+        let Some(started) = self.started.as_mut() else {
+            return Ok(());
+        };
+        let listener = started.channel.expect_ready(timeout_ms, &self.entry_plan)?;
+        started.setup = Setup::Done {
+            listener,
+            us: (sys::monotonic_ns() - started.clock) / 1000,
+        };
+        Ok(())
+    }
+
+    /// Whether it was set up with the limits `spec` asks for (and, with `require_limits`, every
+    /// cap enforced).
+    pub(crate) fn fits(&self, spec: &BoxSpec) -> bool {
+        self.limits == limits_of(spec)
+            && (!spec.require_limits || self.resources.warnings.is_empty())
+    }
+
+    /// The go datagram that runs `plan`'s program in this box, when `plan` (built with this
+    /// box's workspace and cgroup) is exactly what it was set up with: every step up to the
+    /// program, and the clone flags. None otherwise, or when the program does not fit one
+    /// datagram.
+    pub(crate) fn go_for(&self, plan: &BoxPlan) -> Option<Vec<u8>> {
+        let (
+            Some((
+                Step::Exec {
+                    argv,
+                    env,
+                    candidates,
+                },
+                setup,
+            )),
+            Some((_, ready_setup)),
+        ) = (plan.steps.split_last(), self.plan.steps.split_last())
+        else {
+            return None;
+        };
+        if setup != ready_setup || plan.clone_flags != self.plan.clone_flags {
+            return None;
+        }
+        crate::proto::go::encode(argv, env, candidates)
+    }
+
+    /// Its workspace and cgroup, for the plan `go_for` checks.
+    pub(crate) fn workspace(&self) -> &Workspace {
+        &self.resources.workspace
+    }
+
+    pub(crate) fn cgroup(&self) -> &CgroupGuard {
+        &self.resources.cgroup
+    }
+
+    /// Sends pid 1 its program (the box's clock starts now) and hands the started box over;
+    /// None if pid 1 is gone (the box is ended when dropped).
+    pub(crate) fn launch(&mut self, go: &[u8]) -> Option<Started> {
+        let mut started = self.started.take()?;
+        started.clock = sys::monotonic_ns();
+        if started.channel.send_bytes(go).is_err() {
+            self.started = Some(started);
+            return None;
+        }
+        Some(started)
     }
 
     /// Its cgroup, workspace and warnings, for the box's teardown and result.
-    pub(crate) fn hand_over(&mut self) -> (CgroupGuard, Workspace, Vec<String>) {
-        (
-            std::mem::replace(&mut self.cgroup, CgroupGuard(None)),
-            std::mem::replace(&mut self.workspace, Workspace::none()),
-            std::mem::take(&mut self.warnings),
+    pub(crate) fn hand_over(&mut self) -> Resources {
+        std::mem::replace(
+            &mut self.resources,
+            Resources {
+                workspace: Workspace::none(),
+                cgroup: CgroupGuard(None),
+                warnings: Vec::new(),
+            },
         )
     }
 }
 
 impl Drop for ReadyBox {
     fn drop(&mut self) {
-        if !self.used {
+        if let Some(s) = self.started.take() {
             // Never used: pid 1 is still waiting (or died); its cgroup and workspace go after it.
-            let _ = sys::kill(self.pid, libc::SIGKILL);
-            let _ = sys::wait4(self.pid, false);
+            let _ = sys::kill(s.pid, libc::SIGKILL);
+            let _ = sys::wait4(s.pid, false);
         }
     }
 }
 
 pub(crate) struct ReadyBoxes {
-    shared: Arc<Shared>,
+    pool: Arc<ReadyPool>,
 }
 
-struct Shared {
-    state: Mutex<State>,
+struct ReadyPool {
+    state: Mutex<ReadyStock>,
     /// The thread, joined by `stop` so that no box is left half set up at exit.
     worker: Worker,
     used: AtomicU64,
 }
 
 #[derive(Default)]
-struct State {
+struct ReadyStock {
     /// The spec of the last box that could use one: what the thread sets boxes up for.
     want: Option<BoxSpec>,
     /// Bumped when `want` changes shape: a box set up for an older one is not kept.
@@ -134,24 +192,28 @@ struct State {
 
 impl ReadyBoxes {
     pub(crate) fn new() -> ReadyBoxes {
-        let shared = Shared {
-            state: Mutex::new(State::default()),
+        let pool = ReadyPool {
+            state: Mutex::new(ReadyStock::default()),
             worker: Worker::default(),
             used: AtomicU64::new(0),
         };
         ReadyBoxes {
-            shared: Arc::new(shared),
+            pool: Arc::new(pool),
         }
     }
 
     /// A ready box for `spec`'s shape, if one is there (the caller still checks its plan). A
     /// spec that can use one also becomes what the next ones are set up for.
-    pub(crate) fn take(&self, core: &Arc<Core>, spec: &BoxSpec) -> Option<ReadyBox> {
+    pub(crate) fn take<E: SetUpAhead + 'static>(
+        &self,
+        engine: &Arc<E>,
+        spec: &BoxSpec,
+    ) -> Option<ReadyBox> {
         if !eligible(spec) {
             return None;
         }
         let (taken, still_ready) = {
-            let mut st = lock(&self.shared.state);
+            let mut st = lock(&self.pool.state);
             if st.want.as_ref().is_some_and(|w| same_shape(w, spec)) {
                 let taken = st.boxes.pop();
                 (taken, !st.boxes.is_empty())
@@ -165,24 +227,25 @@ impl ReadyBoxes {
             }
         };
         // Without the thread no box is set up ahead: every box takes the ordinary path.
-        self.shared.worker.start_once("hull-ready", || {
-            let (shared, core) = (Arc::clone(&self.shared), Arc::downgrade(core));
-            move || fill(&shared, &core)
+        self.pool.worker.start_once("hull-ready", || {
+            let engine: Weak<dyn SetUpAhead> = Arc::downgrade(engine) as Weak<dyn SetUpAhead>;
+            let pool = Arc::clone(&self.pool);
+            move || keep_boxes_ready(&pool, &engine)
         });
         // With one still ready, its replacement waits for this box's result (`refill`): the
         // setup would compete with the box for the CPU.
         if taken.is_none() || !still_ready {
-            self.shared.worker.wake();
+            self.pool.worker.wake();
         }
         if taken.is_some() {
-            self.shared.used.fetch_add(1, Ordering::Relaxed);
+            self.pool.used.fetch_add(1, Ordering::Relaxed);
         }
         taken
     }
 
     /// A box has its result: set up the ones missing.
     pub(crate) fn refill(&self) {
-        self.shared.worker.wake();
+        self.pool.worker.wake();
     }
 
     /// Waits up to `timeout` until the thread is done setting up boxes for the current shape
@@ -191,7 +254,7 @@ impl ReadyBoxes {
         let deadline = std::time::Instant::now() + timeout;
         loop {
             {
-                let st = lock(&self.shared.state);
+                let st = lock(&self.pool.state);
                 if st.want.is_none() || st.failed || st.boxes.len() >= KEEP {
                     return true;
                 }
@@ -205,23 +268,23 @@ impl ReadyBoxes {
 
     /// The pid 1s of the boxes ready now.
     pub(crate) fn pids(&self) -> Vec<libc::pid_t> {
-        lock(&self.shared.state)
+        lock(&self.pool.state)
             .boxes
             .iter()
-            .map(|b| b.pid)
+            .map(ReadyBox::pid)
             .collect()
     }
 
     pub(crate) fn used(&self) -> u64 {
-        self.shared.used.load(Ordering::Relaxed)
+        self.pool.used.load(Ordering::Relaxed)
     }
 
     /// Ends the thread (after the box it may be setting up) and the ready boxes.
     pub(crate) fn stop(&self) {
-        self.shared.worker.stop();
-        self.shared.worker.join();
+        self.pool.worker.stop();
+        self.pool.worker.join();
         let (boxes, discard) = {
-            let mut st = lock(&self.shared.state);
+            let mut st = lock(&self.pool.state);
             (
                 std::mem::take(&mut st.boxes),
                 std::mem::take(&mut st.discard),
@@ -236,10 +299,10 @@ impl ReadyBoxes {
 /// ready box would mount what a path named then, not at the call (a directory replaced in
 /// between); other roots and sub-ids are never templated.
 fn eligible(spec: &BoxSpec) -> bool {
-    spec.root == crate::spec::RootSpec::Host
+    spec.root == RootSpec::Host
         && spec.workspace.is_none()
         && spec.mounts.is_empty()
-        && spec.stdin == crate::spec::Stdin::Null
+        && spec.stdin == Stdin::Null
         && !spec.subids
 }
 
@@ -255,19 +318,19 @@ fn same_shape(a: &BoxSpec, b: &BoxSpec) -> bool {
     blank(a) == blank(b)
 }
 
-fn fill(shared: &Shared, core: &Weak<Core>) {
+fn keep_boxes_ready(pool: &ReadyPool, engine: &Weak<dyn SetUpAhead>) {
     loop {
         let (spec, generation) = {
-            let mut st = lock(&shared.state);
+            let mut st = lock(&pool.state);
             loop {
-                if shared.worker.stopping() {
+                if pool.worker.stopping() {
                     return;
                 }
                 if !st.discard.is_empty() {
                     let stale = std::mem::take(&mut st.discard);
                     drop(st);
                     drop(stale);
-                    st = lock(&shared.state);
+                    st = lock(&pool.state);
                     continue;
                 }
                 if let Some(w) = st
@@ -277,16 +340,18 @@ fn fill(shared: &Shared, core: &Weak<Core>) {
                 {
                     break (w.clone(), st.generation);
                 }
-                st = shared.worker.sleep(st);
+                st = pool.worker.sleep(st);
             }
         };
-        let Some(core) = core.upgrade() else { return };
-        let made = core.build_ready(&spec);
+        let Some(engine) = engine.upgrade() else {
+            return;
+        };
+        let made = engine.set_up_ahead(&spec);
         // Not kept across the wait: the Runtime may go meanwhile.
-        drop(core);
-        let mut st = lock(&shared.state);
+        drop(engine);
+        let mut st = lock(&pool.state);
         match made {
-            Ok(b) if st.generation == generation && !shared.worker.stopping() => st.boxes.push(b),
+            Ok(b) if st.generation == generation && !pool.worker.stopping() => st.boxes.push(b),
             Ok(b) => {
                 drop(st);
                 drop(b);

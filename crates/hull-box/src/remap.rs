@@ -20,7 +20,6 @@ use std::ffi::CStr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Mutex;
 
-use crate::error::BoxError;
 use crate::sys::{self, Errno};
 
 /// The first host uid and gid of the range host root's boxes map to: box id N is host id
@@ -46,38 +45,27 @@ static USERNS: Mutex<Vec<(String, OwnedFd)>> = Mutex::new(Vec::new());
 /// for a box whose ids 0..`count` are host ids `to`..: with one id, its owner appears as the
 /// box's root and what the box creates there belongs to that owner on disk; with `--subids`
 /// (`count` > 1), ids on disk are the box's own (0..`count`), as host root's boxes had them.
-pub(crate) fn tree(
-    arg: &'static str,
-    path: &CStr,
-    to: (u32, u32),
-    count: u32,
-) -> Result<OwnedFd, BoxError> {
-    let fail = |errno: Errno| BoxError::Idmap {
-        arg,
-        path: path.to_string_lossy().into_owned(),
-        errno,
-    };
-    let src = sys::open_path_no_symlinks(path).map_err(fail)?;
+/// The caller names `path` in its error (`BoxError::Idmap`).
+pub(crate) fn tree(path: &CStr, to: (u32, u32), count: u32) -> Result<OwnedFd, Errno> {
+    let src = sys::open_path_no_symlinks(path)?;
     let owner = if count > 1 {
         (0, 0)
     } else {
-        sys::owner_of(src.as_fd()).map_err(fail)?
+        sys::owner_of(src.as_fd())?
     };
     let maps = (
         format!("{} {} {count}\n", owner.0, to.0),
         format!("{} {} {count}\n", owner.1, to.1),
     );
-    let ns = userns(&maps).map_err(fail)?;
-    sys::idmapped_tree(src.as_fd(), ns.as_fd()).map_err(fail)
+    let ns = userns(&maps)?;
+    sys::idmapped_tree(src.as_fd(), ns.as_fd())
 }
 
 /// The user namespace with these uid and gid maps (a descriptor of our own to use and drop).
 fn userns(maps: &(String, String)) -> Result<OwnedFd, Errno> {
     let key = format!("{}/{}", maps.0, maps.1);
     let io = |e: std::io::Error| Errno(e.raw_os_error().unwrap_or(libc::EIO));
-    let mut made = USERNS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut made = crate::poison::lock(&USERNS);
     if let Some((_, fd)) = made.iter().find(|(k, _)| *k == key) {
         return fd.try_clone().map_err(io);
     }
@@ -85,15 +73,4 @@ fn userns(maps: &(String, String)) -> Result<OwnedFd, Errno> {
     let copy = fd.try_clone().map_err(io)?;
     made.push((key, fd));
     Ok(copy)
-}
-
-/// Gives a directory hull made for one box (a temporary workspace) to the box's root.
-pub(crate) fn give_to_box(path: &std::path::Path) -> Result<(), BoxError> {
-    if let Some((uid, gid)) = box_root() {
-        std::os::unix::fs::chown(path, Some(uid), Some(gid)).map_err(|error| BoxError::Io {
-            what: format!("give the temporary workspace {} to the box", path.display()),
-            error,
-        })?;
-    }
-    Ok(())
 }

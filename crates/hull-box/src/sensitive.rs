@@ -8,7 +8,14 @@
 
 use std::path::Path;
 
-use crate::spec::is_within;
+/// True when `path` equals `dir` or lies below it (both normalised absolute paths). Lives here,
+/// with the matching that needs it most; `spec` hands it on.
+pub fn is_within(path: &str, dir: &str) -> bool {
+    if dir == "/" {
+        return true;
+    }
+    path == dir || (path.starts_with(dir) && path.as_bytes().get(dir.len()) == Some(&b'/'))
+}
 
 /// What an entry allows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,9 +77,7 @@ impl Homes {
                 .ok()
                 .map(|m| (m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec())),
         );
-        let mut cache = HOST_HOMES
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut cache = crate::poison::lock(&HOST_HOMES);
         if let Some((k, h)) = cache.as_ref() {
             if *k == key {
                 return h.clone();

@@ -15,23 +15,24 @@ use std::sync::{Arc, Mutex};
 
 use hull_cgroup::{BoxCgroup, Host, Limits};
 
-use crate::supervise::Workspace;
-use crate::worker::{lock, Worker};
+use crate::poison::lock;
+use crate::resources::Workspace;
+use crate::worker::Worker;
 
 /// How many of each kind are kept ready: two covers a box starting while the last one's
 /// replacement is still being made.
 const KEEP: usize = 2;
 
 pub(crate) struct Spares {
-    shared: Arc<Shared>,
+    pool: Arc<SparePool>,
 }
 
-struct Shared {
+struct SparePool {
     host: Option<Arc<Host>>,
     /// Names spare cgroups like the runtime's own (`hull-<owner id>-s<seq>-<start>`).
     started_ns: u64,
     seq: AtomicU64,
-    state: Mutex<State>,
+    state: Mutex<SpareStock>,
     /// Boxes that got a spare cgroup, and a spare workspace (for tests and `hull bench`).
     used: [AtomicU64; 2],
     /// The thread, joined on drop so that no spare is left half made at exit.
@@ -39,7 +40,7 @@ struct Shared {
 }
 
 #[derive(Default)]
-struct State {
+struct SpareStock {
     /// The limits spare cgroups are made with: the last ones a box asked for.
     limits: Option<Limits>,
     cgroups: Vec<BoxCgroup>,
@@ -51,16 +52,16 @@ struct State {
 
 impl Spares {
     pub(crate) fn new(host: Option<Arc<Host>>, started_ns: u64) -> Spares {
-        let shared = Shared {
+        let pool = SparePool {
             host,
             started_ns,
             seq: AtomicU64::new(0),
-            state: Mutex::new(State::default()),
+            state: Mutex::new(SpareStock::default()),
             used: [AtomicU64::new(0), AtomicU64::new(0)],
             worker: Worker::default(),
         };
         Spares {
-            shared: Arc::new(shared),
+            pool: Arc::new(pool),
         }
     }
 
@@ -68,7 +69,7 @@ impl Spares {
     /// made with these limits.
     pub(crate) fn cgroup(&self, limits: &Limits) -> Option<BoxCgroup> {
         let (taken, stale) = {
-            let mut st = lock(&self.shared.state);
+            let mut st = lock(&self.pool.state);
             if st.limits == Some(*limits) {
                 (st.cgroups.pop(), Vec::new())
             } else {
@@ -82,17 +83,17 @@ impl Spares {
         }
         self.kick();
         if taken.is_some() {
-            self.shared.used[0].fetch_add(1, Ordering::Relaxed);
+            self.pool.used[0].fetch_add(1, Ordering::Relaxed);
         }
         taken
     }
 
     /// A fresh, empty temporary workspace, if one is ready.
     pub(crate) fn workspace(&self) -> Option<Workspace> {
-        let taken = lock(&self.shared.state).workspaces.pop();
+        let taken = lock(&self.pool.state).workspaces.pop();
         self.kick();
         if taken.is_some() {
-            self.shared.used[1].fetch_add(1, Ordering::Relaxed);
+            self.pool.used[1].fetch_add(1, Ordering::Relaxed);
         }
         taken
     }
@@ -100,14 +101,14 @@ impl Spares {
     /// How many boxes got a spare cgroup, and a spare workspace.
     pub(crate) fn used(&self) -> (u64, u64) {
         (
-            self.shared.used[0].load(Ordering::Relaxed),
-            self.shared.used[1].load(Ordering::Relaxed),
+            self.pool.used[0].load(Ordering::Relaxed),
+            self.pool.used[1].load(Ordering::Relaxed),
         )
     }
 
     /// The directories of the spares ready now: cgroup directories, then workspaces.
     pub(crate) fn paths(&self) -> Vec<PathBuf> {
-        let st = lock(&self.shared.state);
+        let st = lock(&self.pool.state);
         st.cgroups
             .iter()
             .flat_map(BoxCgroup::paths)
@@ -118,26 +119,26 @@ impl Spares {
     /// How many of each the thread holds now (for tests).
     #[cfg(test)]
     fn ready(&self) -> (usize, usize) {
-        let st = lock(&self.shared.state);
+        let st = lock(&self.pool.state);
         (st.cgroups.len(), st.workspaces.len())
     }
 
     fn kick(&self) {
         // Without the thread there are no spares: boxes make their own.
-        self.shared.worker.start_once("hull-spares", || {
-            let shared = Arc::clone(&self.shared);
-            move || fill(&shared)
+        self.pool.worker.start_once("hull-spares", || {
+            let pool = Arc::clone(&self.pool);
+            move || keep_spares_ready(&pool)
         });
-        self.shared.worker.wake();
+        self.pool.worker.wake();
     }
 }
 
 impl Drop for Spares {
     fn drop(&mut self) {
-        self.shared.worker.stop();
-        self.shared.worker.join();
+        self.pool.worker.stop();
+        self.pool.worker.join();
         // What is ready goes now (one the thread was making went when it saw `stop`).
-        let st = std::mem::take(&mut *lock(&self.shared.state));
+        let st = std::mem::take(&mut *lock(&self.pool.state));
         for cg in st.cgroups {
             let _ = cg.remove();
         }
@@ -150,40 +151,40 @@ enum Job {
     Workspace,
 }
 
-fn fill(shared: &Shared) {
+fn keep_spares_ready(pool: &SparePool) {
     loop {
         let job = {
-            let mut st = lock(&shared.state);
+            let mut st = lock(&pool.state);
             loop {
-                if shared.worker.stopping() {
+                if pool.worker.stopping() {
                     return;
                 }
                 if let Some(limits) = st.limits.filter(|_| {
-                    shared.host.is_some() && !st.cgroups_failed && st.cgroups.len() < KEEP
+                    pool.host.is_some() && !st.cgroups_failed && st.cgroups.len() < KEEP
                 }) {
                     break Job::Cgroup(limits);
                 }
                 if !st.workspaces_failed && st.workspaces.len() < KEEP {
                     break Job::Workspace;
                 }
-                st = shared.worker.sleep(st);
+                st = pool.worker.sleep(st);
             }
         };
         match job {
             Job::Cgroup(limits) => {
-                let Some(host) = &shared.host else { continue };
-                let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
+                let Some(host) = &pool.host else { continue };
+                let seq = pool.seq.fetch_add(1, Ordering::Relaxed);
                 let name = format!(
                     "{}{}-s{seq}-{}",
                     crate::leftovers::CGROUP_PREFIX,
                     crate::owner::id(),
-                    shared.started_ns
+                    pool.started_ns
                 );
                 let made = host.create(&name, &limits);
-                let mut st = lock(&shared.state);
+                let mut st = lock(&pool.state);
                 match made {
                     // Kept only if nobody changed the limits (or stopped us) meanwhile.
-                    Ok(cg) if st.limits == Some(limits) && !shared.worker.stopping() => {
+                    Ok(cg) if st.limits == Some(limits) && !pool.worker.stopping() => {
                         st.cgroups.push(cg)
                     }
                     Ok(cg) => {
@@ -195,9 +196,9 @@ fn fill(shared: &Shared) {
             }
             Job::Workspace => {
                 let made = Workspace::temporary();
-                let mut st = lock(&shared.state);
+                let mut st = lock(&pool.state);
                 match made {
-                    Ok(ws) if !shared.worker.stopping() => st.workspaces.push(ws),
+                    Ok(ws) if !pool.worker.stopping() => st.workspaces.push(ws),
                     Ok(ws) => drop(ws),
                     Err(_) => st.workspaces_failed = true,
                 }
@@ -250,7 +251,7 @@ mod tests {
             "a used temporary workspace is deleted with it"
         );
         // The ones still spare go with the Spares.
-        let spare_paths: Vec<PathBuf> = lock(&spares.shared.state)
+        let spare_paths: Vec<PathBuf> = lock(&spares.pool.state)
             .workspaces
             .iter()
             .map(|w| w.path.clone())

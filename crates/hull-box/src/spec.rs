@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::caps;
 pub use crate::field::SpecField;
+pub use crate::sensitive::is_within;
 use crate::sensitive::{self, HomeOrEntry, Homes};
 use crate::size::Human;
 
@@ -119,7 +120,7 @@ impl BoxSpec {
         }
     }
 
-    /// Refuses a request that would be unsafe or cannot work, before anything is created.
+    /// Refuses a request that would be dangerous or cannot work, before anything is created.
     pub fn validate(&self) -> Result<(), SpecError> {
         if self.argv.is_empty() || self.argv[0].is_empty() {
             return Err(SpecError::NoCommand);
@@ -263,14 +264,6 @@ impl BoxSpec {
         // validated: positive, <= 4096
         self.cpus.map(|c| (c * 1000.0).round().max(1.0) as u64)
     }
-}
-
-/// True when `path` equals `dir` or lies below it (both normalised absolute box paths).
-pub fn is_within(path: &str, dir: &str) -> bool {
-    if dir == "/" {
-        return true;
-    }
-    path == dir || (path.starts_with(dir) && path.as_bytes().get(dir.len()) == Some(&b'/'))
 }
 
 /// Box paths a mount may not cover: the box's own kernel interfaces and identity.

@@ -137,18 +137,15 @@ pub fn remove_tree_mapped(path: &Path, uids: &IdRange, gids: &IdRange) -> Result
     // The child waits on this pipe until its maps are written.
     let (go_r, go_w) = sys::pipe().map_err(sysf("create the remover's pipe"))?;
     let parent = sys::getpid();
-    // SAFETY: the child runs only `remover`, which calls allocation-free wrappers on data made
-    // before the clone and ends in execve or exit_now.
-    let pid = match unsafe { sys::clone_fork(libc::CLONE_NEWUSER) } {
-        Ok(0) => remover(
-            parent,
-            [go_r.as_raw_fd(), go_w.as_raw_fd(), null.as_raw_fd()],
-            &argv,
-            &envp,
-        ),
-        Ok(pid) => pid,
-        Err(errno) => return Err(sysf("start the workspace remover")(errno)),
+    let remover = sys::child::Remover {
+        parent,
+        maps_pipe: (go_r.as_raw_fd(), go_w.as_raw_fd()),
+        null: null.as_raw_fd(),
+        argv: &argv,
+        envp: &envp,
+        programs: &RM,
     };
+    let pid = sys::child::fork_remover(&remover).map_err(sysf("start the workspace remover"))?;
     drop(go_r);
     let mapped = apply(pid, uids, gids);
     if mapped.is_ok() {
@@ -168,39 +165,6 @@ pub fn remove_tree_mapped(path: &Path, uids: &IdRange, gids: &IdRange) -> Result
         .into()),
         None => Ok(()),
     }
-}
-
-/// The remover's side: dies with us, waits for its maps, then becomes `rm` (as root of its user
-/// namespace, with every capability there) with `/dev/null` as stdin and stdout.
-fn remover(
-    parent: libc::pid_t,
-    [go_r, go_w, null]: [std::os::fd::RawFd; 3],
-    argv: &[*const libc::c_char],
-    envp: &[*const libc::c_char],
-) -> ! {
-    let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-    if sys::getppid() != parent {
-        sys::exit_now(1);
-    }
-    sys::close_raw(go_w);
-    if sys::dup2(null, 0).is_err() || sys::dup2(null, 1).is_err() {
-        sys::exit_now(1);
-    }
-    let lock = crate::owner::lock_fd();
-    if lock >= 0 {
-        sys::close_raw(lock);
-    }
-    let mut b = [0u8; 1];
-    // SAFETY: `go_r` is our copy of the pipe's read end, open until we exec.
-    let go = unsafe { std::os::fd::BorrowedFd::borrow_raw(go_r) };
-    if !matches!(sys::read(go, &mut b), Ok(1)) {
-        sys::exit_now(1);
-    }
-    sys::reset_signals();
-    for rm in RM {
-        sys::execve(rm, argv, envp);
-    }
-    sys::exit_now(127)
 }
 
 fn user_name(uid: u32) -> Option<String> {

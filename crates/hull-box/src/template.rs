@@ -18,16 +18,20 @@
 //! Worth it only in a long-lived Runtime (`hull serve`, `hull bench`, the SDKs): for a single
 //! box, building the template costs what it saves.
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::child::{self, ChildContext};
+use crate::channel::Channel;
+
 use crate::error::BoxError;
-use crate::plan::BoxPlan;
-use crate::proto::Message;
+use crate::launch;
+use crate::plan::{BoxPlan, TemplateFds};
+use crate::poison::lock;
+use crate::proto::UnexpectedMessage;
+use crate::sys::child::{self, ChildContext, PoolHelper, Pooled};
 use crate::sys::{self, Errno};
-use crate::worker::{lock, Worker};
+use crate::worker::Worker;
 
 /// The most templates one Runtime keeps (one per distinct skeleton: image, hostname, network
 /// mode, user mount points); past it the oldest is dropped (boxes using it keep it alive).
@@ -65,13 +69,6 @@ pub(crate) struct OwnNs {
     uts: OwnedFd,
 }
 
-/// What a pool helper makes.
-#[derive(Clone, Copy)]
-enum Pooled {
-    Net,
-    User,
-}
-
 impl Template {
     /// The kind of namespace this template's pools are short of, if any (user namespaces first:
     /// every box takes one).
@@ -97,14 +94,14 @@ pub(crate) struct Entered {
 
 /// The Runtime's templates, by skeleton, and the thread that fills their network pools.
 pub(crate) struct Templates {
-    shared: Arc<Shared>,
+    pool: Arc<TemplatePool>,
     /// An empty host directory the templates assemble their roots on (in their own mount
     /// namespaces), so the host's /tmp, where bind sources may live, stays visible to boxes.
     stage: String,
 }
 
 #[derive(Default)]
-struct Shared {
+struct TemplatePool {
     built: Mutex<Vec<(u64, Arc<Template>)>>,
     /// The pool thread (`hull-netpool`).
     worker: Worker,
@@ -117,8 +114,8 @@ struct Shared {
 impl Drop for Templates {
     fn drop(&mut self) {
         // Joined, so no pool helper is being made once the Runtime is gone.
-        self.shared.worker.stop();
-        self.shared.worker.join();
+        self.pool.worker.stop();
+        self.pool.worker.join();
         let _ = std::fs::remove_dir(&self.stage);
     }
 }
@@ -134,23 +131,23 @@ impl Templates {
         );
         let dir = tempfile_dir(&std::env::temp_dir().join(template))?;
         Ok(Templates {
-            shared: Arc::default(),
+            pool: Arc::default(),
             stage: dir,
         })
     }
 
     pub fn len(&self) -> usize {
-        lock(&self.shared.built).len()
+        lock(&self.pool.built).len()
     }
 
     /// How many boxes entered a pooled network namespace so far.
     pub fn pooled_nets(&self) -> u64 {
-        self.shared.pooled.load(Ordering::Relaxed)
+        self.pool.pooled.load(Ordering::Relaxed)
     }
 
     /// How many boxes entered a pooled user namespace so far.
     pub fn pooled_users(&self) -> u64 {
-        self.shared.pooled_users.load(Ordering::Relaxed)
+        self.pool.pooled_users.load(Ordering::Relaxed)
     }
 
     /// Where this Runtime's templates assemble their roots.
@@ -162,13 +159,13 @@ impl Templates {
     /// the first time, with a pooled network namespace when one is ready. A plan whose skeleton
     /// cannot be shared comes back whole, with nothing entered.
     pub fn prepare(&self, plan: BoxPlan) -> Result<(BoxPlan, Option<Entered>), BoxError> {
-        let (skeleton, mut boxed) = match plan.split_template() {
+        let (skeleton, entry_plan) = match plan.split_template() {
             Ok(split) => split,
             Err(whole) => return Ok((whole, None)),
         };
         let key = skeleton.template_key();
         let template = {
-            let mut built = lock(&self.shared.built);
+            let mut built = lock(&self.pool.built);
             match built.iter().find(|(k, _)| *k == key) {
                 Some((_, t)) => Arc::clone(t),
                 None => {
@@ -181,30 +178,31 @@ impl Templates {
                 }
             }
         };
-        let net = if boxed.can_share_pooled_net() {
+        let net = if entry_plan.can_share_pooled_net() {
             lock(&template.nets).pop()
         } else {
             None
         };
         if net.is_some() {
-            self.shared.pooled.fetch_add(1, Ordering::Relaxed);
+            self.pool.pooled.fetch_add(1, Ordering::Relaxed);
         }
         let own = lock(&template.users).pop();
         if own.is_some() {
-            self.shared.pooled_users.fetch_add(1, Ordering::Relaxed);
+            self.pool.pooled_users.fetch_add(1, Ordering::Relaxed);
         }
         self.start_filler();
-        self.shared.worker.wake();
-        boxed.set_template_fds(
-            template.user.as_raw_fd(),
-            template.host.as_raw_fd(),
-            template.mnt.as_raw_fd(),
-            net.as_ref().map(AsRawFd::as_raw_fd),
-            own.as_ref()
+        self.pool.worker.wake();
+        let plan = entry_plan.enter(&TemplateFds {
+            user: template.user.as_raw_fd(),
+            host: template.host.as_raw_fd(),
+            root: template.mnt.as_raw_fd(),
+            net: net.as_ref().map(AsRawFd::as_raw_fd),
+            own: own
+                .as_ref()
                 .map(|o| [o.user.as_raw_fd(), o.ipc.as_raw_fd(), o.uts.as_raw_fd()]),
-        );
+        });
         Ok((
-            boxed,
+            plan,
             Some(Entered {
                 _template: template,
                 _net: net,
@@ -216,9 +214,9 @@ impl Templates {
     /// Starts the thread that keeps each template's network pool full (once).
     fn start_filler(&self) {
         // Without the thread there is no pool: boxes unshare their own network namespace.
-        self.shared.worker.start_once("hull-netpool", || {
-            let shared = Arc::clone(&self.shared);
-            move || fill(&shared)
+        self.pool.worker.start_once("hull-netpool", || {
+            let pool = Arc::clone(&self.pool);
+            move || keep_namespaces_ready(&pool)
         });
     }
 }
@@ -228,13 +226,13 @@ const HELPER_STACK: usize = 64 * 1024;
 
 /// The pool filler: makes a namespace for the first template that wants one, else sleeps until
 /// a box takes one (or a second passes).
-fn fill(shared: &Shared) {
+fn keep_namespaces_ready(pool: &TemplatePool) {
     let Some(mut stack) = sys::Stack::reserve(HELPER_STACK) else {
         // Without a stack for the helpers there is no pool: boxes unshare their own namespaces.
         return;
     };
-    while !shared.worker.stopping() {
-        let wanting = lock(&shared.built)
+    while !pool.worker.stopping() {
+        let wanting = lock(&pool.built)
             .iter()
             .find_map(|(_, t)| t.wants().map(|k| (Arc::clone(t), k)));
         match wanting {
@@ -250,7 +248,7 @@ fn fill(shared: &Shared) {
                 Err(_) => t.pool_failed.store(true, Ordering::Relaxed),
             },
             None => {
-                drop(shared.worker.sleep(lock(&shared.built)));
+                drop(pool.worker.sleep(lock(&pool.built)));
             }
         }
     }
@@ -268,36 +266,25 @@ fn fill(shared: &Shared) {
 fn make_pooled(t: &Template, kind: Pooled, stack: &mut [u8]) -> Result<Vec<OwnedFd>, BoxError> {
     let sysf = |what: &'static str| move |errno: Errno| BoxError::Sys { what, errno };
     let (ready_r, ready_w) = sys::pipe().map_err(sysf("create the pool pipe"))?;
-    let args = HelperArgs {
+    let args = PoolHelper {
         user: t.user.as_raw_fd(),
         ready: ready_w.as_raw_fd(),
         kind,
         become_root: t.remapped,
         parent: sys::getpid(),
     };
-    // SAFETY: `pool_helper` calls only allocation-free wrappers and ends in _exit or is killed;
-    // it reads `args`, which stays in place until the child is reaped below, and runs on
-    // `stack`, which only this thread hands out, one helper at a time.
-    let pid = unsafe {
-        sys::spawn_shared(
-            stack,
-            pool_helper,
-            std::ptr::addr_of!(args).cast_mut().cast(),
-            0,
-        )
-    }
-    .map_err(sysf("start the namespace pool helper"))?;
-    let r_raw = ready_r.as_raw_fd();
-    drop(ready_w);
-    let mut fds = [libc::pollfd {
-        fd: r_raw,
-        events: libc::POLLIN,
-        revents: 0,
-    }];
-    let mut b = [0u8; 1];
-    let ready = sys::poll(&mut fds, 5000).is_ok_and(|n| n == 1)
-        && sys::read(ready_r.as_fd(), &mut b).is_ok_and(|n| n == 1);
-    let result = if ready {
+    child::with_pool_helper(stack, &args, |pid| {
+        drop(ready_w);
+        let mut fds = [sys::poll_in(ready_r.as_fd())];
+        let mut b = [0u8; 1];
+        let ready = sys::poll(&mut fds, 5000).is_ok_and(|n| n == 1)
+            && sys::read(ready_r.as_fd(), &mut b).is_ok_and(|n| n == 1);
+        if !ready {
+            return Err(BoxError::Sys {
+                what: "make a pooled namespace",
+                errno: Errno(libc::EIO),
+            });
+        }
         let kinds: &[&str] = match kind {
             Pooled::Net => &["net"],
             Pooled::User => &["user", "ipc", "uts"],
@@ -314,96 +301,20 @@ fn make_pooled(t: &Template, kind: Pooled, stack: &mut [u8]) -> Result<Vec<Owned
                     })
             })
             .collect()
-    } else {
-        Err(BoxError::Sys {
-            what: "make a pooled namespace",
-            errno: Errno(libc::EIO),
-        })
-    };
-    let _ = sys::kill(pid, libc::SIGKILL);
-    let _ = sys::wait4(pid, false);
-    result
-}
-
-/// What a pool helper is told: the template's user namespace, the pipe end it reports on,
-/// which namespaces to make, and the pid of the process that made it.
-struct HelperArgs {
-    user: RawFd,
-    ready: RawFd,
-    kind: Pooled,
-    become_root: bool,
-    parent: libc::pid_t,
-}
-
-extern "C" fn pool_helper(arg: *mut libc::c_void) -> libc::c_int {
-    // SAFETY: `arg` is the HelperArgs make_pooled passed, alive until we are reaped.
-    let HelperArgs {
-        user,
-        ready,
-        kind,
-        become_root,
-        parent,
-    } = unsafe { std::ptr::read(arg.cast::<HelperArgs>()) };
-    // We pause until our maker kills us, so we must die with it: SIGKILL when the pool thread
-    // (our parent; it reaps us before it ends) goes, with the process or otherwise. A parent
-    // that died before this prctl sent no signal and left us reparented, which getppid shows
-    // (we are in its pid namespace); without this check such a helper paused forever.
-    let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-    if sys::getppid() != parent {
-        sys::exit_now(1);
-    }
-    // Our descriptor table is a copy of a busy process's: drop every descriptor but ours
-    // (another thread's box pipes among them, whose end of output we would otherwise delay;
-    // the owner lock, which would keep our maker's leftovers from a sweep).
-    sys::close_all_except(&mut [user, ready]);
-    let joined = sys::setns(user, libc::CLONE_NEWUSER).and_then(|()| {
-        if !become_root {
-            return Ok(());
-        }
-        sys::become_ns_root(true)?;
-        // The id change cleared the death signal until become_ns_root set it again.
-        if sys::getppid() != parent {
-            sys::exit_now(1);
-        }
-        Ok(())
-    });
-    let made = joined.and_then(|()| match kind {
-        Pooled::Net => sys::unshare(libc::CLONE_NEWNET).and_then(|()| sys::loopback_up()),
-        Pooled::User => sys::open_dir_path(c"/proc/self").and_then(|proc_self| {
-            sys::unshare(libc::CLONE_NEWUSER)?;
-            child::map_root_in(proc_self.as_raw_fd())?;
-            sys::unshare(libc::CLONE_NEWIPC | libc::CLONE_NEWUTS)
-        }),
-    });
-    if made.is_err() {
-        sys::exit_now(1);
-    }
-    // SAFETY: `ready` is our copy of the pipe's write end.
-    let w = unsafe { std::os::fd::BorrowedFd::borrow_raw(ready) };
-    let _ = sys::write_all(w, b"r");
-    loop {
-        // SAFETY: pause takes no arguments; we wait for the parent's SIGKILL.
-        unsafe { libc::pause() };
-    }
+    })
+    .map_err(sysf("start the namespace pool helper"))?
 }
 
 /// `mkdtemp(3)` of `template` (ending in XXXXXX), as a UTF-8 path.
 fn tempfile_dir(template: &std::path::Path) -> Result<String, BoxError> {
-    let mut bytes = template.to_string_lossy().into_owned().into_bytes();
-    bytes.push(0);
-    // SAFETY: a NUL-terminated, writable buffer ending in XXXXXX.
-    let p = unsafe { libc::mkdtemp(bytes.as_mut_ptr().cast()) };
-    if p.is_null() {
-        return Err(BoxError::Sys {
-            what: "create the template staging directory",
-            errno: Errno::last(),
-        });
-    }
-    bytes.pop();
-    String::from_utf8(bytes).map_err(|_| BoxError::Sys {
+    let fail = |errno| BoxError::Sys {
         what: "create the template staging directory",
-        errno: Errno(libc::EINVAL),
-    })
+        errno,
+    };
+    let dir = sys::mkdtemp(std::path::Path::new(&*template.to_string_lossy())).map_err(fail)?;
+    dir.into_os_string()
+        .into_string()
+        .map_err(|_| fail(Errno(libc::EINVAL)))
 }
 
 /// Runs the skeleton in a template process and keeps its namespaces.
@@ -420,7 +331,7 @@ fn build(plan: &BoxPlan) -> Result<Template, BoxError> {
         plan,
         sock: sock_child.as_raw_fd(),
         peer: sock_parent.as_raw_fd(),
-        supervisor: crate::supervise::own_pidfd(),
+        supervisor: launch::supervisor_pidfd(),
         stdin: null.as_raw_fd(),
         stdout: null.as_raw_fd(),
         stderr: null.as_raw_fd(),
@@ -433,10 +344,8 @@ fn build(plan: &BoxPlan) -> Result<Template, BoxError> {
         trees: &[],
         strings: None,
     };
-    // SAFETY: the child runs only `child::run` over the template plan (allocation-free wrappers,
-    // ending in HoldTemplate's exit).
-    let pid = match unsafe { sys::clone_fork(plan.clone_flags) } {
-        Ok(0) => child::run(&ctx),
+    // The template process runs the skeleton and ends in HoldTemplate's exit.
+    let pid = match child::clone_box(plan.clone_flags, &ctx) {
         Ok(pid) => pid,
         Err(errno) => {
             return Err(BoxError::Clone {
@@ -447,32 +356,27 @@ fn build(plan: &BoxPlan) -> Result<Template, BoxError> {
         }
     };
     drop(sock_child);
+    let channel = Channel::new(sock_parent);
     // Host root's template maps its root to hull's range (see `remap`), which only we can write.
     let mapped = match plan.id_maps() {
-        Some(maps) => crate::supervise::map_ids(pid, &sock_parent, maps, plan),
+        Some(maps) => launch::map_ids(pid, &channel, maps, plan),
         None => Ok(()),
     };
-    let answer = mapped.and_then(|()| await_message_fd(&sock_parent, 10_000));
+    let answer = mapped.and_then(|()| channel.expect_ready(10_000, plan));
     let remapped = plan.id_maps().is_some();
     let result = match answer {
-        Ok((Message::Ready, Some(host))) => open_ns(pid, host, remapped),
-        Ok((Message::Ready, None)) => Err(BoxError::Sys {
-            what: "build a template (no mount namespace sent)",
-            errno: Errno(libc::EPROTO),
-        }),
-        Ok((Message::SetupFailed { step, errno }, _)) => {
-            Err(crate::supervise::setup_error(plan, step, errno))
+        Ok(Some(host)) => open_ns(pid, host, remapped),
+        Ok(None) => Err(UnexpectedMessage {
+            expected: "Ready with the template's mount namespace",
+            got: "Ready without a descriptor",
         }
-        Ok(_) => Err(BoxError::Sys {
-            what: "build a template (unexpected message)",
-            errno: Errno(libc::EPROTO),
-        }),
+        .into()),
         Err(e) => Err(e),
     };
     // The template process has done its part; its namespaces live on in our descriptors. (It
     // would also leave on the hangup, but a box forked meanwhile by another thread may hold a
     // copy of our end for a moment.)
-    drop(sock_parent);
+    drop(channel);
     let _ = sys::kill(pid, libc::SIGKILL);
     let _ = sys::wait4(pid, false);
     result
@@ -497,40 +401,4 @@ fn open_ns(pid: libc::pid_t, host: OwnedFd, remapped: bool) -> Result<Template, 
         pool_failed: AtomicBool::new(false),
         remapped,
     })
-}
-
-/// Waits up to `timeout_ms` for one message on `sock`.
-pub(crate) fn await_message(sock: &OwnedFd, timeout_ms: i32) -> Result<Message, BoxError> {
-    await_message_fd(sock, timeout_ms).map(|(m, _)| m)
-}
-
-/// Waits up to `timeout_ms` for one message on `sock`, with the descriptor it carries.
-pub(crate) fn await_message_fd(
-    sock: &OwnedFd,
-    timeout_ms: i32,
-) -> Result<(Message, Option<OwnedFd>), BoxError> {
-    let mut fds = [libc::pollfd {
-        fd: sock.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    }];
-    let n = sys::poll(&mut fds, timeout_ms).map_err(|errno| BoxError::Sys {
-        what: "wait for the box",
-        errno,
-    })?;
-    if n == 0 {
-        return Err(BoxError::Sys {
-            what: "wait for the box's first message",
-            errno: Errno(libc::ETIMEDOUT),
-        });
-    }
-    let mut m = [0u8; 64];
-    match sys::recv_with_fd(sock.as_fd(), &mut m) {
-        Ok((0, _)) => Err(BoxError::SetupVanished(0)),
-        Ok((len, fd)) => Ok((Message::decode(&m[..len])?, fd)),
-        Err(errno) => Err(BoxError::Sys {
-            what: "read the box channel",
-            errno,
-        }),
-    }
 }

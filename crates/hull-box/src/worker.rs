@@ -7,12 +7,8 @@ use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::poison::lock;
 use crate::sys;
-
-/// A lock that a panicked holder does not poison for the others.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 /// One background thread's start, wake-up and stop.
 #[derive(Default)]
@@ -32,7 +28,7 @@ impl Worker {
         body: impl FnOnce() -> F,
     ) {
         self.started.get_or_init(|| {
-            *lock(&self.thread) = sys::spawn_helper(name, &crate::supervise::FORWARDED, body())
+            *lock(&self.thread) = sys::spawn_helper(name, &crate::ending::FORWARDED, body())
         });
     }
 
@@ -45,7 +41,8 @@ impl Worker {
         self.stop.load(Ordering::Relaxed)
     }
 
-    /// Sleeps on `guard`'s mutex until woken or a second passes.
+    /// Sleeps on `guard`'s mutex until woken or a second passes (poisoning ignored, as
+    /// [`lock`] does).
     pub(crate) fn sleep<'a, T>(&self, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
         match self.wake.wait_timeout(guard, Duration::from_secs(1)) {
             Ok((g, _)) => g,

@@ -32,7 +32,7 @@ fn a_templated_box_is_read_only_with_its_own_writable_places() {
     for name in ["'home'", "'root'", "'var'", "'run'", "hull-tmpl"] {
         assert!(!top.contains(name), "{name} visible: {top}");
     }
-    assert_eq!(rt.templates_built(), 1);
+    assert_eq!(rt.warm_stats().templates, 1);
 }
 
 #[test]
@@ -119,7 +119,7 @@ fn one_template_serves_many_boxes_at_once() {
         assert!(r.success, "{r:?}");
         assert_eq!(r.stdout.trim(), format!("{i} 2"));
     }
-    assert_eq!(rt.templates_built(), 1);
+    assert_eq!(rt.warm_stats().templates, 1);
     // Another hostname is another skeleton (/etc/hostname), so another template.
     let mut spec = BoxSpec::new(vec!["cat".into(), "/etc/hostname".into()]);
     spec.hostname = "other".into();
@@ -127,7 +127,7 @@ fn one_template_serves_many_boxes_at_once() {
         .run(&spec, RunOptions { capture: true }, &mut NoSink)
         .expect("box runs");
     assert_eq!(r.stdout.trim(), "other", "{r:?}");
-    assert_eq!(rt.templates_built(), 2);
+    assert_eq!(rt.warm_stats().templates, 2);
 }
 
 #[test]
@@ -172,20 +172,20 @@ fn pooled_network_and_user_namespaces_are_fresh_per_box() {
         let r = python(&rt, code);
         // uid 0 of the box's own user namespace, and the hostname it set in its uts namespace.
         assert!(r.success && r.stdout.contains("uid 0 hull lo-ok"), "{r:?}");
-        if rt.pooled_nets_used() >= 3 && rt.pooled_users_used() >= 3 {
+        if rt.warm_stats().pooled_nets >= 3 && rt.warm_stats().pooled_users >= 3 {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
     assert!(
-        rt.pooled_nets_used() >= 3,
+        rt.warm_stats().pooled_nets >= 3,
         "only {} boxes used the pool",
-        rt.pooled_nets_used()
+        rt.warm_stats().pooled_nets
     );
     assert!(
-        rt.pooled_users_used() >= 3,
+        rt.warm_stats().pooled_users >= 3,
         "only {} boxes used the user namespace pool",
-        rt.pooled_users_used()
+        rt.warm_stats().pooled_users
     );
     // Boxes alive at the same time never share a network, user, ipc or uts namespace (namespace
     // numbers are only unique among live namespaces, so compare boxes that overlap).
@@ -210,7 +210,7 @@ fn pooled_network_and_user_namespaces_are_fresh_per_box() {
         }
     }
     // A box that keeps a network capability gets a namespace of its own user namespace instead.
-    let before = rt.pooled_nets_used();
+    let before = rt.warm_stats().pooled_nets;
     let mut spec = BoxSpec::new(vec![
         "python3".into(),
         "-c".into(),
@@ -221,7 +221,7 @@ fn pooled_network_and_user_namespaces_are_fresh_per_box() {
         .run(&spec, RunOptions { capture: true }, &mut NoSink)
         .expect("box runs");
     assert!(r.stdout.contains("bound 80"), "{r:?}");
-    assert_eq!(rt.pooled_nets_used(), before);
+    assert_eq!(rt.warm_stats().pooled_nets, before);
 }
 
 #[test]
@@ -263,13 +263,15 @@ fn spare_cgroups_and_workspaces_are_fresh_per_box_and_go_with_the_runtime() {
             r.success && r.stdout.contains("ws []") && r.stdout.contains("ok"),
             "{r:?}"
         );
-        let (cgroups, workspaces) = rt.spares_used();
+        let w = rt.warm_stats();
+        let (cgroups, workspaces) = (w.spare_cgroups, w.spare_workspaces);
         if cgroups >= 3 && workspaces >= 3 {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    let (cgroups, workspaces) = rt.spares_used();
+    let w = rt.warm_stats();
+    let (cgroups, workspaces) = (w.spare_cgroups, w.spare_workspaces);
     assert!(
         workspaces >= 3,
         "only {workspaces} boxes used a spare workspace"
@@ -299,7 +301,7 @@ fn spare_cgroups_and_workspaces_are_fresh_per_box_and_go_with_the_runtime() {
     // Let the thread refill, then check the ready ones are removed with the Runtime.
     let mut spare = Vec::new();
     for _ in 0..100 {
-        spare = rt.spare_paths();
+        spare = rt.warm_stats().spare_paths;
         if spare.len() >= 3 {
             break;
         }
@@ -327,7 +329,7 @@ fn boxes_set_up_ahead_run_each_program_once_with_its_own_argv_env_and_setup() {
     let rt = runtime();
     let code = "import os, sys, socket\nprint('arg', sys.argv[1], 'env', os.environ.get('HULL_T'), 'pid', os.getpid(), 'host', socket.gethostname(), 'cwd', os.getcwd())\nprint('ws', sorted(os.listdir('/workspace')), 'tmp', sorted(os.listdir('/tmp')))\nopen('/workspace/m', 'w').write('x'); open('/tmp/m', 'w').write('x')";
     let mut i = 0;
-    while rt.ready_used() < 3 && i < 40 {
+    while rt.warm_stats().ready_used < 3 && i < 40 {
         i += 1;
         let arg = format!("a{i}");
         let r = python_with(&rt, code, &arg, |_| {});
@@ -348,9 +350,9 @@ fn boxes_set_up_ahead_run_each_program_once_with_its_own_argv_env_and_setup() {
         );
     }
     assert!(
-        rt.ready_used() >= 3,
+        rt.warm_stats().ready_used >= 3,
         "only {} boxes ran in a box set up ahead",
-        rt.ready_used()
+        rt.warm_stats().ready_used
     );
     // A box whose setup differs (hostname, working directory) gets its own, never a ready one
     // of another shape.
@@ -365,7 +367,7 @@ fn boxes_set_up_ahead_run_each_program_once_with_its_own_argv_env_and_setup() {
     // A bind source is resolved when a box is set up, so a box with --mount never takes a ready
     // one: it sees its directory as it is at the call.
     let src = tempfile::tempdir().unwrap();
-    let before = rt.ready_used();
+    let before = rt.warm_stats().ready_used;
     for i in 0..3 {
         std::fs::write(src.path().join("v"), format!("{i}")).unwrap();
         let r = python_with(&rt, "print(open('/in/v').read())", "m", |s| {
@@ -379,12 +381,12 @@ fn boxes_set_up_ahead_run_each_program_once_with_its_own_argv_env_and_setup() {
         rt.settle(std::time::Duration::from_secs(2));
     }
     assert_eq!(
-        rt.ready_used(),
+        rt.warm_stats().ready_used,
         before,
         "a box with a bind mount ran in a box set up ahead"
     );
     // The filter holds in a ready box (its listener came with Ready): unshare is an escape.
-    let used = rt.ready_used();
+    let used = rt.warm_stats().ready_used;
     let mut escaped = None;
     for _ in 0..20 {
         let r = python_with(
@@ -393,7 +395,7 @@ fn boxes_set_up_ahead_run_each_program_once_with_its_own_argv_env_and_setup() {
             "c",
             |_| {},
         );
-        if rt.ready_used() > used {
+        if rt.warm_stats().ready_used > used {
             escaped = Some(r);
             break;
         }
@@ -442,7 +444,7 @@ fn boxes_set_up_ahead_run_each_program_once_with_its_own_argv_env_and_setup() {
     // The boxes still waiting end with the Runtime.
     let mut pids = Vec::new();
     for _ in 0..100 {
-        pids = rt.ready_pids();
+        pids = rt.warm_stats().ready_pids;
         if !pids.is_empty() {
             break;
         }
@@ -498,7 +500,7 @@ fn a_box_with_sub_ids_is_built_whole_by_a_templated_runtime() {
             ["0", &hull_box::remap::BASE.to_string(), "65536"],
             "{r:?}"
         );
-        assert_eq!(rt.ready_used(), 0);
+        assert_eq!(rt.warm_stats().ready_used, 0);
         return;
     }
     match result {
@@ -516,7 +518,7 @@ fn a_box_with_sub_ids_is_built_whole_by_a_templated_runtime() {
             assert_eq!(e.kind(), "subids_unavailable", "{e}");
         }
     }
-    assert_eq!(rt.ready_used(), 0);
+    assert_eq!(rt.warm_stats().ready_used, 0);
 }
 
 #[test]
@@ -539,5 +541,8 @@ fn pid_1_of_a_templated_or_ready_box_shows_no_host_command_line() {
         assert!(r.stdout.contains("environ 13"), "{}", r.stdout);
         rt.settle(std::time::Duration::from_secs(10));
     }
-    assert!(rt.ready_used() > 0, "no box set up ahead was used");
+    assert!(
+        rt.warm_stats().ready_used > 0,
+        "no box set up ahead was used"
+    );
 }

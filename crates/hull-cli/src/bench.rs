@@ -128,7 +128,7 @@ pub fn main(args: &BenchArgs) -> i32 {
             Vec::with_capacity(runs),
             Vec::with_capacity(runs),
         );
-        let ready_before = rt.ready_used();
+        let ready_before = rt.warm_stats().ready_used;
         for _ in 0..runs {
             // Background work of the last box (the boxes a long-lived Runtime sets up ahead) is
             // done before the next pair is timed, as between an agent's tool calls.
@@ -154,7 +154,7 @@ pub fn main(args: &BenchArgs) -> i32 {
                 }
             }
         }
-        let ready = rt.ready_used() - ready_before;
+        let ready = rt.warm_stats().ready_used - ready_before;
         let (bmin, bmed, bp90) = summary(&mut b);
         let (xmin, xmed, xp90) = summary(&mut x);
         let (nmin, nmed, np90) = summary(&mut nc);

@@ -128,6 +128,18 @@ impl Program {
         &self.instructions
     }
 
+    /// Installs this program as the calling thread's seccomp filter, with a user-notification
+    /// listener when `listener` is true: [`crate::install_raw`] of [`Program::as_fprog`], made
+    /// here from the program it points into, so no pointer outlives its program. Returns the
+    /// listener descriptor (0 without one) or the errno. Async-signal-safe: no allocation, one
+    /// system call. The caller has set no_new_privs.
+    pub fn install(&self, listener: bool) -> Result<libc::c_int, libc::c_int> {
+        let fprog = self.as_fprog();
+        // SAFETY: `fprog` points at this program's instructions, `fprog.len` of them, which
+        // `self` keeps alive and unchanged for the call.
+        unsafe { crate::install_raw(&fprog, listener) }
+    }
+
     /// The `sock_fprog` the kernel takes. It points into this `Program`'s buffer, so the
     /// `Program` must outlive every use of the fprog (moving the `Program` is fine).
     pub fn as_fprog(&self) -> libc::sock_fprog {

@@ -1,4 +1,8 @@
-//! The box side: executes a [`BoxPlan`] inside the freshly cloned process (pid 1 of the box).
+//! The processes hull clones, which run between `clone` and `execve` (or `_exit`): the box side
+//! ([`clone_box`]: executes a [`BoxPlan`] inside the freshly cloned process, pid 1 of the box),
+//! a template's pool helper ([`with_pool_helper`]) and the `--subids` remover
+//! ([`fork_remover`]). They are in `sys` because the `unsafe` clone that starts each relies on
+//! what they do: only data prepared before the clone, and allocation-free system calls.
 //!
 //! Runs between `clone` and `execve`, so it only reads data the parent prepared and calls the
 //! allocation-free wrappers of [`crate::sys`]. A failed step is sent to the supervisor as
@@ -8,7 +12,8 @@
 //! then waits for the supervisor's teardown to kill it (its exit is the namespace teardown,
 //! kept off the result's path).
 
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, RawFd};
+use std::ffi::CStr;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, RawFd};
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use crate::plan::{BoxPlan, Step};
@@ -34,9 +39,11 @@ pub(crate) struct ChildContext<'a> {
     /// `execve` argv and envp: null-terminated arrays pointing into the plan's C strings.
     pub argv: &'a [*const libc::c_char],
     pub envp: &'a [*const libc::c_char],
-    pub seccomp: Option<&'a libc::sock_fprog>,
-    /// `HULL_TRACE_STEPS`: a shared page where each step's end time (CLOCK_MONOTONIC ns) is stored.
-    pub trace: Option<*mut u64>,
+    /// The seccomp filter the `Seccomp` step installs (none for a template process).
+    pub seccomp: Option<&'a hull_seccomp::Program>,
+    /// `HULL_TRACE_STEPS`: a shared page where each step's start time (CLOCK_MONOTONIC ns) is
+    /// stored.
+    pub trace: Option<&'a sys::SharedSlots>,
     /// For a plan with `StartPid1`: the stack pid 1 runs on (memory the supervisor set aside;
     /// in the entry process it is that process's own copy, which only pid 1 touches).
     pub pid1_stack: Option<(*mut u8, usize)>,
@@ -53,15 +60,15 @@ pub(crate) struct ChildContext<'a> {
 
 /// In a pid 1 forked by a template's entry process: the read end of the pipe on which the entry
 /// process says it has reported our pid. Our first message waits for it (see `StartPid1`).
-static GATE: AtomicI32 = AtomicI32::new(-1);
+static PID1_REPORTED: AtomicI32 = AtomicI32::new(-1);
 
 fn send(sock: RawFd, m: Message, fd: Option<RawFd>) {
-    let gate = GATE.swap(-1, Ordering::Relaxed);
-    if gate >= 0 {
-        // SAFETY: the gate is our own descriptor, read once and closed here.
-        let go = unsafe { std::os::fd::OwnedFd::from_raw_fd(gate) };
+    let reported = PID1_REPORTED.swap(-1, Ordering::Relaxed);
+    if reported >= 0 {
+        // SAFETY: the pipe's read end is our own descriptor, read once and closed here.
+        let reported = unsafe { std::os::fd::OwnedFd::from_raw_fd(reported) };
         let mut b = [0u8; 1];
-        if !matches!(sys::read(go.as_fd(), &mut b), Ok(1)) {
+        if !matches!(sys::read(reported.as_fd(), &mut b), Ok(1)) {
             // The entry process died before reporting us: the supervisor must not hear from a
             // pid 1 it does not know.
             sys::exit_now(125);
@@ -71,8 +78,19 @@ fn send(sock: RawFd, m: Message, fd: Option<RawFd>) {
     let _ = sys::send_with_fd(sock, &m.encode(), fd);
 }
 
+/// Clones a box's first process with `flags` (its namespaces) to run `ctx.plan`, and returns its
+/// pid. The child never returns: it ends in the program's `execve` or in `_exit`.
+pub(crate) fn clone_box(flags: libc::c_int, ctx: &ChildContext<'_>) -> SysResult<libc::pid_t> {
+    // SAFETY: the child runs only `run`, which reads data prepared before the clone, calls
+    // allocation-free wrappers and ends in execve or _exit.
+    match unsafe { sys::clone_fork(flags) }? {
+        0 => run(ctx),
+        pid => Ok(pid),
+    }
+}
+
 /// Runs the plan and never returns.
-pub(crate) fn run(ctx: &ChildContext<'_>) -> ! {
+fn run(ctx: &ChildContext<'_>) -> ! {
     sys::close_raw(ctx.peer);
     // Holding our supervisor's owner lock would keep its leftovers from a sweep after it died.
     let lock = crate::owner::lock_fd();
@@ -86,10 +104,7 @@ pub(crate) fn run(ctx: &ChildContext<'_>) -> ! {
 fn run_from(ctx: &ChildContext<'_>, first: usize) -> ! {
     for (i, step) in ctx.plan.steps.iter().enumerate().skip(first) {
         if let Some(t) = ctx.trace {
-            if i < crate::supervise::TRACE_SLOTS {
-                // SAFETY: `t` is a shared mapping of TRACE_SLOTS u64s made by the parent.
-                unsafe { *t.add(i) = sys::monotonic_ns() };
-            }
+            t.set(i, sys::monotonic_ns());
         }
         let done = match step {
             Step::StartPid1 => start_pid1(ctx, i + 1),
@@ -123,8 +138,8 @@ fn run_from(ctx: &ChildContext<'_>, first: usize) -> ! {
 struct Pid1Args<'a> {
     ctx: &'a ChildContext<'a>,
     next: usize,
-    go_r: RawFd,
-    go_w: RawFd,
+    reported_r: RawFd,
+    reported_w: RawFd,
 }
 
 /// Forks the process that becomes pid 1 of the box's new pid namespace, as the supervisor's
@@ -134,15 +149,15 @@ fn start_pid1(ctx: &ChildContext<'_>, next: usize) -> SysResult<()> {
     let Some((stack, len)) = ctx.pid1_stack else {
         return Err(Errno(libc::EINVAL));
     };
-    // Pid 1's first message waits for the go byte, so its messages (Ready...) reach the
+    // Pid 1's first message waits for a byte on this pipe, so its messages (Ready...) reach the
     // supervisor after our Pid1; a hangup instead means we died before sending it, and pid 1
     // must not run unknown to the supervisor.
-    let (go_r, go_w) = sys::pipe()?;
+    let (reported_r, reported_w) = sys::pipe()?;
     let args = Pid1Args {
         ctx,
         next,
-        go_r: go_r.as_raw_fd(),
-        go_w: go_w.as_raw_fd(),
+        reported_r: reported_r.as_raw_fd(),
+        reported_w: reported_w.as_raw_fd(),
     };
     // SAFETY: the supervisor set this memory aside for pid 1's stack and nothing else uses it.
     let stack = unsafe { std::slice::from_raw_parts_mut(stack, len) };
@@ -156,11 +171,11 @@ fn start_pid1(ctx: &ChildContext<'_>, next: usize) -> SysResult<()> {
             libc::CLONE_PARENT,
         )
     }?;
-    // Not `send`: the gate in our shared memory is pid 1's now.
-    // The go byte only follows a Pid1 that was sent: otherwise pid 1 sees the pipe close with
+    // Not `send`: PID1_REPORTED in our shared memory is pid 1's now.
+    // The byte only follows a Pid1 that was sent: otherwise pid 1 sees the pipe close with
     // us and exits instead of running unknown to the supervisor.
     if sys::send_with_fd(ctx.sock, &Message::Pid1 { pid }.encode(), None).is_ok() {
-        let _ = sys::write_all(go_w.as_fd(), b"g");
+        let _ = sys::write_all(reported_w.as_fd(), b"g");
     }
     sys::exit_now(0)
 }
@@ -168,9 +183,9 @@ fn start_pid1(ctx: &ChildContext<'_>, next: usize) -> SysResult<()> {
 extern "C" fn pid1_main(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the Pid1Args start_pid1 passed; that frame is never left.
     let args = unsafe { &*arg.cast::<Pid1Args<'_>>() };
-    // Our descriptor table is our own copy: keep only the read end of the go pipe.
-    sys::close_raw(args.go_w);
-    GATE.store(args.go_r, Ordering::Relaxed);
+    // Our descriptor table is our own copy: keep only the pipe's read end.
+    sys::close_raw(args.reported_w);
+    PID1_REPORTED.store(args.reported_r, Ordering::Relaxed);
     run_from(args.ctx, args.next)
 }
 
@@ -377,10 +392,9 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
         Step::Seccomp { listener, .. } => {
             let mut fd = None;
             if let Some(prog) = ctx.seccomp {
-                // SAFETY: prog points at the parent's compiled program, copied into our memory by
-                // clone; no_new_privs was set by the step before.
-                let ret = unsafe { hull_seccomp::install_raw(prog, *listener) };
-                match ret {
+                // The program is our copy of the parent's; no_new_privs was set by the step
+                // before.
+                match prog.install(*listener) {
                     Ok(l) if *listener => fd = Some(l),
                     Ok(_) => {}
                     Err(e) => return Err(Errno(e)),
@@ -402,8 +416,8 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
             }
             isolate_pid1(ctx)?;
             if ctx.ready_box {
-                let go = await_go(ctx)?;
-                spawn_and_reap(ctx, &go.program())
+                let sent = await_program(ctx)?;
+                spawn_and_reap(ctx, &sent.program())
             } else {
                 spawn_and_reap(
                     ctx,
@@ -456,20 +470,18 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
         } => {
             let mut flags = *flags;
             // The template's root has no /proc mounted: keep our own /proc entry for the maps.
-            let proc_self = if own_fds[0] < 0 {
-                Some(sys::open_dir_path(c"/proc/self")?)
-            } else {
-                None
+            let proc_self = match own_fds {
+                None => Some(sys::open_dir_path(c"/proc/self")?),
+                Some(_) => None,
             };
             sys::setns(*mnt_fd, libc::CLONE_NEWNS)?;
-            if *net_fd >= 0 {
-                sys::setns(*net_fd, libc::CLONE_NEWNET)?;
+            if let Some(net) = *net_fd {
+                sys::setns(net, libc::CLONE_NEWNET)?;
                 flags &= !libc::CLONE_NEWNET;
             }
-            let Some(proc_self) = proc_self else {
+            if let Some([user, ipc, uts]) = *own_fds {
                 // A pooled user namespace, ids mapped already; joined last, since the joins
                 // above need our capabilities in the template's.
-                let [user, ipc, uts] = *own_fds;
                 sys::setns(user, libc::CLONE_NEWUSER)?;
                 if flags & libc::CLONE_NEWIPC != 0 {
                     sys::setns(ipc, libc::CLONE_NEWIPC)?;
@@ -480,9 +492,12 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
                 return sys::unshare(
                     flags & !(libc::CLONE_NEWUSER | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS),
                 );
-            };
+            }
             sys::unshare(flags)?;
-            map_root_in(proc_self.as_raw_fd())
+            match proc_self {
+                Some(proc_self) => map_root_in(proc_self.as_raw_fd()),
+                None => Err(Errno(libc::EINVAL)),
+            }
         }
         // Handled by the plan loop itself (it needs the step's index).
         Step::StartPid1 => Err(Errno(libc::EINVAL)),
@@ -507,7 +522,7 @@ fn reserved_is_free(ctx: &ChildContext<'_>, fd: RawFd) -> SysResult<()> {
                 net_fd,
                 own_fds,
                 ..
-            } => *mnt_fd == fd || *net_fd == fd || own_fds.contains(&fd),
+            } => *mnt_fd == fd || *net_fd == Some(fd) || own_fds.is_some_and(|o| o.contains(&fd)),
             _ => false,
         };
     }
@@ -596,12 +611,12 @@ enum Candidates<'a> {
 
 /// A ready box's program: pointer arrays into a private mapping that holds its go datagram,
 /// kept until pid 1 execs or exits.
-struct Go {
+struct SentProgram {
     ptrs: &'static [*const libc::c_char],
     counts: (usize, usize),
 }
 
-impl Go {
+impl SentProgram {
     fn program(&self) -> Program<'_> {
         let (argc, envc) = self.counts;
         Program {
@@ -615,7 +630,7 @@ impl Go {
 /// Waits for the supervisor's go datagram (see [`crate::proto::go`]) and lays out its strings
 /// for execve, without allocating: the datagram and the pointer arrays live in one fresh private
 /// mapping. A hangup means the ready box was never used: exit quietly.
-fn await_go(ctx: &ChildContext<'_>) -> SysResult<Go> {
+fn await_program(ctx: &ChildContext<'_>) -> SysResult<SentProgram> {
     use crate::proto::go;
     let nomem = Errno(libc::ENOMEM);
     let data = sys::anonymous::<u8>(go::MAX).ok_or(nomem)?;
@@ -636,7 +651,7 @@ fn await_go(ctx: &ChildContext<'_>) -> SysResult<Go> {
             data[at..].as_ptr().cast()
         };
     }
-    Ok(Go {
+    Ok(SentProgram {
         ptrs: &ptrs[..total],
         counts: (argc, envc),
     })
@@ -685,11 +700,9 @@ fn spawn_and_reap(ctx: &ChildContext<'_>, program: &Program<'_>) -> SysResult<()
                     },
                     None,
                 );
-                loop {
-                    // SAFETY: pause takes no arguments; SIGKILL (teardown, deadline or the
-                    // supervisor's death through PDEATHSIG) ends it.
-                    unsafe { libc::pause() };
-                }
+                // SIGKILL (teardown, deadline or the supervisor's death through PDEATHSIG)
+                // ends us.
+                pause_forever()
             }
             Ok(_) => {}
             Err(Errno(libc::ECHILD)) => sys::exit_now(0),
@@ -735,7 +748,7 @@ fn exec_program(ctx: &ChildContext<'_>, program: &Program<'_>) -> ! {
     };
     match program.candidates {
         Candidates::Plan(list) => list.iter().for_each(|c| try_one(c.as_c_str())),
-        // SAFETY: each pointer is to a NUL-terminated string inside the go datagram (await_go
+        // SAFETY: each pointer is to a NUL-terminated string inside the go datagram (await_program
         // checked every terminator), which stays mapped until we exec or exit.
         Candidates::Raw(list) => list
             .iter()
@@ -750,6 +763,173 @@ pub(crate) fn pointer_array(strings: &[std::ffi::CString]) -> Vec<*const libc::c
     let mut v: Vec<*const libc::c_char> = strings.iter().map(|s| s.as_ptr()).collect();
     v.push(std::ptr::null());
     v
+}
+
+/// What a template's pool helper makes (see `template.rs`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Pooled {
+    /// A network namespace owned by the template's user namespace, loopback up.
+    Net,
+    /// A user namespace below the template's, uid and gid 0 mapped, with the ipc and uts
+    /// namespaces it owns.
+    User,
+}
+
+/// What a pool helper is told: the template's user namespace, the pipe end it reports on,
+/// which namespaces to make, whether to become the template's root first, and the pid of the
+/// process that made it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PoolHelper {
+    pub(crate) user: RawFd,
+    pub(crate) ready: RawFd,
+    pub(crate) kind: Pooled,
+    pub(crate) become_root: bool,
+    pub(crate) parent: libc::pid_t,
+}
+
+/// Kills and reaps a pool helper when dropped, so its stack and arguments outlive it.
+struct Reap(libc::pid_t);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let _ = sys::kill(self.0, libc::SIGKILL);
+        let _ = sys::wait4(self.0, false);
+    }
+}
+
+/// Starts a pool helper for `args` on `stack` (it shares our memory, `CLONE_VM`: a fork would
+/// copy the supervisor's page tables and leave every page it writes afterwards to be copied
+/// again on the next write), calls `meanwhile` with its pid (which reads its report and opens
+/// its namespaces), then kills and reaps it, and returns what `meanwhile` returned.
+pub(crate) fn with_pool_helper<R>(
+    stack: &mut [u8],
+    args: &PoolHelper,
+    meanwhile: impl FnOnce(libc::pid_t) -> R,
+) -> SysResult<R> {
+    // SAFETY: `pool_helper` calls only allocation-free wrappers and ends in _exit or is killed;
+    // it reads `args` and runs on `stack`, both borrowed until `Reap` has killed and reaped it
+    // (also when `meanwhile` unwinds).
+    let pid = unsafe {
+        sys::spawn_shared(
+            stack,
+            pool_helper,
+            std::ptr::from_ref(args).cast_mut().cast(),
+            0,
+        )
+    }?;
+    let _reap = Reap(pid);
+    Ok(meanwhile(pid))
+}
+
+extern "C" fn pool_helper(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the PoolHelper with_pool_helper passed, alive until we are reaped.
+    let PoolHelper {
+        user,
+        ready,
+        kind,
+        become_root,
+        parent,
+    } = unsafe { std::ptr::read(arg.cast::<PoolHelper>()) };
+    // We pause until our maker kills us, so we must die with it: SIGKILL when the pool thread
+    // (our parent; it reaps us before it ends) goes, with the process or otherwise. A parent
+    // that died before this prctl sent no signal and left us reparented, which getppid shows
+    // (we are in its pid namespace); without this check such a helper paused forever.
+    let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+    if sys::getppid() != parent {
+        sys::exit_now(1);
+    }
+    // Our descriptor table is a copy of a busy process's: drop every descriptor but ours
+    // (another thread's box pipes among them, whose end of output we would otherwise delay;
+    // the owner lock, which would keep our maker's leftovers from a sweep).
+    sys::close_all_except(&mut [user, ready]);
+    let joined = sys::setns(user, libc::CLONE_NEWUSER).and_then(|()| {
+        if !become_root {
+            return Ok(());
+        }
+        sys::become_ns_root(true)?;
+        // The id change cleared the death signal until become_ns_root set it again.
+        if sys::getppid() != parent {
+            sys::exit_now(1);
+        }
+        Ok(())
+    });
+    let made = joined.and_then(|()| match kind {
+        Pooled::Net => sys::unshare(libc::CLONE_NEWNET).and_then(|()| sys::loopback_up()),
+        Pooled::User => sys::open_dir_path(c"/proc/self").and_then(|proc_self| {
+            sys::unshare(libc::CLONE_NEWUSER)?;
+            map_root_in(proc_self.as_raw_fd())?;
+            sys::unshare(libc::CLONE_NEWIPC | libc::CLONE_NEWUTS)
+        }),
+    });
+    if made.is_err() {
+        sys::exit_now(1);
+    }
+    // SAFETY: `ready` is our copy of the pipe's write end.
+    let w = unsafe { BorrowedFd::borrow_raw(ready) };
+    let _ = sys::write_all(w, b"r");
+    pause_forever()
+}
+
+/// Waits for the SIGKILL that ends us.
+fn pause_forever() -> ! {
+    loop {
+        // SAFETY: pause takes no arguments; the SIGKILL we wait for ends it.
+        unsafe { libc::pause() };
+    }
+}
+
+/// What the `--subids` remover (see `subids.rs`) is given, all made before the clone.
+pub(crate) struct Remover<'a> {
+    /// Our pid: the remover exits if it is no longer its parent.
+    pub(crate) parent: libc::pid_t,
+    /// The pipe it waits on until its maps are written: (read end, our write end).
+    pub(crate) maps_pipe: (RawFd, RawFd),
+    /// `/dev/null`, its stdin and stdout.
+    pub(crate) null: RawFd,
+    pub(crate) argv: &'a [*const libc::c_char],
+    pub(crate) envp: &'a [*const libc::c_char],
+    /// The programs to exec, in the order tried.
+    pub(crate) programs: &'a [&'a CStr],
+}
+
+/// Forks the remover into a new user namespace (its maps are the caller's to write) and returns
+/// its pid.
+pub(crate) fn fork_remover(r: &Remover<'_>) -> SysResult<libc::pid_t> {
+    // SAFETY: the child runs only `remover`, which calls allocation-free wrappers on data made
+    // before the clone and ends in execve or exit_now.
+    match unsafe { sys::clone_fork(libc::CLONE_NEWUSER) }? {
+        0 => remover(r),
+        pid => Ok(pid),
+    }
+}
+
+/// The remover's side: dies with us, waits for its maps, then becomes `rm` (as root of its user
+/// namespace, with every capability there) with `/dev/null` as stdin and stdout.
+fn remover(r: &Remover<'_>) -> ! {
+    let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+    if sys::getppid() != r.parent {
+        sys::exit_now(1);
+    }
+    let (maps_r, maps_w) = r.maps_pipe;
+    sys::close_raw(maps_w);
+    if sys::dup2(r.null, 0).is_err() || sys::dup2(r.null, 1).is_err() {
+        sys::exit_now(1);
+    }
+    let lock = crate::owner::lock_fd();
+    if lock >= 0 {
+        sys::close_raw(lock);
+    }
+    let mut b = [0u8; 1];
+    // SAFETY: `maps_r` is our copy of the pipe's read end, open until we exec.
+    let maps = unsafe { BorrowedFd::borrow_raw(maps_r) };
+    if !matches!(sys::read(maps, &mut b), Ok(1)) {
+        sys::exit_now(1);
+    }
+    sys::reset_signals();
+    for rm in r.programs {
+        sys::execve(rm, r.argv, r.envp);
+    }
+    sys::exit_now(127)
 }
 
 #[cfg(test)]
@@ -767,8 +947,8 @@ mod tests {
                 },
                 Step::EnterTemplate {
                     mnt_fd: 907,
-                    net_fd: -1,
-                    own_fds: [908, 909, 910],
+                    net_fd: None,
+                    own_fds: Some([908, 909, 910]),
                     flags: 0,
                 },
             ],

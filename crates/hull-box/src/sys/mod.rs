@@ -1,9 +1,16 @@
-//! The raw system calls of a box, and nothing else.
+//! The raw system calls of a box, and the processes that run between `clone` and `execve`.
 //!
-//! Every `unsafe` block of hull-box lives here. The functions are deliberately thin: they take
-//! pre-built `&CStr` arguments and return `Result<_, Errno>` without allocating, because most of
-//! them run in the child between `clone` and `execve`, where the parent may have had other threads
-//! holding the allocator's lock.
+//! Every `unsafe` block of hull-box lives in this module and its child-only submodule
+//! [`child`] (the box side and the other processes hull clones: a pool helper, the `--subids`
+//! remover). The wrappers here are deliberately thin: they take pre-built `&CStr` arguments and
+//! return `Result<_, Errno>` without allocating, because most of them run in a child between
+//! `clone` and `execve`, where the parent may have had other threads holding the allocator's
+//! lock. The `clone` family itself is private to `sys`: a safe function of [`child`] starts
+//! each kind of process, so the code that must be async-signal-safe after the clone is in the
+//! same module tree as the `unsafe` block that relies on it. The whole module is crate-private;
+//! descriptors the crate's public API takes are `BorrowedFd`/`OwnedFd`.
+
+pub(crate) mod child;
 
 use std::ffi::CStr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -48,14 +55,19 @@ fn check_long(ret: libc::c_long) -> SysResult<libc::c_long> {
     }
 }
 
+/// A descriptor a raw `syscall` returned (as a `long`, already checked).
+fn fd_of(ret: libc::c_long) -> RawFd {
+    RawFd::try_from(ret).expect("the kernel returns descriptors that fit an int")
+}
+
 /// `clone(2)` with fork semantics (no new stack: the child runs on a copy of ours) and the given
 /// namespace flags. Returns the child's pid in the parent and 0 in the child.
 ///
 /// # Safety
 /// In the child only async-signal-safe work may follow (no allocation, no locks), and the child
 /// must end in `execve` or `exit_now`.
-pub unsafe fn clone_fork(flags: libc::c_int) -> SysResult<libc::pid_t> {
-    let flags = libc::c_ulong::try_from(flags | libc::SIGCHLD).unwrap_or(0);
+unsafe fn clone_fork(flags: libc::c_int) -> SysResult<libc::pid_t> {
+    let flags = clone_flags(flags);
     // SAFETY: a null stack makes clone behave like fork; the caller upholds the child contract.
     let ret = unsafe {
         libc::syscall(
@@ -67,7 +79,15 @@ pub unsafe fn clone_fork(flags: libc::c_int) -> SysResult<libc::pid_t> {
             0 as libc::c_ulong,
         )
     };
-    check_long(ret).map(|pid| libc::pid_t::try_from(pid).unwrap_or(-1))
+    check_long(ret)
+        .map(|pid| libc::pid_t::try_from(pid).expect("clone returns a pid, which fits a pid_t"))
+}
+
+/// `clone(2)`'s flags argument for namespace flags `flags`, with SIGCHLD as the exit signal:
+/// the bits as the kernel reads them (`CLONE_IO` is the sign bit of a `c_int`; a conversion
+/// that fell back to 0 on it would fork without namespaces).
+fn clone_flags(flags: libc::c_int) -> libc::c_ulong {
+    libc::c_ulong::from(u32::from_ne_bytes((flags | libc::SIGCHLD).to_ne_bytes()))
 }
 
 /// Starts `entry(arg)` in a new process that shares our memory until it execs or exits
@@ -77,7 +97,7 @@ pub unsafe fn clone_fork(flags: libc::c_int) -> SysResult<libc::pid_t> {
 /// # Safety
 /// `entry` must only call allocation-free wrappers, must not unwind, and must end in execve or
 /// `_exit`; everything it writes outside `stack` is our memory.
-pub unsafe fn spawn_vfork(
+unsafe fn spawn_vfork(
     stack: &mut [u8],
     entry: extern "C" fn(*mut libc::c_void) -> libc::c_int,
     arg: *mut libc::c_void,
@@ -95,7 +115,7 @@ pub unsafe fn spawn_vfork(
 /// `entry` must only call allocation-free wrappers, must not unwind, and must end in execve or
 /// `_exit`; we must not write anything the child reads, and must only `_exit` once we are done
 /// (our memory lives on as the child's).
-pub unsafe fn spawn_shared(
+unsafe fn spawn_shared(
     stack: &mut [u8],
     entry: extern "C" fn(*mut libc::c_void) -> libc::c_int,
     arg: *mut libc::c_void,
@@ -173,10 +193,24 @@ impl Drop for Stack {
     }
 }
 
+/// Types for which all-zero bytes are a valid value, so [`anonymous`] may hand out zeroed memory
+/// as them.
+///
+/// # Safety
+/// Implement only for types valid as all-zero bytes (integers, raw pointers; never references
+/// or `NonNull`).
+pub unsafe trait Zeroable: Copy {}
+
+// SAFETY: every bit pattern, all-zero included, is a valid integer.
+unsafe impl Zeroable for u8 {}
+// SAFETY: as above.
+unsafe impl Zeroable for usize {}
+// SAFETY: an all-zero raw pointer is the null pointer, a valid value of the type.
+unsafe impl Zeroable for *const libc::c_char {}
+
 /// Zeroed anonymous private memory for `len` values of `T`, never unmapped (for a child that
-/// will exec or exit): usable where malloc is not (after a fork of a threaded process). `T` must
-/// be valid as all-zero bytes (integers, raw pointers).
-pub fn anonymous<T: Copy>(len: usize) -> Option<&'static mut [T]> {
+/// will exec or exit): usable where malloc is not (after a fork of a threaded process).
+pub fn anonymous<T: Zeroable>(len: usize) -> Option<&'static mut [T]> {
     let bytes = len.checked_mul(std::mem::size_of::<T>())?;
     // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
     let p = unsafe {
@@ -193,17 +227,8 @@ pub fn anonymous<T: Copy>(len: usize) -> Option<&'static mut [T]> {
         return None;
     }
     // SAFETY: page-aligned (so aligned for T), zero-filled memory of `len` Ts that nothing else
-    // refers to and that is never unmapped; the caller only uses it with zero-valid types.
+    // refers to and that is never unmapped; all-zero is a valid T (`Zeroable`).
     Some(unsafe { std::slice::from_raw_parts_mut(p.cast::<T>(), len) })
-}
-
-/// `fork(2)` through libc (runs the atfork handlers).
-///
-/// # Safety
-/// Same contract as [`clone_fork`] for the child.
-pub unsafe fn fork() -> SysResult<libc::pid_t> {
-    // SAFETY: the caller upholds the child contract.
-    check(unsafe { libc::fork() })
 }
 
 /// Ends the calling process at once, without running destructors or atexit handlers.
@@ -301,7 +326,7 @@ pub fn clone_tree_at(fd: RawFd) -> SysResult<()> {
     // SAFETY: an empty C string with AT_EMPTY_PATH names `fd` itself.
     let ret = unsafe { libc::syscall(libc::SYS_open_tree, fd, c"".as_ptr(), flags) };
     // The tree replaces the O_PATH descriptor at the number the plan reserved.
-    place_at(RawFd::try_from(check_long(ret)?).unwrap_or(-1), fd)
+    place_at(fd_of(check_long(ret)?), fd)
 }
 
 /// Attaches the detached mount tree `fd` (from [`clone_tree_at`]) at `target`.
@@ -465,6 +490,37 @@ pub fn set_limit(resource: u32, value: u64) -> SysResult<()> {
     .map(drop)
 }
 
+/// Sets our soft limit of rlimit `resource` to `value`, keeping the hard limit.
+#[cfg(test)]
+pub fn set_soft_limit(resource: u32, value: u64) -> SysResult<()> {
+    let mut lim = libc::rlimit64 {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: prlimit64 on ourselves writes the old limits into `lim` and sets nothing.
+    check_long(unsafe {
+        libc::syscall(
+            libc::SYS_prlimit64,
+            0,
+            resource,
+            ptr::null::<libc::rlimit64>(),
+            ptr::from_mut(&mut lim),
+        )
+    })?;
+    lim.rlim_cur = value;
+    // SAFETY: prlimit64 on ourselves reads the new limits from `lim` and writes nothing back.
+    check_long(unsafe {
+        libc::syscall(
+            libc::SYS_prlimit64,
+            0,
+            resource,
+            ptr::from_ref(&lim),
+            ptr::null_mut::<libc::rlimit64>(),
+        )
+    })
+    .map(drop)
+}
+
 pub const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
 
 /// Opens `path` with `O_PATH` and `RESOLVE_NO_SYMLINKS` (see [`open_path_at`]) at any number.
@@ -484,7 +540,7 @@ pub fn open_path_no_symlinks(path: &CStr) -> SysResult<OwnedFd> {
             std::mem::size_of::<OpenHow>(),
         )
     };
-    let fd = RawFd::try_from(check_long(ret)?).unwrap_or(-1);
+    let fd = fd_of(check_long(ret)?);
     // SAFETY: openat2 returned a new descriptor that nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
@@ -509,7 +565,7 @@ pub fn idmapped_tree(fd: BorrowedFd<'_>, userns: BorrowedFd<'_>) -> SysResult<Ow
         | libc::O_CLOEXEC as libc::c_uint;
     // SAFETY: an empty C string with AT_EMPTY_PATH names `fd` itself.
     let ret = unsafe { libc::syscall(libc::SYS_open_tree, fd.as_raw_fd(), c"".as_ptr(), flags) };
-    let tree = RawFd::try_from(check_long(ret)?).unwrap_or(-1);
+    let tree = fd_of(check_long(ret)?);
     // SAFETY: open_tree returned a new descriptor that nothing else owns.
     let tree = unsafe { OwnedFd::from_raw_fd(tree) };
     let attr = MountAttr {
@@ -827,9 +883,9 @@ pub fn kill(pid: libc::pid_t, sig: libc::c_int) -> SysResult<()> {
 pub fn pidfd_open(pid: libc::pid_t) -> SysResult<OwnedFd> {
     // SAFETY: pidfd_open takes plain integers.
     let ret = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0u32) };
-    let fd = check_long(ret)?;
+    let fd = fd_of(check_long(ret)?);
     // SAFETY: the kernel returned a fresh descriptor that we now own.
-    Ok(unsafe { OwnedFd::from_raw_fd(RawFd::try_from(fd).unwrap_or(-1)) })
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// A `SOCK_SEQPACKET` socket pair, close-on-exec.
@@ -1114,4 +1170,110 @@ pub fn monotonic_ns() -> u64 {
     // SAFETY: ts is valid for writes.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
+}
+
+/// `u64` slots in a shared anonymous mapping: a child writes them (its copy of the mapping is
+/// the same memory) and we read them. Unmapped on drop.
+pub struct SharedSlots {
+    base: *mut u64,
+    len: usize,
+}
+
+impl SharedSlots {
+    /// `len` zeroed slots; None if mmap fails.
+    pub fn new(len: usize) -> Option<SharedSlots> {
+        let bytes = len.checked_mul(std::mem::size_of::<u64>())?;
+        // SAFETY: a fresh anonymous shared mapping; no existing memory is affected.
+        let p = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                bytes.max(1),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        (p != libc::MAP_FAILED).then(|| SharedSlots {
+            base: p.cast(),
+            len,
+        })
+    }
+
+    /// Slot `i` (0 while nobody wrote it); None past the end.
+    pub fn get(&self, i: usize) -> Option<u64> {
+        // SAFETY: `i` is within the mapping, which lives as long as `self`; a volatile read,
+        // since another process writes the memory.
+        (i < self.len).then(|| unsafe { ptr::read_volatile(self.base.add(i)) })
+    }
+
+    /// Writes `value` into slot `i` (nothing past the end). Allocation-free: for the child.
+    pub fn set(&self, i: usize, value: u64) {
+        if i < self.len {
+            // SAFETY: `i` is within the mapping, which lives as long as `self`; the memory is
+            // only ever reached through raw pointers, never through a reference.
+            unsafe { ptr::write_volatile(self.base.add(i), value) };
+        }
+    }
+}
+
+impl Drop for SharedSlots {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the mapping made in `new`.
+        unsafe { libc::munmap(self.base.cast(), (self.len * 8).max(1)) };
+    }
+}
+
+/// Available blocks and inodes of the file system holding `path` (`statvfs(3)`).
+pub fn free_space(path: &CStr) -> SysResult<(u64, u64)> {
+    // SAFETY: statvfs is plain old data; all-zero is a valid value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: path is a valid C string and st is valid for writes.
+    check(unsafe { libc::statvfs(path.as_ptr(), &mut st) })?;
+    Ok((st.f_bavail, st.f_favail))
+}
+
+/// `mkdtemp(3)`: creates a fresh 0700 directory named `template` with its trailing `XXXXXX`
+/// replaced, and returns its path.
+pub fn mkdtemp(template: &std::path::Path) -> SysResult<std::path::PathBuf> {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let mut bytes = template.as_os_str().as_bytes().to_vec();
+    if bytes.contains(&0) {
+        return Err(Errno(libc::EINVAL));
+    }
+    bytes.push(0);
+    // SAFETY: a NUL-terminated, writable buffer; mkdtemp rewrites its XXXXXX in place.
+    let p = unsafe { libc::mkdtemp(bytes.as_mut_ptr().cast()) };
+    if p.is_null() {
+        return Err(Errno::last());
+    }
+    bytes.pop();
+    Ok(std::path::PathBuf::from(std::ffi::OsString::from_vec(
+        bytes,
+    )))
+}
+
+/// A `pollfd` asking whether `fd` is readable.
+pub fn poll_in(fd: BorrowedFd<'_>) -> libc::pollfd {
+    libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clone_flags_keep_every_bit_and_the_exit_signal() {
+        // CLONE_IO is the sign bit of a c_int: the flags must reach the kernel bit for bit,
+        // never become 0 (a fork without namespaces, and without SIGCHLD).
+        let flags = libc::CLONE_IO | libc::CLONE_NEWUSER | libc::CLONE_NEWNS;
+        let bits = clone_flags(flags);
+        assert_eq!(bits & 0xff, libc::SIGCHLD as libc::c_ulong);
+        assert_eq!(bits, 0x8000_0000 | 0x1000_0000 | 0x0002_0000 | 17);
+        assert_eq!(clone_flags(libc::CLONE_NEWPID), 0x2000_0000 | 17);
+    }
 }

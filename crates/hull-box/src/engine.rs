@@ -1,0 +1,523 @@
+//! The engine behind a [`crate::Runtime`]: its process-wide state (the compiled seccomp filter,
+//! the detected cgroup layout, the warm pools, the ending pipe) and one run's pipeline along the
+//! data flow:
+//!
+//! ```text
+//! spec -> resources (workspace, cgroup) -> plan -> launch -> Started -> watch -> Outcome
+//!      -> verdict (+ cgroup evidence) -> RunResult, and a Teardown
+//! ```
+//!
+//! A box set up ahead (`ready.rs`) joins the same pipeline at `Started`.
+
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::assemble::{self, Context};
+use crate::ending::{Ending, FORWARDED};
+use crate::error::BoxError;
+use crate::launch::{self, Launch, Started};
+use crate::plan::{BoxPlan, IdMaps};
+use crate::ready::{ReadyBox, ReadyBoxes, SetUpAhead};
+use crate::resources::{limits_of, CgroupGuard, Resources, Teardown, Workspace};
+use crate::result::RunResult;
+use crate::spares::Spares;
+use crate::spec::BoxSpec;
+use crate::sys::{self, Errno};
+use crate::template::Templates;
+use crate::trace::{Marks, TraceMap};
+use crate::verdict::{verdict, Evidence};
+use crate::watch::{OutputSink, RunOptions, Watch};
+
+/// What a [`crate::Runtime`] holds, shared with its ready-box thread (which holds it weakly).
+pub(crate) struct Engine {
+    pub(crate) cgroups: Option<Arc<hull_cgroup::Host>>,
+    pub(crate) cgroup_error: Option<String>,
+    pub(crate) filter: hull_seccomp::Program,
+    /// The kernel has seccomp user notification: the filter kills through a listener.
+    listener: bool,
+    rules: usize,
+    /// Numbers the cgroups this engine makes.
+    counter: AtomicU64,
+    started_ns: u64,
+    /// Shared read-only skeletons, when enabled ([`crate::Runtime::enable_templates`]).
+    pub(crate) templates: Option<Templates>,
+    /// Cgroups and workspaces made ahead, with templates.
+    pub(crate) spares: Option<Spares>,
+    /// Boxes set up ahead, waiting for their program, with templates.
+    pub(crate) ready: Option<ReadyBoxes>,
+    /// Polled by every box's watch: [`crate::Runtime::end_every_box`].
+    pub(crate) ending: Ending,
+}
+
+/// A box ready to launch: the plan its first process runs, and what it holds on the host.
+struct Prepared {
+    plan: BoxPlan,
+    resources: Resources,
+}
+
+impl Engine {
+    pub(crate) fn new() -> Result<Engine, BoxError> {
+        let support = hull_seccomp::probe();
+        if !support.filter {
+            return Err(BoxError::Seccomp("the kernel has no seccomp filter support (CONFIG_SECCOMP_FILTER); hull will not run code unfiltered".into()));
+        }
+        let listener = support.user_notif;
+        let opts = hull_seccomp::CompileOptions {
+            kill_mode: if listener {
+                hull_seccomp::KillMode::UserNotif
+            } else {
+                hull_seccomp::KillMode::KillProcess
+            },
+            default_errno: u16::try_from(libc::ENOSYS).unwrap_or(38),
+        };
+        let rules = hull_seccomp::default_policy();
+        let filter =
+            hull_seccomp::compile(rules, &opts).map_err(|e| BoxError::Seccomp(e.to_string()))?;
+        let (cgroups, cgroup_error) = match hull_cgroup::Host::detect() {
+            Ok(h) => (Some(Arc::new(h)), None),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        let started_ns = sys::monotonic_ns() % 1_000_000_000_000;
+        Ok(Engine {
+            cgroups,
+            cgroup_error,
+            filter,
+            listener,
+            rules: rules.len(),
+            counter: AtomicU64::new(0),
+            started_ns,
+            templates: None,
+            spares: None,
+            ready: None,
+            ending: Ending::new()?,
+        })
+    }
+
+    pub(crate) fn enable_templates(&mut self) -> Result<(), BoxError> {
+        if self.templates.is_none() {
+            self.templates = Some(Templates::new()?);
+        }
+        if self.spares.is_none() {
+            self.spares = Some(Spares::new(self.cgroups.clone(), self.started_ns));
+        }
+        if self.ready.is_none() {
+            self.ready = Some(ReadyBoxes::new());
+        }
+        Ok(())
+    }
+
+    /// Removes box cgroups and temporary workspaces that SIGKILLed hulls left behind (see
+    /// [`crate::leftovers`]).
+    pub(crate) fn sweep_leftovers(&self) -> crate::leftovers::Swept {
+        let mut parents: Vec<PathBuf> = self
+            .cgroups
+            .as_ref()
+            .map(|h| {
+                h.report()
+                    .into_iter()
+                    .filter_map(|r| r.box_parent)
+                    .collect()
+            })
+            .unwrap_or_default();
+        parents.sort();
+        parents.dedup();
+        crate::leftovers::sweep(&parents, &std::env::temp_dir())
+    }
+
+    /// The plan `spec` would run, without running it (`hull run --plan`).
+    pub(crate) fn plan(&self, spec: &BoxSpec) -> Result<BoxPlan, BoxError> {
+        spec.validate()?;
+        // A temporary workspace like a real run's (deleted when the plan is printed).
+        let temp = if spec.workspace.is_none() {
+            Some(Workspace::temporary()?)
+        } else {
+            None
+        };
+        let ws = spec
+            .workspace
+            .clone()
+            .or_else(|| temp.as_ref().map(|t| t.path.clone()))
+            .unwrap_or_default();
+        let procs: Vec<CString> = Vec::new();
+        let mut procs_shown = procs;
+        if let Some(h) = &self.cgroups {
+            // Show where the box would join without creating anything.
+            procs_shown = h
+                .report()
+                .iter()
+                .filter_map(|r| {
+                    r.box_parent.as_ref().map(|p| {
+                        crate::plan::cstring(&format!("{}/hull-<id>/cgroup.procs", p.display()))
+                    })
+                })
+                .collect();
+        }
+        let keep = keep_caps(spec)?;
+        let ctx = Context {
+            uid: sys::geteuid(),
+            gid: sys::getegid(),
+            cgroup_procs: &procs_shown,
+            workspace: &ws,
+            seccomp_rules: self.rules,
+            listener: self.listener,
+            keep_caps: keep,
+            stage: crate::plan::STAGE,
+            remap: remap_of(spec),
+            temporary_workspace: temp.is_some(),
+        };
+        build_plan(spec, &ctx)
+    }
+
+    /// [`crate::Runtime::run_detached`]: `shared` is this engine's own Arc (the ready-box
+    /// thread keeps a weak one).
+    pub(crate) fn run_detached(
+        &self,
+        shared: &Arc<Engine>,
+        spec: &BoxSpec,
+        opts: RunOptions,
+        sink: &mut dyn OutputSink,
+    ) -> Result<(RunResult, Teardown), BoxError> {
+        let tracing = crate::trace::wanted();
+        let marks = Marks::new(tracing);
+        spec.validate()?;
+        let keep = keep_caps(spec)?;
+        // A box set up ahead for this shape of spec, if one is ready (not while tracing steps,
+        // which a ready box ran long ago).
+        if let (Some(pool), false) = (&self.ready, tracing) {
+            if let Some(rb) = pool.take(shared, spec) {
+                let done = self.run_ready(rb, spec, keep, opts, sink);
+                pool.refill();
+                if let Some(done) = done? {
+                    return Ok(done);
+                }
+            }
+        }
+        let workspace = match &spec.workspace {
+            Some(w) => Workspace::named(w.clone()),
+            None => self.temporary_workspace()?,
+        };
+        let (cgroup, warnings) = self.box_cgroup(spec)?;
+        let mut resources = Resources {
+            workspace,
+            cgroup,
+            warnings,
+        };
+        marks.mark("workspace and cgroup created");
+        let plan = self.assemble(spec, keep, &resources.workspace.path, &resources.cgroup)?;
+        resources.workspace.subids = match plan.id_maps() {
+            Some(IdMaps::Helpers { uids, gids }) => Some((uids.clone(), gids.clone())),
+            _ => None,
+        };
+        // Holds the template's namespaces (and a pooled network namespace) until the box has
+        // entered them.
+        let (plan, _entered) = match &self.templates {
+            Some(t) => t.prepare(plan)?,
+            None => (plan, None),
+        };
+        marks.mark("plan built");
+        let prepared = Prepared { plan, resources };
+        let watched = self.launch_and_watch(spec, &prepared.plan, opts, sink, tracing);
+        marks.mark("result known");
+        let (outcome, pid) = watched?;
+        Ok(self.conclude(
+            spec,
+            outcome,
+            pid,
+            prepared.resources,
+            tracing.then_some(marks.t0),
+        ))
+    }
+
+    /// Launches a fresh box (or one entering a template) to run `plan`, and watches it.
+    fn launch_and_watch(
+        &self,
+        spec: &BoxSpec,
+        plan: &BoxPlan,
+        opts: RunOptions,
+        sink: &mut dyn OutputSink,
+        tracing: bool,
+    ) -> Result<(crate::outcome::Outcome, libc::pid_t), BoxError> {
+        let trace = if tracing { TraceMap::new() } else { None };
+        let sigfd = sys::block_signals_fd(&FORWARDED).map_err(|errno| BoxError::Sys {
+            what: "block signals",
+            errno,
+        })?;
+        let launch = Launch {
+            plan,
+            stdin: spec.stdin,
+            timeout: spec.timeout,
+            filter: &self.filter,
+            trace: trace.as_ref(),
+            ready_box: false,
+        };
+        let started = match launch.start() {
+            Ok(s) => s,
+            Err(e) => {
+                sys::unblock_signals(&FORWARDED);
+                return Err(e);
+            }
+        };
+        let (pid, clock) = (started.pid, started.clock);
+        let outcome = self.watch(spec, plan, opts, started, &sigfd, sink, tracing);
+        let watched = sys::monotonic_ns();
+        sys::unblock_signals(&FORWARDED);
+        if let Some(t) = &trace {
+            eprintln!(
+                "hull trace: watch ended {:>7} us after clone",
+                (watched - clock) / 1000
+            );
+            t.print(clock, plan);
+        }
+        outcome.map(|o| (o, pid))
+    }
+
+    /// Watches a started box; a failed watch ends its pid 1.
+    #[allow(clippy::too_many_arguments)]
+    fn watch(
+        &self,
+        spec: &BoxSpec,
+        plan: &BoxPlan,
+        opts: RunOptions,
+        started: Started,
+        sigfd: &std::os::fd::OwnedFd,
+        sink: &mut dyn OutputSink,
+        tracing: bool,
+    ) -> Result<crate::outcome::Outcome, BoxError> {
+        let pid = started.pid;
+        let watch = Watch {
+            ending: self.ending.fd(),
+            spec,
+            opts,
+            plan,
+            tracing,
+        };
+        let outcome = watch.run(started, sigfd, sink);
+        if outcome.is_err() {
+            launch::end_unreaped(pid);
+        }
+        outcome
+    }
+
+    /// A fresh temporary workspace: a spare one when ready.
+    fn temporary_workspace(&self) -> Result<Workspace, BoxError> {
+        match self.spares.as_ref().and_then(Spares::workspace) {
+            Some(w) => Ok(w),
+            None => Workspace::temporary(),
+        }
+    }
+
+    /// The box's cgroup (a spare one when ready) and the warnings for caps it cannot enforce;
+    /// refused when `require_limits` is set and a cap is not enforced.
+    fn box_cgroup(&self, spec: &BoxSpec) -> Result<(CgroupGuard, Vec<String>), BoxError> {
+        let limits = limits_of(spec);
+        let cgroup = match &self.cgroups {
+            Some(h) => match self.spares.as_ref().and_then(|s| s.cgroup(&limits)) {
+                Some(cg) => Some(cg),
+                None => {
+                    let seq = self.counter.fetch_add(1, Ordering::Relaxed);
+                    // The owner identity lets a later hull sweep the cgroup if we are SIGKILLed
+                    // (`leftovers`); the start time keeps two Runtimes of one process apart.
+                    let name = format!(
+                        "{}{}-{seq}-{}",
+                        crate::leftovers::CGROUP_PREFIX,
+                        crate::owner::id(),
+                        self.started_ns
+                    );
+                    Some(h.create(&name, &limits)?)
+                }
+            },
+            None => None,
+        };
+        let guard = CgroupGuard(cgroup);
+        let mut unenforced: Vec<String> = Vec::new();
+        match &guard.0 {
+            Some(cg) => unenforced.extend(
+                cg.unenforced()
+                    .iter()
+                    .map(|(c, why)| format!("{c:?} cap not enforced: {why}")),
+            ),
+            None => {
+                if spec.memory.is_some() || spec.pids.is_some() || spec.cpus.is_some() {
+                    unenforced.push(format!(
+                        "no cgroup available, so no memory/pids/cpu cap is enforced: {}",
+                        self.cgroup_error.clone().unwrap_or_default()
+                    ));
+                }
+            }
+        }
+        if spec.require_limits && !unenforced.is_empty() {
+            return Err(BoxError::LimitsUnenforced(unenforced.join("; ")));
+        }
+        Ok((guard, unenforced))
+    }
+
+    /// The whole plan of `spec` with this workspace and cgroup (before any template split).
+    fn assemble(
+        &self,
+        spec: &BoxSpec,
+        keep: u64,
+        workspace: &Path,
+        cgroup: &CgroupGuard,
+    ) -> Result<BoxPlan, BoxError> {
+        let procs = cgroup.procs_files();
+        let ctx = Context {
+            uid: sys::geteuid(),
+            gid: sys::getegid(),
+            cgroup_procs: &procs,
+            workspace,
+            seccomp_rules: self.rules,
+            listener: self.listener,
+            keep_caps: keep,
+            stage: self
+                .templates
+                .as_ref()
+                .map_or(crate::plan::STAGE, Templates::stage),
+            remap: remap_of(spec),
+            temporary_workspace: spec.workspace.is_none(),
+        };
+        build_plan(spec, &ctx)
+    }
+
+    /// The result of a watched box (the verdict on its outcome and the evidence left in its
+    /// cgroup and workspace), and its teardown.
+    fn conclude(
+        &self,
+        spec: &BoxSpec,
+        outcome: crate::outcome::Outcome,
+        pid: libc::pid_t,
+        mut resources: Resources,
+        trace_t0: Option<u64>,
+    ) -> (RunResult, Teardown) {
+        let st = outcome.status.unwrap_or(outcome.pid1_status);
+        let failed = !(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0);
+        let (oom_kills, peak_memory, workspace_full) = resources.evidence(failed);
+        let exited = outcome.exited;
+        let evidence = Evidence {
+            oom_kills,
+            peak_memory,
+            workspace_full,
+            sigsys_is_filter: !self.listener,
+        };
+        let mut result = verdict(spec, outcome, &evidence);
+        result
+            .warnings
+            .splice(0..0, std::mem::take(&mut resources.warnings));
+        let teardown = Teardown::new(if exited { None } else { Some(pid) }, resources, trace_t0);
+        (result, teardown)
+    }
+
+    /// Runs `spec` in `rb`, a box set up ahead, when its setup is exactly what `spec` asks for
+    /// (the same plan, with its workspace and cgroup, up to the program; the same limits);
+    /// otherwise None, and `rb` goes.
+    fn run_ready(
+        &self,
+        mut rb: ReadyBox,
+        spec: &BoxSpec,
+        keep: u64,
+        opts: RunOptions,
+        sink: &mut dyn OutputSink,
+    ) -> Result<Option<(RunResult, Teardown)>, BoxError> {
+        if !rb.fits(spec) {
+            return Ok(None);
+        }
+        let plan = self.assemble(spec, keep, &rb.workspace().path, rb.cgroup())?;
+        let Some(go) = rb.go_for(&plan) else {
+            return Ok(None);
+        };
+        let sigfd = sys::block_signals_fd(&FORWARDED).map_err(|errno| BoxError::Sys {
+            what: "block signals",
+            errno,
+        })?;
+        let Some(started) = rb.launch(&go) else {
+            sys::unblock_signals(&FORWARDED);
+            return Ok(None);
+        };
+        let pid = started.pid;
+        // Pid 1 reports failures by its index in the plan it ran (the template-split one).
+        let outcome = self.watch(spec, &rb.entry_plan, opts, started, &sigfd, sink, false);
+        sys::unblock_signals(&FORWARDED);
+        let resources = rb.hand_over();
+        Ok(Some(self.conclude(spec, outcome?, pid, resources, None)))
+    }
+}
+
+impl SetUpAhead for Engine {
+    /// Sets up a box for `spec` and leaves its pid 1 waiting for the program (see `ready.rs`).
+    fn set_up_ahead(&self, spec: &BoxSpec) -> Result<ReadyBox, BoxError> {
+        spec.validate()?;
+        let keep = keep_caps(spec)?;
+        let Some(templates) = &self.templates else {
+            return Err(BoxError::Sys {
+                what: "set up a box ahead without templates",
+                errno: Errno(libc::EINVAL),
+            });
+        };
+        let workspace = self.temporary_workspace()?;
+        let (cgroup, warnings) = self.box_cgroup(spec)?;
+        let plan = self.assemble(spec, keep, &workspace.path, &cgroup)?;
+        let (entry_plan, entered) = templates.prepare(plan.clone())?;
+        if entered.is_none() {
+            return Err(BoxError::Sys {
+                what: "set up a box ahead without a template",
+                errno: Errno(libc::EINVAL),
+            });
+        }
+        let launch = Launch {
+            plan: &entry_plan,
+            stdin: spec.stdin,
+            timeout: spec.timeout,
+            filter: &self.filter,
+            trace: None,
+            ready_box: true,
+        };
+        let started = launch.start()?;
+        let mut rb = ReadyBox::new(
+            plan,
+            entry_plan,
+            limits_of(spec),
+            started,
+            Resources {
+                workspace,
+                cgroup,
+                warnings,
+            },
+            entered,
+        );
+        // Its setup runs to the end: Ready, with the seccomp listener.
+        rb.await_setup(10_000)?;
+        Ok(rb)
+    }
+}
+
+/// The capabilities `spec` keeps.
+fn keep_caps(spec: &BoxSpec) -> Result<u64, BoxError> {
+    Ok(crate::caps::resolve_for(
+        &spec.cap_add,
+        &spec.cap_drop,
+        crate::remap::box_root().is_some(),
+    )
+    .map_err(crate::spec::SpecError::from)?)
+}
+
+/// The host ids host root's box maps to (see [`crate::remap`]): with `--subids`, the whole
+/// range.
+fn remap_of(spec: &BoxSpec) -> Option<assemble::Remap> {
+    crate::remap::box_root().map(|(uid, gid)| assemble::Remap {
+        uid,
+        gid,
+        count: if spec.subids { crate::remap::COUNT } else { 1 },
+    })
+}
+
+/// The plan of `spec` in `ctx`, its id maps left to the uidmap helpers with `--subids` (host
+/// root's are written by the supervisor, see [`crate::remap`]).
+fn build_plan(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
+    let mut plan = assemble::build(spec, ctx)?;
+    if spec.subids && ctx.remap.is_none() {
+        let (uids, gids) = crate::subids::lookup(ctx.uid, ctx.gid)?;
+        plan.use_subids(uids, gids);
+    }
+    Ok(plan)
+}

@@ -1,0 +1,276 @@
+//! Starting a box. There are three ways, and each ends in the same [`Started`]: a fresh box
+//! (one `clone` whose child becomes pid 1 and runs the whole plan), a box entering a template
+//! (the clone is an entry process that forks pid 1 into the template's namespaces and reports
+//! it; [`Launch::start`] for both), and a box set up ahead (`ready.rs`: its pid 1 is sent its
+//! program). From a `Started` on, every box is watched, judged and torn down the same way.
+
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+use crate::channel::{self, Channel};
+use crate::error::BoxError;
+use crate::plan::{BoxPlan, IdMaps, Step};
+use crate::proto::Message;
+use crate::spec::Stdin;
+use crate::sys::child::{self, ChildContext};
+use crate::sys::{self, Errno};
+use crate::trace::TraceMap;
+
+/// A box whose pid 1 exists: its pid, our ends of its channel and output pipes, when its
+/// deadline started, and how far its setup is.
+pub(crate) struct Started {
+    pub(crate) pid: libc::pid_t,
+    pub(crate) channel: Channel,
+    pub(crate) out: OwnedFd,
+    pub(crate) err: OwnedFd,
+    /// When the box's clock started (CLOCK_MONOTONIC ns): its clone, or for a box set up ahead
+    /// the go datagram; the deadline, the duration and `setup_us` count from it.
+    pub(crate) clock: u64,
+    pub(crate) setup: Setup,
+}
+
+/// How far a started box's setup is.
+pub(crate) enum Setup {
+    /// Still running: its `Ready` (with the seccomp listener) is to come on the channel.
+    Running,
+    /// Done before the box was started (a ready box): its `Ready` brought `listener`, `us`
+    /// microseconds after its clone.
+    Done { listener: Option<OwnedFd>, us: u64 },
+}
+
+/// What a box's first process is cloned with.
+pub(crate) struct Launch<'a> {
+    /// The plan the clone runs (for a box entering a template, the split one: the entry
+    /// process's steps, then pid 1's).
+    pub(crate) plan: &'a BoxPlan,
+    pub(crate) stdin: Stdin,
+    /// How long a template's entry process may take to report its pid 1.
+    pub(crate) timeout: Duration,
+    pub(crate) filter: &'a hull_seccomp::Program,
+    /// `HULL_TRACE_STEPS`: where the child stamps its steps.
+    pub(crate) trace: Option<&'a TraceMap>,
+    /// A ready box (see `ready.rs`): pid 1 waits at the program for a go datagram.
+    pub(crate) ready_box: bool,
+}
+
+impl Launch<'_> {
+    /// Clones the box's first process to run the plan: pid 1 itself, or, for a box entering a
+    /// template (a plan with `StartPid1`), an entry process whose pid 1 is awaited here.
+    pub(crate) fn start(&self) -> Result<Started, BoxError> {
+        let plan = self.plan;
+        let sysf = |what: &'static str| move |errno: Errno| BoxError::Sys { what, errno };
+        let (out_r, out_w) = sys::pipe().map_err(sysf("create the stdout pipe"))?;
+        let (err_r, err_w) = sys::pipe().map_err(sysf("create the stderr pipe"))?;
+        let (sock_parent, sock_child) =
+            sys::seqpacket_pair().map_err(sysf("create the box channel"))?;
+        let null;
+        let stdin_fd = match self.stdin {
+            Stdin::Inherit => 0,
+            Stdin::Null => {
+                null = std::fs::File::open("/dev/null").map_err(|error| BoxError::Io {
+                    what: "open /dev/null".into(),
+                    error,
+                })?;
+                null.as_raw_fd()
+            }
+        };
+        let Some(Step::Exec { argv, env, .. }) = plan.steps.last() else {
+            return Err(BoxError::Seccomp("plan without exec".into()));
+        };
+        let enters_template = plan.steps.iter().any(|s| matches!(s, Step::StartPid1));
+        // Pid 1 of a box entering a template runs on memory set aside once (its entry process's
+        // copy of it; ours is never touched, so boxes at once can share it).
+        let pid1_stack = if enters_template { pid1_stack() } else { None };
+        let argv_ptrs = child::pointer_array(argv);
+        let env_ptrs = child::pointer_array(env);
+        // Idmapped copies of the host directories the box may write (host root only): made
+        // here, in the initial user namespace, and held until the clone has its copies.
+        let trees = adopted_trees(plan)?;
+        let tree_fds: Vec<(i32, RawFd)> =
+            trees.iter().map(|(at, fd)| (*at, fd.as_raw_fd())).collect();
+        let ctx = ChildContext {
+            plan,
+            sock: sock_child.as_raw_fd(),
+            peer: sock_parent.as_raw_fd(),
+            supervisor: supervisor_pidfd(),
+            stdin: stdin_fd,
+            stdout: out_w.as_raw_fd(),
+            stderr: err_w.as_raw_fd(),
+            argv: &argv_ptrs,
+            envp: &env_ptrs,
+            seccomp: Some(self.filter),
+            trace: self.trace.map(TraceMap::slots),
+            pid1_stack,
+            ready_box: self.ready_box,
+            trees: &tree_fds,
+            strings: sys::process_strings(),
+        };
+        let clock = sys::monotonic_ns();
+        let pid = match child::clone_box(plan.clone_flags, &ctx) {
+            Ok(pid) => pid,
+            Err(errno) => {
+                return Err(BoxError::Clone {
+                    errno,
+                    hint: clone_hint(errno),
+                })
+            }
+        };
+        drop((out_w, err_w, sock_child, trees));
+        let channel = Channel::new(sock_parent);
+        if let Some(maps) = plan.id_maps() {
+            if let Err(e) = map_ids(pid, &channel, maps, plan) {
+                let _ = sys::kill(pid, libc::SIGKILL);
+                let _ = sys::wait4(pid, false);
+                return Err(e);
+            }
+        }
+        let pid = if enters_template {
+            await_pid1(pid, &channel, plan, self.timeout)?
+        } else {
+            pid
+        };
+        Ok(Started {
+            pid,
+            channel,
+            out: out_r,
+            err: err_r,
+            clock,
+            setup: Setup::Running,
+        })
+    }
+}
+
+/// A pidfd of this process, opened once (-1 where the kernel has none): a box's processes in
+/// their new pid namespace poll it to learn that their supervisor died before they asked for
+/// PDEATHSIG (see `Step::DieWithSupervisor`). Close-on-exec, and pid 1 closes it before the
+/// program starts.
+pub(crate) fn supervisor_pidfd() -> RawFd {
+    static FD: std::sync::OnceLock<Option<OwnedFd>> = std::sync::OnceLock::new();
+    FD.get_or_init(|| sys::pidfd_open(sys::getpid()).ok())
+        .as_ref()
+        .map_or(-1, AsRawFd::as_raw_fd)
+}
+
+/// Idmapped copies of the plan's `AdoptTree` sources (see [`crate::remap`]), by descriptor
+/// number.
+fn adopted_trees(plan: &BoxPlan) -> Result<Vec<(i32, OwnedFd)>, BoxError> {
+    plan.steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::AdoptTree {
+                path,
+                fd,
+                uid,
+                gid,
+                count,
+            } => Some(
+                crate::remap::tree(&path.c, (*uid, *gid), *count)
+                    .map(|t| (*fd, t))
+                    .map_err(|errno| BoxError::Idmap {
+                        arg: "--workspace or --mount",
+                        path: path.c.to_string_lossy().into_owned(),
+                        errno,
+                    }),
+            ),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Waits for the box's request and writes its id maps: with the uidmap helpers (`--subids`),
+/// or ourselves (host root, see [`crate::remap`]); then answers.
+pub(crate) fn map_ids(
+    pid: libc::pid_t,
+    channel: &Channel,
+    maps: &IdMaps,
+    plan: &BoxPlan,
+) -> Result<(), BoxError> {
+    channel.expect_want_id_maps(10_000, plan)?;
+    match maps {
+        IdMaps::Helpers { uids, gids } => crate::subids::apply(pid, uids, gids)?,
+        IdMaps::Direct { uid, gid, count } => {
+            for (file, id) in [("uid_map", uid), ("gid_map", gid)] {
+                let path = format!("/proc/{pid}/{file}");
+                std::fs::write(&path, format!("0 {id} {count}\n")).map_err(|error| {
+                    BoxError::Io {
+                        what: format!("write {path}"),
+                        error,
+                    }
+                })?;
+            }
+        }
+    }
+    channel
+        .send(Message::IdsMapped)
+        .map_err(|errno| BoxError::Sys {
+            what: "answer the box's id-map request",
+            errno,
+        })
+}
+
+/// The stack of a template box's pid 1, which also carves its program's 64 KiB start stack from
+/// it.
+const PID1_STACK: usize = 256 * 1024;
+
+/// The memory every template box's pid 1 runs its stack on, reserved once per process: each box
+/// gets its own copy through its entry process's fork, and nothing writes ours. (A fresh zeroed
+/// allocation per box cost ~0.14 ms of page faults and zeroing here.)
+fn pid1_stack() -> Option<(*mut u8, usize)> {
+    static STACK: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let addr = match STACK.get() {
+        Some(a) => *a,
+        // A failed reservation is not remembered: the next box tries again. (Two threads racing
+        // here may each map one; the loser's stays unused.)
+        None => {
+            let mapped = sys::Stack::reserve(PID1_STACK)?.leak();
+            *STACK.get_or_init(|| mapped)
+        }
+    };
+    Some((addr as *mut u8, PID1_STACK))
+}
+
+/// Waits for a template entry process (`entry`) to report the pid 1 it forked, reaps it, and
+/// returns that pid; a setup failure before the fork comes back as the box's error.
+fn await_pid1(
+    entry: libc::pid_t,
+    channel: &Channel,
+    plan: &BoxPlan,
+    timeout: Duration,
+) -> Result<libc::pid_t, BoxError> {
+    let timeout = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+    let answer = channel.wait(timeout);
+    if answer.is_err() {
+        let _ = sys::kill(entry, libc::SIGKILL);
+    }
+    let _ = sys::wait4(entry, false);
+    if answer.is_err() {
+        // A Pid1 sent just as we gave up: that pid 1 is our child; end it rather than leave it
+        // running without a supervisor.
+        if let Ok((Message::Pid1 { pid }, _)) = channel.wait(0) {
+            let _ = sys::kill(pid, libc::SIGKILL);
+            let _ = sys::wait4(pid, false);
+        }
+    }
+    match answer? {
+        (Message::Pid1 { pid }, _) => Ok(pid),
+        (m, _) => Err(channel::unexpected(plan, "Pid1", m)),
+    }
+}
+
+/// Ends a box's pid 1 after a failed watch, only while it is still our unreaped child (WNOHANG
+/// reaps a zombie; ECHILD means it was reaped already and the pid may be reused).
+pub(crate) fn end_unreaped(pid: libc::pid_t) {
+    if let Ok(None) = sys::wait4(pid, true) {
+        let _ = sys::kill(pid, libc::SIGKILL);
+        let _ = sys::wait4(pid, false);
+    }
+}
+
+fn clone_hint(errno: Errno) -> String {
+    match errno.0 {
+        libc::EPERM | libc::EACCES => "user namespaces look disabled: check `sysctl kernel.unprivileged_userns_clone` (Debian), `user.max_user_namespaces`, or an AppArmor userns restriction (`kernel.apparmor_restrict_unprivileged_userns`); `hull doctor` checks all of these".into(),
+        libc::ENOSPC | libc::EUSERS => "the namespace limit is reached: raise `user.max_user_namespaces` (or other /proc/sys/user/max_* limits)".into(),
+        libc::EINVAL => "this kernel lacks a namespace type hull needs (user, mount, pid, net, ipc, uts, cgroup)".into(),
+        _ => "run `hull doctor` to check the host".into(),
+    }
+}

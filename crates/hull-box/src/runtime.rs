@@ -1,0 +1,160 @@
+//! [`Runtime`]: what front ends hold to run boxes. A facade over the engine (`engine.rs`), which
+//! owns the run pipeline; this module only says what a caller may ask.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::engine::Engine;
+use crate::error::BoxError;
+use crate::plan::BoxPlan;
+use crate::ready::ReadyBoxes;
+use crate::resources::Teardown;
+use crate::result::RunResult;
+use crate::spares::Spares;
+use crate::spec::BoxSpec;
+use crate::sys::Errno;
+use crate::template::Templates;
+use crate::watch::{OutputSink, RunOptions};
+
+/// What the warm pools of a [`Runtime`] ([`Runtime::enable_templates`]) have done and hold:
+/// all zero and empty when templates are off. For tests and `hull bench`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WarmStats {
+    /// Read-only skeletons built and kept.
+    pub templates: usize,
+    /// Boxes that entered a pooled network namespace.
+    pub pooled_nets: u64,
+    /// Boxes that entered a pooled user namespace.
+    pub pooled_users: u64,
+    /// Boxes that got a cgroup made ahead.
+    pub spare_cgroups: u64,
+    /// Boxes that got a temporary workspace made ahead.
+    pub spare_workspaces: u64,
+    /// The directories (cgroups, then workspaces) of the spares made ahead and not yet used;
+    /// they are removed with the Runtime.
+    pub spare_paths: Vec<PathBuf>,
+    /// Boxes that ran in a box set up ahead.
+    pub ready_used: u64,
+    /// The pid 1s of the boxes set up ahead and waiting now (they end with the Runtime).
+    pub ready_pids: Vec<libc::pid_t>,
+}
+
+/// Process-wide state: the detected cgroup layout and the compiled seccomp filter. Create once,
+/// run many boxes (concurrently from several threads, too).
+pub struct Runtime {
+    engine: Arc<Engine>,
+}
+
+impl Runtime {
+    pub fn new() -> Result<Runtime, BoxError> {
+        Ok(Runtime {
+            engine: Arc::new(Engine::new()?),
+        })
+    }
+
+    /// Builds each distinct read-only skeleton once and lets boxes enter a locked copy of it
+    /// (see `template.rs`), instead of every box mounting its own ~90 steps; also keeps box
+    /// cgroups and workspaces (`spares.rs`) and whole boxes (`ready.rs`) made ahead. For
+    /// long-lived front ends; a one-shot `hull run` gains nothing.
+    pub fn enable_templates(&mut self) -> Result<(), BoxError> {
+        if self.engine.ready.is_some() {
+            return Ok(());
+        }
+        let engine = Arc::get_mut(&mut self.engine).ok_or(BoxError::Sys {
+            what: "enable templates on a runtime already shared",
+            errno: Errno(libc::EBUSY),
+        })?;
+        engine.enable_templates()
+    }
+
+    /// What the warm pools have done and hold (see [`WarmStats`]).
+    pub fn warm_stats(&self) -> WarmStats {
+        let e = &self.engine;
+        let (spare_cgroups, spare_workspaces) = e.spares.as_ref().map_or((0, 0), Spares::used);
+        WarmStats {
+            templates: e.templates.as_ref().map_or(0, Templates::len),
+            pooled_nets: e.templates.as_ref().map_or(0, Templates::pooled_nets),
+            pooled_users: e.templates.as_ref().map_or(0, Templates::pooled_users),
+            spare_cgroups,
+            spare_workspaces,
+            spare_paths: e.spares.as_ref().map_or_else(Vec::new, Spares::paths),
+            ready_used: e.ready.as_ref().map_or(0, ReadyBoxes::used),
+            ready_pids: e.ready.as_ref().map_or_else(Vec::new, ReadyBoxes::pids),
+        }
+    }
+
+    /// Waits up to `timeout` for the boxes set up ahead to be complete for the last shape run
+    /// (for benchmarks: so that measured runs do not share the CPU with that work); true if
+    /// they are, or none are being set up.
+    pub fn settle(&self, timeout: Duration) -> bool {
+        self.engine.ready.as_ref().is_none_or(|r| r.settle(timeout))
+    }
+
+    /// Kills every box this Runtime is running, and any it starts from now on, at once; their
+    /// calls return with a `killed` fault saying so. For a front end whose client is gone
+    /// (`hull serve` at the end of its input): nobody waits for those results, so the boxes
+    /// should not run on to their deadlines. Teardowns still remove their cgroups and
+    /// workspaces as usual.
+    pub fn end_every_box(&self) {
+        self.engine.ending.end_all();
+    }
+
+    /// Removes box cgroups and temporary workspaces that SIGKILLed hulls left behind (see
+    /// [`crate::leftovers`]). Reads the temporary directory, so long-lived front ends call it
+    /// once, off the hot path.
+    pub fn sweep_leftovers(&self) -> crate::leftovers::Swept {
+        self.engine.sweep_leftovers()
+    }
+
+    /// The detected cgroup layout, for `hull doctor`.
+    pub fn cgroups(&self) -> Result<&hull_cgroup::Host, String> {
+        self.engine
+            .cgroups
+            .as_deref()
+            .ok_or_else(|| self.engine.cgroup_error.clone().unwrap_or_default())
+    }
+
+    pub fn seccomp_program(&self) -> &hull_seccomp::Program {
+        &self.engine.filter
+    }
+
+    /// The plan `spec` would run, without running it (`hull run --plan`).
+    pub fn plan(&self, spec: &BoxSpec) -> Result<BoxPlan, BoxError> {
+        self.engine.plan(spec)
+    }
+
+    /// Runs `spec` in a fresh box and returns what happened, after the box is fully torn down.
+    pub fn run(
+        &self,
+        spec: &BoxSpec,
+        opts: RunOptions,
+        sink: &mut dyn OutputSink,
+    ) -> Result<RunResult, BoxError> {
+        let (result, teardown) = self.run_detached(spec, opts, sink)?;
+        teardown.finish();
+        Ok(result)
+    }
+
+    /// Runs `spec` and returns the result as soon as the program has exited and its output is
+    /// complete, with the [`Teardown`] still to do: reaping the box's pid 1 (the kernel's namespace
+    /// teardown, ~1.5 ms here), removing its cgroup and temporary workspace. Dropping the
+    /// `Teardown` does it too, so nothing is left behind.
+    pub fn run_detached(
+        &self,
+        spec: &BoxSpec,
+        opts: RunOptions,
+        sink: &mut dyn OutputSink,
+    ) -> Result<(RunResult, Teardown), BoxError> {
+        self.engine.run_detached(&self.engine, spec, opts, sink)
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        // The ready-box thread holds only a weak reference; the boxes it made go now.
+        if let Some(r) = &self.engine.ready {
+            r.stop();
+        }
+    }
+}
