@@ -3,7 +3,8 @@
 # kernel tests again as an unprivileged user (the rootless path). Run as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+# .ci/run has run set-up already (HULL_SETUP_DONE=1).
+[ -n "${HULL_SETUP_DONE:-}" ] || bash scripts/setup.sh
 TEST_USER="${HULL_TEST_USER:-hulltest}"
 # Loopback registries with test images for `hull pull` (stopped on exit).
 bash scripts/registry.sh start
