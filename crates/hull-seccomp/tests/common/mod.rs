@@ -121,7 +121,7 @@ pub fn errno() -> i32 {
 /// Prints why a test is skipped and returns false when `ok` is false.
 pub fn require(ok: bool, what: &str) -> bool {
     if !ok {
-        eprintln!("SKIP: {what}");
+        hull_testkit::skip(what);
     }
     ok
 }
