@@ -108,12 +108,25 @@ fn opt_string(arg: &str, v: &Value) -> Result<Option<String>, SandboxError> {
     }
 }
 
+/// MiB as bytes; `None` when they do not fit (more than 2^44 MiB).
+fn mib(mb: u64) -> Option<u64> {
+    mb.checked_mul(1 << 20)
+}
+
 fn size_value(arg: &str, v: &Value) -> Result<u64, SandboxError> {
     match v {
-        Value::Number(n) => n
-            .as_u64()
-            .map(|mb| mb << 20)
-            .ok_or_else(|| type_err(arg, "a size in MiB or a string like \"64m\"", v)),
+        // Checked as a written size is (`parse_size`): zero would be a tmpfs without any limit,
+        // and MiB that do not fit in bytes would wrap to a small size.
+        Value::Number(n) => match n.as_u64() {
+            Some(0) => Err(SandboxError::invalid(
+                arg,
+                "a size of 0 MiB; give a positive size",
+            )),
+            Some(mb) => {
+                mib(mb).ok_or_else(|| SandboxError::invalid(arg, format!("{mb} MiB is too large")))
+            }
+            None => Err(type_err(arg, "a size in MiB or a string like \"64m\"", v)),
+        },
         Value::String(s) => {
             hull_box::size::parse_size(s).map_err(|e| SandboxError::invalid(arg, e.to_string()))
         }
@@ -201,6 +214,9 @@ impl SandboxConfig {
                     c.memory_mb = opt_u64(arg, v)?;
                     if c.memory_mb.is_some_and(|m| m < 16) {
                         return Err(SandboxError::invalid(arg, "must be at least 16 (MiB) or None for no cap"));
+                    }
+                    if let Some(m) = c.memory_mb.filter(|m| mib(*m).is_none()) {
+                        return Err(SandboxError::invalid(arg, format!("{m} MiB is too large; give at most 2^44 - 1 or None for no cap")));
                     }
                 }
                 "cpus" => {
@@ -315,6 +331,24 @@ mod tests {
         assert_eq!(c.pids, Some(256));
         assert_eq!(c.timeout, Duration::from_secs(30));
         assert!(!c.network && c.deps_readonly && c.track_files);
+    }
+
+    #[test]
+    fn numeric_sizes_are_checked_like_written_ones() {
+        // A tmpfs of 0 bytes would be mounted with no limit at all (`size=0`); MiB past 2^44 do
+        // not fit in bytes and wrapped (2^44 MiB to 0, 2^44 + 64 to a 64 MiB cap).
+        assert_eq!(refused(json!({"tmpfs": {"/cache": 0}})), "tmpfs");
+        assert_eq!(refused(json!({"tmpfs": {"/cache": 1u64 << 44}})), "tmpfs");
+        assert_eq!(
+            refused(json!({"memory_mb": (1u64 << 44) + 64})),
+            "memory_mb"
+        );
+        let c = SandboxConfig::from_json(
+            &json!({"tmpfs": {"/cache": 8}, "memory_mb": (1u64 << 44) - 1}),
+        )
+        .unwrap();
+        assert_eq!(c.tmpfs, [("/cache".to_string(), 8 << 20)]);
+        assert_eq!(c.memory_mb, Some((1 << 44) - 1));
     }
 
     #[test]

@@ -271,7 +271,8 @@ impl Sandbox {
             }
         }
         base.workspace = Some(ws_path.clone());
-        base.memory = cfg.memory_mb.map(|m| m << 20);
+        // SandboxConfig refuses MiB that do not fit in bytes; saturate rather than wrap all the same.
+        base.memory = cfg.memory_mb.map(|m| m.saturating_mul(1 << 20));
         if let Some(m) = base.memory {
             base.tmp_size = base.tmp_size.min(m / 2);
             base.shm_size = base.shm_size.min(m / 2);
