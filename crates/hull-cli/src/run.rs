@@ -130,7 +130,8 @@ pub fn parse_duration(arg: &str, text: &str) -> Result<Duration, String> {
             ))
         }
     };
-    if !secs.is_finite() || secs <= 0.0 || secs > 7.0 * 86400.0 {
+    // At least 1 ms: shorter is no use as a deadline, and under 1 ns it would round to zero.
+    if !secs.is_finite() || secs < 0.001 || secs > 7.0 * 86400.0 {
         return Err(format!("{arg} `{text}` must be between 1ms and 7 days"));
     }
     Ok(Duration::from_secs_f64(secs))
@@ -416,5 +417,31 @@ mod tests {
             .unwrap_err()
             .contains("--timeout"));
         assert!(parse_duration("--timeout", "0").is_err());
+    }
+
+    #[test]
+    fn durations_under_a_millisecond_are_refused_as_the_message_says() {
+        // Found by the size_duration fuzz target: these parsed, the last two as zero.
+        for short in [
+            "0.5ms",
+            "0.0001s",
+            "0.0000000001",
+            "0.000000000000000000001m",
+        ] {
+            let e = parse_duration("--timeout", short).unwrap_err();
+            assert!(e.contains("between 1ms and 7 days"), "{short}: {e}");
+        }
+        assert_eq!(
+            parse_duration("--timeout", "1ms"),
+            Ok(Duration::from_millis(1))
+        );
+        assert_eq!(
+            parse_duration("--timeout", "7d"),
+            Err("--timeout `7d` has an unknown unit `d`; use ms, s, m or h".into())
+        );
+        assert_eq!(
+            parse_duration("--timeout", "168h"),
+            Ok(Duration::from_secs(7 * 86400))
+        );
     }
 }

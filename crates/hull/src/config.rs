@@ -87,10 +87,11 @@ fn seconds(arg: &str, v: &Value) -> Result<Duration, SandboxError> {
     let s = v
         .as_f64()
         .ok_or_else(|| type_err(arg, "a number of seconds", v))?;
-    if !(s.is_finite() && s > 0.0 && s <= 7.0 * 86400.0) {
+    // At least 1 ms: shorter is no use as a deadline, and under 1 ns it would round to zero.
+    if !(s.is_finite() && s >= 0.001 && s <= 7.0 * 86400.0) {
         return Err(SandboxError::invalid(
             arg,
-            format!("{s} must be more than 0 and at most 7 days (604800)"),
+            format!("{s} must be at least 0.001 (1 ms) and at most 7 days (604800)"),
         ));
     }
     Ok(Duration::from_secs_f64(s))
@@ -331,6 +332,18 @@ mod tests {
         assert_eq!(c.pids, Some(256));
         assert_eq!(c.timeout, Duration::from_secs(30));
         assert!(!c.network && c.deps_readonly && c.track_files);
+    }
+
+    #[test]
+    fn deadlines_under_a_millisecond_are_refused() {
+        // 1e-12 s parsed as a zero deadline, refused later in the CLI's words (`--timeout`).
+        assert_eq!(refused(json!({"timeout_s": 1e-12})), "timeout_s");
+        assert_eq!(
+            refused(json!({"setup_timeout_s": 0.0005})),
+            "setup_timeout_s"
+        );
+        let c = SandboxConfig::from_json(&json!({"timeout_s": 0.001})).unwrap();
+        assert_eq!(c.timeout, Duration::from_millis(1));
     }
 
     #[test]
