@@ -10,6 +10,8 @@ fi
 
 export DEBIAN_FRONTEND=noninteractive
 PKGS="python3 python3-pip busybox-static uidmap ca-certificates python3-numpy python3-pandas python3-matplotlib gcc git"
+# The fuzz targets (scripts/fuzz.sh) build libFuzzer, which is C++.
+PKGS="$PKGS g++"
 missing=""
 # hull pull's tests: a loopback registry and the tools that build and push images to it.
 PKGS="$PKGS docker-registry skopeo umoci apache2-utils"

@@ -33,6 +33,38 @@ mod tests {
     }
 
     #[test]
+    fn request_lines_parse_into_id_method_and_params() {
+        let r = super::parse_request(
+            b"{\"id\": 7, \"method\": \"run\", \"params\": {\"code\": \"1\"}}\n",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (r.id, r.method.as_str(), r.params),
+            (
+                serde_json::json!(7),
+                "run",
+                serde_json::json!({"code": "1"})
+            )
+        );
+        assert!(super::parse_request(b"  \n").unwrap().is_none());
+        let e = super::parse_request(b"{\"id\": \"a\", \"method\": 3}").unwrap_err();
+        assert_eq!(
+            (&e["id"], &e["error"]["kind"]),
+            (&serde_json::json!("a"), &serde_json::json!("protocol"))
+        );
+        let e = super::parse_request(b"{\"id\": 1,").unwrap_err();
+        assert!(
+            e["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("not a JSON object"),
+            "{e}"
+        );
+        assert_eq!(e["id"], serde_json::Value::Null);
+    }
+
+    #[test]
     fn a_line_that_is_not_utf8_is_refused_naming_the_offset() {
         assert_eq!(super::request_text(b"{}\n"), Ok("{}\n"));
         let e = super::request_text(b"{\"a\": \"\xff\"}").unwrap_err();
@@ -281,19 +313,9 @@ fn handle(
             "images": ["host"],
         })))),
         "run" => {
-            let params: RunParams =
-                match serde_json::from_value(if params.is_null() { json!({}) } else { params }) {
-                    Ok(p) => p,
-                    Err(e) => return reply(Err(invalid(format!("params: {e}")))),
-                };
-            let stream = params.stream;
-            let args = match params.into_args() {
-                Ok(a) => a,
-                Err(e) => return reply(Err(e)),
-            };
-            let spec = match crate::run::spec_from(&args) {
+            let (spec, stream) = match run_spec(params) {
                 Ok(s) => s,
-                Err(m) => return reply(Err(invalid(m))),
+                Err(e) => return reply(Err(e)),
             };
             let mut sink = EventSink::new(out.clone(), id.clone());
             let res = if stream {
@@ -347,31 +369,13 @@ pub fn main(_args: &ServeArgs) -> i32 {
                 break;
             }
         }
-        let line = match request_text(&raw) {
-            Ok(l) => l,
-            Err(message) => {
-                out.send(&json!({ "id": null, "error": { "kind": "protocol", "message": message, "chain": [] } }));
+        let Request { id, method, params } = match parse_request(&raw) {
+            Ok(Some(r)) => r,
+            Ok(None) => continue,
+            Err(answer) => {
+                out.send(&answer);
                 continue;
             }
-        };
-        if line.trim().is_empty() {
-            continue;
-        }
-        let req: Value = match serde_json::from_str(line) {
-            Ok(v) => v,
-            Err(e) => {
-                out.send(&json!({ "id": null, "error": { "kind": "protocol", "message": format!("not a JSON object: {e}"), "chain": [] } }));
-                continue;
-            }
-        };
-        let id = req.get("id").cloned().unwrap_or(Value::Null);
-        let Some(method) = req
-            .get("method")
-            .and_then(Value::as_str)
-            .map(str::to_string)
-        else {
-            out.send(&json!({ "id": id, "error": { "kind": "protocol", "message": "a request needs a string `method`", "chain": [] } }));
-            continue;
         };
         if method == "shutdown" {
             for w in workers.drain(..) {
@@ -382,7 +386,6 @@ pub fn main(_args: &ServeArgs) -> i32 {
             out.flush();
             return 0;
         }
-        let params = req.get("params").cloned().unwrap_or(Value::Null);
         let (rt, out, sessions) = (Arc::clone(&rt), out.clone(), Arc::clone(&sessions));
         workers.push(std::thread::spawn(move || {
             handle(&rt, &sessions, &out, id, &method, params)
@@ -399,6 +402,49 @@ pub fn main(_args: &ServeArgs) -> i32 {
     sessions.destroy_all();
     out.flush();
     0
+}
+
+/// One request, as read from a line.
+#[derive(Debug)]
+pub struct Request {
+    /// Echoed in the answer (any JSON value; null when the line had none).
+    pub id: Value,
+    pub method: String,
+    /// Null when the line had none.
+    pub params: Value,
+}
+
+/// Parses one line as read from stdin (untrusted bytes): `Ok(None)` for a blank line, which is
+/// ignored; `Err` holds the whole answer to send (with the request's id when it could be read).
+pub fn parse_request(raw: &[u8]) -> Result<Option<Request>, Value> {
+    let protocol = |id: Value, message: String| json!({ "id": id, "error": { "kind": "protocol", "message": message, "chain": [] } });
+    let line = request_text(raw).map_err(|m| protocol(Value::Null, m))?;
+    if line.trim().is_empty() {
+        return Ok(None);
+    }
+    let req: Value = serde_json::from_str(line)
+        .map_err(|e| protocol(Value::Null, format!("not a JSON object: {e}")))?;
+    let id = req.get("id").cloned().unwrap_or(Value::Null);
+    let Some(method) = req.get("method").and_then(Value::as_str) else {
+        return Err(protocol(id, "a request needs a string `method`".into()));
+    };
+    Ok(Some(Request {
+        method: method.to_string(),
+        params: req.get("params").cloned().unwrap_or(Value::Null),
+        id,
+    }))
+}
+
+/// A `run` request's params as the box spec they ask for, and whether output is streamed; `Err`
+/// is the error object to answer with.
+pub fn run_spec(params: Value) -> Result<(hull_box::BoxSpec, bool), Value> {
+    let params: RunParams =
+        serde_json::from_value(if params.is_null() { json!({}) } else { params })
+            .map_err(|e| invalid(format!("params: {e}")))?;
+    let stream = params.stream;
+    let args = params.into_args()?;
+    let spec = crate::run::spec_from(&args).map_err(invalid)?;
+    Ok((spec, stream))
 }
 
 /// A request line as text: one that is not UTF-8 is refused (naming where), never guessed at.
