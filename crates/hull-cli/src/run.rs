@@ -131,7 +131,7 @@ pub fn parse_duration(arg: &str, text: &str) -> Result<Duration, String> {
         }
     };
     // At least 1 ms: shorter is no use as a deadline, and under 1 ns it would round to zero.
-    if !secs.is_finite() || secs < 0.001 || secs > 7.0 * 86400.0 {
+    if !secs.is_finite() || !(0.001..=7.0 * 86400.0).contains(&secs) {
         return Err(format!("{arg} `{text}` must be between 1ms and 7 days"));
     }
     Ok(Duration::from_secs_f64(secs))

@@ -88,7 +88,7 @@ fn seconds(arg: &str, v: &Value) -> Result<Duration, SandboxError> {
         .as_f64()
         .ok_or_else(|| type_err(arg, "a number of seconds", v))?;
     // At least 1 ms: shorter is no use as a deadline, and under 1 ns it would round to zero.
-    if !(s.is_finite() && s >= 0.001 && s <= 7.0 * 86400.0) {
+    if !(s.is_finite() && (0.001..=7.0 * 86400.0).contains(&s)) {
         return Err(SandboxError::invalid(
             arg,
             format!("{s} must be at least 0.001 (1 ms) and at most 7 days (604800)"),
