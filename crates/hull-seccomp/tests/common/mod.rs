@@ -126,6 +126,14 @@ pub fn require(ok: bool, what: &str) -> bool {
     ok
 }
 
+/// Prints why `part` of a test is skipped and returns false when `ok` is false.
+pub fn require_part(ok: bool, part: &str, what: &str) -> bool {
+    if !ok {
+        hull_testkit::skip_part(part, what);
+    }
+    ok
+}
+
 /// Skips unless seccomp filters with KILL_PROCESS work here.
 pub fn require_kill_process() -> bool {
     let s = hull_seccomp::probe();
