@@ -43,8 +43,11 @@ for t in $targets; do
         echo "fuzz $t: ok, $(sed -n 's/^stat::number_of_executed_units: *//p' "$work.log") runs in ${secs}s, $(ls "corpus/$t" | wc -l) seeds + $(ls "$work" | wc -l) new inputs"
     else
         status=1
-        echo "fuzz $t: FAILED; the log's end:" >&2
-        grep -v '^#\|^INFO\|^stat::' "$work.log" | tail -40 >&2
+        echo "fuzz $t: FAILED:" >&2
+        # What went wrong (a panic's message, a sanitizer's or libFuzzer's verdict), then the end.
+        grep -m4 -A3 -E "panicked at|ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|SUMMARY:" "$work.log" >&2 || true
+        echo "..." >&2
+        grep -v '^#\|^INFO\|^stat::\|^    #' "$work.log" | tail -12 >&2
         for a in "artifacts/$t"/*; do
             [ -e "$a" ] && echo "fuzz $t: reproduce with: bash scripts/fuzz.sh --build && fuzz/target/$triple/release/$t fuzz/$a" >&2
         done
