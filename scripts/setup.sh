@@ -10,6 +10,8 @@ fi
 
 export DEBIAN_FRONTEND=noninteractive
 PKGS="python3 python3-pip busybox-static uidmap ca-certificates python3-numpy python3-pandas python3-matplotlib gcc git"
+# The fuzz targets (scripts/fuzz.sh) build libFuzzer, which is C++.
+PKGS="$PKGS g++"
 missing=""
 # hull pull's tests: a loopback registry and the tools that build and push images to it.
 PKGS="$PKGS docker-registry skopeo umoci apache2-utils"
@@ -25,6 +27,16 @@ if ! command -v cargo >/dev/null; then
     echo "setup.sh: cargo not found; install the Rust toolchain (rustup) first" >&2
     exit 1
 fi
+# The CI gates (.ci/run) need rustfmt and clippy; rustup toolchains carry them as components.
+for tool in fmt clippy; do
+    if ! cargo "$tool" --version >/dev/null 2>&1; then
+        component=$([ "$tool" = fmt ] && echo rustfmt || echo clippy)
+        if ! command -v rustup >/dev/null || ! rustup component add "$component"; then
+            echo "setup.sh: \`cargo $tool\` is missing and \`rustup component add $component\` failed; install the $component component of the toolchain" >&2
+            exit 1
+        fi
+    fi
+done
 
 # The Python SDK's build backend and test runner, for the interpreter that runs the SDK tests.
 python3 -m pip install -q --root-user-action=ignore "maturin>=1.5,<2" pytest

@@ -1,35 +1,47 @@
 #!/usr/bin/env bash
 # Runs hull's whole test suite: set-up, every crate's tests as root, then the black-box and
-# kernel tests again as an unprivileged user (the rootless path). Run as root.
+# kernel tests again as an unprivileged user (the rootless path), a short run of every fuzz
+# target, and the skip check: every skipped test is listed, and one that scripts/expected-skips
+# does not expect on CI's machines fails the run. Run as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+# .ci/run has run set-up already (HULL_SETUP_DONE=1).
+[ -n "${HULL_SETUP_DONE:-}" ] || bash scripts/setup.sh
 TEST_USER="${HULL_TEST_USER:-hulltest}"
 # Loopback registries with test images for `hull pull` (stopped on exit).
 bash scripts/registry.sh start
 trap 'bash scripts/registry.sh stop' EXIT
+# Where skipped tests are recorded (scripts/skips.py reads it at the end): the Rust tests'
+# records (hull_testkit, both passes write them) and the JUnit reports of pytest and node.
+skips=$(mktemp -d /tmp/hull-skips-XXXXXX)
+chmod 755 "$skips"
+install -m 666 /dev/null "$skips/rust.tsv"
+export HULL_SKIP_LOG="$skips/rust.tsv"
+trap 'rm -rf "$skips"; bash scripts/registry.sh stop' EXIT
 
 echo "== tests as root"
 cargo build --workspace --bins
 cargo test --workspace --no-fail-fast
 
 echo "== hull mcp: the official Python and TypeScript MCP clients over stdio"
-HULL_BIN="$PWD/target/debug/hull" python3 -m pytest -q tests/mcp
-(cd tests/mcp/node && HULL_BIN="$PWD/../../../target/debug/hull" node --test)
+# -rs: each skip's reason in pytest's summary; node's junit reporter lists skips for the check.
+junit() { echo "--test-reporter=spec --test-reporter-destination=stdout --test-reporter=junit --test-reporter-destination=$skips/$1.xml"; }
+HULL_BIN="$PWD/target/debug/hull" python3 -m pytest -q -rs --junitxml="$skips/pytest-mcp.xml" tests/mcp
+(cd tests/mcp/node && HULL_BIN="$PWD/../../../target/debug/hull" NODE_OPTIONS="$(junit node-mcp)" node --test)
 
 echo "== Python SDK: install the wheel (it carries hull), then pytest against it"
 # The wheel reuses the debug build made above (MATURIN_PEP517_ARGS); a plain `pip install` builds release.
 MATURIN_PEP517_ARGS="--profile dev" python3 -m pip install -q --root-user-action=ignore ./bindings/python
-python3 -m pytest -q bindings/python/tests
+python3 -m pytest -q -rs --junitxml="$skips/pytest-sdk.xml" bindings/python/tests
 
 echo "== Node SDK: npm ci, build (tsc), node --test against the debug hull"
-(cd bindings/node && npm ci --no-audit --no-fund && npm run build && HULL_BIN="$PWD/../../target/debug/hull" npm test)
+(cd bindings/node && npm ci --no-audit --no-fund && npm run build && HULL_BIN="$PWD/../../target/debug/hull" NODE_OPTIONS="$(junit node-sdk)" npm test)
 
 echo "== tests as the unprivileged user $TEST_USER"
 # The test binaries and hull are copied where the user can read them (the checkout may sit
 # under /root); tests find hull through HULL_BIN.
 stage=$(mktemp -d /tmp/hull-rootless-XXXXXX)
-trap 'rm -rf "$stage"; bash scripts/registry.sh stop' EXIT
+trap 'rm -rf "$stage" "$skips"; bash scripts/registry.sh stop' EXIT
 cp target/debug/hull "$stage/hull"
 cargo test --workspace --no-run --message-format=json 2>/dev/null \
     | python3 -c 'import json,sys
@@ -45,7 +57,7 @@ status=0
 for t in "$stage"/boundary "$stage"/kernel "$stage"/notify "$stage"/policy_matches_file "$stage"/templates "$stage"/serve_sandbox "$stage"/serve "$stage"/leaks; do
     [ -x "$t" ] || continue
     echo "-- $(basename "$t") as $TEST_USER"
-    su "$TEST_USER" -s /bin/bash -c "cd /tmp && HULL_BIN=$stage/hull HULL_CGROUP_PARENT=hull-$TEST_USER $t" || status=1
+    su "$TEST_USER" -s /bin/bash -c "cd /tmp && HULL_SKIP_LOG=$HULL_SKIP_LOG HULL_BIN=$stage/hull HULL_CGROUP_PARENT=hull-$TEST_USER $t" || status=1
 done
 # hull pull's tests as the unprivileged user too (the test registries listen on loopback).
 pull_test=$(cargo test -p hull-cli --test pull --no-run --message-format=json 2>/dev/null \
@@ -56,5 +68,10 @@ for l in sys.stdin:
         print(m["executable"])')
 cp "$pull_test" "$stage/pull" && chmod a+rx "$stage/pull"
 echo "-- pull as $TEST_USER"
-su "$TEST_USER" -s /bin/bash -c "cd /tmp && HULL_BIN=$stage/hull HULL_CGROUP_PARENT=hull-$TEST_USER $stage/pull" || status=1
+su "$TEST_USER" -s /bin/bash -c "cd /tmp && HULL_SKIP_LOG=$HULL_SKIP_LOG HULL_BIN=$stage/hull HULL_CGROUP_PARENT=hull-$TEST_USER $stage/pull" || status=1
+
+echo "== fuzz: every parser of untrusted bytes, a few seconds each (scripts/fuzz.sh)"
+bash scripts/fuzz.sh || status=1
+
+python3 scripts/skips.py "$skips" || status=1
 exit $status

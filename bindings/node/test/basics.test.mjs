@@ -33,13 +33,12 @@ test("a python exception is the program's error, not a fault", async () => {
 });
 
 test("a timeout is a fault", async () => {
-  const t0 = Date.now();
   const r = await runCode("while True: pass", { timeoutS: 1 });
   assert.ok(r.fault, JSON.stringify(r));
   assert.equal(r.fault.type, "timeout");
-  assert.ok(r.fault.reason.length > 0);
+  // The call's own deadline (not the 30 s default) ended the endless program.
+  assert.match(r.fault.reason, /\b1(\.000)?s\b/);
   assert.equal(r.success, false);
-  assert.ok(Date.now() - t0 < 10_000);
 });
 
 test("the memory cap is an oom fault", async () => {

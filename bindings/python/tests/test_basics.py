@@ -1,7 +1,7 @@
 """run_code, results, faults, arguments: the everyday behaviour of the SDK."""
 
+import re
 import struct
-import time
 import zlib
 
 import pytest
@@ -33,11 +33,10 @@ def test_sys_exit_code_is_kept():
 
 
 def test_timeout_is_a_fault():
-    t0 = time.monotonic()
     r = run_code("while True: pass", timeout_s=1)
     assert r.fault is not None and r.fault.type == "timeout", r
-    assert r.fault.reason
-    assert time.monotonic() - t0 < 10
+    # The call's own deadline (not the 30 s default) ended the endless program.
+    assert re.search(r"\b1(\.000)?s\b", r.fault.reason), r.fault.reason
 
 
 def test_memory_cap_is_an_oom_fault():

@@ -75,24 +75,28 @@ def test_kernel_keeps_state_between_cells():
 
 
 def test_streaming_callbacks_get_output_as_it_arrives():
+    # The program prints `start`, then waits (up to 10 s) for the callback that gets it to
+    # answer through the workspace: it prints `end` only if its first line reached the callback
+    # while it still ran.
     got = []
-    first_at = []
-    t0 = time.monotonic()
+    boxes = []
 
     def on_stdout(data):
-        if not first_at:
-            first_at.append(time.monotonic() - t0)
         got.append(data)
+        if "start" in data:
+            open(os.path.join(boxes[0].workspace, "ack"), "w").close()
 
     with Sandbox(on_stdout=on_stdout, on_stderr=lambda d: got.append("ERR:" + d)) as sb:
-        t0 = time.monotonic()
-        r = sb.run_code("import sys, time\nprint('start')\ntime.sleep(1.0)\nprint('end')\nsys.stderr.write('e\\n')")
-        assert r.stdout == "start\nend\n"
+        boxes.append(sb)
+        r = sb.run_code(
+            "import os, sys, time\nprint('start', flush=True)\nfor _ in range(1000):\n    if os.path.exists('/workspace/ack'): break\n    time.sleep(0.01)\n"
+            "print('end' if os.path.exists('/workspace/ack') else 'the first chunk came only after the program ended')\nsys.stderr.write('e\\n')"
+        )
+        assert r.stdout == "start\nend\n", r.stdout
         deadline = time.monotonic() + 5
         while "".join(got).count("\n") < 3 and time.monotonic() < deadline:
             time.sleep(0.02)
         assert "".join(g for g in got if not g.startswith("ERR:")) == "start\nend\n"
-        assert first_at[0] < 0.9, "the first chunk came only after the program ended: %s" % first_at
         assert "ERR:e\n" in got
 
 
@@ -101,13 +105,12 @@ def test_a_slow_callback_drops_chunks_instead_of_stalling_the_box():
         time.sleep(0.2)
 
     with Sandbox(on_stdout=slow, timeout_s=20) as sb:
-        t0 = time.monotonic()
         r = sb.run_code("import sys, time\nfor i in range(3000):\n    print(i)\n    sys.stdout.flush()\n    time.sleep(0.0002)")
-        elapsed = time.monotonic() - t0
-        assert r.exit_code == 0 and r.fault is None
+        # A stalled box (3000 chunks at 0.2 s each would take 10 minutes) would have met its
+        # 20 s deadline: no fault means the callback did not hold it up.
+        assert r.exit_code == 0 and r.fault is None, r.fault
         assert r.stdout.count("\n") == 3000, "captured output is complete regardless of the callback"
         assert r.dropped_chunks > 0
-        assert elapsed < 10, "a slow callback stalled the call (%.1fs)" % elapsed
 
 
 def test_prewarmed_boxes_serve_calls_with_the_call_own_deadline():

@@ -10,6 +10,9 @@ use serde::Deserialize;
 /// The longest deadline any front end accepts.
 pub const MAX: Duration = Duration::from_secs(7 * 86400);
 
+/// The shortest.
+pub const MIN: Duration = Duration::from_millis(1);
+
 /// Why a duration was refused; the message says what a valid one looks like.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum DurationError {
@@ -19,7 +22,7 @@ pub enum DurationError {
     UnknownUnit(String, String),
     #[error("`{0}` must be between 1ms and 7 days")]
     OutOfRange(String),
-    #[error("{0} must be more than 0 and at most 7 days (604800)")]
+    #[error("{0} must be at least 0.001 (1 ms) and at most 7 days (604800)")]
     Seconds(f64),
 }
 
@@ -45,15 +48,17 @@ pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
             ))
         }
     };
-    if !secs.is_finite() || secs <= 0.0 || secs > MAX.as_secs_f64() {
+    // At least 1 ms, as the message says: shorter is no use as a deadline, and under 1 ns it
+    // would round to a zero deadline.
+    if !secs.is_finite() || !(MIN.as_secs_f64()..=MAX.as_secs_f64()).contains(&secs) {
         return Err(DurationError::OutOfRange(text.to_string()));
     }
     Ok(Duration::from_secs_f64(secs))
 }
 
-/// A number of seconds: more than 0, at most 7 days.
+/// A number of seconds: at least 1 ms, at most 7 days.
 pub fn from_seconds(s: f64) -> Result<Duration, DurationError> {
-    if !(s.is_finite() && s > 0.0 && s <= MAX.as_secs_f64()) {
+    if !(s.is_finite() && (MIN.as_secs_f64()..=MAX.as_secs_f64()).contains(&s)) {
         return Err(DurationError::Seconds(s));
     }
     Ok(Duration::from_secs_f64(s))
@@ -110,5 +115,19 @@ mod tests {
         ));
         assert!(from_seconds(0.0).is_err() && from_seconds(f64::NAN).is_err());
         assert_eq!(from_seconds(0.5), Ok(Duration::from_millis(500)));
+    }
+
+    #[test]
+    fn durations_under_a_millisecond_are_refused_as_the_message_says() {
+        // The fuzzer's find: 0.000...025112 minutes parsed as a zero deadline.
+        for t in ["00000.000000000000000000025112m", "0.5ms", "0.0009s"] {
+            assert!(
+                matches!(parse_duration(t), Err(DurationError::OutOfRange(_))),
+                "{t}"
+            );
+        }
+        assert_eq!(parse_duration("1ms"), Ok(Duration::from_millis(1)));
+        assert!(from_seconds(1e-12).is_err() && from_seconds(0.0005).is_err());
+        assert_eq!(from_seconds(0.001), Ok(Duration::from_millis(1)));
     }
 }

@@ -95,6 +95,8 @@ pub fn mib_or_text<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     match MibOrText::deserialize(d)
         .map_err(|_| D::Error::custom("expected a size in MiB or a string like \"64m\""))?
     {
+        // Checked as a written size is: zero would be a tmpfs without any limit (`size=0`).
+        MibOrText::Mib(0) => Err(D::Error::custom("a size of 0 MiB; give a positive size")),
         MibOrText::Mib(mb) => mb
             .checked_mul(1 << 20)
             .ok_or_else(|| D::Error::custom(format!("{mb} MiB is too large"))),
@@ -104,6 +106,23 @@ pub fn mib_or_text<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
 
 #[cfg(test)]
 mod tests {
+    #[derive(Debug, serde::Deserialize)]
+    struct Mib {
+        #[serde(deserialize_with = "mib_or_text")]
+        size: u64,
+    }
+
+    #[test]
+    fn numeric_sizes_are_checked_like_written_ones() {
+        // A tmpfs of 0 bytes would be mounted with no limit at all (`size=0`); MiB past 2^44 do
+        // not fit in bytes.
+        let parse = |v: serde_json::Value| serde_json::from_value::<Mib>(v).map(|m| m.size);
+        assert!(parse(serde_json::json!({"size": 0})).is_err());
+        assert!(parse(serde_json::json!({"size": 1u64 << 44})).is_err());
+        assert_eq!(parse(serde_json::json!({"size": 8})).unwrap(), 8 << 20);
+        assert!(parse(serde_json::json!({"size": "0m"})).is_err());
+    }
+
     use super::*;
 
     #[test]

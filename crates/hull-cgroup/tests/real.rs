@@ -12,13 +12,13 @@ use hull_cgroup::{join_from_child, BoxCgroup, Controller, Host, Limits};
 fn host() -> Option<Host> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIP: needs root to create cgroups here");
+        hull_testkit::skip("needs root to create cgroups here");
         return None;
     }
     let host = match Host::detect() {
         Ok(h) => h,
         Err(e) => {
-            eprintln!("SKIP: cgroup detection failed: {e}");
+            hull_testkit::skip(format!("cgroup detection failed: {e}"));
             return None;
         }
     };
@@ -28,7 +28,9 @@ fn host() -> Option<Host> {
             && r.version == Some(hull_cgroup::CgroupVersion::V1)
     });
     if v1_memory_pids.count() < 2 {
-        eprintln!("SKIP: v1 memory and pids hierarchies are not both usable: {report:?}");
+        hull_testkit::skip(format!(
+            "v1 memory and pids hierarchies are not both usable: {report:?}"
+        ));
         return None;
     }
     Some(host)

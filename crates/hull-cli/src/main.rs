@@ -1,18 +1,7 @@
 //! The `hull` command: parses arguments, hands work to hull-box, prints results and errors once.
 
-mod bench;
-mod bench_sdk;
-mod bench_sdk_output;
-mod doctor;
-mod image_bench;
-mod images;
-mod mcp;
-mod pull;
-mod run;
-mod serve;
-mod serve_sandbox;
-
 use clap::{Parser, Subcommand};
+use hull_cli::{bench, doctor, images, mcp, pull, run, serve};
 
 /// A local sandbox for code nobody has read yet: every call gets a fresh, kernel-enforced box.
 #[derive(Parser)]
@@ -57,14 +46,4 @@ fn main() {
         Command::Mcp(args) => mcp::main(&args),
     };
     std::process::exit(code);
-}
-
-/// Prints an error with its cause chain, once, at the edge.
-pub fn print_error(err: &(dyn std::error::Error + 'static)) {
-    eprintln!("hull: error: {err}");
-    let mut src = err.source();
-    while let Some(s) = src {
-        eprintln!("  caused by: {s}");
-        src = s.source();
-    }
 }

@@ -33,6 +33,38 @@ mod tests {
     }
 
     #[test]
+    fn request_lines_parse_into_id_method_and_params() {
+        let r = super::parse_request(
+            b"{\"id\": 7, \"method\": \"run\", \"params\": {\"code\": \"1\"}}\n",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (r.id, r.method.as_str(), r.params),
+            (
+                serde_json::json!(7),
+                "run",
+                serde_json::json!({"code": "1"})
+            )
+        );
+        assert!(super::parse_request(b"  \n").unwrap().is_none());
+        let e = super::parse_request(b"{\"id\": \"a\", \"method\": 3}").unwrap_err();
+        assert_eq!(
+            (&e["id"], &e["error"]["kind"]),
+            (&serde_json::json!("a"), &serde_json::json!("protocol"))
+        );
+        let e = super::parse_request(b"{\"id\": 1,").unwrap_err();
+        assert!(
+            e["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("not a JSON object"),
+            "{e}"
+        );
+        assert_eq!(e["id"], serde_json::Value::Null);
+    }
+
+    #[test]
     fn a_line_that_is_not_utf8_is_refused_naming_the_offset() {
         assert_eq!(super::request_text(b"{}\n"), Ok("{}\n"));
         let e = super::request_text(b"{\"a\": \"\xff\"}").unwrap_err();
@@ -70,22 +102,7 @@ fn run_key(field: SpecField, r: &RunRequest) -> &'static str {
 
 /// `run`: one box from the parameters (`hull run`'s options by their snake_case names).
 fn run(rt: &Runtime, out: &Out, id: &Value, params: Value) -> Result<Value, Value> {
-    let mut params = if params.is_null() { json!({}) } else { params };
-    let stream = match params.as_object_mut().and_then(|m| m.remove("stream")) {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => b,
-        Some(v) => {
-            return Err(invalid(&hull_api::RequestError::new(
-                "stream",
-                format!("expected true or false, got {v}"),
-            )))
-        }
-    };
-    let req = RunRequest::from_json(&params).map_err(|e| invalid(&e))?;
-    let built = hull::boxspec::run_spec(&req).map_err(|error| {
-        let arg = run_key(SpecField::Root, &req);
-        error_json("invalid_argument", &Named { arg, error }, Some(arg))
-    })?;
+    let (req, built, stream) = run_spec(params)?;
     for w in &built.warnings {
         eprintln!("hull serve: warning: {w}");
     }
@@ -303,31 +320,13 @@ pub fn main(_args: &ServeArgs) -> i32 {
                 break;
             }
         }
-        let line = match request_text(&raw) {
-            Ok(l) => l,
-            Err(message) => {
-                out.send(&json!({ "id": null, "error": { "kind": "protocol", "message": message, "chain": [] } }));
+        let Request { id, method, params } = match parse_request(&raw) {
+            Ok(Some(r)) => r,
+            Ok(None) => continue,
+            Err(answer) => {
+                out.send(&answer);
                 continue;
             }
-        };
-        if line.trim().is_empty() {
-            continue;
-        }
-        let req: Value = match serde_json::from_str(line) {
-            Ok(v) => v,
-            Err(e) => {
-                out.send(&json!({ "id": null, "error": { "kind": "protocol", "message": format!("not a JSON object: {e}"), "chain": [] } }));
-                continue;
-            }
-        };
-        let id = req.get("id").cloned().unwrap_or(Value::Null);
-        let Some(method) = req
-            .get("method")
-            .and_then(Value::as_str)
-            .map(str::to_string)
-        else {
-            out.send(&json!({ "id": id, "error": { "kind": "protocol", "message": "a request needs a string `method`", "chain": [] } }));
-            continue;
         };
         if method == "shutdown" {
             for w in workers.drain(..) {
@@ -338,7 +337,6 @@ pub fn main(_args: &ServeArgs) -> i32 {
             out.flush();
             return 0;
         }
-        let params = req.get("params").cloned().unwrap_or(Value::Null);
         let (rt, out, sessions) = (Arc::clone(&rt), out.clone(), Arc::clone(&sessions));
         workers.push(std::thread::spawn(move || {
             handle(&rt, &sessions, &out, id, &method, params)
@@ -355,6 +353,59 @@ pub fn main(_args: &ServeArgs) -> i32 {
     sessions.destroy_all();
     out.flush();
     0
+}
+
+/// One request, as read from a line.
+#[derive(Debug)]
+pub struct Request {
+    /// Echoed in the answer (any JSON value; null when the line had none).
+    pub id: Value,
+    pub method: String,
+    /// Null when the line had none.
+    pub params: Value,
+}
+
+/// Parses one line as read from stdin (untrusted bytes): `Ok(None)` for a blank line, which is
+/// ignored; `Err` holds the whole answer to send (with the request's id when it could be read).
+pub fn parse_request(raw: &[u8]) -> Result<Option<Request>, Value> {
+    let protocol = |id: Value, message: String| json!({ "id": id, "error": { "kind": "protocol", "message": message, "chain": [] } });
+    let line = request_text(raw).map_err(|m| protocol(Value::Null, m))?;
+    if line.trim().is_empty() {
+        return Ok(None);
+    }
+    let req: Value = serde_json::from_str(line)
+        .map_err(|e| protocol(Value::Null, format!("not a JSON object: {e}")))?;
+    let id = req.get("id").cloned().unwrap_or(Value::Null);
+    let Some(method) = req.get("method").and_then(Value::as_str) else {
+        return Err(protocol(id, "a request needs a string `method`".into()));
+    };
+    Ok(Some(Request {
+        method: method.to_string(),
+        params: req.get("params").cloned().unwrap_or(Value::Null),
+        id,
+    }))
+}
+
+/// A `run` request's params as the request, the box spec they ask for (with the image's
+/// warnings), and whether output is streamed; `Err` is the error object to answer with.
+pub fn run_spec(params: Value) -> Result<(RunRequest, hull::boxspec::Built, bool), Value> {
+    let mut params = if params.is_null() { json!({}) } else { params };
+    let stream = match params.as_object_mut().and_then(|m| m.remove("stream")) {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => b,
+        Some(v) => {
+            return Err(invalid(&hull_api::RequestError::new(
+                "stream",
+                format!("expected true or false, got {v}"),
+            )))
+        }
+    };
+    let req = RunRequest::from_json(&params).map_err(|e| invalid(&e))?;
+    let built = hull::boxspec::run_spec(&req).map_err(|error| {
+        let arg = run_key(SpecField::Root, &req);
+        error_json("invalid_argument", &Named { arg, error }, Some(arg))
+    })?;
+    Ok((req, built, stream))
 }
 
 /// A request line as text: one that is not UTF-8 is refused (naming where), never guessed at.

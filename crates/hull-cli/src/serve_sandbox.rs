@@ -148,7 +148,7 @@ impl Sessions {
     }
 
     /// Answers one `sandbox.*` or `kernel.*` request.
-    pub fn handle(
+    pub(crate) fn handle(
         &self,
         rt: &Arc<Runtime>,
         out: &Out,

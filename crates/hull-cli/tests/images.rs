@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 fn busybox() -> Option<Vec<u8>> {
     let b = std::fs::read("/bin/busybox").ok();
     if b.is_none() {
-        eprintln!("SKIP: /bin/busybox (busybox-static) is not installed");
+        hull_testkit::skip("/bin/busybox (busybox-static) is not installed");
     }
     b
 }

@@ -143,13 +143,16 @@ fn exceptions_are_not_faults_and_timeouts_are() {
         r["stderr"].as_str().unwrap().contains("KeyError: 'boom'"),
         "{r}"
     );
-    let t0 = std::time::Instant::now();
     let r = c.ok(
         "sandbox.run_code",
         json!({"sandbox": sb, "code": "while True: pass"}),
     );
     assert_eq!(r["fault"]["type"], "timeout", "{r}");
-    assert!(t0.elapsed().as_secs_f64() < 6.0);
+    // The sandbox's own deadline (not the 30 s default) ended the endless cell.
+    assert!(
+        r["fault"]["reason"].as_str().unwrap().contains("1.500s"),
+        "{r}"
+    );
     let r = c.ok(
         "sandbox.run_code",
         json!({"sandbox": sb, "code": "echo $((2+3))", "language": "bash"}),
@@ -348,6 +351,8 @@ fn sandbox_mounts_and_workspace_refuse_credential_stores_and_start_up_files() {
 #[test]
 fn file_operations_never_follow_symlinks_or_block_on_fifos() {
     let mut c = Client::new();
+    // A file operation that opened the FIFO would wait for a writer forever.
+    let _guard = watchdog(&c, 60);
     let sb = c.create(json!({}));
     // The box plants a symlink to /etc/passwd (as seen by the host) and a FIFO.
     let r = c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["sh", "-c", "ln -s /etc/passwd link && mkdir d && ln -s /etc dirlink && mkfifo pipe"]}));
@@ -379,7 +384,6 @@ fn file_operations_never_follow_symlinks_or_block_on_fifos() {
         .unwrap_err();
     assert_eq!(e["kind"], "path_refused", "{e}");
     assert!(!std::path::Path::new("/etc/x").exists());
-    let t0 = std::time::Instant::now();
     let e = c
         .call("sandbox.read_file", json!({"sandbox": sb, "path": "pipe"}))
         .unwrap_err();
@@ -391,7 +395,6 @@ fn file_operations_never_follow_symlinks_or_block_on_fifos() {
         )
         .unwrap_err();
     assert_eq!(e["kind"], "path_refused", "{e}");
-    assert!(t0.elapsed().as_secs() < 2, "a FIFO made the server wait");
     for p in ["../x", "/etc/passwd", "d/../../x"] {
         let e = c
             .call("sandbox.read_file", json!({"sandbox": sb, "path": p}))
@@ -648,15 +651,15 @@ fn in_new_pid_namespace() -> Option<Vec<&'static str>> {
             Some(cmd)
         }
         Ok(o) => {
-            println!(
-                "SKIP: `{}` does not give a new pid namespace here: {}",
+            hull_testkit::skip(format!(
+                "`{}` does not give a new pid namespace here: {}",
                 cmd.join(" "),
                 String::from_utf8_lossy(&o.stderr).trim()
-            );
+            ));
             None
         }
         Err(e) => {
-            println!("SKIP: cannot run unshare(1): {e}");
+            hull_testkit::skip(format!("cannot run unshare(1): {e}"));
             None
         }
     }
@@ -814,10 +817,10 @@ fn listings_cap_their_path_bytes() {
 #[test]
 fn oversized_or_value_dense_frames_are_dropped_and_the_server_carries_on() {
     let mut c = Client::new();
+    let _guard = watchdog(&c, 120);
     let sb = c.create(json!({}));
     // One line past the 16 MiB frame cap, shaped as a forged `done` frame.
     let big = format!("{CHANNEL}chan().sendall(b'{{\"done\": true, \"results\": [{{\"text/plain\": \"' + b'x' * (17 << 20) + b'\"}}]}}\\n')\n1");
-    let t0 = std::time::Instant::now();
     let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": big}));
     assert!(
         r["warnings"].to_string().contains("over 16777216 bytes"),
@@ -825,7 +828,6 @@ fn oversized_or_value_dense_frames_are_dropped_and_the_server_carries_on() {
         &r.to_string()[..r.to_string().len().min(2000)]
     );
     assert!(r["results"].as_array().unwrap().is_empty());
-    assert!(t0.elapsed().as_secs() < 20);
     // Small on the wire, but a tree of 300k values on the host.
     let dense = format!("{CHANNEL}chan().sendall(b'{{\"done\": true, \"results\": [' + b'0,' * 300000 + b'0]}}\\n')\n1");
     let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": dense}));
@@ -923,7 +925,6 @@ fn a_stopped_kernel_times_out_and_close_and_destroy_do_not_wait_for_cells() {
     let r = c.ok("kernel.run_code", json!({"sandbox": sb, "kernel": k, "code": "import os, signal, threading, time\nthreading.Thread(target=lambda: (time.sleep(0.3), os.kill(os.getpid(), signal.SIGSTOP)), daemon=True).start()"}));
     assert_eq!(r["exit_code"], 0, "{r}");
     std::thread::sleep(std::time::Duration::from_millis(800));
-    let t0 = std::time::Instant::now();
     let r = c.ok(
         "kernel.run_code",
         json!({"sandbox": sb, "kernel": k, "code": format!("x = '{}'", "a".repeat(8 << 20))}),
@@ -934,27 +935,21 @@ fn a_stopped_kernel_times_out_and_close_and_destroy_do_not_wait_for_cells() {
         "{}",
         &r.to_string()[..r.to_string().len().min(2000)]
     );
-    assert!(t0.elapsed().as_secs_f64() < 8.0, "{:?}", t0.elapsed());
-    let t0 = std::time::Instant::now();
+    // Closing the stopped kernel does not wait for it (it would wait forever: the watchdog
+    // would end the test).
     c.ok("kernel.close", json!({"sandbox": sb, "kernel": k}));
-    assert!(t0.elapsed().as_secs_f64() < 3.0, "{:?}", t0.elapsed());
-    // A kernel busy in a long cell: close kills it at once instead of waiting for the cell.
-    let sb2 = c.create(json!({"timeout_s": 30}));
+    // A kernel busy in a cell that would outlast the watchdog (an hour, under a 10-minute
+    // deadline): close kills it at once instead of waiting for the cell or its deadline.
+    let sb2 = c.create(json!({"timeout_s": 600}));
     for _ in 0..2 {
         let k2 = c.ok("kernel.start", json!({"sandbox": sb2}))["kernel"]
             .as_str()
             .unwrap()
             .to_string();
         c.next += 1;
-        writeln!(c.stdin, "{}", json!({"id": c.next, "method": "kernel.run_code", "params": {"sandbox": sb2, "kernel": k2, "code": "import time\ntime.sleep(25)"}})).unwrap();
+        writeln!(c.stdin, "{}", json!({"id": c.next, "method": "kernel.run_code", "params": {"sandbox": sb2, "kernel": k2, "code": "import time\ntime.sleep(3600)"}})).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(500));
-        let t0 = std::time::Instant::now();
         c.ok("kernel.close", json!({"sandbox": sb2, "kernel": k2}));
-        assert!(
-            t0.elapsed().as_secs_f64() < 3.0,
-            "kernel.close waited {:?}",
-            t0.elapsed()
-        );
     }
     // Destroy kills a kernel in the middle of a cell, too.
     let k3 = c.ok("kernel.start", json!({"sandbox": sb2}))["kernel"]
@@ -962,18 +957,13 @@ fn a_stopped_kernel_times_out_and_close_and_destroy_do_not_wait_for_cells() {
         .unwrap()
         .to_string();
     c.next += 1;
-    writeln!(c.stdin, "{}", json!({"id": c.next, "method": "kernel.run_code", "params": {"sandbox": sb2, "kernel": k3, "code": "import time\ntime.sleep(25)"}})).unwrap();
+    writeln!(c.stdin, "{}", json!({"id": c.next, "method": "kernel.run_code", "params": {"sandbox": sb2, "kernel": k3, "code": "import time\ntime.sleep(3600)"}})).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(500));
-    let t0 = std::time::Instant::now();
     c.ok("sandbox.destroy", json!({"sandbox": sb2}));
     c.ok("sandbox.destroy", json!({"sandbox": sb}));
-    assert!(
-        t0.elapsed().as_secs_f64() < 3.0,
-        "destroy waited {:?}",
-        t0.elapsed()
-    );
+    // Give the reaping a moment (a hang guard: the assertions below are about what is left).
     let t0 = std::time::Instant::now();
-    while (!children(c.child.id()).is_empty() || session.exists()) && t0.elapsed().as_secs() < 3 {
+    while (!children(c.child.id()).is_empty() || session.exists()) && t0.elapsed().as_secs() < 10 {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     assert!(
@@ -1050,13 +1040,13 @@ fn snapshots_refuse_huge_sparse_files_and_never_follow_a_planted_partial_file() 
         .unwrap()
         .file_type()
         .is_symlink());
-    // A 20 GiB sparse file costs the box nothing; the snapshot is refused at once, naming it.
+    // A 1 TiB sparse file costs the box nothing; the snapshot is refused without reading it
+    // (reading it would take far longer than the watchdog allows), naming it.
     let r = c.ok(
         "sandbox.run",
-        json!({"sandbox": sb, "argv": ["sh", "-c", "truncate -s 20G big"]}),
+        json!({"sandbox": sb, "argv": ["sh", "-c", "truncate -s 1T big"]}),
     );
     assert_eq!(r["exit_code"], 0, "{r}");
-    let t0 = std::time::Instant::now();
     let dest = host.path().join("s.tar.gz");
     let e = c
         .call("sandbox.snapshot", json!({"sandbox": sb, "dest": dest}))
@@ -1065,10 +1055,9 @@ fn snapshots_refuse_huge_sparse_files_and_never_follow_a_planted_partial_file() 
         e["message"]
             .as_str()
             .unwrap()
-            .contains("/workspace/big (21474836480 bytes)"),
+            .contains("/workspace/big (1099511627776 bytes)"),
         "{e}"
     );
-    assert!(t0.elapsed().as_secs() < 5, "{:?}", t0.elapsed());
     assert_eq!(
         std::fs::read_dir(host.path()).unwrap().count(),
         0,
@@ -1197,9 +1186,9 @@ fn site_code_runs_after_the_runner_connects_and_cells_see_python_c_paths() {
         "{want}"
     );
     assert_eq!(r["results"][0]["text/plain"], "1", "{r}");
-    // A sitecustomize that never returns holds a cell to its deadline, not kernel.start for 24 h.
+    // A sitecustomize that never returns holds a cell to its deadline, not kernel.start for 24 h
+    // (which the watchdog would end).
     c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["sh", "-c", "echo 'import time; time.sleep(3600)' > /deps/sitecustomize.py"]}));
-    let t0 = std::time::Instant::now();
     let k = c.ok("kernel.start", json!({"sandbox": sb}))["kernel"]
         .as_str()
         .unwrap()
@@ -1211,7 +1200,6 @@ fn site_code_runs_after_the_runner_connects_and_cells_see_python_c_paths() {
     assert_eq!(r["fault"]["type"], "timeout", "{r}");
     let r = c.ok("sandbox.run_code", json!({"sandbox": sb, "code": "1"}));
     assert_eq!(r["fault"]["type"], "timeout", "{r}");
-    assert!(t0.elapsed().as_secs() < 15, "{:?}", t0.elapsed());
     let _ = done.send(());
 }
 

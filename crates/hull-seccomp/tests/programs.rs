@@ -201,7 +201,10 @@ fn python3_runs_with_threads_and_multiprocessing() {
         "python3: {exit:?}\n{output}"
     );
     if output.contains("SKIP science stack") {
-        eprintln!("SKIP: numpy/pandas/matplotlib not installed for {python}");
+        hull_testkit::skip_part(
+            "science-stack",
+            format!("numpy/pandas/matplotlib not installed for {python}"),
+        );
     }
 }
 

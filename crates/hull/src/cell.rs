@@ -144,6 +144,57 @@ fn json_values(text: &[u8]) -> usize {
     n
 }
 
+/// One frame of the runner's channel, decoded.
+#[derive(Debug, PartialEq)]
+pub enum Frame {
+    /// Output the cell wrote (kernel mode), base64-decoded.
+    Output(Stream, Vec<u8>),
+    /// The cell ended: its exit code (1 when the frame has none that fits) and mime bundles.
+    Done { exit_code: i32, results: Vec<Value> },
+    /// A frame that is neither: ignored.
+    Other,
+}
+
+/// Decodes one frame (a line of the channel, `\n` included or not). Code in the cell can write
+/// to the channel, so the bytes are untrusted: `Err` says why the channel is broken (the caller
+/// kills the box and reports it as a warning).
+pub fn decode_frame(line: &[u8]) -> Result<Frame, String> {
+    if json_values(line) > MAX_FRAME_VALUES {
+        return Err(format!("the runner sent a frame of more than {MAX_FRAME_VALUES} JSON values; rich results were dropped and the box killed"));
+    }
+    let frame: Value = serde_json::from_slice(line).map_err(|e| format!("the runner's channel carried a malformed frame ({e}); rich results were dropped and the box killed"))?;
+    let Value::Object(mut frame) = frame else {
+        return Err("the runner's channel carried a frame that is not an object; rich results were dropped and the box killed".into());
+    };
+    if let Some(s) = frame.get("stream").and_then(Value::as_str) {
+        let data = base64::engine::general_purpose::STANDARD
+            .decode(frame.get("data").and_then(Value::as_str).unwrap_or(""))
+            .map_err(|_| {
+                "the runner's channel carried output that is not base64; the box was killed"
+                    .to_string()
+            })?;
+        let stream = if s == "stderr" {
+            Stream::Stderr
+        } else {
+            Stream::Stdout
+        };
+        Ok(Frame::Output(stream, data))
+    } else if frame.get("done").is_some() {
+        let exit_code = frame
+            .get("exit_code")
+            .and_then(Value::as_i64)
+            .and_then(|c| i32::try_from(c).ok())
+            .unwrap_or(1);
+        let results = match frame.remove("results") {
+            Some(Value::Array(a)) => a,
+            _ => Vec::new(),
+        };
+        Ok(Frame::Done { exit_code, results })
+    } else {
+        Ok(Frame::Other)
+    }
+}
+
 /// What one cell produced.
 pub struct CellOutcome {
     pub run: RunResult,
@@ -333,43 +384,16 @@ impl RunnerBox {
                 Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted) => continue,
                 Err(_) => return Ok(FrameEnd::Eof),
             }
-            if json_values(&line) > MAX_FRAME_VALUES {
-                return Ok(FrameEnd::Broken(format!("the runner sent a frame of more than {MAX_FRAME_VALUES} JSON values; rich results were dropped and the box killed")));
-            }
-            let frame: Value = match serde_json::from_slice(&line) {
-                Ok(v) => v,
-                Err(e) => return Ok(FrameEnd::Broken(format!("the runner's channel carried a malformed frame ({e}); rich results were dropped and the box killed"))),
-            };
+            let frame = decode_frame(&line);
             line.clear();
             line.shrink_to(64 << 10);
-            let Value::Object(mut frame) = frame else {
-                return Ok(FrameEnd::Broken("the runner's channel carried a frame that is not an object; rich results were dropped and the box killed".into()));
-            };
-            if let Some(s) = frame.get("stream").and_then(Value::as_str) {
-                let Ok(data) = base64::engine::general_purpose::STANDARD
-                    .decode(frame.get("data").and_then(Value::as_str).unwrap_or(""))
-                else {
-                    return Ok(FrameEnd::Broken("the runner's channel carried output that is not base64; the box was killed".into()));
-                };
-                on_stream(
-                    if s == "stderr" {
-                        Stream::Stderr
-                    } else {
-                        Stream::Stdout
-                    },
-                    &data,
-                );
-            } else if frame.get("done").is_some() {
-                let exit_code = frame
-                    .get("exit_code")
-                    .and_then(Value::as_i64)
-                    .and_then(|c| i32::try_from(c).ok())
-                    .unwrap_or(1);
-                let results = match frame.remove("results") {
-                    Some(Value::Array(a)) => a,
-                    _ => Vec::new(),
-                };
-                return Ok(FrameEnd::Done { exit_code, results });
+            match frame {
+                Ok(Frame::Output(stream, data)) => on_stream(stream, &data),
+                Ok(Frame::Done { exit_code, results }) => {
+                    return Ok(FrameEnd::Done { exit_code, results })
+                }
+                Ok(Frame::Other) => {}
+                Err(why) => return Ok(FrameEnd::Broken(why)),
             }
         }
     }
@@ -546,5 +570,48 @@ impl Drop for RunnerBox {
             let _ = t.join();
         }
         let _ = self.pidfd.as_fd();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{decode_frame, Frame, MAX_FRAME_VALUES};
+    use hull_box::Stream;
+    use serde_json::json;
+
+    #[test]
+    fn frames_decode_to_output_done_or_other() {
+        assert_eq!(
+            decode_frame(b"{\"stream\": \"stderr\", \"data\": \"aGk=\"}\n"),
+            Ok(Frame::Output(Stream::Stderr, b"hi".to_vec()))
+        );
+        assert_eq!(
+            decode_frame(
+                b"{\"done\": true, \"exit_code\": 3, \"results\": [{\"text/plain\": \"1\"}]}"
+            ),
+            Ok(Frame::Done {
+                exit_code: 3,
+                results: vec![json!({"text/plain": "1"})]
+            })
+        );
+        // An exit code that does not fit is 1, results that are not a list are none.
+        assert_eq!(
+            decode_frame(b"{\"done\": 1, \"exit_code\": 99999999999, \"results\": 5}"),
+            Ok(Frame::Done {
+                exit_code: 1,
+                results: vec![]
+            })
+        );
+        assert_eq!(decode_frame(b"{\"hello\": 1}"), Ok(Frame::Other));
+    }
+
+    #[test]
+    fn broken_frames_say_why() {
+        let broken = |b: &[u8]| decode_frame(b).unwrap_err();
+        assert!(broken(b"garbage\n").contains("malformed frame"));
+        assert!(broken(b"[1, 2]").contains("not an object"));
+        assert!(broken(b"{\"stream\": \"stdout\", \"data\": \"!!\"}").contains("not base64"));
+        let dense = format!("[{}0]", "0,".repeat(MAX_FRAME_VALUES));
+        assert!(broken(dense.as_bytes()).contains("JSON values"));
     }
 }

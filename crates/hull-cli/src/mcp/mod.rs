@@ -7,7 +7,7 @@
 //! `HULL_MCP_*` variables), `tools` (schemas, calls, results for a model), `sanitize` (escape
 //! stripping, label neutralising, output caps).
 
-mod jsonrpc;
+pub mod jsonrpc;
 mod sanitize;
 mod settings;
 mod tools;

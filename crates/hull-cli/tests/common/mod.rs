@@ -65,14 +65,14 @@ pub fn cap_enforced(controller: &str) -> bool {
                 c["detail"],
                 c["fix"]
             );
-            eprintln!(
-                "SKIP: {name} not enforced here: {} (fix: {})",
+            hull_testkit::skip(format!(
+                "{name} not enforced here: {} (fix: {})",
                 c["detail"], c["fix"]
-            );
+            ));
             false
         }
         None => {
-            eprintln!("SKIP: hull doctor did not report {name}: {v}");
+            hull_testkit::skip(format!("hull doctor did not report {name}: {v}"));
             false
         }
     }

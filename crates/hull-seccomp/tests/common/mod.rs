@@ -121,7 +121,15 @@ pub fn errno() -> i32 {
 /// Prints why a test is skipped and returns false when `ok` is false.
 pub fn require(ok: bool, what: &str) -> bool {
     if !ok {
-        eprintln!("SKIP: {what}");
+        hull_testkit::skip(what);
+    }
+    ok
+}
+
+/// Prints why `part` of a test is skipped and returns false when `ok` is false.
+pub fn require_part(ok: bool, part: &str, what: &str) -> bool {
+    if !ok {
+        hull_testkit::skip_part(part, what);
     }
     ok
 }

@@ -1,0 +1,26 @@
+//! The `hull` command's modules, as a library: the binary (`main.rs`) is only its argument
+//! parser and dispatch. A library so that the parsers of untrusted input these modules own
+//! (`hull serve`'s request lines, `hull mcp`'s JSON-RPC, durations) can be reached by the fuzz
+//! targets in `fuzz/`, which link them as they are.
+
+pub mod bench;
+pub mod bench_sdk;
+pub mod bench_sdk_output;
+pub mod doctor;
+pub mod image_bench;
+pub mod images;
+pub mod mcp;
+pub mod pull;
+pub mod run;
+pub mod serve;
+pub mod serve_sandbox;
+
+/// Prints an error with its cause chain, once, at the edge.
+pub fn print_error(err: &(dyn std::error::Error + 'static)) {
+    eprintln!("hull: error: {err}");
+    let mut src = err.source();
+    while let Some(s) = src {
+        eprintln!("  caused by: {s}");
+        src = s.source();
+    }
+}

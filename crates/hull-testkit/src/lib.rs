@@ -1,0 +1,94 @@
+//! What hull's tests share across crates: a skip that shows.
+//!
+//! A test that cannot run here (a kernel feature, a tool or a privilege is missing) calls
+//! [`skip`] and returns; one that runs only in part calls [`skip_part`] for the part it leaves
+//! out. libtest has no "skipped" state, so such a test still counts as passed. What keeps the
+//! skip from passing silently:
+//!
+//! - a `SKIP: <binary>::<test>: <reason>` line written straight to stderr, which libtest's
+//!   output capture does not hold back, so it shows in every run;
+//! - a record appended to the file named by `HULL_SKIP_LOG`, when set: `scripts/test.sh` sets
+//!   it, lists every skip in its summary and fails on any that `scripts/expected-skips` does not
+//!   expect on CI's machines.
+
+use std::fmt::Display;
+use std::io::Write;
+
+/// The whole test did not run here; `reason` says why (and, where it helps, the fix).
+pub fn skip(reason: impl Display) {
+    record(&test_id(), &reason.to_string());
+}
+
+/// `part` of the test did not run here (the rest did); `reason` says why.
+pub fn skip_part(part: &str, reason: impl Display) {
+    record(&format!("{}#{part}", test_id()), &reason.to_string());
+}
+
+/// Who ran the tests, as the expected-skips list names it: `root` or `rootless`.
+pub fn runner() -> &'static str {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        "root"
+    } else {
+        "rootless"
+    }
+}
+
+fn record(id: &str, reason: &str) {
+    let reason = reason.replace(['\t', '\n'], " ");
+    // Straight to the stream: libtest captures `eprintln!`, not writes to stderr itself.
+    let _ = writeln!(std::io::stderr(), "SKIP: {id}: {reason}");
+    if let Some(path) = std::env::var_os("HULL_SKIP_LOG") {
+        // One write of one line to a file opened for appending: records of tests running at
+        // once (threads, or the root and rootless passes) do not interleave.
+        let line = format!("{}\t{id}\t{reason}\n", runner());
+        let written = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+        if let Err(e) = written {
+            panic!("cannot record the skip in HULL_SKIP_LOG {path:?}: {e}");
+        }
+    }
+}
+
+/// `<binary>::<test>`: the test binary's name without cargo's hash suffix, and libtest's name
+/// for the running test (it names each test's thread after the test).
+fn test_id() -> String {
+    let exe = std::env::current_exe().ok();
+    let stem = exe
+        .as_deref()
+        .and_then(|p| p.file_stem())
+        .map_or_else(|| "?".to_string(), |s| s.to_string_lossy().into_owned());
+    let binary = match stem.rsplit_once('-') {
+        Some((name, hash)) if hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            name.to_string()
+        }
+        _ => stem,
+    };
+    let thread = std::thread::current();
+    format!("{binary}::{}", thread.name().unwrap_or("?"))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_skip_is_recorded_with_its_test_and_runner() {
+        let dir = std::env::temp_dir().join(format!("hull-testkit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("skips.tsv");
+        std::env::set_var("HULL_SKIP_LOG", &log);
+        super::skip("no\tsuch\nfeature");
+        super::skip_part("half", "root only");
+        std::env::remove_var("HULL_SKIP_LOG");
+        let text = std::fs::read_to_string(&log).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let who = super::runner();
+        let id = "hull_testkit::tests::a_skip_is_recorded_with_its_test_and_runner";
+        assert_eq!(
+            text,
+            format!("{who}\t{id}\tno such feature\n{who}\t{id}#half\troot only\n")
+        );
+    }
+}
