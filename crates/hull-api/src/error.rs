@@ -26,6 +26,7 @@ impl RequestError {
 }
 
 /// An error and its causes on one line, `top: cause: cause`.
+#[derive(Debug, Clone, Copy)]
 pub struct Chain<'a>(pub &'a (dyn Error + 'static));
 
 impl fmt::Display for Chain<'_> {

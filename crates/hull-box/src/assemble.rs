@@ -51,6 +51,7 @@ pub const HOST_ETC: &[&str] = &[
 const OWN_TOP: &[&str] = &["proc", "sys", "dev", "tmp", "workspace"];
 
 /// What the plan needs from the caller's side.
+#[derive(Debug)]
 pub struct Context<'a> {
     pub uid: u32,
     pub gid: u32,

@@ -51,6 +51,24 @@ pub(crate) struct Engine {
     pub(crate) ending: Ending,
 }
 
+/// What a runtime is, for `{:?}`: the host it found and what it turned on. The warm pools
+/// (templates, spares, ready boxes) hold processes and descriptors; only whether each is on is
+/// shown.
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("cgroups", &self.cgroups)
+            .field("cgroup_error", &self.cgroup_error)
+            .field("filter", &self.filter)
+            .field("listener", &self.listener)
+            .field("rules", &self.rules)
+            .field("templates", &self.templates.is_some())
+            .field("spares", &self.spares.is_some())
+            .field("ready", &self.ready.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
 /// A box ready to launch: the plan its first process runs, and what it holds on the host.
 struct Prepared {
     plan: BoxPlan,

@@ -870,11 +870,15 @@ impl fmt::Display for BoxPlan {
 }
 
 /// Type-state markers for [`PlanBuilder`].
+#[derive(Debug)]
 pub struct Skeleton;
+#[derive(Debug)]
 pub struct Writable;
+#[derive(Debug)]
 pub struct Process;
 
 /// Builds a [`BoxPlan`] in the only order that is safe.
+#[derive(Debug)]
 pub struct PlanBuilder<S> {
     steps: Vec<Step>,
     clone_flags: libc::c_int,

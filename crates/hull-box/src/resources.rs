@@ -51,6 +51,7 @@ fn workspace_is_full(path: &std::path::Path) -> bool {
 
 /// What is left of a box once its result is known: its exiting pid 1, its cgroup and its
 /// temporary workspace. [`Teardown::finish`] (or dropping it) reaps and removes them.
+#[derive(Debug)]
 pub struct Teardown {
     pid: Option<libc::pid_t>,
     cgroup: CgroupGuard,
@@ -116,6 +117,7 @@ impl Drop for Teardown {
 }
 
 /// Removes the box's cgroup when dropped.
+#[derive(Debug)]
 pub(crate) struct CgroupGuard(pub(crate) Option<hull_cgroup::BoxCgroup>);
 
 impl CgroupGuard {
@@ -140,6 +142,7 @@ impl Drop for CgroupGuard {
 }
 
 /// The box's /workspace on the host; a temporary one is deleted when dropped.
+#[derive(Debug)]
 pub(crate) struct Workspace {
     pub(crate) path: PathBuf,
     temporary: bool,

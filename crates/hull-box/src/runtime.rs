@@ -42,6 +42,7 @@ pub struct WarmStats {
 
 /// Process-wide state: the detected cgroup layout and the compiled seccomp filter. Create once,
 /// run many boxes (concurrently from several threads, too).
+#[derive(Debug)]
 pub struct Runtime {
     engine: Arc<Engine>,
 }

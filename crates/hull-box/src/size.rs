@@ -4,6 +4,7 @@
 use std::fmt;
 
 /// Formats bytes for people: `64 MiB`, `1.5 GiB`, `512 B`.
+#[derive(Debug, Clone, Copy)]
 pub struct Human(pub u64);
 
 impl fmt::Display for Human {

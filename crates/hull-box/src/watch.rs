@@ -29,6 +29,7 @@ pub trait OutputSink {
 }
 
 /// A sink that drops everything (when only the captured result matters).
+#[derive(Debug, Clone, Copy, Default)]
 pub struct NoSink;
 
 impl OutputSink for NoSink {

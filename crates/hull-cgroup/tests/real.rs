@@ -155,8 +155,10 @@ fn memory_cap_oom_kills_the_box() {
             return 2;
         }
         for off in (0..LEN).step_by(4096) {
-            // SAFETY: `off` is inside the LEN-byte mapping made above.
-            unsafe { std::ptr::write_volatile(p.cast::<u8>().add(off), 1) };
+            // SAFETY: `off` < LEN, so the byte is inside the LEN-byte mapping made above.
+            let byte = unsafe { p.cast::<u8>().add(off) };
+            // SAFETY: `byte` is inside that writable mapping, which nothing else uses.
+            unsafe { std::ptr::write_volatile(byte, 1) };
         }
         0
     });

@@ -134,8 +134,10 @@ pub fn main(args: &DoctorArgs) -> i32 {
     let newuidmap = ["/usr/bin/newuidmap", "/bin/newuidmap"]
         .iter()
         .any(|p| std::path::Path::new(p).exists());
-    // SAFETY: geteuid and getegid have no preconditions.
-    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    // SAFETY: getegid has no preconditions and cannot fail.
+    let gid = unsafe { libc::getegid() };
     let (subids_ok, subids_detail, subids_fix) = match (newuidmap, hull_box::subids::lookup(uid, gid)) {
         (true, Ok((u, g))) => (true, format!("--subids maps ids 1-{} to {}.. (uids) and 1-{} to {}.. (gids) through newuidmap/newgidmap", u.count, u.start, g.count, g.start), None),
         (true, Err(e)) => (false, format!("newuidmap present, but {}", hull_api::Chain(&e)), Some("add ranges for this user to /etc/subuid and /etc/subgid (optional: needed only for --subids)")),

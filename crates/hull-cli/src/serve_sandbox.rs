@@ -35,7 +35,7 @@ pub const METHODS: &[&str] = &[
 const READ_WHOLE_MAX: u64 = 256 << 20;
 
 /// The live sandboxes of this server process.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct Sessions {
     map: Mutex<HashMap<String, Arc<Sandbox>>>,
     next: std::sync::atomic::AtomicU64,

@@ -188,9 +188,32 @@ pub struct TokenAnswer {
     pub access_token: Option<String>,
 }
 
+/// Says which tokens came, never what they are: a token is a credential.
+impl std::fmt::Debug for TokenAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hidden = |t: &Option<String>| t.as_ref().map(|_| "<hidden>");
+        f.debug_struct("TokenAnswer")
+            .field("token", &hidden(&self.token))
+            .field("access_token", &hidden(&self.access_token))
+            .finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debug_output_hides_tokens() {
+        let answer = TokenAnswer {
+            token: Some("tok-secret".into()),
+            access_token: None,
+        };
+        let shown = format!("{answer:?}");
+        assert!(!shown.contains("tok-secret"), "{shown}");
+        assert!(shown.contains("token: Some(\"<hidden>\")"), "{shown}");
+        assert!(shown.contains("access_token: None"), "{shown}");
+    }
 
     #[test]
     fn challenges_parse() {

@@ -185,6 +185,7 @@ pub fn hex(bytes: &[u8]) -> String {
 }
 
 /// A writer that hashes what passes through it.
+#[derive(Debug)]
 pub struct HashingWriter<W> {
     inner: W,
     hash: Sha256,

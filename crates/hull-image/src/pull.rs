@@ -62,6 +62,7 @@ pub trait PullProgress: Sync {
 }
 
 /// No progress output.
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Quiet;
 impl PullProgress for Quiet {}
 

@@ -94,6 +94,21 @@ pub struct Client {
     authorization: Mutex<Option<String>>,
 }
 
+/// Shows where the client pulls from and as whom, never a secret: the credentials print
+/// their user name only, and of the `Authorization` value that worked only whether there is one.
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let authorized = self.authorization.lock().is_ok_and(|a| a.is_some());
+        f.debug_struct("Client")
+            .field("base", &self.base)
+            .field("opts", &self.opts)
+            .field("credentials", &self.credentials)
+            .field("credential_files", &self.credential_files)
+            .field("authorized", &authorized)
+            .finish_non_exhaustive()
+    }
+}
+
 /// The manifest accept list: OCI and Docker v2, single and multi-platform.
 const ACCEPT: &str = "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.docker.distribution.manifest.v2+json";
 
@@ -460,6 +475,28 @@ pub fn is_index_type(media_type: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debug_output_hides_credentials_and_tokens() {
+        let reference = Reference::parse("registry.example/team/app:1").unwrap();
+        let credentials = Credentials {
+            username: "alice".into(),
+            password: "pw-secret".into(),
+        };
+        let client = Client::new(
+            &reference,
+            ClientOptions::default(),
+            Some(credentials),
+            "auth.json".into(),
+        );
+        *client.authorization.lock().unwrap() = Some("Bearer tok-secret".into());
+        let shown = format!("{client:?}");
+        assert!(!shown.contains("pw-secret"), "{shown}");
+        assert!(!shown.contains("tok-secret"), "{shown}");
+        assert!(shown.contains("alice"), "{shown}");
+        assert!(shown.contains("authorized: true"), "{shown}");
+        assert!(shown.contains("registry.example"), "{shown}");
+    }
 
     #[test]
     fn url_encoding_of_scopes() {

@@ -129,6 +129,7 @@ fn ref_file(name: &str) -> String {
     )
 }
 
+#[derive(Debug)]
 pub struct Store {
     pub(crate) dir: PathBuf,
 }

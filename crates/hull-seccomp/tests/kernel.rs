@@ -250,13 +250,13 @@ fn ordinary_work_still_succeeds() {
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
             return 1;
         }
-        // SAFETY: write/read move 5 bytes between live buffers and our own pipe.
-        let moved = unsafe {
-            libc::write(fds[1], b"hello".as_ptr().cast(), 5) == 5 && {
-                let mut buf = [0u8; 5];
-                libc::read(fds[0], buf.as_mut_ptr().cast(), 5) == 5 && &buf == b"hello"
-            }
-        };
+        // SAFETY: writes 5 bytes of a static buffer into our own pipe.
+        let wrote = unsafe { libc::write(fds[1], b"hello".as_ptr().cast(), 5) } == 5;
+        let mut buf = [0u8; 5];
+        let moved = wrote
+            // SAFETY: reads at most 5 bytes from our own pipe into a live 5-byte local.
+            && unsafe { libc::read(fds[0], buf.as_mut_ptr().cast(), 5) } == 5
+            && &buf == b"hello";
         if !moved {
             return 2;
         }
@@ -264,21 +264,24 @@ fn ordinary_work_still_succeeds() {
         if unsafe { libc::getpid() } <= 0 {
             return 3;
         }
-        // SAFETY: a fresh private anonymous mapping, written and unmapped within this block.
-        let mapped = unsafe {
-            let len = 1 << 20;
-            let p = libc::mmap(
+        let len = 1 << 20;
+        // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
+        let p = unsafe {
+            libc::mmap(
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                 -1,
                 0,
-            );
-            p != libc::MAP_FAILED && {
-                p.cast::<u8>().write_bytes(0xab, len);
-                libc::munmap(p, len) == 0
-            }
+            )
+        };
+        let mapped = p != libc::MAP_FAILED && {
+            // SAFETY: `p` is the start of the writable `len`-byte mapping just made.
+            unsafe { p.cast::<u8>().write_bytes(0xab, len) };
+            // SAFETY: unmaps that mapping, which nothing refers to any more.
+            let unmapped = unsafe { libc::munmap(p, len) };
+            unmapped == 0
         };
         if !mapped {
             return 4;
@@ -518,86 +521,109 @@ fn setid_modes_are_refused_and_no_setid_file_appears() {
 
     let program = default_program(KillMode::KillProcess);
     let exit = run_filtered(&program, || {
-        // SAFETY: each call gets NUL-terminated paths prepared before fork, integer modes and
-        // flags, or an fd this closure opened; nothing else is touched.
-        unsafe {
-            let fd = libc::open(f.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
-            if fd < 0 {
-                return 1;
-            }
-            // fchmod: setuid, setgid, both, and setuid hidden behind high bits the kernel
-            // drops (mode is a 16-bit umode_t there).
-            for mode in [0o4755u64, 0o2755, 0o6755, (1 << 32) | 0o4755] {
-                let r = libc::syscall(libc::SYS_fchmod, fd, mode);
-                if !failed_with(r, libc::EPERM) {
-                    return 2;
-                }
-            }
-            // Ordinary modes and the sticky bit still work.
-            for mode in [0o700, 0o1755, 0o755] {
-                if libc::fchmod(fd, mode) != 0 {
-                    return 3;
-                }
-            }
-            let r = libc::syscall(libc::SYS_fchmodat, libc::AT_FDCWD, f.as_ptr(), 0o4755);
+        // Every call below gets NUL-terminated paths prepared before fork (alive for the
+        // closure), integer modes and flags, or an fd this closure opened; nothing else.
+        // SAFETY: `f` is a NUL-terminated path made before fork.
+        let fd = unsafe { libc::open(f.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return 1;
+        }
+        // fchmod: setuid, setgid, both, and setuid hidden behind high bits the kernel
+        // drops (mode is a 16-bit umode_t there).
+        for mode in [0o4755u64, 0o2755, 0o6755, (1 << 32) | 0o4755] {
+            // SAFETY: integer arguments only; `fd` is ours.
+            let r = unsafe { libc::syscall(libc::SYS_fchmod, fd, mode) };
             if !failed_with(r, libc::EPERM) {
-                return 4;
+                return 2;
             }
-            if libc::syscall(libc::SYS_fchmodat, libc::AT_FDCWD, f.as_ptr(), 0o750) != 0 {
-                return 5;
+        }
+        // Ordinary modes and the sticky bit still work.
+        for mode in [0o700, 0o1755, 0o755] {
+            // SAFETY: integer arguments only; `fd` is ours.
+            if unsafe { libc::fchmod(fd, mode) } != 0 {
+                return 3;
             }
-            // Creating with a setid mode; the mode is read only with O_CREAT or O_TMPFILE.
-            let r = libc::openat(libc::AT_FDCWD, at_new.as_ptr(), creat_flags, 0o4755);
-            if !int_failed_with(r, libc::EPERM) {
-                return 6;
-            }
-            let r = libc::openat(
+        }
+        // SAFETY: `f` is a NUL-terminated path made before fork.
+        let r = unsafe { libc::syscall(libc::SYS_fchmodat, libc::AT_FDCWD, f.as_ptr(), 0o4755) };
+        if !failed_with(r, libc::EPERM) {
+            return 4;
+        }
+        // SAFETY: as above.
+        if unsafe { libc::syscall(libc::SYS_fchmodat, libc::AT_FDCWD, f.as_ptr(), 0o750) } != 0 {
+            return 5;
+        }
+        // Creating with a setid mode; the mode is read only with O_CREAT or O_TMPFILE.
+        // SAFETY: `at_new` is a NUL-terminated path made before fork.
+        let r = unsafe { libc::openat(libc::AT_FDCWD, at_new.as_ptr(), creat_flags, 0o4755) };
+        if !int_failed_with(r, libc::EPERM) {
+            return 6;
+        }
+        // SAFETY: `d` is a NUL-terminated path made before fork.
+        let r = unsafe {
+            libc::openat(
                 libc::AT_FDCWD,
                 d.as_ptr(),
                 libc::O_TMPFILE | libc::O_WRONLY,
                 0o2755,
-            );
-            if !int_failed_with(r, libc::EPERM) {
-                return 7;
-            }
-            let r = libc::openat(libc::AT_FDCWD, f.as_ptr(), libc::O_RDONLY, 0o6755);
-            if r < 0 || libc::close(r) != 0 {
-                return 8; // without O_CREAT the mode is ignored, so it must not matter
-            }
-            let r = libc::openat(libc::AT_FDCWD, plain_new.as_ptr(), creat_flags, 0o755);
-            if r < 0 || libc::close(r) != 0 {
-                return 9;
-            }
-            let r = libc::mknodat(
+            )
+        };
+        if !int_failed_with(r, libc::EPERM) {
+            return 7;
+        }
+        // SAFETY: `f` is a NUL-terminated path made before fork.
+        let r = unsafe { libc::openat(libc::AT_FDCWD, f.as_ptr(), libc::O_RDONLY, 0o6755) };
+        // SAFETY: closes `r`, which this closure just opened (when `r` >= 0).
+        if r < 0 || unsafe { libc::close(r) } != 0 {
+            return 8; // without O_CREAT the mode is ignored, so it must not matter
+        }
+        // SAFETY: `plain_new` is a NUL-terminated path made before fork.
+        let r = unsafe { libc::openat(libc::AT_FDCWD, plain_new.as_ptr(), creat_flags, 0o755) };
+        // SAFETY: closes `r`, which this closure just opened (when `r` >= 0).
+        if r < 0 || unsafe { libc::close(r) } != 0 {
+            return 9;
+        }
+        // SAFETY: `mknodat_new` is a NUL-terminated path made before fork.
+        let r = unsafe {
+            libc::mknodat(
                 libc::AT_FDCWD,
                 mknodat_new.as_ptr(),
                 libc::S_IFREG | 0o2755,
                 0,
-            );
-            if !int_failed_with(r, libc::EPERM) {
-                return 10;
-            }
-            #[cfg(target_arch = "x86_64")]
-            {
-                let legacy = [
-                    libc::syscall(libc::SYS_chmod, f.as_ptr(), 0o4755),
-                    libc::syscall(libc::SYS_fchmodat2, libc::AT_FDCWD, f.as_ptr(), 0o2755, 0),
-                    libc::syscall(libc::SYS_open, open_new.as_ptr(), creat_flags, 0o4755),
-                    libc::syscall(libc::SYS_creat, creat_new.as_ptr(), 0o6755),
+            )
+        };
+        if !int_failed_with(r, libc::EPERM) {
+            return 10;
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            let legacy = [
+                // SAFETY: `f` is a NUL-terminated path made before fork.
+                unsafe { libc::syscall(libc::SYS_chmod, f.as_ptr(), 0o4755) },
+                // SAFETY: as above.
+                unsafe {
+                    libc::syscall(libc::SYS_fchmodat2, libc::AT_FDCWD, f.as_ptr(), 0o2755, 0)
+                },
+                // SAFETY: `open_new` is a NUL-terminated path made before fork.
+                unsafe { libc::syscall(libc::SYS_open, open_new.as_ptr(), creat_flags, 0o4755) },
+                // SAFETY: `creat_new` is a NUL-terminated path made before fork.
+                unsafe { libc::syscall(libc::SYS_creat, creat_new.as_ptr(), 0o6755) },
+                // SAFETY: `mknod_new` is a NUL-terminated path made before fork.
+                unsafe {
                     libc::syscall(
                         libc::SYS_mknod,
                         mknod_new.as_ptr(),
                         libc::S_IFREG | 0o4755,
                         0,
-                    ),
-                ];
-                if let Some(i) = legacy.iter().position(|&r| !failed_with(r, libc::EPERM)) {
-                    return 20 + i32::try_from(i).unwrap_or(0);
-                }
+                    )
+                },
+            ];
+            if let Some(i) = legacy.iter().position(|&r| !failed_with(r, libc::EPERM)) {
+                return 20 + i32::try_from(i).unwrap_or(0);
             }
-            #[cfg(not(target_arch = "x86_64"))]
-            let _ = (&open_new, &creat_new, &mknod_new);
         }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (&open_new, &creat_new, &mknod_new);
         OK
     });
     assert_eq!(exit, Exit::Code(OK), "the step numbered by the exit code");
@@ -673,34 +699,41 @@ fn natively_creates(domain: libc::c_int, ty: libc::c_int, protocol: libc::c_int)
 /// A TCP connection over 127.0.0.1 within the calling process, one byte each way; raw calls
 /// only, since it runs in a forked child.
 fn loopback_tcp_round_trip() -> bool {
-    // SAFETY: sockets this function creates, a zeroed sockaddr_in and its length as locals,
-    // and one-byte buffers.
-    unsafe {
-        let listener = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-        let mut addr: libc::sockaddr_in = std::mem::zeroed();
-        addr.sin_family = libc::sa_family_t::try_from(libc::AF_INET).unwrap_or(0);
-        addr.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
-        let mut len =
-            libc::socklen_t::try_from(std::mem::size_of::<libc::sockaddr_in>()).unwrap_or(0);
-        let sa = (&raw mut addr).cast::<libc::sockaddr>();
-        if listener < 0
-            || libc::bind(listener, sa, len) != 0
-            || libc::listen(listener, 1) != 0
-            || libc::getsockname(listener, sa, &mut len) != 0
-        {
-            return false;
-        }
-        let client = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-        if client < 0 || libc::connect(client, sa, len) != 0 {
-            return false;
-        }
-        let server = libc::accept(listener, std::ptr::null_mut(), std::ptr::null_mut());
-        let mut byte = 0u8;
-        server >= 0
-            && libc::write(client, b"t".as_ptr().cast(), 1) == 1
-            && libc::read(server, (&raw mut byte).cast(), 1) == 1
-            && byte == b't'
+    // Sockets this function creates, a sockaddr_in and its length as locals, one-byte buffers.
+    // SAFETY: integer arguments only.
+    let listener =
+        unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    // SAFETY: sockaddr_in is plain old data; all-zero is a valid value.
+    let mut addr: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    addr.sin_family = libc::sa_family_t::try_from(libc::AF_INET).unwrap_or(0);
+    addr.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
+    let mut len = libc::socklen_t::try_from(std::mem::size_of::<libc::sockaddr_in>()).unwrap_or(0);
+    let sa = (&raw mut addr).cast::<libc::sockaddr>();
+    if listener < 0
+        // SAFETY: `sa` points at the live `addr`, `len` bytes long.
+        || unsafe { libc::bind(listener, sa, len) } != 0
+        // SAFETY: integer arguments only.
+        || unsafe { libc::listen(listener, 1) } != 0
+        // SAFETY: writes at most `len` bytes into the live `addr`, and its length into `len`.
+        || unsafe { libc::getsockname(listener, sa, &mut len) } != 0
+    {
+        return false;
     }
+    // SAFETY: integer arguments only.
+    let client = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    // SAFETY: `sa` points at the live `addr`, `len` bytes long (the listener's address).
+    if client < 0 || unsafe { libc::connect(client, sa, len) } != 0 {
+        return false;
+    }
+    // SAFETY: null address pointers ask for no peer address.
+    let server = unsafe { libc::accept(listener, std::ptr::null_mut(), std::ptr::null_mut()) };
+    let mut byte = 0u8;
+    server >= 0
+        // SAFETY: writes one byte of a static buffer to our own socket.
+        && unsafe { libc::write(client, b"t".as_ptr().cast(), 1) } == 1
+        // SAFETY: reads at most one byte from our own socket into the live `byte`.
+        && unsafe { libc::read(server, (&raw mut byte).cast(), 1) } == 1
+        && byte == b't'
 }
 
 #[test]
@@ -803,15 +836,15 @@ fn only_unix_inet_and_netlink_route_sockets_can_be_made() {
         if !int_failed_with(r, libc::EAFNOSUPPORT) {
             return 8;
         }
-        // SAFETY: as above; then one byte between the two ends.
-        let unix_pair = unsafe {
-            libc::socketpair(libc::AF_UNIX, stream, 0, pair.as_mut_ptr()) == 0
-                && libc::write(pair[0], b"u".as_ptr().cast(), 1) == 1
-                && {
-                    let mut b = 0u8;
-                    libc::read(pair[1], (&raw mut b).cast(), 1) == 1 && b == b'u'
-                }
-        };
+        let mut b = 0u8;
+        // SAFETY: socketpair writes two fds into the live `pair`.
+        let unix_pair = unsafe { libc::socketpair(libc::AF_UNIX, stream, 0, pair.as_mut_ptr()) }
+            == 0
+            // SAFETY: writes one byte of a static buffer to our own socket.
+            && unsafe { libc::write(pair[0], b"u".as_ptr().cast(), 1) } == 1
+            // SAFETY: reads at most one byte from our own socket into the live `b`.
+            && unsafe { libc::read(pair[1], (&raw mut b).cast(), 1) } == 1
+            && b == b'u';
         if !unix_pair {
             return 9;
         }

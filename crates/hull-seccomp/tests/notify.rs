@@ -24,8 +24,11 @@ fn socketpair() -> (OwnedFd, OwnedFd) {
         )
     };
     assert_eq!(r, 0, "socketpair: {}", std::io::Error::last_os_error());
-    // SAFETY: both fds were just created and are owned by nobody else.
-    unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+    // SAFETY: just created, owned by nobody else.
+    let first = unsafe { OwnedFd::from_raw_fd(fds[0]) };
+    // SAFETY: as for `first`, and a different fd.
+    let second = unsafe { OwnedFd::from_raw_fd(fds[1]) };
+    (first, second)
 }
 
 /// Sends `fd` over `sock` with SCM_RIGHTS; async-signal-safe (stack buffers only).
@@ -43,16 +46,25 @@ fn send_fd(sock: RawFd, fd: RawFd) -> bool {
     msg.msg_control = cmsg.0.as_mut_ptr().cast();
     // SAFETY: CMSG_SPACE is pure arithmetic.
     msg.msg_controllen = unsafe { libc::CMSG_SPACE(4) } as _;
-    // SAFETY: the control buffer is 32 aligned bytes, more than CMSG_SPACE(4); CMSG_FIRSTHDR
-    // and CMSG_DATA point inside it, and sendmsg reads only the live locals `msg` refers to.
-    unsafe {
-        let hdr = libc::CMSG_FIRSTHDR(&msg);
-        (*hdr).cmsg_level = libc::SOL_SOCKET;
-        (*hdr).cmsg_type = libc::SCM_RIGHTS;
-        (*hdr).cmsg_len = libc::CMSG_LEN(4) as _;
-        libc::CMSG_DATA(hdr).cast::<RawFd>().write_unaligned(fd);
-        libc::sendmsg(sock, &msg, 0) == 1
-    }
+    // The control buffer is 32 aligned bytes, more than CMSG_SPACE(4).
+    // SAFETY: reads `msg`'s control fields, just set; a header fits, so this is the start of
+    // the buffer, never null.
+    let hdr = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+    // SAFETY: `hdr` is the start of the live, aligned, zeroed buffer, which nothing else
+    // reaches while this reference lives.
+    let header = unsafe { &mut *hdr };
+    header.cmsg_level = libc::SOL_SOCKET;
+    header.cmsg_type = libc::SCM_RIGHTS;
+    // SAFETY: CMSG_LEN is pure arithmetic.
+    header.cmsg_len = unsafe { libc::CMSG_LEN(4) } as _;
+    // SAFETY: CMSG_DATA only computes the address just past the header.
+    let data = unsafe { libc::CMSG_DATA(hdr) };
+    // SAFETY: CMSG_SPACE(4) leaves room for one fd after the header, inside the buffer; the
+    // data's alignment is not promised, so the write is unaligned.
+    unsafe { data.cast::<RawFd>().write_unaligned(fd) };
+    // SAFETY: sendmsg reads only the live locals `msg` refers to.
+    let sent = unsafe { libc::sendmsg(sock, &msg, 0) };
+    sent == 1
 }
 
 /// Receives one fd sent by [`send_fd`].
@@ -73,16 +85,23 @@ fn recv_fd(sock: &OwnedFd) -> OwnedFd {
     // SAFETY: recvmsg writes into the live buffers `msg` points to.
     let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
     assert_eq!(n, 1, "recvmsg: {}", std::io::Error::last_os_error());
-    // SAFETY: the kernel filled the control buffer; we check the header before reading it.
-    unsafe {
-        let hdr = libc::CMSG_FIRSTHDR(&msg);
-        assert!(!hdr.is_null(), "no control message");
-        assert_eq!(
-            ((*hdr).cmsg_level, (*hdr).cmsg_type),
-            (libc::SOL_SOCKET, libc::SCM_RIGHTS)
-        );
-        OwnedFd::from_raw_fd(libc::CMSG_DATA(hdr).cast::<RawFd>().read_unaligned())
-    }
+    // SAFETY: reads `msg`'s control fields (the buffer and the length the kernel filled in);
+    // null unless a whole header fits.
+    let hdr = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+    assert!(!hdr.is_null(), "no control message");
+    // SAFETY: non-null, so a whole header lies inside the live, aligned buffer; only read.
+    let header = unsafe { &*hdr };
+    assert_eq!(
+        (header.cmsg_level, header.cmsg_type),
+        (libc::SOL_SOCKET, libc::SCM_RIGHTS)
+    );
+    // SAFETY: CMSG_DATA only computes the address just past the header.
+    let data = unsafe { libc::CMSG_DATA(hdr) };
+    // SAFETY: an SCM_RIGHTS message carries one fd after its header, inside the buffer; read
+    // unaligned, as its alignment is not promised.
+    let raw = unsafe { data.cast::<RawFd>().read_unaligned() };
+    // SAFETY: the kernel installed this fd for us with the message; nobody else owns it.
+    unsafe { OwnedFd::from_raw_fd(raw) }
 }
 
 /// Waits up to 10 s for the listener to turn readable, so a broken test fails, not hangs.
@@ -124,11 +143,10 @@ fn spawn_notifying_child(program: &Program) -> (Child, OwnedFd) {
         if !send_fd(child_raw, listener) {
             return 3;
         }
-        // SAFETY: closes our copy of the listener; PTRACE_TRACEME takes no pointers.
-        let r = unsafe {
-            libc::close(listener);
-            libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0)
-        };
+        // SAFETY: closes our copy of the listener, which nothing here uses any more.
+        unsafe { libc::close(listener) };
+        // SAFETY: PTRACE_TRACEME takes no pointers.
+        let r = unsafe { libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0) };
         if r == -1 && common::errno() == libc::EPERM {
             PTRACE_GOT_EPERM
         } else {
@@ -190,8 +208,10 @@ fn recv_notification_on_a_non_listener_fails() {
     let mut fds = [0; 2];
     // SAFETY: pipe2 writes two fds into a live array.
     assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-    // SAFETY: both fds were just created and are owned by nobody else.
-    let (r, _w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: just created, owned by nobody else.
+    let r = unsafe { OwnedFd::from_raw_fd(fds[0]) };
+    // SAFETY: as for `r`, and a different fd.
+    let _w = unsafe { OwnedFd::from_raw_fd(fds[1]) };
     let err = recv_notification(r.as_fd()).expect_err("a pipe is not a listener");
     assert_eq!(err.raw_os_error(), Some(libc::ENOTTY), "{err}");
     let err = respond_errno(r.as_fd(), 1, libc::EPERM).expect_err("a pipe is not a listener");

@@ -53,28 +53,39 @@ fn run_under_filter(argv: &[&str], dir: &Path) -> (Exit, String) {
     let (read_end, write_end) = (fds[0], fds[1]);
 
     let child = spawn(|| {
-        // SAFETY: async-signal-safe calls on fds and NUL-terminated strings prepared before
-        // fork; execve only returns on failure.
-        unsafe {
-            if libc::dup2(write_end, 1) < 0 || libc::dup2(write_end, 2) < 0 {
-                return 125;
-            }
-            if libc::chdir(dir_c.as_ptr()) != 0 || hull_seccomp::set_no_new_privs().is_err() {
-                return 125;
-            }
-            if hull_seccomp::install_raw(&fprog, false).is_err() {
-                return 126;
-            }
-            libc::alarm(TIMEOUT_SECS);
-            libc::execve(args[0].as_ptr(), argv_ptrs.as_ptr(), env_ptrs.as_ptr());
+        // Only async-signal-safe calls on fds and strings prepared before fork.
+        // SAFETY: dup2 of the pipe's write end (ours) onto stdout; no memory involved.
+        if unsafe { libc::dup2(write_end, 1) } < 0 {
+            return 125;
         }
+        // SAFETY: as above, onto stderr.
+        if unsafe { libc::dup2(write_end, 2) } < 0 {
+            return 125;
+        }
+        // SAFETY: `dir_c` is a NUL-terminated string made before fork and alive here.
+        if unsafe { libc::chdir(dir_c.as_ptr()) } != 0 {
+            return 125;
+        }
+        if hull_seccomp::set_no_new_privs().is_err() {
+            return 125;
+        }
+        // SAFETY: `fprog` points into `program`, alive for the whole call; after the filter
+        // only alarm and execve run, both allowed by the default policy.
+        if unsafe { hull_seccomp::install_raw(&fprog, false) }.is_err() {
+            return 126;
+        }
+        // SAFETY: alarm takes an integer and touches no memory.
+        unsafe { libc::alarm(TIMEOUT_SECS) };
+        // SAFETY: `args`, `argv_ptrs` and `env_ptrs` (NUL-terminated strings, null-terminated
+        // pointer arrays into them) were made before fork and are alive; execve returns only on
+        // failure.
+        unsafe { libc::execve(args[0].as_ptr(), argv_ptrs.as_ptr(), env_ptrs.as_ptr()) };
         127
     });
-    // SAFETY: closes the parent's copy of the write end; the read end becomes owned.
-    let reader = unsafe {
-        libc::close(write_end);
-        OwnedFd::from_raw_fd(read_end)
-    };
+    // SAFETY: closes the parent's copy of the write end, which nothing else here holds.
+    unsafe { libc::close(write_end) };
+    // SAFETY: the read end is a fresh descriptor from pipe2 that nothing else owns.
+    let reader = unsafe { OwnedFd::from_raw_fd(read_end) };
     let mut output = String::new();
     let mut file = std::fs::File::from(reader);
     let mut bytes = Vec::new();

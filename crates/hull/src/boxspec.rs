@@ -23,6 +23,7 @@ pub fn image(name: &str) -> Result<ImageInfo, ImageError> {
 }
 
 /// A box spec and what the caller should be told about how it was made.
+#[derive(Debug)]
 pub struct Built {
     pub spec: BoxSpec,
     /// Notes for the caller (an image asking for a user a box cannot be).

@@ -53,7 +53,7 @@ impl OutputSink for RouteSink {
 }
 
 /// Destroys boxes off the caller's path (reaping pid 1, removing its cgroup).
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Reaper(mpsc::Sender<Destroy>);
 
 impl Reaper {
@@ -91,8 +91,21 @@ pub struct RunnerBox {
     reaper: Reaper,
 }
 
+/// Which box it is (its runner's pidfd, its io directory) and whether its runner finished; the
+/// connection, output route and waiting thread carry nothing worth printing.
+impl std::fmt::Debug for RunnerBox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunnerBox")
+            .field("pidfd", &self.pidfd)
+            .field("io", &self._io.path())
+            .field("finished", &self.finished)
+            .finish_non_exhaustive()
+    }
+}
+
 /// How a start ended: a ready runner, or a box that ended before its runner connected (e.g.
 /// `exec_failed` because the image has no python3), whose result is the call's answer.
+#[derive(Debug)]
 pub enum Started {
     Ready(RunnerBox),
     Ended(RunResult),
@@ -196,6 +209,7 @@ pub fn decode_frame(line: &[u8]) -> Result<Frame, String> {
 }
 
 /// What one cell produced.
+#[derive(Debug)]
 pub struct CellOutcome {
     pub run: RunResult,
     pub results: Vec<Value>,

@@ -31,6 +31,7 @@ pub const MAX_PATH_BYTES: usize = 16 << 20;
 pub const MAX_DEPTH: usize = 256;
 
 /// A workspace directory, held open so later renames of its path do not redirect us.
+#[derive(Debug)]
 pub struct Confined {
     dir: OwnedFd,
     root: PathBuf,
@@ -581,6 +582,16 @@ pub struct Snapshot {
     entries: BTreeMap<Vec<u8>, Entry>,
     /// False when the scan stopped at a cap (entries, path bytes, depth).
     pub complete: bool,
+}
+
+/// How many entries and whether the scan was complete (a snapshot may hold 100,000 entries).
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("entries", &self.entries.len())
+            .field("complete", &self.complete)
+            .finish()
+    }
 }
 
 impl Snapshot {

@@ -93,6 +93,7 @@ struct Pool {
 }
 
 /// A kernel: one warm interpreter in a long-lived box. Cells run one at a time.
+#[derive(Debug)]
 pub struct Kernel {
     pub id: String,
     rb: Mutex<Result<RunnerBox, String>>,
@@ -124,6 +125,22 @@ pub struct Sandbox {
     destroyed: AtomicBool,
     /// The setup box's result, when there was one.
     pub setup: Option<RunResult>,
+}
+
+/// The sandbox's identity, request, directories, setup result and whether it is destroyed; the
+/// backend, pools and kernels behind their locks are left out (printing must not wait for a
+/// running cell).
+impl std::fmt::Debug for Sandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sandbox")
+            .field("id", &self.id)
+            .field("cfg", &self.cfg)
+            .field("workspace", &self.workspace)
+            .field("session", &self.session)
+            .field("destroyed", &self.destroyed)
+            .field("setup", &self.setup)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Session directories are the caller's alone (0700): the workspace holds the box's files, which

@@ -115,8 +115,7 @@ fn a_backends_refusal_is_named_by_the_sandbox_argument() {
         refuse: true,
     });
     let e = Sandbox::create(backend, "t".into(), SandboxRequest::default())
-        .err()
-        .expect("the backend refused");
+        .expect_err("the backend refused");
     assert_eq!((e.kind(), e.arg()), ("invalid_argument", Some("memory_mb")));
     assert_eq!(
         e.to_string(),

@@ -173,9 +173,13 @@ impl Stack {
 
     /// The usable bytes, above the guard page.
     pub fn get(&mut self) -> &mut [u8] {
-        // SAFETY: the mapping is ours and `len` bytes long above the guard page; the caller hands
-        // it to one child at a time.
-        unsafe { std::slice::from_raw_parts_mut(self.base.cast::<u8>().add(GUARD), self.len) }
+        // SAFETY: GUARD bytes into the mapping, which is GUARD + len bytes long, so the result
+        // stays inside it.
+        let start = unsafe { self.base.cast::<u8>().add(GUARD) };
+        // SAFETY: the `len` bytes from `start` are the mapping's usable part, ours and mapped
+        // until drop; `&mut self` makes the slice the only way to reach them meanwhile (the
+        // caller hands the stack to one child at a time).
+        unsafe { std::slice::from_raw_parts_mut(start, self.len) }
     }
 
     /// Keeps the mapping for the life of the process; returns the start of the usable bytes.
@@ -433,17 +437,22 @@ pub fn retitle(areas: [usize; 4], name: &CStr) {
     let len = arg_end - arg_start;
     let name = name.to_bytes();
     let keep = name.len().min(len.saturating_sub(2));
-    // SAFETY: [arg_start, arg_end) and [env_start, env_end) are this process's own argv and
-    // environment strings (from /proc/self/stat of the process we are a copy of); they stay
-    // mapped for the process's life, and nothing in a box's setup reads them.
-    unsafe {
-        ptr::write_bytes(arg_start as *mut u8, 0, len);
-        ptr::copy_nonoverlapping(name.as_ptr(), arg_start as *mut u8, keep);
-        if len >= 2 {
-            *((arg_end - 1) as *mut u8) = b' ';
-        }
-        ptr::write_bytes(env_start as *mut u8, 0, env_end - env_start);
+    let arg = arg_start as *mut u8;
+    // SAFETY: [arg_start, arg_end), `len` bytes, is this process's own argv strings (from
+    // /proc/self/stat of the process we are a copy of); it stays mapped for the process's life,
+    // and nothing in a box's setup reads it.
+    unsafe { ptr::write_bytes(arg, 0, len) };
+    // SAFETY: `keep` <= `len` bytes, so the copy stays inside the argv area above; `name` is
+    // read from its own memory (callers pass a literal), which the argv area does not overlap.
+    unsafe { ptr::copy_nonoverlapping(name.as_ptr(), arg, keep) };
+    if len >= 2 {
+        // SAFETY: `arg_end - 1` is the last byte of the argv area above.
+        unsafe { *((arg_end - 1) as *mut u8) = b' ' };
     }
+    // SAFETY: [env_start, env_end) is this process's own environment strings (from the same
+    // /proc/self/stat); mapped for the process's life, and nothing in a box's setup reads them
+    // (the program's environment is built apart from them).
+    unsafe { ptr::write_bytes(env_start as *mut u8, 0, env_end - env_start) };
     let mut comm = [0u8; 16];
     let n = name.len().min(15);
     comm[..n].copy_from_slice(&name[..n]);
@@ -832,12 +841,9 @@ pub fn reset_signals() {
         // SAFETY: SIG_DFL is always a valid disposition.
         unsafe { libc::signal(sig, libc::SIG_DFL) };
     }
-    // SAFETY: an empty set built by sigemptyset.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigprocmask(libc::SIG_SETMASK, &set, ptr::null_mut());
-    }
+    let set = sigset(&[]);
+    // SAFETY: an empty set built by `sigset`; the old mask is not asked for.
+    unsafe { libc::sigprocmask(libc::SIG_SETMASK, &set, ptr::null_mut()) };
 }
 
 /// The raw wait status of a child, with its resource usage.
@@ -900,8 +906,11 @@ pub fn seqpacket_pair() -> SysResult<(OwnedFd, OwnedFd)> {
             fds.as_mut_ptr(),
         )
     })?;
-    // SAFETY: both descriptors are fresh and owned by us now.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    // SAFETY: the kernel just returned this descriptor; nothing else owns it.
+    let first = unsafe { OwnedFd::from_raw_fd(fds[0]) };
+    // SAFETY: as for `first`: fresh, distinct from it, owned by nobody else.
+    let second = unsafe { OwnedFd::from_raw_fd(fds[1]) };
+    Ok((first, second))
 }
 
 /// A close-on-exec pipe: (read end, write end).
@@ -909,8 +918,11 @@ pub fn pipe() -> SysResult<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
     // SAFETY: fds has room for the two descriptors.
     check(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
-    // SAFETY: both descriptors are fresh and owned by us now.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    // SAFETY: the kernel just returned this descriptor; nothing else owns it.
+    let first = unsafe { OwnedFd::from_raw_fd(fds[0]) };
+    // SAFETY: as for `first`: fresh, distinct from it, owned by nobody else.
+    let second = unsafe { OwnedFd::from_raw_fd(fds[1]) };
+    Ok((first, second))
 }
 
 /// Sends `data` on a connected socket, with `fd` attached as SCM_RIGHTS when given.
@@ -933,15 +945,21 @@ pub fn send_with_fd(sock: RawFd, data: &[u8], fd: Option<RawFd>) -> SysResult<()
         let space = unsafe { libc::CMSG_SPACE(4) } as usize;
         msg.msg_control = cbuf.0.as_mut_ptr().cast();
         msg.msg_controllen = space;
-        // SAFETY: msg_control points at a buffer of at least `space` bytes, so the first header
-        // and its data fit.
-        unsafe {
-            let cmsg = libc::CMSG_FIRSTHDR(&msg);
-            (*cmsg).cmsg_level = libc::SOL_SOCKET;
-            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-            (*cmsg).cmsg_len = libc::CMSG_LEN(4) as usize;
-            ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>(), fd);
-        }
+        // SAFETY: CMSG_FIRSTHDR reads `msg`'s control fields, just set to `cbuf`; since
+        // `space` >= the size of a header, it returns the start of `cbuf`, never null.
+        let cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+        // SAFETY: `cmsg` is the start of `cbuf`, aligned for cmsghdr (align(8)), zeroed and
+        // large enough for a header; nothing else reaches `cbuf` while the reference lives.
+        let hdr = unsafe { &mut *cmsg };
+        hdr.cmsg_level = libc::SOL_SOCKET;
+        hdr.cmsg_type = libc::SCM_RIGHTS;
+        // SAFETY: CMSG_LEN is a pure computation.
+        hdr.cmsg_len = unsafe { libc::CMSG_LEN(4) } as usize;
+        // SAFETY: CMSG_DATA only computes the address just past the header `cmsg`.
+        let data = unsafe { libc::CMSG_DATA(cmsg) };
+        // SAFETY: `space` (CMSG_SPACE(4)) leaves room for one int after the header, inside
+        // `cbuf`; written unaligned, as the data's alignment is not promised.
+        unsafe { ptr::write_unaligned(data.cast::<libc::c_int>(), fd) };
     }
     loop {
         // SAFETY: msg and everything it points to live for the call.
@@ -984,31 +1002,42 @@ pub fn recv_with_fd(sock: BorrowedFd<'_>, buf: &mut [u8]) -> SysResult<(usize, O
         }
     };
     let mut fd = None;
-    // SAFETY: the CMSG macros walk the control buffer the kernel filled in.
-    unsafe {
-        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-        while !cmsg.is_null() {
-            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-                let raw = ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>());
-                fd = Some(OwnedFd::from_raw_fd(raw));
-            }
-            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+    // SAFETY: CMSG_FIRSTHDR reads `msg`'s control fields (`cbuf` and the length the kernel
+    // filled in); it returns null unless a whole header fits.
+    let mut cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+    while !cmsg.is_null() {
+        // SAFETY: a non-null header from CMSG_FIRSTHDR/CMSG_NXTHDR lies wholly inside `cbuf`
+        // (both check it against msg_controllen), aligned for cmsghdr; only read.
+        let hdr = unsafe { &*cmsg };
+        if hdr.cmsg_level == libc::SOL_SOCKET && hdr.cmsg_type == libc::SCM_RIGHTS {
+            // SAFETY: CMSG_DATA only computes the address just past the header `cmsg`.
+            let data = unsafe { libc::CMSG_DATA(cmsg) };
+            // SAFETY: the kernel wrote an SCM_RIGHTS header with at least one int of data after
+            // it, inside `cbuf`; read unaligned, as the data's alignment is not promised.
+            let raw = unsafe { ptr::read_unaligned(data.cast::<libc::c_int>()) };
+            // SAFETY: the kernel installed this descriptor in our table for this message;
+            // nothing else owns it.
+            fd = Some(unsafe { OwnedFd::from_raw_fd(raw) });
         }
+        // SAFETY: `cmsg` is a header inside `msg`'s control buffer; CMSG_NXTHDR returns the
+        // next whole header in it, or null.
+        cmsg = unsafe { libc::CMSG_NXTHDR(&msg, cmsg) };
     }
     Ok((n, fd))
 }
 
 /// The set of `signals`.
 fn sigset(signals: &[libc::c_int]) -> libc::sigset_t {
-    // SAFETY: sigset operations on a local, zero-initialised set.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for &s in signals {
-            libc::sigaddset(&mut set, s);
-        }
-        set
+    // SAFETY: sigset_t is plain old data; all-zero is a valid value.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a local, valid for writes.
+    unsafe { libc::sigemptyset(&mut set) };
+    for &s in signals {
+        // SAFETY: `set` is a local, valid for writes; an invalid signal number is refused
+        // (EINVAL), not undefined.
+        unsafe { libc::sigaddset(&mut set, s) };
     }
+    set
 }
 
 /// `pthread_sigmask(how, signals)` for the calling thread.
@@ -1202,17 +1231,23 @@ impl SharedSlots {
 
     /// Slot `i` (0 while nobody wrote it); None past the end.
     pub fn get(&self, i: usize) -> Option<u64> {
-        // SAFETY: `i` is within the mapping, which lives as long as `self`; a volatile read,
-        // since another process writes the memory.
-        (i < self.len).then(|| unsafe { ptr::read_volatile(self.base.add(i)) })
+        (i < self.len).then(|| {
+            // SAFETY: `i` < `len`, so slot `i` is inside the mapping.
+            let slot = unsafe { self.base.add(i) };
+            // SAFETY: `slot` is inside the mapping, which lives as long as `self`, and aligned
+            // (mmap gives page alignment); a volatile read, since another process writes it.
+            unsafe { ptr::read_volatile(slot) }
+        })
     }
 
     /// Writes `value` into slot `i` (nothing past the end). Allocation-free: for the child.
     pub fn set(&self, i: usize, value: u64) {
         if i < self.len {
-            // SAFETY: `i` is within the mapping, which lives as long as `self`; the memory is
-            // only ever reached through raw pointers, never through a reference.
-            unsafe { ptr::write_volatile(self.base.add(i), value) };
+            // SAFETY: `i` < `len`, so slot `i` is inside the mapping.
+            let slot = unsafe { self.base.add(i) };
+            // SAFETY: `slot` is inside the mapping, which lives as long as `self`, and aligned;
+            // the memory is only ever reached through raw pointers, never through a reference.
+            unsafe { ptr::write_volatile(slot, value) };
         }
     }
 }

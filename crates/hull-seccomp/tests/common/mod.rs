@@ -33,11 +33,11 @@ impl Child {
 impl Drop for Child {
     fn drop(&mut self) {
         if !self.reaped {
-            // SAFETY: signalling and reaping our own child by pid; no memory involved.
-            unsafe {
-                libc::kill(self.pid, libc::SIGKILL);
-                libc::waitpid(self.pid, std::ptr::null_mut(), 0);
-            }
+            // SAFETY: signals our own unreaped child by pid (so the pid is still its); no memory
+            // involved.
+            unsafe { libc::kill(self.pid, libc::SIGKILL) };
+            // SAFETY: reaps our own child; a null status pointer asks for no status.
+            unsafe { libc::waitpid(self.pid, std::ptr::null_mut(), 0) };
         }
     }
 }
