@@ -79,7 +79,7 @@ impl Engine {
     pub(crate) fn new() -> Result<Engine, BoxError> {
         let support = hull_seccomp::probe();
         if !support.filter {
-            return Err(BoxError::Seccomp("the kernel has no seccomp filter support (CONFIG_SECCOMP_FILTER); hull will not run code unfiltered".into()));
+            return Err(BoxError::NoSeccomp);
         }
         let listener = support.user_notif;
         let opts = hull_seccomp::CompileOptions {
@@ -91,8 +91,7 @@ impl Engine {
             default_errno: u16::try_from(libc::ENOSYS).unwrap_or(38),
         };
         let rules = hull_seccomp::default_policy();
-        let filter =
-            hull_seccomp::compile(rules, &opts).map_err(|e| BoxError::Seccomp(e.to_string()))?;
+        let filter = hull_seccomp::compile(rules, &opts)?;
         let (cgroups, cgroup_error) = match hull_cgroup::Host::detect() {
             Ok(h) => (Some(Arc::new(h)), None),
             Err(e) => (None, Some(e.to_string())),

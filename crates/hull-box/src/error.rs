@@ -58,8 +58,12 @@ pub enum BoxError {
     SubIds(#[from] SubIdsError),
     #[error("could not set up the box's cgroup")]
     Cgroup(#[from] hull_cgroup::CgroupError),
-    #[error("seccomp: {0}")]
-    Seccomp(String),
+    /// The kernel cannot filter system calls, and hull runs no code unfiltered.
+    #[error("the kernel has no seccomp filter support (CONFIG_SECCOMP_FILTER); hull will not run code unfiltered")]
+    NoSeccomp,
+    /// The seccomp policy did not compile into a filter.
+    #[error("the seccomp policy does not compile")]
+    Seccomp(#[from] hull_seccomp::SeccompError),
     #[error("{what}: {errno}")]
     Sys { what: &'static str, errno: Errno },
     #[error("{what}")]
@@ -68,6 +72,12 @@ pub enum BoxError {
         #[source]
         error: std::io::Error,
     },
+    /// An invariant of hull's own code did not hold: a bug in hull, never the caller's doing.
+    /// An error rather than a panic because hull's release builds abort on panic, and a
+    /// long-lived front end (`hull serve`) would take every other caller's boxes down with it;
+    /// this way only the call that hit the bug fails.
+    #[error("internal error: {0} (a bug in hull; please report it)")]
+    Internal(&'static str),
 }
 
 /// Why ids 1-65536 could not be mapped to the caller's sub-id ranges (see [`crate::subids`]).
@@ -136,8 +146,31 @@ impl BoxError {
             BoxError::SubIds(_) => "subids_unavailable",
             BoxError::Protocol(_) | BoxError::Unexpected(_) => "protocol",
             BoxError::Cgroup(_) => "cgroup",
-            BoxError::Seccomp(_) => "seccomp",
+            BoxError::NoSeccomp | BoxError::Seccomp(_) => "seccomp",
+            BoxError::Internal(_) => "internal",
             BoxError::Sys { .. } | BoxError::Io { .. } => "host",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A seccomp policy that does not compile is a typed cause (what a front end's chain shows
+    /// once), not text folded into the message.
+    #[test]
+    fn a_policy_that_does_not_compile_keeps_its_cause() {
+        let opts = hull_seccomp::CompileOptions {
+            kill_mode: hull_seccomp::KillMode::KillProcess,
+            default_errno: 0,
+        };
+        let cause = hull_seccomp::compile(hull_seccomp::default_policy(), &opts).unwrap_err();
+        let e = BoxError::from(cause.clone());
+        assert_eq!(e.kind(), "seccomp");
+        let source = std::error::Error::source(&e)
+            .and_then(|s| s.downcast_ref::<hull_seccomp::SeccompError>());
+        assert_eq!(source, Some(&cause));
+        assert!(!e.to_string().contains(&cause.to_string()), "{e}");
     }
 }

@@ -58,6 +58,13 @@ impl Launch<'_> {
     /// template (a plan with `StartPid1`), an entry process whose pid 1 is awaited here.
     pub(crate) fn start(&self) -> Result<Started, BoxError> {
         let plan = self.plan;
+        // Every plan ends in `Exec` (the plan builder's `finish` adds it, and no later rewrite
+        // removes it); checked before anything is created.
+        let Some(Step::Exec { argv, env, .. }) = plan.steps.last() else {
+            return Err(BoxError::Internal(
+                "a box's plan does not end by running its program",
+            ));
+        };
         let sysf = |what: &'static str| move |errno: Errno| BoxError::Sys { what, errno };
         let (out_r, out_w) = sys::pipe().map_err(sysf("create the stdout pipe"))?;
         let (err_r, err_w) = sys::pipe().map_err(sysf("create the stderr pipe"))?;
@@ -73,9 +80,6 @@ impl Launch<'_> {
                 })?;
                 null.as_raw_fd()
             }
-        };
-        let Some(Step::Exec { argv, env, .. }) = plan.steps.last() else {
-            return Err(BoxError::Seccomp("plan without exec".into()));
         };
         let enters_template = plan.steps.iter().any(|s| matches!(s, Step::StartPid1));
         // Pid 1 of a box entering a template runs on memory set aside once (its entry process's
@@ -272,5 +276,42 @@ fn clone_hint(errno: Errno) -> String {
         libc::ENOSPC | libc::EUSERS => "the namespace limit is reached: raise `user.max_user_namespaces` (or other /proc/sys/user/max_* limits)".into(),
         libc::EINVAL => "this kernel lacks a namespace type hull needs (user, mount, pid, net, ipc, uts, cgroup)".into(),
         _ => "run `hull doctor` to check the host".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A plan that does not end by running the program is a bug in hull's plan builder (its
+    /// `finish` adds the `Exec`): it is reported as one, before anything is created, and not
+    /// blamed on seccomp or the caller.
+    #[test]
+    fn a_plan_without_exec_is_an_internal_error() {
+        let filter = hull_seccomp::compile(
+            hull_seccomp::default_policy(),
+            &hull_seccomp::CompileOptions {
+                kill_mode: hull_seccomp::KillMode::KillProcess,
+                default_errno: 38,
+            },
+        )
+        .unwrap();
+        let plan = BoxPlan {
+            steps: vec![Step::LoopbackUp],
+            clone_flags: 0,
+        };
+        let launch = Launch {
+            plan: &plan,
+            stdin: Stdin::Null,
+            timeout: Duration::from_secs(1),
+            filter: &filter,
+            trace: None,
+            ready_box: false,
+        };
+        let Err(e) = launch.start() else {
+            panic!("a plan without exec was started");
+        };
+        assert_eq!(e.kind(), "internal", "{e:?}");
+        assert!(e.to_string().contains("a bug in hull"), "{e}");
     }
 }
