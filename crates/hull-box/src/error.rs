@@ -41,9 +41,10 @@ pub enum BoxError {
         path: String,
         errno: Errno,
     },
-    /// Limits were required (`require_limits`) but cannot all be enforced here.
-    #[error("{0}")]
-    LimitsUnenforced(String),
+    /// Limits were required (`require_limits`) but cannot all be enforced here: each cap that
+    /// is not, and why.
+    #[error(transparent)]
+    LimitsUnenforced(crate::unenforced::UnenforcedCaps),
     /// The box's channel broke the protocol.
     #[error("the box sent a malformed message")]
     Protocol(#[from] crate::proto::ProtoError),

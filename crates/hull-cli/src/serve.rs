@@ -127,13 +127,21 @@ fn run(rt: &Runtime, out: &Out, id: &Value, params: Value) -> Result<Value, Valu
 
 fn box_error_json(e: BoxError, r: &RunRequest) -> Value {
     let kind = e.kind();
-    match e.field() {
+    let unenforced = match &e {
+        BoxError::LimitsUnenforced(caps) => Some(json!(caps.0)),
+        _ => None,
+    };
+    let mut v = match e.field() {
         Some(f) => {
             let arg = run_key(f, r);
             error_json(kind, &Named { arg, error: e }, Some(arg))
         }
         None => error_json(kind, &e, None),
+    };
+    if let Some(u) = unenforced {
+        v["unenforced"] = u;
     }
+    v
 }
 
 /// Streamed events that may wait for a slow client before new ones are dropped. Answers are

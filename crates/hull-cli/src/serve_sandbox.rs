@@ -65,6 +65,10 @@ fn error_json(e: &SandboxError) -> Value {
             v["reason"] = json!(errno.to_string());
             v["path"] = json!(path);
         }
+        SandboxError::Refused(hull::error::Named {
+            error: hull_box::BoxError::LimitsUnenforced(caps),
+            ..
+        }) => v["unenforced"] = json!(caps.0),
         SandboxError::Path { path, .. } => v["path"] = json!(path),
         SandboxError::Member { member, .. } => v["member"] = json!(member),
         _ => {}
