@@ -33,11 +33,11 @@ pub enum BoxError {
         errno: Errno,
     },
     /// As host root, a host directory the box may write could not be given to it as an
-    /// idmapped copy (see [`crate::remap`]). `arg` says which arguments the path may come from
-    /// (for debugging); the message names the path, which every front end's caller wrote.
+    /// idmapped copy (see [`crate::remap`]). `field` is where the directory came from (the
+    /// workspace or a mount), which front ends name as their caller spelled it.
     #[error("{path}: cannot give it to the box without host root's ids (an idmapped mount failed: {errno}){}", idmap_hint(*errno))]
     Idmap {
-        arg: &'static str,
+        field: SpecField,
         path: String,
         errno: Errno,
     },
@@ -129,7 +129,7 @@ impl BoxError {
     pub fn field(&self) -> Option<SpecField> {
         match self {
             BoxError::Spec(e) => Some(e.field()),
-            BoxError::Source { field, .. } => Some(*field),
+            BoxError::Source { field, .. } | BoxError::Idmap { field, .. } => Some(*field),
             BoxError::LimitsUnenforced(_) => Some(SpecField::RequireLimits),
             BoxError::SubIds(_) => Some(SpecField::Subids),
             _ => None,

@@ -167,11 +167,12 @@ fn adopted_trees(plan: &BoxPlan) -> Result<Vec<(i32, OwnedFd)>, BoxError> {
                 uid,
                 gid,
                 count,
+                field,
             } => Some(
                 crate::remap::tree(&path.c, (*uid, *gid), *count)
                     .map(|t| (*fd, t))
                     .map_err(|errno| BoxError::Idmap {
-                        arg: "--workspace or --mount",
+                        field: *field,
                         path: path.c.to_string_lossy().into_owned(),
                         errno,
                     }),
