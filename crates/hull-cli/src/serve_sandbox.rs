@@ -69,7 +69,9 @@ fn error_json(e: &SandboxError) -> Value {
             error: hull_box::BoxError::LimitsUnenforced(caps),
             ..
         }) => v["unenforced"] = json!(caps.0),
-        SandboxError::Path { path, .. } => v["path"] = json!(path),
+        SandboxError::Path { path, .. } | SandboxError::PathFailed { path, .. } => {
+            v["path"] = json!(path);
+        }
         SandboxError::Member { member, .. } => v["member"] = json!(member),
         _ => {}
     }

@@ -128,6 +128,27 @@ fn caps_that_cannot_be_enforced_are_listed_by_controller() {
     }
 }
 
+/// An image that is not in the store is refused naming the argument once: `image: `x` not
+/// found ...`, not `image: image `x` not found`.
+#[test]
+fn a_missing_image_is_named_once() {
+    let lines = session(&[
+        json!({"id": 1, "method": "run", "params": {"argv": ["true"], "image": "no-such-image:1"}}),
+        json!({"id": 2, "method": "sandbox.create", "params": {"image": "no-such-image:1"}}),
+    ]);
+    for id in [1, 2] {
+        let e = &answer(&lines, id)["error"];
+        assert_eq!(e["kind"], "invalid_argument", "{e}");
+        assert_eq!(e["arg"], "image", "{e}");
+        let message = e["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("image: `no-such-image:1` not found"),
+            "{e}"
+        );
+        assert_eq!(message.matches("image `").count(), 0, "{e}");
+    }
+}
+
 #[test]
 fn malformed_lines_get_a_protocol_error_and_the_session_goes_on() {
     let mut child = Command::new(common::bin())

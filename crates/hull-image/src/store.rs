@@ -24,7 +24,7 @@ use crate::oci::{
 
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {
-    #[error("image `{0}` not found; `hull images` lists what is here, `hull pull IMAGE` or `hull import PATH` adds one")]
+    #[error("`{0}` not found in the image store; `hull images` lists what is here, `hull pull IMAGE` or `hull import PATH` adds one")]
     NotFound(String),
     #[error("{what}")]
     Io { what: String, source: io::Error },
