@@ -144,15 +144,15 @@ impl Launch<'_> {
     }
 }
 
-/// A pidfd of this process, opened once (-1 where the kernel has none): a box's processes in
+/// A pidfd of this process, opened once (none where the kernel has none): a box's processes in
 /// their new pid namespace poll it to learn that their supervisor died before they asked for
 /// PDEATHSIG (see `Step::DieWithSupervisor`). Close-on-exec, and pid 1 closes it before the
 /// program starts.
-pub(crate) fn supervisor_pidfd() -> RawFd {
+pub(crate) fn supervisor_pidfd() -> Option<RawFd> {
     static FD: std::sync::OnceLock<Option<OwnedFd>> = std::sync::OnceLock::new();
     FD.get_or_init(|| sys::pidfd_open(sys::getpid()).ok())
         .as_ref()
-        .map_or(-1, AsRawFd::as_raw_fd)
+        .map(AsRawFd::as_raw_fd)
 }
 
 /// Idmapped copies of the plan's `AdoptTree` sources (see [`crate::remap`]), by descriptor
