@@ -2,10 +2,10 @@
 //! `hull pull` and `hull import` run on them before fetching anything they name.
 #![no_main]
 
+use hull_image::checks;
 use hull_image::oci::{
     self, Descriptor, DockerArchiveEntry, ImageConfig, Index, Manifest, RunConfig,
 };
-use hull_image::{checks, registry};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -14,7 +14,7 @@ fuzz_target!(|data: &[u8]| {
         for m in &index.manifests {
             let _ = oci::Digest::parse(&m.digest);
             let _ = m.platform.as_ref().map(ToString::to_string);
-            let _ = registry::is_index_type(&m.media_type);
+            let _ = oci::is_index_type(&m.media_type);
             let _ = checks::verify_document(m, data, "manifest");
         }
     }
@@ -24,7 +24,7 @@ fuzz_target!(|data: &[u8]| {
             let plan = checks::unpack_plan(&digests);
             assert!(plan.iter().all(|&i| i < digests.len()));
         }
-        let _ = registry::is_config_type(&manifest.config.media_type);
+        let _ = oci::is_config_type(&manifest.config.media_type);
     }
     if let Ok(config) = serde_json::from_slice::<ImageConfig>(data) {
         // The store keeps the run config it read: what it writes reads back the same.

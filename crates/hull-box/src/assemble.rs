@@ -160,12 +160,12 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
     // Host directories the box may write: with a remapped root they become idmapped copies.
     let mut adopt = Vec::new();
     if !ctx.temporary_workspace {
-        adopt.extend(src.list.last().map(|(_, fd)| *fd));
+        adopt.extend(src.list.last().map(|(_, fd)| (*fd, SpecField::Workspace)));
     }
     let mut mount_src = Vec::new();
     for m in &spec.mounts {
         mount_src.push(src.add(SpecField::Mounts, &m.source, m.read_only)?);
-        adopt.extend(src.list.last().map(|(_, fd)| *fd));
+        adopt.extend(src.list.last().map(|(_, fd)| (*fd, SpecField::Mounts)));
     }
     let mut b = PlanBuilder::start(
         clone_flags(spec),

@@ -27,13 +27,15 @@ use crate::spec::BoxSpec;
 use crate::sys::{self, Errno};
 use crate::template::Templates;
 use crate::trace::{Marks, TraceMap};
+use crate::unenforced::{Reason, Unenforced, UnenforcedCaps};
 use crate::verdict::{verdict, Evidence};
 use crate::watch::{OutputSink, RunOptions, Watch};
 
 /// What a [`crate::Runtime`] holds, shared with its ready-box thread (which holds it weakly).
 pub(crate) struct Engine {
-    pub(crate) cgroups: Option<Arc<hull_cgroup::Host>>,
-    pub(crate) cgroup_error: Option<String>,
+    /// The host's cgroup layout, or why there is none (detected once; the error is shared by
+    /// every box's warnings, hence the `Arc`).
+    pub(crate) cgroups: Result<Arc<hull_cgroup::Host>, Arc<hull_cgroup::CgroupError>>,
     pub(crate) filter: hull_seccomp::Program,
     /// The kernel has seccomp user notification: the filter kills through a listener.
     listener: bool,
@@ -58,7 +60,6 @@ impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
             .field("cgroups", &self.cgroups)
-            .field("cgroup_error", &self.cgroup_error)
             .field("filter", &self.filter)
             .field("listener", &self.listener)
             .field("rules", &self.rules)
@@ -79,7 +80,7 @@ impl Engine {
     pub(crate) fn new() -> Result<Engine, BoxError> {
         let support = hull_seccomp::probe();
         if !support.filter {
-            return Err(BoxError::Seccomp("the kernel has no seccomp filter support (CONFIG_SECCOMP_FILTER); hull will not run code unfiltered".into()));
+            return Err(BoxError::NoSeccomp);
         }
         let listener = support.user_notif;
         let opts = hull_seccomp::CompileOptions {
@@ -91,16 +92,11 @@ impl Engine {
             default_errno: u16::try_from(libc::ENOSYS).unwrap_or(38),
         };
         let rules = hull_seccomp::default_policy();
-        let filter =
-            hull_seccomp::compile(rules, &opts).map_err(|e| BoxError::Seccomp(e.to_string()))?;
-        let (cgroups, cgroup_error) = match hull_cgroup::Host::detect() {
-            Ok(h) => (Some(Arc::new(h)), None),
-            Err(e) => (None, Some(e.to_string())),
-        };
+        let filter = hull_seccomp::compile(rules, &opts)?;
+        let cgroups = hull_cgroup::Host::detect().map(Arc::new).map_err(Arc::new);
         let started_ns = sys::monotonic_ns() % 1_000_000_000_000;
         Ok(Engine {
             cgroups,
-            cgroup_error,
             filter,
             listener,
             rules: rules.len(),
@@ -118,7 +114,10 @@ impl Engine {
             self.templates = Some(Templates::new()?);
         }
         if self.spares.is_none() {
-            self.spares = Some(Spares::new(self.cgroups.clone(), self.started_ns));
+            self.spares = Some(Spares::new(
+                self.cgroups.as_ref().ok().cloned(),
+                self.started_ns,
+            ));
         }
         if self.ready.is_none() {
             self.ready = Some(ReadyBoxes::new());
@@ -160,7 +159,7 @@ impl Engine {
             .unwrap_or_default();
         let procs: Vec<CString> = Vec::new();
         let mut procs_shown = procs;
-        if let Some(h) = &self.cgroups {
+        if let Ok(h) = &self.cgroups {
             // Show where the box would join without creating anything.
             procs_shown = h
                 .report()
@@ -328,10 +327,10 @@ impl Engine {
 
     /// The box's cgroup (a spare one when ready) and the warnings for caps it cannot enforce;
     /// refused when `require_limits` is set and a cap is not enforced.
-    fn box_cgroup(&self, spec: &BoxSpec) -> Result<(CgroupGuard, Vec<String>), BoxError> {
+    fn box_cgroup(&self, spec: &BoxSpec) -> Result<(CgroupGuard, Vec<Unenforced>), BoxError> {
         let limits = limits_of(spec);
         let cgroup = match &self.cgroups {
-            Some(h) => match self.spares.as_ref().and_then(|s| s.cgroup(&limits)) {
+            Ok(h) => match self.spares.as_ref().and_then(|s| s.cgroup(&limits)) {
                 Some(cg) => Some(cg),
                 None => {
                     let seq = self.counter.fetch_add(1, Ordering::Relaxed);
@@ -346,27 +345,30 @@ impl Engine {
                     Some(h.create(&name, &limits)?)
                 }
             },
-            None => None,
+            Err(_) => None,
         };
         let guard = CgroupGuard(cgroup);
-        let mut unenforced: Vec<String> = Vec::new();
-        match &guard.0 {
-            Some(cg) => unenforced.extend(
-                cg.unenforced()
-                    .iter()
-                    .map(|(c, why)| format!("{c:?} cap not enforced: {why}")),
-            ),
-            None => {
-                if spec.memory.is_some() || spec.pids.is_some() || spec.cpus.is_some() {
-                    unenforced.push(format!(
-                        "no cgroup available, so no memory/pids/cpu cap is enforced: {}",
-                        self.cgroup_error.clone().unwrap_or_default()
-                    ));
-                }
-            }
-        }
+        let unenforced: Vec<Unenforced> = match (&guard.0, &self.cgroups) {
+            (Some(cg), _) => cg
+                .unenforced()
+                .iter()
+                .map(|(controller, why)| Unenforced {
+                    controller: *controller,
+                    reason: Reason::Controller(why.clone()),
+                })
+                .collect(),
+            (None, Err(error)) => hull_cgroup::Controller::ALL
+                .into_iter()
+                .filter(|c| limits.get(*c).is_some())
+                .map(|controller| Unenforced {
+                    controller,
+                    reason: Reason::NoCgroup(Arc::clone(error)),
+                })
+                .collect(),
+            (None, Ok(_)) => Vec::new(),
+        };
         if spec.require_limits && !unenforced.is_empty() {
-            return Err(BoxError::LimitsUnenforced(unenforced.join("; ")));
+            return Err(BoxError::LimitsUnenforced(UnenforcedCaps(unenforced)));
         }
         Ok((guard, unenforced))
     }
@@ -419,9 +421,12 @@ impl Engine {
             sigsys_is_filter: !self.listener,
         };
         let mut result = verdict(spec, outcome, &evidence);
-        result
-            .warnings
-            .splice(0..0, std::mem::take(&mut resources.warnings));
+        result.warnings.splice(
+            0..0,
+            std::mem::take(&mut resources.warnings)
+                .iter()
+                .map(Unenforced::warning),
+        );
         let teardown = Teardown::new(if exited { None } else { Some(pid) }, resources, trace_t0);
         (result, teardown)
     }

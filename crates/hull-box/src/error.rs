@@ -33,17 +33,18 @@ pub enum BoxError {
         errno: Errno,
     },
     /// As host root, a host directory the box may write could not be given to it as an
-    /// idmapped copy (see [`crate::remap`]). `arg` says which arguments the path may come from
-    /// (for debugging); the message names the path, which every front end's caller wrote.
+    /// idmapped copy (see [`crate::remap`]). `field` is where the directory came from (the
+    /// workspace or a mount), which front ends name as their caller spelled it.
     #[error("{path}: cannot give it to the box without host root's ids (an idmapped mount failed: {errno}){}", idmap_hint(*errno))]
     Idmap {
-        arg: &'static str,
+        field: SpecField,
         path: String,
         errno: Errno,
     },
-    /// Limits were required (`require_limits`) but cannot all be enforced here.
-    #[error("{0}")]
-    LimitsUnenforced(String),
+    /// Limits were required (`require_limits`) but cannot all be enforced here: each cap that
+    /// is not, and why.
+    #[error(transparent)]
+    LimitsUnenforced(crate::unenforced::UnenforcedCaps),
     /// The box's channel broke the protocol.
     #[error("the box sent a malformed message")]
     Protocol(#[from] crate::proto::ProtoError),
@@ -58,8 +59,12 @@ pub enum BoxError {
     SubIds(#[from] SubIdsError),
     #[error("could not set up the box's cgroup")]
     Cgroup(#[from] hull_cgroup::CgroupError),
-    #[error("seccomp: {0}")]
-    Seccomp(String),
+    /// The kernel cannot filter system calls, and hull runs no code unfiltered.
+    #[error("the kernel has no seccomp filter support (CONFIG_SECCOMP_FILTER); hull will not run code unfiltered")]
+    NoSeccomp,
+    /// The seccomp policy did not compile into a filter.
+    #[error("the seccomp policy does not compile")]
+    Seccomp(#[from] hull_seccomp::SeccompError),
     #[error("{what}: {errno}")]
     Sys { what: &'static str, errno: Errno },
     #[error("{what}")]
@@ -68,6 +73,12 @@ pub enum BoxError {
         #[source]
         error: std::io::Error,
     },
+    /// An invariant of hull's own code did not hold: a bug in hull, never the caller's doing.
+    /// An error rather than a panic because hull's release builds abort on panic, and a
+    /// long-lived front end (`hull serve`) would take every other caller's boxes down with it;
+    /// this way only the call that hit the bug fails.
+    #[error("internal error: {0} (a bug in hull; please report it)")]
+    Internal(&'static str),
 }
 
 /// Why ids 1-65536 could not be mapped to the caller's sub-id ranges (see [`crate::subids`]).
@@ -118,7 +129,7 @@ impl BoxError {
     pub fn field(&self) -> Option<SpecField> {
         match self {
             BoxError::Spec(e) => Some(e.field()),
-            BoxError::Source { field, .. } => Some(*field),
+            BoxError::Source { field, .. } | BoxError::Idmap { field, .. } => Some(*field),
             BoxError::LimitsUnenforced(_) => Some(SpecField::RequireLimits),
             BoxError::SubIds(_) => Some(SpecField::Subids),
             _ => None,
@@ -136,8 +147,31 @@ impl BoxError {
             BoxError::SubIds(_) => "subids_unavailable",
             BoxError::Protocol(_) | BoxError::Unexpected(_) => "protocol",
             BoxError::Cgroup(_) => "cgroup",
-            BoxError::Seccomp(_) => "seccomp",
+            BoxError::NoSeccomp | BoxError::Seccomp(_) => "seccomp",
+            BoxError::Internal(_) => "internal",
             BoxError::Sys { .. } | BoxError::Io { .. } => "host",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A seccomp policy that does not compile is a typed cause (what a front end's chain shows
+    /// once), not text folded into the message.
+    #[test]
+    fn a_policy_that_does_not_compile_keeps_its_cause() {
+        let opts = hull_seccomp::CompileOptions {
+            kill_mode: hull_seccomp::KillMode::KillProcess,
+            default_errno: 0,
+        };
+        let cause = hull_seccomp::compile(hull_seccomp::default_policy(), &opts).unwrap_err();
+        let e = BoxError::from(cause.clone());
+        assert_eq!(e.kind(), "seccomp");
+        let source = std::error::Error::source(&e)
+            .and_then(|s| s.downcast_ref::<hull_seccomp::SeccompError>());
+        assert_eq!(source, Some(&cause));
+        assert!(!e.to_string().contains(&cause.to_string()), "{e}");
     }
 }

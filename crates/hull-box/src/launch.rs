@@ -58,6 +58,13 @@ impl Launch<'_> {
     /// template (a plan with `StartPid1`), an entry process whose pid 1 is awaited here.
     pub(crate) fn start(&self) -> Result<Started, BoxError> {
         let plan = self.plan;
+        // Every plan ends in `Exec` (the plan builder's `finish` adds it, and no later rewrite
+        // removes it); checked before anything is created.
+        let Some(Step::Exec { argv, env, .. }) = plan.steps.last() else {
+            return Err(BoxError::Internal(
+                "a box's plan does not end by running its program",
+            ));
+        };
         let sysf = |what: &'static str| move |errno: Errno| BoxError::Sys { what, errno };
         let (out_r, out_w) = sys::pipe().map_err(sysf("create the stdout pipe"))?;
         let (err_r, err_w) = sys::pipe().map_err(sysf("create the stderr pipe"))?;
@@ -73,9 +80,6 @@ impl Launch<'_> {
                 })?;
                 null.as_raw_fd()
             }
-        };
-        let Some(Step::Exec { argv, env, .. }) = plan.steps.last() else {
-            return Err(BoxError::Seccomp("plan without exec".into()));
         };
         let enters_template = plan.steps.iter().any(|s| matches!(s, Step::StartPid1));
         // Pid 1 of a box entering a template runs on memory set aside once (its entry process's
@@ -140,15 +144,15 @@ impl Launch<'_> {
     }
 }
 
-/// A pidfd of this process, opened once (-1 where the kernel has none): a box's processes in
+/// A pidfd of this process, opened once (none where the kernel has none): a box's processes in
 /// their new pid namespace poll it to learn that their supervisor died before they asked for
 /// PDEATHSIG (see `Step::DieWithSupervisor`). Close-on-exec, and pid 1 closes it before the
 /// program starts.
-pub(crate) fn supervisor_pidfd() -> RawFd {
+pub(crate) fn supervisor_pidfd() -> Option<RawFd> {
     static FD: std::sync::OnceLock<Option<OwnedFd>> = std::sync::OnceLock::new();
     FD.get_or_init(|| sys::pidfd_open(sys::getpid()).ok())
         .as_ref()
-        .map_or(-1, AsRawFd::as_raw_fd)
+        .map(AsRawFd::as_raw_fd)
 }
 
 /// Idmapped copies of the plan's `AdoptTree` sources (see [`crate::remap`]), by descriptor
@@ -163,11 +167,12 @@ fn adopted_trees(plan: &BoxPlan) -> Result<Vec<(i32, OwnedFd)>, BoxError> {
                 uid,
                 gid,
                 count,
+                field,
             } => Some(
                 crate::remap::tree(&path.c, (*uid, *gid), *count)
                     .map(|t| (*fd, t))
                     .map_err(|errno| BoxError::Idmap {
-                        arg: "--workspace or --mount",
+                        field: *field,
                         path: path.c.to_string_lossy().into_owned(),
                         errno,
                     }),
@@ -272,5 +277,42 @@ fn clone_hint(errno: Errno) -> String {
         libc::ENOSPC | libc::EUSERS => "the namespace limit is reached: raise `user.max_user_namespaces` (or other /proc/sys/user/max_* limits)".into(),
         libc::EINVAL => "this kernel lacks a namespace type hull needs (user, mount, pid, net, ipc, uts, cgroup)".into(),
         _ => "run `hull doctor` to check the host".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A plan that does not end by running the program is a bug in hull's plan builder (its
+    /// `finish` adds the `Exec`): it is reported as one, before anything is created, and not
+    /// blamed on seccomp or the caller.
+    #[test]
+    fn a_plan_without_exec_is_an_internal_error() {
+        let filter = hull_seccomp::compile(
+            hull_seccomp::default_policy(),
+            &hull_seccomp::CompileOptions {
+                kill_mode: hull_seccomp::KillMode::KillProcess,
+                default_errno: 38,
+            },
+        )
+        .unwrap();
+        let plan = BoxPlan {
+            steps: vec![Step::LoopbackUp],
+            clone_flags: 0,
+        };
+        let launch = Launch {
+            plan: &plan,
+            stdin: Stdin::Null,
+            timeout: Duration::from_secs(1),
+            filter: &filter,
+            trace: None,
+            ready_box: false,
+        };
+        let Err(e) = launch.start() else {
+            panic!("a plan without exec was started");
+        };
+        assert_eq!(e.kind(), "internal", "{e:?}");
+        assert!(e.to_string().contains("a bug in hull"), "{e}");
     }
 }

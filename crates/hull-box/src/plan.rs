@@ -11,6 +11,7 @@ use std::fmt;
 use std::marker::PhantomData;
 
 use crate::caps;
+use crate::field::SpecField;
 use crate::size::Human;
 
 /// Where the new root is assembled before `pivot_root`: a tmpfs mounted over the host's /tmp in
@@ -129,6 +130,8 @@ pub enum Step {
         uid: u32,
         gid: u32,
         count: u32,
+        /// Where the source came from (the workspace or a mount), for the error that names it.
+        field: SpecField,
     },
     /// Write "0" into a cgroup.procs file: the box joins its cgroup before any user code runs.
     JoinCgroup {
@@ -437,8 +440,8 @@ impl fmt::Display for Step {
                 last = count - 1,
             ),
             Step::BecomeRoot => write!(f, "setgroups([]), setresgid(0), setresuid(0) in the box's user namespace"),
-            Step::AdoptTree { path, fd, uid, gid, count: 1 } => write!(f, "take the supervisor's idmapped copy of {} as fd {fd} (its owner is the box's root, host {uid}:{gid})", path.shown),
-            Step::AdoptTree { path, fd, uid, gid, count } => write!(f, "take the supervisor's idmapped copy of {} as fd {fd} (ids 0-{} on disk are the box's, host {uid}:{gid}..)", path.shown, count - 1),
+            Step::AdoptTree { path, fd, uid, gid, count: 1, .. } => write!(f, "take the supervisor's idmapped copy of {} as fd {fd} (its owner is the box's root, host {uid}:{gid})", path.shown),
+            Step::AdoptTree { path, fd, uid, gid, count, .. } => write!(f, "take the supervisor's idmapped copy of {} as fd {fd} (ids 0-{} on disk are the box's, host {uid}:{gid}..)", path.shown, count - 1),
             Step::AwaitIdMaps { maps: IdMaps::Helpers { uids: u, gids: g } } => write!(
                 f,
                 "wait for the supervisor's newuidmap/newgidmap: uid 0 -> {}, 1-{} -> {}-{}; gid 0 -> {}, 1-{} -> {}-{}",
@@ -564,7 +567,8 @@ impl BoxPlan {
     /// open. The sources whose descriptors are in `adopt` (host directories the box may write)
     /// become idmapped copies the supervisor makes, attached instead of bound, so what the
     /// box writes there belongs to the directory's owner, not to the box's host ids.
-    pub fn remap_root(&mut self, uid: u32, gid: u32, count: u32, adopt: &[i32]) {
+    /// `adopt` holds each such source's descriptor and the spec field it came from.
+    pub fn remap_root(&mut self, uid: u32, gid: u32, count: u32, adopt: &[(i32, SpecField)]) {
         let mut steps = Vec::with_capacity(self.steps.len() + 2);
         for s in std::mem::take(&mut self.steps) {
             match s {
@@ -575,20 +579,22 @@ impl BoxPlan {
                     steps.push(Step::BecomeRoot);
                     steps.push(s);
                 }
-                Step::OpenSource { path, fd } if adopt.contains(&fd) => {
-                    steps.push(Step::AdoptTree {
+                Step::OpenSource { path, fd } => match adopt.iter().find(|(a, _)| *a == fd) {
+                    Some((_, field)) => steps.push(Step::AdoptTree {
                         path,
                         fd,
                         uid,
                         gid,
                         count,
-                    });
-                }
+                        field: *field,
+                    }),
+                    None => steps.push(Step::OpenSource { path, fd }),
+                },
                 Step::Bind {
                     source,
                     target,
                     optional,
-                } => match source_fd(&source).filter(|fd| adopt.contains(fd)) {
+                } => match source_fd(&source).filter(|fd| adopt.iter().any(|(a, _)| a == fd)) {
                     Some(fd) => steps.push(Step::AttachSource {
                         fd,
                         source: source.shown,

@@ -10,12 +10,13 @@ use crate::error::BoxError;
 use crate::spec::BoxSpec;
 use crate::subids::IdRange;
 use crate::sys;
+use crate::unenforced::Unenforced;
 
 /// A box's cgroup and workspace, and the warnings for caps its cgroup cannot enforce.
 pub(crate) struct Resources {
     pub(crate) workspace: Workspace,
     pub(crate) cgroup: CgroupGuard,
-    pub(crate) warnings: Vec<String>,
+    pub(crate) warnings: Vec<Unenforced>,
 }
 
 impl Resources {

@@ -109,11 +109,8 @@ impl Runtime {
     }
 
     /// The detected cgroup layout, for `hull doctor`.
-    pub fn cgroups(&self) -> Result<&hull_cgroup::Host, String> {
-        self.engine
-            .cgroups
-            .as_deref()
-            .ok_or_else(|| self.engine.cgroup_error.clone().unwrap_or_default())
+    pub fn cgroups(&self) -> Result<&hull_cgroup::Host, &hull_cgroup::CgroupError> {
+        self.engine.cgroups.as_deref().map_err(|e| &**e)
     }
 
     pub fn seccomp_program(&self) -> &hull_seccomp::Program {

@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use crate::error::CgroupError;
 use crate::fsops::{keyed_value, read_pids, read_value, write_value, DirOps};
+use crate::layout::CgroupVersion;
+use crate::limits::Controller;
 use crate::sys::ProcessHandle;
-use crate::{CgroupVersion, Controller};
 
 /// How long `remove` keeps retrying a directory the kernel still calls busy.
 const REMOVE_PATIENCE: Duration = Duration::from_secs(2);

@@ -8,8 +8,10 @@ use crate::boxcg::{BoxCgroup, BoxDir};
 use crate::error::CgroupError;
 use crate::fsops::{write_reason, write_value};
 use crate::host::{Host, Placement};
+use crate::layout::CgroupVersion;
+use crate::limits::{Controller, Limits};
 use crate::report::FIX_DELEGATE;
-use crate::{sys, CgroupVersion, Controller, Limits};
+use crate::sys;
 
 /// v1 and v2 CFS period hull uses, in microseconds.
 const CPU_PERIOD_US: u64 = 100_000;

@@ -10,10 +10,12 @@ use std::sync::{Arc, OnceLock};
 
 use crate::error::CgroupError;
 use crate::fsops::{DirOps, RealDirs};
+use crate::layout::{BackendKind, CgroupVersion, Origin};
+use crate::limits::Controller;
 use crate::parse::{parse_mountinfo, parse_proc_cgroup, CgroupMount, MountVersion, ProcCgroups};
 use crate::report::{ControllerReport, Problem, FIX_DELEGATE, FIX_V1_PERMISSION};
+use crate::sys;
 use crate::v2::{self, V2Parent, V2Setup};
-use crate::{sys, BackendKind, CgroupVersion, Controller, Origin};
 
 /// Where one controller's box cgroups are made.
 #[derive(Debug, Clone)]

@@ -4,7 +4,8 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use crate::{CgroupVersion, Controller};
+use crate::layout::CgroupVersion;
+use crate::limits::Controller;
 
 /// A reason a controller cannot be used, with the fix to offer the user.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,9 +10,11 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::fsops::{read_pids, read_value, words, write_value, DirOps};
+use crate::layout::Origin;
+use crate::limits::Controller;
 use crate::parse::CgroupMount;
 use crate::report::{Problem, FIX_DELEGATE};
-use crate::{sys, Controller, Origin};
+use crate::sys;
 
 /// Name of the leaf hull moves itself into when it alone occupies its delegated cgroup.
 pub(crate) const SUPERVISOR_LEAF: &str = "hull-supervisor";

@@ -8,6 +8,8 @@ use std::time::Instant;
 use clap::Args;
 use hull_box::{BoxSpec, NoSink, RunOptions, Runtime};
 
+use crate::bench_stats::summary;
+
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     /// Runs of each case (interleaved).
@@ -67,18 +69,6 @@ fn boxed(rt: &Runtime, argv: &[&str]) -> Result<(f64, f64), String> {
     Ok((el, total))
 }
 
-/// min, median, p90 of milliseconds.
-pub(crate) fn summary(v: &mut [f64]) -> (f64, f64, f64) {
-    v.sort_by(f64::total_cmp);
-    let at = |q: f64| {
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        // index into a non-empty slice
-        let i = ((v.len() - 1) as f64 * q).round() as usize;
-        v[i]
-    };
-    (v[0], at(0.5), at(0.9))
-}
-
 pub fn main(args: &BenchArgs) -> i32 {
     if let Some(name) = &args.image {
         return crate::image_bench::main(name, args.runs.max(5), args.json);
@@ -99,7 +89,7 @@ pub fn main(args: &BenchArgs) -> i32 {
         }
     };
     if args.sdk {
-        return crate::bench_sdk::main(args, rt);
+        return crate::bench_sdk::main(args.runs, args.json, rt);
     }
     let runs = args.runs.max(5);
     // The same interpreter in and out of the box (a PATH shim such as pyenv's would skew the bare side).

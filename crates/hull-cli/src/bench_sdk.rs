@@ -10,15 +10,7 @@ use std::time::{Duration, Instant};
 use hull::{Language, Sandbox, SandboxRequest};
 use hull_box::{NoSink, Runtime};
 
-use crate::bench::BenchArgs;
-
-fn p(v: &mut [f64], q: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    // index into a non-empty slice
-    let i = ((v.len() - 1) as f64 * q).round() as usize;
-    v[i]
-}
+use crate::bench_stats::quantile as p;
 
 fn call(sb: &Sandbox) -> Result<f64, String> {
     let t = Instant::now();
@@ -35,8 +27,9 @@ fn call(sb: &Sandbox) -> Result<f64, String> {
     Ok(ms)
 }
 
-pub fn main(args: &BenchArgs, rt: Arc<Runtime>) -> i32 {
-    let runs = args.runs.max(5);
+/// `runs` pairs (at least 5); `json`: print the summary as JSON.
+pub fn main(runs: usize, json: bool, rt: Arc<Runtime>) -> i32 {
+    let runs = runs.max(5);
     let python = if std::path::Path::new("/usr/bin/python3").exists() {
         "/usr/bin/python3"
     } else {
@@ -95,7 +88,7 @@ pub fn main(args: &BenchArgs, rt: Arc<Runtime>) -> i32 {
     let (b9, c9, w9) = (p(&mut b, 0.9), p(&mut c, 0.9), p(&mut w, 0.9));
     // Large answers: a few runs are enough (each moves 16 MiB through JSON and a pipe).
     let output = crate::bench_sdk_output::measure(python, (runs / 10).clamp(3, 10));
-    if args.json {
+    if json {
         println!(
             "{}",
             serde_json::json!({

@@ -99,7 +99,7 @@ pub fn main(args: &DoctorArgs) -> i32 {
                         });
                     }
                 }
-                Err(e) => checks.push(check("cgroups", false, e, Some("mount cgroup2 at /sys/fs/cgroup, or delegate a subtree and set HULL_CGROUP_PARENT"))),
+                Err(e) => checks.push(check("cgroups", false, hull_api::Chain(e).to_string(), Some("mount cgroup2 at /sys/fs/cgroup, or delegate a subtree and set HULL_CGROUP_PARENT"))),
             }
         }
         Err(e) => checks.push(check(

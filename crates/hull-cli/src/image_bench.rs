@@ -108,9 +108,9 @@ pub fn main(name: &str, runs: usize, json: bool) -> i32 {
             }
         }
     }
-    let (imin, imed, ip90) = crate::bench::summary(&mut img);
-    let (dmin, dmed, dp90) = crate::bench::summary(&mut dir);
-    let (lmin, lmed, lp90) = crate::bench::summary(&mut lookup);
+    let (imin, imed, ip90) = crate::bench_stats::summary(&mut img);
+    let (dmin, dmed, dp90) = crate::bench_stats::summary(&mut dir);
+    let (lmin, lmed, lp90) = crate::bench_stats::summary(&mut lookup);
     let delta = imed - dmed;
     if json {
         println!(

@@ -6,6 +6,7 @@
 pub mod bench;
 pub mod bench_sdk;
 pub mod bench_sdk_output;
+mod bench_stats;
 pub mod doctor;
 pub mod image_bench;
 pub mod images;
@@ -13,6 +14,7 @@ pub mod mcp;
 pub mod pull;
 pub mod run;
 pub mod serve;
+mod serve_out;
 pub mod serve_sandbox;
 
 /// Prints an error with its cause chain, once, at the edge.

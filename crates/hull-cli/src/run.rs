@@ -256,21 +256,41 @@ fn json_error(kind: &str, err: &(dyn std::error::Error + 'static)) -> serde_json
 
 /// Prints an error once: as JSON with `--json`, else on stderr with its causes.
 fn report(args: &RunArgs, kind: &str, err: &(dyn std::error::Error + 'static)) -> i32 {
+    report_with(args, json_error(kind, err), err)
+}
+
+/// Prints `json` with `--json`, else `err` on stderr with its causes.
+fn report_with(
+    args: &RunArgs,
+    json: serde_json::Value,
+    err: &(dyn std::error::Error + 'static),
+) -> i32 {
     if args.json {
-        println!("{}", json_error(kind, err));
+        println!("{json}");
     } else {
         crate::print_error(err);
     }
     125
 }
 
-/// A box error, named by its flag.
+/// A box error, named by its flag; in JSON with the caps it could not enforce, when that is
+/// why (`unenforced`, as `hull serve` lists them).
 fn report_box(args: &RunArgs, r: &RunRequest, e: BoxError) -> i32 {
     let kind = e.kind();
-    match shown(e, r) {
-        Ok(named) => report(args, kind, &named),
-        Err(e) => report(args, kind, &e),
+    let unenforced = match &e {
+        BoxError::LimitsUnenforced(caps) => Some(serde_json::json!(caps.0)),
+        _ => None,
+    };
+    let shown = shown(e, r);
+    let err: &(dyn std::error::Error + 'static) = match &shown {
+        Ok(named) => named,
+        Err(e) => e,
+    };
+    let mut json = json_error(kind, err);
+    if let Some(u) = unenforced {
+        json["error"]["unenforced"] = u;
     }
+    report_with(args, json, err)
 }
 
 /// A refusal of the flags themselves, before any box.

@@ -13,7 +13,7 @@ use hull::{Language, Sandbox, SandboxError, SandboxRequest};
 use hull_box::{OutputSink, Runtime};
 use serde_json::{json, Map, Value};
 
-use crate::serve::{EventSink, Out};
+use crate::serve_out::{EventSink, Out};
 
 /// The methods this module answers, for `hello`.
 pub const METHODS: &[&str] = &[
@@ -56,7 +56,7 @@ impl Sessions {
 }
 
 fn error_json(e: &SandboxError) -> Value {
-    let mut v = crate::serve::error_json(e.kind(), e, e.arg());
+    let mut v = crate::serve_out::error_json(e.kind(), e, e.arg());
     match e {
         SandboxError::Box(hull_box::BoxError::Setup {
             step, errno, path, ..
@@ -65,7 +65,13 @@ fn error_json(e: &SandboxError) -> Value {
             v["reason"] = json!(errno.to_string());
             v["path"] = json!(path);
         }
-        SandboxError::Path { path, .. } => v["path"] = json!(path),
+        SandboxError::Refused(hull::error::Named {
+            error: hull_box::BoxError::LimitsUnenforced(caps),
+            ..
+        }) => v["unenforced"] = json!(caps.0),
+        SandboxError::Path { path, .. } | SandboxError::PathFailed { path, .. } => {
+            v["path"] = json!(path);
+        }
         SandboxError::Member { member, .. } => v["member"] = json!(member),
         _ => {}
     }

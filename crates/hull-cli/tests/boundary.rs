@@ -1339,6 +1339,91 @@ fn host_ids(pid: i32) -> (Vec<u32>, Vec<u32>) {
     (ids("Uid:"), ids("Gid:"))
 }
 
+/// As host root, a directory the box may write becomes an idmapped copy; on a file system that
+/// cannot be idmapped (ramfs) the refusal names the argument the caller used for it: the
+/// workspace or a mount, as `hull run` (`--workspace`, `--mount`) and `hull serve` (`workspace`,
+/// `mounts`) spell it. The ramfs is mounted in a mount namespace of the test's own.
+#[test]
+fn an_idmap_refusal_names_the_field_the_directory_came_from() {
+    if !is_root() {
+        hull_testkit::skip("only host root's boxes use idmapped mounts (the root run covers this)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let serve_input = [
+        serde_json::json!({"id": 1, "method": "run", "params": {"argv": ["true"], "workspace": d}}),
+        serde_json::json!({"id": 2, "method": "run", "params": {"argv": ["true"], "mounts": [format!("{d}:/data")]}}),
+        serde_json::json!({"id": "end", "method": "shutdown"}),
+    ]
+    .iter()
+    .map(|v| format!("{v}\n"))
+    .collect::<String>();
+    let script = r#"mount -t ramfs ramfs "$D" || exit 90
+"$HULL" run --json --workspace "$D" -- true
+"$HULL" run --json --mount "$D:/data" -- true
+printf '%s' "$SERVE_INPUT" | "$HULL" serve"#;
+    let out = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", script])
+        .env("D", d)
+        .env("HULL", bin())
+        .env("SERVE_INPUT", serve_input)
+        .stdin(std::process::Stdio::null())
+        .output();
+    let out = match out {
+        Ok(o) if o.status.code() != Some(90) => o,
+        Ok(o) => {
+            hull_testkit::skip(format!(
+                "cannot mount a ramfs in a new mount namespace: {}",
+                String::from_utf8_lossy(&o.stderr)
+            ));
+            return;
+        }
+        Err(e) => {
+            hull_testkit::skip(format!("cannot run unshare(1): {e}"));
+            return;
+        }
+    };
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let all = format!(
+        "{lines:?}\nstderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(lines.len(), 5, "{all}");
+    if lines[0].get("error").is_none() {
+        hull_testkit::skip(
+            "this kernel's ramfs supports idmapped mounts: no file system here refuses one",
+        );
+        return;
+    }
+    for (v, flag) in [(&lines[0], "--workspace"), (&lines[1], "--mount")] {
+        assert_eq!(v["error"]["kind"], "mount_source", "{all}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with(&format!("{flag}: {d}: ")) && message.contains("idmapped"),
+            "{all}"
+        );
+    }
+    for (id, key) in [(1, "workspace"), (2, "mounts")] {
+        let e = &lines
+            .iter()
+            .find(|l| l["id"] == id)
+            .unwrap_or_else(|| panic!("no answer {id}: {all}"))["error"];
+        assert_eq!(e["kind"], "mount_source", "{all}");
+        assert_eq!(e["arg"], key, "{all}");
+        assert!(
+            e["message"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("{key}: {d}: ")),
+            "{all}"
+        );
+    }
+}
+
 #[test]
 fn host_roots_box_is_never_host_root_and_its_files_belong_to_the_directory_owner() {
     // The box's processes, seen from the host: as host root they run as hull's own range

@@ -10,8 +10,14 @@ use serde_json::{json, Value};
 /// Sends `requests` and `shutdown` (which waits for every call), closes stdin, and returns
 /// every line the server wrote. (Closing stdin alone would end the calls still running.)
 fn session(requests: &[Value]) -> Vec<Value> {
+    session_env(requests, &[])
+}
+
+/// [`session`] with a server started with `env` set.
+fn session_env(requests: &[Value], env: &[(&str, &str)]) -> Vec<Value> {
     let mut child = Command::new(common::bin())
         .arg("serve")
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -63,6 +69,84 @@ fn hello_then_run_and_errors_are_typed() {
         .unwrap()
         .contains("colour"));
     assert_eq!(answer(&lines, 6)["result"]["fault"]["type"], "exec_failed");
+}
+
+/// With `require_limits`, the caps that cannot be enforced are listed by controller with their
+/// reason (`unenforced`), for `run` and `sandbox.create` alike; a host whose cgroups cannot be
+/// used at all gives the cgroup error as the chain's own level, not folded into the text.
+#[test]
+fn caps_that_cannot_be_enforced_are_listed_by_controller() {
+    let requests = [
+        json!({"id": 1, "method": "run", "params": {"argv": ["true"], "memory": "64m", "require_limits": true}}),
+        json!({"id": 2, "method": "sandbox.create", "params": {"memory_mb": 64, "require_limits": true}}),
+    ];
+    // A parent cgroup that does not exist: hull-cgroup says why for each controller.
+    let lines = session_env(&requests, &[("HULL_CGROUP_PARENT", "hull-no-such-parent")]);
+    for id in [1, 2] {
+        let e = &answer(&lines, id)["error"];
+        assert_eq!(e["kind"], "limits_unenforced", "{e}");
+        assert_eq!(e["arg"], "require_limits", "{e}");
+        let memory = e["unenforced"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no unenforced list: {e}"))
+            .iter()
+            .find(|u| u["controller"] == "memory")
+            .unwrap_or_else(|| panic!("memory is not listed: {e}"));
+        assert!(
+            memory["reason"]
+                .as_str()
+                .unwrap()
+                .contains("hull-no-such-parent"),
+            "{e}"
+        );
+    }
+    // A parent that is not a plain relative path: no cgroup at all.
+    let lines = session_env(&requests, &[("HULL_CGROUP_PARENT", "../escape")]);
+    for id in [1, 2] {
+        let e = &answer(&lines, id)["error"];
+        assert_eq!(e["kind"], "limits_unenforced", "{e}");
+        let listed: Vec<&str> = e["unenforced"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no unenforced list: {e}"))
+            .iter()
+            .map(|u| u["controller"].as_str().unwrap())
+            .collect();
+        assert!(listed.contains(&"memory"), "{e}");
+        let chain: Vec<&str> = e["chain"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l.as_str().unwrap())
+            .collect();
+        assert!(
+            chain
+                .last()
+                .is_some_and(|l| l.starts_with("invalid HULL_CGROUP_PARENT")),
+            "{e}"
+        );
+        assert!(!chain[0].contains("invalid HULL_CGROUP_PARENT"), "{e}");
+    }
+}
+
+/// An image that is not in the store is refused naming the argument once: `image: `x` not
+/// found ...`, not `image: image `x` not found`.
+#[test]
+fn a_missing_image_is_named_once() {
+    let lines = session(&[
+        json!({"id": 1, "method": "run", "params": {"argv": ["true"], "image": "no-such-image:1"}}),
+        json!({"id": 2, "method": "sandbox.create", "params": {"image": "no-such-image:1"}}),
+    ]);
+    for id in [1, 2] {
+        let e = &answer(&lines, id)["error"];
+        assert_eq!(e["kind"], "invalid_argument", "{e}");
+        assert_eq!(e["arg"], "image", "{e}");
+        let message = e["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("image: `no-such-image:1` not found"),
+            "{e}"
+        );
+        assert_eq!(message.matches("image `").count(), 0, "{e}");
+    }
 }
 
 #[test]

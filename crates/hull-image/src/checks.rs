@@ -5,11 +5,10 @@
 
 use std::io::Read;
 
+use crate::error::{invalid, ImageError};
 use crate::oci::{Descriptor, Digest, Manifest};
-use crate::store::{invalid, ImageError};
 
-/// Manifests, indexes and configs larger than this are refused (real ones are a few KiB).
-pub const DOCUMENT_LIMIT: u64 = 4 << 20;
+pub use crate::oci::DOCUMENT_LIMIT;
 
 /// The most layers an image may have. Docker's layer store refused images deeper than 125
 /// layers for years (127, the most some of its storage drivers could stack, less two for a
@@ -84,7 +83,7 @@ pub fn manifest_layers(manifest: &Manifest) -> Result<Vec<(usize, Digest, u64)>,
     check_layer_count("manifest", manifest.layers.len())?;
     let mut out = Vec::with_capacity(manifest.layers.len());
     for (i, l) in manifest.layers.iter().enumerate() {
-        if !crate::registry::is_layer_type(&l.media_type) {
+        if !crate::oci::is_layer_type(&l.media_type) {
             return Err(invalid(
                 format!("layer {i}"),
                 format!(

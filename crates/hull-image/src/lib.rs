@@ -4,6 +4,7 @@
 
 pub mod auth;
 pub mod checks;
+pub mod error;
 pub mod extract;
 pub mod oci;
 pub mod pull;
@@ -11,8 +12,9 @@ pub mod reference;
 pub mod registry;
 pub mod store;
 
+pub use error::ImageError;
 pub use extract::{extract_layer, Compression, ExtractError, Limits, Report};
 pub use pull::{LayerOutcome, PullOptions, PullProgress, PullReport};
 pub use reference::Reference;
 pub use registry::{ClientOptions, RegistryError};
-pub use store::{default_home, ImageError, ImageInfo, ImportReport, Store};
+pub use store::{default_home, ImageInfo, ImportReport, Store};

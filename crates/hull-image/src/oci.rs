@@ -11,6 +11,9 @@ pub const MT_OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 pub const MT_DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
 pub const MT_DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
 
+/// Manifests, indexes and configs larger than this are refused (real ones are a few KiB).
+pub const DOCUMENT_LIMIT: u64 = 4 << 20;
+
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Platform {
@@ -218,9 +221,45 @@ impl<W: std::io::Write> std::io::Write for HashingWriter<W> {
     }
 }
 
+/// True if `media_type` is a layer hull can unpack (tar, gzip or zstd; OCI or Docker names).
+pub fn is_layer_type(media_type: &str) -> bool {
+    media_type.is_empty()
+        || matches!(
+            media_type,
+            "application/vnd.oci.image.layer.v1.tar"
+                | "application/vnd.oci.image.layer.v1.tar+gzip"
+                | "application/vnd.oci.image.layer.v1.tar+zstd"
+                | "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip"
+                | "application/vnd.docker.image.rootfs.diff.tar.gzip"
+                | "application/vnd.docker.image.rootfs.diff.tar"
+                | "application/vnd.docker.image.rootfs.diff.tar.zstd"
+        )
+}
+
+/// True if `media_type` is an image config hull understands.
+pub fn is_config_type(media_type: &str) -> bool {
+    media_type.is_empty()
+        || media_type == "application/vnd.oci.image.config.v1+json"
+        || media_type == "application/vnd.docker.container.image.v1+json"
+}
+
+/// True for a multi-platform document.
+pub fn is_index_type(media_type: &str) -> bool {
+    media_type == MT_OCI_INDEX || media_type == MT_DOCKER_LIST
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn media_types() {
+        assert!(is_layer_type("application/vnd.oci.image.layer.v1.tar+zstd"));
+        assert!(!is_layer_type(
+            "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
+        ));
+        assert!(!is_config_type("application/vnd.cncf.helm.config.v1+json"));
+    }
 
     #[test]
     fn digests_parse_strictly() {

@@ -16,10 +16,11 @@ use sha2::{Digest as _, Sha256};
 
 use crate::auth;
 use crate::checks;
+use crate::error::{invalid, io_at, ImageError};
 use crate::oci::{self, Digest, ImageConfig, Index, Manifest, Platform};
 use crate::reference::Reference;
 use crate::registry::{self, Client, ClientOptions};
-use crate::store::{invalid, io_at, valid_name, ImageError, ImageInfo, Store};
+use crate::store::{valid_name, ImageInfo, Store};
 
 /// How a pull behaves.
 #[derive(Clone, Debug)]
@@ -124,7 +125,7 @@ impl Store {
 
         // Counted, typed and parsed before any blob is requested.
         let layers = checks::manifest_layers(&manifest)?;
-        if !registry::is_config_type(&manifest.config.media_type) {
+        if !oci::is_config_type(&manifest.config.media_type) {
             return Err(invalid("manifest", format!("config media type `{}` is not a container image config (is this an artifact rather than an image?)", manifest.config.media_type)));
         }
         let config_digest = Digest::parse(&manifest.config.digest).ok_or_else(|| {
@@ -362,7 +363,7 @@ fn resolve_manifest(
             });
         }
     }
-    let (bytes, media_type) = if registry::is_index_type(&media_type) {
+    let (bytes, media_type) = if oci::is_index_type(&media_type) {
         let index: Index =
             serde_json::from_slice(&bytes).map_err(|e| invalid("image index", e.to_string()))?;
         let desc = oci::select_platform(&index.manifests, &platform).ok_or_else(|| {
@@ -390,7 +391,7 @@ fn resolve_manifest(
         | "application/vnd.docker.distribution.manifest.v1+prettyjws" => {
             return Err(invalid("manifest", "Docker schema 1 manifests (deprecated since 2017) are not supported; push the image again with a current tool"));
         }
-        other if registry::is_index_type(other) => {
+        other if oci::is_index_type(other) => {
             return Err(invalid(
                 "manifest",
                 "an index inside an index is not supported",

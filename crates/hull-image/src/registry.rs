@@ -12,10 +12,10 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::auth::{self, Challenge, Credentials, TokenAnswer};
-use crate::oci::{self, Digest};
+use crate::oci::Digest;
 use crate::reference::{self, Reference, Scheme};
 
-pub use crate::checks::DOCUMENT_LIMIT;
+pub use crate::oci::DOCUMENT_LIMIT;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
@@ -445,33 +445,6 @@ fn url_encode(s: &str) -> String {
 /// Re-exported for callers that only need the policy check.
 pub use reference::is_loopback;
 
-/// True if `media_type` is a layer hull can unpack (tar, gzip or zstd; OCI or Docker names).
-pub fn is_layer_type(media_type: &str) -> bool {
-    media_type.is_empty()
-        || matches!(
-            media_type,
-            "application/vnd.oci.image.layer.v1.tar"
-                | "application/vnd.oci.image.layer.v1.tar+gzip"
-                | "application/vnd.oci.image.layer.v1.tar+zstd"
-                | "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip"
-                | "application/vnd.docker.image.rootfs.diff.tar.gzip"
-                | "application/vnd.docker.image.rootfs.diff.tar"
-                | "application/vnd.docker.image.rootfs.diff.tar.zstd"
-        )
-}
-
-/// True if `media_type` is an image config hull understands.
-pub fn is_config_type(media_type: &str) -> bool {
-    media_type.is_empty()
-        || media_type == "application/vnd.oci.image.config.v1+json"
-        || media_type == "application/vnd.docker.container.image.v1+json"
-}
-
-/// True for a multi-platform document.
-pub fn is_index_type(media_type: &str) -> bool {
-    media_type == oci::MT_OCI_INDEX || media_type == oci::MT_DOCKER_LIST
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -531,14 +504,5 @@ mod tests {
         assert!(check_realm("ftp://x/t", &none).is_err());
         assert!(check_realm("https://user@evil/t", &none).is_err());
         assert!(check_realm("token", &none).is_err());
-    }
-
-    #[test]
-    fn media_types() {
-        assert!(is_layer_type("application/vnd.oci.image.layer.v1.tar+zstd"));
-        assert!(!is_layer_type(
-            "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
-        ));
-        assert!(!is_config_type("application/vnd.cncf.helm.config.v1+json"));
     }
 }

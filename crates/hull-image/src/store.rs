@@ -17,54 +17,11 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::checks;
+use crate::error::{invalid, io_at, ImageError};
 use crate::extract::{self, Compression, Limits};
 use crate::oci::{
     self, Descriptor, Digest, DockerArchiveEntry, ImageConfig, Index, Manifest, RunConfig,
 };
-
-#[derive(Debug, thiserror::Error)]
-pub enum ImageError {
-    #[error("image `{0}` not found; `hull images` lists what is here, `hull pull IMAGE` or `hull import PATH` adds one")]
-    NotFound(String),
-    #[error("{what}")]
-    Io { what: String, source: io::Error },
-    #[error(
-        "{0} is not an OCI image layout (no index.json / oci-layout) nor a docker or OCI archive"
-    )]
-    UnknownFormat(PathBuf),
-    #[error("{what}: {why}")]
-    Invalid { what: String, why: String },
-    #[error("blob {expected} ({what}): digest mismatch, the content hashes to {actual}; refused, no image was stored")]
-    DigestMismatch {
-        what: String,
-        expected: String,
-        actual: String,
-    },
-    #[error("no manifest for platform {0} in the image index")]
-    NoPlatform(String),
-    #[error(transparent)]
-    Extract(#[from] extract::ExtractError),
-    #[error(
-        "image name `{0}` is not valid: use letters, digits and . _ - / : @ (e.g. busybox:latest)"
-    )]
-    BadName(String),
-    #[error(transparent)]
-    Reference(#[from] crate::reference::ReferenceError),
-    #[error(transparent)]
-    Registry(#[from] crate::registry::RegistryError),
-}
-
-pub(crate) fn io_at(what: impl Into<String>) -> impl FnOnce(io::Error) -> ImageError {
-    let what = what.into();
-    move |source| ImageError::Io { what, source }
-}
-
-pub(crate) fn invalid(what: impl Into<String>, why: impl Into<String>) -> ImageError {
-    ImageError::Invalid {
-        what: what.into(),
-        why: why.into(),
-    }
-}
 
 /// An image in the store.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]

@@ -36,13 +36,17 @@ fn null_terminated(items: &[CString]) -> Vec<*const libc::c_char> {
 fn run_under_filter(argv: &[&str], dir: &Path) -> (Exit, String) {
     let program = default_program(KillMode::KillProcess);
     let fprog = program.as_fprog();
+    // HOME and TMPDIR are the run's own directory: nothing a program writes outlives the run
+    // or meets a file another user's run left in /tmp.
     let home = format!("HOME={}", dir.display());
+    let tmpdir = format!("TMPDIR={}", dir.display());
     let env = cstrings(&[
         "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "LANG=C.UTF-8",
         "MPLBACKEND=Agg",
         "GIT_CONFIG_NOSYSTEM=1",
         &home,
+        &tmpdir,
     ]);
     let args = cstrings(argv);
     let (argv_ptrs, env_ptrs) = (null_terminated(&args), null_terminated(&env));
@@ -183,7 +187,7 @@ def main():
         import matplotlib; matplotlib.use("Agg"); import matplotlib.pyplot as plt
         a = np.random.rand(200, 200); assert (a @ a).shape == (200, 200)
         df = pd.DataFrame({"x": range(10)}); assert df.x.sum() == 45
-        plt.plot([1, 2, 3]); plt.savefig(os.path.join(tempfile.gettempdir(), "hull-plot.png"))
+        plt.plot([1, 2, 3]); plt.savefig("plot.png")  # the cwd: this run's own directory
         print("SCIENCE-OK")
     except ImportError as e:
         print("SKIP science stack:", e)

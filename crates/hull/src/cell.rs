@@ -21,6 +21,7 @@ use serde_json::Value;
 
 use crate::backend::{Backend, Destroy};
 use crate::error::SandboxError;
+use crate::session_dirs::{leftover_prefix, private_dir_mode};
 
 /// The runner, passed to `python3 -c`.
 pub const RUNNER: &str = include_str!("runner.py");
@@ -28,14 +29,6 @@ pub const RUNNER: &str = include_str!("runner.py");
 pub const IO_DIR: &str = "/run/hull";
 
 type Ended = Result<(RunResult, Destroy), BoxError>;
-
-/// A name prefix for host directories a session makes in `$TMPDIR`: hull-box's temporary
-/// workspace pattern (`hull-ws-<owner id>-...`, see `hull_box::owner`), so if this process is
-/// SIGKILLed, the next `hull run` or `hull doctor` removes them as it removes a dead hull's box
-/// workspaces.
-pub fn leftover_prefix(kind: &str) -> String {
-    format!("hull-ws-{}-{kind}-", hull_box::owner::id())
-}
 
 /// Where a runner box's output goes; set when a call takes the box.
 pub type Route = Arc<Mutex<Option<Box<dyn OutputSink + Send>>>>;
@@ -233,7 +226,7 @@ impl RunnerBox {
     ) -> Result<Started, SandboxError> {
         let io = tempfile::Builder::new()
             .prefix(&leftover_prefix("io"))
-            .permissions(crate::sandbox::private_dir_mode())
+            .permissions(private_dir_mode())
             .tempdir()
             .map_err(|e| runner_err("create its private directory", e))?;
         let sock = io.path().join("s");

@@ -33,9 +33,17 @@ pub enum SandboxError {
         why: String,
         stderr_tail: String,
     },
-    /// A workspace path was refused or could not be used.
+    /// A workspace path was refused.
     #[error("{path}: {why}")]
     Path { path: String, why: String },
+    /// A workspace path could not be opened for a reason of the system's (it does not exist,
+    /// access was denied): the message names the path, the system's error is its source.
+    #[error("{path}")]
+    PathFailed {
+        path: String,
+        #[source]
+        error: std::io::Error,
+    },
     /// A file operation failed on the host.
     #[error("{what} {}", path.display())]
     Io {
@@ -168,7 +176,9 @@ impl SandboxError {
             },
             SandboxError::Box(e) => e.kind(),
             SandboxError::SetupFailed { .. } => "setup_failed",
-            SandboxError::Path { .. } | SandboxError::Member { .. } => "path_refused",
+            SandboxError::Path { .. }
+            | SandboxError::PathFailed { .. }
+            | SandboxError::Member { .. } => "path_refused",
             SandboxError::Io { .. } => "io",
             SandboxError::RunnerIo { .. } | SandboxError::Runner(_) => "runner",
             SandboxError::KernelDead(..) => "kernel_dead",

@@ -158,7 +158,10 @@ fn resolve_err(rel: &[u8], e: rustix::io::Errno) -> SandboxError {
             "is a FIFO or socket with no reader; only regular files can be written",
         )
     } else {
-        SandboxError::path(rel, std::io::Error::from(e).to_string())
+        SandboxError::PathFailed {
+            path: rel.to_string(),
+            error: e.into(),
+        }
     }
 }
 

@@ -16,6 +16,7 @@ pub mod error;
 pub mod files;
 mod hostpath;
 pub mod sandbox;
+mod session_dirs;
 mod staging;
 
 pub use backend::Backend;

@@ -20,6 +20,7 @@ use crate::boxspec::DEPS_DIR;
 use crate::cell::{Reaper, RunnerBox, Started};
 use crate::error::{Named, SandboxError};
 use crate::files::Confined;
+use crate::session_dirs::{leftover_prefix, private_dir, private_dir_mode};
 
 /// What one call produced: the box's result plus the rich results and changed files.
 #[derive(Debug, Serialize)]
@@ -143,18 +144,6 @@ impl std::fmt::Debug for Sandbox {
     }
 }
 
-/// Session directories are the caller's alone (0700): the workspace holds the box's files, which
-/// other host users have no business reading.
-pub(crate) fn private_dir_mode() -> std::fs::Permissions {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::Permissions::from_mode(0o700)
-}
-
-fn private_dir(p: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new().mode(0o700).create(p)
-}
-
 fn remove_tree(p: &Path) {
     hull_box::leftovers::remove_tree(p);
 }
@@ -168,7 +157,7 @@ impl Sandbox {
         cfg: SandboxRequest,
     ) -> Result<Arc<Sandbox>, SandboxError> {
         let session = tempfile::Builder::new()
-            .prefix(&crate::cell::leftover_prefix("sb"))
+            .prefix(&leftover_prefix("sb"))
             .permissions(private_dir_mode())
             .tempdir()
             .map_err(|e| SandboxError::Io {

@@ -12,9 +12,13 @@ fn ws() -> (tempfile::TempDir, Confined) {
     (d, c)
 }
 
+/// The refusal's whole chain as one line (a system error such as ENOTDIR is the source of a
+/// `PathFailed`, not part of its message).
 fn refused(r: Result<impl std::fmt::Debug, SandboxError>) -> String {
     match r {
-        Err(e @ SandboxError::Path { .. }) => e.to_string(),
+        Err(e @ (SandboxError::Path { .. } | SandboxError::PathFailed { .. })) => {
+            hull_api::Chain(&e).to_string()
+        }
         other => panic!("not refused: {other:?}"),
     }
 }
@@ -301,4 +305,19 @@ fn a_restore_that_fails_while_unpacking_leaves_the_workspace_exactly_as_it_was()
     b.into_inner().unwrap().finish().unwrap();
     hull::archive::restore(&c, &p).unwrap_err();
     assert_eq!(tree(d.path()), before);
+}
+
+/// A path that cannot be opened for a reason of the system's (it does not exist) keeps that
+/// error as its typed source: a front end's chain shows it once, and a caller can match its
+/// kind; the message names the path only.
+#[test]
+fn a_path_that_cannot_be_opened_keeps_the_system_error_as_its_source() {
+    let (_d, c) = ws();
+    let e = c.read_file("no/such/file", 10).unwrap_err();
+    let source = std::error::Error::source(&e)
+        .and_then(|s| s.downcast_ref::<std::io::Error>())
+        .unwrap_or_else(|| panic!("no io::Error source: {e:?}"));
+    assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+    assert_eq!(e.to_string(), "no/such/file");
+    assert_eq!(e.kind(), "path_refused");
 }

@@ -30,9 +30,9 @@ pub(crate) struct ChildContext<'a> {
     /// The supervisor's end of the channel, inherited by the fork: closed first, so that the
     /// supervisor's death shows as a hangup on `sock`.
     pub peer: RawFd,
-    /// A pidfd of the supervisor's process (-1 without pidfd support): readable once it exited,
-    /// which a child in a new pid namespace cannot learn from getppid().
-    pub supervisor: RawFd,
+    /// A pidfd of the supervisor's process (none without pidfd support): readable once it
+    /// exited, which a child in a new pid namespace cannot learn from getppid().
+    pub supervisor: Option<RawFd>,
     pub stdin: RawFd,
     pub stdout: RawFd,
     pub stderr: RawFd,
@@ -205,7 +205,6 @@ fn supervisor_alive(ctx: &ChildContext<'_>, supervisor: i32) {
 /// channel is closed (a copy held by a box another thread was forking may delay the hangup,
 /// hence the pidfd).
 fn supervisor_gone(ctx: &ChildContext<'_>) -> bool {
-    // A negative descriptor is ignored by poll.
     let mut fds = [
         libc::pollfd {
             fd: ctx.sock,
@@ -213,14 +212,16 @@ fn supervisor_gone(ctx: &ChildContext<'_>) -> bool {
             revents: 0,
         },
         libc::pollfd {
-            fd: ctx.supervisor,
+            fd: ctx.supervisor.unwrap_or(ctx.sock),
             events: libc::POLLIN,
             revents: 0,
         },
     ];
-    sys::poll(&mut fds, 0).is_ok()
+    // Without a pidfd only the channel is polled.
+    let polled = if ctx.supervisor.is_some() { 2 } else { 1 };
+    sys::poll(&mut fds[..polled], 0).is_ok()
         && (fds[0].revents & (libc::POLLHUP | libc::POLLERR) != 0
-            || fds[1].revents & libc::POLLIN != 0)
+            || (polled == 2 && fds[1].revents & libc::POLLIN != 0))
 }
 
 /// ENOENT on an optional step means the kernel or host simply has no such path.
@@ -509,8 +510,9 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
 /// open, the number could be one we still need (our channel, the output pipes, a template's
 /// namespaces). Refuse (EBUSY, naming the step) rather than replace it.
 fn reserved_is_free(ctx: &ChildContext<'_>, fd: RawFd) -> SysResult<()> {
-    let mut used = [ctx.sock, ctx.supervisor, ctx.stdin, ctx.stdout, ctx.stderr]
+    let mut used = [ctx.sock, ctx.stdin, ctx.stdout, ctx.stderr]
         .into_iter()
+        .chain(ctx.supervisor)
         .any(|u| u == fd);
     for s in &ctx.plan.steps {
         used |= match s {
@@ -959,7 +961,7 @@ mod tests {
             plan: &plan,
             sock: 901,
             peer: 3,
-            supervisor: 904,
+            supervisor: Some(904),
             stdin: 0,
             stdout: 902,
             stderr: 903,
@@ -982,5 +984,45 @@ mod tests {
         for free in [900, 911] {
             assert_eq!(reserved_is_free(&ctx, free), Ok(()), "fd {free}");
         }
+    }
+
+    /// The supervisor is gone once its pidfd is readable or its end of the channel is closed;
+    /// without a pidfd (a kernel without pidfd_open) only the channel tells.
+    #[test]
+    fn the_supervisor_is_gone_when_its_pidfd_is_readable_or_the_channel_hangs_up() {
+        let plan = BoxPlan {
+            steps: Vec::new(),
+            clone_flags: 0,
+        };
+        let none = pointer_array(&[]);
+        let (ours, theirs) = sys::seqpacket_pair().unwrap();
+        let ctx = |supervisor: Option<RawFd>| ChildContext {
+            plan: &plan,
+            sock: ours.as_raw_fd(),
+            peer: -1,
+            supervisor,
+            stdin: 0,
+            stdout: 1,
+            stderr: 2,
+            argv: &none,
+            envp: &none,
+            seccomp: None,
+            trace: None,
+            pid1_stack: None,
+            ready_box: false,
+            trees: &[],
+            strings: None,
+        };
+        // A process that exits, standing in for the supervisor.
+        let mut exiting = std::process::Command::new("true").spawn().unwrap();
+        let pid = libc::pid_t::try_from(exiting.id()).unwrap();
+        let pidfd = sys::pidfd_open(pid).unwrap();
+        let running = sys::pidfd_open(sys::getpid()).unwrap();
+        exiting.wait().unwrap();
+        assert!(!supervisor_gone(&ctx(None)));
+        assert!(!supervisor_gone(&ctx(Some(running.as_raw_fd()))));
+        assert!(supervisor_gone(&ctx(Some(pidfd.as_raw_fd()))));
+        drop(theirs);
+        assert!(supervisor_gone(&ctx(None)));
     }
 }
