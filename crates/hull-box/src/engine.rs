@@ -24,6 +24,7 @@ use crate::resources::{limits_of, CgroupGuard, Resources, Teardown, Workspace};
 use crate::result::RunResult;
 use crate::spares::Spares;
 use crate::spec::BoxSpec;
+use crate::split::{LaunchPlan, Steps};
 use crate::sys::{self, Errno};
 use crate::template::Templates;
 use crate::trace::{Marks, TraceMap};
@@ -71,7 +72,7 @@ impl std::fmt::Debug for Engine {
 
 /// A box ready to launch: the plan its first process runs, and what it holds on the host.
 struct Prepared {
-    plan: BoxPlan,
+    plan: LaunchPlan,
     resources: Resources,
 }
 
@@ -232,7 +233,7 @@ impl Engine {
         // entered them.
         let (plan, _entered) = match &self.templates {
             Some(t) => t.prepare(plan)?,
-            None => (plan, None),
+            None => (LaunchPlan::Fresh(plan), None),
         };
         marks.mark("plan built");
         let prepared = Prepared { plan, resources };
@@ -252,7 +253,7 @@ impl Engine {
     fn launch_and_watch(
         &self,
         spec: &BoxSpec,
-        plan: &BoxPlan,
+        plan: &LaunchPlan,
         opts: RunOptions,
         sink: &mut dyn OutputSink,
         tracing: bool,
@@ -296,7 +297,7 @@ impl Engine {
     fn watch(
         &self,
         spec: &BoxSpec,
-        plan: &BoxPlan,
+        plan: &dyn Steps,
         opts: RunOptions,
         started: Started,
         sigfd: &std::os::fd::OwnedFd,

@@ -31,6 +31,7 @@ pub mod sensitive;
 pub mod size;
 mod spares;
 pub mod spec;
+pub mod split;
 pub mod subids;
 mod sys;
 mod template;

@@ -10,9 +10,9 @@ use crate::channel::{self, Recv};
 use crate::error::BoxError;
 use crate::launch::{Setup, Started};
 use crate::outcome::{Captured, Outcome};
-use crate::plan::BoxPlan;
 use crate::proto::Message;
 use crate::spec::BoxSpec;
+use crate::split::Steps;
 use crate::sys::{self, Errno};
 
 /// Which stream a chunk of output came from.
@@ -49,8 +49,8 @@ pub(crate) struct Watch<'a> {
     pub(crate) ending: BorrowedFd<'a>,
     pub(crate) spec: &'a BoxSpec,
     pub(crate) opts: RunOptions,
-    /// The plan pid 1 runs: a setup failure names its step.
-    pub(crate) plan: &'a BoxPlan,
+    /// The plan the box's first process runs: a setup failure names its step.
+    pub(crate) plan: &'a dyn Steps,
     /// `HULL_TRACE_STEPS` was set: report when the program's exit arrives.
     pub(crate) tracing: bool,
 }
