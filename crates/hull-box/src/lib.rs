@@ -37,8 +37,8 @@ mod sys;
 mod template;
 mod trace;
 mod verdict;
+pub mod warm;
 mod watch;
-mod worker;
 
 pub use error::BoxError;
 pub use field::SpecField;

@@ -26,7 +26,7 @@ use crate::spec::{BoxSpec, RootSpec, Stdin};
 use crate::split::LaunchPlan;
 use crate::sys;
 use crate::template::Entered;
-use crate::worker::Worker;
+use crate::warm::Worker;
 
 /// How many are kept ready: two covers a box starting while the last one's replacement is still
 /// being set up.

@@ -17,7 +17,7 @@ use hull_cgroup::{BoxCgroup, Host, Limits};
 
 use crate::poison::lock;
 use crate::resources::Workspace;
-use crate::worker::Worker;
+use crate::warm::Worker;
 
 /// How many of each kind are kept ready: two covers a box starting while the last one's
 /// replacement is still being made.

@@ -32,7 +32,7 @@ use crate::proto::UnexpectedMessage;
 use crate::split::{LaunchPlan, TemplateFds, TemplatePlan};
 use crate::sys::child::{self, ChildContext, ChildPlan, PoolHelper, Pooled};
 use crate::sys::{self, Errno};
-use crate::worker::Worker;
+use crate::warm::Worker;
 
 /// The most templates one Runtime keeps (one per distinct skeleton: image, hostname, network
 /// mode, user mount points); past it the oldest is dropped (boxes using it keep it alive).
