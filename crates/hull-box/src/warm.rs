@@ -74,11 +74,47 @@ impl Worker {
         self.wake.notify_all();
     }
 
-    /// Waits for the thread to end (after `stop`).
+    /// Waits for the thread to end (after `stop`). Called on the thread itself (its owner was
+    /// dropped there), it cannot wait for itself: the thread ends on its own once it sees
+    /// `stop`.
     pub fn join(&self) {
         let handle = lock(&self.thread).take();
         if let Some(h) = handle {
-            let _ = h.join();
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{mpsc, Arc};
+
+    /// A pool's owner may be dropped on the pool's own thread (the Sandbox layer's thread holds
+    /// its Sandbox while starting a box, and may hold the last reference): joining the thread
+    /// from itself must leave it to end, not panic it (an abort in release builds).
+    #[test]
+    fn a_worker_stopped_and_joined_from_its_own_thread_ends_normally() {
+        let w = Arc::new(Worker::default());
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        w.start_once("hull-test-self-join", || {
+            let w = Arc::clone(&w);
+            move || {
+                // Only once start_once has stored the handle.
+                let _ = go_rx.recv();
+                w.stop();
+                w.join();
+                let _ = done_tx.send(());
+            }
+        });
+        go_tx.send(()).expect("the thread waits");
+        assert_eq!(
+            done_rx.recv_timeout(Duration::from_secs(10)),
+            Ok(()),
+            "the worker's thread did not get past joining itself"
+        );
     }
 }
