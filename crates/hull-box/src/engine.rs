@@ -29,6 +29,7 @@ use crate::sys::{self, Errno};
 use crate::template::Templates;
 use crate::trace::{Marks, TraceMap};
 use crate::verdict::{verdict, Evidence};
+use crate::warm::WarmOptions;
 use crate::watch::{OutputSink, RunOptions, Watch};
 
 /// What a [`crate::Runtime`] holds, shared with its ready-box thread (which holds it weakly).
@@ -42,11 +43,11 @@ pub(crate) struct Engine {
     /// Numbers the cgroups this engine makes.
     counter: AtomicU64,
     started_ns: u64,
-    /// Shared read-only skeletons, when enabled ([`crate::Runtime::enable_templates`]).
+    /// Shared read-only skeletons, when kept ([`crate::WarmOptions::templates`]).
     pub(crate) templates: Option<Templates>,
-    /// Cgroups and workspaces made ahead, with templates.
+    /// Cgroups and workspaces made ahead ([`crate::WarmOptions::spares`]).
     pub(crate) spares: Option<Spares>,
-    /// Boxes set up ahead, waiting for their program, with templates.
+    /// Boxes set up ahead, waiting for their program ([`crate::WarmOptions::ready`]).
     pub(crate) ready: Option<ReadyBoxes>,
     /// Polled by every box's watch: [`crate::Runtime::end_every_box`].
     pub(crate) ending: Ending,
@@ -114,14 +115,22 @@ impl Engine {
         })
     }
 
-    pub(crate) fn enable_templates(&mut self) -> Result<(), BoxError> {
-        if self.templates.is_none() {
+    /// Turns on the warm pools `warm` names (see [`crate::WarmOptions`]).
+    pub(crate) fn keep_warm(&mut self, warm: WarmOptions) -> Result<(), BoxError> {
+        if warm.ready && !warm.templates {
+            // A box is set up ahead by entering a template (`set_up_ahead`).
+            return Err(BoxError::Sys {
+                what: "keep ready boxes without templates (WarmOptions: ready needs templates)",
+                errno: Errno(libc::EINVAL),
+            });
+        }
+        if warm.templates {
             self.templates = Some(Templates::new()?);
         }
-        if self.spares.is_none() {
+        if warm.spares {
             self.spares = Some(Spares::new(self.cgroups.clone(), self.started_ns));
         }
-        if self.ready.is_none() {
+        if warm.ready {
             self.ready = Some(ReadyBoxes::new());
         }
         Ok(())

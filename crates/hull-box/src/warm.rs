@@ -6,10 +6,14 @@
 //! blocked; it sleeps until woken (or a second passes) and ends when told to, and its owner
 //! joins it. Every such mutex is taken with [`lock`], the crate's one lock-poison policy.
 //!
+//! What a Runtime keeps warm is chosen with [`WarmOptions`] (`Runtime::with_warm`) and
+//! reported in [`WarmStats`] (`Runtime::warm_stats`).
+//!
 //! Public so that the Sandbox layer's pool runs on the same mechanism rather than a copy of
 //! it; the thread and signal handling it needs are hull-box's (`sys`), and a crate of its own
 //! would only move them.
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
@@ -85,6 +89,54 @@ impl Worker {
             }
         }
     }
+}
+
+/// Which warm pools a [`crate::Runtime`] keeps ([`crate::Runtime::with_warm`]): things made ahead of the
+/// boxes that use them, each for long-lived front ends only (a one-shot `hull run` would make
+/// what it never uses). All off by default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WarmOptions {
+    /// Build each distinct read-only skeleton once, as a template, and let boxes enter a locked
+    /// copy of it instead of mounting its ~90 steps each (`template.rs`), with each template's
+    /// pools of network and user namespaces.
+    pub templates: bool,
+    /// Make box cgroups and temporary workspaces ahead (`spares.rs`).
+    pub spares: bool,
+    /// Set whole boxes up ahead for the shape of the last box run, each waiting for its program
+    /// (`ready.rs`). They enter templates, so this needs `templates`.
+    pub ready: bool,
+}
+
+impl WarmOptions {
+    /// Every warm pool: what `hull serve`, `hull mcp` (and so the SDKs) and `hull bench` keep.
+    pub const ALL: WarmOptions = WarmOptions {
+        templates: true,
+        spares: true,
+        ready: true,
+    };
+}
+
+/// What the warm pools of a [`crate::Runtime`] ([`crate::Runtime::with_warm`]) have done and hold: all zero
+/// and empty for a pool that is off. For tests and `hull bench`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WarmStats {
+    /// Read-only skeletons built and kept.
+    pub templates: usize,
+    /// Boxes that entered a pooled network namespace.
+    pub pooled_nets: u64,
+    /// Boxes that entered a pooled user namespace.
+    pub pooled_users: u64,
+    /// Boxes that got a cgroup made ahead.
+    pub spare_cgroups: u64,
+    /// Boxes that got a temporary workspace made ahead.
+    pub spare_workspaces: u64,
+    /// The directories (cgroups, then workspaces) of the spares made ahead and not yet used;
+    /// they are removed with the Runtime.
+    pub spare_paths: Vec<PathBuf>,
+    /// Boxes that ran in a box set up ahead.
+    pub ready_used: u64,
+    /// The pid 1s of the boxes set up ahead and waiting now (they end with the Runtime).
+    pub ready_pids: Vec<libc::pid_t>,
 }
 
 #[cfg(test)]

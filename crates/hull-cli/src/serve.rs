@@ -13,7 +13,7 @@ use std::sync::Arc;
 use hull::error::Named;
 use hull::Backend;
 use hull_api::{Chain, RunRequest};
-use hull_box::{BoxError, OutputSink, Runtime, SpecField, Stream};
+use hull_box::{BoxError, OutputSink, Runtime, SpecField, Stream, WarmOptions};
 use serde_json::{json, Value};
 
 /// The protocol version; bumped on an incompatible change.
@@ -294,9 +294,9 @@ fn handle(
 }
 
 pub fn main(_args: &ServeArgs) -> i32 {
-    // A long-lived front end: boxes enter a shared read-only skeleton (templates), and what
+    // A long-lived front end: every warm pool (templates, spares, ready boxes), and what
     // SIGKILLed hulls left behind is swept once, off the hot path.
-    let rt = match Runtime::new().and_then(|mut r| r.enable_templates().map(|()| r)) {
+    let rt = match Runtime::with_warm(WarmOptions::ALL) {
         Ok(r) => Arc::new(r),
         Err(e) => {
             crate::print_error(&e);
