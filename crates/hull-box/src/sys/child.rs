@@ -150,9 +150,17 @@ fn fail(ctx: &ChildContext<'_>, index: usize, e: Errno) -> ! {
 /// Runs box steps (numbered from `first` in the plan the supervisor holds) and never returns:
 /// the last is `Exec`.
 fn run_box_steps(ctx: &ChildContext<'_>, steps: &[Step], first: usize) -> ! {
+    // The program's start stack is in this frame, so its pages are touched (the frame's stack
+    // probes) when the steps start, not when the program does: a ready box's program arrives
+    // long after its setup, and faulting 16 fresh pages in then would be on its start path.
+    let mut program_stack = ProgramStack::uninit();
     for (i, step) in steps.iter().enumerate() {
         stamp(ctx, first + i);
-        if let Err(e) = execute(ctx, step) {
+        let done = match step {
+            Step::Exec { candidates, .. } => start_program(ctx, candidates, &mut program_stack),
+            _ => execute(ctx, step),
+        };
+        if let Err(e) = done {
             fail(ctx, first + i, e);
         }
     }
@@ -473,30 +481,45 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
             }
             Ok(())
         }
-        Step::Exec { candidates, .. } => {
-            // Checked again before the program runs, once the setup's milliseconds have let a
-            // dying supervisor's process finish exiting: a supervisor that died while its
-            // other threads still ran when we asked for PDEATHSIG would never signal us, and
-            // its box would run with nobody enforcing its deadline.
-            if supervisor_gone(ctx) {
-                sys::exit_now(125);
-            }
-            isolate_pid1(ctx)?;
-            if ctx.ready_box {
-                let sent = await_program(ctx)?;
-                spawn_and_reap(ctx, &sent.program())
-            } else {
-                spawn_and_reap(
-                    ctx,
-                    &Program {
-                        argv: ctx.argv,
-                        envp: ctx.envp,
-                        candidates: Candidates::Plan(candidates),
-                    },
-                )
-            }
-        }
+        // Run by pid 1's step loop (`run_box_steps`), which holds the program's stack; no
+        // other process hull clones starts a program.
+        Step::Exec { .. } => Err(Errno(libc::EINVAL)),
         Step::AttachSource { fd, target, .. } => sys::attach_tree(*fd, &target.c),
+    }
+}
+
+/// The stack the program starts on (a vfork-style child that execs at once), carved from pid
+/// 1's.
+type ProgramStack = std::mem::MaybeUninit<[u8; 64 * 1024]>;
+
+/// The `Exec` step: pid 1 starts the program (a ready box's once it is sent) on `stack`, then
+/// reaps until it exits and reports its status. Never returns on success.
+fn start_program(
+    ctx: &ChildContext<'_>,
+    candidates: &[std::ffi::CString],
+    stack: &mut ProgramStack,
+) -> SysResult<()> {
+    // Checked again before the program runs, once the setup's milliseconds have let a dying
+    // supervisor's process finish exiting: a supervisor that died while its other threads
+    // still ran when we asked for PDEATHSIG would never signal us, and its box would run with
+    // nobody enforcing its deadline.
+    if supervisor_gone(ctx) {
+        sys::exit_now(125);
+    }
+    isolate_pid1(ctx)?;
+    if ctx.ready_box {
+        let sent = await_program(ctx)?;
+        spawn_and_reap(ctx, &sent.program(), stack)
+    } else {
+        spawn_and_reap(
+            ctx,
+            &Program {
+                argv: ctx.argv,
+                envp: ctx.envp,
+                candidates: Candidates::Plan(candidates),
+            },
+            stack,
+        )
     }
 }
 
@@ -734,11 +757,14 @@ fn await_program(ctx: &ChildContext<'_>) -> SysResult<SentProgram> {
 }
 
 /// Forks the program, then reaps until it exits and reports its status. Never returns on success.
-fn spawn_and_reap(ctx: &ChildContext<'_>, program: &Program<'_>) -> SysResult<()> {
+fn spawn_and_reap(
+    ctx: &ChildContext<'_>,
+    program: &Program<'_>,
+    stack: &mut ProgramStack,
+) -> SysResult<()> {
     // The program starts as a vfork-style child on a stack carved from ours: copying pid 1's
     // page tables (a copy of the supervisor's) for a process that execs at once costs more
     // than the rest of its start.
-    let mut stack = std::mem::MaybeUninit::<[u8; 64 * 1024]>::uninit();
     // SAFETY: a byte array needs no initialisation to be written through a raw pointer; the
     // child only uses it as its stack.
     let stack = unsafe { &mut *stack.as_mut_ptr() };
