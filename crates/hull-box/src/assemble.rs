@@ -534,6 +534,7 @@ mod tests {
     #[test]
     fn a_host_skeleton_splits_into_a_template_and_a_rootfs_one_does_not() {
         use crate::plan::Step;
+        use crate::split::{EntryStep, Steps, TemplateFds};
         let d = tempfile::tempdir().unwrap();
         let ctx = Context {
             uid: 0,
@@ -569,7 +570,7 @@ mod tests {
         assert!(sub.split_template().is_err());
         let plan = build(&BoxSpec::new(vec!["true".into()]), &ctx).unwrap();
         let (template, entry) = plan.split_template().map_err(|_| "not split").unwrap();
-        let fds = crate::plan::TemplateFds {
+        let fds = TemplateFds {
             user: 905,
             host: 906,
             root: 907,
@@ -577,7 +578,11 @@ mod tests {
             own: None,
         };
         let boxed = entry.clone().enter(&fds);
-        let kinds = |p: &crate::plan::BoxPlan| p.steps.iter().map(Step::name).collect::<Vec<_>>();
+        let kinds = |p: &dyn Steps| {
+            (0..)
+                .map_while(|i| p.step(i).map(|s| s.name()))
+                .collect::<Vec<_>>()
+        };
         let t = kinds(&template);
         assert_eq!(t.first(), Some(&"tie the box to its supervisor"));
         assert_eq!(t.last(), Some(&"hold the template"));
@@ -622,7 +627,7 @@ mod tests {
         // The root is in place: the box's paths carry no staging prefix.
         let shown = boxed.to_string();
         assert!(!shown.contains("/tmp/hull-tmpl-x"), "{shown}");
-        assert!(boxed.steps.iter().all(|s| match s {
+        assert!(boxed.pid1.iter().all(|s| match s {
             Step::Tmpfs { target, .. }
             | Step::Proc { target }
             | Step::AttachSource { target, .. } =>
@@ -632,17 +637,17 @@ mod tests {
         assert!(!b.contains(&"make root read-only"), "{b:?}");
         // The template's descriptors are in the steps that use them, and nothing else is left
         // to fill in; a pooled network namespace (loopback up) replaces the box's loopback step.
-        assert!(boxed.steps.iter().any(|s| matches!(
+        assert!(boxed.entry.iter().any(|s| matches!(
             s,
-            Step::JoinTemplate {
+            EntryStep::JoinTemplate {
                 user_fd: 905,
                 mnt_fd: 906,
                 ..
             }
         )));
-        assert!(boxed.steps.iter().any(|s| matches!(
+        assert!(boxed.entry.iter().any(|s| matches!(
             s,
-            Step::EnterTemplate {
+            EntryStep::EnterTemplate {
                 mnt_fd: 907,
                 net_fd: None,
                 own_fds: None,
@@ -651,20 +656,20 @@ mod tests {
         )));
         assert!(b.contains(&"bring up loopback"), "{b:?}");
         assert!(entry.can_share_pooled_net());
-        let pooled = entry.enter(&crate::plan::TemplateFds {
+        let pooled = entry.enter(&TemplateFds {
             net: Some(908),
             own: Some([909, 910, 911]),
             ..fds
         });
-        assert!(pooled.steps.iter().any(|s| matches!(
+        assert!(pooled.entry.iter().any(|s| matches!(
             s,
-            Step::EnterTemplate {
+            EntryStep::EnterTemplate {
                 net_fd: Some(908),
                 own_fds: Some([909, 910, 911]),
                 ..
             }
         )));
-        assert!(!pooled.steps.iter().any(|s| matches!(s, Step::LoopbackUp)));
+        assert!(!pooled.pid1.iter().any(|s| matches!(s, Step::LoopbackUp)));
         // The same spec gives the same template key; another hostname another.
         let again = build(&BoxSpec::new(vec!["true".into()]), &ctx)
             .unwrap()

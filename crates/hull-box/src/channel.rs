@@ -6,8 +6,9 @@
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use crate::error::BoxError;
-use crate::plan::{BoxPlan, Step};
+use crate::plan::Step;
 use crate::proto::{Message, ProtoError, UnexpectedMessage};
+use crate::split::Steps;
 use crate::sys::{self, Errno, SysResult};
 
 /// Our end of a box's channel.
@@ -82,7 +83,7 @@ impl Channel {
     pub(crate) fn expect_ready(
         &self,
         timeout_ms: i32,
-        plan: &BoxPlan,
+        plan: &dyn Steps,
     ) -> Result<Option<OwnedFd>, BoxError> {
         match self.wait(timeout_ms)? {
             (Message::Ready, fd) => Ok(fd),
@@ -94,7 +95,7 @@ impl Channel {
     pub(crate) fn expect_want_id_maps(
         &self,
         timeout_ms: i32,
-        plan: &BoxPlan,
+        plan: &dyn Steps,
     ) -> Result<(), BoxError> {
         match self.wait(timeout_ms)? {
             (Message::WantIdMaps, _) => Ok(()),
@@ -105,7 +106,7 @@ impl Channel {
 
 /// The error for `got` where `expected` was due: the box's own report when it is a setup
 /// failure, else [`UnexpectedMessage`].
-pub(crate) fn unexpected(plan: &BoxPlan, expected: &'static str, got: Message) -> BoxError {
+pub(crate) fn unexpected(plan: &dyn Steps, expected: &'static str, got: Message) -> BoxError {
     match got {
         Message::SetupFailed { step, errno } => setup_error(plan, step, errno),
         m => UnexpectedMessage {
@@ -117,15 +118,18 @@ pub(crate) fn unexpected(plan: &BoxPlan, expected: &'static str, got: Message) -
 }
 
 /// The error for step `step` of `plan` failing with `errno`, as the box reported it.
-pub(crate) fn setup_error(plan: &BoxPlan, step: u32, errno: i32) -> BoxError {
+pub(crate) fn setup_error(plan: &dyn Steps, step: u32, errno: i32) -> BoxError {
     let idx = usize::try_from(step).unwrap_or(usize::MAX);
-    let s = plan.steps.get(idx);
+    let s = plan.step(idx);
     BoxError::Setup {
         index: idx + 1,
-        step: s.map_or("unknown step", Step::name),
-        path: s.and_then(Step::path),
+        step: s.map_or("unknown step", |s| s.name()),
+        path: s.and_then(|s| s.path()),
         errno: Errno(errno),
-        hint: s.and_then(|s| setup_hint(s, errno)),
+        hint: s
+            .as_ref()
+            .and_then(|s| s.as_box())
+            .and_then(|s| setup_hint(s, errno)),
     }
 }
 
@@ -157,8 +161,8 @@ mod tests {
         (Channel::new(a), b)
     }
 
-    fn plan() -> BoxPlan {
-        BoxPlan {
+    fn plan() -> crate::plan::BoxPlan {
+        crate::plan::BoxPlan {
             steps: vec![Step::UnshareCgroupNs, Step::NoNewPrivs],
             clone_flags: 0,
         }

@@ -24,11 +24,13 @@ use crate::resources::{limits_of, CgroupGuard, Resources, Teardown, Workspace};
 use crate::result::RunResult;
 use crate::spares::Spares;
 use crate::spec::BoxSpec;
+use crate::split::{LaunchPlan, Steps};
 use crate::sys::{self, Errno};
 use crate::template::Templates;
 use crate::trace::{Marks, TraceMap};
 use crate::unenforced::{Reason, Unenforced, UnenforcedCaps};
 use crate::verdict::{verdict, Evidence};
+use crate::warm::WarmOptions;
 use crate::watch::{OutputSink, RunOptions, Watch};
 
 /// What a [`crate::Runtime`] holds, shared with its ready-box thread (which holds it weakly).
@@ -43,11 +45,11 @@ pub(crate) struct Engine {
     /// Numbers the cgroups this engine makes.
     counter: AtomicU64,
     started_ns: u64,
-    /// Shared read-only skeletons, when enabled ([`crate::Runtime::enable_templates`]).
+    /// Shared read-only skeletons, when kept ([`crate::WarmOptions::templates`]).
     pub(crate) templates: Option<Templates>,
-    /// Cgroups and workspaces made ahead, with templates.
+    /// Cgroups and workspaces made ahead ([`crate::WarmOptions::spares`]).
     pub(crate) spares: Option<Spares>,
-    /// Boxes set up ahead, waiting for their program, with templates.
+    /// Boxes set up ahead, waiting for their program ([`crate::WarmOptions::ready`]).
     pub(crate) ready: Option<ReadyBoxes>,
     /// Polled by every box's watch: [`crate::Runtime::end_every_box`].
     pub(crate) ending: Ending,
@@ -72,7 +74,7 @@ impl std::fmt::Debug for Engine {
 
 /// A box ready to launch: the plan its first process runs, and what it holds on the host.
 struct Prepared {
-    plan: BoxPlan,
+    plan: LaunchPlan,
     resources: Resources,
 }
 
@@ -109,17 +111,25 @@ impl Engine {
         })
     }
 
-    pub(crate) fn enable_templates(&mut self) -> Result<(), BoxError> {
-        if self.templates.is_none() {
+    /// Turns on the warm pools `warm` names (see [`crate::WarmOptions`]).
+    pub(crate) fn keep_warm(&mut self, warm: WarmOptions) -> Result<(), BoxError> {
+        if warm.ready && !warm.templates {
+            // A box is set up ahead by entering a template (`set_up_ahead`).
+            return Err(BoxError::Sys {
+                what: "keep ready boxes without templates (WarmOptions: ready needs templates)",
+                errno: Errno(libc::EINVAL),
+            });
+        }
+        if warm.templates {
             self.templates = Some(Templates::new()?);
         }
-        if self.spares.is_none() {
+        if warm.spares {
             self.spares = Some(Spares::new(
                 self.cgroups.as_ref().ok().cloned(),
                 self.started_ns,
             ));
         }
-        if self.ready.is_none() {
+        if warm.ready {
             self.ready = Some(ReadyBoxes::new());
         }
         Ok(())
@@ -231,7 +241,7 @@ impl Engine {
         // entered them.
         let (plan, _entered) = match &self.templates {
             Some(t) => t.prepare(plan)?,
-            None => (plan, None),
+            None => (LaunchPlan::Fresh(plan), None),
         };
         marks.mark("plan built");
         let prepared = Prepared { plan, resources };
@@ -251,7 +261,7 @@ impl Engine {
     fn launch_and_watch(
         &self,
         spec: &BoxSpec,
-        plan: &BoxPlan,
+        plan: &LaunchPlan,
         opts: RunOptions,
         sink: &mut dyn OutputSink,
         tracing: bool,
@@ -295,7 +305,7 @@ impl Engine {
     fn watch(
         &self,
         spec: &BoxSpec,
-        plan: &BoxPlan,
+        plan: &dyn Steps,
         opts: RunOptions,
         started: Started,
         sigfd: &std::os::fd::OwnedFd,

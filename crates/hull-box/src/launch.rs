@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use crate::channel::{self, Channel};
 use crate::error::BoxError;
-use crate::plan::{BoxPlan, IdMaps, Step};
+use crate::plan::{IdMaps, Step};
 use crate::proto::Message;
 use crate::spec::Stdin;
+use crate::split::{LaunchPlan, Steps};
 use crate::sys::child::{self, ChildContext};
 use crate::sys::{self, Errno};
 use crate::trace::TraceMap;
@@ -42,7 +43,7 @@ pub(crate) enum Setup {
 pub(crate) struct Launch<'a> {
     /// The plan the clone runs (for a box entering a template, the split one: the entry
     /// process's steps, then pid 1's).
-    pub(crate) plan: &'a BoxPlan,
+    pub(crate) plan: &'a LaunchPlan,
     pub(crate) stdin: Stdin,
     /// How long a template's entry process may take to report its pid 1.
     pub(crate) timeout: Duration,
@@ -55,12 +56,12 @@ pub(crate) struct Launch<'a> {
 
 impl Launch<'_> {
     /// Clones the box's first process to run the plan: pid 1 itself, or, for a box entering a
-    /// template (a plan with `StartPid1`), an entry process whose pid 1 is awaited here.
+    /// template, an entry process whose pid 1 is awaited here.
     pub(crate) fn start(&self) -> Result<Started, BoxError> {
         let plan = self.plan;
         // Every plan ends in `Exec` (the plan builder's `finish` adds it, and no later rewrite
         // removes it); checked before anything is created.
-        let Some(Step::Exec { argv, env, .. }) = plan.steps.last() else {
+        let Some(Step::Exec { argv, env, .. }) = plan.pid1_steps().last() else {
             return Err(BoxError::Internal(
                 "a box's plan does not end by running its program",
             ));
@@ -81,7 +82,7 @@ impl Launch<'_> {
                 null.as_raw_fd()
             }
         };
-        let enters_template = plan.steps.iter().any(|s| matches!(s, Step::StartPid1));
+        let enters_template = matches!(plan, LaunchPlan::Templated(_));
         // Pid 1 of a box entering a template runs on memory set aside once (its entry process's
         // copy of it; ours is never touched, so boxes at once can share it).
         let pid1_stack = if enters_template { pid1_stack() } else { None };
@@ -93,7 +94,7 @@ impl Launch<'_> {
         let tree_fds: Vec<(i32, RawFd)> =
             trees.iter().map(|(at, fd)| (*at, fd.as_raw_fd())).collect();
         let ctx = ChildContext {
-            plan,
+            plan: plan.into(),
             sock: sock_child.as_raw_fd(),
             peer: sock_parent.as_raw_fd(),
             supervisor: supervisor_pidfd(),
@@ -110,7 +111,7 @@ impl Launch<'_> {
             strings: sys::process_strings(),
         };
         let clock = sys::monotonic_ns();
-        let pid = match child::clone_box(plan.clone_flags, &ctx) {
+        let pid = match child::clone_box(plan.clone_flags(), &ctx) {
             Ok(pid) => pid,
             Err(errno) => {
                 return Err(BoxError::Clone {
@@ -157,9 +158,8 @@ pub(crate) fn supervisor_pidfd() -> Option<RawFd> {
 
 /// Idmapped copies of the plan's `AdoptTree` sources (see [`crate::remap`]), by descriptor
 /// number.
-fn adopted_trees(plan: &BoxPlan) -> Result<Vec<(i32, OwnedFd)>, BoxError> {
-    plan.steps
-        .iter()
+fn adopted_trees(plan: &LaunchPlan) -> Result<Vec<(i32, OwnedFd)>, BoxError> {
+    plan.box_steps()
         .filter_map(|s| match s {
             Step::AdoptTree {
                 path,
@@ -188,7 +188,7 @@ pub(crate) fn map_ids(
     pid: libc::pid_t,
     channel: &Channel,
     maps: &IdMaps,
-    plan: &BoxPlan,
+    plan: &dyn Steps,
 ) -> Result<(), BoxError> {
     channel.expect_want_id_maps(10_000, plan)?;
     match maps {
@@ -239,7 +239,7 @@ fn pid1_stack() -> Option<(*mut u8, usize)> {
 fn await_pid1(
     entry: libc::pid_t,
     channel: &Channel,
-    plan: &BoxPlan,
+    plan: &dyn Steps,
     timeout: Duration,
 ) -> Result<libc::pid_t, BoxError> {
     let timeout = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
@@ -297,10 +297,10 @@ mod tests {
             },
         )
         .unwrap();
-        let plan = BoxPlan {
+        let plan = LaunchPlan::Fresh(crate::plan::BoxPlan {
             steps: vec![Step::LoopbackUp],
             clone_flags: 0,
-        };
+        });
         let launch = Launch {
             plan: &plan,
             stdin: Stdin::Null,

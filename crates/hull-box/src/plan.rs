@@ -5,6 +5,9 @@
 //! read-only, then [`Writable`] steps (tmpfs, workspace, proc) mount on top of it, then
 //! [`PlanBuilder::pivot`] switches root, then [`Process`] steps drop privileges and exec. Every path
 //! is converted to a C string here, so the child that executes the plan never allocates.
+//!
+//! This is the box's vocabulary ([`Step`]) and a fresh box's plan ([`BoxPlan`]); `split.rs`
+//! splits one for a template, into the plans of the processes only templates have.
 
 use std::ffi::CString;
 use std::fmt;
@@ -29,7 +32,7 @@ pub struct BoxPath {
 impl BoxPath {
     /// `path` is an absolute box path; before the pivot it is reached under `stage` (usually
     /// [`STAGE`]).
-    fn staged_at(stage: &str, path: &str) -> BoxPath {
+    pub(crate) fn staged_at(stage: &str, path: &str) -> BoxPath {
         let full = if path == "/" {
             stage.to_string()
         } else {
@@ -50,7 +53,7 @@ impl BoxPath {
     }
 
     /// A staged path (under `stage`) becomes its box path, for a box whose root is in place.
-    fn unstage(&mut self, stage: &std::ffi::CStr) {
+    pub(crate) fn unstage(&mut self, stage: &std::ffi::CStr) {
         let (c, stage) = (self.c.as_bytes(), stage.to_bytes());
         if c.starts_with(stage) && (c.len() == stage.len() || c[stage.len()] == b'/') {
             self.c = cstring(&self.shown);
@@ -72,11 +75,8 @@ pub enum IdMaps {
     Direct { uid: u32, gid: u32, count: u32 },
 }
 
-/// The descriptor a template process keeps its first mount namespace at (below the sources').
-pub const TEMPLATE_HOST_FD: i32 = 899;
-
 /// The descriptor number of a bind source given as `/proc/self/fd/N`.
-fn source_fd(source: &BoxPath) -> Option<i32> {
+pub(crate) fn source_fd(source: &BoxPath) -> Option<i32> {
     source
         .c
         .to_str()
@@ -96,7 +96,11 @@ pub(crate) fn cstring(s: &str) -> CString {
     CString::new(s.replace('\0', "")).unwrap_or_default()
 }
 
-/// One setup step. The child executes them in order; a failure reports the step's index.
+/// One setup step of a box: what a fresh box's pid 1 runs (and a templated box's pid 1, on the
+/// template's root). The child executes them in order; a failure reports the step's index. A
+/// template process's and an entry process's own steps are not box steps: they are
+/// [`crate::split::TemplateStep`] and [`crate::split::EntryStep`], so no fresh box's plan can
+/// hold one.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub enum Step {
     /// Ask the kernel to SIGKILL the box's pid 1 if the supervisor's thread dies; exit at once if
@@ -259,51 +263,9 @@ pub enum Step {
         candidates: Vec<CString>,
         env: Vec<CString>,
     },
-    /// Template only: keep the mount namespace the skeleton was built in (descriptor `keep_fd`,
-    /// with the host's tree, where boxes open their bind sources), then, in a copy of it, pivot
-    /// into the sealed root and detach the host's tree: the namespace boxes copy holds nothing
-    /// else, so they need no pivot (and no unmount) of their own.
-    LeanRoot {
-        root: BoxPath,
-        keep_fd: i32,
-    },
-    /// Template only: report the finished skeleton (sending `keep_fd`), then wait until the
-    /// supervisor has taken descriptors of our namespaces (it closes the channel), and exit.
-    HoldTemplate {
-        keep_fd: i32,
-    },
-    /// Join a template's user namespace and the mount namespace it was built in (descriptors the
-    /// Runtime holds), where the host's paths are, to clone bind sources from.
-    JoinTemplate {
-        user_fd: i32,
-        mnt_fd: i32,
-        /// The template's root is not the host's (see [`crate::remap`]): become it after
-        /// joining, so the box's own user namespace is made by, and maps, that id.
-        become_root: bool,
-    },
-    /// Open a bind source like `OpenSource`, then replace the descriptor with a detached copy of
-    /// its mount tree (`open_tree(OPEN_TREE_CLONE)`), attached later with `AttachSource`.
-    CloneSource {
-        path: BoxPath,
-        fd: i32,
-    },
-    /// Join the template's sealed root namespace, then unshare the box's own namespaces below
-    /// it (`flags`, a fresh user namespace first, so the template's mounts arrive locked and
-    /// read-only) and map our ids in it. `net_fd` is a ready network namespace (loopback up)
-    /// of the template's pool, joined instead of unsharing a new one; `own_fds` a ready user
-    /// namespace of the pool (below the template's, ids mapped) and the ipc and uts namespaces
-    /// it owns, joined last instead of unsharing them.
-    EnterTemplate {
-        mnt_fd: i32,
-        net_fd: Option<i32>,
-        own_fds: Option<[i32; 3]>,
-        flags: libc::c_int,
-    },
-    /// Fork the process that becomes pid 1 of the box's new pid namespace, as a sibling
-    /// (`CLONE_PARENT`: the supervisor is its parent); the forking process reports its pid and
-    /// exits.
-    StartPid1,
-    /// Attach a source cloned by `CloneSource` (descriptor `fd`) at `target` (`move_mount`).
+    /// Attach a detached mount tree (descriptor `fd`: a source an entry process cloned, see
+    /// [`crate::split::EntryStep::CloneSource`], or an idmapped copy taken by `AdoptTree`) at
+    /// `target` (`move_mount`).
     AttachSource {
         fd: i32,
         source: String,
@@ -353,18 +315,12 @@ impl Step {
             Step::NoNewPrivs => "set no_new_privs",
             Step::Seccomp { .. } => "install seccomp filter",
             Step::Exec { .. } => "exec",
-            Step::LeanRoot { .. } => "pivot the template into its root",
-            Step::HoldTemplate { .. } => "hold the template",
-            Step::JoinTemplate { .. } => "join the template's namespaces",
-            Step::CloneSource { .. } => "clone bind source",
-            Step::EnterTemplate { .. } => "enter the template's root",
-            Step::StartPid1 => "fork pid 1",
             Step::AttachSource { .. } => "attach bind source",
         }
     }
 
     /// Every box path the step mounts on or creates (not its sources).
-    fn paths_mut(&mut self) -> Vec<&mut BoxPath> {
+    pub(crate) fn paths_mut(&mut self) -> Vec<&mut BoxPath> {
         match self {
             Step::Mkdir { path }
             | Step::Touch { path }
@@ -394,9 +350,9 @@ impl Step {
     pub fn path(&self) -> Option<String> {
         match self {
             Step::JoinCgroup { procs } => Some(procs.shown.clone()),
-            Step::OpenSource { path, .. }
-            | Step::CloneSource { path, .. }
-            | Step::AdoptTree { path, .. } => Some(path.shown.clone()),
+            Step::OpenSource { path, .. } | Step::AdoptTree { path, .. } => {
+                Some(path.shown.clone())
+            }
             Step::AttachSource { source, target, .. } => {
                 Some(format!("{source} -> {}", target.shown))
             }
@@ -417,9 +373,7 @@ impl Step {
             | Step::MaskFile { target, .. }
             | Step::MaskDir { target }
             | Step::ProtectProc { target } => Some(target.shown.clone()),
-            Step::Seal { root, .. } | Step::Pivot { root } | Step::LeanRoot { root, .. } => {
-                Some(root.shown.clone())
-            }
+            Step::Seal { root, .. } | Step::Pivot { root } => Some(root.shown.clone()),
             Step::Exec { argv, .. } => argv.first().map(|a| a.to_string_lossy().into_owned()),
             _ => None,
         }
@@ -488,28 +442,6 @@ impl fmt::Display for Step {
             }
             Step::NoNewPrivs => write!(f, "prctl(PR_SET_NO_NEW_PRIVS)"),
             Step::Seccomp { listener, rules } => write!(f, "install seccomp allowlist ({rules} rules, default ENOSYS; escape calls {})", if *listener { "reported to the supervisor, box killed" } else { "kill the box" }),
-            Step::LeanRoot { root, keep_fd } => write!(f, "keep this mount namespace as fd {keep_fd}, then in a copy of it pivot_root to {} and detach the host's tree", root.shown),
-            Step::HoldTemplate { .. } => write!(f, "report the template ready, hold it until the supervisor has its namespaces"),
-            Step::JoinTemplate { become_root, .. } => write!(f, "setns into the template's user namespace{} and the mount namespace it was built in", if *become_root { " (becoming its root)" } else { "" }),
-            Step::CloneSource { path, fd } => write!(f, "open {} (O_PATH) and clone its mount tree (detached) as fd {fd}", path.shown),
-            Step::EnterTemplate { flags, net_fd, own_fds, .. } => {
-                let mut flags = *flags;
-                write!(f, "setns into the template's sealed root")?;
-                if net_fd.is_some() {
-                    flags &= !libc::CLONE_NEWNET;
-                    write!(f, ", a fresh network namespace from its pool")?;
-                }
-                if own_fds.is_some() {
-                    flags &= !(libc::CLONE_NEWUSER | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS);
-                    write!(f, ", a fresh user namespace from its pool (uid 0 -> 0) with its ipc and uts namespaces")?;
-                }
-                write!(f, ", then unshare {}", ns_names(flags).join(", "))?;
-                if own_fds.is_none() {
-                    write!(f, " and map uid 0 -> 0")?;
-                }
-                Ok(())
-            }
-            Step::StartPid1 => write!(f, "fork pid 1 of the new pid namespace (a child of the supervisor); this process exits"),
             Step::AttachSource { fd, source, target } => write!(f, "attach {source} (fd {fd}) at {}", target.shown),
             Step::Exec { argv, .. } => {
                 let shown: Vec<String> = argv.iter().map(|a| a.to_string_lossy().into_owned()).collect();
@@ -622,7 +554,7 @@ impl BoxPlan {
 }
 
 /// The namespace names in a set of CLONE_NEW* flags.
-fn ns_names(flags: libc::c_int) -> Vec<&'static str> {
+pub(crate) fn ns_names(flags: libc::c_int) -> Vec<&'static str> {
     let all = [
         (libc::CLONE_NEWUSER, "user"),
         (libc::CLONE_NEWNS, "mount"),
@@ -635,226 +567,6 @@ fn ns_names(flags: libc::c_int) -> Vec<&'static str> {
         .filter(|(flag, _)| flags & flag != 0)
         .map(|(_, name)| *name)
         .collect()
-}
-
-impl BoxPlan {
-    /// Splits this plan for a template (see `template.rs`): the read-only skeleton, which a
-    /// template process builds once in its own user and mount namespaces (then pivots a copy of
-    /// that namespace into it), and the rest, which each box runs after entering a copy of the
-    /// pivoted one: its bind sources are cloned from the template's first namespace (which
-    /// still has the host's paths) and attached, and its paths lose the staging prefix, since
-    /// the root is already in place. `None` when the skeleton depends on this box (binds from
-    /// descriptors the box opens itself, as `--rootfs` entries are), so it cannot be shared.
-    /// The box's part is an [`EntryPlan`]: it becomes the plan the box runs once the template
-    /// (and what its pools hold) is known, so no step ever carries a descriptor to fill in.
-    pub fn split_template(self) -> Result<(BoxPlan, EntryPlan), BoxPlan> {
-        // A template's user namespace maps one id; a box with sub-ids is built whole.
-        let become_root = match self.id_maps() {
-            None => false,
-            Some(IdMaps::Direct { count: 1, .. }) => true,
-            Some(_) => return Err(self),
-        };
-        let root = self
-            .steps
-            .iter()
-            .position(|s| matches!(s, Step::MountRoot { .. }));
-        let seal = self
-            .steps
-            .iter()
-            .position(|s| matches!(s, Step::Seal { .. }));
-        let stage = self.steps.iter().find_map(|s| match s {
-            Step::Pivot { root } => Some(root.clone()),
-            _ => None,
-        });
-        let (Some(root), Some(seal), Some(stage)) = (root, seal, stage) else {
-            return Err(self);
-        };
-        let own_sources = self.steps[root..seal]
-            .iter()
-            .any(|s| matches!(s, Step::Bind { source, .. } if source_fd(source).is_some()));
-        // After the seal every bind must come from a descriptor: the pivoted template has no
-        // host paths to bind from.
-        let host_binds = self.steps[seal..]
-            .iter()
-            .any(|s| matches!(s, Step::Bind { source, .. } if source_fd(source).is_none()));
-        if own_sources || host_binds || root == 0 {
-            return Err(self);
-        }
-        let flags = self.clone_flags;
-        let mut steps = self.steps;
-        let rest = steps.split_off(seal + 1);
-        let skeleton = steps.split_off(root - 1); // PrivatizeMounts, MountRoot .. Seal
-        let mut template = Vec::with_capacity(skeleton.len() + 4);
-        let mut head = Vec::with_capacity(4);
-        let mut die = None;
-        let mut sources = Vec::new();
-        for s in steps {
-            match s {
-                Step::DieWithSupervisor { supervisor } => {
-                    die = Some(supervisor);
-                    template.push(Step::DieWithSupervisor { supervisor });
-                    head.push(Step::DieWithSupervisor { supervisor });
-                }
-                // The template's ids are the box's: the template maps them, and the box's own
-                // user namespace, made below it, maps its root to the template's.
-                Step::MapIds { .. } | Step::AwaitIdMaps { .. } | Step::BecomeRoot => {
-                    template.push(s)
-                }
-                // After the template is entered: it needs the box's own user namespace.
-                Step::UnshareCgroupNs => {}
-                Step::OpenSource { path, fd } => sources.push(Step::CloneSource { path, fd }),
-                // Cgroup joins run first, from the host's namespaces.
-                other => head.push(other),
-            }
-        }
-        template.extend(skeleton);
-        // A box may mount a procfs only where one is already fully visible; the pivoted root has
-        // none of the host's, so the template mounts one of its own empty pid namespace (the
-        // template process is its pid 1 and leaves it), which each box's procfs then covers.
-        template.push(Step::Proc {
-            target: BoxPath::staged_at(&stage.shown, "/proc"),
-        });
-        template.push(Step::LeanRoot {
-            root: stage.clone(),
-            keep_fd: TEMPLATE_HOST_FD,
-        });
-        template.push(Step::HoldTemplate {
-            keep_fd: TEMPLATE_HOST_FD,
-        });
-        let mut pid1 = Vec::with_capacity(rest.len() + 1);
-        if let Some(supervisor) = die {
-            pid1.push(Step::DieWithSupervisor { supervisor });
-        }
-        for s in rest {
-            let mut s = match s {
-                Step::Pivot { .. } => continue,
-                // Every bind after the seal is from a descriptor (checked above).
-                Step::Bind {
-                    source,
-                    target,
-                    optional,
-                } => match source_fd(&source) {
-                    Some(fd) => Step::AttachSource {
-                        fd,
-                        source: source.shown,
-                        target,
-                    },
-                    None => Step::Bind {
-                        source,
-                        target,
-                        optional,
-                    },
-                },
-                other => other,
-            };
-            for p in s.paths_mut() {
-                p.unstage(&stage.c);
-            }
-            pid1.push(s);
-        }
-        Ok((
-            BoxPlan {
-                steps: template,
-                clone_flags: libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID,
-            },
-            EntryPlan {
-                head,
-                become_root,
-                sources,
-                flags,
-                pid1,
-            },
-        ))
-    }
-
-    /// What identifies a template: a hash of every skeleton step (paths, sizes, file contents),
-    /// cheap enough to compute per box.
-    pub fn template_key(&self) -> u64 {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        for s in self
-            .steps
-            .iter()
-            .filter(|s| !matches!(s, Step::DieWithSupervisor { .. }))
-        {
-            s.hash(&mut h);
-        }
-        h.finish()
-    }
-}
-
-/// The descriptors a box enters a template through (see `template.rs`): the template's user
-/// namespace, the mount namespace it was built in (`host`: the host's paths, where bind
-/// sources are cloned from) and its pivoted one (`root`), and from its pools, when they had
-/// one, a network namespace and a user namespace with the ipc and uts namespaces it owns.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TemplateFds {
-    pub user: i32,
-    pub host: i32,
-    pub root: i32,
-    pub net: Option<i32>,
-    pub own: Option<[i32; 3]>,
-}
-
-/// A box's part of a split plan ([`BoxPlan::split_template`]), before it knows the template
-/// it enters: what its entry process runs (the head: dying with the supervisor, joining the
-/// cgroup; then the template's namespaces, the cloned bind sources, its own namespaces below
-/// the template's) and what its pid 1 runs (the rest of the box's plan, paths unstaged).
-/// [`EntryPlan::enter`] turns it into the plan the box runs.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EntryPlan {
-    head: Vec<Step>,
-    /// The template's root is not the host's (see [`crate::remap`]).
-    become_root: bool,
-    /// `CloneSource` steps, one per bind source.
-    sources: Vec<Step>,
-    /// The namespaces the box unshares below the template's.
-    flags: libc::c_int,
-    pid1: Vec<Step>,
-}
-
-impl EntryPlan {
-    /// Whether this box could use a pooled network namespace: it wants a private one, and
-    /// keeps no capability that would need its own user namespace to own it (binding low ports,
-    /// raw sockets, configuring interfaces).
-    pub fn can_share_pooled_net(&self) -> bool {
-        let net_caps = (1u64 << 10) | (1u64 << 12) | (1u64 << 13); // NET_BIND_SERVICE, NET_ADMIN, NET_RAW
-        let keeps = self
-            .pid1
-            .iter()
-            .any(|s| matches!(s, Step::DropCaps { keep } if keep & net_caps != 0));
-        self.flags & libc::CLONE_NEWNET != 0 && !keeps
-    }
-
-    /// The plan the box runs to enter the template whose descriptors are `fds`: a pooled
-    /// network namespace comes with its loopback up, and the box has no capability to
-    /// configure it, so its own `LoopbackUp` step goes.
-    pub fn enter(self, fds: &TemplateFds) -> BoxPlan {
-        let mut steps = self.head;
-        steps.push(Step::JoinTemplate {
-            user_fd: fds.user,
-            mnt_fd: fds.host,
-            become_root: self.become_root,
-        });
-        steps.extend(self.sources);
-        steps.push(Step::EnterTemplate {
-            mnt_fd: fds.root,
-            net_fd: fds.net,
-            own_fds: fds.own,
-            flags: self.flags,
-        });
-        steps.push(Step::UnshareCgroupNs);
-        steps.push(Step::StartPid1);
-        steps.extend(
-            self.pid1
-                .into_iter()
-                .filter(|s| fds.net.is_none() || !matches!(s, Step::LoopbackUp)),
-        );
-        BoxPlan {
-            steps,
-            clone_flags: 0,
-        }
-    }
 }
 
 impl fmt::Display for BoxPlan {

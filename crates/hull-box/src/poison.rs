@@ -6,6 +6,6 @@
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// Locks `m`, whether or not a panicked holder poisoned it.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -23,9 +23,10 @@ use crate::plan::{BoxPlan, Step};
 use crate::poison::lock;
 use crate::resources::{limits_of, CgroupGuard, Resources, Workspace};
 use crate::spec::{BoxSpec, RootSpec, Stdin};
+use crate::split::LaunchPlan;
 use crate::sys;
 use crate::template::Entered;
-use crate::worker::Worker;
+use crate::warm::Worker;
 
 /// How many are kept ready: two covers a box starting while the last one's replacement is still
 /// being set up.
@@ -41,8 +42,9 @@ pub(crate) trait SetUpAhead: Send + Sync {
 pub(crate) struct ReadyBox {
     /// The whole plan it was set up from (its `Exec` is the one it was built for, never run).
     plan: BoxPlan,
-    /// The plan its pid 1 ran (after the template split): setup errors name its steps.
-    pub(crate) entry_plan: BoxPlan,
+    /// The plan its entry process and pid 1 ran (after the template split): setup errors name
+    /// its steps.
+    pub(crate) entry_plan: LaunchPlan,
     limits: hull_cgroup::Limits,
     /// Its pid 1 and channel, until it is sent its program: from then on the watch and the
     /// teardown own them.
@@ -55,7 +57,7 @@ impl ReadyBox {
     /// `started` has just been cloned to run `entry_plan` (see [`ReadyBox::await_setup`]).
     pub(crate) fn new(
         plan: BoxPlan,
-        entry_plan: BoxPlan,
+        entry_plan: LaunchPlan,
         limits: hull_cgroup::Limits,
         started: Started,
         resources: Resources,

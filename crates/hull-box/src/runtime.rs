@@ -1,7 +1,6 @@
 //! [`Runtime`]: what front ends hold to run boxes. A facade over the engine (`engine.rs`), which
 //! owns the run pipeline; this module only says what a caller may ask.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,32 +12,9 @@ use crate::resources::Teardown;
 use crate::result::RunResult;
 use crate::spares::Spares;
 use crate::spec::BoxSpec;
-use crate::sys::Errno;
 use crate::template::Templates;
+use crate::warm::{WarmOptions, WarmStats};
 use crate::watch::{OutputSink, RunOptions};
-
-/// What the warm pools of a [`Runtime`] ([`Runtime::enable_templates`]) have done and hold:
-/// all zero and empty when templates are off. For tests and `hull bench`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct WarmStats {
-    /// Read-only skeletons built and kept.
-    pub templates: usize,
-    /// Boxes that entered a pooled network namespace.
-    pub pooled_nets: u64,
-    /// Boxes that entered a pooled user namespace.
-    pub pooled_users: u64,
-    /// Boxes that got a cgroup made ahead.
-    pub spare_cgroups: u64,
-    /// Boxes that got a temporary workspace made ahead.
-    pub spare_workspaces: u64,
-    /// The directories (cgroups, then workspaces) of the spares made ahead and not yet used;
-    /// they are removed with the Runtime.
-    pub spare_paths: Vec<PathBuf>,
-    /// Boxes that ran in a box set up ahead.
-    pub ready_used: u64,
-    /// The pid 1s of the boxes set up ahead and waiting now (they end with the Runtime).
-    pub ready_pids: Vec<libc::pid_t>,
-}
 
 /// Process-wide state: the detected cgroup layout and the compiled seccomp filter. Create once,
 /// run many boxes (concurrently from several threads, too).
@@ -48,25 +24,19 @@ pub struct Runtime {
 }
 
 impl Runtime {
+    /// A Runtime that keeps no warm pool: every box is built from scratch (`hull run`).
     pub fn new() -> Result<Runtime, BoxError> {
-        Ok(Runtime {
-            engine: Arc::new(Engine::new()?),
-        })
+        Runtime::with_warm(WarmOptions::default())
     }
 
-    /// Builds each distinct read-only skeleton once and lets boxes enter a locked copy of it
-    /// (see `template.rs`), instead of every box mounting its own ~90 steps; also keeps box
-    /// cgroups and workspaces (`spares.rs`) and whole boxes (`ready.rs`) made ahead. For
-    /// long-lived front ends; a one-shot `hull run` gains nothing.
-    pub fn enable_templates(&mut self) -> Result<(), BoxError> {
-        if self.engine.ready.is_some() {
-            return Ok(());
-        }
-        let engine = Arc::get_mut(&mut self.engine).ok_or(BoxError::Sys {
-            what: "enable templates on a runtime already shared",
-            errno: Errno(libc::EBUSY),
-        })?;
-        engine.enable_templates()
+    /// A Runtime that keeps the warm pools `warm` turns on (see [`WarmOptions`]; `ready`
+    /// without `templates` is refused). Each pool's thread starts when a box first needs it.
+    pub fn with_warm(warm: WarmOptions) -> Result<Runtime, BoxError> {
+        let mut engine = Engine::new()?;
+        engine.keep_warm(warm)?;
+        Ok(Runtime {
+            engine: Arc::new(engine),
+        })
     }
 
     /// What the warm pools have done and hold (see [`WarmStats`]).

@@ -4,7 +4,7 @@
 //! a mkdtemp), and each spare is used by exactly one box, so boxes stay as fresh as before: an
 //! empty cgroup with zeroed counters, an empty 0700 directory.
 //!
-//! Only long-lived runtimes keep spares ([`crate::Runtime::enable_templates`]); a one-shot
+//! Only long-lived runtimes keep spares ([`crate::WarmOptions::spares`]); a one-shot
 //! `hull run` would only make resources it never uses. Spares left when the runtime goes are
 //! removed; those of a SIGKILLed hull carry its owner identity in their names (`owner`), so
 //! `leftovers` sweeps them.
@@ -17,7 +17,7 @@ use hull_cgroup::{BoxCgroup, Host, Limits};
 
 use crate::poison::lock;
 use crate::resources::Workspace;
-use crate::worker::Worker;
+use crate::warm::Worker;
 
 /// How many of each kind are kept ready: two covers a box starting while the last one's
 /// replacement is still being made.

@@ -26,12 +26,13 @@ use crate::channel::Channel;
 
 use crate::error::BoxError;
 use crate::launch;
-use crate::plan::{BoxPlan, TemplateFds};
+use crate::plan::BoxPlan;
 use crate::poison::lock;
 use crate::proto::UnexpectedMessage;
-use crate::sys::child::{self, ChildContext, PoolHelper, Pooled};
+use crate::split::{LaunchPlan, TemplateFds, TemplatePlan};
+use crate::sys::child::{self, ChildContext, ChildPlan, PoolHelper, Pooled};
 use crate::sys::{self, Errno};
-use crate::worker::Worker;
+use crate::warm::Worker;
 
 /// The most templates one Runtime keeps (one per distinct skeleton: image, hostname, network
 /// mode, user mount points); past it the oldest is dropped (boxes using it keep it alive).
@@ -157,11 +158,11 @@ impl Templates {
 
     /// Splits `plan` and enters it into the template for its skeleton, building that template
     /// the first time, with a pooled network namespace when one is ready. A plan whose skeleton
-    /// cannot be shared comes back whole, with nothing entered.
-    pub fn prepare(&self, plan: BoxPlan) -> Result<(BoxPlan, Option<Entered>), BoxError> {
+    /// cannot be shared comes back whole (a fresh box's), with nothing entered.
+    pub fn prepare(&self, plan: BoxPlan) -> Result<(LaunchPlan, Option<Entered>), BoxError> {
         let (skeleton, entry_plan) = match plan.split_template() {
             Ok(split) => split,
-            Err(whole) => return Ok((whole, None)),
+            Err(whole) => return Ok((LaunchPlan::Fresh(whole), None)),
         };
         let key = skeleton.template_key();
         let template = {
@@ -202,7 +203,7 @@ impl Templates {
                 .map(|o| [o.user.as_raw_fd(), o.ipc.as_raw_fd(), o.uts.as_raw_fd()]),
         });
         Ok((
-            plan,
+            LaunchPlan::Templated(plan),
             Some(Entered {
                 _template: template,
                 _net: net,
@@ -318,7 +319,7 @@ fn tempfile_dir(template: &std::path::Path) -> Result<String, BoxError> {
 }
 
 /// Runs the skeleton in a template process and keeps its namespaces.
-fn build(plan: &BoxPlan) -> Result<Template, BoxError> {
+fn build(plan: &TemplatePlan) -> Result<Template, BoxError> {
     let sysf = |what: &'static str| move |errno: Errno| BoxError::Sys { what, errno };
     let (sock_parent, sock_child) =
         sys::seqpacket_pair().map_err(sysf("create the template channel"))?;
@@ -328,7 +329,7 @@ fn build(plan: &BoxPlan) -> Result<Template, BoxError> {
     })?;
     let empty = child::pointer_array(&[]);
     let ctx = ChildContext {
-        plan,
+        plan: ChildPlan::Template(plan),
         sock: sock_child.as_raw_fd(),
         peer: sock_parent.as_raw_fd(),
         supervisor: launch::supervisor_pidfd(),

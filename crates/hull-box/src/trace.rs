@@ -2,7 +2,7 @@
 //! shared page made before the clone (it may not allocate or print), and the supervisor prints
 //! the timeline after the run. A debugging aid; nothing else reads it.
 
-use crate::plan::BoxPlan;
+use crate::split::Steps;
 use crate::sys::{self, SharedSlots};
 
 /// Number of steps a trace records.
@@ -27,9 +27,10 @@ impl TraceMap {
     }
 
     /// Prints when each step of `plan` started, relative to `start` (the clone).
-    pub(crate) fn print(&self, start: u64, plan: &BoxPlan) {
+    pub(crate) fn print(&self, start: u64, plan: &dyn Steps) {
         let mut prev = start;
-        for (i, s) in plan.steps.iter().enumerate() {
+        let mut i = 0;
+        while let Some(s) = plan.step(i) {
             let t = self.0.get(i).unwrap_or(0);
             if t == 0 {
                 break;
@@ -41,6 +42,7 @@ impl TraceMap {
                 i + 1
             );
             prev = t;
+            i += 1;
         }
     }
 }

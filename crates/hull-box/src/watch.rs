@@ -3,16 +3,21 @@
 //! the program keeps running), a pidfd of pid 1, the signalfd of the forwarded signals, the
 //! seccomp listener and the Runtime's ending pipe. It owns the wall-clock deadline (SIGKILL to
 //! pid 1 = the whole pid namespace) and produces an [`Outcome`], judged by `verdict.rs`.
+//!
+//! The loop ([`Watch::run`]) only polls and dispatches; what each source means is a step of a
+//! watch in progress (`Watching`): the deadline, the channel, the output pipes, the listener,
+//! the ending pipe, the signals and pid 1's exit, answered in that order after each poll, then
+//! `finish`.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
-use crate::channel::{self, Recv};
+use crate::channel::{self, Channel, Recv};
 use crate::error::BoxError;
 use crate::launch::{Setup, Started};
 use crate::outcome::{Captured, Outcome};
-use crate::plan::BoxPlan;
 use crate::proto::Message;
 use crate::spec::BoxSpec;
+use crate::split::Steps;
 use crate::sys::{self, Errno};
 
 /// Which stream a chunk of output came from.
@@ -44,26 +49,99 @@ pub struct RunOptions {
 }
 
 /// One box's watch.
+#[derive(Clone, Copy)]
 pub(crate) struct Watch<'a> {
     /// Readable once every box is to end ([`crate::Runtime::end_every_box`]).
     pub(crate) ending: BorrowedFd<'a>,
     pub(crate) spec: &'a BoxSpec,
     pub(crate) opts: RunOptions,
-    /// The plan pid 1 runs: a setup failure names its step.
-    pub(crate) plan: &'a BoxPlan,
+    /// The plan the box's first process runs: a setup failure names its step.
+    pub(crate) plan: &'a dyn Steps,
     /// `HULL_TRACE_STEPS` was set: report when the program's exit arrives.
     pub(crate) tracing: bool,
 }
 
 impl Watch<'_> {
     /// Watches `started` until the program's status and all its output are in (or pid 1 is
-    /// gone); `sigfd` reports the forwarded signals.
+    /// gone); `sigfd` reports the forwarded signals. Each poll is answered in this order: the
+    /// deadline, the channel, the output pipes, the seccomp listener, the ending pipe, the
+    /// signals, pid 1's exit.
     pub(crate) fn run(
         &self,
         started: Started,
         sigfd: &OwnedFd,
         sink: &mut dyn OutputSink,
     ) -> Result<Outcome, BoxError> {
+        let mut w = Watching::new(*self, started, sigfd.as_fd())?;
+        while !w.complete() {
+            let Some(fds) = w.poll()? else {
+                break;
+            };
+            w.enforce_deadline();
+            let ready =
+                |i: usize| fds[i].revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0;
+            if ready(CHANNEL) {
+                w.on_channel()?;
+            }
+            for (i, which) in [(STDOUT, Stream::Stdout), (STDERR, Stream::Stderr)] {
+                if ready(i) {
+                    w.on_output(which, sink);
+                }
+            }
+            if ready(LISTENER) {
+                w.on_listener();
+            }
+            if ready(ENDING) {
+                w.on_ending();
+            }
+            if ready(SIGNALS) {
+                w.on_signal();
+            }
+            if ready(PID1) {
+                w.on_pid1();
+            }
+        }
+        w.finish()
+    }
+}
+
+/// Where each descriptor of one poll is (one not watched now is -1, which poll skips).
+const CHANNEL: usize = 0;
+const STDOUT: usize = 1;
+const STDERR: usize = 2;
+const PID1: usize = 3;
+const SIGNALS: usize = 4;
+const LISTENER: usize = 5;
+const ENDING: usize = 6;
+
+/// A watch in progress: what it holds of the box and what it has seen so far.
+struct Watching<'a> {
+    watch: Watch<'a>,
+    pid: libc::pid_t,
+    channel: Channel,
+    out: OwnedFd,
+    err: OwnedFd,
+    pidfd: OwnedFd,
+    sigfd: BorrowedFd<'a>,
+    /// When the box's clock started, and its deadline (CLOCK_MONOTONIC ns).
+    start: u64,
+    deadline: u64,
+    o: Outcome,
+    /// The box's setup is done (`Ready`), and the seccomp listener that came with it (until
+    /// it hangs up).
+    ready: bool,
+    listener: Option<OwnedFd>,
+    setup_error: Option<BoxError>,
+    sock_open: bool,
+    /// We sent pid 1 SIGKILL (deadline, escape, ending, signal): once is enough.
+    killed: bool,
+    /// Pid 1 is reaped.
+    exited: bool,
+    buf: Vec<u8>,
+}
+
+impl<'a> Watching<'a> {
+    fn new(watch: Watch<'a>, started: Started, sigfd: BorrowedFd<'a>) -> Result<Self, BoxError> {
         let Started {
             pid,
             channel,
@@ -78,188 +156,240 @@ impl Watch<'_> {
         })?;
         let _ = sys::set_nonblocking(out.as_fd());
         let _ = sys::set_nonblocking(err.as_fd());
-        let deadline = start + u64::try_from(self.spec.timeout.as_nanos()).unwrap_or(u64::MAX);
+        let deadline = start + u64::try_from(watch.spec.timeout.as_nanos()).unwrap_or(u64::MAX);
         let mut o = Outcome::default();
-        let (mut ready, mut listener) = match setup {
+        let (ready, listener) = match setup {
             Setup::Done { listener, us } => {
                 o.setup_us = us;
                 (true, listener)
             }
             Setup::Running => (false, None),
         };
-        let mut setup_error: Option<BoxError> = None;
-        let mut sock_open = true;
-        let mut killed = false;
-        let mut exited = false;
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            // After pid 1 is gone every writer of the pipes is gone too; drain to EOF. Once the
-            // program has exited and its output is complete, the result is known: pid 1 is
-            // ending the box on its own, and the teardown reaps it (off the result's path).
-            if o.stdout.eof && o.stderr.eof && ((exited && !sock_open) || o.status.is_some()) {
-                break;
+        Ok(Watching {
+            watch,
+            pid,
+            channel,
+            out,
+            err,
+            pidfd,
+            sigfd,
+            start,
+            deadline,
+            o,
+            ready,
+            listener,
+            setup_error: None,
+            sock_open: true,
+            killed: false,
+            exited: false,
+            buf: vec![0u8; 64 * 1024],
+        })
+    }
+
+    /// After pid 1 is gone every writer of the pipes is gone too; drain to EOF. Once the
+    /// program has exited and its output is complete, the result is known: pid 1 is ending
+    /// the box on its own, and the teardown reaps it (off the result's path).
+    fn complete(&self) -> bool {
+        self.o.stdout.eof
+            && self.o.stderr.eof
+            && ((self.exited && !self.sock_open) || self.o.status.is_some())
+    }
+
+    /// Waits until something is ready or the deadline passes; `None` when pid 1 is gone and
+    /// its pipes stayed silent for a second (a pipe still open after the box died would be a
+    /// kernel surprise: the drain is bounded).
+    fn poll(&self) -> Result<Option<[libc::pollfd; 7]>, BoxError> {
+        let watched = |fd: BorrowedFd<'_>, on: bool| libc::pollfd {
+            fd: if on { fd.as_raw_fd() } else { -1 },
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let mut fds = [watched(self.channel.fd(), false); 7];
+        fds[CHANNEL] = watched(self.channel.fd(), self.sock_open);
+        fds[STDOUT] = watched(self.out.as_fd(), !self.o.stdout.eof);
+        fds[STDERR] = watched(self.err.as_fd(), !self.o.stderr.eof);
+        fds[PID1] = watched(self.pidfd.as_fd(), !self.exited);
+        fds[SIGNALS] = watched(self.sigfd, !self.exited);
+        if let Some(l) = &self.listener {
+            fds[LISTENER] = watched(l.as_fd(), !self.exited);
+        }
+        fds[ENDING] = watched(self.watch.ending, !self.killed);
+        let now = sys::monotonic_ns();
+        let timeout_ms = if self.exited {
+            1000
+        } else if now >= self.deadline {
+            0
+        } else {
+            i32::try_from((self.deadline - now) / 1_000_000 + 1).unwrap_or(i32::MAX)
+        };
+        let n = sys::poll(&mut fds, timeout_ms).map_err(|errno| BoxError::Sys {
+            what: "poll the box",
+            errno,
+        })?;
+        Ok(if n == 0 && self.exited {
+            None
+        } else {
+            Some(fds)
+        })
+    }
+
+    /// Kills the box (SIGKILL to pid 1 ends its pid namespace), once.
+    fn kill(&mut self) {
+        if !self.killed {
+            self.killed = true;
+            let _ = sys::kill(self.pid, libc::SIGKILL);
+        }
+    }
+
+    /// The wall-clock deadline: past it a running box is killed and timed out.
+    fn enforce_deadline(&mut self) {
+        if !self.exited && sys::monotonic_ns() >= self.deadline && !self.killed {
+            self.o.timed_out = true;
+            self.kill();
+        }
+    }
+
+    /// One message from pid 1: setup done (with the seccomp listener), a setup or exec
+    /// failure, or the program's status. A message out of turn ends the watch.
+    fn on_channel(&mut self) -> Result<(), BoxError> {
+        let (m, fd) = match self.channel.recv()? {
+            Recv::Closed | Recv::Failed(_) => {
+                self.sock_open = false;
+                return Ok(());
             }
-            let mut fds: Vec<libc::pollfd> = Vec::with_capacity(7);
-            let mut push = |fd: BorrowedFd<'_>, on: bool| {
-                fds.push(libc::pollfd {
-                    fd: if on { fd.as_raw_fd() } else { -1 },
-                    events: libc::POLLIN,
-                    revents: 0,
-                });
-            };
-            push(channel.fd(), sock_open);
-            push(out.as_fd(), !o.stdout.eof);
-            push(err.as_fd(), !o.stderr.eof);
-            push(pidfd.as_fd(), !exited);
-            push(sigfd.as_fd(), !exited);
-            match &listener {
-                Some(l) => push(l.as_fd(), !exited),
-                None => push(channel.fd(), false),
-            }
-            push(self.ending, !killed);
-            let now = sys::monotonic_ns();
-            let timeout_ms = if exited {
-                // Bounded drain: a pipe still open after the box died would be a kernel surprise.
-                1000
-            } else if now >= deadline {
-                0
-            } else {
-                i32::try_from((deadline - now) / 1_000_000 + 1).unwrap_or(i32::MAX)
-            };
-            let n = sys::poll(&mut fds, timeout_ms).map_err(|errno| BoxError::Sys {
-                what: "poll the box",
-                errno,
-            })?;
-            if n == 0 && exited {
-                break;
-            }
-            if !exited && sys::monotonic_ns() >= deadline && !killed {
-                o.timed_out = true;
-                killed = true;
-                let _ = sys::kill(pid, libc::SIGKILL);
-            }
-            let ready_in =
-                |i: usize| fds[i].revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0;
-            if ready_in(0) {
-                match channel.recv()? {
-                    Recv::Closed | Recv::Failed(_) => sock_open = false,
-                    Recv::Message(m, fd) => match m {
-                        Message::Ready => {
-                            ready = true;
-                            if self.tracing {
-                                eprintln!(
-                                    "hull trace: ready {:>7} us after clone",
-                                    (sys::monotonic_ns() - start) / 1000
-                                );
-                            }
-                            o.setup_us = (sys::monotonic_ns() - start) / 1000;
-                            listener = fd;
-                        }
-                        Message::SetupFailed { step, errno } => {
-                            setup_error = Some(channel::setup_error(self.plan, step, errno));
-                        }
-                        Message::ExecFailed { errno } => o.exec_failed = Some(Errno(errno)),
-                        Message::MainExited { status, cpu_ms } => {
-                            o.main_cpu_ms = u64::try_from(cpu_ms).unwrap_or(0);
-                            o.duration_ms = (sys::monotonic_ns() - start) / 1_000_000;
-                            if self.tracing {
-                                eprintln!(
-                                    "hull trace: program exited {:>7} us after clone",
-                                    (sys::monotonic_ns() - start) / 1000
-                                );
-                            }
-                            o.status = Some(status);
-                        }
-                        // A template's entry process sends Pid1, and id maps are settled, before
-                        // the watch starts.
-                        m @ (Message::Pid1 { .. } | Message::WantIdMaps | Message::IdsMapped) => {
-                            return Err(channel::unexpected(
-                                self.plan,
-                                "Ready, SetupFailed, ExecFailed or MainExited",
-                                m,
-                            ));
-                        }
-                    },
-                }
-            }
-            for (i, which) in [(1usize, Stream::Stdout), (2, Stream::Stderr)] {
-                if ready_in(i) {
-                    let (fd, cap) = if which == Stream::Stdout {
-                        (&out, &mut o.stdout)
-                    } else {
-                        (&err, &mut o.stderr)
-                    };
-                    drain(
-                        fd.as_fd(),
-                        cap,
-                        which,
-                        &mut buf,
-                        self.spec.max_output,
-                        self.opts.capture,
-                        sink,
+            Recv::Message(m, fd) => (m, fd),
+        };
+        match m {
+            Message::Ready => {
+                self.ready = true;
+                if self.watch.tracing {
+                    eprintln!(
+                        "hull trace: ready {:>7} us after clone",
+                        (sys::monotonic_ns() - self.start) / 1000
                     );
                 }
+                self.o.setup_us = (sys::monotonic_ns() - self.start) / 1000;
+                self.listener = fd;
             }
-            if ready_in(5) {
-                if let Some(l) = &listener {
-                    if let Ok(n) = hull_seccomp::recv_notification(l.as_fd()) {
-                        if o.escape.is_none() {
-                            let what = n.describe();
-                            let reason = match n.syscall_name() {
-                                Some(name) if what == name => format!("the box called {name} (syscall {}), an escape primitive; the box was killed", n.nr),
-                                _ => format!("the box made {what}, which the filter refuses; the box was killed"),
-                            };
-                            o.escape = Some((what, reason));
-                        }
-                        if !killed {
-                            killed = true;
-                            let _ = sys::kill(pid, libc::SIGKILL);
-                        }
-                    } else {
-                        // The listener reports POLLHUP once no filtered process remains.
-                        listener = None;
-                    }
+            Message::SetupFailed { step, errno } => {
+                self.setup_error = Some(channel::setup_error(self.watch.plan, step, errno));
+            }
+            Message::ExecFailed { errno } => self.o.exec_failed = Some(Errno(errno)),
+            Message::MainExited { status, cpu_ms } => {
+                self.o.main_cpu_ms = u64::try_from(cpu_ms).unwrap_or(0);
+                self.o.duration_ms = (sys::monotonic_ns() - self.start) / 1_000_000;
+                if self.watch.tracing {
+                    eprintln!(
+                        "hull trace: program exited {:>7} us after clone",
+                        (sys::monotonic_ns() - self.start) / 1000
+                    );
                 }
+                self.o.status = Some(status);
             }
-            if ready_in(6) && !killed {
-                o.ended = true;
-                killed = true;
-                let _ = sys::kill(pid, libc::SIGKILL);
-            }
-            if ready_in(4) {
-                let mut si = [0u8; 128];
-                if sys::read(sigfd.as_fd(), &mut si).is_ok() {
-                    let signo = i32::from_ne_bytes([si[0], si[1], si[2], si[3]]);
-                    o.interrupted = Some(signo);
-                    if !killed {
-                        killed = true;
-                        let _ = sys::kill(pid, libc::SIGKILL);
-                    }
-                }
-            }
-            if ready_in(3) && !exited {
-                if let Ok(Some(w)) = sys::wait4(pid, true) {
-                    exited = true;
-                    o.pid1_status = w.status;
-                    let ru = &w.rusage;
-                    let ms = |t: libc::timeval| {
-                        u64::try_from(t.tv_sec).unwrap_or(0) * 1000
-                            + u64::try_from(t.tv_usec).unwrap_or(0) / 1000
-                    };
-                    o.rusage_cpu_ms = ms(ru.ru_utime) + ms(ru.ru_stime);
-                    if o.duration_ms == 0 {
-                        o.duration_ms = (sys::monotonic_ns() - start) / 1_000_000;
-                    }
-                }
+            // A template's entry process sends Pid1, and id maps are settled, before the watch
+            // starts.
+            m @ (Message::Pid1 { .. } | Message::WantIdMaps | Message::IdsMapped) => {
+                return Err(channel::unexpected(
+                    self.watch.plan,
+                    "Ready, SetupFailed, ExecFailed or MainExited",
+                    m,
+                ));
             }
         }
-        o.exited = exited;
-        if !exited {
+        Ok(())
+    }
+
+    /// What one output pipe has, kept up to the cap and handed to `sink`.
+    fn on_output(&mut self, which: Stream, sink: &mut dyn OutputSink) {
+        let (fd, cap) = match which {
+            Stream::Stdout => (&self.out, &mut self.o.stdout),
+            Stream::Stderr => (&self.err, &mut self.o.stderr),
+        };
+        drain(
+            fd.as_fd(),
+            cap,
+            which,
+            &mut self.buf,
+            self.watch.spec.max_output,
+            self.watch.opts.capture,
+            sink,
+        );
+    }
+
+    /// A seccomp notification: the box made an escape call; it is named and the box killed.
+    /// A hangup means no filtered process is left.
+    fn on_listener(&mut self) {
+        let Some(l) = &self.listener else {
+            return;
+        };
+        let Ok(n) = hull_seccomp::recv_notification(l.as_fd()) else {
+            // The listener reports POLLHUP once no filtered process remains.
+            self.listener = None;
+            return;
+        };
+        if self.o.escape.is_none() {
+            let what = n.describe();
+            let reason = match n.syscall_name() {
+                Some(name) if what == name => format!(
+                    "the box called {name} (syscall {}), an escape primitive; the box was killed",
+                    n.nr
+                ),
+                _ => format!("the box made {what}, which the filter refuses; the box was killed"),
+            };
+            self.o.escape = Some((what, reason));
+        }
+        self.kill();
+    }
+
+    /// Every box is to end (`Runtime::end_every_box`).
+    fn on_ending(&mut self) {
+        if !self.killed {
+            self.o.ended = true;
+            self.kill();
+        }
+    }
+
+    /// A forwarded signal (SIGINT, SIGTERM, SIGHUP) kills the box and is reported.
+    fn on_signal(&mut self) {
+        let mut si = [0u8; 128];
+        if sys::read(self.sigfd, &mut si).is_ok() {
+            let signo = i32::from_ne_bytes([si[0], si[1], si[2], si[3]]);
+            self.o.interrupted = Some(signo);
+            self.kill();
+        }
+    }
+
+    /// Pid 1 exited: reap it, with its rusage.
+    fn on_pid1(&mut self) {
+        if self.exited {
+            return;
+        }
+        if let Ok(Some(w)) = sys::wait4(self.pid, true) {
+            self.exited = true;
+            self.o.pid1_status = w.status;
+            let ru = &w.rusage;
+            let ms = |t: libc::timeval| {
+                u64::try_from(t.tv_sec).unwrap_or(0) * 1000
+                    + u64::try_from(t.tv_usec).unwrap_or(0) / 1000
+            };
+            self.o.rusage_cpu_ms = ms(ru.ru_utime) + ms(ru.ru_stime);
+            if self.o.duration_ms == 0 {
+                self.o.duration_ms = (sys::monotonic_ns() - self.start) / 1_000_000;
+            }
+        }
+    }
+
+    /// The watch's end: pid 1 killed if still there (and reaped when the program's status never
+    /// came), the CPU time settled, and a box that never finished its setup an error.
+    fn finish(self) -> Result<Outcome, BoxError> {
+        let mut o = self.o;
+        o.exited = self.exited;
+        if !self.exited {
             // Pid 1 is on its way out (it sent the program's status) or must go now; either way
             // SIGKILL makes sure, and kills the whole pid namespace with it.
-            let _ = sys::kill(pid, libc::SIGKILL);
+            let _ = sys::kill(self.pid, libc::SIGKILL);
             if o.status.is_none() {
-                if let Ok(Some(w)) = sys::wait4(pid, false) {
+                if let Ok(Some(w)) = sys::wait4(self.pid, false) {
                     o.pid1_status = w.status;
                     o.exited = true;
                 }
@@ -268,10 +398,10 @@ impl Watch<'_> {
         if !o.exited || o.rusage_cpu_ms == 0 {
             o.rusage_cpu_ms = o.rusage_cpu_ms.max(o.main_cpu_ms);
         }
-        if let Some(e) = setup_error {
+        if let Some(e) = self.setup_error {
             return Err(e);
         }
-        if !ready
+        if !self.ready
             && o.status.is_none()
             && o.exec_failed.is_none()
             && !o.timed_out

@@ -3,12 +3,10 @@
 
 use std::sync::Arc;
 
-use hull_box::{BoxSpec, NoSink, RunOptions, RunResult, Runtime};
+use hull_box::{BoxSpec, NoSink, RunOptions, RunResult, Runtime, WarmOptions};
 
 fn runtime() -> Runtime {
-    let mut rt = Runtime::new().expect("runtime");
-    rt.enable_templates().expect("templates");
-    rt
+    Runtime::with_warm(WarmOptions::ALL).expect("runtime")
 }
 
 fn python(rt: &Runtime, code: &str) -> RunResult {
@@ -552,4 +550,60 @@ fn pid_1_of_a_templated_or_ready_box_shows_no_host_command_line() {
         rt.warm_stats().ready_used > 0,
         "no box set up ahead was used"
     );
+}
+
+#[test]
+fn warm_options_turn_on_only_the_pools_they_name() {
+    // A box is set up ahead by entering a template: ready boxes alone are refused.
+    let e = Runtime::with_warm(WarmOptions {
+        ready: true,
+        ..WarmOptions::default()
+    })
+    .expect_err("ready boxes need templates");
+    assert!(e.to_string().contains("ready needs templates"), "{e}");
+    // Templates alone: boxes enter one; nothing else is made ahead.
+    let rt = Runtime::with_warm(WarmOptions {
+        templates: true,
+        ..WarmOptions::default()
+    })
+    .expect("runtime");
+    for _ in 0..3 {
+        let r = python(&rt, "print(1)");
+        assert!(r.success, "{r:?}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let w = rt.warm_stats();
+    assert_eq!(w.templates, 1, "{w:?}");
+    assert_eq!(
+        (w.spare_cgroups, w.spare_workspaces, w.ready_used),
+        (0, 0, 0)
+    );
+    assert!(w.spare_paths.is_empty() && w.ready_pids.is_empty(), "{w:?}");
+    drop(rt);
+    // Spares alone: boxes take workspaces made ahead and are built from scratch.
+    let rt = Runtime::with_warm(WarmOptions {
+        spares: true,
+        ..WarmOptions::default()
+    })
+    .expect("runtime");
+    for _ in 0..30 {
+        let r = python(&rt, "print(1)");
+        assert!(r.success, "{r:?}");
+        if rt.warm_stats().spare_workspaces >= 1 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let w = rt.warm_stats();
+    assert!(w.spare_workspaces >= 1, "{w:?}");
+    assert_eq!(
+        (w.templates, w.pooled_users, w.ready_used),
+        (0, 0, 0),
+        "{w:?}"
+    );
+    drop(rt);
+    // None: a one-shot front end's Runtime keeps nothing warm.
+    let rt = Runtime::new().expect("runtime");
+    assert!(python(&rt, "print(1)").success);
+    assert_eq!(rt.warm_stats(), hull_box::WarmStats::default());
 }

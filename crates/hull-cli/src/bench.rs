@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Args;
-use hull_box::{BoxSpec, NoSink, RunOptions, Runtime};
+use hull_box::{BoxSpec, NoSink, RunOptions, Runtime, WarmOptions};
 
 use crate::bench_stats::summary;
 
@@ -75,14 +75,8 @@ pub fn main(args: &BenchArgs) -> i32 {
     }
     // `rt` is a long-lived front end's Runtime (hull serve, the SDKs): boxes enter a shared
     // read-only skeleton. `cold` builds every box from scratch, as a one-shot `hull run` does.
-    let (rt, cold) = match (Runtime::new(), Runtime::new()) {
-        (Ok(mut r), Ok(c)) => {
-            if let Err(e) = r.enable_templates() {
-                crate::print_error(&e);
-                return 125;
-            }
-            (Arc::new(r), c)
-        }
+    let (rt, cold) = match (Runtime::with_warm(WarmOptions::ALL), Runtime::new()) {
+        (Ok(r), Ok(c)) => (Arc::new(r), c),
         (Err(e), _) | (_, Err(e)) => {
             crate::print_error(&e);
             return 125;

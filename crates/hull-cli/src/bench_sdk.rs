@@ -51,7 +51,7 @@ pub fn main(runs: usize, json: bool, rt: Arc<Runtime>) -> i32 {
     };
     let wait_pool = |sb: &Sandbox| {
         let until = Instant::now() + Duration::from_secs(10);
-        while sb.warm_count() < 2 && Instant::now() < until {
+        while sb.warm_stats().ready < 2 && Instant::now() < until {
             std::thread::sleep(Duration::from_millis(2));
         }
     };

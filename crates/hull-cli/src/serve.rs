@@ -12,7 +12,7 @@ use std::sync::Arc;
 use hull::error::Named;
 use hull::Backend;
 use hull_api::RunRequest;
-use hull_box::{BoxError, Runtime, SpecField};
+use hull_box::{BoxError, Runtime, SpecField, WarmOptions};
 use serde_json::{json, Value};
 
 use crate::serve_out::{error_json, EventSink, Out};
@@ -158,9 +158,9 @@ fn handle(
 }
 
 pub fn main(_args: &ServeArgs) -> i32 {
-    // A long-lived front end: boxes enter a shared read-only skeleton (templates), and what
+    // A long-lived front end: every warm pool (templates, spares, ready boxes), and what
     // SIGKILLed hulls left behind is swept once, off the hot path.
-    let rt = match Runtime::new().and_then(|mut r| r.enable_templates().map(|()| r)) {
+    let rt = match Runtime::with_warm(WarmOptions::ALL) {
         Ok(r) => Arc::new(r),
         Err(e) => {
             crate::print_error(&e);

@@ -22,4 +22,4 @@ mod staging;
 pub use backend::Backend;
 pub use error::SandboxError;
 pub use hull_api::{Language, SandboxRequest};
-pub use sandbox::{ExecResult, Kernel, Sandbox};
+pub use sandbox::{ExecResult, Kernel, PrewarmStats, Sandbox};

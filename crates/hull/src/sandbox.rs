@@ -6,11 +6,12 @@ use std::collections::{HashMap, VecDeque};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Condvar, Mutex};
+use std::sync::{mpsc, Arc, Condvar, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use hull_api::{Language, SandboxRequest};
+use hull_box::warm::{lock, Worker};
 use hull_box::{BoxSpec, Network, NoSink, OutputSink, RunResult};
 use serde::Serialize;
 use serde_json::Value;
@@ -87,10 +88,33 @@ const KERNEL_LIFE: Duration = Duration::from_secs(86400);
 /// Time a runner box gets to start, on top of the call's own timeout.
 const START_MARGIN: Duration = Duration::from_secs(20);
 
-struct Pool {
-    boxes: Mutex<VecDeque<RunnerBox>>,
-    refill: Mutex<Option<mpsc::Sender<()>>>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+/// The prewarmed runner boxes (`prewarm=N`) and the thread that starts them (`hull-prewarm`),
+/// on hull-box's warm-pool mechanism ([`hull_box::warm`]). Shared with the thread, which holds
+/// the Sandbox only weakly, and only while it starts a box.
+#[derive(Default)]
+struct Prewarm {
+    stock: Mutex<PrewarmStock>,
+    worker: Worker,
+    /// Calls that took a prewarmed box.
+    used: AtomicU64,
+}
+
+#[derive(Default)]
+struct PrewarmStock {
+    boxes: VecDeque<RunnerBox>,
+    /// Boxes the thread is to start: `prewarm` at first, then one for each box a call took or
+    /// found gone. A start that fails is not retried, so a Sandbox whose boxes cannot start
+    /// does not keep trying.
+    owed: usize,
+}
+
+/// What a Sandbox's prewarmed boxes have done and hold (`hull bench --sdk`, tests).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PrewarmStats {
+    /// Boxes whose runner has connected and waits for a call.
+    pub ready: usize,
+    /// Calls that ran in a prewarmed box.
+    pub used: u64,
 }
 
 /// A kernel: one warm interpreter in a long-lived box. Cells run one at a time.
@@ -120,7 +144,7 @@ pub struct Sandbox {
     slots: Slots,
     reaper: Reaper,
     reaper_thread: Mutex<Option<JoinHandle<()>>>,
-    pool: Pool,
+    pool: Arc<Prewarm>,
     kernels: Mutex<HashMap<String, Arc<Kernel>>>,
     next_kernel: AtomicU64,
     destroyed: AtomicBool,
@@ -220,11 +244,7 @@ impl Sandbox {
             },
             reaper,
             reaper_thread: Mutex::new(Some(reaper_thread)),
-            pool: Pool {
-                boxes: Mutex::new(VecDeque::new()),
-                refill: Mutex::new(None),
-                thread: Mutex::new(None),
-            },
+            pool: Arc::default(),
             kernels: Mutex::new(HashMap::new()),
             next_kernel: AtomicU64::new(1),
             destroyed: AtomicBool::new(false),
@@ -303,61 +323,36 @@ impl Sandbox {
         Ok(r)
     }
 
+    /// Starts the prewarm thread, owing it `prewarm` boxes (none: no thread).
     fn start_pool(self: &Arc<Self>) {
         let n = self.cfg.prewarm;
         if n == 0 {
             return;
         }
-        let (tx, rx) = mpsc::channel::<()>();
-        for _ in 0..n {
-            let _ = tx.send(());
-        }
-        let weak = Arc::downgrade(self);
-        let h = std::thread::spawn(move || {
-            for () in rx {
-                let Some(sb) = weak.upgrade() else { return };
-                if sb.destroyed.load(Ordering::SeqCst) {
-                    return;
-                }
-                if let Ok(Started::Ready(rb)) = RunnerBox::start(
-                    &sb.backend,
-                    &sb.base,
-                    "once",
-                    POOL_IDLE + sb.cfg.timeout,
-                    &sb.reaper,
-                ) {
-                    if let Ok(mut q) = sb.pool.boxes.lock() {
-                        q.push_back(rb);
-                    }
-                }
-            }
+        lock(&self.pool.stock).owed = n;
+        self.pool.worker.start_once("hull-prewarm", || {
+            let (pool, sandbox) = (Arc::clone(&self.pool), Arc::downgrade(self));
+            move || keep_prewarmed(&pool, &sandbox)
         });
-        if let Ok(mut r) = self.pool.refill.lock() {
-            *r = Some(tx);
-        }
-        if let Ok(mut t) = self.pool.thread.lock() {
-            *t = Some(h);
-        }
     }
 
     /// A prewarmed box, if one is ready. The caller asks for its replacement with [`refill`]
     /// once its call is done, so the new box's start does not compete with the call for CPU.
     fn take_warm(&self) -> Option<RunnerBox> {
         loop {
-            let mut rb = self.pool.boxes.lock().ok()?.pop_front()?;
+            let mut rb = lock(&self.pool.stock).boxes.pop_front()?;
             if !rb.is_gone() {
+                self.pool.used.fetch_add(1, Ordering::Relaxed);
                 return Some(rb);
             }
             self.refill();
         }
     }
 
+    /// Owes the prewarm thread one more box.
     fn refill(&self) {
-        if let Ok(r) = self.pool.refill.lock() {
-            if let Some(tx) = r.as_ref() {
-                let _ = tx.send(());
-            }
-        }
+        lock(&self.pool.stock).owed += 1;
+        self.pool.worker.wake();
     }
 
     fn check_alive(&self) -> Result<(), SandboxError> {
@@ -573,15 +568,10 @@ impl Sandbox {
         if self.destroyed.swap(true, Ordering::SeqCst) {
             return;
         }
-        if let Ok(mut r) = self.pool.refill.lock() {
-            r.take();
-        }
-        if let Some(h) = self.pool.thread.lock().ok().and_then(|mut t| t.take()) {
-            let _ = h.join();
-        }
-        if let Ok(mut q) = self.pool.boxes.lock() {
-            q.clear();
-        }
+        // After the box it may be starting (kept until the clear below).
+        self.pool.worker.stop();
+        self.pool.worker.join();
+        lock(&self.pool.stock).boxes.clear();
         let ks: Vec<String> = self
             .kernels
             .lock()
@@ -601,9 +591,12 @@ impl Sandbox {
         }
     }
 
-    /// How many prewarmed boxes are ready now.
-    pub fn warm_count(&self) -> usize {
-        self.pool.boxes.lock().map(|q| q.len()).unwrap_or(0)
+    /// What the prewarmed boxes have done and hold.
+    pub fn warm_stats(&self) -> PrewarmStats {
+        PrewarmStats {
+            ready: lock(&self.pool.stock).boxes.len(),
+            used: self.pool.used.load(Ordering::Relaxed),
+        }
     }
 
     pub fn workspace_path(&self) -> &Path {
@@ -616,5 +609,38 @@ impl Drop for Sandbox {
         self.destroy();
         self.join_reaper();
         remove_tree(&self.session);
+    }
+}
+
+/// The prewarm thread: starts a box for each one owed, until the Sandbox is destroyed or gone
+/// (it holds the Sandbox only while starting one, so dropping it is not delayed).
+fn keep_prewarmed(pool: &Prewarm, sandbox: &Weak<Sandbox>) {
+    loop {
+        {
+            let mut st = lock(&pool.stock);
+            loop {
+                if pool.worker.stopping() {
+                    return;
+                }
+                if st.owed > 0 {
+                    st.owed -= 1;
+                    break;
+                }
+                st = pool.worker.sleep(st);
+            }
+        }
+        let Some(sb) = sandbox.upgrade() else { return };
+        if sb.destroyed.load(Ordering::SeqCst) {
+            return;
+        }
+        if let Ok(Started::Ready(rb)) = RunnerBox::start(
+            &sb.backend,
+            &sb.base,
+            "once",
+            POOL_IDLE + sb.cfg.timeout,
+            &sb.reaper,
+        ) {
+            lock(&pool.stock).boxes.push_back(rb);
+        }
     }
 }

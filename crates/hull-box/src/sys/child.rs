@@ -1,6 +1,7 @@
 //! The processes hull clones, which run between `clone` and `execve` (or `_exit`): the box side
-//! ([`clone_box`]: executes a [`BoxPlan`] inside the freshly cloned process, pid 1 of the box),
-//! a template's pool helper ([`with_pool_helper`]) and the `--subids` remover
+//! ([`clone_box`]: executes a plan inside the freshly cloned process: a fresh box's pid 1 its
+//! [`BoxPlan`], a template process its [`TemplatePlan`], a templated box's entry process its
+//! [`TemplatedPlan`], whose pid 1 it forks), a template's pool helper ([`with_pool_helper`]) and the `--subids` remover
 //! ([`fork_remover`]). They are in `sys` because the `unsafe` clone that starts each relies on
 //! what they do: only data prepared before the clone, and allocation-free system calls.
 //!
@@ -18,14 +19,35 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 use crate::plan::{BoxPlan, Step};
 use crate::proto::Message;
+use crate::split::{EntryStep, LaunchPlan, TemplatePlan, TemplateStep, TemplatedPlan};
 use crate::sys::{
     self, Errno, SysResult, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID,
     MOUNT_ATTR_RDONLY,
 };
 
+/// What a cloned process runs, in the vocabulary of its role.
+#[derive(Clone, Copy)]
+pub(crate) enum ChildPlan<'a> {
+    /// A fresh box: the clone is pid 1 and runs the whole plan.
+    Box(&'a BoxPlan),
+    /// A template process: the skeleton, then its namespaces kept for boxes.
+    Template(&'a TemplatePlan),
+    /// A box entering a template: the clone is its entry process, which forks pid 1.
+    Templated(&'a TemplatedPlan),
+}
+
+impl<'a> From<&'a LaunchPlan> for ChildPlan<'a> {
+    fn from(plan: &'a LaunchPlan) -> ChildPlan<'a> {
+        match plan {
+            LaunchPlan::Fresh(p) => ChildPlan::Box(p),
+            LaunchPlan::Templated(p) => ChildPlan::Templated(p),
+        }
+    }
+}
+
 /// Descriptors and pre-built pointer arrays the child needs; all created by the parent.
 pub(crate) struct ChildContext<'a> {
-    pub plan: &'a BoxPlan,
+    pub plan: ChildPlan<'a>,
     pub sock: RawFd,
     /// The supervisor's end of the channel, inherited by the fork: closed first, so that the
     /// supervisor's death shows as a hangup on `sock`.
@@ -44,8 +66,8 @@ pub(crate) struct ChildContext<'a> {
     /// `HULL_TRACE_STEPS`: a shared page where each step's start time (CLOCK_MONOTONIC ns) is
     /// stored.
     pub trace: Option<&'a sys::SharedSlots>,
-    /// For a plan with `StartPid1`: the stack pid 1 runs on (memory the supervisor set aside;
-    /// in the entry process it is that process's own copy, which only pid 1 touches).
+    /// For a templated box: the stack pid 1 runs on (memory the supervisor set aside; in the
+    /// entry process it is that process's own copy, which only pid 1 touches).
     pub pid1_stack: Option<(*mut u8, usize)>,
     /// A ready box (see `ready.rs`): at `Exec`, pid 1 waits for the program to run, sent later
     /// as a [`crate::proto::go`] datagram, instead of running the plan's own.
@@ -59,7 +81,7 @@ pub(crate) struct ChildContext<'a> {
 }
 
 /// In a pid 1 forked by a template's entry process: the read end of the pipe on which the entry
-/// process says it has reported our pid. Our first message waits for it (see `StartPid1`).
+/// process says it has reported our pid. Our first message waits for it (see [`start_pid1`]).
 static PID1_REPORTED: AtomicI32 = AtomicI32::new(-1);
 
 fn send(sock: RawFd, m: Message, fd: Option<RawFd>) {
@@ -78,8 +100,9 @@ fn send(sock: RawFd, m: Message, fd: Option<RawFd>) {
     let _ = sys::send_with_fd(sock, &m.encode(), fd);
 }
 
-/// Clones a box's first process with `flags` (its namespaces) to run `ctx.plan`, and returns its
-/// pid. The child never returns: it ends in the program's `execve` or in `_exit`.
+/// Clones a box's (or a template's) first process with `flags` (its namespaces) to run
+/// `ctx.plan`, and returns its pid. The child never returns: it ends in the program's `execve`
+/// or in `_exit`.
 pub(crate) fn clone_box(flags: libc::c_int, ctx: &ChildContext<'_>) -> SysResult<libc::pid_t> {
     // SAFETY: the child runs only `run`, which reads data prepared before the clone, calls
     // allocation-free wrappers and ends in execve or _exit.
@@ -97,55 +120,106 @@ fn run(ctx: &ChildContext<'_>) -> ! {
     if lock >= 0 {
         sys::close_raw(lock);
     }
-    run_from(ctx, 0)
+    match ctx.plan {
+        ChildPlan::Box(plan) => run_box_steps(ctx, &plan.steps, 0),
+        ChildPlan::Template(plan) => run_template(ctx, &plan.steps),
+        ChildPlan::Templated(plan) => run_entry(ctx, plan),
+    }
 }
 
-/// Runs the plan from step `first` on and never returns.
-fn run_from(ctx: &ChildContext<'_>, first: usize) -> ! {
-    for (i, step) in ctx.plan.steps.iter().enumerate().skip(first) {
-        if let Some(t) = ctx.trace {
-            t.set(i, sys::monotonic_ns());
-        }
-        let done = match step {
-            Step::StartPid1 => start_pid1(ctx, i + 1),
-            _ => execute(ctx, step),
-        };
-        if let Err(e) = done {
-            send(
-                ctx.sock,
-                Message::SetupFailed {
-                    step: u32::try_from(i).unwrap_or(u32::MAX),
-                    errno: e.0,
-                },
-                None,
-            );
-            sys::exit_now(125);
-        }
+/// Stamps step `index`'s start for `HULL_TRACE_STEPS`.
+fn stamp(ctx: &ChildContext<'_>, index: usize) {
+    if let Some(t) = ctx.trace {
+        t.set(index, sys::monotonic_ns());
     }
-    // The last step is Exec, which never returns; a plan without one is a bug in the builder.
+}
+
+/// Reports step `index` failed with `e` and exits.
+fn fail(ctx: &ChildContext<'_>, index: usize, e: Errno) -> ! {
     send(
         ctx.sock,
         Message::SetupFailed {
-            step: u32::try_from(ctx.plan.steps.len()).unwrap_or(u32::MAX),
-            errno: libc::EINVAL,
+            step: u32::try_from(index).unwrap_or(u32::MAX),
+            errno: e.0,
         },
         None,
     );
     sys::exit_now(125)
 }
 
+/// Runs box steps (numbered from `first` in the plan the supervisor holds) and never returns:
+/// the last is `Exec`.
+fn run_box_steps(ctx: &ChildContext<'_>, steps: &[Step], first: usize) -> ! {
+    // The program's start stack is in this frame, so its pages are touched (the frame's stack
+    // probes) when the steps start, not when the program does: a ready box's program arrives
+    // long after its setup, and faulting 16 fresh pages in then would be on its start path.
+    let mut program_stack = ProgramStack::uninit();
+    for (i, step) in steps.iter().enumerate() {
+        stamp(ctx, first + i);
+        let done = match step {
+            Step::Exec { candidates, .. } => start_program(ctx, candidates, &mut program_stack),
+            _ => execute(ctx, step),
+        };
+        if let Err(e) = done {
+            fail(ctx, first + i, e);
+        }
+    }
+    // The last step is Exec, which never returns; a plan without one is a bug in the builder.
+    fail(ctx, first + steps.len(), Errno(libc::EINVAL))
+}
+
+/// Runs a template process's plan and never returns: the last step, `HoldTemplate`, exits.
+fn run_template(ctx: &ChildContext<'_>, steps: &[TemplateStep]) -> ! {
+    for (i, step) in steps.iter().enumerate() {
+        stamp(ctx, i);
+        let done = match step {
+            TemplateStep::Box(s) => execute(ctx, s),
+            TemplateStep::LeanRoot { root, keep_fd } => lean_root(root, *keep_fd),
+            TemplateStep::HoldTemplate { keep_fd } => hold_template(ctx, *keep_fd),
+        };
+        if let Err(e) = done {
+            fail(ctx, i, e);
+        }
+    }
+    fail(ctx, steps.len(), Errno(libc::EINVAL))
+}
+
+/// Runs a templated box's entry process: its steps, then the fork of pid 1, which runs the
+/// rest of the plan; never returns.
+fn run_entry(ctx: &ChildContext<'_>, plan: &TemplatedPlan) -> ! {
+    for (i, step) in plan.entry.iter().enumerate() {
+        stamp(ctx, i);
+        if let Err(e) = execute_entry(ctx, step) {
+            fail(ctx, i, e);
+        }
+    }
+    let fork = plan.entry.len();
+    stamp(ctx, fork);
+    match start_pid1(ctx, &plan.pid1, fork + 1) {
+        Ok(never) => match never {},
+        Err(e) => fail(ctx, fork, e),
+    }
+}
+
 /// What pid 1 needs to go on with the plan, passed through `clone`'s single pointer argument.
 struct Pid1Args<'a> {
     ctx: &'a ChildContext<'a>,
-    next: usize,
+    /// Pid 1's steps, and the number of the first in the plan the supervisor holds.
+    steps: &'a [Step],
+    first: usize,
     reported_r: RawFd,
     reported_w: RawFd,
 }
 
 /// Forks the process that becomes pid 1 of the box's new pid namespace, as the supervisor's
-/// child (`CLONE_PARENT`), reports its pid and exits. Pid 1 shares our memory (`CLONE_VM`), so
-/// no page tables are copied; we exit right after, and from then on the memory is its alone.
-fn start_pid1(ctx: &ChildContext<'_>, next: usize) -> SysResult<()> {
+/// child (`CLONE_PARENT`), to run `steps` (numbered from `first`), reports its pid and exits;
+/// returns only an error. Pid 1 shares our memory (`CLONE_VM`), so no page tables are copied;
+/// we exit right after, and from then on the memory is its alone.
+fn start_pid1(
+    ctx: &ChildContext<'_>,
+    steps: &[Step],
+    first: usize,
+) -> Result<std::convert::Infallible, Errno> {
     let Some((stack, len)) = ctx.pid1_stack else {
         return Err(Errno(libc::EINVAL));
     };
@@ -155,7 +229,8 @@ fn start_pid1(ctx: &ChildContext<'_>, next: usize) -> SysResult<()> {
     let (reported_r, reported_w) = sys::pipe()?;
     let args = Pid1Args {
         ctx,
-        next,
+        steps,
+        first,
         reported_r: reported_r.as_raw_fd(),
         reported_w: reported_w.as_raw_fd(),
     };
@@ -186,7 +261,7 @@ extern "C" fn pid1_main(arg: *mut libc::c_void) -> libc::c_int {
     // Our descriptor table is our own copy: keep only the pipe's read end.
     sys::close_raw(args.reported_w);
     PID1_REPORTED.store(args.reported_r, Ordering::Relaxed);
-    run_from(args.ctx, args.next)
+    run_box_steps(args.ctx, args.steps, args.first)
 }
 
 /// Exits at once if the supervisor is gone: its pid is no longer our parent (`supervisor`, when
@@ -407,46 +482,75 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
             }
             Ok(())
         }
-        Step::Exec { candidates, .. } => {
-            // Checked again before the program runs, once the setup's milliseconds have let a
-            // dying supervisor's process finish exiting: a supervisor that died while its
-            // other threads still ran when we asked for PDEATHSIG would never signal us, and
-            // its box would run with nobody enforcing its deadline.
-            if supervisor_gone(ctx) {
-                sys::exit_now(125);
-            }
-            isolate_pid1(ctx)?;
-            if ctx.ready_box {
-                let sent = await_program(ctx)?;
-                spawn_and_reap(ctx, &sent.program())
-            } else {
-                spawn_and_reap(
-                    ctx,
-                    &Program {
-                        argv: ctx.argv,
-                        envp: ctx.envp,
-                        candidates: Candidates::Plan(candidates),
-                    },
-                )
-            }
-        }
-        Step::LeanRoot { root, keep_fd } => {
-            sys::keep_mount_ns(*keep_fd)?;
-            sys::unshare(libc::CLONE_NEWNS)?;
-            pivot(root)
-        }
-        Step::HoldTemplate { keep_fd } => {
-            send(ctx.sock, Message::Ready, Some(*keep_fd));
-            // The supervisor opens our namespaces, then closes its end: that hangup is the cue.
-            let mut fds = [libc::pollfd {
-                fd: ctx.sock,
-                events: libc::POLLIN,
-                revents: 0,
-            }];
-            let _ = sys::poll(&mut fds, -1);
-            sys::exit_now(0)
-        }
-        Step::JoinTemplate {
+        // Run by pid 1's step loop (`run_box_steps`), which holds the program's stack; no
+        // other process hull clones starts a program.
+        Step::Exec { .. } => Err(Errno(libc::EINVAL)),
+        Step::AttachSource { fd, target, .. } => sys::attach_tree(*fd, &target.c),
+    }
+}
+
+/// The stack the program starts on (a vfork-style child that execs at once), carved from pid
+/// 1's.
+type ProgramStack = std::mem::MaybeUninit<[u8; 64 * 1024]>;
+
+/// The `Exec` step: pid 1 starts the program (a ready box's once it is sent) on `stack`, then
+/// reaps until it exits and reports its status. Never returns on success.
+fn start_program(
+    ctx: &ChildContext<'_>,
+    candidates: &[std::ffi::CString],
+    stack: &mut ProgramStack,
+) -> SysResult<()> {
+    // Checked again before the program runs, once the setup's milliseconds have let a dying
+    // supervisor's process finish exiting: a supervisor that died while its other threads
+    // still ran when we asked for PDEATHSIG would never signal us, and its box would run with
+    // nobody enforcing its deadline.
+    if supervisor_gone(ctx) {
+        sys::exit_now(125);
+    }
+    isolate_pid1(ctx)?;
+    if ctx.ready_box {
+        let sent = await_program(ctx)?;
+        spawn_and_reap(ctx, &sent.program(), stack)
+    } else {
+        spawn_and_reap(
+            ctx,
+            &Program {
+                argv: ctx.argv,
+                envp: ctx.envp,
+                candidates: Candidates::Plan(candidates),
+            },
+            stack,
+        )
+    }
+}
+
+/// A template process keeps the mount namespace the skeleton was built in at `keep_fd`, then
+/// pivots a copy of it into the sealed `root` (see [`TemplateStep::LeanRoot`]).
+fn lean_root(root: &crate::plan::BoxPath, keep_fd: i32) -> SysResult<()> {
+    sys::keep_mount_ns(keep_fd)?;
+    sys::unshare(libc::CLONE_NEWNS)?;
+    pivot(root)
+}
+
+/// A template process reports its skeleton done (sending `keep_fd`) and exits once the
+/// supervisor has opened its namespaces.
+fn hold_template(ctx: &ChildContext<'_>, keep_fd: i32) -> ! {
+    send(ctx.sock, Message::Ready, Some(keep_fd));
+    // The supervisor opens our namespaces, then closes its end: that hangup is the cue.
+    let mut fds = [libc::pollfd {
+        fd: ctx.sock,
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    let _ = sys::poll(&mut fds, -1);
+    sys::exit_now(0)
+}
+
+/// One step of a templated box's entry process.
+fn execute_entry(ctx: &ChildContext<'_>, step: &EntryStep) -> SysResult<()> {
+    match step {
+        EntryStep::Box(s) => execute(ctx, s),
+        EntryStep::JoinTemplate {
             user_fd,
             mnt_fd,
             become_root,
@@ -458,51 +562,57 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
             }
             sys::setns(*mnt_fd, libc::CLONE_NEWNS)
         }
-        Step::CloneSource { path, fd } => {
+        EntryStep::CloneSource { path, fd } => {
             reserved_is_free(ctx, *fd)?;
             sys::open_path_at(&path.c, *fd)?;
             sys::clone_tree_at(*fd)
         }
-        Step::EnterTemplate {
+        EntryStep::EnterTemplate {
             mnt_fd,
             net_fd,
             own_fds,
             flags,
-        } => {
-            let mut flags = *flags;
-            // The template's root has no /proc mounted: keep our own /proc entry for the maps.
-            let proc_self = match own_fds {
-                None => Some(sys::open_dir_path(c"/proc/self")?),
-                Some(_) => None,
-            };
-            sys::setns(*mnt_fd, libc::CLONE_NEWNS)?;
-            if let Some(net) = *net_fd {
-                sys::setns(net, libc::CLONE_NEWNET)?;
-                flags &= !libc::CLONE_NEWNET;
-            }
-            if let Some([user, ipc, uts]) = *own_fds {
-                // A pooled user namespace, ids mapped already; joined last, since the joins
-                // above need our capabilities in the template's.
-                sys::setns(user, libc::CLONE_NEWUSER)?;
-                if flags & libc::CLONE_NEWIPC != 0 {
-                    sys::setns(ipc, libc::CLONE_NEWIPC)?;
-                }
-                if flags & libc::CLONE_NEWUTS != 0 {
-                    sys::setns(uts, libc::CLONE_NEWUTS)?;
-                }
-                return sys::unshare(
-                    flags & !(libc::CLONE_NEWUSER | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS),
-                );
-            }
-            sys::unshare(flags)?;
-            match proc_self {
-                Some(proc_self) => map_root_in(proc_self.as_raw_fd()),
-                None => Err(Errno(libc::EINVAL)),
-            }
+        } => enter_template(*mnt_fd, *net_fd, *own_fds, *flags),
+    }
+}
+
+/// Joins the template's root namespace and the box's own namespaces below it (see
+/// [`EntryStep::EnterTemplate`]).
+fn enter_template(
+    mnt_fd: i32,
+    net_fd: Option<i32>,
+    own_fds: Option<[i32; 3]>,
+    flags: libc::c_int,
+) -> SysResult<()> {
+    let mut flags = flags;
+    // The template's root has no /proc mounted: keep our own /proc entry for the maps.
+    let proc_self = match own_fds {
+        None => Some(sys::open_dir_path(c"/proc/self")?),
+        Some(_) => None,
+    };
+    sys::setns(mnt_fd, libc::CLONE_NEWNS)?;
+    if let Some(net) = net_fd {
+        sys::setns(net, libc::CLONE_NEWNET)?;
+        flags &= !libc::CLONE_NEWNET;
+    }
+    if let Some([user, ipc, uts]) = own_fds {
+        // A pooled user namespace, ids mapped already; joined last, since the joins above
+        // need our capabilities in the template's.
+        sys::setns(user, libc::CLONE_NEWUSER)?;
+        if flags & libc::CLONE_NEWIPC != 0 {
+            sys::setns(ipc, libc::CLONE_NEWIPC)?;
         }
-        // Handled by the plan loop itself (it needs the step's index).
-        Step::StartPid1 => Err(Errno(libc::EINVAL)),
-        Step::AttachSource { fd, target, .. } => sys::attach_tree(*fd, &target.c),
+        if flags & libc::CLONE_NEWUTS != 0 {
+            sys::setns(uts, libc::CLONE_NEWUTS)?;
+        }
+        return sys::unshare(
+            flags & !(libc::CLONE_NEWUSER | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS),
+        );
+    }
+    sys::unshare(flags)?;
+    match proc_self {
+        Some(proc_self) => map_root_in(proc_self.as_raw_fd()),
+        None => Err(Errno(libc::EINVAL)),
     }
 }
 
@@ -514,19 +624,8 @@ fn reserved_is_free(ctx: &ChildContext<'_>, fd: RawFd) -> SysResult<()> {
         .into_iter()
         .chain(ctx.supervisor)
         .any(|u| u == fd);
-    for s in &ctx.plan.steps {
-        used |= match s {
-            Step::JoinTemplate {
-                user_fd, mnt_fd, ..
-            } => *user_fd == fd || *mnt_fd == fd,
-            Step::EnterTemplate {
-                mnt_fd,
-                net_fd,
-                own_fds,
-                ..
-            } => *mnt_fd == fd || *net_fd == Some(fd) || own_fds.is_some_and(|o| o.contains(&fd)),
-            _ => false,
-        };
+    if let ChildPlan::Templated(plan) = ctx.plan {
+        used |= plan.entry.iter().any(|s| s.holds(fd));
     }
     if used {
         Err(Errno(libc::EBUSY))
@@ -660,11 +759,14 @@ fn await_program(ctx: &ChildContext<'_>) -> SysResult<SentProgram> {
 }
 
 /// Forks the program, then reaps until it exits and reports its status. Never returns on success.
-fn spawn_and_reap(ctx: &ChildContext<'_>, program: &Program<'_>) -> SysResult<()> {
+fn spawn_and_reap(
+    ctx: &ChildContext<'_>,
+    program: &Program<'_>,
+    stack: &mut ProgramStack,
+) -> SysResult<()> {
     // The program starts as a vfork-style child on a stack carved from ours: copying pid 1's
     // page tables (a copy of the supervisor's) for a process that execs at once costs more
     // than the rest of its start.
-    let mut stack = std::mem::MaybeUninit::<[u8; 64 * 1024]>::uninit();
     // SAFETY: a byte array needs no initialisation to be written through a raw pointer; the
     // child only uses it as its stack.
     let stack = unsafe { &mut *stack.as_mut_ptr() };
@@ -940,25 +1042,25 @@ mod tests {
 
     #[test]
     fn a_source_number_still_in_use_is_refused_not_replaced() {
-        let plan = BoxPlan {
-            steps: vec![
-                Step::JoinTemplate {
+        let plan = TemplatedPlan {
+            entry: vec![
+                EntryStep::JoinTemplate {
                     user_fd: 905,
                     mnt_fd: 906,
                     become_root: false,
                 },
-                Step::EnterTemplate {
+                EntryStep::EnterTemplate {
                     mnt_fd: 907,
                     net_fd: None,
                     own_fds: Some([908, 909, 910]),
                     flags: 0,
                 },
             ],
-            clone_flags: 0,
+            pid1: Vec::new(),
         };
         let none = pointer_array(&[]);
         let ctx = ChildContext {
-            plan: &plan,
+            plan: ChildPlan::Templated(&plan),
             sock: 901,
             peer: 3,
             supervisor: Some(904),
@@ -997,7 +1099,7 @@ mod tests {
         let none = pointer_array(&[]);
         let (ours, theirs) = sys::seqpacket_pair().unwrap();
         let ctx = |supervisor: Option<RawFd>| ChildContext {
-            plan: &plan,
+            plan: ChildPlan::Box(&plan),
             sock: ours.as_raw_fd(),
             peer: -1,
             supervisor,

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use hull::{Sandbox, SandboxError};
-use hull_box::{Runtime, SpecField};
+use hull_box::{Runtime, SpecField, WarmOptions};
 use serde_json::{json, Map, Value};
 
 use jsonrpc::Incoming;
@@ -159,7 +159,7 @@ pub fn main(_args: &McpArgs) -> i32 {
             return 2;
         }
     };
-    let rt = match Runtime::new().and_then(|mut r| r.enable_templates().map(|()| r)) {
+    let rt = match Runtime::with_warm(WarmOptions::ALL) {
         Ok(r) => Arc::new(r),
         Err(e) => {
             crate::print_error(&e);
