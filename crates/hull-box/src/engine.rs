@@ -42,6 +42,8 @@ pub(crate) struct Engine {
     /// The kernel has seccomp user notification: the filter kills through a listener.
     listener: bool,
     rules: usize,
+    /// Where box cgroups go (recorded in our lock file before the first is made there).
+    cgroup_parents: Vec<PathBuf>,
     /// Numbers the cgroups this engine makes.
     counter: AtomicU64,
     started_ns: u64,
@@ -97,8 +99,13 @@ impl Engine {
         let filter = hull_seccomp::compile(rules, &opts)?;
         let cgroups = hull_cgroup::Host::detect().map(Arc::new).map_err(Arc::new);
         let started_ns = sys::monotonic_ns() % 1_000_000_000_000;
+        let cgroup_parents = cgroups
+            .as_ref()
+            .map(|h| h.box_parents())
+            .unwrap_or_default();
         Ok(Engine {
             cgroups,
+            cgroup_parents,
             filter,
             listener,
             rules: rules.len(),
@@ -138,19 +145,7 @@ impl Engine {
     /// Removes box cgroups and temporary workspaces that SIGKILLed hulls left behind (see
     /// [`crate::leftovers`]).
     pub(crate) fn sweep_leftovers(&self) -> crate::leftovers::Swept {
-        let mut parents: Vec<PathBuf> = self
-            .cgroups
-            .as_ref()
-            .map(|h| {
-                h.report()
-                    .into_iter()
-                    .filter_map(|r| r.box_parent)
-                    .collect()
-            })
-            .unwrap_or_default();
-        parents.sort();
-        parents.dedup();
-        crate::leftovers::sweep(&parents, &std::env::temp_dir())
+        crate::leftovers::sweep(&self.cgroup_parents, &std::env::temp_dir())
     }
 
     /// The plan `spec` would run, without running it (`hull run --plan`).
@@ -343,6 +338,7 @@ impl Engine {
             Ok(h) => match self.spares.as_ref().and_then(|s| s.cgroup(&limits)) {
                 Some(cg) => Some(cg),
                 None => {
+                    crate::owner::record_cgroup_parents(&self.cgroup_parents);
                     let seq = self.counter.fetch_add(1, Ordering::Relaxed);
                     // The owner identity lets a later hull sweep the cgroup if we are SIGKILLed
                     // (`leftovers`); the start time keeps two Runtimes of one process apart.

@@ -47,7 +47,7 @@ fn owner_id<'a>(name: &'a str, prefix: &str) -> Option<&'a str> {
 struct Dead {
     id: String,
     lock_path: PathBuf,
-    _lock: OwnedFd,
+    lock: OwnedFd,
     /// Something named after it could not be removed: its lock file stays for a later sweep.
     left: bool,
 }
@@ -100,7 +100,7 @@ pub(crate) fn sweep(parents: &[PathBuf], temp: &Path) -> Swept {
                 dead.push(Dead {
                     id: id.to_string(),
                     lock_path: e.path(),
-                    _lock: lock,
+                    lock,
                     left: false,
                 });
             }
@@ -113,6 +113,13 @@ pub(crate) fn sweep(parents: &[PathBuf], temp: &Path) -> Swept {
     if dead.is_empty() {
         return swept;
     }
+    // Where the dead made box cgroups, from their lock files, beside where we make ours.
+    let mut parents = parents.to_vec();
+    for d in &dead {
+        parents.extend(owner::manifest_parents(&read_manifest(&d.lock)));
+    }
+    parents.sort();
+    parents.dedup();
     for (kind, id, path) in named {
         let Some(owner) = dead.iter_mut().find(|d| d.id == id) else {
             continue;
@@ -134,7 +141,7 @@ pub(crate) fn sweep(parents: &[PathBuf], temp: &Path) -> Swept {
             owner.left = true;
         }
     }
-    for parent in parents {
+    for parent in &parents {
         let Ok(rd) = std::fs::read_dir(parent) else {
             continue;
         };
@@ -162,6 +169,21 @@ pub(crate) fn sweep(parents: &[PathBuf], temp: &Path) -> Swept {
         let _ = std::fs::remove_file(&d.lock_path);
     }
     swept
+}
+
+/// The text of a lock file (its owner's manifest of cgroup parents), at most
+/// [`owner::MANIFEST_MAX`] bytes; empty when unreadable.
+fn read_manifest(lock: &OwnedFd) -> String {
+    let mut buf = vec![0u8; owner::MANIFEST_MAX];
+    let mut len = 0;
+    while len < buf.len() {
+        match rustix::io::pread(lock, &mut buf[len..], len as u64) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => len += n,
+        }
+    }
+    buf.truncate(len);
+    String::from_utf8_lossy(&buf).into_owned()
 }
 
 /// Removes a workspace that a `--subids` box left holding files of our sub-ids, from a user
@@ -434,6 +456,35 @@ mod tests {
         let swept = sweep(&[cg.path().to_path_buf()], temp.path());
         assert_eq!(swept.cgroups, 1);
         assert!(!owner::lock_path(temp.path(), dead).exists());
+    }
+
+    #[test]
+    fn cgroups_a_dead_owner_listed_in_its_lock_file_are_swept_from_anywhere() {
+        // The dead owner made its box cgroups under a parent the sweeper does not use (another
+        // HULL_CGROUP_PARENT): its lock file lists that parent, so the sweep finds them, and
+        // junk in the manifest (relative paths, `..`) is ignored.
+        let temp = tempfile::tempdir().unwrap();
+        let ours = tempfile::tempdir().unwrap();
+        let theirs = tempfile::tempdir().unwrap();
+        let dead = "7.00000000000000de";
+        let manifest = format!(
+            "{}\nrelative/x\n{}/../escape\n",
+            theirs.path().display(),
+            theirs.path().display()
+        );
+        std::fs::write(owner::lock_path(temp.path(), dead), manifest).unwrap();
+        std::fs::create_dir(theirs.path().join(format!("hull-{dead}-0-1"))).unwrap();
+        std::fs::create_dir(theirs.path().join(format!("hull-{dead}-s0-1"))).unwrap();
+        std::fs::create_dir(theirs.path().join("hull-8.00000000000000a1-0-1")).unwrap();
+        let swept = sweep(&[ours.path().to_path_buf()], temp.path());
+        assert_eq!(swept.cgroups, 2);
+        assert!(!theirs.path().join(format!("hull-{dead}-0-1")).exists());
+        assert!(theirs.path().join("hull-8.00000000000000a1-0-1").exists());
+        assert!(!owner::lock_path(temp.path(), dead).exists());
+        assert_eq!(
+            owner::manifest_parents("/a/b\nrel\n/a/../b\n\n/c\n"),
+            vec![PathBuf::from("/a/b"), PathBuf::from("/c")]
+        );
     }
 
     #[test]

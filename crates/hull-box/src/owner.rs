@@ -11,12 +11,17 @@
 //! gone ([`crate::leftovers`]). The lock is taken once per process, not per box. Its descriptor
 //! is close-on-exec, and every process hull forks closes it first thing ([`lock_fd`]): a child
 //! holding the same open file would keep the lock, and its owner's leftovers, until it died.
+//!
+//! The lock file is also the owner's manifest of the cgroup directories it makes box cgroups in
+//! ([`record_cgroup_parents`], one absolute path per line, written before the first box cgroup
+//! under each): a sweep by a hull placed elsewhere (another `HULL_CGROUP_PARENT`, or none) still
+//! finds them, and never drops the lock file of an owner whose cgroups it cannot see.
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use rustix::fs::{FlockOperation, Mode, OFlags};
 
@@ -28,8 +33,13 @@ struct Owner {
     id: String,
     /// The locked lock file (None if it could not be made: names are still unique, and a
     /// sweep never judges an owner without a lock file dead).
-    _lock: Option<OwnedFd>,
+    lock: Option<OwnedFd>,
+    /// The cgroup parents written into the lock file so far.
+    recorded: Mutex<Vec<PathBuf>>,
 }
+
+/// The most a sweep reads of a lock file's manifest (a few paths in practice).
+pub(crate) const MANIFEST_MAX: usize = 64 * 1024;
 
 static OWNER: OnceLock<Owner> = OnceLock::new();
 
@@ -40,6 +50,53 @@ static LOCK_FD: AtomicI32 = AtomicI32::new(-1);
 /// gone. The first call creates and locks the lock file in the temporary directory.
 pub fn id() -> &'static str {
     &OWNER.get_or_init(make).id
+}
+
+/// Writes into this process's lock file each of `parents` it does not list yet, so that a sweep
+/// after our death removes the box cgroups we make there whatever its own cgroup placement.
+/// Called before a box cgroup is created under them; a write that fails leaves the directory to
+/// sweeps placed like us (the ones that scan it anyway).
+pub(crate) fn record_cgroup_parents(parents: &[PathBuf]) {
+    let owner = OWNER.get_or_init(make);
+    let Some(lock) = &owner.lock else { return };
+    let mut recorded = owner
+        .recorded
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    for parent in parents {
+        if recorded.contains(parent) {
+            continue;
+        }
+        let Some(line) = manifest_line(parent) else {
+            continue;
+        };
+        // Appended at the file offset, which only this process moves (children close the fd).
+        if rustix::io::write(lock, line.as_bytes()).is_ok_and(|n| n == line.len()) {
+            recorded.push(parent.clone());
+        }
+    }
+}
+
+/// The manifest line for `parent`: an absolute UTF-8 path without newlines or `..`.
+fn manifest_line(parent: &Path) -> Option<String> {
+    let text = parent.to_str()?;
+    (parent.is_absolute() && !text.contains('\n') && !has_dot_dot(parent))
+        .then(|| format!("{text}\n"))
+}
+
+fn has_dot_dot(p: &Path) -> bool {
+    p.components()
+        .any(|c| matches!(c, std::path::Component::ParentDir))
+}
+
+/// The cgroup parents a lock file lists (see [`record_cgroup_parents`]); lines that are not an
+/// absolute path without `..` are ignored.
+pub(crate) fn manifest_parents(text: &str) -> Vec<PathBuf> {
+    text.lines()
+        .map(Path::new)
+        .filter(|p| p.is_absolute() && !has_dot_dot(p))
+        .map(Path::to_path_buf)
+        .collect()
 }
 
 /// The descriptor of this process's lock, -1 if it has none: a forked child closes it before
@@ -75,7 +132,8 @@ fn make() -> Owner {
                 LOCK_FD.store(fd.as_raw_fd(), Ordering::Relaxed);
                 return Owner {
                     id,
-                    _lock: Some(fd),
+                    lock: Some(fd),
+                    recorded: Mutex::new(Vec::new()),
                 };
             }
             Ok(None) => continue,
@@ -84,7 +142,8 @@ fn make() -> Owner {
     }
     Owner {
         id: fresh(),
-        _lock: None,
+        lock: None,
+        recorded: Mutex::new(Vec::new()),
     }
 }
 

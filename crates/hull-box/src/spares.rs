@@ -173,6 +173,7 @@ fn keep_spares_ready(pool: &SparePool) {
         match job {
             Job::Cgroup(limits) => {
                 let Some(host) = &pool.host else { continue };
+                crate::owner::record_cgroup_parents(&host.box_parents());
                 let seq = pool.seq.fetch_add(1, Ordering::Relaxed);
                 let name = format!(
                     "{}{}-s{seq}-{}",

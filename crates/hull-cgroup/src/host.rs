@@ -148,6 +148,18 @@ impl Host {
         self.kind
     }
 
+    /// The directories box cgroups are created in (one per usable hierarchy), sorted, each once.
+    pub fn box_parents(&self) -> Vec<PathBuf> {
+        let mut parents: Vec<PathBuf> = self
+            .report()
+            .into_iter()
+            .filter_map(|r| r.box_parent)
+            .collect();
+        parents.sort();
+        parents.dedup();
+        parents
+    }
+
     /// Per controller: usable (and the directory boxes are created in), or why not and the fix.
     pub fn report(&self) -> Vec<ControllerReport> {
         Controller::ALL

@@ -259,8 +259,52 @@ fn named_after(dir: &Path, pids: &[u32], depth: usize, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// Directories named after `pids` (as [`named_after`] finds them) under every cgroup hierarchy.
+fn cgroups_named_after(pids: &[u32]) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    named_after(Path::new("/sys/fs/cgroup"), pids, 5, &mut dirs);
+    dirs
+}
+
+/// Every box cgroup directory of any hull (`hull-<pid>.<random>-...`) under every hierarchy.
+fn all_box_cgroups() -> Vec<PathBuf> {
+    fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in rd.flatten() {
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let name = e.file_name().to_string_lossy().into_owned();
+            let boxed = name.strip_prefix("hull-").is_some_and(|r| {
+                let digits = r.bytes().take_while(u8::is_ascii_digit).count();
+                digits > 0 && r[digits..].starts_with('.')
+            });
+            if boxed {
+                out.push(e.path());
+            } else if depth > 1 {
+                walk(&e.path(), depth - 1, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(Path::new("/sys/fs/cgroup"), 5, &mut out);
+    out
+}
+
+/// The tests of this file run one at a time: each counts what is named after its servers'
+/// pids, and a pid one test's server had may be reused by the other's.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn no_process_cgroup_or_temporary_directory_outlives_its_server() {
+    let _one = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // Cgroups another hull left before this test (a pid of ours may have been its pid) are not
+    // this test's.
+    let before_test = all_box_cgroups();
     let started = Instant::now();
     let seed = std::env::var("HULL_LEAK_SEED")
         .ok()
@@ -352,8 +396,10 @@ fn no_process_cgroup_or_temporary_directory_outlives_its_server() {
             .unwrap_or("")
             .trim()
     );
-    let mut dirs = Vec::new();
-    named_after(Path::new("/sys/fs/cgroup"), &pids, 5, &mut dirs);
+    let dirs: Vec<PathBuf> = cgroups_named_after(&pids)
+        .into_iter()
+        .filter(|d| !before_test.contains(d))
+        .collect();
     assert!(
         dirs.is_empty(),
         "cgroups left after a sweep: {dirs:?}\n{report}"
@@ -370,4 +416,59 @@ fn no_process_cgroup_or_temporary_directory_outlives_its_server() {
         "left in the servers' TMPDIR after a sweep: {temp_left:?}\n{report}"
     );
     println!("done in {:.1} s", started.elapsed().as_secs_f64());
+}
+
+#[test]
+fn a_sweep_placed_elsewhere_still_removes_a_killed_servers_cgroups() {
+    // A hull SIGKILLed while its box runs leaves the box's cgroups under its cgroup parent. The
+    // next hull sharing its TMPDIR sweeps them even when it makes its own cgroups elsewhere (or
+    // none: here its HULL_CGROUP_PARENT does not exist), because the dead one's lock file says
+    // where they are; and it keeps the lock file while any is left.
+    let _one = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let temp = tempfile::tempdir().unwrap();
+    let marker = format!("{}-elsewhere", std::process::id());
+    let before = all_box_cgroups();
+    let mut s = Server::start(temp.path(), &marker);
+    let pid = s.child.id();
+    let sb = s.ok("sandbox.create", json!({}))["sandbox"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    s.send(
+        "sandbox.run",
+        json!({"sandbox": sb, "argv": ["sleep", "30"]}),
+    );
+    let t = Instant::now();
+    let mut made = Vec::new();
+    while made.is_empty() && t.elapsed() < Duration::from_secs(10) {
+        sleep_ms(20);
+        made = cgroups_named_after(&[pid])
+            .into_iter()
+            .filter(|d| !before.contains(d))
+            .collect();
+    }
+    s.kill();
+    if made.is_empty() {
+        hull_testkit::skip("the server made no box cgroup here (cgroups unusable)");
+        return;
+    }
+    let t = Instant::now();
+    while !leftover_processes(&marker, &[pid]).is_empty() && t.elapsed() < Duration::from_secs(3) {
+        sleep_ms(50);
+    }
+    let out = Command::new(common::bin())
+        .args(["doctor", "--json"])
+        .env("TMPDIR", temp.path())
+        .env("HULL_CGROUP_PARENT", "hull-no-such-parent")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    let left: Vec<PathBuf> = made.into_iter().filter(|d| d.exists()).collect();
+    assert!(
+        left.is_empty(),
+        "a sweep with another cgroup parent left the killed server's cgroups: {left:?}\n{report}"
+    );
 }
