@@ -82,7 +82,9 @@ struct Prepared {
 
 impl Engine {
     pub(crate) fn new() -> Result<Engine, BoxError> {
+        crate::trace::step("engine: new");
         let support = hull_seccomp::probe();
+        crate::trace::step("engine: seccomp probed");
         if !support.filter {
             return Err(BoxError::NoSeccomp);
         }
@@ -97,7 +99,9 @@ impl Engine {
         };
         let rules = hull_seccomp::default_policy();
         let filter = hull_seccomp::compile(rules, &opts)?;
+        crate::trace::step("engine: seccomp filter compiled");
         let cgroups = hull_cgroup::Host::detect().map(Arc::new).map_err(Arc::new);
+        crate::trace::step("engine: cgroups detected");
         let started_ns = sys::monotonic_ns() % 1_000_000_000_000;
         let cgroup_parents = cgroups
             .as_ref()
@@ -116,6 +120,7 @@ impl Engine {
             ready: None,
             ending: Ending::new()?,
         })
+        .inspect(|_| crate::trace::step("engine: ready"))
     }
 
     /// Turns on the warm pools `warm` names (see [`crate::WarmOptions`]).
@@ -201,8 +206,9 @@ impl Engine {
         opts: RunOptions,
         sink: &mut dyn OutputSink,
     ) -> Result<(RunResult, Teardown), BoxError> {
-        let tracing = crate::trace::wanted();
+        let tracing = crate::trace::on();
         let marks = Marks::new(tracing);
+        marks.mark("run requested");
         spec.validate()?;
         let keep = keep_caps(spec)?;
         // A box set up ahead for this shape of spec, if one is ready (not while tracing steps,
@@ -220,14 +226,16 @@ impl Engine {
             Some(w) => Workspace::named(w.clone()),
             None => self.temporary_workspace()?,
         };
+        marks.mark("workspace created");
         let (cgroup, warnings) = self.box_cgroup(spec)?;
         let mut resources = Resources {
             workspace,
             cgroup,
             warnings,
         };
-        marks.mark("workspace and cgroup created");
+        marks.mark("cgroup created");
         let plan = self.assemble(spec, keep, &resources.workspace.path, &resources.cgroup)?;
+        marks.mark("plan assembled");
         resources.workspace.subids = match plan.id_maps() {
             Some(IdMaps::Helpers { uids, gids }) => Some((uids.clone(), gids.clone())),
             _ => None,
@@ -238,18 +246,13 @@ impl Engine {
             Some(t) => t.prepare(plan)?,
             None => (LaunchPlan::Fresh(plan), None),
         };
-        marks.mark("plan built");
+        marks.mark("plan prepared");
         let prepared = Prepared { plan, resources };
+        marks.mark("launch");
         let watched = self.launch_and_watch(spec, &prepared.plan, opts, sink, tracing);
         marks.mark("result known");
         let (outcome, pid) = watched?;
-        Ok(self.conclude(
-            spec,
-            outcome,
-            pid,
-            prepared.resources,
-            tracing.then_some(marks.t0),
-        ))
+        Ok(self.conclude(spec, outcome, pid, prepared.resources, tracing))
     }
 
     /// Launches a fresh box (or one entering a template) to run `plan`, and watches it.
@@ -281,16 +284,13 @@ impl Engine {
                 return Err(e);
             }
         };
-        let (pid, clock) = (started.pid, started.clock);
+        let pid = started.pid;
+        Marks::new(tracing).mark("box cloned");
         let outcome = self.watch(spec, plan, opts, started, &sigfd, sink, tracing);
-        let watched = sys::monotonic_ns();
         sys::unblock_signals(&FORWARDED);
         if let Some(t) = &trace {
-            eprintln!(
-                "hull trace: watch ended {:>7} us after clone",
-                (watched - clock) / 1000
-            );
-            t.print(clock, plan);
+            crate::trace::step("supervisor: watch ended");
+            t.record(plan);
         }
         outcome.map(|o| (o, pid))
     }
@@ -414,7 +414,7 @@ impl Engine {
         outcome: crate::outcome::Outcome,
         pid: libc::pid_t,
         mut resources: Resources,
-        trace_t0: Option<u64>,
+        tracing: bool,
     ) -> (RunResult, Teardown) {
         let st = outcome.status.unwrap_or(outcome.pid1_status);
         let failed = !(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0);
@@ -433,7 +433,7 @@ impl Engine {
                 .iter()
                 .map(Unenforced::warning),
         );
-        let teardown = Teardown::new(if exited { None } else { Some(pid) }, resources, trace_t0);
+        let teardown = Teardown::new(if exited { None } else { Some(pid) }, resources, tracing);
         (result, teardown)
     }
 
@@ -468,7 +468,7 @@ impl Engine {
         let outcome = self.watch(spec, &rb.entry_plan, opts, started, &sigfd, sink, false);
         sys::unblock_signals(&FORWARDED);
         let resources = rb.hand_over();
-        Ok(Some(self.conclude(spec, outcome?, pid, resources, None)))
+        Ok(Some(self.conclude(spec, outcome?, pid, resources, false)))
     }
 }
 

@@ -128,6 +128,9 @@ impl Launch<'_> {
                 let _ = sys::wait4(pid, false);
                 return Err(e);
             }
+            if self.trace.is_some() {
+                crate::trace::step("supervisor: id maps written");
+            }
         }
         let pid = if enters_template {
             await_pid1(pid, &channel, plan, self.timeout)?

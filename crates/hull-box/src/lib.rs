@@ -35,7 +35,7 @@ pub mod split;
 pub mod subids;
 mod sys;
 mod template;
-mod trace;
+pub mod trace;
 pub mod unenforced;
 mod verdict;
 pub mod warm;

@@ -57,17 +57,13 @@ pub struct Teardown {
     pid: Option<libc::pid_t>,
     cgroup: CgroupGuard,
     workspace: Option<Workspace>,
-    tracing: Option<u64>,
+    tracing: bool,
 }
 
 impl Teardown {
-    /// `pid`: pid 1 when it is still our unreaped child; `tracing`: the run's start, when
-    /// `HULL_TRACE_STEPS` asks for the teardown's milestones.
-    pub(crate) fn new(
-        pid: Option<libc::pid_t>,
-        resources: Resources,
-        tracing: Option<u64>,
-    ) -> Teardown {
+    /// `pid`: pid 1 when it is still our unreaped child; `tracing`: `HULL_TRACE_STEPS` asks
+    /// for the teardown's milestones.
+    pub(crate) fn new(pid: Option<libc::pid_t>, resources: Resources, tracing: bool) -> Teardown {
         Teardown {
             pid,
             cgroup: resources.cgroup,
@@ -89,11 +85,8 @@ impl Teardown {
             let _ = sys::kill(pid, libc::SIGKILL);
             let _ = sys::wait4(pid, false);
         }
-        if let Some(t0) = self.tracing {
-            eprintln!(
-                "hull trace: supervisor {:>7} us  box reaped",
-                (sys::monotonic_ns() - t0) / 1000
-            );
+        if self.tracing {
+            crate::trace::step("teardown: box reaped");
         }
         if let Some(cg) = self.cgroup.0.take() {
             if !cg.is_empty() {
@@ -102,11 +95,9 @@ impl Teardown {
             let _ = cg.remove();
         }
         self.workspace.take();
-        if let Some(t0) = self.tracing.take() {
-            eprintln!(
-                "hull trace: supervisor {:>7} us  cgroup and workspace removed",
-                (sys::monotonic_ns() - t0) / 1000
-            );
+        if std::mem::take(&mut self.tracing) {
+            crate::trace::step("teardown: cgroup and workspace removed");
+            crate::trace::flush_unless_held();
         }
     }
 }

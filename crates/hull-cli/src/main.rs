@@ -33,7 +33,9 @@ enum Command {
 }
 
 fn main() {
+    hull_box::trace::step("main: entered");
     let cli = Cli::parse();
+    hull_box::trace::step("main: arguments parsed");
     let code = match cli.command {
         Command::Run(args) => run::main(*args),
         Command::Doctor(args) => doctor::main(&args),

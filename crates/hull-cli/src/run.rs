@@ -307,6 +307,16 @@ fn report_invalid(args: &RunArgs, msg: &str) -> i32 {
 }
 
 pub fn main(args: RunArgs) -> i32 {
+    use hull_box::trace::step;
+    hull_box::trace::hold();
+    let code = run(args);
+    step("run: exit");
+    hull_box::trace::flush();
+    code
+}
+
+fn run(args: RunArgs) -> i32 {
+    use hull_box::trace::step;
     let req = match request_from(&args) {
         Ok(r) => r,
         Err(msg) => return report_invalid(&args, &msg),
@@ -322,6 +332,7 @@ pub fn main(args: RunArgs) -> i32 {
         eprintln!("hull: warning: {w}");
     }
     let spec = built.spec;
+    step("run: spec built");
     if spec.argv.is_empty() {
         return report_invalid(&args, "no command given: pass one after `--` (e.g. `hull run -- python3 -c 'print(1)'`) or use --code");
     }
@@ -332,6 +343,7 @@ pub fn main(args: RunArgs) -> i32 {
             return 125;
         }
     };
+    step("run: runtime ready (seccomp compiled, cgroups detected)");
     if args.plan {
         return match runtime.plan(&spec) {
             Ok(plan) => {
@@ -348,11 +360,14 @@ pub fn main(args: RunArgs) -> i32 {
     } else {
         let mut sink = Passthrough::new();
         let r = runtime.run_detached(&spec, RunOptions { capture: false }, &mut sink);
+        step("run: box ended");
         sink.finish();
+        step("run: output writer joined");
         r
     };
     match result {
         Ok((r, teardown)) => {
+            step("run: result returned");
             if args.json {
                 let _ = writeln!(
                     std::io::stdout(),
@@ -368,9 +383,11 @@ pub fn main(args: RunArgs) -> i32 {
                 }
             }
             let _ = std::io::stdout().flush();
+            step("run: result printed");
             teardown.finish();
             // After the result is out: remove what SIGKILLed hulls left behind.
             runtime.sweep_leftovers();
+            step("run: leftovers swept");
             r.exit_code
         }
         Err(e) => report_box(&args, &req, e),
