@@ -14,6 +14,17 @@ use crate::sys;
 /// box reads them from a signalfd; background threads block them).
 pub(crate) const FORWARDED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 
+/// Starts a front end's helper thread (an output writer, say) with the forwarded signals
+/// blocked, so that SIGINT, SIGTERM or SIGHUP reach the thread watching a box, which kills the
+/// box, cleans up and reports, instead of ending the whole process from a thread that cannot.
+/// None if the thread cannot be made.
+pub fn spawn_helper(
+    name: &str,
+    f: impl FnOnce() + Send + 'static,
+) -> Option<std::thread::JoinHandle<()>> {
+    sys::spawn_helper(name, &FORWARDED, f)
+}
+
 /// The pipe that ends every box of one Runtime.
 pub(crate) struct Ending {
     read: OwnedFd,

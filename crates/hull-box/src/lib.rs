@@ -41,6 +41,7 @@ mod verdict;
 pub mod warm;
 mod watch;
 
+pub use ending::spawn_helper;
 pub use error::BoxError;
 pub use field::SpecField;
 pub use resources::Teardown;

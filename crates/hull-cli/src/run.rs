@@ -206,31 +206,48 @@ fn shown(e: BoxError, r: &RunRequest) -> Result<Named<BoxError>, BoxError> {
 /// Streams box output straight to our own stdout and stderr.
 ///
 /// A writer thread does the writing, so a reader that stops reading (`hull run ... | stalled`)
-/// cannot stall the supervisor and with it the deadline. The queue holds what the box may emit
-/// under --max-output per stream, so nothing within the cap is dropped.
+/// cannot stall the supervisor and with it the deadline. It starts with the first output (a box
+/// that prints nothing, like most `/bin/true`s, pays for no thread), with the forwarded signals
+/// blocked: SIGINT must reach the thread watching the box, which kills it and cleans up. The
+/// queue holds what the box may emit under --max-output per stream, so nothing within the cap
+/// is dropped.
+#[derive(Default)]
 struct Passthrough {
     tx: Option<std::sync::mpsc::Sender<(Stream, Vec<u8>)>>,
     writer: Option<std::thread::JoinHandle<()>>,
+    /// The writer thread could not be made: output is written here, in the watch's thread.
+    inline: bool,
 }
 
 impl Passthrough {
-    fn new() -> Passthrough {
-        let (tx, rx) = std::sync::mpsc::channel::<(Stream, Vec<u8>)>();
-        let writer = std::thread::spawn(move || {
-            for (stream, data) in rx {
-                let _ = match stream {
-                    Stream::Stdout => std::io::stdout()
-                        .lock()
-                        .write_all(&data)
-                        .and_then(|()| std::io::stdout().flush()),
-                    Stream::Stderr => std::io::stderr().lock().write_all(&data),
-                };
+    /// Writes `data` to our own `stream`.
+    fn write(stream: Stream, data: &[u8]) {
+        let _ = match stream {
+            Stream::Stdout => std::io::stdout()
+                .lock()
+                .write_all(data)
+                .and_then(|()| std::io::stdout().flush()),
+            Stream::Stderr => std::io::stderr().lock().write_all(data),
+        };
+    }
+
+    /// The queue to the writer thread, started now if it is not yet.
+    fn queue(&mut self) -> Option<&std::sync::mpsc::Sender<(Stream, Vec<u8>)>> {
+        if self.tx.is_none() && !self.inline {
+            let (tx, rx) = std::sync::mpsc::channel::<(Stream, Vec<u8>)>();
+            match hull_box::spawn_helper("hull-output", move || {
+                for (stream, data) in rx {
+                    Passthrough::write(stream, &data);
+                }
+            }) {
+                Some(w) => {
+                    self.tx = Some(tx);
+                    self.writer = Some(w);
+                }
+                None => self.inline = true,
             }
-        });
-        Passthrough {
-            tx: Some(tx),
-            writer: Some(writer),
         }
+        self.tx.as_ref()
     }
 
     /// Waits until everything queued has been written.
@@ -244,8 +261,11 @@ impl Passthrough {
 
 impl OutputSink for Passthrough {
     fn chunk(&mut self, stream: Stream, data: &[u8]) {
-        if let Some(tx) = &self.tx {
-            let _ = tx.send((stream, data.to_vec()));
+        match self.queue() {
+            Some(tx) => {
+                let _ = tx.send((stream, data.to_vec()));
+            }
+            None => Passthrough::write(stream, data),
         }
     }
 }
@@ -358,7 +378,7 @@ fn run(args: RunArgs) -> i32 {
     let result = if args.json {
         runtime.run_detached(&spec, RunOptions { capture: true }, &mut hull_box::NoSink)
     } else {
-        let mut sink = Passthrough::new();
+        let mut sink = Passthrough::default();
         let r = runtime.run_detached(&spec, RunOptions { capture: false }, &mut sink);
         step("run: box ended");
         sink.finish();

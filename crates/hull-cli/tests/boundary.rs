@@ -907,6 +907,58 @@ fn sigint_to_hull_kills_the_box_and_cleans_up() {
     assert!(leftover_cgroups(hull_id).is_empty());
 }
 
+/// The same for a streaming `hull run` (no --json) whose box is writing output when the signal
+/// comes: the output path (a writer thread) must not take the signal's default action and end
+/// hull before it has killed and removed the box.
+#[test]
+fn sigint_to_streaming_hull_kills_the_box_and_cleans_up() {
+    use std::io::Read;
+    let marker = format!("hull-streaming-{}", std::process::id());
+    let temp = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(bin())
+        .args([
+            "run",
+            "--",
+            "python3",
+            "-c",
+            "import time\nwhile True:\n    print('tick', flush=True)\n    time.sleep(0.01)",
+            &marker,
+        ])
+        .env("TMPDIR", temp.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut first = [0u8; 5];
+    out.read_exact(&mut first).unwrap();
+    assert_eq!(&first, b"tick\n");
+    wait_for_process(&marker);
+    let hull_id = child.id();
+    let hull_pid = i32::try_from(hull_id).unwrap();
+    // SAFETY: kill takes plain integers; this is the hull process we started.
+    unsafe { libc::kill(hull_pid, libc::SIGINT) };
+    let mut rest = Vec::new();
+    let _ = out.read_to_end(&mut rest);
+    let status = child.wait().unwrap();
+    assert!(
+        status.code().is_some(),
+        "hull died of the signal instead of ending the box: {status:?}"
+    );
+    assert!(
+        find_process(&marker).is_none(),
+        "the box outlived hull's SIGINT"
+    );
+    assert!(leftover_cgroups(hull_id).is_empty());
+    let left: Vec<_> = std::fs::read_dir(temp.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("hull-ws-"))
+        .collect();
+    assert!(left.is_empty(), "workspace left behind: {left:?}");
+}
+
 #[test]
 fn unenforceable_caps_warn_or_are_refused_with_require_limits() {
     let out = std::process::Command::new(bin())
