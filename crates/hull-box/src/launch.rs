@@ -123,7 +123,10 @@ impl Launch<'_> {
         drop((out_w, err_w, sock_child, trees));
         let channel = Channel::new(sock_parent);
         if let Some(maps) = plan.id_maps() {
-            if let Err(e) = map_ids(pid, &channel, maps, plan) {
+            // A fresh box's user namespace exists once the clone returns: host root's maps are
+            // written at once, beside the box's first step, instead of after its request.
+            let unasked = plan.clone_flags() & libc::CLONE_NEWUSER != 0;
+            if let Err(e) = map_ids(pid, &channel, maps, plan, unasked) {
                 let _ = sys::kill(pid, libc::SIGKILL);
                 let _ = sys::wait4(pid, false);
                 return Err(e);
@@ -186,14 +189,20 @@ fn adopted_trees(plan: &LaunchPlan) -> Result<Vec<(i32, OwnedFd)>, BoxError> {
 }
 
 /// Waits for the box's request and writes its id maps: with the uidmap helpers (`--subids`),
-/// or ourselves (host root, see [`crate::remap`]); then answers.
+/// or ourselves (host root, see [`crate::remap`]); then answers. With `unasked` (the box's
+/// user namespace already exists) host root's maps are written and answered first, so the box
+/// never waits for them, and its request is taken after.
 pub(crate) fn map_ids(
     pid: libc::pid_t,
     channel: &Channel,
     maps: &IdMaps,
     plan: &dyn Steps,
+    unasked: bool,
 ) -> Result<(), BoxError> {
-    channel.expect_want_id_maps(10_000, plan)?;
+    let unasked = unasked && matches!(maps, IdMaps::Direct { .. });
+    if !unasked {
+        channel.expect_want_id_maps(10_000, plan)?;
+    }
     match maps {
         IdMaps::Helpers { uids, gids } => crate::subids::apply(pid, uids, gids)?,
         IdMaps::Direct { uid, gid, count } => {
@@ -213,7 +222,11 @@ pub(crate) fn map_ids(
         .map_err(|errno| BoxError::Sys {
             what: "answer the box's id-map request",
             errno,
-        })
+        })?;
+    if unasked {
+        channel.expect_want_id_maps(10_000, plan)?;
+    }
+    Ok(())
 }
 
 /// The stack of a template box's pid 1, which also carves its program's 64 KiB start stack from

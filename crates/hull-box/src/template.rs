@@ -360,7 +360,7 @@ fn build(plan: &TemplatePlan) -> Result<Template, BoxError> {
     let channel = Channel::new(sock_parent);
     // Host root's template maps its root to hull's range (see `remap`), which only we can write.
     let mapped = match plan.id_maps() {
-        Some(maps) => launch::map_ids(pid, &channel, maps, plan),
+        Some(maps) => launch::map_ids(pid, &channel, maps, plan, false),
         None => Ok(()),
     };
     let answer = mapped.and_then(|()| channel.expect_ready(10_000, plan));
