@@ -83,6 +83,12 @@ impl Teardown {
             // Pid 1 waits to be killed once the program has exited (its own exit is the box's
             // namespace teardown); it is our unreaped child, so the pid is still its.
             let _ = sys::kill(pid, libc::SIGKILL);
+            // While its exit runs (on its own CPU), a first pass over the temporary workspace;
+            // a process of the box may still write there until pid 1 is reaped, so the
+            // workspace is removed again (and for certain) after the reap.
+            if let Some(ws) = &self.workspace {
+                ws.remove_early();
+            }
             let _ = sys::wait4(pid, false);
         }
         if self.tracing {
@@ -189,6 +195,16 @@ impl Workspace {
             })?;
         }
         Ok(ws)
+    }
+}
+
+impl Workspace {
+    /// A first removal of a temporary workspace while the box may still be ending; what
+    /// removes it for certain is the drop, after every process of the box is gone.
+    fn remove_early(&self) {
+        if self.temporary && self.subids.is_none() {
+            let _ = crate::leftovers::remove_tree(&self.path);
+        }
     }
 }
 
