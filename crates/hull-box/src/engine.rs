@@ -43,7 +43,7 @@ pub(crate) struct Engine {
     listener: bool,
     rules: usize,
     /// Where box cgroups go (recorded in our lock file before the first is made there).
-    cgroup_parents: Vec<PathBuf>,
+    pub(crate) cgroup_parents: Vec<PathBuf>,
     /// Numbers the cgroups this engine makes.
     counter: AtomicU64,
     started_ns: u64,

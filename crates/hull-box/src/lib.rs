@@ -46,7 +46,7 @@ pub use error::BoxError;
 pub use field::SpecField;
 pub use resources::Teardown;
 pub use result::{Fault, FaultType, RunResult, Stats};
-pub use runtime::Runtime;
+pub use runtime::{Runtime, Sweep};
 pub use spec::{BindMount, BoxSpec, Network, RootSpec, Stdin, TmpfsMount};
 pub use sys::Errno;
 pub use unenforced::{Unenforced, UnenforcedCaps};

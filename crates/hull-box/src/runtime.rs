@@ -78,6 +78,23 @@ impl Runtime {
         self.engine.sweep_leftovers()
     }
 
+    /// [`Runtime::sweep_leftovers`] on a helper thread, beside whatever this thread does next
+    /// (a one-shot `hull run` sets up and runs its box meanwhile; a sweep only ever takes what
+    /// a dead hull left, so it cannot race a live box). [`Sweep::finish`] waits for it.
+    pub fn sweep_leftovers_in_background(&self) -> Sweep {
+        let parents = self.engine.cgroup_parents.clone();
+        let temp = std::env::temp_dir();
+        let thread = crate::ending::spawn_helper("hull-sweep", move || {
+            crate::leftovers::sweep(&parents, &temp);
+            crate::trace::step("sweep: leftovers swept");
+        });
+        Sweep {
+            thread,
+            engine: Arc::clone(&self.engine),
+            pending: true,
+        }
+    }
+
     /// The detected cgroup layout, for `hull doctor`.
     pub fn cgroups(&self) -> Result<&hull_cgroup::Host, &hull_cgroup::CgroupError> {
         self.engine.cgroups.as_deref().map_err(|e| &**e)
@@ -115,6 +132,43 @@ impl Runtime {
         sink: &mut dyn OutputSink,
     ) -> Result<(RunResult, Teardown), BoxError> {
         self.engine.run_detached(&self.engine, spec, opts, sink)
+    }
+}
+
+/// A sweep of leftovers under way ([`Runtime::sweep_leftovers_in_background`]); waited for when
+/// finished or dropped.
+#[derive(Debug)]
+pub struct Sweep {
+    thread: Option<std::thread::JoinHandle<()>>,
+    engine: Arc<Engine>,
+    /// Not waited for yet.
+    pending: bool,
+}
+
+impl Sweep {
+    /// Waits for the sweep (made here, now, when its thread could not be started).
+    pub fn finish(mut self) {
+        self.wait();
+    }
+
+    fn wait(&mut self) {
+        if !std::mem::take(&mut self.pending) {
+            return;
+        }
+        match self.thread.take() {
+            Some(t) => {
+                let _ = t.join();
+            }
+            None => {
+                self.engine.sweep_leftovers();
+            }
+        }
+    }
+}
+
+impl Drop for Sweep {
+    fn drop(&mut self) {
+        self.wait();
     }
 }
 

@@ -373,8 +373,10 @@ fn run(args: RunArgs) -> i32 {
             Err(e) => report_box(&args, &req, e),
         };
     }
-    // The result is printed as soon as it is known; the box's teardown (reaping, cgroup and
-    // workspace removal) finishes before hull exits.
+    // What SIGKILLed hulls left behind is removed beside this box's setup and run, and waited
+    // for before hull exits. The result is printed as soon as it is known; the box's teardown
+    // (reaping, cgroup and workspace removal) finishes before hull exits.
+    let sweep = runtime.sweep_leftovers_in_background();
     let result = if args.json {
         runtime.run_detached(&spec, RunOptions { capture: true }, &mut hull_box::NoSink)
     } else {
@@ -405,8 +407,8 @@ fn run(args: RunArgs) -> i32 {
             let _ = std::io::stdout().flush();
             step("run: result printed");
             teardown.finish();
-            // After the result is out: remove what SIGKILLed hulls left behind.
-            runtime.sweep_leftovers();
+            step("run: teardown finished");
+            sweep.finish();
             step("run: leftovers swept");
             r.exit_code
         }
