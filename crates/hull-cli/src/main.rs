@@ -32,8 +32,25 @@ enum Command {
     Mcp(mcp::McpArgs),
 }
 
+/// `hull run ARGS` alone: clap builds only the run subcommand's flags, not every subcommand's
+/// (a one-shot run pays for its own argument parse on its result's path). Anything it does
+/// not parse (`--help`, a bad flag) goes to the full parser, which says it as usual.
+#[derive(Parser)]
+#[command(name = "hull run", no_binary_name = true)]
+struct RunOnly {
+    #[command(flatten)]
+    run: run::RunArgs,
+}
+
 fn main() {
     hull_box::trace::step("main: entered");
+    let mut argv = std::env::args_os().skip(1).peekable();
+    if argv.next_if(|a| a == "run").is_some() {
+        if let Ok(only) = RunOnly::try_parse_from(argv) {
+            hull_box::trace::step("main: arguments parsed (run only)");
+            std::process::exit(run::main(only.run));
+        }
+    }
     let cli = Cli::parse();
     hull_box::trace::step("main: arguments parsed");
     let code = match cli.command {
@@ -48,4 +65,28 @@ fn main() {
         Command::Mcp(args) => mcp::main(&args),
     };
     std::process::exit(code);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The run-only parser reads a run's flags as the full one does, and refuses what it does
+    /// not know (so the full parser can say it).
+    #[test]
+    fn the_run_only_parse_agrees_with_the_full_one() {
+        let args = [
+            "--json", "--memory", "64m", "-e", "A=1", "--", "python3", "-c", "1",
+        ];
+        let only = RunOnly::try_parse_from(args).unwrap().run;
+        let full = match Cli::try_parse_from(["hull", "run"].into_iter().chain(args)) {
+            Ok(Cli {
+                command: Command::Run(r),
+            }) => r,
+            _ => panic!("the full parser refused a run"),
+        };
+        assert_eq!(format!("{only:?}"), format!("{full:?}"));
+        assert!(RunOnly::try_parse_from(["--help"]).is_err());
+        assert!(RunOnly::try_parse_from(["--bogus"]).is_err());
+    }
 }
