@@ -20,7 +20,7 @@ use crate::error::BoxError;
 use crate::launch::{self, Launch, Started};
 use crate::plan::{BoxPlan, IdMaps};
 use crate::ready::{ReadyBox, ReadyBoxes, SetUpAhead};
-use crate::resources::{limits_of, CgroupGuard, Resources, Teardown, Workspace};
+use crate::resources::{limits_of, CgroupGuard, Resources, Teardown, Workspace, WorkspaceAhead};
 use crate::result::RunResult;
 use crate::spares::Spares;
 use crate::spec::BoxSpec;
@@ -205,6 +205,7 @@ impl Engine {
         spec: &BoxSpec,
         opts: RunOptions,
         sink: &mut dyn OutputSink,
+        ahead: Option<WorkspaceAhead>,
     ) -> Result<(RunResult, Teardown), BoxError> {
         let tracing = crate::trace::on();
         let marks = Marks::new(tracing);
@@ -224,7 +225,10 @@ impl Engine {
         }
         let workspace = match &spec.workspace {
             Some(w) => Workspace::named(w.clone()),
-            None => self.temporary_workspace()?,
+            None => match ahead.and_then(WorkspaceAhead::take) {
+                Some(w) => w,
+                None => self.temporary_workspace()?,
+            },
         };
         marks.mark("workspace created");
         let (cgroup, warnings) = self.box_cgroup(spec)?;

@@ -44,7 +44,7 @@ mod watch;
 pub use ending::spawn_helper;
 pub use error::BoxError;
 pub use field::SpecField;
-pub use resources::Teardown;
+pub use resources::{Teardown, WorkspaceAhead};
 pub use result::{Fault, FaultType, RunResult, Stats};
 pub use runtime::{Runtime, Sweep};
 pub use spec::{BindMount, BoxSpec, Network, RootSpec, Stdin, TmpfsMount};

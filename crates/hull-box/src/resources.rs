@@ -198,6 +198,44 @@ impl Workspace {
     }
 }
 
+/// A temporary workspace being made on a helper thread, for a box not yet specified (a one-shot
+/// `hull run` starts it before parsing its arguments, so the owner lock file, `mkdtemp` and
+/// the `chown` to the box's root are off its path). A box that names its own workspace, or
+/// none made, drops it: it is removed like any temporary workspace.
+#[derive(Debug)]
+pub struct WorkspaceAhead {
+    thread: Option<std::thread::JoinHandle<Option<Workspace>>>,
+}
+
+impl WorkspaceAhead {
+    /// Starts making it (nothing, when the helper thread cannot be made).
+    pub fn start() -> WorkspaceAhead {
+        let thread = std::thread::Builder::new()
+            .name("hull-workspace".into())
+            .spawn(|| {
+                sys::block_signals(&crate::ending::FORWARDED);
+                let ws = Workspace::temporary().ok();
+                crate::trace::step("ahead: temporary workspace made");
+                ws
+            })
+            .ok();
+        WorkspaceAhead { thread }
+    }
+
+    /// The workspace, once made (None if it could not be: the box makes its own then).
+    pub(crate) fn take(mut self) -> Option<Workspace> {
+        self.thread.take().and_then(|t| t.join().ok().flatten())
+    }
+}
+
+impl Drop for WorkspaceAhead {
+    fn drop(&mut self) {
+        if let Some(t) = self.thread.take() {
+            drop(t.join());
+        }
+    }
+}
+
 impl Workspace {
     /// A first removal of a temporary workspace while the box may still be ending; what
     /// removes it for certain is the drop, after every process of the box is gone.

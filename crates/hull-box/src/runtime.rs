@@ -8,7 +8,7 @@ use crate::engine::Engine;
 use crate::error::BoxError;
 use crate::plan::BoxPlan;
 use crate::ready::ReadyBoxes;
-use crate::resources::Teardown;
+use crate::resources::{Teardown, WorkspaceAhead};
 use crate::result::RunResult;
 use crate::spares::Spares;
 use crate::spec::BoxSpec;
@@ -131,7 +131,21 @@ impl Runtime {
         opts: RunOptions,
         sink: &mut dyn OutputSink,
     ) -> Result<(RunResult, Teardown), BoxError> {
-        self.engine.run_detached(&self.engine, spec, opts, sink)
+        self.engine
+            .run_detached(&self.engine, spec, opts, sink, None)
+    }
+
+    /// [`Runtime::run_detached`] with a temporary workspace made ahead, used when `spec` asks
+    /// for a temporary one (and removed otherwise).
+    pub fn run_detached_ahead(
+        &self,
+        spec: &BoxSpec,
+        opts: RunOptions,
+        sink: &mut dyn OutputSink,
+        ahead: WorkspaceAhead,
+    ) -> Result<(RunResult, Teardown), BoxError> {
+        self.engine
+            .run_detached(&self.engine, spec, opts, sink, Some(ahead))
     }
 }
 

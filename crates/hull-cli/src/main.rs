@@ -46,9 +46,15 @@ fn main() {
     hull_box::trace::step("main: entered");
     let mut argv = std::env::args_os().skip(1).peekable();
     if argv.next_if(|a| a == "run").is_some() {
-        if let Ok(only) = RunOnly::try_parse_from(argv) {
-            hull_box::trace::step("main: arguments parsed (run only)");
-            std::process::exit(run::main(only.run));
+        // Its temporary workspace is made beside the parse and the runtime's set-up.
+        let ahead = hull_box::WorkspaceAhead::start();
+        match RunOnly::try_parse_from(argv) {
+            Ok(only) => {
+                hull_box::trace::step("main: arguments parsed (run only)");
+                std::process::exit(run::main_ahead(only.run, Some(ahead)));
+            }
+            // The full parser may exit at once (--help, an error): nothing may be left.
+            Err(_) => drop(ahead),
         }
     }
     let cli = Cli::parse();

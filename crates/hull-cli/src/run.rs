@@ -327,15 +327,21 @@ fn report_invalid(args: &RunArgs, msg: &str) -> i32 {
 }
 
 pub fn main(args: RunArgs) -> i32 {
+    main_ahead(args, None)
+}
+
+/// [`main`] with a temporary workspace made ahead (started before the arguments were parsed;
+/// removed when the box does not use it).
+pub fn main_ahead(args: RunArgs, ahead: Option<hull_box::WorkspaceAhead>) -> i32 {
     use hull_box::trace::step;
     hull_box::trace::hold();
-    let code = run(args);
+    let code = run(args, ahead);
     step("run: exit");
     hull_box::trace::flush();
     code
 }
 
-fn run(args: RunArgs) -> i32 {
+fn run(args: RunArgs, ahead: Option<hull_box::WorkspaceAhead>) -> i32 {
     use hull_box::trace::step;
     let req = match request_from(&args) {
         Ok(r) => r,
@@ -377,11 +383,15 @@ fn run(args: RunArgs) -> i32 {
     // for before hull exits. The result is printed as soon as it is known; the box's teardown
     // (reaping, cgroup and workspace removal) finishes before hull exits.
     let sweep = runtime.sweep_leftovers_in_background();
+    let run = |opts: RunOptions, sink: &mut dyn hull_box::OutputSink| match ahead {
+        Some(a) => runtime.run_detached_ahead(&spec, opts, sink, a),
+        None => runtime.run_detached(&spec, opts, sink),
+    };
     let result = if args.json {
-        runtime.run_detached(&spec, RunOptions { capture: true }, &mut hull_box::NoSink)
+        run(RunOptions { capture: true }, &mut hull_box::NoSink)
     } else {
         let mut sink = Passthrough::default();
-        let r = runtime.run_detached(&spec, RunOptions { capture: false }, &mut sink);
+        let r = run(RunOptions { capture: false }, &mut sink);
         step("run: box ended");
         sink.finish();
         step("run: output writer joined");

@@ -1802,3 +1802,40 @@ fn a_subids_box_that_chowns_its_temporary_workspace_leaves_nothing_behind() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// `hull run` makes its temporary workspace before it has read its arguments; a run that uses
+/// none (help, a refused flag, a named workspace, a plan) or whose box fails must not leave it.
+#[test]
+fn a_workspace_made_ahead_is_never_left_behind() {
+    let temp = tempfile::tempdir().unwrap();
+    let named = tempfile::tempdir().unwrap();
+    let named = named.path().to_str().unwrap().to_string();
+    for args in [
+        &["run", "--help"][..],
+        &["run", "--no-such-flag"],
+        &["run", "--memory", "1x", "--", "true"],
+        &["run", "--plan", "--", "true"],
+        &["run", "--workspace", &named, "--", "true"],
+        &["run", "--", "/no/such/program"],
+        &["run", "--", "sh", "-c", "echo x > /workspace/f"],
+        &["run"],
+    ] {
+        let out = std::process::Command::new(bin())
+            .args(args)
+            .env("TMPDIR", temp.path())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let left: Vec<_> = std::fs::read_dir(temp.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("hull-ws-"))
+            .collect();
+        assert!(
+            left.is_empty(),
+            "{args:?} left {left:?}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
