@@ -82,9 +82,9 @@ struct Prepared {
 
 impl Engine {
     pub(crate) fn new() -> Result<Engine, BoxError> {
-        crate::trace::step("engine: new");
+        crate::steplog::step("engine: new");
         let support = hull_seccomp::probe();
-        crate::trace::step("engine: seccomp probed");
+        crate::steplog::step("engine: seccomp probed");
         if !support.filter {
             return Err(BoxError::NoSeccomp);
         }
@@ -99,9 +99,9 @@ impl Engine {
         };
         let rules = hull_seccomp::default_policy();
         let filter = hull_seccomp::compile(rules, &opts)?;
-        crate::trace::step("engine: seccomp filter compiled");
+        crate::steplog::step("engine: seccomp filter compiled");
         let cgroups = hull_cgroup::Host::detect().map(Arc::new).map_err(Arc::new);
-        crate::trace::step("engine: cgroups detected");
+        crate::steplog::step("engine: cgroups detected");
         let started_ns = sys::monotonic_ns() % 1_000_000_000_000;
         let cgroup_parents = cgroups
             .as_ref()
@@ -120,7 +120,7 @@ impl Engine {
             ready: None,
             ending: Ending::new()?,
         })
-        .inspect(|_| crate::trace::step("engine: ready"))
+        .inspect(|_| crate::steplog::step("engine: ready"))
     }
 
     /// Turns on the warm pools `warm` names (see [`crate::WarmOptions`]).
@@ -207,7 +207,7 @@ impl Engine {
         sink: &mut dyn OutputSink,
         ahead: Option<WorkspaceAhead>,
     ) -> Result<(RunResult, Teardown), BoxError> {
-        let tracing = crate::trace::on();
+        let tracing = crate::steplog::on();
         let marks = Marks::new(tracing);
         marks.mark("run requested");
         spec.validate()?;
@@ -293,7 +293,7 @@ impl Engine {
         let outcome = self.watch(spec, plan, opts, started, &sigfd, sink, tracing);
         sys::unblock_signals(&FORWARDED);
         if let Some(t) = &trace {
-            crate::trace::step("supervisor: watch ended");
+            crate::steplog::step("supervisor: watch ended");
             t.record(plan);
         }
         outcome.map(|o| (o, pid))

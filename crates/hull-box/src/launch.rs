@@ -132,7 +132,7 @@ impl Launch<'_> {
                 return Err(e);
             }
             if self.trace.is_some() {
-                crate::trace::step("supervisor: id maps written");
+                crate::steplog::step("supervisor: id maps written");
             }
         }
         let pid = if enters_template {

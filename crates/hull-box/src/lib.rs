@@ -32,6 +32,7 @@ pub mod size;
 mod spares;
 pub mod spec;
 pub mod split;
+mod steplog;
 pub mod subids;
 mod sys;
 mod template;

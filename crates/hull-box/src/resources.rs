@@ -92,7 +92,7 @@ impl Teardown {
             let _ = sys::wait4(pid, false);
         }
         if self.tracing {
-            crate::trace::step("teardown: box reaped");
+            crate::steplog::step("teardown: box reaped");
         }
         if let Some(cg) = self.cgroup.0.take() {
             if !cg.is_empty() {
@@ -102,8 +102,8 @@ impl Teardown {
         }
         self.workspace.take();
         if std::mem::take(&mut self.tracing) {
-            crate::trace::step("teardown: cgroup and workspace removed");
-            crate::trace::flush_unless_held();
+            crate::steplog::step("teardown: cgroup and workspace removed");
+            crate::steplog::flush_unless_held();
         }
     }
 }
@@ -215,7 +215,7 @@ impl WorkspaceAhead {
             .spawn(|| {
                 sys::block_signals(&crate::ending::FORWARDED);
                 let ws = Workspace::temporary().ok();
-                crate::trace::step("ahead: temporary workspace made");
+                crate::steplog::step("ahead: temporary workspace made");
                 ws
             })
             .ok();

@@ -86,7 +86,7 @@ impl Runtime {
         let temp = std::env::temp_dir();
         let thread = crate::ending::spawn_helper("hull-sweep", move || {
             crate::leftovers::sweep(&parents, &temp);
-            crate::trace::step("sweep: leftovers swept");
+            crate::steplog::step("sweep: leftovers swept");
         });
         Sweep {
             thread,

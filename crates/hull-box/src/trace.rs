@@ -1,81 +1,17 @@
 //! `HULL_TRACE_STEPS=1`: a timeline of named steps (CLOCK_MONOTONIC ns), printed to stderr
 //! only once the measured work is over, so printing does not slow what it measures. The
-//! supervisor's steps (and a front end's, through [`step`]) go into a process-wide log; the
-//! child stamps each of its plan's steps into a shared page made before the clone (it may not
+//! supervisor's steps (and a front end's, through [`step`]) go into a process-wide log
+//! (`steplog.rs`); the child stamps each of its plan's steps into a shared page made before the clone (it may not
 //! allocate or print), copied into the log after the watch. A debugging aid; nothing else
 //! reads it.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, OnceLock};
-
 use crate::split::Steps;
+use crate::steplog::record;
+pub use crate::steplog::{flush, hold, on, step};
 use crate::sys::{self, SharedSlots};
-
-/// The process-wide log: (when, what), in the order recorded.
-static LOG: Mutex<Vec<(u64, String)>> = Mutex::new(Vec::new());
-/// A front end prints the log itself ([`hold`]): teardowns leave it alone.
-static HELD: AtomicBool = AtomicBool::new(false);
-
-/// Whether this process traces (read once: `HULL_TRACE_STEPS` set).
-pub fn on() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(wanted)
-}
-
-/// Records that `what` happens now (when tracing).
-pub fn step(what: &str) {
-    if on() {
-        record(sys::monotonic_ns(), what.to_string());
-    }
-}
-
-fn record(at: u64, what: String) {
-    if let Ok(mut log) = LOG.lock() {
-        log.push((at, what));
-    }
-}
-
-/// The front end prints the log with [`flush`] when its work is done (a one-shot `hull run`,
-/// at exit); until then a box's teardown does not print it.
-pub fn hold() {
-    HELD.store(true, Ordering::Relaxed);
-}
-
-/// Prints the log so far, in time order relative to its first entry, and empties it.
-pub fn flush() {
-    let mut log = match LOG.lock() {
-        Ok(mut l) => std::mem::take(&mut *l),
-        Err(_) => return,
-    };
-    log.sort_by_key(|(t, _)| *t);
-    let Some(&(t0, _)) = log.first() else {
-        return;
-    };
-    let mut prev = t0;
-    for (t, what) in &log {
-        eprintln!(
-            "hull trace: {:>7} us  +{:>5} us  {what}",
-            (t - t0) / 1000,
-            (t - prev) / 1000
-        );
-        prev = *t;
-    }
-}
-
-/// Prints the log unless a front end holds it (for a box's teardown).
-pub(crate) fn flush_unless_held() {
-    if on() && !HELD.load(Ordering::Relaxed) {
-        flush();
-    }
-}
 
 /// Number of steps a trace records.
 pub(crate) const TRACE_SLOTS: usize = 512;
-
-/// Whether `HULL_TRACE_STEPS` asks for traces.
-pub(crate) fn wanted() -> bool {
-    std::env::var_os("HULL_TRACE_STEPS").is_some()
-}
 
 /// The page a box's child stamps its steps into.
 pub(crate) struct TraceMap(SharedSlots);

@@ -263,7 +263,7 @@ impl<'a> Watching<'a> {
             Message::Ready => {
                 self.ready = true;
                 if self.watch.tracing {
-                    crate::trace::step("supervisor: box ready (setup done)");
+                    crate::steplog::step("supervisor: box ready (setup done)");
                 }
                 self.o.setup_us = (sys::monotonic_ns() - self.start) / 1000;
                 self.listener = fd;
@@ -276,7 +276,7 @@ impl<'a> Watching<'a> {
                 self.o.main_cpu_ms = u64::try_from(cpu_ms).unwrap_or(0);
                 self.o.duration_ms = (sys::monotonic_ns() - self.start) / 1_000_000;
                 if self.watch.tracing {
-                    crate::trace::step("supervisor: program's exit received");
+                    crate::steplog::step("supervisor: program's exit received");
                 }
                 self.o.status = Some(status);
             }
