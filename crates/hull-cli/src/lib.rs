@@ -14,6 +14,7 @@ pub mod mcp;
 pub mod pull;
 pub mod run;
 pub mod serve;
+mod serve_loop;
 mod serve_out;
 pub mod serve_sandbox;
 

@@ -3,10 +3,10 @@
 //! Requests are one JSON object per line, `{"id", "method", "params"}`. Each answer is one line:
 //! `{"id", "result"}` or `{"id", "error": {"kind", "message", "chain"}}`; a `run` with
 //! `"stream": true` also sends `{"id", "event": "stdout"|"stderr", "data"}` lines as output
-//! arrives. Requests run concurrently (one thread each); lines never interleave. A session starts
+//! arrives. Requests run concurrently, each on the thread that read it (`serve_loop`); lines never
+//! interleave. A session starts
 //! with `hello`, which tells the protocol version and what the server offers.
 
-use std::io::BufRead;
 use std::sync::Arc;
 
 use hull::error::Named;
@@ -149,7 +149,9 @@ fn handle(
             }
         }
         m if m.starts_with("sandbox.") || m.starts_with("kernel.") => {
-            reply(sessions.handle(rt, out, &id, m, params))
+            if let Some(r) = sessions.handle(rt, out, &id, m, params).transpose() {
+                reply(r);
+            }
         }
         other => reply(Err(
             json!({ "kind": "unknown_method", "message": format!("unknown method `{other}`; see `hello` for the list"), "chain": [] }),
@@ -170,51 +172,31 @@ pub fn main(_args: &ServeArgs) -> i32 {
     rt.sweep_leftovers();
     let out = Out::start();
     let sessions = Arc::new(crate::serve_sandbox::Sessions::default());
-    let mut workers = Vec::new();
-    let mut input = std::io::stdin().lock();
-    let mut raw = Vec::new();
-    loop {
-        raw.clear();
-        match input.read_until(b'\n', &mut raw) {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                eprintln!("hull serve: cannot read stdin ({e}); ending every box");
-                break;
-            }
-        }
-        let Request { id, method, params } = match parse_request(&raw) {
-            Ok(Some(r)) => r,
-            Ok(None) => continue,
-            Err(answer) => {
-                out.send(&answer);
-                continue;
-            }
-        };
-        if method == "shutdown" {
-            for w in workers.drain(..) {
-                let _ = std::thread::JoinHandle::join(w);
-            }
-            sessions.destroy_all();
-            out.send(&json!({ "id": id, "result": {} }));
-            out.flush();
-            return 0;
-        }
-        let (rt, out, sessions) = (Arc::clone(&rt), out.clone(), Arc::clone(&sessions));
-        workers.push(std::thread::spawn(move || {
-            handle(&rt, &sessions, &out, id, &method, params)
-        }));
-        workers.retain(|w| !w.is_finished());
-    }
+    let server = {
+        // Weakly: threads left waiting for stdin at the end must not keep the runtime alive, whose
+        // drop (when `main` returns) removes the cgroups it made ahead.
+        let (rt, sessions, out) = (Arc::downgrade(&rt), Arc::clone(&sessions), out.clone());
+        crate::serve_loop::Loop::new(
+            out.clone(),
+            Box::new(move |id, method: &str, params| {
+                if let Some(rt) = rt.upgrade() {
+                    handle(&rt, &sessions, &out, id, method, params);
+                }
+            }),
+        )
+    };
     // End of input: the client is gone (it closed the pipe, or its process died), so nobody
     // waits for the calls still running. Their boxes end now instead of at their deadlines;
     // then every sandbox is destroyed (boxes reaped, directories removed).
-    rt.end_every_box();
-    for w in workers {
-        let _ = w.join();
-    }
+    let end = server.run(|end| {
+        if matches!(end, crate::serve_loop::End::Eof) {
+            rt.end_every_box();
+        }
+    });
     sessions.destroy_all();
+    if let crate::serve_loop::End::Shutdown(id) = end {
+        out.send(&json!({ "id": id, "result": {} }));
+    }
     out.flush();
     0
 }

@@ -407,9 +407,24 @@ impl Sandbox {
         language: Language,
         sink: Box<dyn OutputSink + Send>,
     ) -> Result<ExecResult, SandboxError> {
-        self.check_alive()?;
+        self.run_code_answering(code, language, sink, |r| r)
+    }
+
+    /// [`run_code`](Self::run_code), handing the result to `answer` before the prewarmed box the
+    /// call took is replaced: a server writes its answer there, so the caller does not wait for
+    /// the replacement's start (nor share the CPU with it while its answer is written).
+    pub fn run_code_answering<R>(
+        &self,
+        code: &str,
+        language: Language,
+        sink: Box<dyn OutputSink + Send>,
+        answer: impl FnOnce(Result<ExecResult, SandboxError>) -> R,
+    ) -> R {
+        if let Err(e) = self.check_alive() {
+            return answer(Err(e));
+        }
         if language != Language::Python {
-            return self.run(language.argv(code), sink);
+            return answer(self.run(language.argv(code), sink));
         }
         let _slot = self.slots.take();
         let t0 = std::time::Instant::now();
@@ -434,13 +449,17 @@ impl Sandbox {
             let out = rb.run_once(code, self.cfg.timeout, sink)?;
             Ok(((), out.run, out.results))
         });
+        // The call's duration includes starting its box when none was ready.
+        let r = r.map(|(_, mut r)| {
+            r.run.duration_ms = u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
+            r
+        });
+        drop(_slot);
+        let answered = answer(r);
         if took_warm {
             self.refill();
         }
-        // The call's duration includes starting its box when none was ready.
-        let mut r = r?.1;
-        r.run.duration_ms = u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
-        Ok(r)
+        answered
     }
 
     /// Runs an argv in a fresh box.
