@@ -288,8 +288,12 @@ impl Sessions {
             }
             "kernel.start" => {
                 let sb = self.get(p)?;
-                let k = sb.kernel()?;
-                Ok(Some(json!({ "kernel": k.id })))
+                // Answered here, before the kernel box started ahead that it took is replaced.
+                sb.kernel_answering(|k| match k {
+                    Ok(k) => out.send(&json!({ "id": id, "result": { "kernel": k.id } })),
+                    Err(e) => out.send(&json!({ "id": id, "error": error_json(&e) })),
+                });
+                Ok(None)
             }
             "kernel.run_code" => {
                 let sb = self.get(p)?;

@@ -106,6 +106,11 @@ struct PrewarmStock {
     /// found gone. A start that fails is not retried, so a Sandbox whose boxes cannot start
     /// does not keep trying.
     owed: usize,
+    /// A kernel box whose interpreter has started and connected (with `prewarm` > 0), for the
+    /// next `kernel()`.
+    kernel: Option<RunnerBox>,
+    /// Whether the thread is to start a kernel box (after the boxes owed for calls).
+    kernel_owed: bool,
 }
 
 /// What a Sandbox's prewarmed boxes have done and hold (`hull bench --sdk`, tests).
@@ -115,6 +120,8 @@ pub struct PrewarmStats {
     pub ready: usize,
     /// Calls that ran in a prewarmed box.
     pub used: u64,
+    /// Kernel boxes started ahead that wait for `kernel()` (0 or 1).
+    pub kernels_ready: usize,
 }
 
 /// A kernel: one warm interpreter in a long-lived box. Cells run one at a time.
@@ -329,7 +336,11 @@ impl Sandbox {
         if n == 0 {
             return;
         }
-        lock(&self.pool.stock).owed = n;
+        {
+            let mut st = lock(&self.pool.stock);
+            st.owed = n;
+            st.kernel_owed = true;
+        }
         self.pool.worker.start_once("hull-prewarm", || {
             let (pool, sandbox) = (Arc::clone(&self.pool), Arc::downgrade(self));
             move || keep_prewarmed(&pool, &sandbox)
@@ -496,28 +507,64 @@ impl Sandbox {
 
     /// Starts a kernel: one warm interpreter in a long-lived box.
     pub fn kernel(&self) -> Result<Arc<Kernel>, SandboxError> {
+        self.kernel_answering(|k| k)
+    }
+
+    /// [`kernel`](Self::kernel), handing the kernel to `answer` before the kernel box started
+    /// ahead (with `prewarm` > 0) that it took is replaced, so the caller does not wait for the
+    /// replacement (nor share the CPU with it while its answer is written).
+    pub fn kernel_answering<R>(
+        &self,
+        answer: impl FnOnce(Result<Arc<Kernel>, SandboxError>) -> R,
+    ) -> R {
+        let warm = self.take_warm_kernel();
+        let took = warm.is_some();
+        let answered = answer(self.start_kernel(warm));
+        if took {
+            lock(&self.pool.stock).kernel_owed = true;
+            self.pool.worker.wake();
+        }
+        answered
+    }
+
+    /// The kernel box started ahead, if one is ready and alive.
+    fn take_warm_kernel(&self) -> Option<RunnerBox> {
+        let mut rb = lock(&self.pool.stock).kernel.take()?;
+        if rb.is_gone() {
+            lock(&self.pool.stock).kernel_owed = true;
+            self.pool.worker.wake();
+            return None;
+        }
+        Some(rb)
+    }
+
+    fn start_kernel(&self, warm: Option<RunnerBox>) -> Result<Arc<Kernel>, SandboxError> {
         self.check_alive()?;
         let id = format!(
             "{}-k{}",
             self.id,
             self.next_kernel.fetch_add(1, Ordering::SeqCst)
         );
-        let rb = match RunnerBox::start(
-            &self.backend,
-            &self.base,
-            "kernel",
-            KERNEL_LIFE,
-            &self.reaper,
-        )? {
-            Started::Ready(rb) => rb,
-            Started::Ended(run) => {
-                let why = run.fault.as_ref().map_or_else(
-                    || format!("exit code {}: {}", run.exit_code, run.stderr.trim()),
-                    |f| f.reason.clone(),
-                );
-                return Err(SandboxError::Runner(format!(
-                    "of the kernel ended before it was ready ({why})"
-                )));
+        let rb = if let Some(rb) = warm {
+            rb
+        } else {
+            match RunnerBox::start(
+                &self.backend,
+                &self.base,
+                "kernel",
+                KERNEL_LIFE,
+                &self.reaper,
+            )? {
+                Started::Ready(rb) => rb,
+                Started::Ended(run) => {
+                    let why = run.fault.as_ref().map_or_else(
+                        || format!("exit code {}: {}", run.exit_code, run.stderr.trim()),
+                        |f| f.reason.clone(),
+                    );
+                    return Err(SandboxError::Runner(format!(
+                        "of the kernel ended before it was ready ({why})"
+                    )));
+                }
             }
         };
         let killer = rb.killer()?;
@@ -590,7 +637,11 @@ impl Sandbox {
         // After the box it may be starting (kept until the clear below).
         self.pool.worker.stop();
         self.pool.worker.join();
-        lock(&self.pool.stock).boxes.clear();
+        {
+            let mut st = lock(&self.pool.stock);
+            st.boxes.clear();
+            st.kernel = None;
+        }
         let ks: Vec<String> = self
             .kernels
             .lock()
@@ -612,9 +663,11 @@ impl Sandbox {
 
     /// What the prewarmed boxes have done and hold.
     pub fn warm_stats(&self) -> PrewarmStats {
+        let st = lock(&self.pool.stock);
         PrewarmStats {
-            ready: lock(&self.pool.stock).boxes.len(),
+            ready: st.boxes.len(),
             used: self.pool.used.load(Ordering::Relaxed),
+            kernels_ready: usize::from(st.kernel.is_some()),
         }
     }
 
@@ -635,31 +688,42 @@ impl Drop for Sandbox {
 /// (it holds the Sandbox only while starting one, so dropping it is not delayed).
 fn keep_prewarmed(pool: &Prewarm, sandbox: &Weak<Sandbox>) {
     loop {
-        {
+        let kernel = {
             let mut st = lock(&pool.stock);
             loop {
                 if pool.worker.stopping() {
                     return;
                 }
+                // Boxes for calls first; then the kernel box.
                 if st.owed > 0 {
                     st.owed -= 1;
-                    break;
+                    break false;
+                }
+                if st.kernel_owed {
+                    st.kernel_owed = false;
+                    break true;
                 }
                 st = pool.worker.sleep(st);
             }
-        }
+        };
         let Some(sb) = sandbox.upgrade() else { return };
         if sb.destroyed.load(Ordering::SeqCst) {
             return;
         }
-        if let Ok(Started::Ready(rb)) = RunnerBox::start(
-            &sb.backend,
-            &sb.base,
-            "once",
-            POOL_IDLE + sb.cfg.timeout,
-            &sb.reaper,
-        ) {
-            lock(&pool.stock).boxes.push_back(rb);
+        let (mode, life) = if kernel {
+            ("kernel", KERNEL_LIFE)
+        } else {
+            ("once", POOL_IDLE + sb.cfg.timeout)
+        };
+        if let Ok(Started::Ready(rb)) =
+            RunnerBox::start(&sb.backend, &sb.base, mode, life, &sb.reaper)
+        {
+            let mut st = lock(&pool.stock);
+            if kernel {
+                st.kernel = Some(rb);
+            } else {
+                st.boxes.push_back(rb);
+            }
         }
     }
 }
