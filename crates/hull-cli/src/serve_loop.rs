@@ -4,11 +4,13 @@
 //!
 //! Threads take turns at stdin: the one holding stdin's lock reads one line, lets go, and runs
 //! the request. A thread is spawned only when no other one waits to read, so a client making one
-//! call at a time is served by two threads that alternate, with no spawn per call.
+//! call at a time is served by two threads that alternate, with no spawn per call. With
+//! `HULL_TRACE_CALLS=1` each request's steps here are traced (`hull::calltrace`).
 
 use std::io::BufRead;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
+use hull::calltrace::{step, CallTrace};
 use serde_json::Value;
 
 use crate::serve::{parse_request, Request};
@@ -109,7 +111,7 @@ impl Loop {
     fn serve(self: &Arc<Self>) {
         let mut raw = Vec::new();
         loop {
-            let Some(req) = self.next_request(&mut raw) else {
+            let Some((req, mut trace)) = self.next_request(&mut raw) else {
                 return;
             };
             let spawn = {
@@ -126,7 +128,10 @@ impl Loop {
                 self.spawn();
             }
             let Request { id, method, params } = req;
+            step(&mut trace, "dispatched");
             (self.handle)(id, &method, params);
+            step(&mut trace, "handled");
+            drop(trace);
             let mut st = self.state();
             st.busy -= 1;
             if st.busy == 0 {
@@ -141,7 +146,7 @@ impl Loop {
 
     /// The next request to run, reading under stdin's lock; `None` when this thread is to stop
     /// (reading ended: the main thread is told why).
-    fn next_request(&self, raw: &mut Vec<u8>) -> Option<Request> {
+    fn next_request(&self, raw: &mut Vec<u8>) -> Option<(Request, Option<CallTrace>)> {
         let mut input = std::io::stdin().lock();
         loop {
             if self.state().end.is_some() {
@@ -149,11 +154,18 @@ impl Loop {
                 return None;
             }
             raw.clear();
-            let end = match input.read_until(b'\n', raw) {
+            let read = input.read_until(b'\n', raw);
+            // From the moment the line is in: the server's part of a call.
+            let mut trace = CallTrace::start("serve.request");
+            step(&mut trace, "read");
+            let end = match read {
                 Ok(0) => Some(End::Eof),
                 Ok(_) => match parse_request(raw) {
                     Ok(Some(r)) if r.method == "shutdown" => Some(End::Shutdown(r.id)),
-                    Ok(Some(r)) => return Some(r),
+                    Ok(Some(r)) => {
+                        step(&mut trace, "parsed");
+                        return Some((r, trace));
+                    }
                     Ok(None) => None,
                     Err(answer) => {
                         self.out.send(&answer);

@@ -18,6 +18,7 @@ use serde_json::Value;
 
 use crate::backend::Backend;
 use crate::boxspec::DEPS_DIR;
+use crate::calltrace::{self, CallTrace};
 use crate::cell::{Reaper, RunnerBox, Started};
 use crate::error::{Named, SandboxError};
 use crate::files::Confined;
@@ -375,14 +376,16 @@ impl Sandbox {
 
     fn track<T>(
         &self,
-        f: impl FnOnce() -> Result<(T, RunResult, Vec<Value>), SandboxError>,
+        trace: &mut Option<CallTrace>,
+        f: impl FnOnce(&mut Option<CallTrace>) -> Result<(T, RunResult, Vec<Value>), SandboxError>,
     ) -> Result<(T, ExecResult), SandboxError> {
         let before = if self.cfg.track_files {
             self.workspace.scan().ok()
         } else {
             None
         };
-        let (t, mut run, results) = f()?;
+        calltrace::step(trace, "scan_before");
+        let (t, mut run, results) = f(trace)?;
         let files = match (&before, self.cfg.track_files) {
             (Some(b), true) => match self.workspace.scan() {
                 Ok(now) => {
@@ -400,6 +403,7 @@ impl Sandbox {
             },
             _ => Vec::new(),
         };
+        calltrace::step(trace, "scan_after");
         Ok((
             t,
             ExecResult {
@@ -437,13 +441,15 @@ impl Sandbox {
         if language != Language::Python {
             return answer(self.run(language.argv(code), sink));
         }
+        let mut trace = CallTrace::start("sandbox.run_code");
         let _slot = self.slots.take();
         let t0 = std::time::Instant::now();
         let mut took_warm = false;
-        let r = self.track(|| {
+        let r = self.track(&mut trace, |trace| {
             let rb = match self.take_warm() {
                 Some(rb) => {
                     took_warm = true;
+                    calltrace::step(trace, "took_warm");
                     rb
                 }
                 None => match RunnerBox::start(
@@ -457,7 +463,7 @@ impl Sandbox {
                     Started::Ended(run) => return Ok(((), run, Vec::new())),
                 },
             };
-            let out = rb.run_once(code, self.cfg.timeout, sink)?;
+            let out = rb.run_once(code, self.cfg.timeout, sink, trace)?;
             Ok(((), out.run, out.results))
         });
         // The call's duration includes starting its box when none was ready.
@@ -467,6 +473,7 @@ impl Sandbox {
         });
         drop(_slot);
         let answered = answer(r);
+        calltrace::step(&mut trace, "answered");
         if took_warm {
             self.refill();
         }
@@ -490,7 +497,8 @@ impl Sandbox {
         let mut spec = self.base.clone();
         spec.argv = argv;
         let mut sink = sink;
-        let ((), r) = self.track(|| {
+        let mut trace = CallTrace::start("sandbox.run");
+        let ((), r) = self.track(&mut trace, |_| {
             let (run, destroy) = self
                 .backend
                 .run(&spec, &mut *sink)
@@ -517,9 +525,13 @@ impl Sandbox {
         &self,
         answer: impl FnOnce(Result<Arc<Kernel>, SandboxError>) -> R,
     ) -> R {
+        let mut trace = CallTrace::start("kernel.start");
         let warm = self.take_warm_kernel();
         let took = warm.is_some();
-        let answered = answer(self.start_kernel(warm));
+        let k = self.start_kernel(warm);
+        calltrace::step(&mut trace, if took { "took_warm" } else { "started" });
+        let answered = answer(k);
+        calltrace::step(&mut trace, "answered");
         if took {
             lock(&self.pool.stock).kernel_owed = true;
             self.pool.worker.wake();
@@ -593,15 +605,19 @@ impl Sandbox {
     ) -> Result<ExecResult, SandboxError> {
         self.check_alive()?;
         let max_output = self.base.max_output;
-        let ((), r) = self.track(|| {
+        let mut trace = CallTrace::start("kernel.run_code");
+        let ((), r) = self.track(&mut trace, |trace| {
             let mut g =
                 k.rb.lock()
                     .map_err(|_poison| SandboxError::Runner("kernel lock poisoned".into()))?;
+            calltrace::step(trace, "locked");
             let rb = match g.as_mut() {
                 Ok(rb) => rb,
                 Err(why) => return Err(SandboxError::KernelDead(k.id.clone(), why.clone())),
             };
-            match rb.run_kernel_cell(code, self.cfg.timeout, max_output, sink)? {
+            let cell = rb.run_kernel_cell(code, self.cfg.timeout, max_output, sink)?;
+            calltrace::step(trace, "done_frame");
+            match cell {
                 Ok(out) => Ok(((), out.run, out.results)),
                 Err(out) => {
                     let why = out.run.fault.as_ref().map_or_else(

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import sysconfig
 import threading
+import time
 import weakref
 
 from ._errors import SandboxError, from_error
@@ -29,6 +30,9 @@ _STREAM_QUEUE = 256
 #: output is capped at 64 MiB per stream by default), read in chunks this large, never byte by
 #: byte (an unbuffered pipe's readline makes one read(2) per byte).
 _PIPE_BUFFER = 1 << 20
+#: HULL_TRACE_CALLS=1: each call's steps (sent, answer read, parsed) on stderr, in the shape
+#: `hull serve` prints its own part in.
+_TRACE = os.environ.get("HULL_TRACE_CALLS", "0") not in ("", "0")
 
 
 def find_hull():
@@ -160,6 +164,7 @@ class _Server:
                 self._turn.notify_all()
 
     def call(self, method, params, on_event=None):
+        t0 = time.perf_counter() if _TRACE else 0.0
         line = _request_line(method, params)
         call = _Call(on_event)
         with self._plock:
@@ -179,8 +184,13 @@ class _Server:
             with self._plock:
                 self._pending.pop(rid, None)
             raise SandboxError("hull serve is not running: %s" % e, "server_exited") from e
+        if _TRACE:
+            t_sent = time.perf_counter()
         self._await(call)
         ans = call.answer
+        if _TRACE:
+            t_got = time.perf_counter()
+            sys.stderr.write("hull trace: sdk.%s %.3f ms: sent %.3f, answered %.3f\n" % (method, (t_got - t0) * 1000, (t_sent - t0) * 1000, (t_got - t0) * 1000))
         if "error" in ans:
             raise from_error(ans["error"])
         return ans.get("result")
