@@ -498,12 +498,15 @@ impl RunnerBox {
         timeout: Duration,
         max_output: u64,
         sink: &mut dyn OutputSink,
+        trace: &mut Option<CallTrace>,
     ) -> Result<Result<CellOutcome, CellOutcome>, SandboxError> {
         let t0 = Instant::now();
         let deadline = t0 + timeout;
         let mut out: [Vec<u8>; 2] = [Vec::new(), Vec::new()];
         let mut dropped = 0u64;
-        let end = match self.send_cell(code, deadline) {
+        let sent = self.send_cell(code, deadline);
+        crate::calltrace::step(trace, "sent");
+        let end = match sent {
             Some(end) => end,
             None => self.read_frames(deadline, &mut |s, data| {
                 sink.chunk(s, data);

@@ -615,7 +615,7 @@ impl Sandbox {
                 Ok(rb) => rb,
                 Err(why) => return Err(SandboxError::KernelDead(k.id.clone(), why.clone())),
             };
-            let cell = rb.run_kernel_cell(code, self.cfg.timeout, max_output, sink)?;
+            let cell = rb.run_kernel_cell(code, self.cfg.timeout, max_output, sink, trace)?;
             calltrace::step(trace, "done_frame");
             match cell {
                 Ok(out) => Ok(((), out.run, out.results)),
