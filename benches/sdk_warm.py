@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The SDK's warm paths as a user calls them, through `hull_sandbox` (and kern_sandbox when it is
-installed and its image is cached), interleaved A B A B: a prewarmed `run_code("print(1)")`,
+installed and its image is cached, or a baseline build with --baseline), interleaved A B A B: a prewarmed `run_code("print(1)")`,
 `kernel()` start, and a kernel cell `"1+1"`. Prints p50/p90 in ms and the load average.
 
     python3 benches/sdk_warm.py [--rounds N] [--spacing-ms MS] [--peers]
@@ -62,10 +62,27 @@ def main():
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--spacing-ms", type=float, default=100.0, help="pause after each call, as an agent spaces them (the pool refills meanwhile)")
     ap.add_argument("--peers", action="store_true", help="also kern_sandbox, interleaved")
+    ap.add_argument("--baseline", nargs=2, metavar=("PYTHON_DIR", "HULL_BIN"), help="also another build, interleaved: its python/ directory (holding hull_sandbox) and its hull binary")
     a = ap.parse_args()
     import hull_sandbox
 
     subjects = [Subject("hull", hull_sandbox)]
+    if a.baseline:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("hull_sandbox_base", os.path.join(a.baseline[0], "hull_sandbox", "__init__.py"), submodule_search_locations=[os.path.join(a.baseline[0], "hull_sandbox")])
+        base = importlib.util.module_from_spec(spec)
+        import sys
+
+        sys.modules["hull_sandbox_base"] = base
+        spec.loader.exec_module(base)
+        own = os.environ.get("HULL_BIN")
+        os.environ["HULL_BIN"] = a.baseline[1]
+        subjects.append(Subject("base", base))
+        if own is None:
+            del os.environ["HULL_BIN"]
+        else:
+            os.environ["HULL_BIN"] = own
     if a.peers:
         import kern_sandbox
 
@@ -87,7 +104,7 @@ def main():
     if len(subjects) == 2:
         h, k = subjects
         for what in h.times:
-            print("ratio hull/kern %-13s p50 %.2fx  p90 %.2fx" % (what, pct(h.times[what], 50) / pct(k.times[what], 50), pct(h.times[what], 90) / pct(k.times[what], 90)))
+            print("ratio hull/%s %-13s p50 %.2fx  p90 %.2fx" % (k.name, what, pct(h.times[what], 50) / pct(k.times[what], 50), pct(h.times[what], 90) / pct(k.times[what], 90)))
     for s in subjects:
         s.close()
 
