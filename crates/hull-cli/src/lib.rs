@@ -16,6 +16,7 @@ pub mod run;
 pub mod serve;
 mod serve_loop;
 mod serve_out;
+mod serve_request;
 pub mod serve_sandbox;
 
 /// Prints an error with its cause chain, once, at the edge.

@@ -13,8 +13,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use hull::calltrace::{step, CallTrace};
 use serde_json::Value;
 
-use crate::serve::{parse_request, Request};
 use crate::serve_out::Out;
+use crate::serve_request::{parse_request, Request};
 
 /// How reading ended.
 #[derive(Debug)]
