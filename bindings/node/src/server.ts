@@ -1,6 +1,6 @@
 // One `hull serve` child process and the reader that dispatches its answers.
 //
-// Requests carry ids; one line reader hands each answer to the promise waiting on that id and
+// Requests carry ids; the stdout data handler splits lines and hands each answer to the promise waiting on that id and
 // each streamed `{"id","event","data"}` frame to that call's callback, so many calls can be in
 // flight on one server. The child is unref'd while no call waits, so a forgotten Sandbox does not
 // keep node alive (the server then sees its stdin close and cleans up).
@@ -8,7 +8,6 @@
 import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
 import { accessSync, constants } from "node:fs";
 import { delimiter, join } from "node:path";
-import { createInterface } from "node:readline";
 
 import { SandboxError, fromServerError, type ServerError } from "./errors.js";
 
@@ -60,8 +59,20 @@ export class Server {
     this.proc.stdin.on("error", () => {
       // EPIPE when the server died; the exit handler fails the waiting calls.
     });
-    const lines = createInterface({ input: this.proc.stdout, crlfDelay: Infinity });
-    lines.on("line", (line) => this.dispatch(line));
+    // Lines are split here, on the chunk's bytes, and each answer is dispatched in the same tick
+    // it arrives (no readline interface between the pipe and the waiting promise).
+    let carry: Buffer[] = [];
+    this.proc.stdout.on("data", (chunk: Buffer) => {
+      let start = 0;
+      for (let nl = chunk.indexOf(10); nl !== -1; nl = chunk.indexOf(10, start)) {
+        const piece = chunk.subarray(start, nl);
+        const line = carry.length ? Buffer.concat([...carry, piece]) : piece;
+        carry = [];
+        this.dispatch(line.toString("utf8"));
+        start = nl + 1;
+      }
+      if (start < chunk.length) carry.push(chunk.subarray(start));
+    });
     this.exited = new Promise((resolve) => {
       this.proc.on("close", (code, signal) => {
         this.closed = true;
@@ -129,11 +140,12 @@ export class Server {
       return Promise.reject(new TypeError(`${bad} holds a lone surrogate: not valid Unicode text, so it cannot be sent (pass binary data as a Buffer or Uint8Array)`));
     }
     const id = ++this.next;
-    return new Promise((resolve, reject) => {
+    const call = new Promise<any>((resolve, reject) => {
       if (this.pending.size === 0) this.busy();
       this.pending.set(id, { resolve, reject, onEvent });
       this.proc.stdin.write(JSON.stringify({ id, method, params }) + "\n");
     });
+    return TRACE ? traced(method, call) : call;
   }
 
   /** Asks the server to shut down (it destroys every sandbox), then waits for it to exit;
@@ -158,6 +170,19 @@ export class Server {
   get pid(): number | undefined {
     return this.proc.pid;
   }
+}
+
+/** HULL_TRACE_CALLS=1: each call's time on stderr, in the shape `hull serve` prints its part. */
+const TRACE = !["", "0", undefined].includes(process.env.HULL_TRACE_CALLS);
+
+function traced<T>(method: string, call: Promise<T>): Promise<T> {
+  const t0 = performance.now();
+  const done = () => {
+    const ms = (performance.now() - t0).toFixed(3);
+    process.stderr.write(`hull trace: sdk.${method} ${ms} ms: answered ${ms}\n`);
+  };
+  call.then(done, done);
+  return call;
 }
 
 /** A lone surrogate: a UTF-16 code unit of a pair without its other half (a string can hold

@@ -14,7 +14,9 @@ pub mod mcp;
 pub mod pull;
 pub mod run;
 pub mod serve;
+mod serve_loop;
 mod serve_out;
+mod serve_request;
 pub mod serve_sandbox;
 
 /// Prints an error with its cause chain, once, at the edge.

@@ -3,10 +3,10 @@
 //! Requests are one JSON object per line, `{"id", "method", "params"}`. Each answer is one line:
 //! `{"id", "result"}` or `{"id", "error": {"kind", "message", "chain"}}`; a `run` with
 //! `"stream": true` also sends `{"id", "event": "stdout"|"stderr", "data"}` lines as output
-//! arrives. Requests run concurrently (one thread each); lines never interleave. A session starts
+//! arrives. Requests run concurrently, each on the thread that read it (`serve_loop`); lines never
+//! interleave. A session starts
 //! with `hello`, which tells the protocol version and what the server offers.
 
-use std::io::BufRead;
 use std::sync::Arc;
 
 use hull::error::Named;
@@ -16,54 +16,13 @@ use hull_box::{BoxError, Runtime, SpecField, WarmOptions};
 use serde_json::{json, Value};
 
 use crate::serve_out::{error_json, EventSink, Out};
+pub use crate::serve_request::{parse_request, Request};
 
 /// The protocol version; bumped on an incompatible change.
 pub const PROTOCOL_VERSION: u32 = 1;
 
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn request_lines_parse_into_id_method_and_params() {
-        let r = super::parse_request(
-            b"{\"id\": 7, \"method\": \"run\", \"params\": {\"code\": \"1\"}}\n",
-        )
-        .unwrap()
-        .unwrap();
-        assert_eq!(
-            (r.id, r.method.as_str(), r.params),
-            (
-                serde_json::json!(7),
-                "run",
-                serde_json::json!({"code": "1"})
-            )
-        );
-        assert!(super::parse_request(b"  \n").unwrap().is_none());
-        let e = super::parse_request(b"{\"id\": \"a\", \"method\": 3}").unwrap_err();
-        assert_eq!(
-            (&e["id"], &e["error"]["kind"]),
-            (&serde_json::json!("a"), &serde_json::json!("protocol"))
-        );
-        let e = super::parse_request(b"{\"id\": 1,").unwrap_err();
-        assert!(
-            e["error"]["message"]
-                .as_str()
-                .unwrap()
-                .contains("not a JSON object"),
-            "{e}"
-        );
-        assert_eq!(e["id"], serde_json::Value::Null);
-    }
-
-    #[test]
-    fn a_line_that_is_not_utf8_is_refused_naming_the_offset() {
-        assert_eq!(super::request_text(b"{}\n"), Ok("{}\n"));
-        let e = super::request_text(b"{\"a\": \"\xff\"}").unwrap_err();
-        assert!(e.contains("not UTF-8") && e.contains("offset 7"), "{e}");
-    }
-}
 
 fn invalid(e: &hull_api::RequestError) -> Value {
     json!({ "kind": "invalid_argument", "message": e.to_string(), "chain": [e.to_string()], "arg": e.arg })
@@ -149,7 +108,9 @@ fn handle(
             }
         }
         m if m.starts_with("sandbox.") || m.starts_with("kernel.") => {
-            reply(sessions.handle(rt, out, &id, m, params))
+            if let Some(r) = sessions.handle(rt, out, &id, m, params).transpose() {
+                reply(r);
+            }
         }
         other => reply(Err(
             json!({ "kind": "unknown_method", "message": format!("unknown method `{other}`; see `hello` for the list"), "chain": [] }),
@@ -170,84 +131,33 @@ pub fn main(_args: &ServeArgs) -> i32 {
     rt.sweep_leftovers();
     let out = Out::start();
     let sessions = Arc::new(crate::serve_sandbox::Sessions::default());
-    let mut workers = Vec::new();
-    let mut input = std::io::stdin().lock();
-    let mut raw = Vec::new();
-    loop {
-        raw.clear();
-        match input.read_until(b'\n', &mut raw) {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                eprintln!("hull serve: cannot read stdin ({e}); ending every box");
-                break;
-            }
-        }
-        let Request { id, method, params } = match parse_request(&raw) {
-            Ok(Some(r)) => r,
-            Ok(None) => continue,
-            Err(answer) => {
-                out.send(&answer);
-                continue;
-            }
-        };
-        if method == "shutdown" {
-            for w in workers.drain(..) {
-                let _ = std::thread::JoinHandle::join(w);
-            }
-            sessions.destroy_all();
-            out.send(&json!({ "id": id, "result": {} }));
-            out.flush();
-            return 0;
-        }
-        let (rt, out, sessions) = (Arc::clone(&rt), out.clone(), Arc::clone(&sessions));
-        workers.push(std::thread::spawn(move || {
-            handle(&rt, &sessions, &out, id, &method, params)
-        }));
-        workers.retain(|w| !w.is_finished());
-    }
+    let server = {
+        // Weakly: threads left waiting for stdin at the end must not keep the runtime alive, whose
+        // drop (when `main` returns) removes the cgroups it made ahead.
+        let (rt, sessions, out) = (Arc::downgrade(&rt), Arc::clone(&sessions), out.clone());
+        crate::serve_loop::Loop::new(
+            out.clone(),
+            Box::new(move |id, method: &str, params| {
+                if let Some(rt) = rt.upgrade() {
+                    handle(&rt, &sessions, &out, id, method, params);
+                }
+            }),
+        )
+    };
     // End of input: the client is gone (it closed the pipe, or its process died), so nobody
     // waits for the calls still running. Their boxes end now instead of at their deadlines;
     // then every sandbox is destroyed (boxes reaped, directories removed).
-    rt.end_every_box();
-    for w in workers {
-        let _ = w.join();
-    }
+    let end = server.run(|end| {
+        if matches!(end, crate::serve_loop::End::Eof) {
+            rt.end_every_box();
+        }
+    });
     sessions.destroy_all();
+    if let crate::serve_loop::End::Shutdown(id) = end {
+        out.send(&json!({ "id": id, "result": {} }));
+    }
     out.flush();
     0
-}
-
-/// One request, as read from a line.
-#[derive(Debug)]
-pub struct Request {
-    /// Echoed in the answer (any JSON value; null when the line had none).
-    pub id: Value,
-    pub method: String,
-    /// Null when the line had none.
-    pub params: Value,
-}
-
-/// Parses one line as read from stdin (untrusted bytes): `Ok(None)` for a blank line, which is
-/// ignored; `Err` holds the whole answer to send (with the request's id when it could be read).
-pub fn parse_request(raw: &[u8]) -> Result<Option<Request>, Value> {
-    let protocol = |id: Value, message: String| json!({ "id": id, "error": { "kind": "protocol", "message": message, "chain": [] } });
-    let line = request_text(raw).map_err(|m| protocol(Value::Null, m))?;
-    if line.trim().is_empty() {
-        return Ok(None);
-    }
-    let req: Value = serde_json::from_str(line)
-        .map_err(|e| protocol(Value::Null, format!("not a JSON object: {e}")))?;
-    let id = req.get("id").cloned().unwrap_or(Value::Null);
-    let Some(method) = req.get("method").and_then(Value::as_str) else {
-        return Err(protocol(id, "a request needs a string `method`".into()));
-    };
-    Ok(Some(Request {
-        method: method.to_string(),
-        params: req.get("params").cloned().unwrap_or(Value::Null),
-        id,
-    }))
 }
 
 /// A `run` request's params as the request, the box spec they ask for (with the image's
@@ -270,16 +180,6 @@ pub fn run_spec(params: Value) -> Result<(RunRequest, hull::boxspec::Built, bool
         error_json("invalid_argument", &Named { arg, error }, Some(arg))
     })?;
     Ok((req, built, stream))
-}
-
-/// A request line as text: one that is not UTF-8 is refused (naming where), never guessed at.
-fn request_text(raw: &[u8]) -> Result<&str, String> {
-    std::str::from_utf8(raw).map_err(|e| {
-        format!(
-            "the request line is not UTF-8 (invalid byte at offset {}); send one UTF-8 JSON object per line",
-            e.valid_up_to()
-        )
-    })
 }
 
 /// Adds every image in the local store (pulled or imported) after the embedded ones in a

@@ -1,10 +1,10 @@
-//! The output side of `hull serve`: the one writer of stdout's lines ([`Out`]: answers are never
-//! dropped, streamed events are dropped past a backlog), a run's output as streamed events
+//! The output side of `hull serve`: stdout's lines ([`Out`]: written by the thread that has them,
+//! queued only behind a full pipe; answers are never dropped, streamed events are dropped past a
+//! backlog), a run's output as streamed events
 //! ([`EventSink`]), and the shape of an error answer ([`error_json`]). A leaf of the server:
 //! `serve` (requests, `run`) and `serve_sandbox` (`sandbox.*`, `kernel.*`) both write through it.
 
-use std::io::Write;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use hull_api::Chain;
@@ -29,60 +29,115 @@ pub(crate) fn error_json(
 /// never dropped (each is bounded by the run's own output caps).
 const MAX_PENDING_EVENT_BYTES: usize = 64 << 20;
 
-enum Line {
-    Text(String),
-    /// Answered once every line queued before it is written.
-    Flush(std::sync::mpsc::Sender<()>),
+/// The pipe buffer asked for on stdout, so a typical answer goes out in one write.
+const PIPE_BUFFER: usize = 1 << 20;
+
+/// What waits to be written, and whether the writer thread is draining it.
+#[derive(Default)]
+struct Queue {
+    lines: std::collections::VecDeque<Vec<u8>>,
+    /// Bytes of `lines` (the first one counted whole even when partly written).
+    bytes: usize,
+    /// How much of the first line is written already.
+    head_written: usize,
 }
 
-/// Writes whole lines to stdout from one writer thread, so a client that stops reading stalls
-/// nothing but that thread: boxes keep their deadlines, and requests keep being answered into
-/// the queue.
+struct Shared {
+    queue: std::sync::Mutex<Queue>,
+    /// Wakes the writer thread when lines are queued.
+    wake: std::sync::Condvar,
+    /// Answers once the queue is empty.
+    drained: std::sync::Condvar,
+    /// Whether stdout is a pipe put in non-blocking mode (else writes block the thread that has
+    /// the line, which is fine for a file or a terminal).
+    nonblocking: bool,
+    dropped: AtomicU64,
+}
+
+/// Writes whole lines to stdout. The thread that has a line writes it directly when nothing is
+/// queued (no hop to another thread on the answer's path); what a full pipe does not take is
+/// queued for the writer thread, which waits for the client to read. So a client that stops
+/// reading stalls nothing but that thread: boxes keep their deadlines, and requests keep being
+/// answered into the queue. Lines never interleave.
 #[derive(Clone)]
 pub(crate) struct Out {
-    tx: std::sync::mpsc::Sender<Line>,
-    pending: Arc<AtomicUsize>,
-    dropped: Arc<AtomicU64>,
+    shared: Arc<Shared>,
+}
+
+fn lock(q: &std::sync::Mutex<Queue>) -> std::sync::MutexGuard<'_, Queue> {
+    q.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// One write of `buf` to stdout: `Some(n)` bytes taken, `None` when a non-blocking pipe is full.
+/// An error other than a full pipe (the client is gone) counts as taken: nobody reads it.
+fn write_some(buf: &[u8]) -> Option<usize> {
+    match rustix::io::write(std::io::stdout(), buf) {
+        Ok(n) => Some(n),
+        Err(rustix::io::Errno::AGAIN) => None,
+        Err(rustix::io::Errno::INTR) => Some(0),
+        Err(_) => Some(buf.len()),
+    }
 }
 
 impl Out {
     pub(crate) fn start() -> Out {
-        let (tx, rx) = std::sync::mpsc::channel::<Line>();
-        let pending = Arc::new(AtomicUsize::new(0));
-        let counter = Arc::clone(&pending);
-        std::thread::spawn(move || {
-            let mut stdout = std::io::stdout().lock();
-            for line in rx {
-                match line {
-                    Line::Text(t) => {
-                        let _ = writeln!(stdout, "{t}");
-                        let _ = stdout.flush();
-                        counter.fetch_sub(t.len(), Ordering::Relaxed);
-                    }
-                    Line::Flush(done) => {
-                        let _ = done.send(());
-                    }
+        let stdout = std::io::stdout();
+        let is_pipe = rustix::fs::fstat(&stdout).is_ok_and(|st| {
+            rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Fifo
+        });
+        let nonblocking = is_pipe
+            && rustix::fs::fcntl_getfl(&stdout).is_ok_and(|fl| {
+                rustix::fs::fcntl_setfl(&stdout, fl | rustix::fs::OFlags::NONBLOCK).is_ok()
+            });
+        if is_pipe {
+            // Best effort: the kernel may refuse (fs.pipe-max-size, the user's pipe quota).
+            let _ = rustix::pipe::fcntl_setpipe_size(&stdout, PIPE_BUFFER);
+        }
+        let shared = Arc::new(Shared {
+            queue: std::sync::Mutex::new(Queue::default()),
+            wake: std::sync::Condvar::new(),
+            drained: std::sync::Condvar::new(),
+            nonblocking,
+            dropped: AtomicU64::new(0),
+        });
+        let writer = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name("hull-serve-out".into())
+            .spawn(move || drain(&writer))
+            .ok();
+        Out { shared }
+    }
+
+    /// Writes an answer, or queues it behind earlier lines (never dropped).
+    pub(crate) fn send(&self, v: &Value) {
+        let mut line = v.to_string().into_bytes();
+        line.push(b'\n');
+        let mut q = lock(&self.shared.queue);
+        let mut at = 0;
+        if q.lines.is_empty() {
+            while at < line.len() {
+                match write_some(&line[at..]) {
+                    Some(n) => at += n,
+                    None => break,
                 }
             }
-        });
-        Out {
-            tx,
-            pending,
-            dropped: Arc::new(AtomicU64::new(0)),
+            if at == line.len() {
+                return;
+            }
         }
+        q.bytes += line.len();
+        if q.lines.is_empty() {
+            q.head_written = at;
+        }
+        q.lines.push_back(line);
+        self.shared.wake.notify_one();
     }
 
-    /// Queues an answer (never dropped).
-    pub(crate) fn send(&self, v: &Value) {
-        let line = v.to_string();
-        self.pending.fetch_add(line.len(), Ordering::Relaxed);
-        let _ = self.tx.send(Line::Text(line));
-    }
-
-    /// Queues a streamed event, or drops it (and counts it) while the client is too far behind.
+    /// Writes or queues a streamed event, or drops it (and counts it) while the client is too
+    /// far behind.
     fn event(&self, v: &Value) {
-        if self.pending.load(Ordering::Relaxed) > MAX_PENDING_EVENT_BYTES {
-            if self.dropped.fetch_add(1, Ordering::Relaxed) == 0 {
+        if lock(&self.shared.queue).bytes > MAX_PENDING_EVENT_BYTES {
+            if self.shared.dropped.fetch_add(1, Ordering::Relaxed) == 0 {
                 eprintln!("hull serve: the client is not reading; dropping streamed output events (answers still carry the captured output)");
             }
             return;
@@ -92,9 +147,52 @@ impl Out {
 
     /// Waits until everything queued so far is written.
     pub(crate) fn flush(&self) {
-        let (done, wait) = std::sync::mpsc::channel();
-        if self.tx.send(Line::Flush(done)).is_ok() {
-            let _ = wait.recv();
+        let mut q = lock(&self.shared.queue);
+        while !q.lines.is_empty() {
+            q = self
+                .shared
+                .drained
+                .wait(q)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+}
+
+/// The writer thread: writes queued lines as the client makes room, waiting for it outside the
+/// queue's lock.
+fn drain(s: &Shared) {
+    loop {
+        let mut q = lock(&s.queue);
+        while q.lines.is_empty() {
+            s.drained.notify_all();
+            q = s
+                .wake
+                .wait(q)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        let Some(head) = q.lines.front() else {
+            continue;
+        };
+        let at = q.head_written;
+        match write_some(&head[at..]) {
+            Some(n) if at + n >= head.len() => {
+                let len = head.len();
+                q.lines.pop_front();
+                q.bytes -= len;
+                q.head_written = 0;
+            }
+            Some(n) => q.head_written = at + n,
+            None => {
+                drop(q);
+                if s.nonblocking {
+                    let stdout = std::io::stdout();
+                    let mut fds = [rustix::event::PollFd::new(
+                        &stdout,
+                        rustix::event::PollFlags::OUT,
+                    )];
+                    let _ = rustix::event::poll(&mut fds, None);
+                }
+            }
         }
     }
 }

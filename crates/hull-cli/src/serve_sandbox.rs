@@ -153,7 +153,7 @@ impl Sessions {
             })
     }
 
-    /// Answers one `sandbox.*` or `kernel.*` request.
+    /// Answers one `sandbox.*` or `kernel.*` request: `Ok(None)` when the answer was sent already.
     pub(crate) fn handle(
         &self,
         rt: &Arc<Runtime>,
@@ -161,7 +161,7 @@ impl Sessions {
         id: &Value,
         method: &str,
         params: Value,
-    ) -> Result<Value, Value> {
+    ) -> Result<Option<Value>, Value> {
         self.dispatch(rt, out, id, method, params)
             .map_err(|e| error_json(&e))
     }
@@ -173,7 +173,7 @@ impl Sessions {
         id: &Value,
         method: &str,
         params: Value,
-    ) -> Result<Value, SandboxError> {
+    ) -> Result<Option<Value>, SandboxError> {
         let empty = Map::new();
         let p = match &params {
             Value::Object(m) => m,
@@ -192,7 +192,9 @@ impl Sessions {
                 if let Ok(mut m) = self.map.lock() {
                     m.insert(sid.clone(), sb);
                 }
-                Ok(json!({ "sandbox": sid, "workspace": ws, "setup": setup }))
+                Ok(Some(
+                    json!({ "sandbox": sid, "workspace": ws, "setup": setup }),
+                ))
             }
             "sandbox.run_code" => {
                 let sb = self.get(p)?;
@@ -202,8 +204,13 @@ impl Sessions {
                         .parse::<Language>()
                         .map_err(|e| bad("language", &e.to_string()))?,
                 };
-                let r = sb.run_code(str_param(p, "code")?, language, sink_for(p, out, id))?;
-                Ok(exec_json(&r))
+                // Answered here, before the prewarmed box the call took is replaced.
+                let code = str_param(p, "code")?;
+                sb.run_code_answering(code, language, sink_for(p, out, id), |r| match r {
+                    Ok(r) => out.send(&json!({ "id": id, "result": exec_json(&r) })),
+                    Err(e) => out.send(&json!({ "id": id, "error": error_json(&e) })),
+                });
+                Ok(None)
             }
             "sandbox.run" => {
                 let sb = self.get(p)?;
@@ -219,7 +226,7 @@ impl Sessions {
                     _ => return Err(bad("argv", "a list of strings is required")),
                 };
                 let r = sb.run(argv, sink_for(p, out, id))?;
-                Ok(exec_json(&r))
+                Ok(Some(exec_json(&r)))
             }
             "sandbox.write_file" => {
                 let sb = self.get(p)?;
@@ -231,7 +238,7 @@ impl Sessions {
                     _ => return Err(bad("data_b64", "give exactly one of `data_b64` or `text`")),
                 };
                 sb.files().write_file(path_param(p, "path", None)?, &data)?;
-                Ok(json!({ "bytes": data.len() }))
+                Ok(Some(json!({ "bytes": data.len() })))
             }
             "sandbox.read_file" => {
                 let sb = self.get(p)?;
@@ -249,24 +256,24 @@ impl Sessions {
                     let path = String::from_utf8_lossy(&path);
                     return Err(bad("max_bytes", &format!("{path} is {size} bytes, more than {READ_WHOLE_MAX} read whole; pass max_bytes to read its start, or snapshot the workspace")));
                 }
-                Ok(
+                Ok(Some(
                     json!({ "data_b64": b64.encode(&data), "size": size, "truncated": (data.len() as u64) < size }),
-                )
+                ))
             }
             "sandbox.list_files" => {
                 let sb = self.get(p)?;
                 let (entries, complete) = sb.files().list(path_param(p, "subdir", Some(""))?)?;
-                Ok(json!({ "entries": entries, "complete": complete }))
+                Ok(Some(json!({ "entries": entries, "complete": complete })))
             }
             "sandbox.snapshot" => {
                 let sb = self.get(p)?;
                 let r = hull::archive::snapshot(sb.files(), &PathBuf::from(str_param(p, "dest")?))?;
-                Ok(serde_json::to_value(r).unwrap_or(Value::Null))
+                Ok(Some(serde_json::to_value(r).unwrap_or(Value::Null)))
             }
             "sandbox.restore" => {
                 let sb = self.get(p)?;
                 let r = hull::archive::restore(sb.files(), &PathBuf::from(str_param(p, "src")?))?;
-                Ok(serde_json::to_value(r).unwrap_or(Value::Null))
+                Ok(Some(serde_json::to_value(r).unwrap_or(Value::Null)))
             }
             "sandbox.destroy" => {
                 let sid = str_param(p, "sandbox")?;
@@ -277,12 +284,16 @@ impl Sessions {
                 let existed = sb.is_some();
                 // Dropping the last reference reaps every box and removes the session's directories.
                 drop(sb);
-                Ok(json!({ "destroyed": existed }))
+                Ok(Some(json!({ "destroyed": existed })))
             }
             "kernel.start" => {
                 let sb = self.get(p)?;
-                let k = sb.kernel()?;
-                Ok(json!({ "kernel": k.id }))
+                // Answered here, before the kernel box started ahead that it took is replaced.
+                sb.kernel_answering(|k| match k {
+                    Ok(k) => out.send(&json!({ "id": id, "result": { "kernel": k.id } })),
+                    Err(e) => out.send(&json!({ "id": id, "error": error_json(&e) })),
+                });
+                Ok(None)
             }
             "kernel.run_code" => {
                 let sb = self.get(p)?;
@@ -295,11 +306,13 @@ impl Sessions {
                 })?;
                 let mut sink = sink_for(p, out, id);
                 let r = sb.kernel_run(&k, str_param(p, "code")?, &mut *sink)?;
-                Ok(exec_json(&r))
+                Ok(Some(exec_json(&r)))
             }
             "kernel.close" => {
                 let sb = self.get(p)?;
-                Ok(json!({ "closed": sb.close_kernel(str_param(p, "kernel")?) }))
+                Ok(Some(
+                    json!({ "closed": sb.close_kernel(str_param(p, "kernel")?) }),
+                ))
             }
             other => Err(bad("method", &format!("unknown method `{other}`"))),
         }

@@ -20,6 +20,7 @@ use hull_box::{BindMount, BoxError, BoxSpec, Fault, FaultType, OutputSink, RunRe
 use serde_json::Value;
 
 use crate::backend::{Backend, Destroy};
+use crate::calltrace::CallTrace;
 use crate::error::SandboxError;
 use crate::session_dirs::{leftover_prefix, private_dir_mode};
 
@@ -444,6 +445,7 @@ impl RunnerBox {
         code: &str,
         timeout: Duration,
         sink: Box<dyn OutputSink + Send>,
+        trace: &mut Option<CallTrace>,
     ) -> Result<CellOutcome, SandboxError> {
         if let Ok(mut g) = self.route.lock() {
             *g = Some(sink);
@@ -452,14 +454,19 @@ impl RunnerBox {
         let deadline = t0 + timeout;
         let end = match self.send_cell(code, deadline) {
             Some(end) => end,
-            None => self.read_frames(deadline, &mut |_, _| {})?,
+            None => {
+                crate::calltrace::step(trace, "sent");
+                self.read_frames(deadline, &mut |_, _| {})?
+            }
         };
+        crate::calltrace::step(trace, "done_frame");
         let t_done = t0.elapsed();
         let mut timed_out = matches!(end, FrameEnd::Timeout);
         if timed_out || matches!(end, FrameEnd::Broken(_)) {
             self.kill();
         }
         let (mut run, killed) = self.wait_end(deadline)?;
+        crate::calltrace::step(trace, "box_ended");
         timed_out |= killed;
         if timed_out {
             run.fault = Some(timeout_fault(timeout));
@@ -491,12 +498,15 @@ impl RunnerBox {
         timeout: Duration,
         max_output: u64,
         sink: &mut dyn OutputSink,
+        trace: &mut Option<CallTrace>,
     ) -> Result<Result<CellOutcome, CellOutcome>, SandboxError> {
         let t0 = Instant::now();
         let deadline = t0 + timeout;
         let mut out: [Vec<u8>; 2] = [Vec::new(), Vec::new()];
         let mut dropped = 0u64;
-        let end = match self.send_cell(code, deadline) {
+        let sent = self.send_cell(code, deadline);
+        crate::calltrace::step(trace, "sent");
+        let end = match sent {
             Some(end) => end,
             None => self.read_frames(deadline, &mut |s, data| {
                 sink.chunk(s, data);

@@ -11,6 +11,7 @@
 pub mod archive;
 pub mod backend;
 pub mod boxspec;
+pub mod calltrace;
 pub mod cell;
 pub mod error;
 pub mod files;

@@ -18,6 +18,7 @@ use serde_json::Value;
 
 use crate::backend::Backend;
 use crate::boxspec::DEPS_DIR;
+use crate::calltrace::{self, CallTrace};
 use crate::cell::{Reaper, RunnerBox, Started};
 use crate::error::{Named, SandboxError};
 use crate::files::Confined;
@@ -106,6 +107,11 @@ struct PrewarmStock {
     /// found gone. A start that fails is not retried, so a Sandbox whose boxes cannot start
     /// does not keep trying.
     owed: usize,
+    /// A kernel box whose interpreter has started and connected (with `prewarm` > 0), for the
+    /// next `kernel()`.
+    kernel: Option<RunnerBox>,
+    /// Whether the thread is to start a kernel box (after the boxes owed for calls).
+    kernel_owed: bool,
 }
 
 /// What a Sandbox's prewarmed boxes have done and hold (`hull bench --sdk`, tests).
@@ -115,6 +121,8 @@ pub struct PrewarmStats {
     pub ready: usize,
     /// Calls that ran in a prewarmed box.
     pub used: u64,
+    /// Kernel boxes started ahead that wait for `kernel()` (0 or 1).
+    pub kernels_ready: usize,
 }
 
 /// A kernel: one warm interpreter in a long-lived box. Cells run one at a time.
@@ -329,7 +337,11 @@ impl Sandbox {
         if n == 0 {
             return;
         }
-        lock(&self.pool.stock).owed = n;
+        {
+            let mut st = lock(&self.pool.stock);
+            st.owed = n;
+            st.kernel_owed = true;
+        }
         self.pool.worker.start_once("hull-prewarm", || {
             let (pool, sandbox) = (Arc::clone(&self.pool), Arc::downgrade(self));
             move || keep_prewarmed(&pool, &sandbox)
@@ -364,14 +376,16 @@ impl Sandbox {
 
     fn track<T>(
         &self,
-        f: impl FnOnce() -> Result<(T, RunResult, Vec<Value>), SandboxError>,
+        trace: &mut Option<CallTrace>,
+        f: impl FnOnce(&mut Option<CallTrace>) -> Result<(T, RunResult, Vec<Value>), SandboxError>,
     ) -> Result<(T, ExecResult), SandboxError> {
         let before = if self.cfg.track_files {
             self.workspace.scan().ok()
         } else {
             None
         };
-        let (t, mut run, results) = f()?;
+        calltrace::step(trace, "scan_before");
+        let (t, mut run, results) = f(trace)?;
         let files = match (&before, self.cfg.track_files) {
             (Some(b), true) => match self.workspace.scan() {
                 Ok(now) => {
@@ -389,6 +403,7 @@ impl Sandbox {
             },
             _ => Vec::new(),
         };
+        calltrace::step(trace, "scan_after");
         Ok((
             t,
             ExecResult {
@@ -407,17 +422,34 @@ impl Sandbox {
         language: Language,
         sink: Box<dyn OutputSink + Send>,
     ) -> Result<ExecResult, SandboxError> {
-        self.check_alive()?;
-        if language != Language::Python {
-            return self.run(language.argv(code), sink);
+        self.run_code_answering(code, language, sink, |r| r)
+    }
+
+    /// [`run_code`](Self::run_code), handing the result to `answer` before the prewarmed box the
+    /// call took is replaced: a server writes its answer there, so the caller does not wait for
+    /// the replacement's start (nor share the CPU with it while its answer is written).
+    pub fn run_code_answering<R>(
+        &self,
+        code: &str,
+        language: Language,
+        sink: Box<dyn OutputSink + Send>,
+        answer: impl FnOnce(Result<ExecResult, SandboxError>) -> R,
+    ) -> R {
+        if let Err(e) = self.check_alive() {
+            return answer(Err(e));
         }
+        if language != Language::Python {
+            return answer(self.run(language.argv(code), sink));
+        }
+        let mut trace = CallTrace::start("sandbox.run_code");
         let _slot = self.slots.take();
         let t0 = std::time::Instant::now();
         let mut took_warm = false;
-        let r = self.track(|| {
+        let r = self.track(&mut trace, |trace| {
             let rb = match self.take_warm() {
                 Some(rb) => {
                     took_warm = true;
+                    calltrace::step(trace, "took_warm");
                     rb
                 }
                 None => match RunnerBox::start(
@@ -431,16 +463,21 @@ impl Sandbox {
                     Started::Ended(run) => return Ok(((), run, Vec::new())),
                 },
             };
-            let out = rb.run_once(code, self.cfg.timeout, sink)?;
+            let out = rb.run_once(code, self.cfg.timeout, sink, trace)?;
             Ok(((), out.run, out.results))
         });
+        // The call's duration includes starting its box when none was ready.
+        let r = r.map(|(_, mut r)| {
+            r.run.duration_ms = u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
+            r
+        });
+        drop(_slot);
+        let answered = answer(r);
+        calltrace::step(&mut trace, "answered");
         if took_warm {
             self.refill();
         }
-        // The call's duration includes starting its box when none was ready.
-        let mut r = r?.1;
-        r.run.duration_ms = u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
-        Ok(r)
+        answered
     }
 
     /// Runs an argv in a fresh box.
@@ -460,7 +497,8 @@ impl Sandbox {
         let mut spec = self.base.clone();
         spec.argv = argv;
         let mut sink = sink;
-        let ((), r) = self.track(|| {
+        let mut trace = CallTrace::start("sandbox.run");
+        let ((), r) = self.track(&mut trace, |_| {
             let (run, destroy) = self
                 .backend
                 .run(&spec, &mut *sink)
@@ -477,28 +515,68 @@ impl Sandbox {
 
     /// Starts a kernel: one warm interpreter in a long-lived box.
     pub fn kernel(&self) -> Result<Arc<Kernel>, SandboxError> {
+        self.kernel_answering(|k| k)
+    }
+
+    /// [`kernel`](Self::kernel), handing the kernel to `answer` before the kernel box started
+    /// ahead (with `prewarm` > 0) that it took is replaced, so the caller does not wait for the
+    /// replacement (nor share the CPU with it while its answer is written).
+    pub fn kernel_answering<R>(
+        &self,
+        answer: impl FnOnce(Result<Arc<Kernel>, SandboxError>) -> R,
+    ) -> R {
+        let mut trace = CallTrace::start("kernel.start");
+        let warm = self.take_warm_kernel();
+        let took = warm.is_some();
+        let k = self.start_kernel(warm);
+        calltrace::step(&mut trace, if took { "took_warm" } else { "started" });
+        let answered = answer(k);
+        calltrace::step(&mut trace, "answered");
+        if took {
+            lock(&self.pool.stock).kernel_owed = true;
+            self.pool.worker.wake();
+        }
+        answered
+    }
+
+    /// The kernel box started ahead, if one is ready and alive.
+    fn take_warm_kernel(&self) -> Option<RunnerBox> {
+        let mut rb = lock(&self.pool.stock).kernel.take()?;
+        if rb.is_gone() {
+            lock(&self.pool.stock).kernel_owed = true;
+            self.pool.worker.wake();
+            return None;
+        }
+        Some(rb)
+    }
+
+    fn start_kernel(&self, warm: Option<RunnerBox>) -> Result<Arc<Kernel>, SandboxError> {
         self.check_alive()?;
         let id = format!(
             "{}-k{}",
             self.id,
             self.next_kernel.fetch_add(1, Ordering::SeqCst)
         );
-        let rb = match RunnerBox::start(
-            &self.backend,
-            &self.base,
-            "kernel",
-            KERNEL_LIFE,
-            &self.reaper,
-        )? {
-            Started::Ready(rb) => rb,
-            Started::Ended(run) => {
-                let why = run.fault.as_ref().map_or_else(
-                    || format!("exit code {}: {}", run.exit_code, run.stderr.trim()),
-                    |f| f.reason.clone(),
-                );
-                return Err(SandboxError::Runner(format!(
-                    "of the kernel ended before it was ready ({why})"
-                )));
+        let rb = if let Some(rb) = warm {
+            rb
+        } else {
+            match RunnerBox::start(
+                &self.backend,
+                &self.base,
+                "kernel",
+                KERNEL_LIFE,
+                &self.reaper,
+            )? {
+                Started::Ready(rb) => rb,
+                Started::Ended(run) => {
+                    let why = run.fault.as_ref().map_or_else(
+                        || format!("exit code {}: {}", run.exit_code, run.stderr.trim()),
+                        |f| f.reason.clone(),
+                    );
+                    return Err(SandboxError::Runner(format!(
+                        "of the kernel ended before it was ready ({why})"
+                    )));
+                }
             }
         };
         let killer = rb.killer()?;
@@ -527,15 +605,19 @@ impl Sandbox {
     ) -> Result<ExecResult, SandboxError> {
         self.check_alive()?;
         let max_output = self.base.max_output;
-        let ((), r) = self.track(|| {
+        let mut trace = CallTrace::start("kernel.run_code");
+        let ((), r) = self.track(&mut trace, |trace| {
             let mut g =
                 k.rb.lock()
                     .map_err(|_poison| SandboxError::Runner("kernel lock poisoned".into()))?;
+            calltrace::step(trace, "locked");
             let rb = match g.as_mut() {
                 Ok(rb) => rb,
                 Err(why) => return Err(SandboxError::KernelDead(k.id.clone(), why.clone())),
             };
-            match rb.run_kernel_cell(code, self.cfg.timeout, max_output, sink)? {
+            let cell = rb.run_kernel_cell(code, self.cfg.timeout, max_output, sink, trace)?;
+            calltrace::step(trace, "done_frame");
+            match cell {
                 Ok(out) => Ok(((), out.run, out.results)),
                 Err(out) => {
                     let why = out.run.fault.as_ref().map_or_else(
@@ -571,7 +653,11 @@ impl Sandbox {
         // After the box it may be starting (kept until the clear below).
         self.pool.worker.stop();
         self.pool.worker.join();
-        lock(&self.pool.stock).boxes.clear();
+        {
+            let mut st = lock(&self.pool.stock);
+            st.boxes.clear();
+            st.kernel = None;
+        }
         let ks: Vec<String> = self
             .kernels
             .lock()
@@ -593,9 +679,11 @@ impl Sandbox {
 
     /// What the prewarmed boxes have done and hold.
     pub fn warm_stats(&self) -> PrewarmStats {
+        let st = lock(&self.pool.stock);
         PrewarmStats {
-            ready: lock(&self.pool.stock).boxes.len(),
+            ready: st.boxes.len(),
             used: self.pool.used.load(Ordering::Relaxed),
+            kernels_ready: usize::from(st.kernel.is_some()),
         }
     }
 
@@ -616,31 +704,42 @@ impl Drop for Sandbox {
 /// (it holds the Sandbox only while starting one, so dropping it is not delayed).
 fn keep_prewarmed(pool: &Prewarm, sandbox: &Weak<Sandbox>) {
     loop {
-        {
+        let kernel = {
             let mut st = lock(&pool.stock);
             loop {
                 if pool.worker.stopping() {
                     return;
                 }
+                // Boxes for calls first; then the kernel box.
                 if st.owed > 0 {
                     st.owed -= 1;
-                    break;
+                    break false;
+                }
+                if st.kernel_owed {
+                    st.kernel_owed = false;
+                    break true;
                 }
                 st = pool.worker.sleep(st);
             }
-        }
+        };
         let Some(sb) = sandbox.upgrade() else { return };
         if sb.destroyed.load(Ordering::SeqCst) {
             return;
         }
-        if let Ok(Started::Ready(rb)) = RunnerBox::start(
-            &sb.backend,
-            &sb.base,
-            "once",
-            POOL_IDLE + sb.cfg.timeout,
-            &sb.reaper,
-        ) {
-            lock(&pool.stock).boxes.push_back(rb);
+        let (mode, life) = if kernel {
+            ("kernel", KERNEL_LIFE)
+        } else {
+            ("once", POOL_IDLE + sb.cfg.timeout)
+        };
+        if let Ok(Started::Ready(rb)) =
+            RunnerBox::start(&sb.backend, &sb.base, mode, life, &sb.reaper)
+        {
+            let mut st = lock(&pool.stock);
+            if kernel {
+                st.kernel = Some(rb);
+            } else {
+                st.boxes.push_back(rb);
+            }
         }
     }
 }

@@ -62,6 +62,31 @@ fn prewarmed_boxes_are_kept_taken_once_per_call_and_replaced() {
     // One replacement per box taken: the pool does not grow past prewarm.
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(sb.warm_stats().ready, 2);
+    // A kernel box is started ahead too, after the call boxes: kernel() takes it (its
+    // interpreter already running) and it is replaced.
+    assert!(
+        until(wait, || sb.warm_stats().kernels_ready == 1),
+        "{:?}",
+        sb.warm_stats()
+    );
+    let k = sb.kernel().expect("kernel");
+    assert_eq!(sb.warm_stats().kernels_ready, 0);
+    let r = sb
+        .kernel_run(&k, "import os\nx = 20\nx * 2", &mut NoSink)
+        .expect("cell");
+    assert_eq!(r.results[0]["text/plain"], "40", "{:?}", r.run);
+    assert!(
+        until(wait, || sb.warm_stats().kernels_ready == 1),
+        "the kernel box taken is replaced: {:?}",
+        sb.warm_stats()
+    );
     sb.destroy();
-    assert_eq!(sb.warm_stats(), PrewarmStats { ready: 0, used: 3 });
+    assert_eq!(
+        sb.warm_stats(),
+        PrewarmStats {
+            ready: 0,
+            used: 3,
+            kernels_ready: 0
+        }
+    );
 }

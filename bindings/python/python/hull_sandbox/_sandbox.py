@@ -1,7 +1,8 @@
 """Sandbox: one `hull serve` child process per sandbox, JSON lines over its stdin/stdout.
 
-Requests carry ids; one reader thread reads every answer and hands it to the waiting caller, so
-a Sandbox can be used from many threads at once. Streamed output goes through a bounded queue to
+Requests carry ids; a waiting caller's thread reads the answers (its own, and hands others' to
+their callers), so a Sandbox can be used from many threads at once and a lone call has no thread
+hop. Streamed output goes through a bounded queue to
 a separate callback thread: when a callback is slow, chunks are dropped (and counted) instead of
 stalling the reader, the server or the box.
 """
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import sysconfig
 import threading
+import time
 import weakref
 
 from ._errors import SandboxError, from_error
@@ -28,6 +30,9 @@ _STREAM_QUEUE = 256
 #: output is capped at 64 MiB per stream by default), read in chunks this large, never byte by
 #: byte (an unbuffered pipe's readline makes one read(2) per byte).
 _PIPE_BUFFER = 1 << 20
+#: HULL_TRACE_CALLS=1: each call's steps (sent, answer read, parsed) on stderr, in the shape
+#: `hull serve` prints its own part in.
+_TRACE = os.environ.get("HULL_TRACE_CALLS", "0") not in ("", "0")
 
 
 def find_hull():
@@ -82,61 +87,91 @@ def _encodable(v):
 
 
 class _Call:
-    __slots__ = ("done", "answer", "on_event")
+    __slots__ = ("answer", "on_event")
 
     def __init__(self, on_event):
-        self.done = threading.Event()
         self.answer = None
         self.on_event = on_event
 
 
 class _Server:
-    """One `hull serve` process and the reader thread that dispatches its answers."""
+    """One `hull serve` process. Answers are read by a waiting caller's own thread: the first to
+    wait reads lines (handing other calls' answers and events to them) until its own answer is
+    in, then lets the next waiter read. A call made while no other is in flight reads its answer
+    itself, with no hop to another thread."""
 
     def __init__(self, binary):
         self.proc = subprocess.Popen([binary, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=_PIPE_BUFFER)
         _grow_pipe(self.proc.stdout)
         self._wlock = threading.Lock()
         self._plock = threading.Lock()
+        #: Signalled when an answer is handed over or the reading turn is free.
+        self._turn = threading.Condition(self._plock)
+        self._reading = False
+        self._eof = False
         self._pending = {}
         self._next = 0
         self._closed = False
-        self._reader = threading.Thread(target=self._read, name="hull-serve-reader", daemon=True)
-        self._reader.start()
 
-    def _read(self):
-        # A buffered reader: each read(2) takes what the pipe holds, up to _PIPE_BUFFER, and
-        # readline returns as soon as a line is complete, so streamed events are not delayed.
-        for line in self.proc.stdout:
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                continue
-            with self._plock:
-                call = self._pending.get(msg.get("id"))
-            if call is None:
-                continue
-            if "event" in msg:
-                if call.on_event is not None:
-                    call.on_event(msg["event"], msg.get("data", ""))
-                continue
-            with self._plock:
-                self._pending.pop(msg.get("id"), None)
-            call.answer = msg
-            call.done.set()
-        # The server is gone: fail whoever still waits.
+    def _dispatch(self, line):
+        """Hands one line to its call (an event to its callback, an answer to its waiter)."""
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            return
         with self._plock:
+            call = self._pending.get(msg.get("id"))
+        if call is None:
+            return
+        if "event" in msg:
+            if call.on_event is not None:
+                call.on_event(msg["event"], msg.get("data", ""))
+            return
+        with self._turn:
+            self._pending.pop(msg.get("id"), None)
+            call.answer = msg
+            self._turn.notify_all()
+
+    def _fail_all(self):
+        # The server is gone: fail whoever still waits.
+        with self._turn:
+            self._eof = True
             pending, self._pending = self._pending, {}
-        for call in pending.values():
-            call.answer = {"error": {"kind": "server_exited", "message": "hull serve exited (exit status %s)" % self.proc.poll()}}
-            call.done.set()
+            for call in pending.values():
+                call.answer = {"error": {"kind": "server_exited", "message": "hull serve exited (exit status %s)" % self.proc.poll()}}
+            self._turn.notify_all()
+
+    def _await(self, call):
+        """Waits for call's answer, reading the server's lines while no other thread does."""
+        with self._turn:
+            while call.answer is None and self._reading:
+                self._turn.wait()
+            if call.answer is not None:
+                return
+            self._reading = True
+        try:
+            # A buffered reader: each read(2) takes what the pipe holds, up to _PIPE_BUFFER, and
+            # readline returns as soon as a line is complete, so streamed events are not delayed.
+            while call.answer is None:
+                line = self.proc.stdout.readline()
+                if not line:
+                    self._fail_all()
+                    break
+                self._dispatch(line)
+        finally:
+            with self._turn:
+                self._reading = False
+                self._turn.notify_all()
 
     def call(self, method, params, on_event=None):
+        t0 = time.perf_counter() if _TRACE else 0.0
         line = _request_line(method, params)
         call = _Call(on_event)
         with self._plock:
             if self._closed:
                 raise SandboxError("the sandbox was destroyed; create a new one", "destroyed")
+            if self._eof:
+                raise SandboxError("hull serve is not running (exit status %s)" % self.proc.poll(), "server_exited")
             self._next += 1
             rid = self._next
             self._pending[rid] = call
@@ -149,8 +184,13 @@ class _Server:
             with self._plock:
                 self._pending.pop(rid, None)
             raise SandboxError("hull serve is not running: %s" % e, "server_exited") from e
-        call.done.wait()
+        if _TRACE:
+            t_sent = time.perf_counter()
+        self._await(call)
         ans = call.answer
+        if _TRACE:
+            t_got = time.perf_counter()
+            sys.stderr.write("hull trace: sdk.%s %.3f ms: sent %.3f, answered %.3f\n" % (method, (t_got - t0) * 1000, (t_sent - t0) * 1000, (t_got - t0) * 1000))
         if "error" in ans:
             raise from_error(ans["error"])
         return ans.get("result")
@@ -161,7 +201,6 @@ class _Server:
                 return
             self._closed = True
         _shutdown(self.proc)
-        self._reader.join(timeout=10)
 
 
 def _shutdown(proc):
