@@ -28,7 +28,8 @@ cp -a "$PY" "$root/usr/bin/python$ver"
 ln -s "python$ver" "$root/usr/bin/python3"
 ln -s python3 "$root/usr/bin/python"
 cp -a "/usr/lib/python$ver" "$root/usr/lib/"
-rm -rf "$root/usr/lib/python$ver/test" "$root/usr/lib/python$ver/idlelib"
+# What no box of the bench imports: the static library and build config (25 MiB), tests, IDLE.
+rm -rf "$root/usr/lib/python$ver/test" "$root/usr/lib/python$ver/idlelib" "$root/usr/lib/python$ver"/config-* "$root/usr/lib/python$ver/dist-packages"
 # The loader and the libraries the interpreter and its extension modules link.
 for f in "$PY" "$root/usr/lib/python$ver"/lib-dynload/*.so; do
     ldd "$f" 2>/dev/null | awk '/=> \//{print $3} /^[[:space:]]*\//{print $1}'
