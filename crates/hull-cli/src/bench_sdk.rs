@@ -179,7 +179,8 @@ pub fn main(runs: usize, json: bool) -> i32 {
     let load_end = load_average();
     let stats = samples.stats();
     let output = if runs >= LARGE_OUTPUT_FROM {
-        crate::bench_sdk_output::measure(python, (runs / 10).clamp(3, 10))
+        // The SDK's interpreter (the one the drivers run), not the bare side's.
+        crate::bench_sdk_output::measure("python3", (runs / 10).clamp(3, 10))
     } else {
         json!({ "skipped": format!("measured from --runs {LARGE_OUTPUT_FROM}") })
     };
