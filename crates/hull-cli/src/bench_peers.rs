@@ -240,7 +240,17 @@ pub fn main(runs: usize, back_to_back: bool, json: bool) -> i32 {
         "{:<32} {:<6} {:>8} {:>8} {:>8} {:>10} {:>10} {:>9}",
         "workload", "side", "min", "p50", "p90", "p50/hull", "p90/hull", "p50/bare"
     );
+    // Grouped by workload (hull and its peers on adjacent lines), in the order they ran.
+    let mut order: Vec<&str> = Vec::new();
     for s in &stats {
+        if !order.contains(&s.workload.as_str()) {
+            order.push(&s.workload);
+        }
+    }
+    let grouped = order
+        .iter()
+        .flat_map(|w| stats.iter().filter(move |s| s.workload == *w));
+    for s in grouped {
         let hull_ratio = find(&stats, "hull", &s.workload, s.spacing)
             .filter(|_| s.side != "hull" && s.side != "bare")
             .map(|h| s.ratio_to(h));
