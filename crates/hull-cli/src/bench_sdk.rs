@@ -97,7 +97,7 @@ pub fn rounds(
                 std::thread::sleep(spacing.gap());
                 let ms = d.sample(w)?;
                 if record {
-                    samples.push(&d.side.clone(), w, spacing, ms);
+                    samples.push(&d.side, w, spacing, ms);
                 }
             }
         }
