@@ -50,7 +50,6 @@ fn python_imports(module: &str) -> bool {
 /// A hull store and a kern cache holding bench-python:1 (benches/python-image.sh, run once per
 /// test binary), or why they could not be made.
 struct Homes {
-    _dir: tempfile::TempDir,
     hull_home: PathBuf,
     xdg_cache: PathBuf,
 }
@@ -58,15 +57,17 @@ struct Homes {
 fn image_homes() -> &'static Result<Homes, String> {
     static HOMES: OnceLock<Result<Homes, String>> = OnceLock::new();
     HOMES.get_or_init(|| {
-        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-        let hull_home = dir.path().join("hull");
-        let xdg_cache = dir.path().join("cache");
+        // Under cargo's target directory rather than a TempDir (a static is never dropped, so a
+        // TempDir would stay in /tmp); the script replaces what an earlier run left there.
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-image");
+        let hull_home = dir.join("hull");
+        let xdg_cache = dir.join("cache");
         let out = Command::new("bash")
             .arg(repo().join("benches/python-image.sh"))
             .env("HULL_BIN", common::bin())
             .env("HULL_HOME", &hull_home)
             .env("XDG_CACHE_HOME", &xdg_cache)
-            .env("BENCH_IMAGE_DIR", dir.path().join("build"))
+            .env("BENCH_IMAGE_DIR", dir.join("build"))
             .stdin(Stdio::null())
             .output()
             .map_err(|e| format!("cannot run benches/python-image.sh: {e}"))?;
@@ -77,7 +78,6 @@ fn image_homes() -> &'static Result<Homes, String> {
             ));
         }
         Ok(Homes {
-            _dir: dir,
             hull_home,
             xdg_cache,
         })
