@@ -15,6 +15,8 @@ PKGS="$PKGS g++"
 missing=""
 # hull pull's tests: a loopback registry and the tools that build and push images to it.
 PKGS="$PKGS docker-registry skopeo umoci apache2-utils"
+# hull bench --peers and its test: bubblewrap, one of the peers it runs beside hull.
+PKGS="$PKGS bubblewrap"
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
@@ -42,6 +44,10 @@ done
 python3 -m pip install -q --root-user-action=ignore "maturin>=1.5,<2" pytest
 # hull_sandbox.langchain's optional dependency, for its tests.
 python3 -m pip install -q --root-user-action=ignore "langchain-core>=0.3,<2"
+
+# hull bench --peers and its test: kern, the other peer (its wheel carries the kern binary). Pinned:
+# the bench reads its Python API (Sandbox(image=, prewarm=), kernel()) as this version has it.
+python3 -m pip install -q --root-user-action=ignore "kern-sandbox==0.2.49"
 
 # The Node SDK's build and tests need node and npm (CI images carry them; else Debian's).
 command -v npm >/dev/null || { apt-get update -q; apt-get install -y -q --no-install-recommends nodejs npm; }

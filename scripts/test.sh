@@ -21,6 +21,8 @@ trap 'rm -rf "$skips"; bash scripts/registry.sh stop' EXIT
 
 echo "== tests as root"
 cargo build --workspace --bins
+# hull bench --sdk's test drives the built Node SDK (tsc only; its own tests run below).
+(cd bindings/node && npm ci --no-audit --no-fund --loglevel=error && npm run build)
 cargo test --workspace --no-fail-fast
 
 echo "== hull mcp: the official Python and TypeScript MCP clients over stdio"

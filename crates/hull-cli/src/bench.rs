@@ -25,13 +25,19 @@ pub struct BenchArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
-    /// Measure the Sandbox layer instead: run_code("print(1)") cold and with prewarm=2, beside
-    /// bare python3; then a call printing 16 MiB through the Python SDK (when python3 imports
-    /// hull_sandbox) and a bare `hull serve` client, against the box's own time.
-    #[arg(long)]
+    /// Measure through the SDKs instead: the Python SDK (hull_sandbox) and the Node SDK, each in
+    /// its own process, interleaved with bare python3, calls spaced as an agent spaces them
+    /// (50 ms) and back to back (both are always measured): prewarmed and cold run_code, a cold
+    /// call on the image bench-python:1 (benches/python-image.sh), kernel start and cell.
+    #[arg(long, conflicts_with_all = ["image", "back_to_back"])]
     pub sdk: bool,
-    /// Time each pair at once after the last, without first waiting (up to 50 ms) for the boxes
-    /// the Runtime sets up ahead: that background work then shares the CPU with the timed runs.
+    /// Measure hull beside its peers instead, interleaved: kern (pip install kern-sandbox) through
+    /// its Python SDK against hull's on bench-python:1, and bubblewrap (bwrap) against one-shot
+    /// `hull run`. A peer that is not installed is named and skipped.
+    #[arg(long, conflicts_with_all = ["image", "sdk"])]
+    pub peers: bool,
+    /// Time each call at once after the last, without first waiting (up to 50 ms) for the boxes
+    /// set up ahead: that background work then shares the CPU with the timed runs.
     #[arg(long)]
     pub back_to_back: bool,
 }
@@ -73,6 +79,12 @@ pub fn main(args: &BenchArgs) -> i32 {
     if let Some(name) = &args.image {
         return crate::image_bench::main(name, args.runs.max(5), args.json);
     }
+    if args.sdk {
+        return crate::bench_sdk::main(args.runs, args.json);
+    }
+    if args.peers {
+        return crate::bench_peers::main(args.runs, args.back_to_back, args.json);
+    }
     // `rt` is a long-lived front end's Runtime (hull serve, the SDKs): boxes enter a shared
     // read-only skeleton. `cold` builds every box from scratch, as a one-shot `hull run` does.
     let (rt, cold) = match (Runtime::with_warm(WarmOptions::ALL), Runtime::new()) {
@@ -82,9 +94,6 @@ pub fn main(args: &BenchArgs) -> i32 {
             return 125;
         }
     };
-    if args.sdk {
-        return crate::bench_sdk::main(args.runs, args.json, rt);
-    }
     let runs = args.runs.max(5);
     // The same interpreter in and out of the box (a PATH shim such as pyenv's would skew the bare side).
     let python = if std::path::Path::new("/usr/bin/python3").exists() {

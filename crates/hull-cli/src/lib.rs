@@ -4,6 +4,9 @@
 //! targets in `fuzz/`, which link them as they are.
 
 pub mod bench;
+mod bench_driver;
+pub mod bench_peers;
+mod bench_report;
 pub mod bench_sdk;
 pub mod bench_sdk_output;
 mod bench_stats;
