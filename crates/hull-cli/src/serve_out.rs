@@ -4,6 +4,7 @@
 //! ([`EventSink`]), and the shape of an error answer ([`error_json`]). A leaf of the server:
 //! `serve` (requests, `run`) and `serve_sandbox` (`sandbox.*`, `kernel.*`) both write through it.
 
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -48,10 +49,86 @@ struct Shared {
     wake: std::sync::Condvar,
     /// Answers once the queue is empty.
     drained: std::sync::Condvar,
-    /// Whether stdout is a pipe put in non-blocking mode (else writes block the thread that has
-    /// the line, which is fine for a file or a terminal).
-    nonblocking: bool,
+    sink: Sink,
     dropped: AtomicU64,
+}
+
+/// How a line reaches stdout without ever blocking the thread that has it, and without
+/// changing the open file description stdout shares with the caller (`O_NONBLOCK` lives there:
+/// set on a shared pipe, a shell or a sibling writing to it would start failing with EAGAIN).
+enum Sink {
+    /// A pipe, reopened through `/proc/self/fd/1` as a file description of our own that is
+    /// non-blocking.
+    Pipe(std::os::fd::OwnedFd),
+    /// A socket (Node's `child_process` hands its children a socket pair): each send says
+    /// `MSG_DONTWAIT`.
+    Socket,
+    /// A file, a terminal, or a pipe that could not be reopened (no /proc of our own): only the
+    /// writer thread writes, so a terminal that is not read (a scroll lock) stalls that thread
+    /// and never a box's deadline.
+    Blocking,
+}
+
+impl Sink {
+    fn of_stdout() -> Sink {
+        let stdout = std::io::stdout();
+        let Ok(st) = rustix::fs::fstat(&stdout) else {
+            return Sink::Blocking;
+        };
+        match rustix::fs::FileType::from_raw_mode(st.st_mode) {
+            rustix::fs::FileType::Fifo => {
+                // Best effort: the kernel may refuse (fs.pipe-max-size, the user's pipe quota).
+                let _ = rustix::pipe::fcntl_setpipe_size(&stdout, PIPE_BUFFER);
+                // Opening the pipe by its /proc link makes a new open file description of the
+                // same pipe (fails with ENXIO once the reader is gone, or without /proc).
+                rustix::fs::open(
+                    "/proc/self/fd/1",
+                    rustix::fs::OFlags::WRONLY
+                        | rustix::fs::OFlags::NONBLOCK
+                        | rustix::fs::OFlags::CLOEXEC,
+                    rustix::fs::Mode::empty(),
+                )
+                .map_or(Sink::Blocking, Sink::Pipe)
+            }
+            rustix::fs::FileType::Socket => Sink::Socket,
+            _ => Sink::Blocking,
+        }
+    }
+
+    /// One write of `buf`: `Some(n)` bytes taken, `None` when the client has no room for more.
+    /// An error other than a full buffer (the client is gone) counts as taken: nobody reads it.
+    fn write_some(&self, buf: &[u8]) -> Option<usize> {
+        let written = match self {
+            Sink::Pipe(fd) => rustix::io::write(fd, buf),
+            Sink::Socket => rustix::net::send(
+                std::io::stdout(),
+                buf,
+                rustix::net::SendFlags::DONTWAIT | rustix::net::SendFlags::NOSIGNAL,
+            ),
+            Sink::Blocking => rustix::io::write(std::io::stdout(), buf),
+        };
+        match written {
+            Ok(n) => Some(n),
+            Err(rustix::io::Errno::AGAIN) => None,
+            Err(rustix::io::Errno::INTR) => Some(0),
+            Err(_) => Some(buf.len()),
+        }
+    }
+
+    /// Waits until the client has made room.
+    fn wait_for_room(&self) {
+        let stdout = std::io::stdout();
+        let fd = match self {
+            Sink::Pipe(fd) => fd.as_fd(),
+            Sink::Socket => stdout.as_fd(),
+            Sink::Blocking => return,
+        };
+        let mut fds = [rustix::event::PollFd::new(
+            &fd,
+            rustix::event::PollFlags::OUT,
+        )];
+        let _ = rustix::event::poll(&mut fds, None);
+    }
 }
 
 /// Writes whole lines to stdout. The thread that has a line writes it directly when nothing is
@@ -68,36 +145,13 @@ fn lock(q: &std::sync::Mutex<Queue>) -> std::sync::MutexGuard<'_, Queue> {
     q.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// One write of `buf` to stdout: `Some(n)` bytes taken, `None` when a non-blocking pipe is full.
-/// An error other than a full pipe (the client is gone) counts as taken: nobody reads it.
-fn write_some(buf: &[u8]) -> Option<usize> {
-    match rustix::io::write(std::io::stdout(), buf) {
-        Ok(n) => Some(n),
-        Err(rustix::io::Errno::AGAIN) => None,
-        Err(rustix::io::Errno::INTR) => Some(0),
-        Err(_) => Some(buf.len()),
-    }
-}
-
 impl Out {
     pub(crate) fn start() -> Out {
-        let stdout = std::io::stdout();
-        let is_pipe = rustix::fs::fstat(&stdout).is_ok_and(|st| {
-            rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Fifo
-        });
-        let nonblocking = is_pipe
-            && rustix::fs::fcntl_getfl(&stdout).is_ok_and(|fl| {
-                rustix::fs::fcntl_setfl(&stdout, fl | rustix::fs::OFlags::NONBLOCK).is_ok()
-            });
-        if is_pipe {
-            // Best effort: the kernel may refuse (fs.pipe-max-size, the user's pipe quota).
-            let _ = rustix::pipe::fcntl_setpipe_size(&stdout, PIPE_BUFFER);
-        }
         let shared = Arc::new(Shared {
             queue: std::sync::Mutex::new(Queue::default()),
             wake: std::sync::Condvar::new(),
             drained: std::sync::Condvar::new(),
-            nonblocking,
+            sink: Sink::of_stdout(),
             dropped: AtomicU64::new(0),
         });
         let writer = Arc::clone(&shared);
@@ -114,9 +168,9 @@ impl Out {
         line.push(b'\n');
         let mut q = lock(&self.shared.queue);
         let mut at = 0;
-        if q.lines.is_empty() {
+        if q.lines.is_empty() && !matches!(self.shared.sink, Sink::Blocking) {
             while at < line.len() {
-                match write_some(&line[at..]) {
+                match self.shared.sink.write_some(&line[at..]) {
                     Some(n) => at += n,
                     None => break,
                 }
@@ -174,7 +228,7 @@ fn drain(s: &Shared) {
             continue;
         };
         let at = q.head_written;
-        match write_some(&head[at..]) {
+        match s.sink.write_some(&head[at..]) {
             Some(n) if at + n >= head.len() => {
                 let len = head.len();
                 q.lines.pop_front();
@@ -184,14 +238,7 @@ fn drain(s: &Shared) {
             Some(n) => q.head_written = at + n,
             None => {
                 drop(q);
-                if s.nonblocking {
-                    let stdout = std::io::stdout();
-                    let mut fds = [rustix::event::PollFd::new(
-                        &stdout,
-                        rustix::event::PollFlags::OUT,
-                    )];
-                    let _ = rustix::event::poll(&mut fds, None);
-                }
+                s.sink.wait_for_room();
             }
         }
     }

@@ -224,10 +224,55 @@ fn alive_with(marker: &str) -> bool {
 
 #[test]
 fn a_client_that_stops_reading_does_not_hold_off_deadlines() {
+    let (read, write) = std::io::pipe().unwrap();
+    stalled_client_keeps_deadlines(Stdio::from(write), Box::new(read), 0);
+}
+
+/// The same through a socket: Node's `child_process` (libuv) hands its children a socket pair,
+/// not a pipe, as stdout.
+#[test]
+fn a_client_on_a_socket_that_stops_reading_does_not_hold_off_deadlines() {
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    stalled_client_keeps_deadlines(
+        Stdio::from(std::os::fd::OwnedFd::from(theirs)),
+        Box::new(ours),
+        1,
+    );
+}
+
+/// hull serve must not make a stdout it shares with other processes non-blocking (the flag
+/// belongs to the open file description, so a shell or a sibling writing to the same pipe
+/// would start failing with EAGAIN).
+#[test]
+fn the_callers_stdout_is_left_blocking() {
+    let (read, write) = std::io::pipe().unwrap();
+    let kept = write.try_clone().unwrap();
     let mut child = Command::new(common::bin())
         .arg("serve")
         .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
+        .stdout(Stdio::from(write))
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{}", json!({"id": 1, "method": "hello"})).unwrap();
+    let mut lines = BufReader::new(read).lines();
+    let hello: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(hello["id"], 1, "{hello}");
+    let flags = rustix::fs::fcntl_getfl(&kept).unwrap();
+    drop(stdin);
+    child.wait().unwrap();
+    assert!(
+        !flags.contains(rustix::fs::OFlags::NONBLOCK),
+        "hull serve set O_NONBLOCK on the stdout it shares with its caller"
+    );
+}
+
+/// `salt` keeps the sleeper's marker apart from another test's in this process.
+fn stalled_client_keeps_deadlines(stdout: Stdio, reader: Box<dyn std::io::Read>, salt: u32) {
+    let mut child = Command::new(common::bin())
+        .arg("serve")
+        .stdin(Stdio::piped())
+        .stdout(stdout)
         .spawn()
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
@@ -235,7 +280,7 @@ fn a_client_that_stops_reading_does_not_hold_off_deadlines() {
     let flood = json!({"id": 1, "method": "run", "params": {"code": "import sys\nfor _ in range(4000): sys.stdout.write('x' * 65536)", "stream": true, "max_output": "1m", "timeout": "20s"}});
     // ...while another streaming box must still be killed at its deadline (its supervisor has
     // output to hand over too).
-    let marker = format!("{}", 31_000_000 + std::process::id());
+    let marker = format!("{}", 31_000_000 + 4_000_000 * salt + std::process::id());
     let sleeper = json!({"id": 2, "method": "run", "params": {"argv": ["sh", "-c", format!("echo started; exec sleep {marker}")], "timeout": "1s", "stream": true}});
     writeln!(stdin, "{flood}").unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300));
@@ -258,7 +303,7 @@ fn a_client_that_stops_reading_does_not_hold_off_deadlines() {
     // Now read: both answers arrive, the sleeper's as a timeout.
     writeln!(stdin, "{}", json!({"id": "end", "method": "shutdown"})).unwrap();
     drop(stdin);
-    let lines: Vec<Value> = BufReader::new(child.stdout.take().unwrap())
+    let lines: Vec<Value> = BufReader::new(reader)
         .lines()
         .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
         .collect();
