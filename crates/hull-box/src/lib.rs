@@ -24,6 +24,7 @@ mod poison;
 pub mod proto;
 mod ready;
 pub mod remap;
+mod resident;
 mod resources;
 pub mod result;
 mod runtime;
@@ -43,6 +44,7 @@ mod watch;
 
 pub use error::BoxError;
 pub use field::SpecField;
+pub use resident::{Event as ResidentEvent, Program as ResidentProgram, Resident};
 pub use resources::Teardown;
 pub use result::{Fault, FaultType, RunResult, Stats};
 pub use runtime::Runtime;

@@ -916,16 +916,7 @@ impl PlanBuilder<Process> {
             listener,
             rules: seccomp_rules,
         });
-        let prog = &argv[0];
-        let candidates = if prog.contains('/') {
-            vec![cstring(prog)]
-        } else {
-            path_var
-                .split(':')
-                .filter(|d| d.starts_with('/'))
-                .map(|d| cstring(&format!("{}/{prog}", d.trim_end_matches('/'))))
-                .collect()
-        };
+        let candidates = exec_candidates(&argv[0], path_var);
         self.steps.push(Step::Exec {
             argv: argv.iter().map(|a| cstring(a)).collect(),
             candidates,
@@ -938,6 +929,20 @@ impl PlanBuilder<Process> {
             steps: self.steps,
             clone_flags: self.clone_flags,
         }
+    }
+}
+
+/// The paths `execve` tries for `prog`: itself when it names a path, else each absolute
+/// directory of `path_var` in order.
+pub fn exec_candidates(prog: &str, path_var: &str) -> Vec<CString> {
+    if prog.contains('/') {
+        vec![cstring(prog)]
+    } else {
+        path_var
+            .split(':')
+            .filter(|d| d.starts_with('/'))
+            .map(|d| cstring(&format!("{}/{prog}", d.trim_end_matches('/'))))
+            .collect()
     }
 }
 
