@@ -187,7 +187,10 @@ fn start(dir: &Dir) -> Result<(Arc<Keeper>, mpsc::Receiver<()>), String> {
         let k = Arc::clone(&keeper);
         std::thread::spawn(move || k.dispatch());
     }
-    for cmd in &cfg.setup {
+    // Setup commands run once, at creation: a later start finds them done.
+    let done = dir.file("setup.done");
+    let setup: &[String] = if done.exists() { &[] } else { &cfg.setup };
+    for cmd in setup {
         let argv = vec![keeper.shell.to_string(), "-c".into(), cmd.clone()];
         let (code, stderr) = keeper.run_captured(&argv)?;
         if code != 0 {
@@ -197,6 +200,9 @@ fn start(dir: &Dir) -> Result<(Arc<Keeper>, mpsc::Receiver<()>), String> {
                 String::from_utf8_lossy(&stderr).trim_end()
             ));
         }
+    }
+    if !done.exists() {
+        super::state::write_atomic(&done, b"")?;
     }
     let (sock, _dirfd) = dir.socket_path().map_err(|e| e.to_string())?;
     let _ = std::fs::remove_file(dir.file("control.sock"));

@@ -40,6 +40,9 @@ impl ExecLog {
     /// Appends `data`, rotating first when it would pass the cap. Failures are dropped: the
     /// log never stops a command.
     pub fn write(&self, data: &[u8]) {
+        // A chunk larger than the cap keeps only its end: the file never passes the cap.
+        let cap = usize::try_from(self.cap).unwrap_or(usize::MAX);
+        let data = &data[data.len().saturating_sub(cap)..];
         let mut slot = self.file.lock().unwrap_or_else(|e| e.into_inner());
         if slot
             .as_ref()

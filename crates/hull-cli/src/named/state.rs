@@ -7,6 +7,7 @@
 //!              keeper.pid     the live keeper's pid
 //!              control.sock   the keeper's control socket (0600; the directory is 0700)
 //!              keeper.log     the keeper's own stderr
+//!              setup.done     the setup commands ran (they run once, at creation)
 //!              logs/exec.log  what every exec printed (rotated to exec.log.1 past the cap)
 //!              workspace/     the sandbox's own /workspace (unless --workspace names one)
 //! ```
