@@ -514,3 +514,62 @@ fn an_idle_sandbox_stops_and_the_next_exec_starts_it() {
     s.wait_state("idle", "stopped");
     assert_eq!(s.ok(&["exec", "idle", "--", "ls", "/workspace"]), "y\n");
 }
+
+/// The host cgroup directories (v1 or v2) process `pid` is in, as absolute paths.
+fn cgroup_dirs(pid: i32) -> Vec<PathBuf> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            // The mount of this hierarchy: cgroup2 for "", else the one listing a controller.
+            let mount = mounts.lines().find_map(|m| {
+                let (left, right) = m.split_once(" - ")?;
+                let point = left.split_whitespace().nth(4)?;
+                let mut r = right.split_whitespace();
+                let fstype = r.next()?;
+                let opts = r.nth(1).unwrap_or("");
+                let matches = if controllers.is_empty() {
+                    fstype == "cgroup2"
+                } else {
+                    fstype == "cgroup"
+                        && controllers.split(',').all(|c| {
+                            opts.split(',').any(|o| {
+                                o == c || o == format!("name={}", c.trim_start_matches("name="))
+                            })
+                        })
+                };
+                matches.then(|| point.to_string())
+            })?;
+            Some(PathBuf::from(format!("{mount}{path}")))
+        })
+        .filter(|p| p.to_string_lossy().contains("hull-"))
+        .collect()
+}
+
+#[test]
+fn a_leftover_sweep_leaves_a_live_sandbox_alone() {
+    let s = Sandboxes::new();
+    s.ok(&["create", "swept"]);
+    let secs = unique_secs(4);
+    let script = format!("sleep {secs} >/dev/null 2>&1 &");
+    s.ok(&["exec", "swept", "--", "sh", "-c", &script]);
+    let pids = running(&["sleep", &secs]);
+    assert_eq!(pids.len(), 1);
+    let dirs = cgroup_dirs(pids[0]);
+    assert!(!dirs.is_empty(), "the sandbox's process is in no hull cgroup");
+    // `hull doctor` sweeps what dead hulls left (in the same TMPDIR as the keeper's lock).
+    let out = s.hull(&["doctor"]);
+    assert!(out.status.code().is_some(), "{out:?}");
+    for d in &dirs {
+        assert!(
+            d.is_dir(),
+            "the sweep removed a live sandbox's cgroup {}",
+            d.display()
+        );
+    }
+    assert_eq!(running(&["sleep", &secs]), pids);
+    assert_eq!(s.ok(&["exec", "swept", "--", "echo", "still"]), "still\n");
+    assert_eq!(s.state("swept"), "running");
+}
