@@ -48,7 +48,7 @@ pub use resident::{Event as ResidentEvent, Program as ResidentProgram, Resident}
 pub use resources::Teardown;
 pub use result::{Fault, FaultType, RunResult, Stats};
 pub use runtime::Runtime;
-pub use spec::{BindMount, BoxSpec, Network, RootSpec, Stdin, TmpfsMount};
+pub use spec::{BindMount, BoxSpec, Network, RootSpec, Stdin, TmpfsMount, WritableRoot};
 pub use sys::Errno;
 pub use unenforced::{Unenforced, UnenforcedCaps};
 pub use warm::{WarmOptions, WarmStats};

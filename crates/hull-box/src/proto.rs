@@ -270,8 +270,11 @@ mod tests {
         assert_eq!(Message::decode(&[0; 3]), Err(ProtoError::Length(3)));
         assert_eq!(Message::decode(&[0; 16]), Err(ProtoError::Magic));
         let mut bad = Message::Ready.encode();
-        bad[0] = 9;
-        assert_eq!(Message::decode(&bad), Err(ProtoError::Tag(9)));
+        bad[0] = 11;
+        assert_eq!(Message::decode(&bad), Err(ProtoError::Tag(11)));
+        // A resident box's pids are positive.
+        bad[0] = 8;
+        assert_eq!(Message::decode(&bad), Err(ProtoError::Field));
     }
 
     #[test]

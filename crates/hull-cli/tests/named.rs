@@ -240,6 +240,18 @@ fn files_survive_stop_and_start_and_a_stopped_sandbox_starts_on_exec() {
     let s = Sandboxes::new();
     s.ok(&["create", "disk"]);
     s.ok(&["exec", "disk", "--", "sh", "-c", "echo kept > /workspace/f"]);
+    // The root is writable on disk (overlayfs over the image), the image's own directories
+    // (the host's, here) are not.
+    s.ok(&[
+        "exec",
+        "disk",
+        "--shell",
+        "--",
+        "mkdir -p /opt/tool && echo tool > /opt/tool/x && echo conf > /etc/added",
+    ]);
+    let out = s.hull(&["exec", "disk", "--", "touch", "/usr/hull-named-test"]);
+    assert_ne!(out.status.code(), Some(0), "{out:?}");
+    assert!(!Path::new("/usr/hull-named-test").exists());
     s.ok(&["stop", "disk"]);
     assert_eq!(s.state("disk"), "stopped");
     s.assert_no_keepers();
@@ -248,6 +260,10 @@ fn files_survive_stop_and_start_and_a_stopped_sandbox_starts_on_exec() {
     assert_eq!(
         s.ok(&["exec", "disk", "--", "cat", "/workspace/f"]),
         "kept\n"
+    );
+    assert_eq!(
+        s.ok(&["exec", "disk", "--", "cat", "/opt/tool/x", "/etc/added"]),
+        "tool\nconf\n"
     );
     s.ok(&["stop", "disk"]);
     // The next exec starts it again.
@@ -558,7 +574,10 @@ fn a_leftover_sweep_leaves_a_live_sandbox_alone() {
     let pids = running(&["sleep", &secs]);
     assert_eq!(pids.len(), 1);
     let dirs = cgroup_dirs(pids[0]);
-    assert!(!dirs.is_empty(), "the sandbox's process is in no hull cgroup");
+    assert!(
+        !dirs.is_empty(),
+        "the sandbox's process is in no hull cgroup"
+    );
     // `hull doctor` sweeps what dead hulls left (in the same TMPDIR as the keeper's lock).
     let out = s.hull(&["doctor"]);
     assert!(out.status.code().is_some(), "{out:?}");

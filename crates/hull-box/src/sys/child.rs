@@ -380,9 +380,20 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
             libc::MS_NOSUID | libc::MS_NODEV,
             Some(opts),
         ),
+        Step::MountOverlayRoot { at, opts, .. } => sys::mount(
+            Some(c"overlay"),
+            &at.c,
+            Some(c"overlay"),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            Some(opts),
+        ),
         Step::Mkdir { path } => sys::mkdir(&path.c, 0o755),
         Step::Touch { path } => sys::touch(&path.c),
-        Step::Symlink { target, path, .. } => sys::symlink(target, &path.c),
+        // A writable root keeps the links an earlier start made.
+        Step::Symlink { target, path, .. } => match sys::symlink(target, &path.c) {
+            Err(Errno(libc::EEXIST)) => Ok(()),
+            r => r,
+        },
         Step::WriteFile { path, data } => sys::write_file(
             &path.c,
             data,

@@ -151,6 +151,7 @@ pub fn spec_of(dir: &Dir, cfg: &Config) -> Result<BoxSpec, String> {
         });
     }
     spec.hostname = cfg.name.clone();
+    spec.writable_root = Some(dir.writable_root()?);
     Ok(spec)
 }
 

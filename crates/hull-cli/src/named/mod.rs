@@ -290,7 +290,31 @@ pub fn rm(a: &NameArgs) -> i32 {
 fn remove_dir(dir: &Dir) -> std::io::Result<()> {
     match std::fs::remove_dir_all(&dir.path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            // Directories the sandbox (or overlayfs: `work/work` is mode 000) made unreadable
+            // to their owner: opened up, then removed.
+            open_up(&dir.path, 0);
+            std::fs::remove_dir_all(&dir.path)
+        }
         r => r,
+    }
+}
+
+/// Gives every directory under `p` (not following links) its owner's rwx.
+fn open_up(p: &std::path::Path, depth: usize) {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(md) = std::fs::symlink_metadata(p) else {
+        return;
+    };
+    if !md.is_dir() || depth > 256 {
+        return;
+    }
+    let mode = md.permissions().mode() | 0o700;
+    let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode));
+    if let Ok(rd) = std::fs::read_dir(p) {
+        for e in rd.flatten() {
+            open_up(&e.path(), depth + 1);
+        }
     }
 }
 

@@ -10,6 +10,8 @@
 //!              setup.done     the setup commands ran (they run once, at creation)
 //!              logs/exec.log  what every exec printed (rotated to exec.log.1 past the cap)
 //!              workspace/     the sandbox's own /workspace (unless --workspace names one)
+//!              upper/ work/   its writable root's overlay layers (the image is the lower one)
+//!              lower/         an empty lower layer for the `host` image's root
 //! ```
 
 use std::fs::{File, OpenOptions};
@@ -121,6 +123,33 @@ impl Dir {
 
     pub fn workspace(&self) -> PathBuf {
         self.path.join("workspace")
+    }
+
+    /// The overlay directories of its writable root, made on first use: `upper` (what the
+    /// sandbox changed), `work` (overlayfs's own) and an empty `lower` (the `host` image's root
+    /// layer). As host root the first two go to the box's root id (hull's own range), which
+    /// writes them.
+    pub fn writable_root(&self) -> Result<hull_box::WritableRoot, String> {
+        let root = hull_box::WritableRoot {
+            upper: self.path.join("upper"),
+            work: self.path.join("work"),
+            empty: self.path.join("lower"),
+        };
+        for d in [&root.upper, &root.work, &root.empty] {
+            match std::fs::DirBuilder::new().mode(0o755).create(d) {
+                Ok(()) => {
+                    if d != &root.empty {
+                        if let Some((uid, gid)) = hull_box::remap::box_root() {
+                            std::os::unix::fs::chown(d, Some(uid), Some(gid))
+                                .map_err(|e| format!("chown {}: {e}", d.display()))?;
+                        }
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(format!("create {}: {e}", d.display())),
+            }
+        }
+        Ok(root)
     }
 
     pub fn logs(&self) -> PathBuf {
