@@ -203,9 +203,9 @@ pub mod resident {
         env: &[CString],
         candidates: &[CString],
     ) -> Option<Vec<u8>> {
-        let go = super::go::encode(argv, env, candidates)?;
+        let go = crate::proto::go::encode(argv, env, candidates)?;
         let cwd = cwd.as_bytes_with_nul();
-        if MAGIC.len() + cwd.len() + go.len() > super::go::MAX {
+        if MAGIC.len() + cwd.len() + go.len() > crate::proto::go::MAX {
             return None;
         }
         Some([MAGIC.as_slice(), cwd, &go].concat())
