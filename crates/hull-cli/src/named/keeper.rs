@@ -361,24 +361,15 @@ impl Keeper {
             .into();
         self.log_header(argv);
         let (s, failure) = self.start(argv, &self.env, &self.cwd, &null)?;
-        let (tx, rx) = mpsc::channel::<(u8, Vec<u8>)>();
-        let readers = [
-            pump(s.out, wire::STDOUT, tx.clone()),
-            pump(s.err, wire::STDERR, tx),
-        ];
         let mut stderr = failure.map(String::into_bytes).unwrap_or_default();
-        for (kind, data) in rx {
-            self.log.write(&data);
+        let status = drain(s, |kind, data| {
+            self.log.write(data);
             if kind == wire::STDERR && stderr.len() < 64 << 10 {
-                stderr.extend_from_slice(&data);
+                stderr.extend_from_slice(data);
             }
-        }
-        readers.into_iter().for_each(|r| drop(r.join()));
-        let code = s
-            .exit
-            .recv()
-            .map(wire::exit_code)
-            .map_err(|_| "the sandbox stopped during setup".to_string())?;
+        })
+        .map_err(|_| "the sandbox stopped during setup".to_string())?;
+        let code = wire::exit_code(status);
         self.log.write(format!("[hull] exit {code}\n").as_bytes());
         Ok((code, stderr))
     }
@@ -477,45 +468,11 @@ impl Keeper {
             self.log.write(f.as_bytes());
             let _ = wire::write_frame(w, wire::STDERR, f.as_bytes());
         }
-        let (tx, rx) = mpsc::channel::<(u8, Vec<u8>)>();
-        let readers = [
-            pump(s.out, wire::STDOUT, tx.clone()),
-            pump(s.err, wire::STDERR, tx),
-        ];
-        let mut status = None;
-        let mut grace: Option<Instant> = None;
-        loop {
-            match rx.recv_timeout(Duration::from_millis(50)) {
-                Ok((kind, data)) => {
-                    self.log.write(&data);
-                    let _ = wire::write_frame(w, kind, &data);
-                }
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    // The command exited but something it left behind holds its output open:
-                    // what came within a moment is sent, the rest is not waited for.
-                    if status.is_none() {
-                        status = s.exit.try_recv().ok();
-                    }
-                    if status.is_some() {
-                        let since = *grace.get_or_insert_with(Instant::now);
-                        if since.elapsed() > Duration::from_millis(200) {
-                            break;
-                        }
-                    }
-                }
-            }
-        }
-        if grace.is_none() {
-            readers.into_iter().for_each(|r| drop(r.join()));
-        }
-        let status = match status {
-            Some(s) => s,
-            None => s
-                .exit
-                .recv()
-                .map_err(|_| "the sandbox stopped while the command ran".to_string())?,
-        };
+        let status = drain(s, |kind, data| {
+            self.log.write(data);
+            let _ = wire::write_frame(w, kind, data);
+        })
+        .map_err(|()| "the sandbox stopped while the command ran".to_string())?;
         let code = wire::exit_code(status);
         self.log.write(format!("[hull] exit {code}\n").as_bytes());
         wire::write_frame(w, wire::EXIT, &code.to_le_bytes()).map_err(|e| e.to_string())
@@ -540,25 +497,61 @@ impl Keeper {
     }
 }
 
-/// Reads `r` to its end, sending each chunk as a frame of `kind`.
-fn pump(
-    mut r: std::io::PipeReader,
-    kind: u8,
-    tx: mpsc::Sender<(u8, Vec<u8>)>,
-) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
-        let mut buf = vec![0u8; 64 << 10];
-        loop {
+/// Hands `each` the command's output as it comes (stdout and stderr, read in this thread), then
+/// returns its wait status. A command that exited while something it left behind holds its
+/// output open: what comes within 200 ms of its exit is passed on, the rest is not waited for.
+/// `Err` if the sandbox stopped before the status came.
+fn drain(s: Started, mut each: impl FnMut(u8, &[u8])) -> Result<i32, ()> {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let mut open = [Some((s.out, wire::STDOUT)), Some((s.err, wire::STDERR))];
+    let mut buf = vec![0u8; 64 << 10];
+    let mut status = None;
+    let mut grace: Option<Instant> = None;
+    while open.iter().any(Option::is_some) {
+        let ready: Vec<bool> = {
+            let mut fds: Vec<PollFd<'_>> = open
+                .iter()
+                .flatten()
+                .map(|(r, _)| PollFd::new(r, PollFlags::IN))
+                .collect();
+            let tick = Timespec {
+                tv_sec: 0,
+                tv_nsec: 50_000_000,
+            };
+            if poll(&mut fds, Some(&tick)).is_err() {
+                return Err(());
+            }
+            fds.iter().map(|f| !f.revents().is_empty()).collect()
+        };
+        let mut at = 0;
+        for slot in &mut open {
+            let Some((r, kind)) = slot else { continue };
+            let hit = ready.get(at).copied().unwrap_or(false);
+            at += 1;
+            if !hit {
+                continue;
+            }
             match r.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    if tx.send((kind, buf[..n].to_vec())).is_err() {
-                        break;
-                    }
+                Ok(0) | Err(_) => *slot = None,
+                Ok(n) => each(*kind, &buf[..n]),
+            }
+        }
+        if !ready.iter().any(|&r| r) {
+            if status.is_none() {
+                status = s.exit.try_recv().ok();
+            }
+            if status.is_some() {
+                let since = *grace.get_or_insert_with(Instant::now);
+                if since.elapsed() > Duration::from_millis(200) {
+                    break;
                 }
             }
         }
-    })
+    }
+    match status {
+        Some(st) => Ok(st),
+        None => s.exit.recv().map_err(drop),
+    }
 }
 
 /// Copies the client's stdin frames into the command's stdin until their end.
