@@ -592,3 +592,50 @@ fn a_leftover_sweep_leaves_a_live_sandbox_alone() {
     assert_eq!(s.ok(&["exec", "swept", "--", "echo", "still"]), "still\n");
     assert_eq!(s.state("swept"), "running");
 }
+
+#[test]
+fn host_directories_mount_at_workspace_or_read_only_at_their_own_path() {
+    let s = Sandboxes::new();
+    let rw = tempfile::tempdir().unwrap();
+    let ro = tempfile::tempdir().unwrap();
+    std::fs::write(ro.path().join("input"), "given\n").unwrap();
+    let ro_path = ro.path().to_str().unwrap();
+    s.ok(&[
+        "create",
+        "mounted",
+        "--workspace",
+        rw.path().to_str().unwrap(),
+        "--ro-workspace",
+        ro_path,
+    ]);
+    s.ok(&[
+        "exec",
+        "mounted",
+        "--",
+        "sh",
+        "-c",
+        "echo made > /workspace/out",
+    ]);
+    assert_eq!(
+        std::fs::read_to_string(rw.path().join("out")).unwrap(),
+        "made\n"
+    );
+    let input = format!("{ro_path}/input");
+    assert_eq!(s.ok(&["exec", "mounted", "--", "cat", &input]), "given\n");
+    let out = s.hull(&["exec", "mounted", "--", "touch", &format!("{ro_path}/new")]);
+    assert_ne!(out.status.code(), Some(0), "{out:?}");
+    assert!(!ro.path().join("new").exists());
+    // The sandbox's own disk is not used for /workspace then.
+    assert!(std::fs::read_dir(s.root().join("mounted/workspace"))
+        .unwrap()
+        .next()
+        .is_none());
+}
+
+#[test]
+fn a_sandbox_stops_at_its_max_duration() {
+    let s = Sandboxes::new();
+    s.ok(&["create", "short", "--max-duration", "500ms"]);
+    s.wait_state("short", "stopped");
+    assert_eq!(s.ok(&["exec", "short", "--", "echo", "again"]), "again\n");
+}

@@ -31,7 +31,7 @@ pub struct CreateArgs {
     #[arg(long, default_value = "host")]
     pub image: String,
     /// Host directory at /workspace, read-write (default: the sandbox's own disk).
-    #[arg(long, value_name = "DIR", conflicts_with = "ro_workspace")]
+    #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
     /// Host directory mounted read-only at the same path in the sandbox. Repeatable.
     #[arg(long, value_name = "DIR")]
