@@ -211,6 +211,27 @@ pub mod resident {
         Some([MAGIC.as_slice(), cwd, &go].concat())
     }
 
+    const KILL: &[u8; 4] = b"HRK1";
+
+    /// A request to send signal `sig` to the process group of `pid` (a program pid 1 started,
+    /// the leader of its own session) and to `pid` itself.
+    pub fn kill(pid: i32, sig: i32) -> [u8; 12] {
+        let mut out = [0u8; 12];
+        out[..4].copy_from_slice(KILL);
+        out[4..8].copy_from_slice(&pid.to_le_bytes());
+        out[8..].copy_from_slice(&sig.to_le_bytes());
+        out
+    }
+
+    /// The pid and signal of a [`kill`] request, None for anything else (no allocation).
+    pub fn parse_kill(data: &[u8]) -> Option<(i32, i32)> {
+        if data.len() != 12 || &data[..4] != KILL {
+            return None;
+        }
+        let word = |i: usize| i32::from_le_bytes([data[i], data[i + 1], data[i + 2], data[i + 3]]);
+        Some((word(4), word(8)))
+    }
+
     /// Splits a request into the offset of its working directory's first byte (always 4) and
     /// of its go datagram, without allocating; None for anything malformed.
     pub fn split(data: &[u8]) -> Option<usize> {
@@ -343,5 +364,7 @@ mod tests {
         assert_eq!(resident::split(b"HRX1\0rest"), None, "an empty directory");
         assert_eq!(resident::split(b"HGO1/w\0"), None, "another marker");
         assert_eq!(resident::split(b"HRX1/w"), None, "no terminator");
+        assert_eq!(resident::parse_kill(&resident::kill(7, 9)), Some((7, 9)));
+        assert_eq!(resident::parse_kill(&data), None);
     }
 }

@@ -170,6 +170,19 @@ impl Resident {
         })
     }
 
+    /// Asks pid 1 to send `sig` to `pid` (a program it started, in the box's pid namespace)
+    /// and to its process group: what the program started in its session goes too, unless it
+    /// moved elsewhere.
+    pub fn kill(&self, pid: libc::pid_t, sig: i32) -> Result<(), BoxError> {
+        let data = crate::proto::resident::kill(pid, sig);
+        sys::send_with_fds(self.channel.fd().as_raw_fd(), &data, &[]).map_err(|errno| {
+            BoxError::Sys {
+                what: "ask the box to kill a program",
+                errno,
+            }
+        })
+    }
+
     /// Receives pid 1's next report without waiting (poll [`Resident::channel_fd`] first).
     pub fn recv(&self) -> Result<Event, BoxError> {
         match self.channel.recv()? {

@@ -639,3 +639,30 @@ fn a_sandbox_stops_at_its_max_duration() {
     s.wait_state("short", "stopped");
     assert_eq!(s.ok(&["exec", "short", "--", "echo", "again"]), "again\n");
 }
+
+#[test]
+fn a_command_whose_client_goes_away_is_killed_with_what_it_started() {
+    let s = Sandboxes::new();
+    s.ok(&["create", "abort"]);
+    let (outer, inner) = (unique_secs(5), unique_secs(6));
+    // The command starts a child of its own, then waits; its client is killed meanwhile.
+    let script = format!("sleep {inner} & sleep {outer}");
+    let mut c = s.cmd(&["exec", "abort", "--", "sh", "-c", &script]);
+    c.stdout(Stdio::null()).stderr(Stdio::null());
+    let mut client = c.spawn().unwrap();
+    let t0 = Instant::now();
+    while running(&["sleep", &outer]).is_empty() || running(&["sleep", &inner]).is_empty() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the command never started"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    client.kill().unwrap();
+    client.wait().unwrap();
+    wait_gone(&["sleep", &outer]);
+    wait_gone(&["sleep", &inner]);
+    // The sandbox itself runs on.
+    assert_eq!(s.ok(&["exec", "abort", "--", "echo", "on"]), "on\n");
+    assert!(s.ok(&["logs", "abort"]).contains("the client went away"));
+}

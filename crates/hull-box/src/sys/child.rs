@@ -841,6 +841,17 @@ fn serve_resident(ctx: &ChildContext<'_>, stack: &mut ProgramStack) -> SysResult
             let _ = sys::kill(-1, libc::SIGKILL);
             sys::exit_now(0);
         }
+        if let Some((pid, sig)) = crate::proto::resident::parse_kill(&data[..n]) {
+            // Only a program's own group and itself: never pid 1, never everything.
+            if pid > 1 {
+                let _ = sys::kill(-pid, sig);
+                let _ = sys::kill(pid, sig);
+            }
+            for &fd in &got[..count] {
+                sys::close_raw(fd);
+            }
+            continue;
+        }
         let started = start_sent(ctx, &data[..n], &got[..count], starts, ptrs, stack);
         for &fd in &got[..count] {
             sys::close_raw(fd);

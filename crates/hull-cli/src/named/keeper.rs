@@ -250,6 +250,8 @@ fn shell_of(spec: &BoxSpec) -> &'static str {
 
 /// A started command: its pid in the box, output pipes and exit status to come.
 struct Started {
+    /// Its pid in the box.
+    pid: i32,
     out: std::io::PipeReader,
     err: std::io::PipeReader,
     exit: mpsc::Receiver<i32>,
@@ -347,10 +349,18 @@ impl Keeper {
                 .send(&program, [stdin.as_fd(), out_w.as_fd(), err_w.as_fd()])
                 .map_err(|e| chain(&e))?;
             drop((out_w, err_w));
-            let (_pid, failure) = answer_rx
+            let (pid, failure) = answer_rx
                 .recv()
                 .map_err(|_| "the sandbox stopped".to_string())??;
-            Ok((Started { out, err, exit }, failure))
+            Ok((
+                Started {
+                    pid,
+                    out,
+                    err,
+                    exit,
+                },
+                failure,
+            ))
         }
     }
 
@@ -362,12 +372,17 @@ impl Keeper {
         self.log_header(argv);
         let (s, failure) = self.start(argv, &self.env, &self.cwd, &null)?;
         let mut stderr = failure.map(String::into_bytes).unwrap_or_default();
-        let status = drain(s, |kind, data| {
-            self.log.write(data);
-            if kind == wire::STDERR && stderr.len() < 64 << 10 {
-                stderr.extend_from_slice(data);
-            }
-        })
+        let status = drain(
+            s,
+            None,
+            |_| {},
+            |kind, data| {
+                self.log.write(data);
+                if kind == wire::STDERR && stderr.len() < 64 << 10 {
+                    stderr.extend_from_slice(data);
+                }
+            },
+        )
         .map_err(|_| "the sandbox stopped during setup".to_string())?;
         let code = wire::exit_code(status);
         self.log.write(format!("[hull] exit {code}\n").as_bytes());
@@ -468,7 +483,14 @@ impl Keeper {
             self.log.write(f.as_bytes());
             let _ = wire::write_frame(w, wire::STDERR, f.as_bytes());
         }
-        let status = drain(s, |kind, data| {
+        let client = w.try_clone().map_err(|e| e.to_string())?;
+        let gone = |pid: i32| {
+            // The client went away (killed, interrupted): what it started goes too.
+            let _ = self.resident.kill(pid, libc::SIGKILL);
+            self.log
+                .write(b"[hull] the client went away: the command was killed\n");
+        };
+        let status = drain(s, Some(&client), gone, |kind, data| {
             self.log.write(data);
             let _ = wire::write_frame(w, kind, data);
         })
@@ -498,10 +520,16 @@ impl Keeper {
 }
 
 /// Hands `each` the command's output as it comes (stdout and stderr, read in this thread), then
-/// returns its wait status. A command that exited while something it left behind holds its
+/// returns its wait status; `gone` is called (once, with the command's pid) if `client` hangs
+/// up first. A command that exited while something it left behind holds its
 /// output open: what comes within 200 ms of its exit is passed on, the rest is not waited for.
 /// `Err` if the sandbox stopped before the status came.
-fn drain(s: Started, mut each: impl FnMut(u8, &[u8])) -> Result<i32, ()> {
+fn drain(
+    s: Started,
+    mut client: Option<&UnixStream>,
+    mut gone: impl FnMut(i32),
+    mut each: impl FnMut(u8, &[u8]),
+) -> Result<i32, ()> {
     use rustix::event::{poll, PollFd, PollFlags, Timespec};
     let mut open = [Some((s.out, wire::STDOUT)), Some((s.err, wire::STDERR))];
     let mut buf = vec![0u8; 64 << 10];
@@ -514,6 +542,10 @@ fn drain(s: Started, mut each: impl FnMut(u8, &[u8])) -> Result<i32, ()> {
                 .flatten()
                 .map(|(r, _)| PollFd::new(r, PollFlags::IN))
                 .collect();
+            // The client's hangup only (its stdin frames belong to the stdin thread).
+            if let Some(c) = client {
+                fds.push(PollFd::new(c, PollFlags::RDHUP));
+            }
             let tick = Timespec {
                 tv_sec: 0,
                 tv_nsec: 50_000_000,
@@ -523,6 +555,10 @@ fn drain(s: Started, mut each: impl FnMut(u8, &[u8])) -> Result<i32, ()> {
             }
             fds.iter().map(|f| !f.revents().is_empty()).collect()
         };
+        if client.is_some() && ready.last().copied().unwrap_or(false) {
+            client = None;
+            gone(s.pid);
+        }
         let mut at = 0;
         for slot in &mut open {
             let Some((r, kind)) = slot else { continue };
