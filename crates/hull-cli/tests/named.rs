@@ -666,3 +666,27 @@ fn a_command_whose_client_goes_away_is_killed_with_what_it_started() {
     assert_eq!(s.ok(&["exec", "abort", "--", "echo", "on"]), "on\n");
     assert!(s.ok(&["logs", "abort"]).contains("the client went away"));
 }
+
+#[test]
+fn logs_follow_prints_what_later_commands_print() {
+    use std::io::{BufRead, BufReader};
+    let s = Sandboxes::new();
+    s.ok(&["create", "follow"]);
+    let mut c = s.cmd(&["logs", "follow", "-f"]);
+    c.stdout(Stdio::piped());
+    let mut f = c.spawn().unwrap();
+    let mut lines = BufReader::new(f.stdout.take().unwrap()).lines();
+    s.ok(&["exec", "follow", "--", "echo", "followed-line"]);
+    let t0 = Instant::now();
+    let found = loop {
+        match lines.next() {
+            Some(Ok(l)) if l == "followed-line" => break true,
+            Some(Ok(_)) => {}
+            _ => break false,
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10));
+    };
+    let _ = f.kill();
+    let _ = f.wait();
+    assert!(found, "logs -f never printed the command's output");
+}

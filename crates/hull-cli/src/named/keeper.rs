@@ -219,9 +219,15 @@ fn start(dir: &Dir) -> Result<(Arc<Keeper>, mpsc::Receiver<()>), String> {
     {
         let k = Arc::clone(&keeper);
         std::thread::spawn(move || {
-            for conn in listener.incoming().flatten() {
-                let k = Arc::clone(&k);
-                std::thread::spawn(move || k.serve(conn));
+            for conn in listener.incoming() {
+                match conn {
+                    Ok(conn) => {
+                        let k = Arc::clone(&k);
+                        std::thread::spawn(move || k.serve(conn));
+                    }
+                    // Out of descriptors or memory: not a reason to spin.
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
             }
         });
     }
