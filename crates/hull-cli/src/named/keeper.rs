@@ -351,9 +351,13 @@ impl Keeper {
                 argv0: argv.first().cloned().unwrap_or_default(),
                 cwd: cwd.to_string(),
             });
-            self.resident
+            if let Err(e) = self
+                .resident
                 .send(&program, [stdin.as_fd(), out_w.as_fd(), err_w.as_fd()])
-                .map_err(|e| chain(&e))?;
+            {
+                lock(&self.pending).take();
+                return Err(chain(&e));
+            }
             drop((out_w, err_w));
             let (pid, failure) = answer_rx
                 .recv()

@@ -1,6 +1,8 @@
 //! The keeper's control protocol on its Unix socket: one JSON request line from the client,
 //! then frames both ways (`kind: u8`, `len: u32` little-endian, `len` bytes): stdin data and its
-//! end from the client; stdout, stderr, the exit code or an error from the keeper.
+//! end from the client; stdout, stderr, the exit code or an error from the keeper. A client keeps
+//! its side open until the exit code: the keeper takes a hangup (a shutdown of the client's
+//! sending side included) as the client going away, and kills the command.
 
 use std::io::{self, Read, Write};
 
