@@ -177,6 +177,11 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
     let ws = src.add(SpecField::Workspace, ctx.workspace, false)?;
     // Host directories the box may write: with a remapped root they become idmapped copies.
     let mut adopt = Vec::new();
+    // An image under a writable root is seen through an idmapped copy too, so that its files
+    // (host root's, in host root's store) are the box root's to change through the overlay.
+    if let (Some(_), RootSpec::Dir(_)) = (&overlay, &spec.root) {
+        adopt.extend(src.list.first().map(|(_, fd)| (*fd, SpecField::Root)));
+    }
     if !ctx.temporary_workspace {
         adopt.extend(src.list.last().map(|(_, fd)| (*fd, SpecField::Workspace)));
     }
@@ -194,7 +199,12 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
         ctx.stage,
     );
     if let Some(([lower, upper, work], shown)) = &overlay {
-        b.overlay_root(lower, upper, work, shown.clone());
+        // As host root the image's lower layer is an idmapped copy (adopted below).
+        let attach = match (&spec.root, ctx.remap) {
+            (RootSpec::Dir(_), Some(_)) => src.list.first().map(|(p, fd)| (*fd, p.as_str())),
+            _ => None,
+        };
+        b.overlay_root(lower, upper, work, shown.clone(), attach);
     }
     // Top-level names that come from the image (read-only, shared with the host or other boxes).
     let mut image_top: Vec<String> = Vec::new();

@@ -732,17 +732,45 @@ impl PlanBuilder<Skeleton> {
 
     /// The root is an overlayfs whose layers are the descriptors `lower`, `upper` and `work`
     /// opened (see [`Step::OpenSource`]), instead of the tmpfs; `shown` names them.
-    pub fn overlay_root(&mut self, lower: &str, upper: &str, work: &str, shown: String) {
+    ///
+    /// `attach`: the lower layer is an idmapped copy (host root, see [`crate::remap`]) that
+    /// overlayfs takes only from a mounted path: the copy (descriptor, host path) is attached
+    /// over its own source first, in the box's private mount table, and named by that path.
+    pub fn overlay_root(
+        &mut self,
+        lower: &str,
+        upper: &str,
+        work: &str,
+        shown: String,
+        attach: Option<(i32, &str)>,
+    ) {
         let at = self.staged("/");
+        // Attached where the root goes (the stage, which any id may traverse; the source's own
+        // path may lie under a directory only host root enters), then covered by the overlay.
+        let stage = at.c.to_string_lossy().into_owned();
+        let lower = match attach {
+            Some(_) => stage.as_str(),
+            None => lower,
+        };
         let opts = cstring(&format!(
             "lowerdir={lower},upperdir={upper},workdir={work},userxattr"
         ));
-        if let Some(slot) = self
+        if let Some(i) = self
             .steps
-            .iter_mut()
-            .find(|s| matches!(s, Step::MountRoot { .. }))
+            .iter()
+            .position(|s| matches!(s, Step::MountRoot { .. }))
         {
-            *slot = Step::MountOverlayRoot { at, opts, shown };
+            self.steps[i] = Step::MountOverlayRoot { at, opts, shown };
+            if let Some((fd, path)) = attach {
+                self.steps.insert(
+                    i,
+                    Step::AttachSource {
+                        fd,
+                        source: path.to_string(),
+                        target: self.staged("/"),
+                    },
+                );
+            }
         }
     }
 

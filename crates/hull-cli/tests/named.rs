@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 /// A test's sandboxes: removed (and checked gone) when dropped.
 struct Sandboxes {
     dir: tempfile::TempDir,
+    /// `HULL_HOME` (an image store) for every command, when the test made one.
+    home: Option<PathBuf>,
 }
 
 impl Sandboxes {
@@ -22,6 +24,7 @@ impl Sandboxes {
                 .prefix("hull-named-test-")
                 .tempdir()
                 .expect("tempdir"),
+            home: None,
         }
     }
 
@@ -34,6 +37,9 @@ impl Sandboxes {
         c.args(args)
             .env("HULL_SANDBOXES", self.root())
             .stdin(Stdio::null());
+        if let Some(h) = &self.home {
+            c.env("HULL_HOME", h);
+        }
         c
     }
 
@@ -689,4 +695,105 @@ fn logs_follow_prints_what_later_commands_print() {
     let _ = f.kill();
     let _ = f.wait();
     assert!(found, "logs -f never printed the command's output");
+}
+
+/// An OCI layout of one layer: a static busybox as /bin/sh, a /srv directory and /marker.
+fn busybox_layout(dir: &Path) -> bool {
+    use hull_image::oci::Digest;
+    let Ok(busybox) = std::fs::read("/bin/busybox") else {
+        hull_testkit::skip("/bin/busybox (busybox-static) is not installed");
+        return false;
+    };
+    let mut b = tar::Builder::new(flate2::write::GzEncoder::new(
+        Vec::new(),
+        flate2::Compression::fast(),
+    ));
+    let mut add = |path: &str, data: &[u8], mode: u32, kind: tar::EntryType, link: Option<&str>| {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(kind);
+        h.set_mode(mode);
+        h.set_size(data.len() as u64);
+        if let Some(l) = link {
+            h.set_link_name(l).unwrap();
+        }
+        b.append_data(&mut h, path, data).unwrap();
+    };
+    add("bin/", b"", 0o755, tar::EntryType::Directory, None);
+    add(
+        "bin/busybox",
+        &busybox,
+        0o755,
+        tar::EntryType::Regular,
+        None,
+    );
+    for tool in ["sh", "cat", "echo", "touch", "ls"] {
+        add(
+            &format!("bin/{tool}"),
+            b"",
+            0o777,
+            tar::EntryType::Symlink,
+            Some("busybox"),
+        );
+    }
+    add("srv/", b"", 0o755, tar::EntryType::Directory, None);
+    add(
+        "marker",
+        b"from the image\n",
+        0o644,
+        tar::EntryType::Regular,
+        None,
+    );
+    let layer = b.into_inner().unwrap().finish().unwrap();
+    let config = br#"{"architecture":"amd64","os":"linux","config":{"Env":["PATH=/bin"]}}"#;
+    std::fs::create_dir_all(dir.join("blobs/sha256")).unwrap();
+    std::fs::write(dir.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
+    let put = |bytes: &[u8], media: &str| {
+        let d = Digest::of(bytes);
+        std::fs::write(dir.join("blobs/sha256").join(d.hex()), bytes).unwrap();
+        serde_json::json!({"digest": d.to_string(), "size": bytes.len(), "mediaType": media})
+    };
+    let l = put(&layer, "application/vnd.oci.image.layer.v1.tar+gzip");
+    let c = put(config, "application/vnd.oci.image.config.v1+json");
+    let manifest = serde_json::to_vec(&serde_json::json!({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json", "config": c, "layers": [l]})).unwrap();
+    let mut m = put(&manifest, "application/vnd.oci.image.manifest.v1+json");
+    m["annotations"] = serde_json::json!({"org.opencontainers.image.ref.name": "v1"});
+    std::fs::write(
+        dir.join("index.json"),
+        serde_json::to_vec(&serde_json::json!({"schemaVersion": 2, "manifests": [m]})).unwrap(),
+    )
+    .unwrap();
+    true
+}
+
+#[test]
+fn an_images_files_are_writable_through_the_overlay_and_the_image_is_untouched() {
+    let home = tempfile::tempdir().unwrap();
+    let layout = tempfile::tempdir().unwrap();
+    if !busybox_layout(layout.path()) {
+        return;
+    }
+    let mut s = Sandboxes::new();
+    s.home = Some(home.path().to_path_buf());
+    s.ok(&["import", layout.path().to_str().unwrap(), "--name", "bb:1"]);
+    s.ok(&["create", "onimage", "--image", "bb:1"]);
+    s.ok(&[
+        "exec",
+        "onimage",
+        "--",
+        "sh",
+        "-c",
+        "echo changed > /marker; echo new > /srv/new; touch /bin/added",
+    ]);
+    s.ok(&["stop", "onimage"]);
+    assert_eq!(
+        s.ok(&["exec", "onimage", "--", "cat", "/marker", "/srv/new"]),
+        "changed\nnew\n"
+    );
+    // The store's copy is the lower layer: unchanged, and another box still sees it as it was.
+    assert_eq!(
+        s.ok(&["run", "--image", "bb:1", "--", "cat", "/marker"]),
+        "from the image\n"
+    );
+    s.ok(&["create", "second", "--image", "bb:1"]);
+    assert_eq!(s.ok(&["exec", "second", "--", "ls", "/srv"]), "");
 }
