@@ -152,13 +152,36 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
         list: Vec::new(),
         homes: std::cell::OnceCell::new(),
     };
-    let root_entries = match &spec.root {
-        RootSpec::Dir(dir) => rootfs_entries(spec, dir, &mut src)?,
-        RootSpec::Host => Vec::new(),
+    // A writable root's layers are opened first; an image under it is its lower layer, so its
+    // entries are not bound one by one.
+    let overlay = match &spec.writable_root {
+        Some(w) => {
+            let lower = match &spec.root {
+                RootSpec::Dir(d) => d.as_path(),
+                RootSpec::Host => w.empty.as_path(),
+            };
+            let layers = [
+                src.add(SpecField::Root, lower, true)?,
+                src.add(SpecField::Root, &w.upper, false)?,
+                src.add(SpecField::Root, &w.work, false)?,
+            ];
+            let shown = format!("lower {}, upper {}", lower.display(), w.upper.display());
+            Some((layers, shown))
+        }
+        None => None,
+    };
+    let root_entries = match (&spec.root, &overlay) {
+        (RootSpec::Dir(dir), None) => rootfs_entries(spec, dir, &mut src)?,
+        _ => Vec::new(),
     };
     let ws = src.add(SpecField::Workspace, ctx.workspace, false)?;
     // Host directories the box may write: with a remapped root they become idmapped copies.
     let mut adopt = Vec::new();
+    // An image under a writable root is seen through an idmapped copy too, so that its files
+    // (host root's, in host root's store) are the box root's to change through the overlay.
+    if let (Some(_), RootSpec::Dir(_)) = (&overlay, &spec.root) {
+        adopt.extend(src.list.first().map(|(_, fd)| (*fd, SpecField::Root)));
+    }
     if !ctx.temporary_workspace {
         adopt.extend(src.list.last().map(|(_, fd)| (*fd, SpecField::Workspace)));
     }
@@ -175,11 +198,22 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
         &src.list,
         ctx.stage,
     );
+    if let Some(([lower, upper, work], shown)) = &overlay {
+        // As host root the image's lower layer is an idmapped copy (adopted below).
+        let attach = match (&spec.root, ctx.remap) {
+            (RootSpec::Dir(_), Some(_)) => src.list.first().map(|(p, fd)| (*fd, p.as_str())),
+            _ => None,
+        };
+        b.overlay_root(lower, upper, work, shown.clone(), attach);
+    }
     // Top-level names that come from the image (read-only, shared with the host or other boxes).
     let mut image_top: Vec<String> = Vec::new();
-    match &spec.root {
-        RootSpec::Host => host_root(&mut b, spec, &mut image_top),
-        RootSpec::Dir(dir) => dir_root(&mut b, dir, &root_entries, &mut image_top),
+    match (&spec.root, &overlay) {
+        (RootSpec::Host, _) => host_root(&mut b, spec, &mut image_top),
+        (RootSpec::Dir(dir), None) => dir_root(&mut b, dir, &root_entries, &mut image_top),
+        // The image is the overlay's lower layer: nothing to bind, and nothing of it refused
+        // as a mount target's top either (its directories are writable here).
+        (RootSpec::Dir(_), Some(_)) => {}
     }
     for d in OWN_TOP {
         b.mkdir(&format!("/{d}"));
@@ -235,6 +269,9 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
     dev_skeleton(&mut b);
 
     let mut w = b.seal();
+    if overlay.is_some() {
+        w.root_writable();
+    }
     w.tmpfs("/tmp", spec.tmp_size, 0o1777);
     w.tmpfs("/dev/shm", spec.shm_size, 0o1777);
     w.devpts("/dev/pts");

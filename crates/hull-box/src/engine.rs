@@ -25,6 +25,7 @@ use crate::result::RunResult;
 use crate::spares::Spares;
 use crate::spec::BoxSpec;
 use crate::split::{LaunchPlan, Steps};
+use crate::sys::child::Pid1Role;
 use crate::sys::{self, Errno};
 use crate::template::Templates;
 use crate::trace::{Marks, TraceMap};
@@ -279,7 +280,7 @@ impl Engine {
             timeout: spec.timeout,
             filter: &self.filter,
             trace: trace.as_ref(),
-            ready_box: false,
+            pid1: Pid1Role::Program,
         };
         let started = match launch.start() {
             Ok(s) => s,
@@ -476,6 +477,66 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// [`crate::Runtime::start_resident`]: the plan of a fresh box with a filter that kills
+    /// (no listener: see `resident.rs`), launched with a pid 1 that serves requests.
+    pub(crate) fn start_resident(&self, spec: &BoxSpec) -> Result<crate::Resident, BoxError> {
+        spec.validate()?;
+        let keep = keep_caps(spec)?;
+        let workspace = match &spec.workspace {
+            Some(w) => Workspace::named(w.clone()),
+            None => Workspace::temporary()?,
+        };
+        let (cgroup, warnings) = self.box_cgroup(spec)?;
+        let filter = hull_seccomp::compile(
+            hull_seccomp::default_policy(),
+            &hull_seccomp::CompileOptions {
+                kill_mode: hull_seccomp::KillMode::KillProcess,
+                default_errno: u16::try_from(libc::ENOSYS).unwrap_or(38),
+            },
+        )?;
+        let procs = cgroup.procs_files();
+        let ctx = Context {
+            uid: sys::geteuid(),
+            gid: sys::getegid(),
+            cgroup_procs: &procs,
+            workspace: &workspace.path,
+            seccomp_rules: self.rules,
+            listener: false,
+            keep_caps: keep,
+            stage: crate::plan::STAGE,
+            remap: remap_of(spec),
+            temporary_workspace: spec.workspace.is_none(),
+        };
+        let plan = LaunchPlan::Fresh(build_plan(spec, &ctx)?);
+        let launch = Launch {
+            plan: &plan,
+            stdin: crate::spec::Stdin::Null,
+            timeout: spec.timeout,
+            filter: &filter,
+            trace: None,
+            pid1: Pid1Role::Resident,
+        };
+        let started = launch.start()?;
+        let timeout = i32::try_from(spec.timeout.as_millis()).unwrap_or(i32::MAX);
+        if let Err(e) = started.channel.expect_ready(timeout, &plan) {
+            launch::end_unreaped(started.pid);
+            return Err(e);
+        }
+        let resources = Resources {
+            workspace,
+            cgroup,
+            warnings,
+        };
+        Ok(crate::Resident::new(
+            started.pid,
+            started.channel,
+            resources,
+            plan,
+        ))
+    }
+}
+
 impl SetUpAhead for Engine {
     /// Sets up a box for `spec` and leaves its pid 1 waiting for the program (see `ready.rs`).
     fn set_up_ahead(&self, spec: &BoxSpec) -> Result<ReadyBox, BoxError> {
@@ -503,7 +564,7 @@ impl SetUpAhead for Engine {
             timeout: spec.timeout,
             filter: &self.filter,
             trace: None,
-            ready_box: true,
+            pid1: Pid1Role::Ready,
         };
         let started = launch.start()?;
         let mut rb = ReadyBox::new(

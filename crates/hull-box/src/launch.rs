@@ -13,7 +13,7 @@ use crate::plan::{IdMaps, Step};
 use crate::proto::Message;
 use crate::spec::Stdin;
 use crate::split::{LaunchPlan, Steps};
-use crate::sys::child::{self, ChildContext};
+use crate::sys::child::{self, ChildContext, Pid1Role};
 use crate::sys::{self, Errno};
 use crate::trace::TraceMap;
 
@@ -50,8 +50,9 @@ pub(crate) struct Launch<'a> {
     pub(crate) filter: &'a hull_seccomp::Program,
     /// `HULL_TRACE_STEPS`: where the child stamps its steps.
     pub(crate) trace: Option<&'a TraceMap>,
-    /// A ready box (see `ready.rs`): pid 1 waits at the program for a go datagram.
-    pub(crate) ready_box: bool,
+    /// What pid 1 does at the program: run the plan's, wait for one (a ready box, see
+    /// `ready.rs`), or serve requests (a resident box, see `resident.rs`).
+    pub(crate) pid1: Pid1Role,
 }
 
 impl Launch<'_> {
@@ -106,7 +107,7 @@ impl Launch<'_> {
             seccomp: Some(self.filter),
             trace: self.trace.map(TraceMap::slots),
             pid1_stack,
-            ready_box: self.ready_box,
+            pid1: self.pid1,
             trees: &tree_fds,
             strings: sys::process_strings(),
         };
@@ -323,7 +324,7 @@ mod tests {
             timeout: Duration::from_secs(1),
             filter: &filter,
             trace: None,
-            ready_box: false,
+            pid1: Pid1Role::Program,
         };
         let Err(e) = launch.start() else {
             panic!("a plan without exec was started");

@@ -158,6 +158,14 @@ pub enum Step {
         size: u64,
         opts: CString,
     },
+    /// An overlayfs that becomes the box's root instead of the tmpfs (a writable root):
+    /// `opts` names its layers by the descriptors `OpenSource` opened.
+    MountOverlayRoot {
+        at: BoxPath,
+        opts: CString,
+        /// The layers' host paths, for `--plan` and errors.
+        shown: String,
+    },
     Mkdir {
         path: BoxPath,
     },
@@ -292,6 +300,7 @@ impl Step {
             Step::OpenSource { .. } => "open bind source",
             Step::PrivatizeMounts => "make mounts private",
             Step::MountRoot { .. } => "mount root tmpfs",
+            Step::MountOverlayRoot { .. } => "mount the writable root (overlayfs)",
             Step::Mkdir { .. } => "create directory",
             Step::Touch { .. } => "create mount point file",
             Step::Symlink { .. } => "create symlink",
@@ -340,7 +349,7 @@ impl Step {
             Step::UserNsLimits {
                 instances, watches, ..
             } => vec![instances, watches],
-            Step::MountRoot { at, .. } => vec![at],
+            Step::MountRoot { at, .. } | Step::MountOverlayRoot { at, .. } => vec![at],
             Step::Seal { root, dev } => vec![root, dev],
             _ => Vec::new(),
         }
@@ -357,6 +366,7 @@ impl Step {
                 Some(format!("{source} -> {}", target.shown))
             }
             Step::MountRoot { at, .. } => Some(at.shown.clone()),
+            Step::MountOverlayRoot { shown, .. } => Some(shown.clone()),
             Step::Mkdir { path }
             | Step::Touch { path }
             | Step::WriteFile { path, .. }
@@ -413,6 +423,7 @@ impl fmt::Display for Step {
             Step::OpenSource { path, fd } => write!(f, "open {} (O_PATH) as fd {fd}", path.shown),
             Step::PrivatizeMounts => write!(f, "mount --make-rprivate /"),
             Step::MountRoot { at, size, .. } => write!(f, "mount tmpfs (size {}) at {} as the new root", Human(*size), at.shown),
+            Step::MountOverlayRoot { at, shown, .. } => write!(f, "mount overlayfs ({shown}) at {} as the new root", at.shown),
             Step::Mkdir { path } => write!(f, "mkdir {}", path.shown),
             Step::Touch { path } => write!(f, "touch {}", path.shown),
             Step::Symlink { shown_target, path, .. } => write!(f, "symlink {} -> {}", path.shown, shown_target),
@@ -719,6 +730,50 @@ impl PlanBuilder<Skeleton> {
         });
     }
 
+    /// The root is an overlayfs whose layers are the descriptors `lower`, `upper` and `work`
+    /// opened (see [`Step::OpenSource`]), instead of the tmpfs; `shown` names them.
+    ///
+    /// `attach`: the lower layer is an idmapped copy (host root, see [`crate::remap`]) that
+    /// overlayfs takes only from a mounted path: the copy (descriptor, host path) is attached
+    /// over its own source first, in the box's private mount table, and named by that path.
+    pub fn overlay_root(
+        &mut self,
+        lower: &str,
+        upper: &str,
+        work: &str,
+        shown: String,
+        attach: Option<(i32, &str)>,
+    ) {
+        let at = self.staged("/");
+        // Attached where the root goes (the stage, which any id may traverse; the source's own
+        // path may lie under a directory only host root enters), then covered by the overlay.
+        let stage = at.c.to_string_lossy().into_owned();
+        let lower = match attach {
+            Some(_) => stage.as_str(),
+            None => lower,
+        };
+        let opts = cstring(&format!(
+            "lowerdir={lower},upperdir={upper},workdir={work},userxattr"
+        ));
+        if let Some(i) = self
+            .steps
+            .iter()
+            .position(|s| matches!(s, Step::MountRoot { .. }))
+        {
+            self.steps[i] = Step::MountOverlayRoot { at, opts, shown };
+            if let Some((fd, path)) = attach {
+                self.steps.insert(
+                    i,
+                    Step::AttachSource {
+                        fd,
+                        source: path.to_string(),
+                        target: self.staged("/"),
+                    },
+                );
+            }
+        }
+    }
+
     pub fn touch(&mut self, path: &str) {
         self.steps.push(Step::Touch {
             path: self.staged(path),
@@ -778,6 +833,14 @@ impl PlanBuilder<Skeleton> {
 }
 
 impl PlanBuilder<Writable> {
+    /// A writable root: the root mount itself (not what is bound on it) becomes writable again
+    /// after the seal.
+    pub fn root_writable(&mut self) {
+        self.steps.push(Step::ClearReadOnly {
+            target: self.staged("/"),
+        });
+    }
+
     pub fn tmpfs(&mut self, target: &str, size: u64, mode: u32) {
         self.steps.push(Step::Tmpfs {
             target: self.staged(target),
@@ -916,16 +979,7 @@ impl PlanBuilder<Process> {
             listener,
             rules: seccomp_rules,
         });
-        let prog = &argv[0];
-        let candidates = if prog.contains('/') {
-            vec![cstring(prog)]
-        } else {
-            path_var
-                .split(':')
-                .filter(|d| d.starts_with('/'))
-                .map(|d| cstring(&format!("{}/{prog}", d.trim_end_matches('/'))))
-                .collect()
-        };
+        let candidates = exec_candidates(&argv[0], path_var);
         self.steps.push(Step::Exec {
             argv: argv.iter().map(|a| cstring(a)).collect(),
             candidates,
@@ -938,6 +992,20 @@ impl PlanBuilder<Process> {
             steps: self.steps,
             clone_flags: self.clone_flags,
         }
+    }
+}
+
+/// The paths `execve` tries for `prog`: itself when it names a path, else each absolute
+/// directory of `path_var` in order.
+pub fn exec_candidates(prog: &str, path_var: &str) -> Vec<CString> {
+    if prog.contains('/') {
+        vec![cstring(prog)]
+    } else {
+        path_var
+            .split(':')
+            .filter(|d| d.starts_with('/'))
+            .map(|d| cstring(&format!("{}/{prog}", d.trim_end_matches('/'))))
+            .collect()
     }
 }
 

@@ -20,6 +20,15 @@ pub enum Message {
     WantIdMaps,
     /// The supervisor's answer: the maps are written.
     IdsMapped,
+    /// A resident box's pid 1 started the program it was sent (see [`resident`]) as `pid`
+    /// (in the box's pid namespace).
+    Spawned { pid: i32 },
+    /// A process of a resident box ended with this wait status (every child pid 1 reaps,
+    /// adopted orphans too; the supervisor keeps the pids it asked for).
+    Exited { pid: i32, status: i32 },
+    /// A resident box's program could not enter its working directory (`errno`); the
+    /// `Spawned` for it follows, then its exit.
+    ChdirFailed { errno: i32 },
 }
 
 pub const LEN: usize = 16;
@@ -35,6 +44,9 @@ impl Message {
             Message::Pid1 { .. } => "Pid1",
             Message::WantIdMaps => "WantIdMaps",
             Message::IdsMapped => "IdsMapped",
+            Message::Spawned { .. } => "Spawned",
+            Message::Exited { .. } => "Exited",
+            Message::ChdirFailed { .. } => "ChdirFailed",
         }
     }
 
@@ -49,6 +61,9 @@ impl Message {
             Message::Pid1 { pid } => (5, pid, 0),
             Message::WantIdMaps => (6, 0, 0),
             Message::IdsMapped => (7, 0, 0),
+            Message::Spawned { pid } => (8, pid, 0),
+            Message::Exited { pid, status } => (9, pid, status),
+            Message::ChdirFailed { errno } => (10, errno, 0),
         };
         let mut out = [0u8; LEN];
         out[0..4].copy_from_slice(&tag.to_le_bytes());
@@ -84,6 +99,10 @@ impl Message {
             5 => return Err(ProtoError::Field),
             6 => Message::WantIdMaps,
             7 => Message::IdsMapped,
+            8 if a > 0 => Message::Spawned { pid: a },
+            9 if a > 0 => Message::Exited { pid: a, status: b },
+            8 | 9 => return Err(ProtoError::Field),
+            10 => Message::ChdirFailed { errno: a },
             t => return Err(ProtoError::Tag(t)),
         })
     }
@@ -169,6 +188,61 @@ pub mod go {
     }
 }
 
+/// What a resident box's pid 1 is sent per program (see `resident.rs`): `HRX1`, the working
+/// directory (NUL-terminated), then a [`go`] datagram. The program's stdin, stdout and stderr
+/// travel with it as SCM_RIGHTS, in that order.
+pub mod resident {
+    use std::ffi::CString;
+
+    const MAGIC: &[u8; 4] = b"HRX1";
+
+    /// None if it does not fit one datagram (see [`super::go::encode`]).
+    pub fn encode(
+        cwd: &CString,
+        argv: &[CString],
+        env: &[CString],
+        candidates: &[CString],
+    ) -> Option<Vec<u8>> {
+        let go = crate::proto::go::encode(argv, env, candidates)?;
+        let cwd = cwd.as_bytes_with_nul();
+        if MAGIC.len() + cwd.len() + go.len() > crate::proto::go::MAX {
+            return None;
+        }
+        Some([MAGIC.as_slice(), cwd, &go].concat())
+    }
+
+    const KILL: &[u8; 4] = b"HRK1";
+
+    /// A request to send signal `sig` to the process group of `pid` (a program pid 1 started,
+    /// the leader of its own session) and to `pid` itself.
+    pub fn kill(pid: i32, sig: i32) -> [u8; 12] {
+        let mut out = [0u8; 12];
+        out[..4].copy_from_slice(KILL);
+        out[4..8].copy_from_slice(&pid.to_le_bytes());
+        out[8..].copy_from_slice(&sig.to_le_bytes());
+        out
+    }
+
+    /// The pid and signal of a [`kill`] request, None for anything else (no allocation).
+    pub fn parse_kill(data: &[u8]) -> Option<(i32, i32)> {
+        if data.len() != 12 || &data[..4] != KILL {
+            return None;
+        }
+        let word = |i: usize| i32::from_le_bytes([data[i], data[i + 1], data[i + 2], data[i + 3]]);
+        Some((word(4), word(8)))
+    }
+
+    /// Splits a request into the offset of its working directory's first byte (always 4) and
+    /// of its go datagram, without allocating; None for anything malformed.
+    pub fn split(data: &[u8]) -> Option<usize> {
+        if data.len() < MAGIC.len() || &data[..4] != MAGIC {
+            return None;
+        }
+        let nul = data[4..].iter().position(|&b| b == 0)?;
+        (nul > 0).then_some(4 + nul + 1)
+    }
+}
+
 /// A well-formed message that the box's side of the protocol may not send at that point (a
 /// `Pid1` during the watch, a `Ready` where the entry process reports its pid 1...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -208,14 +282,20 @@ mod tests {
             Message::Pid1 { pid: 42 },
             Message::WantIdMaps,
             Message::IdsMapped,
+            Message::Spawned { pid: 3 },
+            Message::Exited { pid: 3, status: 9 },
+            Message::ChdirFailed { errno: 2 },
         ] {
             assert_eq!(Message::decode(&m.encode()), Ok(m));
         }
         assert_eq!(Message::decode(&[0; 3]), Err(ProtoError::Length(3)));
         assert_eq!(Message::decode(&[0; 16]), Err(ProtoError::Magic));
         let mut bad = Message::Ready.encode();
-        bad[0] = 9;
-        assert_eq!(Message::decode(&bad), Err(ProtoError::Tag(9)));
+        bad[0] = 11;
+        assert_eq!(Message::decode(&bad), Err(ProtoError::Tag(11)));
+        // A resident box's pids are positive.
+        bad[0] = 8;
+        assert_eq!(Message::decode(&bad), Err(ProtoError::Field));
     }
 
     #[test]
@@ -271,5 +351,20 @@ mod tests {
             go::encode(&[c("true")], &empties, &[c("/bin/true")]).is_none(),
             "too many strings for the pointer room"
         );
+    }
+
+    #[test]
+    fn resident_requests_carry_a_working_directory_before_their_go_datagram() {
+        let c = |s: &str| std::ffi::CString::new(s).unwrap();
+        let data = resident::encode(&c("/w"), &[c("true")], &[], &[c("/bin/true")]).unwrap();
+        let at = resident::split(&data).unwrap();
+        assert_eq!(&data[4..at], b"/w\0");
+        let mut starts = vec![0; 8];
+        assert_eq!(go::parse(&data[at..], &mut starts), Some((1, 0, 1)));
+        assert_eq!(resident::split(b"HRX1\0rest"), None, "an empty directory");
+        assert_eq!(resident::split(b"HGO1/w\0"), None, "another marker");
+        assert_eq!(resident::split(b"HRX1/w"), None, "no terminator");
+        assert_eq!(resident::parse_kill(&resident::kill(7, 9)), Some((7, 9)));
+        assert_eq!(resident::parse_kill(&data), None);
     }
 }

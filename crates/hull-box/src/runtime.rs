@@ -109,6 +109,13 @@ impl Runtime {
         self.engine.plan(spec)
     }
 
+    /// Starts `spec` as a resident box (see [`crate::Resident`]): set up like a fresh box, its
+    /// pid 1 then starts programs on request until the returned handle is dropped. The spec's
+    /// own program is never run; its timeout bounds only the setup.
+    pub fn start_resident(&self, spec: &BoxSpec) -> Result<crate::Resident, BoxError> {
+        self.engine.start_resident(spec)
+    }
+
     /// Runs `spec` in a fresh box and returns what happened, after the box is fully torn down.
     pub fn run(
         &self,

@@ -51,6 +51,16 @@ pub enum Stdin {
     Inherit,
 }
 
+/// The host directories of a writable root (see [`BoxSpec::writable_root`]): overlayfs's upper
+/// and work directories (one file system), and an empty directory that is the lower layer of a
+/// `host` image's root (whose system directories are bound over it read-only, as in any box).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WritableRoot {
+    pub upper: PathBuf,
+    pub work: PathBuf,
+    pub empty: PathBuf,
+}
+
 /// Everything one box needs. Built by a front end, checked by [`BoxSpec::validate`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct BoxSpec {
@@ -75,6 +85,9 @@ pub struct BoxSpec {
     /// Map ids 1-65536 inside to the caller's /etc/subuid and /etc/subgid ranges (see
     /// [`crate::subids`]); such a box is always built from scratch.
     pub subids: bool,
+    /// A writable root on disk: the image read-only below, `upper` above (overlayfs in the
+    /// box's user namespace). None: the read-only root of every one-shot box.
+    pub writable_root: Option<WritableRoot>,
     pub timeout: Duration,
     pub max_output: u64,
     pub cwd: String,
@@ -112,6 +125,7 @@ impl BoxSpec {
             cpus: None,
             require_limits: false,
             subids: false,
+            writable_root: None,
             timeout: DEFAULT_TIMEOUT,
             max_output: DEFAULT_MAX_OUTPUT,
             cwd: "/workspace".to_string(),

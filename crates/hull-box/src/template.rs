@@ -30,7 +30,7 @@ use crate::plan::BoxPlan;
 use crate::poison::lock;
 use crate::proto::UnexpectedMessage;
 use crate::split::{LaunchPlan, TemplateFds, TemplatePlan};
-use crate::sys::child::{self, ChildContext, ChildPlan, PoolHelper, Pooled};
+use crate::sys::child::{self, ChildContext, ChildPlan, Pid1Role, PoolHelper, Pooled};
 use crate::sys::{self, Errno};
 use crate::warm::Worker;
 
@@ -341,7 +341,7 @@ fn build(plan: &TemplatePlan) -> Result<Template, BoxError> {
         seccomp: None,
         trace: None,
         pid1_stack: None,
-        ready_box: false,
+        pid1: Pid1Role::Program,
         trees: &[],
         strings: None,
     };

@@ -281,8 +281,13 @@ impl<'a> Watching<'a> {
                 self.o.status = Some(status);
             }
             // A template's entry process sends Pid1, and id maps are settled, before the watch
-            // starts.
-            m @ (Message::Pid1 { .. } | Message::WantIdMaps | Message::IdsMapped) => {
+            // starts; only a resident box's pid 1 (never watched) speaks of spawns.
+            m @ (Message::Pid1 { .. }
+            | Message::WantIdMaps
+            | Message::IdsMapped
+            | Message::Spawned { .. }
+            | Message::Exited { .. }
+            | Message::ChdirFailed { .. }) => {
                 return Err(channel::unexpected(
                     self.watch.plan,
                     "Ready, SetupFailed, ExecFailed or MainExited",

@@ -121,15 +121,24 @@ pub fn main(args: &DoctorArgs) -> i32 {
         Some("boot with lsm=...,landlock (optional: hull's boundary does not depend on it)"),
     ));
     let fs = read("/proc/filesystems").unwrap_or_default();
+    // Named sandboxes mount their writable root as overlayfs in the box's user namespace, which
+    // kernels allow from 5.11 on (there is no fuse-overlayfs fallback yet).
+    let release = read("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut nums = release
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse::<u32>().ok());
+    let version = (nums.next().unwrap_or(0), nums.next().unwrap_or(0));
+    let userns_overlay = version >= (5, 11);
+    let overlay_ok = fs.contains("overlay") && userns_overlay;
     checks.push(check(
         "overlayfs",
-        fs.contains("overlay"),
-        if fs.contains("overlay") {
-            "available".into()
-        } else {
-            "not in /proc/filesystems".into()
+        overlay_ok,
+        match (fs.contains("overlay"), userns_overlay) {
+            (true, true) => format!("available, in user namespaces too (kernel {release}): named sandboxes' writable root uses it"),
+            (true, false) => format!("available, but kernel {release} refuses it in a user namespace (5.11+ needed): named sandboxes cannot start"),
+            _ => "not in /proc/filesystems: named sandboxes cannot start".into(),
         },
-        Some("modprobe overlay (needed later for writable image layers)"),
+        Some("modprobe overlay, on a kernel 5.11 or newer (named sandboxes' writable root; fuse-overlayfs is not supported yet)"),
     ));
     let newuidmap = ["/usr/bin/newuidmap", "/bin/newuidmap"]
         .iter()

@@ -14,6 +14,7 @@ pub mod doctor;
 pub mod image_bench;
 pub mod images;
 pub mod mcp;
+pub mod named;
 pub mod pull;
 pub mod run;
 pub mod serve;

@@ -1,7 +1,7 @@
 //! The `hull` command: parses arguments, hands work to hull-box, prints results and errors once.
 
 use clap::{Parser, Subcommand};
-use hull_cli::{bench, doctor, images, mcp, pull, run, serve};
+use hull_cli::{bench, doctor, images, mcp, named, pull, run, serve};
 
 /// A local sandbox for code nobody has read yet: every call gets a fresh, kernel-enforced box.
 #[derive(Parser)]
@@ -30,6 +30,23 @@ enum Command {
     /// Speak the JSON-lines protocol on stdin/stdout (what the language bindings use).
     Serve(serve::ServeArgs),
     Mcp(mcp::McpArgs),
+    /// Create a named sandbox that lives on (its own disk, a keeper process) and start it.
+    Create(named::CreateArgs),
+    /// Run a command in a named sandbox (starting it if stopped), streaming its output.
+    Exec(named::ExecArgs),
+    /// Stop a named sandbox: end every process in it, keep its disk.
+    Stop(named::NameArgs),
+    /// Start a stopped named sandbox with the same configuration and disk.
+    Start(named::NameArgs),
+    /// Remove a named sandbox, running or stopped (nothing to do if there is none).
+    Rm(named::NameArgs),
+    /// List named sandboxes: state, image, age, size on disk.
+    Ps(named::PsArgs),
+    /// Print what every command run in a named sandbox printed.
+    Logs(named::LogsArgs),
+    /// A named sandbox's keeper (started by create, start and exec; not for people).
+    #[command(name = "__keeper", hide = true)]
+    Keeper(named::KeeperArgs),
 }
 
 /// `hull run ARGS` alone: clap builds only the run subcommand's flags, not every subcommand's
@@ -69,6 +86,14 @@ fn main() {
         Command::Images(args) => images::images(&args),
         Command::Rmi(args) => images::rmi(&args),
         Command::Mcp(args) => mcp::main(&args),
+        Command::Create(args) => named::create(&args),
+        Command::Exec(args) => named::exec(&args),
+        Command::Stop(args) => named::stop(&args),
+        Command::Start(args) => named::start(&args),
+        Command::Rm(args) => named::rm(&args),
+        Command::Ps(args) => named::ps(&args),
+        Command::Logs(args) => named::logs(&args),
+        Command::Keeper(args) => named::keeper_main(&args),
     };
     std::process::exit(code);
 }

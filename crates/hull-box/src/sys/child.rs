@@ -45,6 +45,19 @@ impl<'a> From<&'a LaunchPlan> for ChildPlan<'a> {
     }
 }
 
+/// What a box's pid 1 does once its setup is done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pid1Role {
+    /// Runs the plan's program and reports its exit.
+    Program,
+    /// A ready box (see `ready.rs`): waits for the program to run, sent later as a
+    /// [`crate::proto::go`] datagram, instead of running the plan's own.
+    Ready,
+    /// A resident box (see `resident.rs`): serves [`crate::proto::resident`] requests, each
+    /// a program started with the descriptors that came with it, until its channel closes.
+    Resident,
+}
+
 /// Descriptors and pre-built pointer arrays the child needs; all created by the parent.
 pub(crate) struct ChildContext<'a> {
     pub plan: ChildPlan<'a>,
@@ -69,9 +82,8 @@ pub(crate) struct ChildContext<'a> {
     /// For a templated box: the stack pid 1 runs on (memory the supervisor set aside; in the
     /// entry process it is that process's own copy, which only pid 1 touches).
     pub pid1_stack: Option<(*mut u8, usize)>,
-    /// A ready box (see `ready.rs`): at `Exec`, pid 1 waits for the program to run, sent later
-    /// as a [`crate::proto::go`] datagram, instead of running the plan's own.
-    pub ready_box: bool,
+    /// What pid 1 does at `Exec`.
+    pub pid1: Pid1Role,
     /// Idmapped bind sources the supervisor made for `AdoptTree` steps: (the step's descriptor
     /// number, our copy of the supervisor's descriptor).
     pub trees: &'a [(i32, RawFd)],
@@ -368,9 +380,20 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
             libc::MS_NOSUID | libc::MS_NODEV,
             Some(opts),
         ),
+        Step::MountOverlayRoot { at, opts, .. } => sys::mount(
+            Some(c"overlay"),
+            &at.c,
+            Some(c"overlay"),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            Some(opts),
+        ),
         Step::Mkdir { path } => sys::mkdir(&path.c, 0o755),
         Step::Touch { path } => sys::touch(&path.c),
-        Step::Symlink { target, path, .. } => sys::symlink(target, &path.c),
+        // A writable root keeps the links an earlier start made.
+        Step::Symlink { target, path, .. } => match sys::symlink(target, &path.c) {
+            Err(Errno(libc::EEXIST)) => Ok(()),
+            r => r,
+        },
         Step::WriteFile { path, data } => sys::write_file(
             &path.c,
             data,
@@ -508,13 +531,16 @@ fn start_program(
         sys::exit_now(125);
     }
     isolate_pid1(ctx)?;
-    if ctx.ready_box {
+    if ctx.pid1 == Pid1Role::Resident {
+        serve_resident(ctx, stack)
+    } else if ctx.pid1 == Pid1Role::Ready {
         let sent = await_program(ctx)?;
         spawn_and_reap(ctx, &sent.program(), stack)
     } else {
         spawn_and_reap(
             ctx,
             &Program {
+                cwd: None,
                 argv: ctx.argv,
                 envp: ctx.envp,
                 candidates: Candidates::Plan(candidates),
@@ -698,6 +724,8 @@ fn isolate_pid1(ctx: &ChildContext<'_>) -> SysResult<()> {
 
 /// The program to start: execve's null-terminated argv and envp, and the paths to try.
 struct Program<'a> {
+    /// A resident box's per-program working directory (others start in the plan's).
+    cwd: Option<&'a CStr>,
     argv: &'a [*const libc::c_char],
     envp: &'a [*const libc::c_char],
     candidates: Candidates<'a>,
@@ -721,6 +749,7 @@ impl SentProgram {
     fn program(&self) -> Program<'_> {
         let (argc, envc) = self.counts;
         Program {
+            cwd: None,
             argv: &self.ptrs[..=argc],
             envp: &self.ptrs[argc + 1..=argc + 1 + envc],
             candidates: Candidates::Raw(&self.ptrs[argc + envc + 2..]),
@@ -756,6 +785,152 @@ fn await_program(ctx: &ChildContext<'_>) -> SysResult<SentProgram> {
         ptrs: &ptrs[..total],
         counts: (argc, envc),
     })
+}
+
+/// A resident box's pid 1 (see `resident.rs`): serves requests on its channel until it closes.
+/// Each is a [`crate::proto::resident`] datagram with the program's stdin, stdout and stderr
+/// attached; the program starts on `stack` (vfork-style, so one at a time, each gone to its
+/// `execve` before the next), inheriting everything the setup made (namespaces, cgroup,
+/// dropped capabilities, no_new_privs, the seccomp filter). Pid 1 answers `Spawned` with its
+/// pid, and `Exited` for every process it reaps, adopted orphans too. A closed channel (the
+/// supervisor gone or done) ends the box: pid 1 kills everything and exits. Never returns on
+/// success; allocates nothing (its buffers are fresh private mappings).
+fn serve_resident(ctx: &ChildContext<'_>, stack: &mut ProgramStack) -> SysResult<()> {
+    use crate::proto::go;
+    let nomem = Errno(libc::ENOMEM);
+    let data = sys::anonymous::<u8>(go::MAX).ok_or(nomem)?;
+    let starts = sys::anonymous::<usize>(go::POINTERS).ok_or(nomem)?;
+    let ptrs = sys::anonymous::<*const libc::c_char>(go::POINTERS).ok_or(nomem)?;
+    sys::close_all_except(&mut [ctx.sock]);
+    // Descriptors 0-2 stay taken (copies of the channel), so the ones each request brings are
+    // numbered 3 and up and the program's `dup2`s onto 0-2 cannot overwrite one another.
+    for fd in 0..3 {
+        if fd != ctx.sock {
+            sys::dup2(ctx.sock, fd)?;
+        }
+    }
+    // SIGCHLD comes as a readable descriptor: pid 1 waits on its channel and its children at
+    // once, without a handler.
+    let children = sys::block_signals_fd(&[libc::SIGCHLD])?;
+    // SAFETY: the channel is ours for the life of the process.
+    let sock = unsafe { BorrowedFd::borrow_raw(ctx.sock) };
+    loop {
+        let mut fds = [sys::poll_in(sock), sys::poll_in(children.as_fd())];
+        sys::poll(&mut fds, -1)?;
+        if fds[1].revents != 0 {
+            let mut info = [0u8; 128];
+            let _ = sys::read(children.as_fd(), &mut info);
+            while let Ok(Some(w)) = sys::wait4(-1, true) {
+                send(
+                    ctx.sock,
+                    Message::Exited {
+                        pid: w.pid,
+                        status: w.status,
+                    },
+                    None,
+                );
+            }
+        }
+        if fds[0].revents == 0 {
+            continue;
+        }
+        let mut got = [-1; sys::MAX_FDS];
+        let (n, count) = sys::recv_with_fds(ctx.sock, data, &mut got)?;
+        if n == 0 {
+            // The supervisor is gone (or stopped the box): nothing may run without it.
+            let _ = sys::kill(-1, libc::SIGKILL);
+            sys::exit_now(0);
+        }
+        if let Some((pid, sig)) = crate::proto::resident::parse_kill(&data[..n]) {
+            // Only a program's own group and itself: never pid 1, never everything.
+            if pid > 1 {
+                let _ = sys::kill(-pid, sig);
+                let _ = sys::kill(pid, sig);
+            }
+            for &fd in &got[..count] {
+                sys::close_raw(fd);
+            }
+            continue;
+        }
+        let started = start_sent(ctx, &data[..n], &got[..count], starts, ptrs, stack);
+        for &fd in &got[..count] {
+            sys::close_raw(fd);
+        }
+        let pid = match started {
+            Ok(pid) => pid,
+            Err(e) => {
+                // Not started at all: no `Spawned` follows.
+                send(
+                    ctx.sock,
+                    Message::SetupFailed {
+                        step: 0,
+                        errno: e.0,
+                    },
+                    None,
+                );
+                continue;
+            }
+        };
+        send(ctx.sock, Message::Spawned { pid }, None);
+    }
+}
+
+/// Starts one program a resident box's pid 1 was sent: `data` its request, `stdio` the three
+/// descriptors that came with it. Returns its pid (its exec failure, if any, was reported by
+/// the program's own process before this returns).
+fn start_sent(
+    ctx: &ChildContext<'_>,
+    data: &[u8],
+    stdio: &[RawFd],
+    starts: &mut [usize],
+    ptrs: &mut [*const libc::c_char],
+    stack: &mut ProgramStack,
+) -> SysResult<libc::pid_t> {
+    use crate::proto::{go, resident};
+    let bad = Errno(libc::EINVAL);
+    let [stdin, stdout, stderr] = stdio else {
+        return Err(bad);
+    };
+    let at = resident::split(data).ok_or(bad)?;
+    let cwd = CStr::from_bytes_until_nul(&data[4..at]).map_err(|_| bad)?;
+    let sent = &data[at..];
+    let (argc, envc, candc) = go::parse(sent, starts).ok_or(bad)?;
+    let total = argc + envc + candc + 2;
+    for (p, &s) in ptrs.iter_mut().zip(starts.iter()).take(total) {
+        *p = if s == go::NULL {
+            std::ptr::null()
+        } else {
+            sent[s..].as_ptr().cast()
+        };
+    }
+    let program = Program {
+        cwd: Some(cwd),
+        argv: &ptrs[..=argc],
+        envp: &ptrs[argc + 1..=argc + 1 + envc],
+        candidates: Candidates::Raw(&ptrs[argc + envc + 2..total]),
+    };
+    let io = ChildContext {
+        stdin: *stdin,
+        stdout: *stdout,
+        stderr: *stderr,
+        ..*ctx
+    };
+    // SAFETY: a byte array needs no initialisation to be written through a raw pointer; the
+    // child only uses it as its stack.
+    let stack = unsafe { &mut *stack.as_mut_ptr() };
+    let args = ExecArgs {
+        ctx: &io,
+        program: &program,
+    };
+    // SAFETY: `exec_entry` only calls allocation-free wrappers and ends in execve or _exit;
+    // `args` lives on our stack, which stays untouched while we are suspended.
+    unsafe {
+        sys::spawn_vfork(
+            stack,
+            exec_entry,
+            std::ptr::addr_of!(args).cast_mut().cast(),
+        )
+    }
 }
 
 /// Forks the program, then reaps until it exits and reports its status. Never returns on success.
@@ -835,6 +1010,14 @@ fn exec_program(ctx: &ChildContext<'_>, program: &Program<'_>) -> ! {
         }
     }
     sys::reset_signals();
+    if let Some(cwd) = program.cwd {
+        // Its own session too, so that ending it can end what it started.
+        let _ = sys::setsid();
+        if let Err(e) = sys::chdir(cwd) {
+            send(ctx.sock, Message::ChdirFailed { errno: e.0 }, None);
+            sys::exit_now(126);
+        }
+    }
     if sys::cloexec_from(3).is_err() {
         // Old kernel without CLOSE_RANGE_CLOEXEC: close everything but our channel.
         let sock = u32::try_from(ctx.sock).unwrap_or(u32::MAX);
@@ -1072,7 +1255,7 @@ mod tests {
             seccomp: None,
             trace: None,
             pid1_stack: None,
-            ready_box: false,
+            pid1: Pid1Role::Program,
             trees: &[],
             strings: None,
         };
@@ -1111,7 +1294,7 @@ mod tests {
             seccomp: None,
             trace: None,
             pid1_stack: None,
-            ready_box: false,
+            pid1: Pid1Role::Program,
             trees: &[],
             strings: None,
         };

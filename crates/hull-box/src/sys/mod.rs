@@ -928,10 +928,25 @@ pub fn pipe() -> SysResult<(OwnedFd, OwnedFd)> {
 /// Sends `data` on a connected socket, with `fd` attached as SCM_RIGHTS when given.
 /// Allocation-free: usable in the child.
 pub fn send_with_fd(sock: RawFd, data: &[u8], fd: Option<RawFd>) -> SysResult<()> {
-    // Control buffer big enough for one descriptor, aligned for cmsghdr.
+    match fd {
+        Some(fd) => send_with_fds(sock, data, &[fd]),
+        None => send_with_fds(sock, data, &[]),
+    }
+}
+
+/// The most descriptors one message carries ([`send_with_fds`], [`recv_with_fds`]).
+pub const MAX_FDS: usize = 4;
+
+/// Sends `data` on a connected socket with `fds` (at most [`MAX_FDS`]) attached as one
+/// SCM_RIGHTS message. Allocation-free: usable in the child.
+pub fn send_with_fds(sock: RawFd, data: &[u8], fds: &[RawFd]) -> SysResult<()> {
+    // Control buffer big enough for MAX_FDS descriptors, aligned for cmsghdr.
     #[repr(C, align(8))]
-    struct Cmsg([u8; 32]);
-    let mut cbuf = Cmsg([0; 32]);
+    struct Cmsg([u8; 64]);
+    if fds.len() > MAX_FDS {
+        return Err(Errno(libc::EINVAL));
+    }
+    let mut cbuf = Cmsg([0; 64]);
     let mut iov = libc::iovec {
         iov_base: data.as_ptr().cast_mut().cast(),
         iov_len: data.len(),
@@ -940,9 +955,10 @@ pub fn send_with_fd(sock: RawFd, data: &[u8], fd: Option<RawFd>) -> SysResult<()
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
-    if let Some(fd) = fd {
+    if !fds.is_empty() {
+        let bytes = u32::try_from(fds.len() * 4).unwrap_or(16);
         // SAFETY: CMSG_SPACE is a pure computation.
-        let space = unsafe { libc::CMSG_SPACE(4) } as usize;
+        let space = unsafe { libc::CMSG_SPACE(bytes) } as usize;
         msg.msg_control = cbuf.0.as_mut_ptr().cast();
         msg.msg_controllen = space;
         // SAFETY: CMSG_FIRSTHDR reads `msg`'s control fields, just set to `cbuf`; since
@@ -954,12 +970,15 @@ pub fn send_with_fd(sock: RawFd, data: &[u8], fd: Option<RawFd>) -> SysResult<()
         hdr.cmsg_level = libc::SOL_SOCKET;
         hdr.cmsg_type = libc::SCM_RIGHTS;
         // SAFETY: CMSG_LEN is a pure computation.
-        hdr.cmsg_len = unsafe { libc::CMSG_LEN(4) } as usize;
+        hdr.cmsg_len = unsafe { libc::CMSG_LEN(bytes) } as usize;
         // SAFETY: CMSG_DATA only computes the address just past the header `cmsg`.
-        let data = unsafe { libc::CMSG_DATA(cmsg) };
-        // SAFETY: `space` (CMSG_SPACE(4)) leaves room for one int after the header, inside
-        // `cbuf`; written unaligned, as the data's alignment is not promised.
-        unsafe { ptr::write_unaligned(data.cast::<libc::c_int>(), fd) };
+        let data = unsafe { libc::CMSG_DATA(cmsg) }.cast::<libc::c_int>();
+        for (i, &fd) in fds.iter().enumerate() {
+            // SAFETY: `space` (CMSG_SPACE of MAX_FDS ints at most, 40 bytes <= 64) leaves room
+            // for `fds.len()` ints after the header, inside `cbuf`; written unaligned, as the
+            // data's alignment is not promised.
+            unsafe { ptr::write_unaligned(data.wrapping_add(i), fd) };
+        }
     }
     loop {
         // SAFETY: msg and everything it points to live for the call.
@@ -972,6 +991,71 @@ pub fn send_with_fd(sock: RawFd, data: &[u8], fd: Option<RawFd>) -> SysResult<()
             return Err(e);
         }
     }
+}
+
+/// Receives one message into `buf` with up to [`MAX_FDS`] descriptors (close-on-exec), stored
+/// in `fds`: returns the message's length and how many came. Allocation-free: usable in the
+/// child. Descriptors beyond `fds` are closed.
+pub fn recv_with_fds(
+    sock: RawFd,
+    buf: &mut [u8],
+    fds: &mut [RawFd; MAX_FDS],
+) -> SysResult<(usize, usize)> {
+    #[repr(C, align(8))]
+    struct Cmsg([u8; 128]);
+    let mut cbuf = Cmsg([0; 128]);
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: msghdr is plain old data.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.0.as_mut_ptr().cast();
+    msg.msg_controllen = cbuf.0.len();
+    let n = loop {
+        // SAFETY: msg and its buffers live for the call.
+        let ret = unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) };
+        if ret >= 0 {
+            break usize::try_from(ret).unwrap_or(0);
+        }
+        let e = Errno::last();
+        if e.0 != libc::EINTR {
+            return Err(e);
+        }
+    };
+    let mut count = 0;
+    // SAFETY: CMSG_FIRSTHDR reads `msg`'s control fields (`cbuf` and the length the kernel
+    // filled in); it returns null unless a whole header fits.
+    let mut cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+    while !cmsg.is_null() {
+        // SAFETY: a non-null header from CMSG_FIRSTHDR/CMSG_NXTHDR lies wholly inside `cbuf`
+        // (both check it against msg_controllen), aligned for cmsghdr; only read.
+        let hdr = unsafe { &*cmsg };
+        if hdr.cmsg_level == libc::SOL_SOCKET && hdr.cmsg_type == libc::SCM_RIGHTS {
+            // SAFETY: CMSG_LEN is a pure computation.
+            let header = unsafe { libc::CMSG_LEN(0) } as usize;
+            let ints = hdr.cmsg_len.saturating_sub(header) / 4;
+            // SAFETY: CMSG_DATA only computes the address just past the header `cmsg`.
+            let data = unsafe { libc::CMSG_DATA(cmsg) }.cast::<libc::c_int>();
+            for i in 0..ints {
+                // SAFETY: the kernel wrote `ints` ints after this header (its cmsg_len says
+                // so), inside `cbuf`; read unaligned, as their alignment is not promised.
+                let raw = unsafe { ptr::read_unaligned(data.wrapping_add(i)) };
+                if count < MAX_FDS {
+                    fds[count] = raw;
+                    count += 1;
+                } else {
+                    close_raw(raw);
+                }
+            }
+        }
+        // SAFETY: `cmsg` is a header inside `msg`'s control buffer; CMSG_NXTHDR returns the
+        // next whole header in it, or null.
+        cmsg = unsafe { libc::CMSG_NXTHDR(&msg, cmsg) };
+    }
+    Ok((n, count))
 }
 
 /// Receives one message into `buf`, returning its length and a descriptor if one was attached.

@@ -1,0 +1,185 @@
+//! The client side of a named sandbox: starting its keeper detached, and talking to it over
+//! its control socket.
+
+use std::io::{BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::state::Dir;
+use super::wire::{self, Request};
+
+/// Environment variables a keeper keeps from its starter: where things are, never what a
+/// command should see (a command's environment is the sandbox's and its own `-e`s only).
+const KEPT_ENV: &[&str] = &[
+    "PATH",
+    "TMPDIR",
+    "HOME",
+    "HULL_HOME",
+    "HULL_CGROUP_PARENT",
+    "HULL_SANDBOXES",
+    "HULL_LOG_CAP",
+    "XDG_STATE_HOME",
+    "XDG_DATA_HOME",
+];
+
+/// Starts the sandbox's keeper detached (a launcher that calls `setsid` and starts the keeper,
+/// then exits: the keeper is in a session of its own, not a session leader, and no longer
+/// our child) and waits for it to say its box is up (or why not).
+pub fn launch(dir: &Dir) -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| format!("find the hull binary: {e}"))?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.file("keeper.log"))
+        .map_err(|e| format!("open {}: {e}", dir.file("keeper.log").display()))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("__keeper")
+        .arg("--launch")
+        .arg(&dir.path)
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log);
+    for k in KEPT_ENV {
+        if let Some(v) = std::env::var_os(k) {
+            cmd.env(k, v);
+        }
+    }
+    let mut child = cmd.spawn().map_err(|e| format!("start the keeper: {e}"))?;
+    let mut said = String::new();
+    if let Some(out) = child.stdout.take() {
+        let _ = BufReader::new(out).read_to_string(&mut said);
+    }
+    let _ = child.wait();
+    match said.strip_prefix("error: ") {
+        Some(e) => Err(e.trim_end().to_string()),
+        None if said.starts_with("ok") => Ok(()),
+        None => Err(format!(
+            "the keeper ended without starting the sandbox (see {})",
+            dir.file("keeper.log").display()
+        )),
+    }
+}
+
+/// `hull __keeper --launch DIR`: a session of its own, then the keeper itself, not waited for.
+pub fn launcher(path: &std::path::Path) -> i32 {
+    if let Err(e) = rustix::process::setsid() {
+        eprintln!("hull: setsid: {e}");
+        return 1;
+    }
+    let Ok(exe) = std::env::current_exe() else {
+        return 1;
+    };
+    match Command::new(exe).arg("__keeper").arg(path).spawn() {
+        Ok(_) => 0,
+        Err(e) => {
+            eprintln!("hull: start the keeper: {e}");
+            1
+        }
+    }
+}
+
+/// A connection to the running keeper, starting it first when the sandbox is stopped.
+pub fn connect(dir: &Dir, start: bool) -> Result<Option<UnixStream>, String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut launched = false;
+    loop {
+        let (path, _held) = dir.socket_path().map_err(|e| e.to_string())?;
+        match UnixStream::connect(&path) {
+            Ok(s) => return Ok(Some(s)),
+            Err(e) => {
+                if dir.running() {
+                    // A keeper is starting (or stopping): give it a moment.
+                    if Instant::now() > deadline {
+                        return Err(format!("connect to the sandbox's keeper: {e}"));
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                    continue;
+                }
+                if !start || launched {
+                    return Ok(None);
+                }
+                launch(dir)?;
+                launched = true;
+            }
+        }
+    }
+}
+
+/// Sends `req` on `conn`.
+pub fn send(conn: &mut UnixStream, req: &Request) -> Result<(), String> {
+    let mut line = serde_json::to_vec(req).map_err(|e| e.to_string())?;
+    line.push(b'\n');
+    conn.write_all(&line)
+        .map_err(|e| format!("talk to the keeper: {e}"))
+}
+
+/// Asks a running keeper to stop and waits until it has; a stopped sandbox is left as it is.
+pub fn stop(dir: &Dir) -> Result<(), String> {
+    if let Some(mut conn) = connect(dir, false)? {
+        send(&mut conn, &Request::Stop)?;
+        let mut r = BufReader::new(conn);
+        while let Ok(Some(_)) = wire::read_frame(&mut r) {}
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while dir.running() {
+        if Instant::now() > deadline {
+            return Err(format!(
+                "the keeper of `{}` did not stop within 30 s",
+                dir.name
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(())
+}
+
+/// Streams an exec's frames to our stdout and stderr (and our stdin to it when asked); its
+/// exit code, or the keeper's error.
+pub fn run(mut conn: UnixStream, req: &Request, stdin: bool) -> Result<i32, String> {
+    send(&mut conn, req)?;
+    if stdin {
+        let mut w = conn.try_clone().map_err(|e| e.to_string())?;
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 64 << 10];
+            let mut input = std::io::stdin().lock();
+            loop {
+                match input.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        if wire::write_frame(&mut w, wire::STDIN, &buf[..n]).is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+            let _ = wire::write_frame(&mut w, wire::STDIN_END, &[]);
+        });
+    }
+    let mut r = BufReader::new(conn);
+    let (mut out, mut err) = (std::io::stdout(), std::io::stderr());
+    loop {
+        let frame = wire::read_frame(&mut r).map_err(|e| format!("read from the keeper: {e}"))?;
+        let Some((kind, data)) = frame else {
+            return Err("the sandbox stopped while the command ran".into());
+        };
+        match kind {
+            wire::STDOUT => {
+                let _ = out.write_all(&data).and_then(|()| out.flush());
+            }
+            wire::STDERR => {
+                let _ = err.write_all(&data);
+            }
+            wire::EXIT => {
+                let b: [u8; 4] = data
+                    .as_slice()
+                    .try_into()
+                    .map_err(|_| "a malformed exit frame".to_string())?;
+                return Ok(i32::from_le_bytes(b));
+            }
+            wire::ERROR => return Err(String::from_utf8_lossy(&data).into_owned()),
+            _ => return Err(format!("an unknown frame kind {kind} from the keeper")),
+        }
+    }
+}

@@ -1,0 +1,615 @@
+//! The keeper: one process per running sandbox (`hull __keeper DIR`, started detached by
+//! [`super::client::launch`]) that holds its resident box (namespaces, cgroup, pid 1), its
+//! control socket and its exec log, and serves execs until it is stopped.
+//!
+//! Its main thread cloned the box's pid 1, whose death signal follows that thread, so the main
+//! thread only waits for the stop and ends the box; a thread reads pid 1's reports, another
+//! accepts connections (one thread each), a third enforces `--idle-timeout` and
+//! `--max-duration`. A keeper killed any way ends its box with it (pid 1's `PDEATHSIG` and
+//! hung-up channel): the sandbox is then stopped, its disk as it was.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hull_api::RunRequest;
+use hull_box::{BindMount, BoxSpec, Resident, ResidentEvent, ResidentProgram, Runtime};
+
+use super::logs::ExecLog;
+use super::state::{Config, Dir};
+use super::wire::{self, Request};
+
+/// How long a box's setup may take at start.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A program pid 1 was sent and has not answered for yet.
+struct Pending {
+    answer: mpsc::Sender<Result<(i32, Option<String>), String>>,
+    exit: mpsc::Sender<i32>,
+    /// Why it could not run, when pid 1's program process said so before `Spawned`.
+    failure: Option<String>,
+    argv0: String,
+    cwd: String,
+}
+
+/// What every thread of the keeper shares.
+struct Keeper {
+    resident: Resident,
+    /// The sandbox's environment (the image's, the box defaults, `--env`), in order.
+    env: Vec<(String, String)>,
+    cwd: String,
+    shell: &'static str,
+    log: ExecLog,
+    /// Sending a program and hearing its `Spawned` is one step at a time.
+    spawn: Mutex<()>,
+    pending: Mutex<Option<Pending>>,
+    exits: Mutex<HashMap<i32, mpsc::Sender<i32>>>,
+    stop: Mutex<mpsc::Sender<()>>,
+    /// Milliseconds since `born` of the last exec's end (or start).
+    last_activity: AtomicU64,
+    active: AtomicUsize,
+    born: Instant,
+    execs: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// `hull __keeper DIR`: runs the keeper of the sandbox in `DIR` (stdout: the creator's pipe, told
+/// `ok` or `error: ...` once; stderr: `keeper.log`). Returns the exit code.
+pub fn main(path: &std::path::Path) -> i32 {
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default()
+        .to_string();
+    let dir = Dir {
+        name,
+        path: path.to_path_buf(),
+    };
+    let Ok(lock_file) = dir.lock_file() else {
+        return answer(Err(format!("open {}", dir.file("keeper.lock").display())));
+    };
+    if rustix::fs::flock(
+        &lock_file,
+        rustix::fs::FlockOperation::NonBlockingLockExclusive,
+    )
+    .is_err()
+    {
+        // Another keeper runs (or is starting) this sandbox: the client connects to it.
+        return answer(Ok(()));
+    }
+    match start(&dir) {
+        Ok((keeper, stop_rx)) => {
+            answer(Ok(()));
+            // Only now may a sweep run: our own box is up and its cgroup is ours.
+            std::thread::spawn(|| {
+                if let Ok(rt) = Runtime::new() {
+                    rt.sweep_leftovers();
+                }
+            });
+            let _ = stop_rx.recv();
+            keeper.resident.end();
+            let _ = std::fs::remove_file(dir.file("control.sock"));
+            let _ = std::fs::remove_file(dir.file("keeper.pid"));
+            drop(lock_file);
+            std::process::exit(0)
+        }
+        Err(e) => answer(Err(e)),
+    }
+}
+
+/// Tells the creator how the start went, then lets go of its pipe.
+fn answer(r: Result<(), String>) -> i32 {
+    let mut out = std::io::stdout().lock();
+    let code = match r {
+        Ok(()) => {
+            let _ = writeln!(out, "ok");
+            0
+        }
+        Err(e) => {
+            let _ = writeln!(out, "error: {}", e.replace('\n', "\n  "));
+            eprintln!("hull keeper: {e}");
+            1
+        }
+    };
+    let _ = out.flush();
+    drop(out);
+    if let Ok(null) = File::options().write(true).open("/dev/null") {
+        let _ = rustix::stdio::dup2_stdout(null.as_fd());
+    }
+    code
+}
+
+/// The box spec a sandbox's configuration asks for.
+pub fn spec_of(dir: &Dir, cfg: &Config) -> Result<BoxSpec, String> {
+    let req = RunRequest {
+        argv: vec!["sh".into()],
+        image: cfg.image.clone(),
+        workspace: Some(cfg.workspace.clone().unwrap_or_else(|| dir.workspace())),
+        memory: cfg.memory,
+        pids: cfg.pids,
+        cpus: cfg.cpus,
+        env: cfg.env.clone(),
+        timeout: SETUP_TIMEOUT,
+        ..RunRequest::default()
+    };
+    let built = hull::boxspec::run_spec(&req).map_err(|e| chain(&e))?;
+    let mut spec = built.spec;
+    for ro in &cfg.ro_workspaces {
+        spec.mounts.push(BindMount {
+            source: ro.clone(),
+            target: ro.display().to_string(),
+            read_only: true,
+        });
+    }
+    spec.hostname = cfg.name.clone();
+    spec.writable_root = Some(dir.writable_root()?);
+    Ok(spec)
+}
+
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    hull_api::Chain(e).to_string()
+}
+
+/// Starts the box, runs the setup commands, opens the control socket and the threads.
+fn start(dir: &Dir) -> Result<(Arc<Keeper>, mpsc::Receiver<()>), String> {
+    let cfg = dir.config()?;
+    let spec = spec_of(dir, &cfg)?;
+    let runtime = Runtime::new().map_err(|e| chain(&e))?;
+    let resident = runtime.start_resident(&spec).map_err(|e| chain(&e))?;
+    for w in resident.warnings() {
+        eprintln!("hull keeper: warning: {w}");
+    }
+    let (stop_tx, stop_rx) = mpsc::channel();
+    let keeper = Arc::new(Keeper {
+        resident,
+        env: hull_box::assemble::box_env(&spec),
+        cwd: spec.cwd.clone(),
+        shell: shell_of(&spec),
+        log: ExecLog::open(dir.logs()),
+        spawn: Mutex::new(()),
+        pending: Mutex::new(None),
+        exits: Mutex::new(HashMap::new()),
+        stop: Mutex::new(stop_tx),
+        last_activity: AtomicU64::new(0),
+        active: AtomicUsize::new(0),
+        born: Instant::now(),
+        execs: AtomicU64::new(0),
+    });
+    {
+        let k = Arc::clone(&keeper);
+        std::thread::spawn(move || k.dispatch());
+    }
+    // Setup commands run once, at creation: a later start finds them done.
+    let done = dir.file("setup.done");
+    let setup: &[String] = if done.exists() { &[] } else { &cfg.setup };
+    for cmd in setup {
+        let argv = vec![keeper.shell.to_string(), "-c".into(), cmd.clone()];
+        let (code, stderr) = keeper.run_captured(&argv)?;
+        if code != 0 {
+            keeper.resident.end();
+            return Err(format!(
+                "setup command `{cmd}` failed with exit code {code}; its stderr:\n{}",
+                String::from_utf8_lossy(&stderr).trim_end()
+            ));
+        }
+    }
+    if !done.exists() {
+        super::state::write_atomic(&done, b"")?;
+    }
+    let (sock, _dirfd) = dir.socket_path().map_err(|e| e.to_string())?;
+    let _ = std::fs::remove_file(dir.file("control.sock"));
+    // Made 0600 from the start (no window where another user could connect).
+    let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o177));
+    let listener = UnixListener::bind(&sock);
+    rustix::process::umask(old);
+    let listener = listener.map_err(|e| format!("bind {}: {e}", sock.display()))?;
+    super::state::write_atomic(
+        &dir.file("keeper.pid"),
+        format!("{}\n", std::process::id()).as_bytes(),
+    )?;
+    {
+        let k = Arc::clone(&keeper);
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                match conn {
+                    Ok(conn) => {
+                        let k = Arc::clone(&k);
+                        std::thread::spawn(move || k.serve(conn));
+                    }
+                    // Out of descriptors or memory: not a reason to spin.
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+        });
+    }
+    if cfg.idle_timeout_ms.is_some() || cfg.max_duration_ms.is_some() {
+        let k = Arc::clone(&keeper);
+        std::thread::spawn(move || k.enforce_timeouts(cfg.idle_timeout_ms, cfg.max_duration_ms));
+    }
+    Ok((keeper, stop_rx))
+}
+
+/// `bash` where the image has one, else `sh`.
+fn shell_of(spec: &BoxSpec) -> &'static str {
+    let root = match &spec.root {
+        hull_box::RootSpec::Host => std::path::PathBuf::from("/"),
+        hull_box::RootSpec::Dir(d) => d.clone(),
+    };
+    if ["bin/bash", "usr/bin/bash"]
+        .iter()
+        .any(|p| root.join(p).exists())
+    {
+        "bash"
+    } else {
+        "sh"
+    }
+}
+
+/// A started command: its pid in the box, output pipes and exit status to come.
+struct Started {
+    /// Its pid in the box.
+    pid: i32,
+    out: std::io::PipeReader,
+    err: std::io::PipeReader,
+    exit: mpsc::Receiver<i32>,
+}
+
+impl Keeper {
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn request_stop(&self) {
+        let _ = lock(&self.stop).send(());
+    }
+
+    /// Reads pid 1's reports for good: answers the pending start, hands exit statuses to the
+    /// execs waiting for them. Pid 1 gone means the sandbox stops.
+    fn dispatch(&self) {
+        loop {
+            let event = match self.resident.recv() {
+                Ok(e) => e,
+                Err(e) => {
+                    eprintln!("hull keeper: {}", chain(&e));
+                    ResidentEvent::Closed
+                }
+            };
+            match event {
+                ResidentEvent::Spawned { pid } => {
+                    if let Some(p) = lock(&self.pending).take() {
+                        lock(&self.exits).insert(pid, p.exit);
+                        let _ = p.answer.send(Ok((pid, p.failure)));
+                    }
+                }
+                ResidentEvent::Exited { pid, status } => {
+                    if let Some(tx) = lock(&self.exits).remove(&pid) {
+                        let _ = tx.send(status);
+                    }
+                }
+                ResidentEvent::ExecFailed { errno } | ResidentEvent::ChdirFailed { errno } => {
+                    let chdir = matches!(event, ResidentEvent::ChdirFailed { .. });
+                    if let Some(p) = lock(&self.pending).as_mut() {
+                        let what = if chdir {
+                            format!("enter the working directory {} of", p.cwd)
+                        } else {
+                            "execute".to_string()
+                        };
+                        p.failure = Some(format!(
+                            "hull: cannot {what} `{}`: {}\n",
+                            p.argv0,
+                            std::io::Error::from_raw_os_error(errno)
+                        ));
+                    }
+                }
+                ResidentEvent::Refused { errno } => {
+                    if let Some(p) = lock(&self.pending).take() {
+                        let _ = p.answer.send(Err(format!(
+                            "the sandbox could not start the command: {}",
+                            std::io::Error::from_raw_os_error(errno)
+                        )));
+                    }
+                }
+                ResidentEvent::Closed => {
+                    lock(&self.pending).take();
+                    lock(&self.exits).clear();
+                    self.request_stop();
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Starts `argv` in the box with `env` (the whole environment) in `cwd`.
+    fn start(
+        &self,
+        argv: &[String],
+        env: &[(String, String)],
+        cwd: &str,
+        stdin: &OwnedFd,
+    ) -> Result<(Started, Option<String>), String> {
+        let pipe = |what| std::io::pipe().map_err(|e| format!("create the {what} pipe: {e}"));
+        let (out, out_w) = pipe("stdout")?;
+        let (err, err_w) = pipe("stderr")?;
+        let (answer, answer_rx) = mpsc::channel();
+        let (exit_tx, exit) = mpsc::channel();
+        let program = ResidentProgram { argv, env, cwd };
+        {
+            let _one = lock(&self.spawn);
+            *lock(&self.pending) = Some(Pending {
+                answer,
+                exit: exit_tx,
+                failure: None,
+                argv0: argv.first().cloned().unwrap_or_default(),
+                cwd: cwd.to_string(),
+            });
+            if let Err(e) = self
+                .resident
+                .send(&program, [stdin.as_fd(), out_w.as_fd(), err_w.as_fd()])
+            {
+                lock(&self.pending).take();
+                return Err(chain(&e));
+            }
+            drop((out_w, err_w));
+            let (pid, failure) = answer_rx
+                .recv()
+                .map_err(|_| "the sandbox stopped".to_string())??;
+            Ok((
+                Started {
+                    pid,
+                    out,
+                    err,
+                    exit,
+                },
+                failure,
+            ))
+        }
+    }
+
+    /// Runs `argv` to its end with stdin closed; its exit code and stderr (setup commands).
+    fn run_captured(&self, argv: &[String]) -> Result<(i32, Vec<u8>), String> {
+        let null: OwnedFd = File::open("/dev/null")
+            .map_err(|e| format!("open /dev/null: {e}"))?
+            .into();
+        self.log_header(argv);
+        let (s, failure) = self.start(argv, &self.env, &self.cwd, &null)?;
+        let mut stderr = failure.map(String::into_bytes).unwrap_or_default();
+        let status = drain(
+            s,
+            None,
+            |_| {},
+            |kind, data| {
+                self.log.write(data);
+                if kind == wire::STDERR && stderr.len() < 64 << 10 {
+                    stderr.extend_from_slice(data);
+                }
+            },
+        )
+        .map_err(|_| "the sandbox stopped during setup".to_string())?;
+        let code = wire::exit_code(status);
+        self.log.write(format!("[hull] exit {code}\n").as_bytes());
+        Ok((code, stderr))
+    }
+
+    fn log_header(&self, argv: &[String]) {
+        let n = self.execs.fetch_add(1, Ordering::Relaxed) + 1;
+        let shown = serde_json::to_string(argv).unwrap_or_default();
+        self.log.write(
+            format!(
+                "[hull] exec #{n} at {}: {shown}\n",
+                super::state::now_secs()
+            )
+            .as_bytes(),
+        );
+    }
+
+    /// One client connection: a request line, then its frames.
+    fn serve(&self, conn: UnixStream) {
+        let Ok(read_half) = conn.try_clone() else {
+            return;
+        };
+        let mut reader = BufReader::new(read_half);
+        let mut line = String::new();
+        if reader.by_ref().take(4 << 20).read_line(&mut line).is_err() {
+            return;
+        }
+        let mut w = conn;
+        match serde_json::from_str::<Request>(&line) {
+            Ok(Request::Stop) => {
+                let _ = wire::write_frame(&mut w, wire::EXIT, &0i32.to_le_bytes());
+                self.request_stop();
+            }
+            Ok(Request::Exec {
+                argv,
+                env,
+                cwd,
+                stdin,
+                shell,
+            }) => {
+                self.active.fetch_add(1, Ordering::SeqCst);
+                self.last_activity.store(self.now_ms(), Ordering::SeqCst);
+                let r = self.exec(&mut w, reader, &argv, &env, cwd, stdin, shell);
+                if let Err(e) = r {
+                    let _ = wire::write_frame(&mut w, wire::ERROR, e.as_bytes());
+                }
+                self.last_activity.store(self.now_ms(), Ordering::SeqCst);
+                self.active.fetch_sub(1, Ordering::SeqCst);
+            }
+            Err(e) => {
+                let _ =
+                    wire::write_frame(&mut w, wire::ERROR, format!("bad request: {e}").as_bytes());
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn exec(
+        &self,
+        w: &mut UnixStream,
+        reader: BufReader<UnixStream>,
+        argv: &[String],
+        env: &[(String, String)],
+        cwd: Option<String>,
+        stdin: bool,
+        shell: bool,
+    ) -> Result<(), String> {
+        let argv: Vec<String> = if shell {
+            vec![self.shell.to_string(), "-c".into(), argv.join(" ")]
+        } else {
+            argv.to_vec()
+        };
+        if argv.is_empty() {
+            return Err("no command given".into());
+        }
+        let mut merged = self.env.clone();
+        for (k, v) in env {
+            match merged.iter_mut().find(|(mk, _)| mk == k) {
+                Some(slot) => slot.1 = v.clone(),
+                None => merged.push((k.clone(), v.clone())),
+            }
+        }
+        let cwd = cwd.unwrap_or_else(|| self.cwd.clone());
+        let input: OwnedFd = if stdin {
+            let (r, w) = std::io::pipe().map_err(|e| format!("create the stdin pipe: {e}"))?;
+            std::thread::spawn(move || feed_stdin(reader, w));
+            r.into()
+        } else {
+            File::open("/dev/null")
+                .map_err(|e| format!("open /dev/null: {e}"))?
+                .into()
+        };
+        self.log_header(&argv);
+        let (s, failure) = self.start(&argv, &merged, &cwd, &input)?;
+        drop(input);
+        if let Some(f) = failure {
+            self.log.write(f.as_bytes());
+            let _ = wire::write_frame(w, wire::STDERR, f.as_bytes());
+        }
+        let client = w.try_clone().map_err(|e| e.to_string())?;
+        let gone = |pid: i32| {
+            // The client went away (killed, interrupted): what it started goes too.
+            let _ = self.resident.kill(pid, libc::SIGKILL);
+            self.log
+                .write(b"[hull] the client went away: the command was killed\n");
+        };
+        let status = drain(s, Some(&client), gone, |kind, data| {
+            self.log.write(data);
+            let _ = wire::write_frame(w, kind, data);
+        })
+        .map_err(|()| "the sandbox stopped while the command ran".to_string())?;
+        let code = wire::exit_code(status);
+        self.log.write(format!("[hull] exit {code}\n").as_bytes());
+        wire::write_frame(w, wire::EXIT, &code.to_le_bytes()).map_err(|e| e.to_string())
+    }
+
+    /// Stops the sandbox after `idle_ms` without an exec, or `max_ms` in all.
+    fn enforce_timeouts(&self, idle_ms: Option<u64>, max_ms: Option<u64>) {
+        loop {
+            std::thread::sleep(Duration::from_millis(100));
+            let now = self.now_ms();
+            if max_ms.is_some_and(|m| now >= m) {
+                eprintln!("hull keeper: stopped after --max-duration");
+                break;
+            }
+            let idle = now.saturating_sub(self.last_activity.load(Ordering::SeqCst));
+            if self.active.load(Ordering::SeqCst) == 0 && idle_ms.is_some_and(|m| idle >= m) {
+                eprintln!("hull keeper: stopped after --idle-timeout");
+                break;
+            }
+        }
+        self.request_stop();
+    }
+}
+
+/// Hands `each` the command's output as it comes (stdout and stderr, read in this thread), then
+/// returns its wait status; `gone` is called (once, with the command's pid) if `client` hangs
+/// up first. A command that exited while something it left behind holds its
+/// output open: what comes within 200 ms of its exit is passed on, the rest is not waited for.
+/// `Err` if the sandbox stopped before the status came.
+fn drain(
+    s: Started,
+    mut client: Option<&UnixStream>,
+    mut gone: impl FnMut(i32),
+    mut each: impl FnMut(u8, &[u8]),
+) -> Result<i32, ()> {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let mut open = [Some((s.out, wire::STDOUT)), Some((s.err, wire::STDERR))];
+    let mut buf = vec![0u8; 64 << 10];
+    let mut status = None;
+    let mut grace: Option<Instant> = None;
+    while open.iter().any(Option::is_some) {
+        let ready: Vec<bool> = {
+            let mut fds: Vec<PollFd<'_>> = open
+                .iter()
+                .flatten()
+                .map(|(r, _)| PollFd::new(r, PollFlags::IN))
+                .collect();
+            // The client's hangup only (its stdin frames belong to the stdin thread).
+            if let Some(c) = client {
+                fds.push(PollFd::new(c, PollFlags::RDHUP));
+            }
+            let tick = Timespec {
+                tv_sec: 0,
+                tv_nsec: 50_000_000,
+            };
+            if poll(&mut fds, Some(&tick)).is_err() {
+                return Err(());
+            }
+            fds.iter().map(|f| !f.revents().is_empty()).collect()
+        };
+        if client.is_some() && ready.last().copied().unwrap_or(false) {
+            client = None;
+            gone(s.pid);
+        }
+        let mut at = 0;
+        for slot in &mut open {
+            let Some((r, kind)) = slot else { continue };
+            let hit = ready.get(at).copied().unwrap_or(false);
+            at += 1;
+            if !hit {
+                continue;
+            }
+            match r.read(&mut buf) {
+                Ok(0) | Err(_) => *slot = None,
+                Ok(n) => each(*kind, &buf[..n]),
+            }
+        }
+        if !ready.iter().any(|&r| r) {
+            if status.is_none() {
+                status = s.exit.try_recv().ok();
+            }
+            if status.is_some() {
+                let since = *grace.get_or_insert_with(Instant::now);
+                if since.elapsed() > Duration::from_millis(200) {
+                    break;
+                }
+            }
+        }
+    }
+    match status {
+        Some(st) => Ok(st),
+        None => s.exit.recv().map_err(drop),
+    }
+}
+
+/// Copies the client's stdin frames into the command's stdin until their end.
+fn feed_stdin(mut reader: BufReader<UnixStream>, mut w: std::io::PipeWriter) {
+    while let Ok(Some((kind, data))) = wire::read_frame(&mut reader) {
+        match kind {
+            wire::STDIN => {
+                if w.write_all(&data).is_err() {
+                    break;
+                }
+            }
+            _ => break,
+        }
+    }
+}

@@ -1,0 +1,298 @@
+//! A named sandbox on disk: the name rule, where state directories live, and what one holds
+//! (its configuration, the keeper's lock, pid and control socket, logs, its disk).
+//!
+//! ```text
+//! <root>/<name>/config.json   what `hull create` was asked (the keeper rebuilds the box from it)
+//!              keeper.lock    flock'd by the live keeper: held = running
+//!              keeper.pid     the live keeper's pid
+//!              control.sock   the keeper's control socket (0600; the directory is 0700)
+//!              keeper.log     the keeper's own stderr
+//!              setup.done     the setup commands ran (they run once, at creation)
+//!              logs/exec.log  what every exec printed (rotated to exec.log.1 past the cap)
+//!              workspace/     the sandbox's own /workspace (unless --workspace names one)
+//!              upper/ work/   its writable root's overlay layers (the image is the lower one)
+//!              lower/         an empty lower layer for the `host` image's root
+//! ```
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// The rule names follow (said in refusals).
+pub const NAME_RULE: &str =
+    "1 to 63 characters: lowercase letters, digits, `_`, `.` and `-`, starting with a letter or digit";
+
+/// Refuses a name outside [`NAME_RULE`] (it becomes a directory name and a hostname part).
+pub fn check_name(name: &str) -> Result<(), String> {
+    let mut chars = name.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    let rest_ok = chars
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '.' || c == '-');
+    if first_ok && rest_ok && name.len() <= 63 {
+        Ok(())
+    } else {
+        Err(format!("bad sandbox name `{name}`: {NAME_RULE}"))
+    }
+}
+
+/// Where sandboxes live: `$HULL_SANDBOXES` when set; as root `/var/lib/hull/sandboxes` (state
+/// of the system, beside other daemons'); else `$XDG_STATE_HOME/hull/sandboxes` or
+/// `~/.local/state/hull/sandboxes` (XDG's place for state that outlives a process but is not
+/// a document: logs, a disk that can be rebuilt).
+pub fn root() -> PathBuf {
+    if let Some(d) = std::env::var_os("HULL_SANDBOXES").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
+    if rustix::process::geteuid().is_root() {
+        return PathBuf::from("/var/lib/hull/sandboxes");
+    }
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+        .unwrap_or_else(|| PathBuf::from("/tmp"));
+    state.join("hull/sandboxes")
+}
+
+/// What a sandbox was created with: the keeper rebuilds its box from this at every start.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Config {
+    pub name: String,
+    pub image: String,
+    /// A host directory at /workspace (read-write) instead of the sandbox's own disk.
+    pub workspace: Option<PathBuf>,
+    /// Host directories mounted read-only at the same path.
+    pub ro_workspaces: Vec<PathBuf>,
+    pub memory: Option<u64>,
+    pub cpus: Option<f64>,
+    pub pids: Option<u64>,
+    pub env: Vec<(String, String)>,
+    pub setup: Vec<String>,
+    pub idle_timeout_ms: Option<u64>,
+    pub max_duration_ms: Option<u64>,
+    /// Seconds since the epoch.
+    pub created: u64,
+}
+
+/// One sandbox's state directory.
+#[derive(Debug, Clone)]
+pub struct Dir {
+    pub name: String,
+    pub path: PathBuf,
+}
+
+impl Dir {
+    pub fn of(name: &str) -> Result<Dir, String> {
+        check_name(name)?;
+        Ok(Dir {
+            name: name.to_string(),
+            path: root().join(name),
+        })
+    }
+
+    pub fn exists(&self) -> bool {
+        self.path.join("config.json").is_file()
+    }
+
+    /// Makes the directory (0700): a name already taken is a conflict.
+    pub fn make(&self) -> Result<(), String> {
+        let root = root();
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&root)
+            .map_err(|e| format!("create {}: {e}", root.display()))?;
+        match std::fs::DirBuilder::new().mode(0o700).create(&self.path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(format!(
+                "a sandbox named `{}` already exists (conflict): `hull rm {}` first, or pick another name",
+                self.name, self.name
+            )),
+            Err(e) => Err(format!("create {}: {e}", self.path.display())),
+        }
+    }
+
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+
+    pub fn workspace(&self) -> PathBuf {
+        self.path.join("workspace")
+    }
+
+    /// The overlay directories of its writable root, made on first use: `upper` (what the
+    /// sandbox changed), `work` (overlayfs's own) and an empty `lower` (the `host` image's root
+    /// layer). As host root the first two go to the box's root id (hull's own range), which
+    /// writes them.
+    pub fn writable_root(&self) -> Result<hull_box::WritableRoot, String> {
+        let root = hull_box::WritableRoot {
+            upper: self.path.join("upper"),
+            work: self.path.join("work"),
+            empty: self.path.join("lower"),
+        };
+        for d in [&root.upper, &root.work, &root.empty] {
+            match std::fs::DirBuilder::new().mode(0o755).create(d) {
+                Ok(()) => {
+                    if d != &root.empty {
+                        if let Some((uid, gid)) = hull_box::remap::box_root() {
+                            std::os::unix::fs::chown(d, Some(uid), Some(gid))
+                                .map_err(|e| format!("chown {}: {e}", d.display()))?;
+                        }
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(format!("create {}: {e}", d.display())),
+            }
+        }
+        Ok(root)
+    }
+
+    pub fn logs(&self) -> PathBuf {
+        self.path.join("logs")
+    }
+
+    pub fn write_config(&self, c: &Config) -> Result<(), String> {
+        let text = serde_json::to_vec_pretty(c).map_err(|e| e.to_string())?;
+        write_atomic(&self.file("config.json"), &text)
+    }
+
+    pub fn config(&self) -> Result<Config, String> {
+        let path = self.file("config.json");
+        let text = std::fs::read(&path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                format!("no sandbox named `{}` (see `hull ps`)", self.name)
+            } else {
+                format!("read {}: {e}", path.display())
+            }
+        })?;
+        serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Opens (creating) the keeper's lock file.
+    pub fn lock_file(&self) -> std::io::Result<File> {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(self.file("keeper.lock"))
+    }
+
+    /// Whether a keeper holds the lock (the sandbox runs).
+    pub fn running(&self) -> bool {
+        let Ok(f) = self.lock_file() else {
+            return false;
+        };
+        match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockShared) {
+            Ok(()) => false,
+            Err(_) => true,
+        }
+    }
+
+    /// The live keeper's pid, as it wrote it.
+    pub fn keeper_pid(&self) -> Option<i32> {
+        std::fs::read_to_string(self.file("keeper.pid"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// The control socket's path as `connect`/`bind` take it: a long state path goes through
+    /// `/proc/self/fd` of an open directory (a socket path holds at most 107 bytes), and the
+    /// directory's descriptor is returned to be kept open meanwhile.
+    pub fn socket_path(&self) -> std::io::Result<(PathBuf, Option<File>)> {
+        let direct = self.file("control.sock");
+        if direct.as_os_str().len() < 100 {
+            return Ok((direct, None));
+        }
+        let dir = File::open(&self.path)?;
+        use std::os::fd::AsRawFd;
+        let via = PathBuf::from(format!("/proc/self/fd/{}/control.sock", dir.as_raw_fd()));
+        Ok((via, Some(dir)))
+    }
+
+    /// Bytes on disk under the directory (files only; links not followed).
+    pub fn size(&self) -> u64 {
+        fn walk(p: &Path, depth: usize) -> u64 {
+            let Ok(rd) = std::fs::read_dir(p) else {
+                return 0;
+            };
+            rd.filter_map(Result::ok)
+                .map(|e| match e.file_type() {
+                    Ok(t) if t.is_dir() && depth < 64 => walk(&e.path(), depth + 1),
+                    Ok(t) if t.is_file() => e.metadata().map_or(0, |m| m.len()),
+                    _ => 0,
+                })
+                .sum()
+        }
+        walk(&self.path, 0)
+    }
+}
+
+/// Every sandbox directory under [`root`], by name.
+pub fn list() -> Vec<Dir> {
+    let Ok(rd) = std::fs::read_dir(root()) else {
+        return Vec::new();
+    };
+    let mut v: Vec<Dir> = rd
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str().and_then(|n| Dir::of(n).ok()))
+        .filter(Dir::exists)
+        .collect();
+    v.sort_by(|a, b| a.name.cmp(&b.name));
+    v
+}
+
+/// Writes `data` to `path` through a temporary file and a rename (0600).
+pub fn write_atomic(path: &Path, data: &[u8]) -> Result<(), String> {
+    let tmp = path.with_extension("tmp");
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(|e| format!("write {}: {e}", tmp.display()))?;
+    f.write_all(data)
+        .map_err(|e| format!("write {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| format!("write {}: {e}", path.display()))
+}
+
+pub fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_rule() {
+        for ok in ["a", "dev-1", "x.y_z", "0abc", &"a".repeat(63)] {
+            assert!(check_name(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "-a",
+            ".a",
+            "A",
+            "a/b",
+            "a b",
+            "..",
+            &"a".repeat(64),
+            "é",
+        ] {
+            let e = check_name(bad).unwrap_err();
+            assert!(e.contains(NAME_RULE), "{e}");
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! The keeper's control protocol on its Unix socket: one JSON request line from the client,
+//! then frames both ways (`kind: u8`, `len: u32` little-endian, `len` bytes): stdin data and its
+//! end from the client; stdout, stderr, the exit code or an error from the keeper. A client keeps
+//! its side open until the exit code: the keeper takes a hangup (a shutdown of the client's
+//! sending side included) as the client going away, and kills the command.
+
+use std::io::{self, Read, Write};
+
+use serde::{Deserialize, Serialize};
+
+/// What a client asks the keeper.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// Run a command; `env` is merged over the sandbox's for this command only.
+    Exec {
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+        cwd: Option<String>,
+        /// The client streams its stdin (else the command's stdin is /dev/null).
+        stdin: bool,
+        /// `argv` joined is one shell string, run by bash (sh where the image has no bash).
+        #[serde(default)]
+        shell: bool,
+    },
+    /// End every process and the keeper; the disk stays.
+    Stop,
+}
+
+/// Frame kinds.
+pub const STDIN: u8 = 0;
+pub const STDOUT: u8 = 1;
+pub const STDERR: u8 = 2;
+pub const STDIN_END: u8 = 3;
+/// The command's exit code (i32 LE): 128+N for signal N.
+pub const EXIT: u8 = 4;
+/// Why the request failed (UTF-8 text); the client exits 125.
+pub const ERROR: u8 = 5;
+
+/// The largest frame accepted.
+pub const MAX_FRAME: u32 = 1 << 20;
+
+pub fn write_frame(w: &mut impl Write, kind: u8, data: &[u8]) -> io::Result<()> {
+    let len = u32::try_from(data.len()).map_err(|_| io::Error::other("frame too large"))?;
+    let mut head = [0u8; 5];
+    head[0] = kind;
+    head[1..].copy_from_slice(&len.to_le_bytes());
+    w.write_all(&head)?;
+    w.write_all(data)
+}
+
+/// The next frame, or None at a clean end of stream.
+pub fn read_frame(r: &mut impl Read) -> io::Result<Option<(u8, Vec<u8>)>> {
+    let mut head = [0u8; 5];
+    match r.read_exact(&mut head) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]);
+    if len > MAX_FRAME {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("a frame of {len} bytes (at most {MAX_FRAME})"),
+        ));
+    }
+    let mut data = vec![0u8; len as usize];
+    r.read_exact(&mut data)?;
+    Ok(Some((head[0], data)))
+}
+
+/// The shell-style exit code of a wait status: the code, or 128+N for signal N.
+pub fn exit_code(status: i32) -> i32 {
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else if libc::WIFSIGNALED(status) {
+        128 + libc::WTERMSIG(status)
+    } else {
+        125
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_and_oversized_ones_are_refused() {
+        let mut buf = Vec::new();
+        write_frame(&mut buf, STDOUT, b"hi").unwrap();
+        write_frame(&mut buf, EXIT, &3i32.to_le_bytes()).unwrap();
+        let mut r = buf.as_slice();
+        assert_eq!(read_frame(&mut r).unwrap(), Some((STDOUT, b"hi".to_vec())));
+        assert_eq!(
+            read_frame(&mut r).unwrap(),
+            Some((EXIT, 3i32.to_le_bytes().to_vec()))
+        );
+        assert_eq!(read_frame(&mut r).unwrap(), None);
+        let mut big = vec![STDOUT];
+        big.extend_from_slice(&(MAX_FRAME + 1).to_le_bytes());
+        assert!(read_frame(&mut big.as_slice()).is_err());
+        assert_eq!(exit_code(3 << 8), 3);
+        assert_eq!(exit_code(9), 137);
+    }
+}

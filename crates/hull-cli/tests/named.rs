@@ -1,0 +1,799 @@
+//! Named sandboxes (`hull create/exec/stop/start/rm/ps/logs`), black-box: every command is a
+//! real `hull` process, so the sandbox is always used by a process other than the one that
+//! created it, after that one exited. Each test keeps its sandboxes in a directory of its own
+//! (`HULL_SANDBOXES`) and removes them at the end; the keepers carry that directory in their
+//! environment, which is how a test finds the ones it started.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A test's sandboxes: removed (and checked gone) when dropped.
+struct Sandboxes {
+    dir: tempfile::TempDir,
+    /// `HULL_HOME` (an image store) for every command, when the test made one.
+    home: Option<PathBuf>,
+}
+
+impl Sandboxes {
+    fn new() -> Sandboxes {
+        Sandboxes {
+            dir: tempfile::Builder::new()
+                .prefix("hull-named-test-")
+                .tempdir()
+                .expect("tempdir"),
+            home: None,
+        }
+    }
+
+    fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(common::bin());
+        c.args(args)
+            .env("HULL_SANDBOXES", self.root())
+            .stdin(Stdio::null());
+        if let Some(h) = &self.home {
+            c.env("HULL_HOME", h);
+        }
+        c
+    }
+
+    fn hull(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().expect("spawn hull")
+    }
+
+    /// Runs `args` and expects success.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.hull(args);
+        assert!(
+            out.status.success(),
+            "hull {args:?} failed ({:?}): {}{}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn state(&self, name: &str) -> String {
+        let ps = self.ok(&["ps", "--json"]);
+        ps.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|v| v["name"] == name)
+            .map(|v| v["state"].as_str().unwrap_or_default().to_string())
+            .unwrap_or_else(|| "absent".into())
+    }
+
+    fn wait_state(&self, name: &str, want: &str) {
+        let t0 = Instant::now();
+        while self.state(name) != want {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "{name} never became {want}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn keeper_pid(&self, name: &str) -> i32 {
+        std::fs::read_to_string(self.root().join(name).join("keeper.pid"))
+            .expect("keeper.pid")
+            .trim()
+            .parse()
+            .expect("a pid")
+    }
+
+    /// No keeper of ours runs (one that let go of its lock may take a moment to exit).
+    fn assert_no_keepers(&self) {
+        let t0 = Instant::now();
+        while !self.keepers().is_empty() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "keepers left behind: {:?}",
+                self.keepers()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Pids of live processes whose environment names our sandbox directory (our keepers).
+    fn keepers(&self) -> Vec<i32> {
+        let marker = format!("HULL_SANDBOXES={}", self.root().display());
+        processes_where(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|e| e.split(|&b| b == 0).any(|v| v == marker.as_bytes()))
+        })
+    }
+}
+
+impl Drop for Sandboxes {
+    fn drop(&mut self) {
+        let names: Vec<String> = std::fs::read_dir(self.root())
+            .map(|rd| {
+                rd.filter_map(Result::ok)
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        for n in names {
+            let _ = self.hull(&["rm", &n]);
+        }
+        if !std::thread::panicking() {
+            self.assert_no_keepers();
+        }
+    }
+}
+
+/// Live processes (not zombies) for which `f(pid)` holds.
+fn processes_where(f: impl Fn(i32) -> bool) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+            !state.starts_with('Z') && !stat.is_empty() && f(pid)
+        })
+        .collect()
+}
+
+/// Pids of processes whose command line is exactly `argv`.
+fn running(argv: &[&str]) -> Vec<i32> {
+    let want: Vec<u8> = argv
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    processes_where(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want))
+}
+
+fn wait_gone(argv: &[&str]) {
+    let t0 = Instant::now();
+    while !running(argv).is_empty() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "{argv:?} still runs: {:?}",
+            running(argv)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A number of seconds unique to this test process, so `sleep N` names our processes.
+fn unique_secs(offset: u32) -> String {
+    (100_000 + std::process::id() * 10 + offset).to_string()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn a_sandbox_made_by_one_process_runs_commands_for_another() {
+    let s = Sandboxes::new();
+    s.ok(&["create", "one"]);
+    let out = s.hull(&[
+        "exec",
+        "one",
+        "--",
+        "sh",
+        "-c",
+        "echo out; echo err >&2; exit 3",
+    ]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert_eq!(text(&out.stdout), "out\n");
+    assert_eq!(text(&out.stderr), "err\n");
+    // 128+N for a signal.
+    let out = s.hull(&["exec", "one", "--", "sh", "-c", "kill -9 $$"]);
+    assert_eq!(out.status.code(), Some(137), "{out:?}");
+    // -w, the working directory; --shell, one string.
+    let out = s.ok(&[
+        "exec",
+        "one",
+        "-w",
+        "/tmp",
+        "--shell",
+        "--",
+        "pwd; echo $((6*7))",
+    ]);
+    assert_eq!(out, "/tmp\n42\n");
+    // A command that cannot run: 127, said once on stderr.
+    let out = s.hull(&["exec", "one", "--", "no-such-program"]);
+    assert_eq!(out.status.code(), Some(127), "{out:?}");
+    assert!(text(&out.stderr).contains("no-such-program"), "{out:?}");
+    // Piped stdin reaches the command; without it the command's stdin is closed.
+    let mut c = s.cmd(&["exec", "one", "--", "tr", "a-z", "A-Z"]);
+    c.stdin(Stdio::piped()).stdout(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(b"hello\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(text(&out.stdout), "HELLO\n");
+    assert_eq!(s.ok(&["exec", "one", "--", "cat"]), "");
+}
+
+#[test]
+fn every_command_runs_confined() {
+    let s = Sandboxes::new();
+    s.ok(&["create", "conf"]);
+    let status = s.ok(&["exec", "conf", "--", "cat", "/proc/self/status"]);
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .map(|l| l[name.len()..].trim().to_string())
+            .unwrap_or_default()
+    };
+    assert_eq!(field("CapEff:"), "0000000000000000", "{status}");
+    assert_eq!(field("NoNewPrivs:"), "1", "{status}");
+    assert_eq!(field("Seccomp:"), "2", "{status}");
+    // A refused call kills the process that made it (SIGSYS), not the sandbox.
+    let out = s.hull(&["exec", "conf", "--", "unshare", "-U", "true"]);
+    assert_eq!(out.status.code(), Some(128 + libc::SIGSYS), "{out:?}");
+    assert_eq!(s.ok(&["exec", "conf", "--", "echo", "alive"]), "alive\n");
+    // Its own pid namespace: pid 1 is hull's.
+    let comm = s.ok(&["exec", "conf", "--", "cat", "/proc/1/comm"]);
+    assert_eq!(comm, "hull-init\n");
+}
+
+#[test]
+fn files_survive_stop_and_start_and_a_stopped_sandbox_starts_on_exec() {
+    let s = Sandboxes::new();
+    s.ok(&["create", "disk"]);
+    s.ok(&["exec", "disk", "--", "sh", "-c", "echo kept > /workspace/f"]);
+    // The root is writable on disk (overlayfs over the image), the image's own directories
+    // (the host's, here) are not.
+    s.ok(&[
+        "exec",
+        "disk",
+        "--shell",
+        "--",
+        "mkdir -p /opt/tool && echo tool > /opt/tool/x && echo conf > /etc/added",
+    ]);
+    let out = s.hull(&["exec", "disk", "--", "touch", "/usr/hull-named-test"]);
+    assert_ne!(out.status.code(), Some(0), "{out:?}");
+    assert!(!Path::new("/usr/hull-named-test").exists());
+    s.ok(&["stop", "disk"]);
+    assert_eq!(s.state("disk"), "stopped");
+    s.assert_no_keepers();
+    s.ok(&["start", "disk"]);
+    assert_eq!(s.state("disk"), "running");
+    assert_eq!(
+        s.ok(&["exec", "disk", "--", "cat", "/workspace/f"]),
+        "kept\n"
+    );
+    assert_eq!(
+        s.ok(&["exec", "disk", "--", "cat", "/opt/tool/x", "/etc/added"]),
+        "tool\nconf\n"
+    );
+    s.ok(&["stop", "disk"]);
+    // The next exec starts it again.
+    assert_eq!(
+        s.ok(&["exec", "disk", "--", "cat", "/workspace/f"]),
+        "kept\n"
+    );
+    assert_eq!(s.state("disk"), "running");
+    // stop and start are idempotent.
+    s.ok(&["start", "disk"]);
+    s.ok(&["stop", "disk"]);
+    s.ok(&["stop", "disk"]);
+}
+
+#[test]
+fn a_background_process_is_gone_after_stop() {
+    let s = Sandboxes::new();
+    s.ok(&["create", "bg"]);
+    let secs = unique_secs(1);
+    let script = format!("sleep {secs} >/dev/null 2>&1 &");
+    s.ok(&["exec", "bg", "--", "sh", "-c", &script]);
+    // It outlives the exec that started it, and later execs.
+    assert_eq!(running(&["sleep", &secs]).len(), 1);
+    s.ok(&["exec", "bg", "--", "true"]);
+    assert_eq!(running(&["sleep", &secs]).len(), 1);
+    s.ok(&["stop", "bg"]);
+    wait_gone(&["sleep", &secs]);
+}
+
+#[test]
+fn sigkill_of_the_keeper_leaves_a_stopped_sandbox_that_starts_again() {
+    let s = Sandboxes::new();
+    s.ok(&["create", "killed"]);
+    let secs = unique_secs(2);
+    let script = format!("echo on-disk > /workspace/f; sleep {secs} >/dev/null 2>&1 &");
+    s.ok(&["exec", "killed", "--", "sh", "-c", &script]);
+    assert_eq!(running(&["sleep", &secs]).len(), 1);
+    let pid = s.keeper_pid("killed");
+    // SAFETY: kill takes plain integers; the pid is our keeper's, read from its state.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    s.wait_state("killed", "stopped");
+    wait_gone(&["sleep", &secs]);
+    assert_eq!(
+        s.ok(&["exec", "killed", "--", "cat", "/workspace/f"]),
+        "on-disk\n"
+    );
+    assert_ne!(s.keeper_pid("killed"), pid);
+}
+
+#[test]
+fn twenty_commands_run_side_by_side() {
+    let s = Sandboxes::new();
+    s.ok(&["create", "many"]);
+    // Each command waits (at most ~10 s) until all twenty have started: they can only all
+    // finish if they ran at once.
+    let script = "touch /tmp/in.$N; i=0; while [ $(ls /tmp/in.* | wc -l) -lt 20 ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; echo $N $(ls /tmp/in.* | wc -l)";
+    let handles: Vec<_> = (0..20)
+        .map(|n| {
+            let mut c = s.cmd(&[
+                "exec",
+                "many",
+                "-e",
+                &format!("N={n}"),
+                "--",
+                "sh",
+                "-c",
+                script,
+            ]);
+            c.stdout(Stdio::piped()).stderr(Stdio::piped());
+            (n, c.spawn().expect("spawn"))
+        })
+        .collect();
+    for (n, h) in handles {
+        let out = h.wait_with_output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(text(&out.stdout), format!("{n} 20\n"));
+    }
+}
+
+#[test]
+fn a_command_sees_the_sandbox_environment_and_its_own_only() {
+    let s = Sandboxes::new();
+    s.ok(&["create", "envs", "--env", "SHARED=yes"]);
+    let secret = format!("s3cret-{}", std::process::id());
+    let secs = unique_secs(3);
+    // A command holding a per-command variable runs while others look for it.
+    let mut holder = s.cmd(&[
+        "exec",
+        "envs",
+        "-e",
+        &format!("TOKEN={secret}"),
+        "--",
+        "sleep",
+        &secs,
+    ]);
+    holder.stdout(Stdio::null()).stderr(Stdio::null());
+    let mut holder = holder.spawn().unwrap();
+    let t0 = Instant::now();
+    while running(&["sleep", &secs]).is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = s
+        .cmd(&["exec", "envs", "--", "env"])
+        .env("CALLER_ONLY", "1")
+        .output()
+        .unwrap();
+    let env = text(&out.stdout);
+    assert!(env.contains("SHARED=yes\n"), "{env}");
+    assert!(!env.contains(&secret), "{env}");
+    assert!(
+        !env.contains("CALLER_ONLY"),
+        "the caller's environment leaked: {env}"
+    );
+    let cmdlines = s.ok(&[
+        "exec",
+        "envs",
+        "--shell",
+        "--",
+        "cat /proc/[0-9]*/cmdline | tr '\\0' ' '",
+    ]);
+    assert!(!cmdlines.contains(&secret), "{cmdlines}");
+    // Nor in the keeper's command line or environment on the host.
+    let keeper = s.keeper_pid("envs");
+    for f in ["cmdline", "environ"] {
+        let b = std::fs::read(format!("/proc/{keeper}/{f}")).unwrap();
+        assert!(!text(&b).contains(&secret), "{f}");
+    }
+    let _ = holder.kill();
+    let _ = holder.wait();
+    s.ok(&["stop", "envs"]);
+    wait_gone(&["sleep", &secs]);
+}
+
+#[test]
+fn a_failed_setup_is_an_error_with_its_command_code_and_stderr_and_leaves_nothing() {
+    let s = Sandboxes::new();
+    let out = s.hull(&[
+        "create",
+        "broken",
+        "--setup",
+        "echo fine",
+        "--setup",
+        "echo boom >&2; exit 7",
+    ]);
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    let err = text(&out.stderr);
+    assert!(err.contains("echo boom >&2; exit 7"), "{err}");
+    assert!(err.contains("exit code 7"), "{err}");
+    assert!(err.contains("boom"), "{err}");
+    assert!(!s.root().join("broken").exists(), "state left behind");
+    assert_eq!(s.state("broken"), "absent");
+    s.assert_no_keepers();
+    // A setup that works runs once, at creation.
+    s.ok(&[
+        "create",
+        "built",
+        "--setup",
+        "echo made >> /workspace/setup.log",
+    ]);
+    s.ok(&["stop", "built"]);
+    assert_eq!(
+        s.ok(&["exec", "built", "--", "cat", "/workspace/setup.log"]),
+        "made\n"
+    );
+}
+
+#[test]
+fn bad_and_taken_names_are_refused() {
+    let s = Sandboxes::new();
+    for bad in ["Bad", ".x", "a/b", "", &"a".repeat(64)] {
+        let out = s.hull(&["create", bad]);
+        assert_eq!(out.status.code(), Some(125), "{bad}: {out:?}");
+        assert!(
+            text(&out.stderr).contains("lowercase letters, digits"),
+            "{bad}: {}",
+            text(&out.stderr)
+        );
+    }
+    s.ok(&["create", "taken"]);
+    let out = s.hull(&["create", "taken"]);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(
+        text(&out.stderr).contains("already exists (conflict)"),
+        "{out:?}"
+    );
+    // The first one is untouched.
+    assert_eq!(s.ok(&["exec", "taken", "--", "echo", "ok"]), "ok\n");
+    let out = s.hull(&["exec", "nobody", "--", "true"]);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(
+        text(&out.stderr).contains("no sandbox named `nobody`"),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn ps_and_logs_show_sandboxes_and_what_their_commands_printed() {
+    let s = Sandboxes::new();
+    s.ok(&["create", "listed"]);
+    s.ok(&["create", "other"]);
+    s.ok(&["stop", "other"]);
+    let table = s.ok(&["ps"]);
+    let row = |name: &str| {
+        table
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("{name} not in {table}"))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert!(table.starts_with("NAME"), "{table}");
+    assert_eq!(row("listed")[1..3], ["running", "host"]);
+    assert_eq!(row("other")[1..3], ["stopped", "host"]);
+    s.ok(&[
+        "exec",
+        "listed",
+        "--",
+        "sh",
+        "-c",
+        "echo to-out; echo to-err >&2",
+    ]);
+    let logs = s.ok(&["logs", "listed"]);
+    assert!(logs.contains("to-out\n"), "{logs}");
+    assert!(logs.contains("to-err\n"), "{logs}");
+    assert!(logs.contains("[hull] exit 0"), "{logs}");
+    // Past the cap the log rotates: what is kept stays bounded.
+    s.ok(&["stop", "listed"]);
+    let mut big = s.cmd(&["exec", "listed", "--", "sh", "-c", "i=0; while [ $i -lt 400 ]; do echo line-$i-xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx; i=$((i+1)); done"]);
+    big.env("HULL_LOG_CAP", "4096");
+    assert!(big.output().unwrap().status.success());
+    let logs = s.ok(&["logs", "listed"]);
+    assert!(logs.len() <= 2 * 4096 + 200, "{} bytes kept", logs.len());
+    assert!(logs.contains("line-399-"), "the newest output is kept");
+    let files: Vec<PathBuf> = std::fs::read_dir(s.root().join("listed/logs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 2, "{files:?}");
+}
+
+#[test]
+fn rm_removes_a_running_or_stopped_sandbox_and_is_idempotent() {
+    let s = Sandboxes::new();
+    s.ok(&["create", "gone"]);
+    s.ok(&["exec", "gone", "--", "touch", "/workspace/x"]);
+    s.ok(&["rm", "gone"]);
+    assert!(!s.root().join("gone").exists());
+    s.assert_no_keepers();
+    s.ok(&["rm", "gone"]);
+    s.ok(&["rm", "never-made"]);
+    s.ok(&["create", "gone"]);
+    s.ok(&["stop", "gone"]);
+    s.ok(&["rm", "gone"]);
+    assert_eq!(s.state("gone"), "absent");
+}
+
+#[test]
+fn an_idle_sandbox_stops_and_the_next_exec_starts_it() {
+    let s = Sandboxes::new();
+    s.ok(&["create", "idle", "--idle-timeout", "300ms"]);
+    s.ok(&["exec", "idle", "--", "touch", "/workspace/y"]);
+    s.wait_state("idle", "stopped");
+    assert_eq!(s.ok(&["exec", "idle", "--", "ls", "/workspace"]), "y\n");
+}
+
+/// The host cgroup directories (v1 or v2) process `pid` is in, as absolute paths.
+fn cgroup_dirs(pid: i32) -> Vec<PathBuf> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            // The mount of this hierarchy: cgroup2 for "", else the one listing a controller.
+            let mount = mounts.lines().find_map(|m| {
+                let (left, right) = m.split_once(" - ")?;
+                let point = left.split_whitespace().nth(4)?;
+                let mut r = right.split_whitespace();
+                let fstype = r.next()?;
+                let opts = r.nth(1).unwrap_or("");
+                let matches = if controllers.is_empty() {
+                    fstype == "cgroup2"
+                } else {
+                    fstype == "cgroup"
+                        && controllers.split(',').all(|c| {
+                            opts.split(',').any(|o| {
+                                o == c || o == format!("name={}", c.trim_start_matches("name="))
+                            })
+                        })
+                };
+                matches.then(|| point.to_string())
+            })?;
+            Some(PathBuf::from(format!("{mount}{path}")))
+        })
+        .filter(|p| p.to_string_lossy().contains("hull-"))
+        .collect()
+}
+
+#[test]
+fn a_leftover_sweep_leaves_a_live_sandbox_alone() {
+    let s = Sandboxes::new();
+    s.ok(&["create", "swept"]);
+    let secs = unique_secs(4);
+    let script = format!("sleep {secs} >/dev/null 2>&1 &");
+    s.ok(&["exec", "swept", "--", "sh", "-c", &script]);
+    let pids = running(&["sleep", &secs]);
+    assert_eq!(pids.len(), 1);
+    let dirs = cgroup_dirs(pids[0]);
+    assert!(
+        !dirs.is_empty(),
+        "the sandbox's process is in no hull cgroup"
+    );
+    // `hull doctor` sweeps what dead hulls left (in the same TMPDIR as the keeper's lock).
+    let out = s.hull(&["doctor"]);
+    assert!(out.status.code().is_some(), "{out:?}");
+    for d in &dirs {
+        assert!(
+            d.is_dir(),
+            "the sweep removed a live sandbox's cgroup {}",
+            d.display()
+        );
+    }
+    assert_eq!(running(&["sleep", &secs]), pids);
+    assert_eq!(s.ok(&["exec", "swept", "--", "echo", "still"]), "still\n");
+    assert_eq!(s.state("swept"), "running");
+}
+
+#[test]
+fn host_directories_mount_at_workspace_or_read_only_at_their_own_path() {
+    let s = Sandboxes::new();
+    let rw = tempfile::tempdir().unwrap();
+    let ro = tempfile::tempdir().unwrap();
+    std::fs::write(ro.path().join("input"), "given\n").unwrap();
+    let ro_path = ro.path().to_str().unwrap();
+    s.ok(&[
+        "create",
+        "mounted",
+        "--workspace",
+        rw.path().to_str().unwrap(),
+        "--ro-workspace",
+        ro_path,
+    ]);
+    s.ok(&[
+        "exec",
+        "mounted",
+        "--",
+        "sh",
+        "-c",
+        "echo made > /workspace/out",
+    ]);
+    assert_eq!(
+        std::fs::read_to_string(rw.path().join("out")).unwrap(),
+        "made\n"
+    );
+    let input = format!("{ro_path}/input");
+    assert_eq!(s.ok(&["exec", "mounted", "--", "cat", &input]), "given\n");
+    let out = s.hull(&["exec", "mounted", "--", "touch", &format!("{ro_path}/new")]);
+    assert_ne!(out.status.code(), Some(0), "{out:?}");
+    assert!(!ro.path().join("new").exists());
+    // The sandbox's own disk is not used for /workspace then.
+    assert!(std::fs::read_dir(s.root().join("mounted/workspace"))
+        .unwrap()
+        .next()
+        .is_none());
+}
+
+#[test]
+fn a_sandbox_stops_at_its_max_duration() {
+    let s = Sandboxes::new();
+    s.ok(&["create", "short", "--max-duration", "500ms"]);
+    s.wait_state("short", "stopped");
+    assert_eq!(s.ok(&["exec", "short", "--", "echo", "again"]), "again\n");
+}
+
+#[test]
+fn a_command_whose_client_goes_away_is_killed_with_what_it_started() {
+    let s = Sandboxes::new();
+    s.ok(&["create", "abort"]);
+    let (outer, inner) = (unique_secs(5), unique_secs(6));
+    // The command starts a child of its own, then waits; its client is killed meanwhile.
+    let script = format!("sleep {inner} & sleep {outer}");
+    let mut c = s.cmd(&["exec", "abort", "--", "sh", "-c", &script]);
+    c.stdout(Stdio::null()).stderr(Stdio::null());
+    let mut client = c.spawn().unwrap();
+    let t0 = Instant::now();
+    while running(&["sleep", &outer]).is_empty() || running(&["sleep", &inner]).is_empty() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the command never started"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    client.kill().unwrap();
+    client.wait().unwrap();
+    wait_gone(&["sleep", &outer]);
+    wait_gone(&["sleep", &inner]);
+    // The sandbox itself runs on.
+    assert_eq!(s.ok(&["exec", "abort", "--", "echo", "on"]), "on\n");
+    assert!(s.ok(&["logs", "abort"]).contains("the client went away"));
+}
+
+#[test]
+fn logs_follow_prints_what_later_commands_print() {
+    use std::io::{BufRead, BufReader};
+    let s = Sandboxes::new();
+    s.ok(&["create", "follow"]);
+    let mut c = s.cmd(&["logs", "follow", "-f"]);
+    c.stdout(Stdio::piped());
+    let mut f = c.spawn().unwrap();
+    let mut lines = BufReader::new(f.stdout.take().unwrap()).lines();
+    s.ok(&["exec", "follow", "--", "echo", "followed-line"]);
+    let t0 = Instant::now();
+    let found = loop {
+        match lines.next() {
+            Some(Ok(l)) if l == "followed-line" => break true,
+            Some(Ok(_)) => {}
+            _ => break false,
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10));
+    };
+    let _ = f.kill();
+    let _ = f.wait();
+    assert!(found, "logs -f never printed the command's output");
+}
+
+/// An OCI layout of one layer: a static busybox as /bin/sh, a /srv directory and /marker.
+fn busybox_layout(dir: &Path) -> bool {
+    use hull_image::oci::Digest;
+    let Ok(busybox) = std::fs::read("/bin/busybox") else {
+        hull_testkit::skip("/bin/busybox (busybox-static) is not installed");
+        return false;
+    };
+    let mut b = tar::Builder::new(flate2::write::GzEncoder::new(
+        Vec::new(),
+        flate2::Compression::fast(),
+    ));
+    let mut add = |path: &str, data: &[u8], mode: u32, kind: tar::EntryType, link: Option<&str>| {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(kind);
+        h.set_mode(mode);
+        h.set_size(data.len() as u64);
+        if let Some(l) = link {
+            h.set_link_name(l).unwrap();
+        }
+        b.append_data(&mut h, path, data).unwrap();
+    };
+    add("bin/", b"", 0o755, tar::EntryType::Directory, None);
+    add(
+        "bin/busybox",
+        &busybox,
+        0o755,
+        tar::EntryType::Regular,
+        None,
+    );
+    for tool in ["sh", "cat", "echo", "touch", "ls"] {
+        add(
+            &format!("bin/{tool}"),
+            b"",
+            0o777,
+            tar::EntryType::Symlink,
+            Some("busybox"),
+        );
+    }
+    add("srv/", b"", 0o755, tar::EntryType::Directory, None);
+    add(
+        "marker",
+        b"from the image\n",
+        0o644,
+        tar::EntryType::Regular,
+        None,
+    );
+    let layer = b.into_inner().unwrap().finish().unwrap();
+    let config = br#"{"architecture":"amd64","os":"linux","config":{"Env":["PATH=/bin"]}}"#;
+    std::fs::create_dir_all(dir.join("blobs/sha256")).unwrap();
+    std::fs::write(dir.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
+    let put = |bytes: &[u8], media: &str| {
+        let d = Digest::of(bytes);
+        std::fs::write(dir.join("blobs/sha256").join(d.hex()), bytes).unwrap();
+        serde_json::json!({"digest": d.to_string(), "size": bytes.len(), "mediaType": media})
+    };
+    let l = put(&layer, "application/vnd.oci.image.layer.v1.tar+gzip");
+    let c = put(config, "application/vnd.oci.image.config.v1+json");
+    let manifest = serde_json::to_vec(&serde_json::json!({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json", "config": c, "layers": [l]})).unwrap();
+    let mut m = put(&manifest, "application/vnd.oci.image.manifest.v1+json");
+    m["annotations"] = serde_json::json!({"org.opencontainers.image.ref.name": "v1"});
+    std::fs::write(
+        dir.join("index.json"),
+        serde_json::to_vec(&serde_json::json!({"schemaVersion": 2, "manifests": [m]})).unwrap(),
+    )
+    .unwrap();
+    true
+}
+
+#[test]
+fn an_images_files_are_writable_through_the_overlay_and_the_image_is_untouched() {
+    let home = tempfile::tempdir().unwrap();
+    let layout = tempfile::tempdir().unwrap();
+    if !busybox_layout(layout.path()) {
+        return;
+    }
+    let mut s = Sandboxes::new();
+    s.home = Some(home.path().to_path_buf());
+    s.ok(&["import", layout.path().to_str().unwrap(), "--name", "bb:1"]);
+    s.ok(&["create", "onimage", "--image", "bb:1"]);
+    s.ok(&[
+        "exec",
+        "onimage",
+        "--",
+        "sh",
+        "-c",
+        "echo changed > /marker; echo new > /srv/new; touch /bin/added",
+    ]);
+    s.ok(&["stop", "onimage"]);
+    assert_eq!(
+        s.ok(&["exec", "onimage", "--", "cat", "/marker", "/srv/new"]),
+        "changed\nnew\n"
+    );
+    // The store's copy is the lower layer: unchanged, and another box still sees it as it was.
+    assert_eq!(
+        s.ok(&["run", "--image", "bb:1", "--", "cat", "/marker"]),
+        "from the image\n"
+    );
+    s.ok(&["create", "second", "--image", "bb:1"]);
+    assert_eq!(s.ok(&["exec", "second", "--", "ls", "/srv"]), "");
+}

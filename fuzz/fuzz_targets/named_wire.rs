@@ -1,0 +1,32 @@
+//! A named sandbox's control protocol as its keeper reads it (`hull_cli::named::wire`): a
+//! request line, then frames; and pid 1's resident requests (`hull_box::proto::resident`).
+#![no_main]
+
+use hull_box::proto::resident;
+use hull_cli::named::wire;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    // The request line.
+    let line = data.split(|&b| b == b'\n').next().unwrap_or_default();
+    if let Ok(req) = serde_json::from_slice::<wire::Request>(line) {
+        // What parses re-serialises to a request that parses the same.
+        let again = serde_json::to_vec(&req).expect("serialise");
+        assert_eq!(
+            serde_json::from_slice::<wire::Request>(&again).ok(),
+            Some(req)
+        );
+    }
+    // Frames: each is read whole or refused, never past the cap.
+    let mut r = data;
+    while let Ok(Some((_, payload))) = wire::read_frame(&mut r) {
+        assert!(payload.len() <= wire::MAX_FRAME as usize);
+    }
+    // Pid 1's side: a working directory's end inside the datagram, or nothing.
+    if let Some(at) = resident::split(data) {
+        assert!(at <= data.len() && data[at - 1] == 0);
+    }
+    if let Some((pid, sig)) = resident::parse_kill(data) {
+        assert_eq!(resident::kill(pid, sig).as_slice(), data);
+    }
+});
