@@ -165,8 +165,20 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
                 src.add(SpecField::Root, &w.upper, false)?,
                 src.add(SpecField::Root, &w.work, false)?,
             ];
-            let shown = format!("lower {}, upper {}", lower.display(), w.upper.display());
-            Some((layers, shown))
+            let mut extra = Vec::new();
+            for l in &w.lowers {
+                extra.push(src.add(SpecField::Root, l, true)?);
+            }
+            let shown = format!(
+                "lower {}{}, upper {}",
+                w.lowers
+                    .iter()
+                    .map(|l| format!("{}:", l.display()))
+                    .collect::<String>(),
+                lower.display(),
+                w.upper.display()
+            );
+            Some((layers, extra, shown))
         }
         None => None,
     };
@@ -174,7 +186,15 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
         (RootSpec::Dir(dir), None) => rootfs_entries(spec, dir, &mut src)?,
         _ => Vec::new(),
     };
-    let ws = src.add(SpecField::Workspace, ctx.workspace, false)?;
+    let in_root = spec
+        .writable_root
+        .as_ref()
+        .is_some_and(|w| w.workspace_in_root);
+    let ws = if in_root {
+        None
+    } else {
+        Some(src.add(SpecField::Workspace, ctx.workspace, false)?)
+    };
     // Host directories the box may write: with a remapped root they become idmapped copies.
     let mut adopt = Vec::new();
     // An image under a writable root is seen through an idmapped copy too, so that its files
@@ -182,7 +202,7 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
     if let (Some(_), RootSpec::Dir(_)) = (&overlay, &spec.root) {
         adopt.extend(src.list.first().map(|(_, fd)| (*fd, SpecField::Root)));
     }
-    if !ctx.temporary_workspace {
+    if !ctx.temporary_workspace && !in_root {
         adopt.extend(src.list.last().map(|(_, fd)| (*fd, SpecField::Workspace)));
     }
     let mut mount_src = Vec::new();
@@ -198,13 +218,13 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
         &src.list,
         ctx.stage,
     );
-    if let Some(([lower, upper, work], shown)) = &overlay {
+    if let Some(([lower, upper, work], extra, shown)) = &overlay {
         // As host root the image's lower layer is an idmapped copy (adopted below).
         let attach = match (&spec.root, ctx.remap) {
             (RootSpec::Dir(_), Some(_)) => src.list.first().map(|(p, fd)| (*fd, p.as_str())),
             _ => None,
         };
-        b.overlay_root(lower, upper, work, shown.clone(), attach);
+        b.overlay_root(lower, extra, upper, work, shown.clone(), attach);
     }
     // Top-level names that come from the image (read-only, shared with the host or other boxes).
     let mut image_top: Vec<String> = Vec::new();
@@ -275,12 +295,14 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
     w.tmpfs("/tmp", spec.tmp_size, 0o1777);
     w.tmpfs("/dev/shm", spec.shm_size, 0o1777);
     w.devpts("/dev/pts");
-    w.bind(
-        &ws,
-        &ctx.workspace.display().to_string(),
-        "/workspace",
-        false,
-    );
+    if let Some(ws) = &ws {
+        w.bind(
+            ws,
+            &ctx.workspace.display().to_string(),
+            "/workspace",
+            false,
+        );
+    }
     // Shallow targets first, so a tmpfs at /data exists before a bind at /data/x... (validation
     // already refused a tmpfs covering a bind, and binds nested in binds).
     let mut order: Vec<usize> = (0..user_targets.len()).collect();

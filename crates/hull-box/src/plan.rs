@@ -731,7 +731,8 @@ impl PlanBuilder<Skeleton> {
     }
 
     /// The root is an overlayfs whose layers are the descriptors `lower`, `upper` and `work`
-    /// opened (see [`Step::OpenSource`]), instead of the tmpfs; `shown` names them.
+    /// opened (see [`Step::OpenSource`]), instead of the tmpfs; `shown` names them. `extra`:
+    /// read-only layers between `upper` and `lower`, top first (a template's frozen uppers).
     ///
     /// `attach`: the lower layer is an idmapped copy (host root, see [`crate::remap`]) that
     /// overlayfs takes only from a mounted path: the copy (descriptor, host path) is attached
@@ -739,6 +740,7 @@ impl PlanBuilder<Skeleton> {
     pub fn overlay_root(
         &mut self,
         lower: &str,
+        extra: &[String],
         upper: &str,
         work: &str,
         shown: String,
@@ -752,8 +754,9 @@ impl PlanBuilder<Skeleton> {
             Some(_) => stage.as_str(),
             None => lower,
         };
+        let lowers: String = extra.iter().map(|l| format!("{l}:")).collect();
         let opts = cstring(&format!(
-            "lowerdir={lower},upperdir={upper},workdir={work},userxattr"
+            "lowerdir={lowers}{lower},upperdir={upper},workdir={work},userxattr"
         ));
         if let Some(i) = self
             .steps

@@ -59,6 +59,12 @@ pub struct WritableRoot {
     pub upper: PathBuf,
     pub work: PathBuf,
     pub empty: PathBuf,
+    /// Read-only layers between the upper and the image, top first: frozen uppers of
+    /// templates (a template restores as a layer, never as a copy of its files).
+    pub lowers: Vec<PathBuf>,
+    /// `/workspace` is a directory of the writable root itself (so a template holds it too)
+    /// instead of a bind of [`BoxSpec::workspace`], which is then not opened.
+    pub workspace_in_root: bool,
 }
 
 /// Everything one box needs. Built by a front end, checked by [`BoxSpec::validate`].

@@ -44,6 +44,8 @@ enum Command {
     Ps(named::PsArgs),
     /// Print what every command run in a named sandbox printed.
     Logs(named::LogsArgs),
+    /// Save, list and remove templates: frozen sandboxes that new ones start from.
+    Template(named::TemplateArgs),
     /// A named sandbox's keeper (started by create, start and exec; not for people).
     #[command(name = "__keeper", hide = true)]
     Keeper(named::KeeperArgs),
@@ -93,6 +95,7 @@ fn main() {
         Command::Rm(args) => named::rm(&args),
         Command::Ps(args) => named::ps(&args),
         Command::Logs(args) => named::logs(&args),
+        Command::Template(args) => named::template_main(&args),
         Command::Keeper(args) => named::keeper_main(&args),
     };
     std::process::exit(code);

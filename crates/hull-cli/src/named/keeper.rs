@@ -130,10 +130,19 @@ fn answer(r: Result<(), String>) -> i32 {
 
 /// The box spec a sandbox's configuration asks for.
 pub fn spec_of(dir: &Dir, cfg: &Config) -> Result<BoxSpec, String> {
+    // `/workspace` lives in the writable root unless a host directory is bound there, or
+    // the sandbox predates that and has its own `workspace/` (then the engine's workspace
+    // path is not opened: the state directory stands in for it).
+    let in_root = cfg.workspace.is_none() && !dir.workspace().exists();
+    let workspace = match &cfg.workspace {
+        Some(w) => w.clone(),
+        None if in_root => dir.path.clone(),
+        None => dir.workspace(),
+    };
     let req = RunRequest {
         argv: vec!["sh".into()],
         image: cfg.image.clone(),
-        workspace: Some(cfg.workspace.clone().unwrap_or_else(|| dir.workspace())),
+        workspace: Some(workspace),
         memory: cfg.memory,
         pids: cfg.pids,
         cpus: cfg.cpus,
@@ -151,7 +160,7 @@ pub fn spec_of(dir: &Dir, cfg: &Config) -> Result<BoxSpec, String> {
         });
     }
     spec.hostname = cfg.name.clone();
-    spec.writable_root = Some(dir.writable_root()?);
+    spec.writable_root = Some(dir.writable_root_over(&cfg.layers, in_root)?);
     Ok(spec)
 }
 

@@ -9,6 +9,7 @@ pub mod client;
 pub mod keeper;
 pub mod logs;
 pub mod state;
+pub mod template;
 pub mod wire;
 
 use std::io::Write;
@@ -27,9 +28,13 @@ use wire::Request;
 pub struct CreateArgs {
     /// The sandbox's name: 1 to 63 of a-z, 0-9, `_`, `.`, `-`, starting with a letter or digit.
     pub name: String,
-    /// Image: `host` (the default) or one of the local store.
-    #[arg(long, default_value = "host")]
-    pub image: String,
+    /// Image: `host` (the default) or one of the local store (with --template: the template's).
+    #[arg(long)]
+    pub image: Option<String>,
+    /// Start from this template (`hull template save`): its disk and configuration, its setup
+    /// not run again. Other options given here override the template's.
+    #[arg(long, value_name = "NAME")]
+    pub template: Option<String>,
     /// Host directory at /workspace, read-write (default: the sandbox's own disk).
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
@@ -42,9 +47,9 @@ pub struct CreateArgs {
     /// CPU cap in CPUs (e.g. 0.5, 2).
     #[arg(long, value_name = "N")]
     pub cpus: Option<f64>,
-    /// Process/thread cap for the whole sandbox (0 = none).
-    #[arg(long, value_name = "N", default_value_t = 1024)]
-    pub pids: u64,
+    /// Process/thread cap for the whole sandbox (0 = none; default 1024).
+    #[arg(long, value_name = "N")]
+    pub pids: Option<u64>,
     /// An environment variable of every command, NAME=VALUE. Repeatable.
     #[arg(long, short = 'e', value_name = "NAME=VALUE")]
     pub env: Vec<String>,
@@ -134,7 +139,44 @@ fn millis(flag: &str, text: Option<&str>) -> Result<Option<u64>, String> {
     .transpose()
 }
 
-fn config_of(a: &CreateArgs) -> Result<Config, String> {
+/// The default process cap of a sandbox.
+const DEFAULT_PIDS: u64 = 1024;
+
+/// The configuration `a` asks for, over template `base`'s when given.
+fn config_of(a: &CreateArgs, base: Option<&template::Template>) -> Result<Config, String> {
+    let mut c = config_of_args(a)?;
+    let Some(t) = base else {
+        return Ok(c);
+    };
+    let mut b = template::config_for(t, &a.name);
+    if let Some(image) = &a.image {
+        if *image != b.image {
+            return Err(format!(
+                "--image {image}: template `{}` is of image `{}` (its layers lie over that image)",
+                t.name, b.image
+            ));
+        }
+    }
+    if a.workspace.is_some() {
+        return Err(
+            "--workspace: a sandbox made from a template has its /workspace from the template"
+                .into(),
+        );
+    }
+    b.ro_workspaces.append(&mut c.ro_workspaces);
+    b.memory = c.memory.or(b.memory);
+    b.cpus = c.cpus.or(b.cpus);
+    if a.pids.is_some() {
+        b.pids = c.pids;
+    }
+    b.env.append(&mut c.env);
+    b.setup = std::mem::take(&mut c.setup);
+    b.idle_timeout_ms = c.idle_timeout_ms.or(b.idle_timeout_ms);
+    b.max_duration_ms = c.max_duration_ms.or(b.max_duration_ms);
+    Ok(b)
+}
+
+fn config_of_args(a: &CreateArgs) -> Result<Config, String> {
     let memory = a
         .memory
         .as_deref()
@@ -145,7 +187,7 @@ fn config_of(a: &CreateArgs) -> Result<Config, String> {
     };
     Ok(Config {
         name: a.name.clone(),
-        image: a.image.clone(),
+        image: a.image.clone().unwrap_or_else(|| "host".into()),
         workspace: a
             .workspace
             .as_ref()
@@ -158,12 +200,14 @@ fn config_of(a: &CreateArgs) -> Result<Config, String> {
             .collect::<Result<_, _>>()?,
         memory,
         cpus: a.cpus,
-        pids: (a.pids != 0).then_some(a.pids),
+        pids: Some(a.pids.unwrap_or(DEFAULT_PIDS)).filter(|&p| p != 0),
         env: env_pairs(&a.env, "--env")?,
         setup: a.setup.clone(),
         idle_timeout_ms: millis("--idle-timeout", a.idle_timeout.as_deref())?,
         max_duration_ms: millis("--max-duration", a.max_duration.as_deref())?,
         created: state::now_secs(),
+        layers: Vec::new(),
+        template: None,
     })
 }
 
@@ -173,7 +217,20 @@ pub fn create(a: &CreateArgs) -> i32 {
         Ok(d) => d,
         Err(e) => return fail(&e),
     };
-    let cfg = match config_of(a) {
+    // A template is read, and the new sandbox's configuration (naming its layers) written,
+    // under the store's shared lock: its layers cannot go meanwhile.
+    let store = match &a.template {
+        Some(_) => match template::Lock::take(false) {
+            Ok(l) => Some(l),
+            Err(e) => return fail(&e),
+        },
+        None => None,
+    };
+    let base = match a.template.as_deref().map(template::get).transpose() {
+        Ok(b) => b,
+        Err(e) => return fail(&e),
+    };
+    let cfg = match config_of(a, base.as_ref()) {
         Ok(c) => c,
         Err(e) => return fail(&e),
     };
@@ -181,12 +238,9 @@ pub fn create(a: &CreateArgs) -> i32 {
         return fail(&e);
     }
     // A spec that cannot work is refused before any keeper starts; a failure leaves nothing.
-    let made = dir
-        .write_config(&cfg)
-        .and_then(|()| {
-            std::fs::create_dir(dir.workspace())
-                .map_err(|e| format!("create {}: {e}", dir.workspace().display()))
-        })
+    let written = dir.write_config(&cfg);
+    drop(store);
+    let made = written
         .and_then(|()| keeper::spec_of(&dir, &cfg))
         .and_then(|spec| spec.validate().map_err(|e| hull_api::Chain(&e).to_string()))
         .and_then(|()| client::launch(&dir));
@@ -194,6 +248,9 @@ pub fn create(a: &CreateArgs) -> i32 {
         Ok(()) => 0,
         Err(e) => {
             let _ = remove_dir(&dir);
+            if !cfg.layers.is_empty() {
+                template::collect_locked();
+            }
             fail(&format!("could not create sandbox `{}`: {e}", a.name))
         }
     }
@@ -281,20 +338,93 @@ pub fn rm(a: &NameArgs) -> i32 {
     if let Err(e) = client::stop(&dir) {
         return fail(&e);
     }
+    let layers = dir.config().map(|c| !c.layers.is_empty()).unwrap_or(false);
     match remove_dir(&dir) {
-        Ok(()) => 0,
+        Ok(()) => {
+            // The last sandbox on a removed template's layers frees them.
+            if layers {
+                template::collect_locked();
+            }
+            0
+        }
         Err(e) => fail(&format!("remove {}: {e}", dir.path.display())),
     }
 }
 
+#[derive(clap::Subcommand, Debug)]
+pub enum TemplateCommand {
+    /// Freeze a stopped sandbox's disk and configuration as a template.
+    Save { sandbox: String, name: String },
+    /// List templates.
+    Ls {
+        /// One JSON object per line instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a template (sandboxes made from it keep working).
+    Rm { name: String },
+    /// Remove templates saved longer ago than a duration (e.g. 7d).
+    Prune {
+        #[arg(long, value_name = "DURATION")]
+        older_than: String,
+    },
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "A template is saved from a stopped sandbox and restored as a read-only layer under a new sandbox's own (nothing is copied; its setup does not run again).\n\nExamples:\n  hull create base --setup 'mkdir -p /opt/tools'\n  hull stop base && hull template save base tools\n  hull create dev --template tools"
+)]
+pub struct TemplateArgs {
+    #[command(subcommand)]
+    pub command: TemplateCommand,
+}
+
+/// `hull template ...`.
+pub fn template_main(a: &TemplateArgs) -> i32 {
+    match &a.command {
+        TemplateCommand::Save { sandbox, name } => match template::save(sandbox, name) {
+            Ok(()) => 0,
+            Err(e) => fail(&format!("could not save template `{name}`: {e}")),
+        },
+        TemplateCommand::Ls { json } => {
+            template::print_list(*json);
+            0
+        }
+        TemplateCommand::Rm { name } => match template::rm(name) {
+            Ok(()) => 0,
+            Err(e) => fail(&e),
+        },
+        TemplateCommand::Prune { older_than } => {
+            let secs = match duration::parse_duration(older_than) {
+                Ok(d) => d.as_secs(),
+                Err(e) => return fail(&format!("--older-than: {e}")),
+            };
+            match template::prune(secs) {
+                Ok(gone) => {
+                    for n in gone {
+                        println!("{n}");
+                    }
+                    0
+                }
+                Err(e) => fail(&e),
+            }
+        }
+    }
+}
+
 fn remove_dir(dir: &Dir) -> std::io::Result<()> {
-    match std::fs::remove_dir_all(&dir.path) {
+    remove_tree(&dir.path)
+}
+
+/// Removes `path` and everything under it; a missing one is fine.
+pub(crate) fn remove_tree(path: &std::path::Path) -> std::io::Result<()> {
+    match std::fs::remove_dir_all(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
             // Directories the sandbox (or overlayfs: `work/work` is mode 000) made unreadable
             // to their owner: opened up, then removed.
-            open_up(&dir.path, 0);
-            std::fs::remove_dir_all(&dir.path)
+            open_up(path, 0);
+            std::fs::remove_dir_all(path)
         }
         r => r,
     }
@@ -319,7 +449,7 @@ fn open_up(p: &std::path::Path, depth: usize) {
 }
 
 /// A short age: `42s`, `5m`, `3h`, `2d`.
-fn age(secs: u64) -> String {
+pub(crate) fn age(secs: u64) -> String {
     match secs {
         s if s < 120 => format!("{s}s"),
         s if s < 7200 => format!("{}m", s / 60),

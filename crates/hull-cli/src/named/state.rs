@@ -77,6 +77,12 @@ pub struct Config {
     pub max_duration_ms: Option<u64>,
     /// Seconds since the epoch.
     pub created: u64,
+    /// Template layers under its upper, top first (ids in the template store's `layers/`).
+    #[serde(default)]
+    pub layers: Vec<String>,
+    /// The template it was made from, if any (for `hull ps`; the layers are what count).
+    #[serde(default)]
+    pub template: Option<String>,
 }
 
 /// One sandbox's state directory.
@@ -128,13 +134,36 @@ impl Dir {
     /// The overlay directories of its writable root, made on first use: `upper` (what the
     /// sandbox changed), `work` (overlayfs's own) and an empty `lower` (the `host` image's root
     /// layer). As host root the first two go to the box's root id (hull's own range), which
-    /// writes them.
+    /// writes them. A sandbox without `--workspace` keeps `/workspace` in its writable root
+    /// (so a template holds it); one made before that binds its `workspace/` directory.
     pub fn writable_root(&self) -> Result<hull_box::WritableRoot, String> {
+        self.writable_root_over(&[], false)
+    }
+
+    /// [`Dir::writable_root`] over the template layers `layers` (ids, top first).
+    pub fn writable_root_over(
+        &self,
+        layers: &[String],
+        workspace_in_root: bool,
+    ) -> Result<hull_box::WritableRoot, String> {
         let root = hull_box::WritableRoot {
             upper: self.path.join("upper"),
             work: self.path.join("work"),
             empty: self.path.join("lower"),
+            lowers: layers
+                .iter()
+                .map(|id| super::template::layer_path(&self.path, id))
+                .collect(),
+            workspace_in_root,
         };
+        for l in &root.lowers {
+            if !l.is_dir() {
+                return Err(format!(
+                    "template layer {} is missing (was the template store changed by hand?)",
+                    l.display()
+                ));
+            }
+        }
         for d in [&root.upper, &root.work, &root.empty] {
             match std::fs::DirBuilder::new().mode(0o755).create(d) {
                 Ok(()) => {
@@ -218,22 +247,28 @@ impl Dir {
         Ok((via, Some(dir)))
     }
 
-    /// Bytes on disk under the directory (files only; links not followed).
+    /// Bytes on disk under the directory (files only; links not followed; template layers
+    /// it stands on are the template's).
     pub fn size(&self) -> u64 {
-        fn walk(p: &Path, depth: usize) -> u64 {
-            let Ok(rd) = std::fs::read_dir(p) else {
-                return 0;
-            };
-            rd.filter_map(Result::ok)
-                .map(|e| match e.file_type() {
-                    Ok(t) if t.is_dir() && depth < 64 => walk(&e.path(), depth + 1),
-                    Ok(t) if t.is_file() => e.metadata().map_or(0, |m| m.len()),
-                    _ => 0,
-                })
-                .sum()
-        }
-        walk(&self.path, 0)
+        tree_size(&self.path)
     }
+}
+
+/// Bytes of the files under `p` (links not followed).
+pub fn tree_size(p: &Path) -> u64 {
+    fn walk(p: &Path, depth: usize) -> u64 {
+        let Ok(rd) = std::fs::read_dir(p) else {
+            return 0;
+        };
+        rd.filter_map(Result::ok)
+            .map(|e| match e.file_type() {
+                Ok(t) if t.is_dir() && depth < 64 => walk(&e.path(), depth + 1),
+                Ok(t) if t.is_file() => e.metadata().map_or(0, |m| m.len()),
+                _ => 0,
+            })
+            .sum()
+    }
+    walk(p, 0)
 }
 
 /// Every sandbox directory under [`root`], by name.
