@@ -632,10 +632,8 @@ fn host_directories_mount_at_workspace_or_read_only_at_their_own_path() {
     assert_ne!(out.status.code(), Some(0), "{out:?}");
     assert!(!ro.path().join("new").exists());
     // The sandbox's own disk is not used for /workspace then.
-    assert!(std::fs::read_dir(s.root().join("mounted/workspace"))
-        .unwrap()
-        .next()
-        .is_none());
+    assert!(!s.root().join("mounted/workspace").exists());
+    assert!(!s.root().join("mounted/upper/workspace/out").exists());
 }
 
 #[test]
@@ -796,4 +794,275 @@ fn an_images_files_are_writable_through_the_overlay_and_the_image_is_untouched()
     );
     s.ok(&["create", "second", "--image", "bb:1"]);
     assert_eq!(s.ok(&["exec", "second", "--", "ls", "/srv"]), "");
+}
+
+/// Template store entries: (template files, layer directories).
+fn store(s: &Sandboxes) -> (Vec<String>, usize) {
+    let t = s.root().join(".templates");
+    let mut names: Vec<String> = std::fs::read_dir(&t)
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .filter_map(|e| {
+                    e.file_name()
+                        .to_str()?
+                        .strip_suffix(".json")
+                        .map(str::to_string)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    let layers = std::fs::read_dir(t.join("layers")).map_or(0, |rd| rd.count());
+    (names, layers)
+}
+
+/// A stopped sandbox `base` whose setup counts its runs in /opt/tool/count and leaves a file
+/// in /workspace, saved as template `name`.
+fn saved_template(s: &Sandboxes, name: &str) {
+    s.ok(&[
+        "create",
+        "base",
+        "--env",
+        "FROM_BASE=1",
+        "--setup",
+        "mkdir -p /opt/tool && echo run >> /opt/tool/count && echo hi > /workspace/f",
+    ]);
+    s.ok(&[
+        "exec",
+        "base",
+        "--",
+        "sh",
+        "-c",
+        "echo installed > /opt/tool/bin",
+    ]);
+    s.ok(&["stop", "base"]);
+    s.ok(&["template", "save", "base", name]);
+}
+
+#[test]
+fn a_template_restores_disk_and_configuration_without_running_setup_again() {
+    let s = Sandboxes::new();
+    saved_template(&s, "tools");
+    // The sandbox saved stands on its frozen layer: it sees what it saw.
+    assert_eq!(
+        s.ok(&[
+            "exec",
+            "base",
+            "--",
+            "cat",
+            "/opt/tool/count",
+            "/workspace/f"
+        ]),
+        "run\nhi\n"
+    );
+    s.ok(&[
+        "create",
+        "dev",
+        "--template",
+        "tools",
+        "--setup",
+        "echo more >> /opt/tool/count",
+    ]);
+    // The template's setup did not run again; the new sandbox's own did, once.
+    let out = s.ok(&[
+        "exec",
+        "dev",
+        "--shell",
+        "--",
+        "cat /opt/tool/count /opt/tool/bin /workspace/f; echo $FROM_BASE; pwd",
+    ]);
+    assert_eq!(out, "run\nmore\ninstalled\nhi\n1\n/workspace\n");
+    // Its writes are its own: neither the template nor the sandbox saved sees them.
+    s.ok(&[
+        "exec",
+        "dev",
+        "--",
+        "sh",
+        "-c",
+        "echo mine > /workspace/f; rm /opt/tool/bin",
+    ]);
+    s.ok(&["stop", "dev"]);
+    s.ok(&["start", "dev"]);
+    assert_eq!(
+        s.ok(&["exec", "dev", "--", "cat", "/workspace/f"]),
+        "mine\n"
+    );
+    let out = s.hull(&["exec", "dev", "--", "cat", "/opt/tool/bin"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(
+        s.ok(&["exec", "base", "--", "cat", "/workspace/f", "/opt/tool/bin"]),
+        "hi\ninstalled\n"
+    );
+    s.ok(&["create", "dev2", "--template", "tools"]);
+    assert_eq!(
+        s.ok(&["exec", "dev2", "--", "cat", "/workspace/f", "/opt/tool/bin"]),
+        "hi\ninstalled\n"
+    );
+    // A template of a sandbox made from a template stacks its layer on the first's.
+    s.ok(&["stop", "dev"]);
+    s.ok(&["template", "save", "dev", "tools2"]);
+    s.ok(&["create", "dev3", "--template", "tools2"]);
+    assert_eq!(
+        s.ok(&[
+            "exec",
+            "dev3",
+            "--",
+            "cat",
+            "/opt/tool/count",
+            "/workspace/f"
+        ]),
+        "run\nmore\nmine\n"
+    );
+    assert_eq!(store(&s), (vec!["tools".into(), "tools2".into()], 2));
+}
+
+#[test]
+fn removing_a_template_leaves_the_sandboxes_made_from_it_working() {
+    let s = Sandboxes::new();
+    saved_template(&s, "tools");
+    s.ok(&["create", "dev", "--template", "tools"]);
+    s.ok(&["template", "rm", "tools"]);
+    // Idempotent, like `hull rm`.
+    s.ok(&["template", "rm", "tools"]);
+    assert_eq!(store(&s), (vec![], 1));
+    let out = s.hull(&["create", "dev2", "--template", "tools"]);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(
+        text(&out.stderr).contains("no template named `tools`"),
+        "{out:?}"
+    );
+    s.ok(&["stop", "dev"]);
+    assert_eq!(
+        s.ok(&["exec", "dev", "--", "cat", "/opt/tool/bin", "/workspace/f"]),
+        "installed\nhi\n"
+    );
+    // The layer goes with the last sandbox standing on it.
+    s.ok(&["rm", "base"]);
+    assert_eq!(store(&s), (vec![], 1));
+    s.ok(&["rm", "dev"]);
+    assert_eq!(store(&s), (vec![], 0));
+}
+
+#[test]
+fn template_errors_are_named_and_leave_nothing() {
+    let s = Sandboxes::new();
+    s.ok(&["create", "base"]);
+    let out = s.hull(&["template", "save", "base", "t"]);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(
+        text(&out.stderr).contains("is running: `hull stop base` first"),
+        "{out:?}"
+    );
+    assert_eq!(store(&s), (vec![], 0));
+    let out = s.hull(&["template", "save", "nosuch", "t"]);
+    assert!(
+        text(&out.stderr).contains("no sandbox named `nosuch`"),
+        "{out:?}"
+    );
+    let out = s.hull(&["template", "save", "base", "Bad/Name"]);
+    assert!(text(&out.stderr).contains("bad template name"), "{out:?}");
+    let out = s.hull(&["create", "dev", "--template", "nosuch"]);
+    assert!(
+        text(&out.stderr).contains("no template named `nosuch`"),
+        "{out:?}"
+    );
+    assert_eq!(s.state("dev"), "absent");
+    s.ok(&["stop", "base"]);
+    s.ok(&["template", "save", "base", "t"]);
+    let out = s.hull(&["template", "save", "base", "t"]);
+    assert!(
+        text(&out.stderr).contains("already exists (conflict)"),
+        "{out:?}"
+    );
+    let out = s.hull(&["create", "dev", "--template", "t", "--image", "busybox:1"]);
+    assert!(text(&out.stderr).contains("is of image `host`"), "{out:?}");
+    assert_eq!(s.state("dev"), "absent");
+    assert_eq!(store(&s), (vec!["t".into()], 1));
+}
+
+#[test]
+fn concurrent_creators_all_start_from_one_template_and_concurrent_saves_make_one() {
+    let s = Sandboxes::new();
+    saved_template(&s, "tools");
+    let outs: Vec<Output> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..4)
+            .map(|i| {
+                let s = &s;
+                sc.spawn(move || s.hull(&["create", &format!("c{i}"), "--template", "tools"]))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("thread")).collect()
+    });
+    for o in &outs {
+        assert!(o.status.success(), "{o:?}");
+    }
+    for i in 0..4 {
+        assert_eq!(
+            s.ok(&["exec", &format!("c{i}"), "--", "cat", "/opt/tool/count"]),
+            "run\n"
+        );
+        s.ok(&["stop", &format!("c{i}")]);
+    }
+    // Two saves of one name at once: one makes it, the other is told it exists.
+    let outs: Vec<Output> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..2)
+            .map(|i| {
+                let s = &s;
+                sc.spawn(move || s.hull(&["template", "save", &format!("c{i}"), "same"]))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("thread")).collect()
+    });
+    assert_eq!(
+        outs.iter().filter(|o| o.status.success()).count(),
+        1,
+        "{outs:?}"
+    );
+    let loser = outs.iter().find(|o| !o.status.success()).expect("a loser");
+    assert!(
+        text(&loser.stderr).contains("already exists (conflict)"),
+        "{loser:?}"
+    );
+    assert_eq!(store(&s), (vec!["same".into(), "tools".into()], 2));
+    // The loser's sandbox is as it was.
+    for i in 0..2 {
+        assert_eq!(
+            s.ok(&["exec", &format!("c{i}"), "--", "cat", "/opt/tool/count"]),
+            "run\n"
+        );
+    }
+}
+
+#[test]
+fn template_ls_and_prune_show_and_remove_templates() {
+    let s = Sandboxes::new();
+    saved_template(&s, "tools");
+    let ls = s.ok(&["template", "ls"]);
+    let mut lines = ls.lines();
+    let head = lines.next().unwrap_or_default();
+    for col in ["NAME", "FROM", "IMAGE", "AGE", "SIZE"] {
+        assert!(head.contains(col), "{ls}");
+    }
+    let row: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(&row[..3], &["tools", "base", "host"], "{ls}");
+    let json: serde_json::Value =
+        serde_json::from_str(s.ok(&["template", "ls", "--json"]).trim()).expect("json");
+    assert_eq!(json["name"], "tools");
+    assert_eq!(json["from"], "base");
+    assert_eq!(json["layers"], 1);
+    assert!(json["size_bytes"].as_u64().unwrap_or(0) > 0, "{json}");
+    assert_eq!(s.ok(&["template", "prune", "--older-than", "1h"]), "");
+    assert_eq!(store(&s).0, vec!["tools".to_string()]);
+    assert_eq!(
+        s.ok(&["template", "prune", "--older-than", "0s"]),
+        "tools\n"
+    );
+    assert_eq!(s.ok(&["template", "ls", "--json"]), "");
+    // The sandbox it was saved from still stands on its layer.
+    assert_eq!(store(&s), (vec![], 1));
+    assert_eq!(s.ok(&["exec", "base", "--", "cat", "/workspace/f"]), "hi\n");
 }

@@ -370,6 +370,19 @@ pub enum TemplateCommand {
     },
 }
 
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ages_have_a_unit() {
+        assert_eq!(super::age_secs("0s"), Some(0));
+        assert_eq!(super::age_secs("30d"), Some(30 * 86400));
+        assert_eq!(super::age_secs("5m"), Some(300));
+        for bad in ["", "5", "d", "-1d", "1.5h", "1w"] {
+            assert_eq!(super::age_secs(bad), None, "{bad}");
+        }
+    }
+}
+
 #[derive(Args, Debug)]
 #[command(
     after_help = "A template is saved from a stopped sandbox and restored as a read-only layer under a new sandbox's own (nothing is copied; its setup does not run again).\n\nExamples:\n  hull create base --setup 'mkdir -p /opt/tools'\n  hull stop base && hull template save base tools\n  hull create dev --template tools"
@@ -395,9 +408,10 @@ pub fn template_main(a: &TemplateArgs) -> i32 {
             Err(e) => fail(&e),
         },
         TemplateCommand::Prune { older_than } => {
-            let secs = match duration::parse_duration(older_than) {
-                Ok(d) => d.as_secs(),
-                Err(e) => return fail(&format!("--older-than: {e}")),
+            let Some(secs) = age_secs(older_than) else {
+                return fail(&format!(
+                    "--older-than `{older_than}`: expected a whole number with a unit s, m, h or d (e.g. 30m, 7d)"
+                ));
             };
             match template::prune(secs) {
                 Ok(gone) => {
@@ -446,6 +460,20 @@ fn open_up(p: &std::path::Path, depth: usize) {
             open_up(&e.path(), depth + 1);
         }
     }
+}
+
+/// An age like `90s`, `30m`, `12h`, `30d` in seconds (longer than a timeout's durations go,
+/// and `0s` for everything).
+fn age_secs(text: &str) -> Option<u64> {
+    let unit = match text.chars().last()? {
+        's' => 1,
+        'm' => 60,
+        'h' => 3600,
+        'd' => 86400,
+        _ => return None,
+    };
+    let n: u64 = text[..text.len() - 1].parse().ok()?;
+    n.checked_mul(unit)
 }
 
 /// A short age: `42s`, `5m`, `3h`, `2d`.
