@@ -1066,3 +1066,58 @@ fn template_ls_and_prune_show_and_remove_templates() {
     assert_eq!(store(&s), (vec![], 1));
     assert_eq!(s.ok(&["exec", "base", "--", "cat", "/workspace/f"]), "hi\n");
 }
+
+#[test]
+fn a_template_of_an_image_sandbox_keeps_its_changes_and_deletions_over_the_image() {
+    let home = tempfile::tempdir().unwrap();
+    let layout = tempfile::tempdir().unwrap();
+    if !busybox_layout(layout.path()) {
+        return;
+    }
+    let mut s = Sandboxes::new();
+    s.home = Some(home.path().to_path_buf());
+    s.ok(&["import", layout.path().to_str().unwrap(), "--name", "bb:1"]);
+    s.ok(&[
+        "create",
+        "onimage",
+        "--image",
+        "bb:1",
+        "--setup",
+        "echo changed > /marker; echo new > /srv/new; rm /bin/touch; echo w > /workspace/w",
+    ]);
+    s.ok(&["stop", "onimage"]);
+    s.ok(&["template", "save", "onimage", "bb-tools"]);
+    s.ok(&["create", "fromimage", "--template", "bb-tools"]);
+    assert_eq!(
+        s.ok(&[
+            "exec",
+            "fromimage",
+            "--",
+            "cat",
+            "/marker",
+            "/srv/new",
+            "/workspace/w"
+        ]),
+        "changed\nnew\nw\n"
+    );
+    // A deletion (an overlay whiteout in the frozen layer) stays a deletion.
+    let out = s.hull(&["exec", "fromimage", "--", "ls", "/bin/touch"]);
+    assert_ne!(out.status.code(), Some(0), "{out:?}");
+    // Written over the template's layer: copied up into its own upper.
+    s.ok(&[
+        "exec",
+        "fromimage",
+        "--",
+        "sh",
+        "-c",
+        "echo again > /marker",
+    ]);
+    assert_eq!(
+        s.ok(&["exec", "onimage", "--", "cat", "/marker"]),
+        "changed\n"
+    );
+    assert_eq!(
+        s.ok(&["run", "--image", "bb:1", "--", "cat", "/marker"]),
+        "from the image\n"
+    );
+}
