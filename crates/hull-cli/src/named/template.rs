@@ -246,8 +246,10 @@ pub fn collect() {
         used.extend(t.config.layers);
     }
     for d in state::list() {
-        if let Ok(c) = d.config() {
-            used.extend(c.layers);
+        match d.config() {
+            Ok(c) => used.extend(c.layers),
+            // A configuration that cannot be read may name layers: none is removed.
+            Err(_) => return,
         }
     }
     let Ok(rd) = std::fs::read_dir(root().join("layers")) else {
