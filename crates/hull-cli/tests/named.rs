@@ -894,6 +894,12 @@ fn a_template_restores_disk_and_configuration_without_running_setup_again() {
         "hi\ninstalled\n"
     );
     s.ok(&["create", "dev2", "--template", "tools"]);
+    let ps = s.ok(&["ps", "--json"]);
+    assert!(
+        ps.lines()
+            .any(|l| l.contains(r#""name":"dev2""#) && l.contains(r#""template":"tools""#)),
+        "{ps}"
+    );
     assert_eq!(
         s.ok(&["exec", "dev2", "--", "cat", "/workspace/f", "/opt/tool/bin"]),
         "hi\ninstalled\n"
@@ -1120,4 +1126,32 @@ fn a_template_of_an_image_sandbox_keeps_its_changes_and_deletions_over_the_image
         s.ok(&["run", "--image", "bb:1", "--", "cat", "/marker"]),
         "from the image\n"
     );
+}
+
+#[test]
+fn a_save_that_fails_midway_leaves_nothing_and_the_sandbox_as_it_was() {
+    let s = Sandboxes::new();
+    s.ok(&["create", "base", "--setup", "echo kept > /workspace/k"]);
+    s.ok(&["stop", "base"]);
+    // The sandbox's configuration cannot be rewritten (its temporary file's name is taken by a
+    // directory): the last step of a save fails, after the layer moved and the template was
+    // written.
+    let blocker = s.root().join("base/config.tmp");
+    std::fs::create_dir(&blocker).unwrap();
+    let out = s.hull(&["template", "save", "base", "t"]);
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("could not save template `t`"),
+        "{out:?}"
+    );
+    assert_eq!(store(&s), (vec![], 0));
+    assert!(s.root().join("base/upper/workspace/k").exists());
+    std::fs::remove_dir(&blocker).unwrap();
+    assert_eq!(
+        s.ok(&["exec", "base", "--", "cat", "/workspace/k"]),
+        "kept\n"
+    );
+    s.ok(&["stop", "base"]);
+    s.ok(&["template", "save", "base", "t"]);
+    assert_eq!(store(&s), (vec!["t".into()], 1));
 }

@@ -505,7 +505,7 @@ pub fn ps(a: &PsArgs) -> i32 {
             writeln!(
                 out,
                 "{}",
-                serde_json::json!({"name": d.name, "state": st, "image": cfg.image, "age_s": age_s, "size_bytes": size})
+                serde_json::json!({"name": d.name, "state": st, "image": cfg.image, "template": cfg.template, "age_s": age_s, "size_bytes": size})
             )
         } else {
             writeln!(
