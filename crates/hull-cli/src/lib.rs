@@ -22,6 +22,7 @@ mod serve_loop;
 mod serve_out;
 mod serve_request;
 pub mod serve_sandbox;
+mod sys;
 
 /// Prints an error with its cause chain, once, at the edge.
 pub fn print_error(err: &(dyn std::error::Error + 'static)) {

@@ -1155,3 +1155,65 @@ fn a_save_that_fails_midway_leaves_nothing_and_the_sandbox_as_it_was() {
     s.ok(&["template", "save", "base", "t"]);
     assert_eq!(store(&s), (vec!["t".into()], 1));
 }
+
+/// A box that can see a sandbox's control socket (here a read-only `--mount` of the sandboxes
+/// directory) cannot drive its keeper. Rootless, the box's root is the host user, so the
+/// socket's 0600 mode lets it connect; as host root the mount reaches the box idmapped to its
+/// own root, so it can connect too. The keeper must refuse a peer of another uid or in another
+/// user namespace (before that check, this ran the command and wrote the sandbox's workspace).
+#[test]
+fn a_box_that_sees_a_control_socket_cannot_drive_the_keeper() {
+    let s = Sandboxes::new();
+    s.ok(&["create", "victim"]);
+    let script = r#"
+import json, socket, sys
+c = socket.socket(socket.AF_UNIX)
+try:
+    c.connect("/mnt/sb/victim/control.sock")
+except OSError as e:
+    print("connect refused", e.errno)
+    sys.exit(0)
+req = {"op": "exec", "argv": ["sh", "-c", "echo pwned > /workspace/pwned"], "env": [], "cwd": None, "stdin": False}
+got = b""
+try:
+    c.sendall(json.dumps(req).encode() + b"\n")
+    while True:
+        b = c.recv(65536)
+        if not b:
+            break
+        got += b
+except ConnectionError as e:
+    print("connection reset", e.errno)
+    sys.exit(0)
+print("answered", len(got))
+"#;
+    let out = Command::new(common::bin())
+        .args([
+            "run",
+            "--timeout",
+            "20s",
+            "--mount",
+            &format!("{}:/mnt/sb:ro", s.root().display()),
+            "--",
+            "python3",
+            "-c",
+            script,
+        ])
+        .output()
+        .unwrap();
+    let said = text(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        said.starts_with("connect refused")
+            || said.starts_with("connection reset")
+            || said == "answered 0\n",
+        "the keeper answered a box: {said:?} {}",
+        text(&out.stderr)
+    );
+    let check = s.hull(&["exec", "victim", "--", "test", "-e", "/workspace/pwned"]);
+    assert_eq!(
+        check.status.code(),
+        Some(1),
+        "a command sent from another box ran in the sandbox"
+    );
+}

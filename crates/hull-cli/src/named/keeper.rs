@@ -422,6 +422,10 @@ impl Keeper {
 
     /// One client connection: a request line, then its frames.
     fn serve(&self, conn: UnixStream) {
+        if let Err(e) = super::peer::check(&conn) {
+            eprintln!("hull keeper: refused a connection: {}", hull_api::Chain(&e));
+            return;
+        }
         let Ok(read_half) = conn.try_clone() else {
             return;
         };

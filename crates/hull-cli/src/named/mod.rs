@@ -8,6 +8,7 @@
 pub mod client;
 pub mod keeper;
 pub mod logs;
+pub mod peer;
 pub mod state;
 pub mod template;
 pub mod wire;
