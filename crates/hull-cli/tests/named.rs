@@ -669,6 +669,26 @@ fn a_command_whose_client_goes_away_is_killed_with_what_it_started() {
     // The sandbox itself runs on.
     assert_eq!(s.ok(&["exec", "abort", "--", "echo", "on"]), "on\n");
     assert!(s.ok(&["logs", "abort"]).contains("the client went away"));
+    // The same for a command that closed its output first (`nohup server >log 2>&1`): the
+    // keeper then only waits for its exit, and must still watch the client.
+    let quiet = unique_secs(7);
+    let script = format!("exec >/dev/null 2>&1; sleep {quiet}");
+    let mut c = s.cmd(&["exec", "abort", "--", "sh", "-c", &script]);
+    c.stdout(Stdio::null()).stderr(Stdio::null());
+    let mut client = c.spawn().unwrap();
+    let t0 = Instant::now();
+    while running(&["sleep", &quiet]).is_empty() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the quiet command never started"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Past the 200 ms the keeper gives output after EOF.
+    std::thread::sleep(Duration::from_millis(400));
+    client.kill().unwrap();
+    client.wait().unwrap();
+    wait_gone(&["sleep", &quiet]);
 }
 
 #[test]

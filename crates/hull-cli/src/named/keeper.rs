@@ -546,6 +546,7 @@ impl Keeper {
 /// returns its wait status; `gone` is called (once, with the command's pid) if `client` hangs
 /// up first. A command that exited while something it left behind holds its
 /// output open: what comes within 200 ms of its exit is passed on, the rest is not waited for.
+/// A command that closed its output is waited for with the client still watched.
 /// `Err` if the sandbox stopped before the status came.
 fn drain(
     s: Started,
@@ -607,9 +608,28 @@ fn drain(
             }
         }
     }
-    match status {
-        Some(st) => Ok(st),
-        None => s.exit.recv().map_err(drop),
+    if let Some(st) = status {
+        return Ok(st);
+    }
+    // The output is closed (the command redirected it, `nohup server >log 2>&1`) and the
+    // command runs on: wait for its exit, still watching the client's hangup.
+    loop {
+        if let Some(c) = client {
+            let mut fds = [PollFd::new(c, PollFlags::RDHUP)];
+            let now = Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            if poll(&mut fds, Some(&now)).is_ok_and(|n| n > 0) {
+                client = None;
+                gone(s.pid);
+            }
+        }
+        match s.exit.recv_timeout(Duration::from_millis(50)) {
+            Ok(st) => return Ok(st),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => return Err(()),
+        }
     }
 }
 
