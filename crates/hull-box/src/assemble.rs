@@ -105,13 +105,34 @@ impl Sources {
     /// The box opens the resolved path with `RESOLVE_NO_SYMLINKS`, so what it binds is what was
     /// checked here even if a component is swapped for a symlink in between.
     fn add(&mut self, field: SpecField, path: &Path, read_only: bool) -> Result<String, BoxError> {
+        self.add_checked(field, path, Some(read_only))
+    }
+
+    /// A layer of a writable root (its upper, work, empty lower and template layers): hull's
+    /// own directories in a named sandbox's state, which the sensitive-mount list refuses as
+    /// bind sources (the state directory holds the keeper's control socket). A layer is never
+    /// bound: the overlay shows its contents, which hold no socket, so it is not checked.
+    fn add_layer(&mut self, path: &Path) -> Result<String, BoxError> {
+        self.add_checked(SpecField::Root, path, None)
+    }
+
+    /// Opens `path` as a source; `check`: whether to check it against the sensitive list
+    /// (and as read-only), `None` for a writable root's own layer.
+    fn add_checked(
+        &mut self,
+        field: SpecField,
+        path: &Path,
+        check: Option<bool>,
+    ) -> Result<String, BoxError> {
         let canon = std::fs::canonicalize(path).map_err(|e| BoxError::Source {
             field,
             path: path.to_path_buf(),
             errno: sys::Errno(e.raw_os_error().unwrap_or(libc::EIO)),
         })?;
-        let homes = self.homes.get_or_init(crate::sensitive::Homes::of_host);
-        crate::spec::check_source(field, &canon, read_only, homes)?;
+        if let Some(read_only) = check {
+            let homes = self.homes.get_or_init(crate::sensitive::Homes::of_host);
+            crate::spec::check_source(field, &canon, read_only, homes)?;
+        }
         let c = canon.to_string_lossy().into_owned();
         if c.contains('\0') {
             return Err(SpecError::Nul(field).into());
@@ -160,14 +181,15 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
                 RootSpec::Dir(d) => d.as_path(),
                 RootSpec::Host => w.empty.as_path(),
             };
-            let layers = [
-                src.add(SpecField::Root, lower, true)?,
-                src.add(SpecField::Root, &w.upper, false)?,
-                src.add(SpecField::Root, &w.work, false)?,
-            ];
+            // An image is checked as any root is; the rest are the sandbox's own layers.
+            let lower_fd = match &spec.root {
+                RootSpec::Dir(_) => src.add(SpecField::Root, lower, true)?,
+                RootSpec::Host => src.add_layer(lower)?,
+            };
+            let layers = [lower_fd, src.add_layer(&w.upper)?, src.add_layer(&w.work)?];
             let mut extra = Vec::new();
             for l in &w.lowers {
-                extra.push(src.add(SpecField::Root, l, true)?);
+                extra.push(src.add_layer(l)?);
             }
             let shown = format!(
                 "lower {}{}, upper {}",

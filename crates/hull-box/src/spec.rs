@@ -237,7 +237,12 @@ impl BoxSpec {
             }
             check_source(SpecField::Root, d, true, homes())?;
         }
-        if let Some(ws) = &self.workspace {
+        // A workspace in the writable root is not opened: nothing to check.
+        let in_root = self
+            .writable_root
+            .as_ref()
+            .is_some_and(|w| w.workspace_in_root);
+        if let Some(ws) = self.workspace.as_ref().filter(|_| !in_root) {
             check_source(SpecField::Workspace, ws, false, homes())?;
             if !ws.is_dir() {
                 return Err(SpecError::Invalid {

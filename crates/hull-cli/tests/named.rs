@@ -1237,3 +1237,46 @@ print("answered", len(got))
         "a command sent from another box ran in the sandbox"
     );
 }
+
+#[test]
+fn sandboxes_and_templates_work_in_the_default_state_directory() {
+    // The default place (host root: /var/lib/hull/sandboxes; a user: ~/.local/state/hull/
+    // sandboxes) is on the list of sources no box may mount: the sandbox's own layers there
+    // are still its root's.
+    let name = format!("zz-default-{}", std::process::id());
+    let tname = format!("{name}-t");
+    let run = |args: &[&str]| {
+        let out = Command::new(common::bin())
+            .args(args)
+            .env_remove("HULL_SANDBOXES")
+            .env_remove("XDG_STATE_HOME")
+            .stdin(Stdio::null())
+            .output()
+            .expect("spawn hull");
+        (out.status.code(), text(&out.stdout) + &text(&out.stderr))
+    };
+    let derived = format!("{name}-d");
+    let steps: Vec<Vec<&str>> = vec![
+        vec!["create", &name, "--setup", "echo x > /workspace/x"],
+        vec!["stop", &name],
+        vec!["template", "save", &name, &tname],
+        vec!["create", &derived, "--template", &tname],
+        vec!["exec", &derived, "--", "cat", "/workspace/x"],
+    ];
+    let mut outs = Vec::new();
+    for s in &steps {
+        outs.push(run(s));
+        if outs.last().is_some_and(|o| o.0 != Some(0)) {
+            break;
+        }
+    }
+    for s in [
+        vec!["rm", &name],
+        vec!["rm", &derived],
+        vec!["template", "rm", &tname],
+    ] {
+        run(&s);
+    }
+    assert_eq!(outs.len(), steps.len(), "{outs:?}");
+    assert_eq!(outs.last().map(|o| o.1.as_str()), Some("x\n"), "{outs:?}");
+}
