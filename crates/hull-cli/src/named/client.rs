@@ -135,6 +135,28 @@ pub fn stop(dir: &Dir) -> Result<(), String> {
     Ok(())
 }
 
+/// Stops the sandbox and takes its keeper's lock, so that no keeper starts while the caller
+/// holds the returned file (a keeper starting meanwhile is stopped in turn).
+pub fn stop_and_hold(dir: &Dir) -> Result<std::fs::File, String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        stop(dir)?;
+        let lock = dir
+            .lock_file()
+            .map_err(|e| format!("open {}: {e}", dir.file("keeper.lock").display()))?;
+        if rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok() {
+            return Ok(lock);
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "`{}` kept being started while it was removed (30 s)",
+                dir.name
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Streams an exec's frames to our stdout and stderr (and our stdin to it when asked); its
 /// exit code, or the keeper's error.
 pub fn run(mut conn: UnixStream, req: &Request, stdin: bool) -> Result<i32, String> {

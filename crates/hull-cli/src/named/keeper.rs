@@ -58,6 +58,16 @@ struct Keeper {
     execs: AtomicU64,
 }
 
+/// Whether the lock file we hold is still the one at the sandbox's path.
+fn still_named(dir: &Dir, held: &File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let (Ok(ours), Ok(named)) = (held.metadata(), std::fs::metadata(dir.file("keeper.lock")))
+    else {
+        return false;
+    };
+    ours.dev() == named.dev() && ours.ino() == named.ino()
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -85,6 +95,11 @@ pub fn main(path: &std::path::Path) -> i32 {
     {
         // Another keeper runs (or is starting) this sandbox: the client connects to it.
         return answer(Ok(()));
+    }
+    // `hull rm` takes this lock before it moves the directory away: a lock won after that is
+    // the removed directory's, and nothing may be made again at the sandbox's path.
+    if !still_named(&dir, &lock_file) {
+        return answer(Err(format!("the sandbox `{}` was removed", dir.name)));
     }
     match start(&dir) {
         Ok((keeper, stop_rx)) => {

@@ -336,11 +336,28 @@ pub fn rm(a: &NameArgs) -> i32 {
     if !dir.path.exists() {
         return 0;
     }
-    if let Err(e) = client::stop(&dir) {
-        return fail(&e);
+    // Stopped, and kept stopped: holding the keeper's lock, no keeper can start (an exec of the
+    // same name racing this one would), and the directory leaves its name before it is
+    // emptied, so no later launcher finds half of it.
+    let _held = match client::stop_and_hold(&dir) {
+        Ok(held) => held,
+        Err(e) => return fail(&e),
+    };
+    let tomb = dir
+        .path
+        .with_file_name(format!(".removing-{}-{}", dir.name, std::process::id()));
+    if let Err(e) = std::fs::rename(&dir.path, &tomb) {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            return 0;
+        }
+        return fail(&format!("remove {}: {e}", dir.path.display()));
     }
-    let layers = dir.config().map(|c| !c.layers.is_empty()).unwrap_or(false);
-    match remove_dir(&dir) {
+    let gone = Dir {
+        name: dir.name.clone(),
+        path: tomb,
+    };
+    let layers = gone.config().is_ok_and(|c| !c.layers.is_empty());
+    match remove_dir(&gone) {
         Ok(()) => {
             // The last sandbox on a removed template's layers frees them.
             if layers {
@@ -348,7 +365,7 @@ pub fn rm(a: &NameArgs) -> i32 {
             }
             0
         }
-        Err(e) => fail(&format!("remove {}: {e}", dir.path.display())),
+        Err(e) => fail(&format!("remove {}: {e}", gone.path.display())),
     }
 }
 
