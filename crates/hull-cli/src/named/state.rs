@@ -9,9 +9,12 @@
 //!              keeper.log     the keeper's own stderr
 //!              setup.done     the setup commands ran (they run once, at creation)
 //!              logs/exec.log  what every exec printed (rotated to exec.log.1 past the cap)
-//!              workspace/     the sandbox's own /workspace (unless --workspace names one)
-//!              upper/ work/   its writable root's overlay layers (the image is the lower one)
+//!              upper/ work/   its writable root's overlay layers (the image is the lowest one,
+//!                             template layers stack between); /workspace is upper/workspace
+//!                             unless --workspace names a host directory
 //!              lower/         an empty lower layer for the `host` image's root
+//!              workspace/     only in a sandbox made before templates: its /workspace
+//! <root>/.templates/          the template store (see [`super::template`])
 //! ```
 
 use std::fs::{File, OpenOptions};
