@@ -1328,3 +1328,46 @@ fn rm_racing_an_exec_that_starts_the_sandbox_leaves_nothing() {
     }
     assert!(rm_failures.is_empty(), "rm failed: {rm_failures:?}");
 }
+
+#[test]
+fn a_template_removed_while_sandboxes_are_made_from_it_leaves_each_whole_or_absent() {
+    let s = Sandboxes::new();
+    saved_template(&s, "tools");
+    for round in 0..3 {
+        let t = format!("t{round}");
+        s.ok(&["stop", "base"]);
+        s.ok(&["template", "save", "base", &t]);
+        let (made, removed) = std::thread::scope(|sc| {
+            let creator = sc.spawn(|| s.hull(&["create", &format!("r{round}"), "--template", &t]));
+            let remover = sc.spawn(|| s.hull(&["template", "rm", &t]));
+            (
+                creator.join().expect("thread"),
+                remover.join().expect("thread"),
+            )
+        });
+        assert!(removed.status.success(), "{removed:?}");
+        let name = format!("r{round}");
+        if made.status.success() {
+            // Its layers stayed: it works, and keeps working after a restart.
+            s.ok(&["stop", &name]);
+            assert_eq!(
+                s.ok(&["exec", &name, "--", "cat", "/opt/tool/bin"]),
+                "installed\n"
+            );
+        } else {
+            assert!(
+                text(&made.stderr).contains(&format!("no template named `{t}`")),
+                "{made:?}"
+            );
+            assert_eq!(s.state(&name), "absent");
+        }
+    }
+    // Every save froze one more layer under `base`, which still stands on all four.
+    assert_eq!(store(&s), (vec!["tools".to_string()], 4));
+    s.ok(&["rm", "base"]);
+    for round in 0..3 {
+        s.ok(&["rm", &format!("r{round}")]);
+    }
+    s.ok(&["template", "rm", "tools"]);
+    assert_eq!(store(&s), (vec![], 0));
+}
