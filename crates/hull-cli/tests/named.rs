@@ -927,3 +927,22 @@ fn rm_racing_an_exec_that_starts_the_sandbox_leaves_nothing() {
     }
     assert!(rm_failures.is_empty(), "rm failed: {rm_failures:?}");
 }
+
+/// A sandboxes directory others may write is refused: whoever can swap a sandbox's directory
+/// chooses what its keeper runs.
+#[test]
+fn a_sandboxes_directory_others_can_write_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = Sandboxes::new();
+    std::fs::set_permissions(s.root(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = s.hull(&["create", "open"]);
+    assert!(!out.status.success(), "{out:?}");
+    let said = text(&out.stderr);
+    assert!(
+        said.contains(&*s.root().to_string_lossy()) && said.contains("HULL_SANDBOXES"),
+        "{said}"
+    );
+    assert!(!s.root().join("open").exists());
+    std::fs::set_permissions(s.root(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    s.ok(&["create", "open"]);
+}
