@@ -202,6 +202,13 @@ fn a_sandbox_made_by_one_process_runs_commands_for_another() {
         "pwd; echo $((6*7))",
     ]);
     assert_eq!(out, "/tmp\n42\n");
+    // A relative -w is refused naming the flag and the fix.
+    let out = s.hull(&["exec", "one", "-w", "src", "--", "pwd"]);
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("-w/--workdir: `src` is not an absolute path"),
+        "{out:?}"
+    );
     // A command that cannot run: 127, said once on stderr.
     let out = s.hull(&["exec", "one", "--", "no-such-program"]);
     assert_eq!(out.status.code(), Some(127), "{out:?}");
