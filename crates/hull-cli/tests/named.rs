@@ -202,6 +202,13 @@ fn a_sandbox_made_by_one_process_runs_commands_for_another() {
         "pwd; echo $((6*7))",
     ]);
     assert_eq!(out, "/tmp\n42\n");
+    // A relative -w is refused naming the flag and the fix.
+    let out = s.hull(&["exec", "one", "-w", "src", "--", "pwd"]);
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("-w/--workdir: `src` is not an absolute path"),
+        "{out:?}"
+    );
     // A command that cannot run: 127, said once on stderr.
     let out = s.hull(&["exec", "one", "--", "no-such-program"]);
     assert_eq!(out.status.code(), Some(127), "{out:?}");
@@ -1370,4 +1377,23 @@ fn a_template_removed_while_sandboxes_are_made_from_it_leaves_each_whole_or_abse
     }
     s.ok(&["template", "rm", "tools"]);
     assert_eq!(store(&s), (vec![], 0));
+}
+
+/// A sandboxes directory others may write is refused: whoever can swap a sandbox's directory
+/// chooses what its keeper runs.
+#[test]
+fn a_sandboxes_directory_others_can_write_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = Sandboxes::new();
+    std::fs::set_permissions(s.root(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = s.hull(&["create", "open"]);
+    assert!(!out.status.success(), "{out:?}");
+    let said = text(&out.stderr);
+    assert!(
+        said.contains(&*s.root().to_string_lossy()) && said.contains("HULL_SANDBOXES"),
+        "{said}"
+    );
+    assert!(!s.root().join("open").exists());
+    std::fs::set_permissions(s.root(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    s.ok(&["create", "open"]);
 }

@@ -268,6 +268,11 @@ pub fn exec(a: &ExecArgs) -> i32 {
         Ok(e) => e,
         Err(e) => return fail(&e),
     };
+    if let Some(w) = a.workdir.as_deref().filter(|w| !w.starts_with('/')) {
+        return fail(&format!(
+            "-w/--workdir: `{w}` is not an absolute path; give the directory in the sandbox from /, e.g. /workspace/{w}"
+        ));
+    }
     let stdin = a.interactive || stdin_is_piped();
     let req = Request::Exec {
         argv: a.command.clone(),

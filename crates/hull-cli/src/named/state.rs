@@ -57,9 +57,39 @@ pub fn root() -> PathBuf {
     let state = std::env::var_os("XDG_STATE_HOME")
         .filter(|d| !d.is_empty())
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
-        .unwrap_or_else(|| PathBuf::from("/tmp"));
-    state.join("hull/sandboxes")
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")));
+    match state {
+        Some(s) => s.join("hull/sandboxes"),
+        // No home to speak of: a directory of this user's own in the sticky /tmp (checked
+        // to be ours and private before use, so nobody can plant one for us).
+        None => PathBuf::from(format!("/tmp/hull-{}", rustix::process::geteuid().as_raw()))
+            .join("sandboxes"),
+    }
+}
+
+/// Refuses a sandboxes directory (and the /tmp fallback's parent) that another user owns or may
+/// write: whoever can replace a sandbox's directory there chooses the commands its keeper
+/// runs and receives what execs send it.
+fn check_private(root: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let ours = rustix::process::geteuid().as_raw();
+    let mut check = vec![root];
+    let fallback = PathBuf::from(format!("/tmp/hull-{ours}"));
+    if root.parent() == Some(fallback.as_path()) {
+        check.push(&fallback);
+    }
+    for dir in check {
+        let md = std::fs::metadata(dir).map_err(|e| format!("inspect {}: {e}", dir.display()))?;
+        if md.uid() != ours || md.mode() & 0o022 != 0 {
+            return Err(format!(
+                "{} is owned by uid {} with mode {:o}: sandboxes must live in a directory only you own and can write; remove it, or set HULL_SANDBOXES to one",
+                dir.display(),
+                md.uid(),
+                md.mode() & 0o7777
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// What a sandbox was created with: the keeper rebuilds its box from this at every start.
@@ -116,6 +146,7 @@ impl Dir {
             .mode(0o700)
             .create(&root)
             .map_err(|e| format!("create {}: {e}", root.display()))?;
+        check_private(&root)?;
         match std::fs::DirBuilder::new().mode(0o700).create(&self.path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(format!(
