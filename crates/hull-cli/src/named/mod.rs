@@ -11,6 +11,7 @@ pub mod logs;
 pub mod peer;
 pub mod state;
 pub mod template;
+pub mod tidy;
 pub mod wire;
 
 use std::io::Write;
@@ -450,39 +451,7 @@ pub fn template_main(a: &TemplateArgs) -> i32 {
 }
 
 fn remove_dir(dir: &Dir) -> std::io::Result<()> {
-    remove_tree(&dir.path)
-}
-
-/// Removes `path` and everything under it; a missing one is fine.
-pub(crate) fn remove_tree(path: &std::path::Path) -> std::io::Result<()> {
-    match std::fs::remove_dir_all(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            // Directories the sandbox (or overlayfs: `work/work` is mode 000) made unreadable
-            // to their owner: opened up, then removed.
-            open_up(path, 0);
-            std::fs::remove_dir_all(path)
-        }
-        r => r,
-    }
-}
-
-/// Gives every directory under `p` (not following links) its owner's rwx.
-fn open_up(p: &std::path::Path, depth: usize) {
-    use std::os::unix::fs::PermissionsExt;
-    let Ok(md) = std::fs::symlink_metadata(p) else {
-        return;
-    };
-    if !md.is_dir() || depth > 256 {
-        return;
-    }
-    let mode = md.permissions().mode() | 0o700;
-    let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode));
-    if let Ok(rd) = std::fs::read_dir(p) {
-        for e in rd.flatten() {
-            open_up(&e.path(), depth + 1);
-        }
-    }
+    tidy::remove_tree(&dir.path)
 }
 
 /// An age like `90s`, `30m`, `12h`, `30d` in seconds (longer than a timeout's durations go,
@@ -497,16 +466,6 @@ fn age_secs(text: &str) -> Option<u64> {
     };
     let n: u64 = text[..text.len() - 1].parse().ok()?;
     n.checked_mul(unit)
-}
-
-/// A short age: `42s`, `5m`, `3h`, `2d`.
-pub(crate) fn age(secs: u64) -> String {
-    match secs {
-        s if s < 120 => format!("{s}s"),
-        s if s < 7200 => format!("{}m", s / 60),
-        s if s < 172_800 => format!("{}h", s / 3600),
-        s => format!("{}d", s / 86400),
-    }
 }
 
 /// `hull ps`.
@@ -537,7 +496,7 @@ pub fn ps(a: &PsArgs) -> i32 {
                 d.name,
                 st,
                 cfg.image,
-                age(age_s),
+                tidy::age(age_s),
                 hull_box::size::Human(size).to_string()
             )
         };

@@ -184,10 +184,7 @@ impl Dir {
             upper: self.path.join("upper"),
             work: self.path.join("work"),
             empty: self.path.join("lower"),
-            lowers: layers
-                .iter()
-                .map(|id| super::template::layer_path(&self.path, id))
-                .collect(),
+            lowers: layers.iter().map(|id| layer_path(&self.path, id)).collect(),
             workspace_in_root,
         };
         for l in &root.lowers {
@@ -338,6 +335,16 @@ pub fn now_secs() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
+}
+
+/// A layer's directory, by id, for a sandbox whose state directory is `sandbox_dir` (the
+/// keeper finds the store from its own directory, not from its environment).
+pub fn layer_path(sandbox_dir: &Path, id: &str) -> PathBuf {
+    sandbox_dir
+        .parent()
+        .unwrap_or(Path::new("/"))
+        .join(".templates/layers")
+        .join(id)
 }
 
 #[cfg(test)]

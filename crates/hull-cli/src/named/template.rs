@@ -17,7 +17,7 @@
 use std::collections::HashSet;
 use std::fs::File;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
@@ -41,15 +41,7 @@ pub fn root() -> PathBuf {
     state::root().join(".templates")
 }
 
-/// A layer's directory, by id, for a sandbox whose state directory is `sandbox_dir` (the
-/// keeper finds the store from its own directory, not from its environment).
-pub fn layer_path(sandbox_dir: &Path, id: &str) -> PathBuf {
-    sandbox_dir
-        .parent()
-        .unwrap_or(Path::new("/"))
-        .join(".templates/layers")
-        .join(id)
-}
+pub use super::state::layer_path;
 
 /// The store's lock, held while a template is read (shared) or the store changes (exclusive):
 /// released when dropped (the descriptor is the lock).
@@ -260,7 +252,7 @@ pub fn collect() {
             continue;
         };
         if !used.contains(&id) {
-            let _ = super::remove_tree(&e.path());
+            let _ = super::tidy::remove_tree(&e.path());
         }
     }
 }
@@ -307,7 +299,7 @@ pub fn print_list(json: bool) {
                 t.name,
                 t.from,
                 t.config.image,
-                super::age(age_s),
+                super::tidy::age(age_s),
                 hull_box::size::Human(size).to_string()
             )
         };
