@@ -361,6 +361,28 @@ fn a_command_sees_the_sandbox_environment_and_its_own_only() {
     let s = Sandboxes::new();
     s.ok(&["create", "envs", "--env", "SHARED=yes"]);
     let secret = format!("s3cret-{}", std::process::id());
+    // `-e NAME` passes the caller's value without it being on hull's command line; an unset
+    // one is refused naming it.
+    let out = s
+        .cmd(&[
+            "exec",
+            "envs",
+            "-e",
+            "HULL_T_PASSED",
+            "--",
+            "printenv",
+            "HULL_T_PASSED",
+        ])
+        .env("HULL_T_PASSED", &secret)
+        .output()
+        .unwrap();
+    assert_eq!(text(&out.stdout), format!("{secret}\n"), "{out:?}");
+    let out = s.hull(&["exec", "envs", "-e", "HULL_T_UNSET_X", "--", "true"]);
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("-e `HULL_T_UNSET_X`: no variable HULL_T_UNSET_X"),
+        "{out:?}"
+    );
     let secs = unique_secs(3);
     // A command holding a per-command variable runs while others look for it.
     let mut holder = s.cmd(&[

@@ -52,8 +52,9 @@ pub struct CreateArgs {
     /// Process/thread cap for the whole sandbox (0 = none; default 1024).
     #[arg(long, value_name = "N")]
     pub pids: Option<u64>,
-    /// An environment variable of every command, NAME=VALUE. Repeatable.
-    #[arg(long, short = 'e', value_name = "NAME=VALUE")]
+    /// An environment variable of every command, NAME=VALUE, or NAME to take this one's value.
+    /// Repeatable.
+    #[arg(long, short = 'e', value_name = "NAME[=VALUE]")]
     pub env: Vec<String>,
     /// A shell command run once at creation; a failure removes the sandbox. Repeatable.
     #[arg(long, value_name = "CMD")]
@@ -72,8 +73,9 @@ pub struct CreateArgs {
 )]
 pub struct ExecArgs {
     pub name: String,
-    /// An environment variable for this command only, NAME=VALUE (merged over the sandbox's). Repeatable.
-    #[arg(long, short = 'e', value_name = "NAME=VALUE")]
+    /// An environment variable for this command only, NAME=VALUE, or NAME to pass this one's
+    /// value without writing it on the command line (merged over the sandbox's). Repeatable.
+    #[arg(long, short = 'e', value_name = "NAME[=VALUE]")]
     pub env: Vec<String>,
     /// Working directory in the sandbox (default: the image's, else /workspace).
     #[arg(long, short = 'w', value_name = "DIR")]
@@ -127,7 +129,16 @@ fn env_pairs(list: &[String], flag: &str) -> Result<Vec<(String, String)>, Strin
     list.iter()
         .map(|kv| match kv.split_once('=') {
             Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
-            _ => Err(format!("{flag} `{kv}`: expected NAME=VALUE")),
+            // A bare NAME takes its value from our own environment, so a secret need not be
+            // written on hull's command line (where `ps` shows it), as docker's `-e NAME`.
+            None if !kv.is_empty() => std::env::var(kv)
+                .map(|v| (kv.clone(), v))
+                .map_err(|_| {
+                    format!(
+                        "{flag} `{kv}`: no variable {kv} in this environment (or not UTF-8); give NAME=VALUE, or export {kv} first"
+                    )
+                }),
+            _ => Err(format!("{flag} `{kv}`: expected NAME=VALUE or NAME")),
         })
         .collect()
 }
