@@ -1419,3 +1419,34 @@ fn a_sandboxes_directory_others_can_write_is_refused() {
     std::fs::set_permissions(s.root(), std::fs::Permissions::from_mode(0o700)).unwrap();
     s.ok(&["create", "open"]);
 }
+
+/// A background process a command left holding its output keeps running when it prints after
+/// the command's end (its output goes to the exec log; before, its write died of SIGPIPE).
+#[test]
+fn a_background_process_that_prints_after_its_command_ends_lives_on() {
+    let s = Sandboxes::new();
+    s.ok(&["create", "bg"]);
+    let out = s.ok(&[
+        "exec",
+        "bg",
+        "--",
+        "sh",
+        "-c",
+        "(sleep 0.6; echo late-line; echo done > /workspace/bg-done) & echo now",
+    ]);
+    assert_eq!(out, "now\n");
+    let t0 = Instant::now();
+    loop {
+        let got = s.hull(&["exec", "bg", "--", "cat", "/workspace/bg-done"]);
+        if got.status.success() {
+            assert_eq!(text(&got.stdout), "done\n");
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the background process never finished: {got:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(s.ok(&["logs", "bg"]).contains("late-line"));
+}

@@ -45,7 +45,7 @@ struct Keeper {
     env: Vec<(String, String)>,
     cwd: String,
     shell: &'static str,
-    log: ExecLog,
+    log: Arc<ExecLog>,
     /// Sending a program and hearing its `Spawned` is one step at a time.
     spawn: Mutex<()>,
     pending: Mutex<Option<Pending>>,
@@ -198,7 +198,7 @@ fn start(dir: &Dir) -> Result<(Arc<Keeper>, mpsc::Receiver<()>), String> {
         env: hull_box::assemble::box_env(&spec),
         cwd: spec.cwd.clone(),
         shell: shell_of(&spec),
-        log: ExecLog::open(dir.logs()),
+        log: Arc::new(ExecLog::open(dir.logs())),
         spawn: Mutex::new(()),
         pending: Mutex::new(None),
         exits: Mutex::new(HashMap::new()),
@@ -416,6 +416,7 @@ impl Keeper {
                     stderr.extend_from_slice(data);
                 }
             },
+            &self.log,
         )
         .map_err(|_| "the sandbox stopped during setup".to_string())?;
         let code = wire::exit_code(status);
@@ -528,10 +529,16 @@ impl Keeper {
             self.log
                 .write(b"[hull] the client went away: the command was killed\n");
         };
-        let status = drain(s, Some(&client), gone, |kind, data| {
-            self.log.write(data);
-            let _ = wire::write_frame(w, kind, data);
-        })
+        let status = drain(
+            s,
+            Some(&client),
+            gone,
+            |kind, data| {
+                self.log.write(data);
+                let _ = wire::write_frame(w, kind, data);
+            },
+            &self.log,
+        )
         .map_err(|()| "the sandbox stopped while the command ran".to_string())?;
         let code = wire::exit_code(status);
         self.log.write(format!("[hull] exit {code}\n").as_bytes());
@@ -560,7 +567,7 @@ impl Keeper {
 /// Hands `each` the command's output as it comes (stdout and stderr, read in this thread), then
 /// returns its wait status; `gone` is called (once, with the command's pid) if `client` hangs
 /// up first. A command that exited while something it left behind holds its
-/// output open: what comes within 200 ms of its exit is passed on, the rest is not waited for.
+/// output open: what comes within 200 ms of its exit is passed on, the rest goes to `log`.
 /// A command that closed its output is waited for with the client still watched.
 /// `Err` if the sandbox stopped before the status came.
 fn drain(
@@ -568,6 +575,7 @@ fn drain(
     mut client: Option<&UnixStream>,
     mut gone: impl FnMut(i32),
     mut each: impl FnMut(u8, &[u8]),
+    log: &Arc<ExecLog>,
 ) -> Result<i32, ()> {
     use rustix::event::{poll, PollFd, PollFlags, Timespec};
     let mut open = [Some((s.out, wire::STDOUT)), Some((s.err, wire::STDERR))];
@@ -618,6 +626,11 @@ fn drain(
             if status.is_some() {
                 let since = *grace.get_or_insert_with(Instant::now);
                 if since.elapsed() > Duration::from_millis(200) {
+                    // What the command left running keeps its output: read on into the
+                    // exec log (else its next write would die of SIGPIPE).
+                    for (r, _) in open.iter_mut().filter_map(Option::take) {
+                        keep_logging(r, Arc::clone(log));
+                    }
                     break;
                 }
             }
@@ -646,6 +659,20 @@ fn drain(
             Err(mpsc::RecvTimeoutError::Disconnected) => return Err(()),
         }
     }
+}
+
+/// Reads what a command's background processes print, after the command's end, into the exec
+/// log until they close it.
+fn keep_logging(mut r: std::io::PipeReader, log: Arc<ExecLog>) {
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 16 << 10];
+        while let Ok(n) = r.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            log.write(&buf[..n]);
+        }
+    });
 }
 
 /// Copies the client's stdin frames into the command's stdin until their end.
