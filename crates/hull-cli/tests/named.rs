@@ -1450,3 +1450,22 @@ fn a_background_process_that_prints_after_its_command_ends_lives_on() {
     }
     assert!(s.ok(&["logs", "bg"]).contains("late-line"));
 }
+
+/// `hull ps` (and every state check) probes the keeper's lock with a shared lock for an
+/// instant; a keeper starting at that instant must still start (before, `hull start` answered
+/// success and the sandbox stayed stopped).
+#[test]
+fn a_state_probe_at_the_wrong_moment_does_not_stop_a_start() {
+    let s = Sandboxes::new();
+    s.ok(&["create", "probe"]);
+    s.ok(&["stop", "probe"]);
+    let lock = std::fs::File::open(s.root().join("probe/keeper.lock")).unwrap();
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockShared).unwrap();
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(60));
+        drop(lock);
+    });
+    s.ok(&["start", "probe"]);
+    release.join().unwrap();
+    assert_eq!(s.state("probe"), "running");
+}

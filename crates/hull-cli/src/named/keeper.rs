@@ -87,12 +87,19 @@ pub fn main(path: &std::path::Path) -> i32 {
     let Ok(lock_file) = dir.lock_file() else {
         return answer(Err(format!("open {}", dir.file("keeper.lock").display())));
     };
-    if rustix::fs::flock(
-        &lock_file,
-        rustix::fs::FlockOperation::NonBlockingLockExclusive,
-    )
-    .is_err()
-    {
+    // `Dir::running` probes with a shared lock for an instant: a few tries tell such a probe
+    // from a keeper that holds the lock for life.
+    let locked = (0..40).any(|i| {
+        if i > 0 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        rustix::fs::flock(
+            &lock_file,
+            rustix::fs::FlockOperation::NonBlockingLockExclusive,
+        )
+        .is_ok()
+    });
+    if !locked {
         // Another keeper runs (or is starting) this sandbox: the client connects to it.
         return answer(Ok(()));
     }
