@@ -1058,56 +1058,19 @@ pub fn recv_with_fds(
     Ok((n, count))
 }
 
-/// Receives one message into `buf`, returning its length and a descriptor if one was attached.
-/// A length of 0 means the peer closed.
+/// Receives one message into `buf`, returning its length and the first descriptor attached, if
+/// any (others are closed). A length of 0 means the peer closed.
 pub fn recv_with_fd(sock: BorrowedFd<'_>, buf: &mut [u8]) -> SysResult<(usize, Option<OwnedFd>)> {
-    #[repr(C, align(8))]
-    struct Cmsg([u8; 64]);
-    let mut cbuf = Cmsg([0; 64]);
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    // SAFETY: msghdr is plain old data.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf.0.as_mut_ptr().cast();
-    msg.msg_controllen = cbuf.0.len();
-    let n = loop {
-        // SAFETY: msg and its buffers live for the call.
-        let ret = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
-        if ret >= 0 {
-            break usize::try_from(ret).unwrap_or(0);
-        }
-        let e = Errno::last();
-        if e.0 != libc::EINTR {
-            return Err(e);
-        }
-    };
-    let mut fd = None;
-    // SAFETY: CMSG_FIRSTHDR reads `msg`'s control fields (`cbuf` and the length the kernel
-    // filled in); it returns null unless a whole header fits.
-    let mut cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
-    while !cmsg.is_null() {
-        // SAFETY: a non-null header from CMSG_FIRSTHDR/CMSG_NXTHDR lies wholly inside `cbuf`
-        // (both check it against msg_controllen), aligned for cmsghdr; only read.
-        let hdr = unsafe { &*cmsg };
-        if hdr.cmsg_level == libc::SOL_SOCKET && hdr.cmsg_type == libc::SCM_RIGHTS {
-            // SAFETY: CMSG_DATA only computes the address just past the header `cmsg`.
-            let data = unsafe { libc::CMSG_DATA(cmsg) };
-            // SAFETY: the kernel wrote an SCM_RIGHTS header with at least one int of data after
-            // it, inside `cbuf`; read unaligned, as the data's alignment is not promised.
-            let raw = unsafe { ptr::read_unaligned(data.cast::<libc::c_int>()) };
-            // SAFETY: the kernel installed this descriptor in our table for this message;
-            // nothing else owns it.
-            fd = Some(unsafe { OwnedFd::from_raw_fd(raw) });
-        }
-        // SAFETY: `cmsg` is a header inside `msg`'s control buffer; CMSG_NXTHDR returns the
-        // next whole header in it, or null.
-        cmsg = unsafe { libc::CMSG_NXTHDR(&msg, cmsg) };
+    let mut fds = [0; MAX_FDS];
+    let (n, count) = recv_with_fds(sock.as_raw_fd(), buf, &mut fds)?;
+    let mut first = None;
+    for &raw in &fds[..count] {
+        // SAFETY: the kernel installed this descriptor in our table for this message; nothing
+        // else owns it (a second one is closed when dropped here).
+        let owned = unsafe { OwnedFd::from_raw_fd(raw) };
+        first.get_or_insert(owned);
     }
-    Ok((n, fd))
+    Ok((n, first))
 }
 
 /// The set of `signals`.
