@@ -671,6 +671,72 @@ pub fn touch(path: &CStr) -> SysResult<()> {
     write_file(path, &[], libc::O_CREAT | libc::O_NOFOLLOW, 0o644)
 }
 
+/// Copies the regular file `source` (at most `cap` bytes) to a new file `target` (mode 0644)
+/// with `sendfile`, in the kernel (no buffer here: the box's child runs on a small stack).
+/// `Ok(false)`: `source` could not be read, is no regular file or is larger than `cap`, and
+/// nothing was created, so the caller can bind it instead. A missing source is `ENOENT`.
+pub fn copy_small_file(source: &CStr, target: &CStr, cap: usize) -> SysResult<bool> {
+    // Non-blocking: a FIFO put in the file's place must not hold the box's setup.
+    // SAFETY: source is a valid C string.
+    let opened = check(unsafe {
+        libc::open(
+            source.as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY,
+        )
+    });
+    let from = match opened {
+        Ok(fd) => fd,
+        Err(Errno(libc::ENOENT)) => return Err(Errno(libc::ENOENT)),
+        Err(_) => return Ok(false),
+    };
+    let copied = copy_opened(from, target, cap);
+    // SAFETY: `from` was opened above and is closed once.
+    unsafe { libc::close(from) };
+    copied
+}
+
+/// [`copy_small_file`] once the source is open as `from`.
+fn copy_opened(from: RawFd, target: &CStr, cap: usize) -> SysResult<bool> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: `from` is an open descriptor and `st` has room for a stat.
+    check(unsafe { libc::fstat(from, st.as_mut_ptr()) })?;
+    // SAFETY: fstat succeeded, so it filled `st`.
+    let st = unsafe { st.assume_init() };
+    let size = usize::try_from(st.st_size).unwrap_or(usize::MAX);
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG || size > cap {
+        return Ok(false);
+    }
+    // SAFETY: target is a valid C string.
+    let to = check(unsafe {
+        libc::open(
+            target.as_ptr(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            0o644,
+        )
+    })?;
+    let mut left = cap;
+    let mut result = Ok(true);
+    while left > 0 {
+        // SAFETY: both descriptors are open; a null offset reads from the file position.
+        let n = unsafe { libc::sendfile(to, from, std::ptr::null_mut(), left) };
+        if n < 0 {
+            let e = Errno::last();
+            if e.0 == libc::EINTR {
+                continue;
+            }
+            result = Err(e);
+            break;
+        }
+        if n == 0 {
+            break;
+        }
+        left -= usize::try_from(n).unwrap_or(left).min(left);
+    }
+    // SAFETY: `to` was opened above and is closed once.
+    unsafe { libc::close(to) };
+    result
+}
+
 pub fn symlink(target: &CStr, path: &CStr) -> SysResult<()> {
     // SAFETY: both are valid C strings.
     check(unsafe { libc::symlink(target.as_ptr(), path.as_ptr()) }).map(drop)
