@@ -381,8 +381,10 @@ fn host_root(b: &mut PlanBuilder<Skeleton>, spec: &BoxSpec, image_top: &mut Vec<
                 // Top-level system directories must be there; an /etc entry may vanish.
                 b.bind_host(host, host, host, in_etc);
             }
-            // Copied when small (most are): a bind per file was most of the box's mounts.
-            Entry::File if in_etc => b.copy_host(host, host),
+            Entry::File if in_etc => {
+                b.touch(host);
+                b.bind_host(host, host, host, true);
+            }
             Entry::File => continue,
         }
         if !in_etc {

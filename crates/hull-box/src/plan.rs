@@ -22,10 +22,6 @@ use crate::size::Human;
 /// as a descriptor, so covering it does not matter.
 pub const STAGE: &str = "/tmp";
 
-/// The largest host file [`Step::CopyHost`] copies; a larger one is bound. Small enough that
-/// every entry of the `host` image's /etc copied at once stays far inside the root's 1 MiB.
-pub const COPY_CAP: usize = 16 << 10;
-
 /// A path inside the box, with the staged path the child uses before the pivot.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct BoxPath {
@@ -185,13 +181,6 @@ pub enum Step {
         path: BoxPath,
         data: Vec<u8>,
     },
-    /// A small host file copied into the box's root (a file of the `host` image's /etc): no
-    /// mount to make or tear down. A source over [`COPY_CAP`] bytes, no regular file or not
-    /// readable is bound read-only as [`Step::Bind`] would; a missing one is skipped.
-    CopyHost {
-        source: BoxPath,
-        target: BoxPath,
-    },
     /// A recursive bind mount. `optional` skips a source that does not exist.
     Bind {
         source: BoxPath,
@@ -316,7 +305,6 @@ impl Step {
             Step::Touch { .. } => "create mount point file",
             Step::Symlink { .. } => "create symlink",
             Step::WriteFile { .. } => "write file",
-            Step::CopyHost { .. } => "copy host file",
             Step::Bind { .. } => "bind mount",
             Step::Tmpfs { .. } => "mount tmpfs",
             Step::Seal { .. } => "make root read-only",
@@ -356,7 +344,6 @@ impl Step {
             | Step::MaskDir { target }
             | Step::ProtectProc { target }
             | Step::AttachSource { target, .. }
-            | Step::CopyHost { target, .. }
             | Step::Bind { target, .. } => vec![target],
             Step::MaskFile { target, null } => vec![target, null],
             Step::UserNsLimits {
@@ -385,7 +372,7 @@ impl Step {
             | Step::WriteFile { path, .. }
             | Step::Symlink { path, .. }
             | Step::Chdir { path } => Some(path.shown.clone()),
-            Step::Bind { source, target, .. } | Step::CopyHost { source, target } => {
+            Step::Bind { source, target, .. } => {
                 Some(format!("{} -> {}", source.shown, target.shown))
             }
             Step::Tmpfs { target, .. }
@@ -441,7 +428,6 @@ impl fmt::Display for Step {
             Step::Touch { path } => write!(f, "touch {}", path.shown),
             Step::Symlink { shown_target, path, .. } => write!(f, "symlink {} -> {}", path.shown, shown_target),
             Step::WriteFile { path, data } => write!(f, "write {} ({} bytes)", path.shown, data.len()),
-            Step::CopyHost { source, target } => write!(f, "copy {} -> {} (if present; bound read-only instead if over {} bytes or not a readable regular file)", source.shown, target.shown, COPY_CAP),
             Step::Bind { source, target, optional } => write!(f, "bind {} -> {}{}", source.shown, target.shown, if *optional { " (if present)" } else { "" }),
             Step::Tmpfs { target, size, mode, .. } => write!(f, "mount tmpfs (size {}, mode {mode:o}, nosuid, nodev) at {}", Human(*size), target.shown),
             Step::Seal { root, dev } => write!(f, "seal {}: read-only, nosuid, nodev (recursive; device binds under {} keep dev)", root.shown, dev.shown),
@@ -806,15 +792,6 @@ impl PlanBuilder<Skeleton> {
         self.steps.push(Step::WriteFile {
             path: self.staged(path),
             data,
-        });
-    }
-
-    /// A small host file copied in, or bound if it is not small (see [`Step::CopyHost`]);
-    /// sealed read-only with the rest of the tree either way.
-    pub fn copy_host(&mut self, host: &str, target: &str) {
-        self.steps.push(Step::CopyHost {
-            source: BoxPath::plain(host),
-            target: self.staged(target),
         });
     }
 

@@ -48,8 +48,8 @@ fn root_is_read_only_and_tmp_workspace_are_writable() {
     assert!(out.contains("writable ok"), "{v}");
 }
 
-/// The `host` image's /etc files (copied in when small, bound when large) show the host's
-/// current contents and cannot be written, truncated, re-moded or replaced from the box.
+/// The `host` image's /etc files show the host's current contents and cannot be written,
+/// truncated, re-moded or replaced from the box (a guard for any change to how they enter it).
 #[test]
 fn host_etc_files_are_current_and_cannot_be_changed() {
     let files: Vec<&str> = [

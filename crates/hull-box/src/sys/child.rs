@@ -400,16 +400,6 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
             libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW,
             0o644,
         ),
-        Step::CopyHost { source, target } => {
-            match sys::copy_small_file(&source.c, &target.c, crate::plan::COPY_CAP) {
-                Ok(true) | Err(Errno(libc::ENOENT)) => Ok(()),
-                Ok(false) => {
-                    sys::touch(&target.c)?;
-                    optional(sys::mount(Some(&source.c), &target.c, None, BIND, None))
-                }
-                Err(e) => Err(e),
-            }
-        }
         Step::Bind {
             source,
             target,
