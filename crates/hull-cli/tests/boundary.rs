@@ -48,6 +48,47 @@ fn root_is_read_only_and_tmp_workspace_are_writable() {
     assert!(out.contains("writable ok"), "{v}");
 }
 
+/// The `host` image's /etc files show the host's current contents and cannot be written,
+/// truncated, re-moded or replaced from the box (a guard for any change to how they enter it).
+#[test]
+fn host_etc_files_are_current_and_cannot_be_changed() {
+    let files: Vec<&str> = [
+        "host.conf",
+        "gai.conf",
+        "timezone",
+        "ld.so.cache",
+        "mime.types",
+    ]
+    .into_iter()
+    .filter(|n| {
+        std::fs::symlink_metadata(format!("/etc/{n}")).is_ok_and(|m| m.file_type().is_file())
+    })
+    .collect();
+    if files.is_empty() {
+        eprintln!("skipped: none of the probed /etc files is a regular file on this host");
+        return;
+    }
+    let code = format!(
+        "import os, errno, hashlib\nfor n in {files:?}:\n    p = '/etc/' + n\n    print(n, hashlib.sha256(open(p, 'rb').read()).hexdigest())\n    for what, f in [('write', lambda: open(p, 'w')), ('append', lambda: open(p, 'a')), ('chmod', lambda: os.chmod(p, 0o666)), ('unlink', lambda: os.unlink(p)), ('rename', lambda: os.rename('/tmp', p))]:\n        try:\n            f(); print(n, what, 'DONE')\n        except OSError as e:\n            print(n, what, errno.errorcode[e.errno])"
+    );
+    let v = run_json(&["--code", &code]);
+    let out = stdout(&v);
+    assert!(v["success"].as_bool().unwrap(), "{v}");
+    assert!(!out.contains("DONE"), "an /etc file was changed: {out}");
+    for n in &files {
+        let sum = std::process::Command::new("sha256sum")
+            .arg(format!("/etc/{n}"))
+            .output()
+            .unwrap();
+        let sum = String::from_utf8_lossy(&sum.stdout);
+        let host = sum.split_whitespace().next().unwrap();
+        assert!(
+            out.contains(&format!("{n} {host}")),
+            "{n} differs from the host's: {out}"
+        );
+    }
+}
+
 #[test]
 fn host_loopback_server_is_unreachable_but_host_network_is_a_named_relaxation() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();

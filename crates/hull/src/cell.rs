@@ -24,8 +24,7 @@ use crate::calltrace::CallTrace;
 use crate::error::SandboxError;
 use crate::session_dirs::{leftover_prefix, private_dir_mode};
 
-/// The runner, passed to `python3 -c`.
-pub const RUNNER: &str = include_str!("runner.py");
+pub use crate::runner_code::RUNNER;
 /// Where the private directory with the socket appears in the box.
 pub const IO_DIR: &str = "/run/hull";
 
@@ -244,11 +243,22 @@ impl RunnerBox {
         });
         // `-S`: site (and any sitecustomize on PYTHONPATH, e.g. in a writable /deps) is imported by
         // the runner after it has connected, so nothing but the interpreter runs before that.
+        // The runner compiled once per process (see `runner_code`) when it is ready: the box's
+        // interpreter then loads it instead of compiling the source (the source is beside it
+        // for an interpreter of another bytecode version).
+        let compiled = crate::runner_code::compiled().filter(|code| {
+            std::fs::write(io.path().join("r"), code).is_ok()
+                && std::fs::write(io.path().join("runner.py"), RUNNER).is_ok()
+        });
+        let program = match compiled {
+            Some(_) => crate::runner_code::BOOTSTRAP,
+            None => RUNNER,
+        };
         spec.argv = vec![
             "python3".into(),
             "-S".into(),
             "-c".into(),
-            RUNNER.into(),
+            program.into(),
             mode.into(),
             format!("{IO_DIR}/s"),
         ];

@@ -16,6 +16,7 @@ pub mod cell;
 pub mod error;
 pub mod files;
 mod hostpath;
+mod runner_code;
 pub mod sandbox;
 mod session_dirs;
 mod staging;
