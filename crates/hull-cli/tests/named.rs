@@ -1469,3 +1469,26 @@ fn a_state_probe_at_the_wrong_moment_does_not_stop_a_start() {
     release.join().unwrap();
     assert_eq!(s.state("probe"), "running");
 }
+
+/// A setup command that does not end is killed at `--setup-timeout`; the creation fails naming
+/// the command and the flag, and leaves nothing (before, `hull create` waited forever).
+#[test]
+fn a_setup_command_past_its_timeout_is_killed_and_leaves_nothing() {
+    let s = Sandboxes::new();
+    let secs = unique_secs(9);
+    let cmd = format!("sleep {secs}");
+    let out = s.hull(&["create", "slow", "--setup", &cmd, "--setup-timeout", "1s"]);
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    let said = text(&out.stderr);
+    assert!(
+        said.contains(&format!(
+            "setup command `{cmd}` did not finish within 1 s (--setup-timeout)"
+        )),
+        "{said}"
+    );
+    assert!(!s.root().join("slow").exists());
+    wait_gone(&["sleep", &secs]);
+    let out = s.hull(&["create", "bad", "--setup-timeout", "soon"]);
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    assert!(text(&out.stderr).contains("--setup-timeout"), "{out:?}");
+}

@@ -28,6 +28,17 @@ use super::wire::{self, Request};
 /// How long a box's setup may take at start.
 const SETUP_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// How long one setup command may run when the config does not say (`--setup-timeout`'s
+/// default).
+const DEFAULT_SETUP_COMMAND_MS: u64 = 10 * 60 * 1000;
+
+/// Why a setup command gave no exit code.
+enum Captured {
+    /// Killed at its time limit.
+    TimedOut,
+    Failed(String),
+}
+
 /// A program pid 1 was sent and has not answered for yet.
 struct Pending {
     answer: mpsc::Sender<Result<(i32, Option<String>), String>>,
@@ -224,7 +235,18 @@ fn start(dir: &Dir) -> Result<(Arc<Keeper>, mpsc::Receiver<()>), String> {
     let setup: &[String] = if done.exists() { &[] } else { &cfg.setup };
     for cmd in setup {
         let argv = vec![keeper.shell.to_string(), "-c".into(), cmd.clone()];
-        let (code, stderr) = keeper.run_captured(&argv)?;
+        let limit = Duration::from_millis(cfg.setup_timeout_ms.unwrap_or(DEFAULT_SETUP_COMMAND_MS));
+        let (code, stderr) = match keeper.run_captured(&argv, Some(limit)) {
+            Err(Captured::TimedOut) => {
+                keeper.resident.end();
+                return Err(format!(
+                    "setup command `{cmd}` did not finish within {} s (--setup-timeout) and was killed",
+                    limit.as_secs_f64()
+                ));
+            }
+            Err(Captured::Failed(e)) => return Err(e),
+            Ok(r) => r,
+        };
         if code != 0 {
             keeper.resident.end();
             return Err(format!(
@@ -405,27 +427,54 @@ impl Keeper {
         }
     }
 
-    /// Runs `argv` to its end with stdin closed; its exit code and stderr (setup commands).
-    fn run_captured(&self, argv: &[String]) -> Result<(i32, Vec<u8>), String> {
+    /// Runs `argv` to its end with stdin closed, killing it (its process group) past `limit`;
+    /// its exit code and stderr (setup commands).
+    fn run_captured(
+        &self,
+        argv: &[String],
+        limit: Option<Duration>,
+    ) -> Result<(i32, Vec<u8>), Captured> {
         let null: OwnedFd = File::open("/dev/null")
-            .map_err(|e| format!("open /dev/null: {e}"))?
+            .map_err(|e| Captured::Failed(format!("open /dev/null: {e}")))?
             .into();
         self.log_header(argv);
-        let (s, failure) = self.start(argv, &self.env, &self.cwd, &null)?;
+        let (s, failure) = self
+            .start(argv, &self.env, &self.cwd, &null)
+            .map_err(Captured::Failed)?;
         let mut stderr = failure.map(String::into_bytes).unwrap_or_default();
-        let status = drain(
-            s,
-            None,
-            |_| {},
-            |kind, data| {
-                self.log.write(data);
-                if kind == wire::STDERR && stderr.len() < 64 << 10 {
-                    stderr.extend_from_slice(data);
-                }
-            },
-            &self.log,
-        )
-        .map_err(|_| "the sandbox stopped during setup".to_string())?;
+        let pid = s.pid;
+        let (done, finished) = mpsc::channel::<()>();
+        let timed_out = std::sync::atomic::AtomicBool::new(false);
+        let status = std::thread::scope(|scope| {
+            if let Some(limit) = limit {
+                let timed_out = &timed_out;
+                scope.spawn(move || {
+                    if finished.recv_timeout(limit) == Err(mpsc::RecvTimeoutError::Timeout) {
+                        timed_out.store(true, Ordering::SeqCst);
+                        let _ = self.resident.kill(pid, libc::SIGKILL);
+                    }
+                });
+            }
+            let status = drain(
+                s,
+                None,
+                |_| {},
+                |kind, data| {
+                    self.log.write(data);
+                    if kind == wire::STDERR && stderr.len() < 64 << 10 {
+                        stderr.extend_from_slice(data);
+                    }
+                },
+                &self.log,
+            );
+            drop(done);
+            status
+        })
+        .map_err(|()| Captured::Failed("the sandbox stopped during setup".to_string()))?;
+        if timed_out.load(Ordering::SeqCst) {
+            self.log.write(b"[hull] killed at --setup-timeout\n");
+            return Err(Captured::TimedOut);
+        }
         let code = wire::exit_code(status);
         self.log.write(format!("[hull] exit {code}\n").as_bytes());
         Ok((code, stderr))

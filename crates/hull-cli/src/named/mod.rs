@@ -59,6 +59,9 @@ pub struct CreateArgs {
     /// A shell command run once at creation; a failure removes the sandbox. Repeatable.
     #[arg(long, value_name = "CMD")]
     pub setup: Vec<String>,
+    /// How long each --setup command may run before it is killed and the creation fails.
+    #[arg(long, value_name = "DURATION", default_value = "10m")]
+    pub setup_timeout: String,
     /// Stop the sandbox after this long without an exec (e.g. 30m).
     #[arg(long, value_name = "DURATION")]
     pub idle_timeout: Option<String>,
@@ -184,6 +187,7 @@ fn config_of(a: &CreateArgs, base: Option<&template::Template>) -> Result<Config
     }
     b.env.append(&mut c.env);
     b.setup = std::mem::take(&mut c.setup);
+    b.setup_timeout_ms = c.setup_timeout_ms;
     b.idle_timeout_ms = c.idle_timeout_ms.or(b.idle_timeout_ms);
     b.max_duration_ms = c.max_duration_ms.or(b.max_duration_ms);
     Ok(b)
@@ -216,6 +220,7 @@ fn config_of_args(a: &CreateArgs) -> Result<Config, String> {
         pids: Some(a.pids.unwrap_or(DEFAULT_PIDS)).filter(|&p| p != 0),
         env: env_pairs(&a.env, "--env")?,
         setup: a.setup.clone(),
+        setup_timeout_ms: millis("--setup-timeout", Some(&a.setup_timeout))?,
         idle_timeout_ms: millis("--idle-timeout", a.idle_timeout.as_deref())?,
         max_duration_ms: millis("--max-duration", a.max_duration.as_deref())?,
         created: state::now_secs(),

@@ -106,6 +106,9 @@ pub struct Config {
     pub pids: Option<u64>,
     pub env: Vec<(String, String)>,
     pub setup: Vec<String>,
+    /// How long one setup command may run (`--setup-timeout`; absent in older configs).
+    #[serde(default)]
+    pub setup_timeout_ms: Option<u64>,
     pub idle_timeout_ms: Option<u64>,
     pub max_duration_ms: Option<u64>,
     /// Seconds since the epoch.
