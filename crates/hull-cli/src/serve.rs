@@ -98,7 +98,7 @@ fn handle(
         "hello" => reply(Ok(with_store_images(json!({
             "protocol": PROTOCOL_VERSION,
             "hull": env!("CARGO_PKG_VERSION"),
-            "methods": (["hello", "run", "shutdown"].iter().chain(crate::serve_sandbox::METHODS).collect::<Vec<&&str>>()),
+            "methods": (["hello", "run", "shutdown"].iter().chain(crate::serve_sandbox::METHODS).chain(crate::serve_named::METHODS).collect::<Vec<&&str>>()),
             "images": ["host"],
         })))),
         "run" => {
@@ -112,6 +112,7 @@ fn handle(
                 reply(r);
             }
         }
+        m if m.starts_with("named.") => reply(crate::serve_named::handle(out, &id, m, params)),
         other => reply(Err(
             json!({ "kind": "unknown_method", "message": format!("unknown method `{other}`; see `hello` for the list"), "chain": [] }),
         )),
@@ -150,6 +151,7 @@ pub fn main(_args: &ServeArgs) -> i32 {
     let end = server.run(|end| {
         if matches!(end, crate::serve_loop::End::Eof) {
             rt.end_every_box();
+            crate::serve_named::end_all();
         }
     });
     sessions.destroy_all();

@@ -177,26 +177,30 @@ pub fn create(a: &CreateArgs) -> i32 {
         Ok(c) => c,
         Err(e) => return fail(&e),
     };
-    if let Err(e) = dir.make() {
-        return fail(&e);
+    match create_with(&dir, &cfg) {
+        Ok(()) => 0,
+        Err(e) => fail(&e),
     }
+}
+
+/// Makes the sandbox `dir` with `cfg` and starts it (`hull create`, `named.create` of `hull
+/// serve`): a taken name is a conflict; a failure leaves nothing.
+pub fn create_with(dir: &Dir, cfg: &Config) -> Result<(), String> {
+    dir.make()?;
     // A spec that cannot work is refused before any keeper starts; a failure leaves nothing.
     let made = dir
-        .write_config(&cfg)
+        .write_config(cfg)
         .and_then(|()| {
             std::fs::create_dir(dir.workspace())
                 .map_err(|e| format!("create {}: {e}", dir.workspace().display()))
         })
-        .and_then(|()| keeper::spec_of(&dir, &cfg))
+        .and_then(|()| keeper::spec_of(dir, cfg))
         .and_then(|spec| spec.validate().map_err(|e| hull_api::Chain(&e).to_string()))
-        .and_then(|()| client::launch(&dir));
-    match made {
-        Ok(()) => 0,
-        Err(e) => {
-            let _ = remove_dir(&dir);
-            fail(&format!("could not create sandbox `{}`: {e}", a.name))
-        }
-    }
+        .and_then(|()| client::launch(dir));
+    made.map_err(|e| {
+        let _ = remove_dir(dir);
+        format!("could not create sandbox `{}`: {e}", dir.name)
+    })
 }
 
 /// `hull exec`.
@@ -275,16 +279,19 @@ pub fn rm(a: &NameArgs) -> i32 {
         Ok(d) => d,
         Err(e) => return fail(&e),
     };
-    if !dir.path.exists() {
-        return 0;
-    }
-    if let Err(e) = client::stop(&dir) {
-        return fail(&e);
-    }
-    match remove_dir(&dir) {
+    match remove(&dir) {
         Ok(()) => 0,
-        Err(e) => fail(&format!("remove {}: {e}", dir.path.display())),
+        Err(e) => fail(&e),
     }
+}
+
+/// Stops the sandbox if it runs and removes its directory; a missing one is fine.
+pub fn remove(dir: &Dir) -> Result<(), String> {
+    if !dir.path.exists() {
+        return Ok(());
+    }
+    client::stop(dir)?;
+    remove_dir(dir).map_err(|e| format!("remove {}: {e}", dir.path.display()))
 }
 
 fn remove_dir(dir: &Dir) -> std::io::Result<()> {
