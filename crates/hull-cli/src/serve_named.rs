@@ -10,10 +10,10 @@
 //! sends `SIGKILL` to the spawn's whole process group (the script was a session leader, so its
 //! group is everything the command started that did not leave it).
 
-use std::io::BufReader;
+use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use hull_box::{OutputSink, Stream};
@@ -58,7 +58,7 @@ exec tail -c +1 -s 0.05 -f --pid="$(cat "$d/pid")" "$d/$2""#;
 /// Kills a spawn's process group; its exit code becomes 137 unless it had ended already.
 const KILL_SCRIPT: &str = r#"d=/tmp/.hull-spawn/$1; [ -f "$d/pid" ] || exit 3
 if [ -f "$d/exit" ]; then exit 0; fi
-kill -KILL -- -"$(cat "$d/pgid")" 2>/dev/null
+kill -KILL -"$(cat "$d/pgid")" 2>/dev/null
 [ -f "$d/exit" ] || echo 137 > "$d/exit"; exit 1"#;
 
 /// Connections of execs in flight, shut down when the client goes away (`end_all`): the keeper
@@ -468,6 +468,7 @@ fn exec(out: &Out, id: &Value, p: &Map<String, Value>) -> Result<Value, Value> {
     let d = exec_in(&dir, &req, sink.as_mut(), timeout)?;
     Ok(json!({
         "exit_code": d.code.unwrap_or(137),
+        "success": d.code == Some(0),
         "timed_out": d.code.is_none(),
         "stdout": String::from_utf8_lossy(&d.out),
         "stderr": String::from_utf8_lossy(&d.err),
@@ -559,11 +560,13 @@ fn wait(out: &Out, id: &Value, p: &Map<String, Value>) -> Result<Value, Value> {
     let dir = existing(p)?;
     let h = handle_of(p)?;
     let timeout = number(p, "timeout_s")?.map(Duration::from_secs_f64);
+    // Set once the exit code is in: a follower still reading 2 s later lets go.
+    let ended: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
     let followers: Vec<_> = if stream_flag(p)? {
         [("out", Stream::Stdout), ("err", Stream::Stderr)]
             .into_iter()
             .map(|(file, stream)| {
-                let (dir, h) = (dir.clone(), h.clone());
+                let (dir, h, ended) = (dir.clone(), h.clone(), Arc::clone(&ended));
                 let mut sink = EventSink::new(out.clone(), id.clone());
                 std::thread::spawn(move || {
                     // Its own stdout is the file's text; sent as the spawn's stream.
@@ -583,7 +586,7 @@ fn wait(out: &Out, id: &Value, p: &Map<String, Value>) -> Result<Value, Value> {
                         stdin: false,
                         shell: false,
                     };
-                    let _ = exec_in_sink(&dir, &req, &mut as_stream, timeout);
+                    let _ = exec_in_sink(&dir, &req, &mut as_stream, &ended);
                 })
             })
             .collect()
@@ -591,6 +594,7 @@ fn wait(out: &Out, id: &Value, p: &Map<String, Value>) -> Result<Value, Value> {
         Vec::new()
     };
     let d = script(&dir, WAIT_SCRIPT, &[&h], timeout);
+    *ended.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
     for f in followers {
         let _ = f.join();
     }
@@ -608,7 +612,7 @@ fn wait(out: &Out, id: &Value, p: &Map<String, Value>) -> Result<Value, Value> {
                 Ok(String::from_utf8_lossy(&r.out).into_owned())
             };
             Ok(
-                json!({ "exit_code": code, "timed_out": false, "stdout": read("out")?, "stderr": read("err")? }),
+                json!({ "exit_code": code, "success": code == 0, "timed_out": false, "stdout": read("out")?, "stderr": read("err")? }),
             )
         }
         Some(c) => Err(err(
@@ -632,12 +636,13 @@ impl OutputSink for StreamAs<'_> {
     }
 }
 
-/// [`exec_in`] with any sink (output is not kept).
+/// [`exec_in`] with any sink (output is not kept), until the command ends or 2 s after `ended`
+/// is set.
 fn exec_in_sink(
     dir: &Dir,
     req: &wire::Request,
     sink: &mut dyn OutputSink,
-    timeout: Option<Duration>,
+    ended: &Mutex<Option<Instant>>,
 ) -> Result<(), String> {
     let mut conn = client::connect(dir, false)?.ok_or("the sandbox is stopped")?;
     client::send(&mut conn, req)?;
@@ -647,12 +652,39 @@ fn exec_in_sink(
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push((key, c));
     }
-    let _ = conn.set_read_timeout(timeout);
+    let _ = conn.set_read_timeout(Some(Duration::from_millis(100)));
     let mut r = BufReader::new(conn);
-    while let Ok(Some((kind, data))) = wire::read_frame(&mut r) {
-        match kind {
-            wire::STDOUT => sink.chunk(Stream::Stdout, &data),
-            wire::STDERR => sink.chunk(Stream::Stderr, &data),
+    // A timed-out read never splits a frame: the head and body are read after a poll says
+    // data is there.
+    loop {
+        match r.fill_buf() {
+            Ok([]) => break,
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                let late = ended
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .is_some_and(|t| t.elapsed() > Duration::from_secs(2));
+                if late {
+                    break;
+                }
+                continue;
+            }
+            Err(_) => break,
+        }
+        let _ = r.get_ref().set_read_timeout(None);
+        let frame = wire::read_frame(&mut r);
+        let _ = r
+            .get_ref()
+            .set_read_timeout(Some(Duration::from_millis(100)));
+        match frame {
+            Ok(Some((wire::STDOUT, data))) => sink.chunk(Stream::Stdout, &data),
+            Ok(Some((wire::STDERR, data))) => sink.chunk(Stream::Stderr, &data),
             _ => break,
         }
     }

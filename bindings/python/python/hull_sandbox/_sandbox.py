@@ -8,6 +8,7 @@ stalling the reader, the server or the box.
 """
 
 import base64
+import inspect
 import json
 import os
 import queue
@@ -19,6 +20,7 @@ import threading
 import time
 import weakref
 
+from . import _named
 from ._errors import SandboxError, from_error
 from ._result import ExecutionResult, FileEntry
 
@@ -283,9 +285,24 @@ def _path(name, path):
 
 
 class Sandbox:
-    """A session of fresh boxes that share one workspace. Use as a context manager."""
+    """A session of fresh boxes that share one workspace. Use as a context manager.
 
-    def __init__(self, image=None, setup=None, workspace=None, memory_mb=512, cpus=None, pids=256, timeout_s=30, network=False, mounts=None, tmpfs=None, env=None, max_output_bytes=None, deps_readonly=True, security_profile=None, require_limits=False, cap_drop=None, track_files=True, on_stdout=None, on_stderr=None, prewarm=0, setup_timeout_s=600):
+    With `name=`, a named sandbox instead (docs/named.md): one box that lives on, with its own
+    disk and long-lived processes (`exec`, `spawn`, `stop`, `destroy`). `persist=True` adopts
+    the sandbox of that name when it exists (made with the same arguments, else refused naming
+    the one that differs) and leaves it running at the end of a `with` block; without it, a
+    taken name is a conflict and the sandbox is destroyed at the end of the block."""
+
+    def __init__(self, image=None, setup=None, workspace=None, memory_mb=512, cpus=None, pids=256, timeout_s=30, network=False, mounts=None, tmpfs=None, env=None, max_output_bytes=None, deps_readonly=True, security_profile=None, require_limits=False, cap_drop=None, track_files=True, on_stdout=None, on_stderr=None, prewarm=0, setup_timeout_s=600, name=None, persist=False, ro_workspaces=None, idle_timeout_s=None, max_duration_s=None):
+        if name is not None:
+            args = dict(locals())
+            del args["self"], args["name"], args["persist"]
+            self._init_named(name, persist, args)
+            return
+        for k, v in (("persist", persist), ("ro_workspaces", ro_workspaces), ("idle_timeout_s", idle_timeout_s), ("max_duration_s", max_duration_s)):
+            if v not in (None, False):
+                raise TypeError("%s is an argument of a named sandbox: give name= too" % k)
+        self.name = None
         _check("image", image, str, "a string")
         _check("setup", setup, str, "a shell command string")
         _check("workspace", workspace, (str, os.PathLike), "a directory path")
@@ -340,6 +357,98 @@ class Sandbox:
         #: The setup box's output ({stdout, stderr, exit_code, duration_ms}), or None.
         self.setup_result = created.get("setup")
         self._destroyed = False
+
+    def _init_named(self, name, persist, args):
+        if not isinstance(name, str):
+            raise TypeError("name must be a string, got %r" % (name,))
+        _named.check_named_args(args, _SANDBOX_DEFAULTS)
+        _check("setup", args.get("setup"), (str, list, tuple), "a shell command string or a list of them")
+        _check("env", args.get("env"), dict, "a dict of strings")
+        self._open_named(name)
+        try:
+            self._server.call("named.create", _named.create_params(name, persist, args))
+        except BaseException:
+            self._close_server()
+            raise
+        self._persist = bool(persist)
+
+    def _open_named(self, name):
+        self.name = name
+        self.id = None
+        self.workspace = None
+        self.setup_result = None
+        self._streamer = None
+        self._destroyed = False
+        self._persist = True
+        binary = find_hull()
+        self._server = _Server(binary)
+        self._finalizer = weakref.finalize(self, _shutdown, self._server.proc)
+        try:
+            hello = self._server.call("hello", {})
+            if "named.create" not in hello.get("methods", []):
+                raise SandboxError("%s has no named sandboxes; point HULL_BIN at a newer hull" % binary, "protocol")
+        except BaseException:
+            self._close_server()
+            raise
+
+    @classmethod
+    def _resume(cls, name):
+        sb = cls.__new__(cls)
+        sb._open_named(name)
+        try:
+            sb._server.call("named.start", {"sandbox": name})
+        except BaseException:
+            sb._close_server()
+            raise
+        return sb
+
+    # -- named sandboxes -----------------------------------------------------------------
+
+    def exec(self, cmd, env=None, cwd=None, timeout_s=None, on_stdout=None, on_stderr=None):
+        """Runs a command in the named sandbox (a list is argv, a str one shell string, run by
+        bash, else sh); `env` is merged over the sandbox's for this command only. Past
+        timeout_s the command is killed (exit 137). A stopped sandbox starts first."""
+        if self.name is None:
+            raise _named.not_named("exec")
+        p = _named.command_params(cmd, env, cwd, timeout_s)
+        p["sandbox"] = self.name
+        on_event = None
+        if on_stdout is not None or on_stderr is not None:
+            p["stream"] = True
+            on_event = _named._Collect(on_stdout, on_stderr)
+        return ExecutionResult.from_json(self._server.call("named.exec", p, on_event))
+
+    def spawn(self, cmd, env=None, cwd=None, on_stdout=None, on_stderr=None):
+        """Starts a background process and returns its Process at once. It runs on across
+        later execs and after this process exits, until kill() or stop()."""
+        if self.name is None:
+            raise _named.not_named("spawn")
+        p = _named.command_params(cmd, env, cwd)
+        p["sandbox"] = self.name
+        r = self._server.call("named.spawn", p)
+        return _named.Process(self, r["process"], on_stdout, on_stderr)
+
+    def stop(self):
+        """Ends every process of the named sandbox; its disk stays (the next exec, or
+        hull_sandbox.resume, starts it again)."""
+        if self.name is None:
+            raise _named.not_named("stop")
+        self._server.call("named.stop", {"sandbox": self.name})
+
+    def start(self):
+        if self.name is None:
+            raise _named.not_named("start")
+        self._server.call("named.start", {"sandbox": self.name})
+
+    def close(self):
+        """Lets go of a named sandbox without stopping it (its server ends; the sandbox and
+        its spawned processes run on). A sandbox without a name is destroyed."""
+        if self.name is None:
+            self.destroy()
+            return
+        if not self._destroyed:
+            self._destroyed = True
+            self._close_server()
 
     # -- calls ---------------------------------------------------------------------------
 
@@ -409,6 +518,15 @@ class Sandbox:
 
     def destroy(self):
         """Ends every box of the sandbox, removes its directories and stops its server."""
+        if getattr(self, "name", None) is not None:
+            # A named sandbox: removed for good (running or stopped), then let go of.
+            if not self._server._closed:
+                try:
+                    self._server.call("named.rm", {"sandbox": self.name})
+                finally:
+                    self._destroyed = True
+                    self._close_server()
+            return
         if getattr(self, "_destroyed", True):
             return
         self._destroyed = True
@@ -432,8 +550,20 @@ class Sandbox:
         return self
 
     def __exit__(self, *exc):
-        self.destroy()
+        if getattr(self, "name", None) is not None and self._persist:
+            self.close()
+        else:
+            self.destroy()
         return False
+
+
+_SANDBOX_DEFAULTS = {k: v.default for k, v in inspect.signature(Sandbox.__init__).parameters.items()}
+
+
+def resume(name):
+    """The named sandbox `name`, started again if it was stopped (same configuration, disk and
+    working directory). A missing one is a SandboxError of kind `not_found`."""
+    return Sandbox._resume(name)
 
 
 class Kernel:
