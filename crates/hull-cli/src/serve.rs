@@ -151,8 +151,9 @@ pub fn main(_args: &ServeArgs) -> i32 {
     let end = server.run(|end| {
         if matches!(end, crate::serve_loop::End::Eof) {
             rt.end_every_box();
-            crate::serve_named::end_all();
         }
+        // Waits on spawned processes (which outlive this server) end either way.
+        crate::serve_named::end_all(matches!(end, crate::serve_loop::End::Eof));
     });
     sessions.destroy_all();
     if let crate::serve_loop::End::Shutdown(id) = end {

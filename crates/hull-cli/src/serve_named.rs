@@ -61,19 +61,36 @@ if [ -f "$d/exit" ]; then exit 0; fi
 kill -KILL -"$(cat "$d/pgid")" 2>/dev/null
 [ -f "$d/exit" ] || echo 137 > "$d/exit"; exit 1"#;
 
-/// Connections of execs in flight, shut down when the client goes away (`end_all`): the keeper
-/// then kills their commands.
-static OPEN: Mutex<Vec<(u64, UnixStream)>> = Mutex::new(Vec::new());
+/// Connections of calls in flight (and whether each only waits on a spawn), shut down by
+/// [`end_all`]: the keeper then kills what they run (an exec's command, a wait's helper).
+static OPEN: Mutex<Vec<(u64, bool, UnixStream)>> = Mutex::new(Vec::new());
 static NEXT: AtomicU64 = AtomicU64::new(0);
 
-/// The client is gone: every exec in flight ends (spawned processes stay).
-pub fn end_all() {
-    let open = OPEN
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    for (_, c) in open.iter() {
-        let _ = c.shutdown(std::net::Shutdown::Both);
+/// Ends calls in flight: every one when the client is gone, the waits on spawns at `shutdown`
+/// (they last as long as their process, which outlives this server). Spawned processes stay.
+pub fn end_all(execs_too: bool) {
+    let open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
+    for (_, waits, c) in open.iter() {
+        if *waits || execs_too {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
     }
+}
+
+fn track(conn: &UnixStream, waits: bool) -> u64 {
+    let key = NEXT.fetch_add(1, Ordering::Relaxed);
+    if let Ok(c) = conn.try_clone() {
+        OPEN.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((key, waits, c));
+    }
+    key
+}
+
+fn untrack(key: u64) {
+    OPEN.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .retain(|(k, _, _)| *k != key);
 }
 
 fn err(kind: &str, message: impl Into<String>) -> Value {
@@ -347,6 +364,7 @@ fn exec_in(
     req: &wire::Request,
     mut sink: Option<&mut EventSink>,
     timeout: Option<Duration>,
+    waits: bool,
 ) -> Result<Done, Value> {
     let fail = |e: String| err("sandbox_error", e);
     let conn = client::connect(dir, true).map_err(fail)?.ok_or_else(|| {
@@ -355,16 +373,9 @@ fn exec_in(
             format!("sandbox `{}` did not start", dir.name),
         )
     })?;
-    let key = NEXT.fetch_add(1, Ordering::Relaxed);
-    if let Ok(c) = conn.try_clone() {
-        OPEN.lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push((key, c));
-    }
+    let key = track(&conn, waits);
     let r = exec_on(conn, req, &mut sink, timeout);
-    OPEN.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .retain(|(k, _)| *k != key);
+    untrack(key);
     r.map_err(fail)
 }
 
@@ -465,7 +476,7 @@ fn exec(out: &Out, id: &Value, p: &Map<String, Value>) -> Result<Value, Value> {
     let timeout = number(p, "timeout_s")?.map(Duration::from_secs_f64);
     let mut sink = stream_flag(p)?.then(|| EventSink::new(out.clone(), id.clone()));
     let t0 = Instant::now();
-    let d = exec_in(&dir, &req, sink.as_mut(), timeout)?;
+    let d = exec_in(&dir, &req, sink.as_mut(), timeout, false)?;
     Ok(json!({
         "exit_code": d.code.unwrap_or(137),
         "success": d.code == Some(0),
@@ -488,7 +499,7 @@ fn script(dir: &Dir, text: &str, args: &[&str], timeout: Option<Duration>) -> Re
         stdin: false,
         shell: false,
     };
-    exec_in(dir, &req, None, timeout)
+    exec_in(dir, &req, None, timeout, text == WAIT_SCRIPT)
 }
 
 /// A fresh handle: unique across servers (their pid) and time.
@@ -533,7 +544,7 @@ fn spawn(p: &Map<String, Value>) -> Result<Value, Value> {
         stdin: false,
         shell: false,
     };
-    let d = exec_in(&dir, &req, None, None)?;
+    let d = exec_in(&dir, &req, None, None, false)?;
     match d.code {
         Some(0) => Ok(json!({ "process": handle })),
         c => Err(err(
@@ -646,12 +657,7 @@ fn exec_in_sink(
 ) -> Result<(), String> {
     let mut conn = client::connect(dir, false)?.ok_or("the sandbox is stopped")?;
     client::send(&mut conn, req)?;
-    let key = NEXT.fetch_add(1, Ordering::Relaxed);
-    if let Ok(c) = conn.try_clone() {
-        OPEN.lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push((key, c));
-    }
+    let key = track(&conn, true);
     let _ = conn.set_read_timeout(Some(Duration::from_millis(100)));
     let mut r = BufReader::new(conn);
     // A timed-out read never splits a frame: the head and body are read after a poll says
@@ -688,9 +694,7 @@ fn exec_in_sink(
             _ => break,
         }
     }
-    OPEN.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .retain(|(k, _)| *k != key);
+    untrack(key);
     Ok(())
 }
 
