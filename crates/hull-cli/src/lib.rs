@@ -20,6 +20,7 @@ pub mod run;
 pub mod serve;
 mod serve_loop;
 mod serve_named;
+mod serve_named_files;
 mod serve_out;
 mod serve_request;
 pub mod serve_sandbox;

@@ -98,7 +98,7 @@ fn handle(
         "hello" => reply(Ok(with_store_images(json!({
             "protocol": PROTOCOL_VERSION,
             "hull": env!("CARGO_PKG_VERSION"),
-            "methods": (["hello", "run", "shutdown"].iter().chain(crate::serve_sandbox::METHODS).chain(crate::serve_named::METHODS).collect::<Vec<&&str>>()),
+            "methods": (["hello", "run", "shutdown"].iter().chain(crate::serve_sandbox::METHODS).chain(crate::serve_named::METHODS).chain(crate::serve_named_files::METHODS).collect::<Vec<&&str>>()),
             "images": ["host"],
         })))),
         "run" => {

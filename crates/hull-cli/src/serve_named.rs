@@ -93,12 +93,12 @@ fn untrack(key: u64) {
         .retain(|(k, _, _)| *k != key);
 }
 
-fn err(kind: &str, message: impl Into<String>) -> Value {
+pub(crate) fn err(kind: &str, message: impl Into<String>) -> Value {
     let m: String = message.into();
     json!({ "kind": kind, "message": m, "chain": [m] })
 }
 
-fn invalid(arg: &str, message: impl Into<String>) -> Value {
+pub(crate) fn invalid(arg: &str, message: impl Into<String>) -> Value {
     let mut v = err("invalid_argument", format!("{arg}: {}", message.into()));
     v["arg"] = json!(arg);
     v
@@ -113,7 +113,7 @@ fn object(params: Value) -> Result<Map<String, Value>, Value> {
     }
 }
 
-fn string(p: &Map<String, Value>, k: &str) -> Result<Option<String>, Value> {
+pub(crate) fn string(p: &Map<String, Value>, k: &str) -> Result<Option<String>, Value> {
     match p.get(k) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
@@ -121,7 +121,7 @@ fn string(p: &Map<String, Value>, k: &str) -> Result<Option<String>, Value> {
     }
 }
 
-fn number(p: &Map<String, Value>, k: &str) -> Result<Option<f64>, Value> {
+pub(crate) fn number(p: &Map<String, Value>, k: &str) -> Result<Option<f64>, Value> {
     match p.get(k) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Number(n)) => match n.as_f64() {
@@ -183,7 +183,7 @@ fn whole(n: f64) -> u64 {
 }
 
 /// The sandbox a call names (`sandbox`), which must exist.
-fn existing(p: &Map<String, Value>) -> Result<Dir, Value> {
+pub(crate) fn existing(p: &Map<String, Value>) -> Result<Dir, Value> {
     let name = string(p, "sandbox")?.ok_or_else(|| invalid("sandbox", "missing"))?;
     let dir = Dir::of(&name).map_err(|e| invalid("sandbox", e))?;
     if !dir.exists() {
@@ -374,7 +374,7 @@ fn exec_in(
         )
     })?;
     let key = track(&conn, waits);
-    let r = exec_on(conn, req, &mut sink, timeout);
+    let r = exec_on(conn, req, &mut sink, timeout, None);
     untrack(key);
     r.map_err(fail)
 }
@@ -384,8 +384,21 @@ fn exec_on(
     req: &wire::Request,
     sink: &mut Option<&mut EventSink>,
     timeout: Option<Duration>,
+    input: Option<Vec<u8>>,
 ) -> Result<Done, String> {
     client::send(&mut conn, req)?;
+    if let Some(data) = input {
+        // From a thread: a command that stops reading must not stall its answer.
+        let mut w = conn.try_clone().map_err(|e| e.to_string())?;
+        std::thread::spawn(move || {
+            for chunk in data.chunks(wire::MAX_FRAME as usize) {
+                if wire::write_frame(&mut w, wire::STDIN, chunk).is_err() {
+                    return;
+                }
+            }
+            let _ = wire::write_frame(&mut w, wire::STDIN_END, &[]);
+        });
+    }
     let deadline = timeout.map(|t| Instant::now() + t);
     let mut done = Done {
         code: None,
@@ -500,6 +513,35 @@ fn script(dir: &Dir, text: &str, args: &[&str], timeout: Option<Duration>) -> Re
         shell: false,
     };
     exec_in(dir, &req, None, timeout, text == WAIT_SCRIPT)
+}
+
+/// A script run in the sandbox's `/workspace` with its arguments and `input` as its stdin (the
+/// file operations: they run as the sandbox's own commands, so every path is resolved in the
+/// sandbox's root by its kernel, symlinks included, and files are its user's).
+pub(crate) fn file_script(
+    dir: &Dir,
+    text: &str,
+    args: &[&str],
+    input: Option<Vec<u8>>,
+) -> Result<(Option<i32>, Vec<u8>, Vec<u8>, bool), Value> {
+    let mut argv = vec!["sh".to_string(), "-c".into(), text.into(), "hull".into()];
+    argv.extend(args.iter().map(|a| a.to_string()));
+    let req = wire::Request::Exec {
+        argv,
+        env: Vec::new(),
+        cwd: Some("/workspace".into()),
+        stdin: input.is_some(),
+        shell: false,
+    };
+    let fail = |e: String| err("sandbox_error", e);
+    let conn = client::connect(dir, true)
+        .map_err(fail)?
+        .ok_or_else(|| err("sandbox_error", "the sandbox did not start"))?;
+    let key = track(&conn, false);
+    let r = exec_on(conn, &req, &mut None, None, input);
+    untrack(key);
+    let d = r.map_err(fail)?;
+    Ok((d.code, d.out, d.err, d.truncated))
 }
 
 /// A fresh handle: unique across servers (their pid) and time.
@@ -735,6 +777,9 @@ pub(crate) fn handle(out: &Out, id: &Value, method: &str, params: Value) -> Resu
         "named.spawn" => spawn(&p),
         "named.wait" => wait(out, id, &p),
         "named.kill" => kill(&p),
+        m if m.starts_with("named.") && crate::serve_named_files::METHODS.contains(&m) => {
+            crate::serve_named_files::handle(m, &p)
+        }
         other => Err(err(
             "unknown_method",
             format!("unknown method `{other}`; see `hello` for the list"),

@@ -340,3 +340,55 @@ fn an_exec_past_its_timeout_is_killed() {
     s.call("named.rm", json!({ "sandbox": "to" }));
     s.close();
 }
+
+#[test]
+fn files_are_read_written_listed_and_deleted_inside_the_sandbox_root() {
+    let sbs = Sandboxes::new();
+    let mut s = sbs.serve();
+    s.call("named.create", json!({ "name": "fs" }));
+    let f = |p: &str| json!({ "sandbox": "fs", "path": p });
+    let w = s.call(
+        "named.write_file",
+        json!({ "sandbox": "fs", "path": "a/b/c.txt", "text": "hello\n" }),
+    );
+    assert_eq!(w["bytes"], json!(6));
+    assert_eq!(
+        sh(&mut s, "fs", "cat /workspace/a/b/c.txt")["stdout"],
+        json!("hello\n")
+    );
+    let r = s.call("named.read_file", f("/workspace/a/b/c.txt"));
+    assert_eq!(r["data_b64"], json!("aGVsbG8K"));
+    assert_eq!(s.call("named.read_file", f("missing")), Value::Null);
+    assert_eq!(
+        s.error("named.read_file", f("a"))["kind"],
+        json!("is_a_directory")
+    );
+    let st = s.call("named.stat", f("a/b/c.txt"));
+    assert_eq!(
+        (st["type"].clone(), st["size"].clone()),
+        (json!("file"), json!(6))
+    );
+    let l = s.call("named.list_files", f("a/b"));
+    assert_eq!(l["entries"][0]["name"], json!("c.txt"));
+    // A symlink pointing at the host's files resolves inside the sandbox's root.
+    sh(
+        &mut s,
+        "fs",
+        "ln -s /../../../../etc/hostname /workspace/link",
+    );
+    let host = std::fs::read("/etc/hostname").unwrap_or_default();
+    let inside = s.call("named.read_file", f("link"));
+    if let Some(b) = inside["data_b64"].as_str() {
+        use base64::Engine;
+        let got = base64::engine::general_purpose::STANDARD.decode(b).unwrap();
+        assert!(
+            host.is_empty() || got != host,
+            "read the host's /etc/hostname through a link"
+        );
+    }
+    assert_eq!(s.call("named.delete", f("a"))["deleted"], json!(true));
+    assert_eq!(s.call("named.delete", f("a"))["deleted"], json!(false));
+    assert_eq!(s.call("named.stat", f("a")), Value::Null);
+    s.call("named.rm", json!({ "sandbox": "fs" }));
+    s.close();
+}
