@@ -348,12 +348,12 @@ fn list() -> Value {
 }
 
 /// What one exec gave.
-struct Done {
+pub(crate) struct Done {
     /// None when it ran past its timeout (and was killed).
-    code: Option<i32>,
-    out: Vec<u8>,
-    err: Vec<u8>,
-    truncated: bool,
+    pub(crate) code: Option<i32>,
+    pub(crate) out: Vec<u8>,
+    pub(crate) err: Vec<u8>,
+    pub(crate) truncated: bool,
 }
 
 /// Runs `req` in `dir` (starting a stopped sandbox), its output streamed to `sink` when given
@@ -523,7 +523,7 @@ pub(crate) fn file_script(
     text: &str,
     args: &[&str],
     input: Option<Vec<u8>>,
-) -> Result<(Option<i32>, Vec<u8>, Vec<u8>, bool), Value> {
+) -> Result<Done, Value> {
     let mut argv = vec!["sh".to_string(), "-c".into(), text.into(), "hull".into()];
     argv.extend(args.iter().map(|a| a.to_string()));
     let req = wire::Request::Exec {
@@ -540,8 +540,7 @@ pub(crate) fn file_script(
     let key = track(&conn, false);
     let r = exec_on(conn, &req, &mut None, None, input);
     untrack(key);
-    let d = r.map_err(fail)?;
-    Ok((d.code, d.out, d.err, d.truncated))
+    r.map_err(fail)
 }
 
 /// A fresh handle: unique across servers (their pid) and time.

@@ -50,9 +50,10 @@ fn run(
     }
     let mut args = vec![path.as_str()];
     args.extend_from_slice(extra);
-    let (code, out, stderr, _) = file_script(&dir, script, &args, input)?;
-    match code {
-        Some(0) => Ok(Some(out)),
+    let d = file_script(&dir, script, &args, input)?;
+    let stderr = d.err;
+    match d.code {
+        Some(0) => Ok(Some(d.out)),
         Some(3) => Ok(None),
         Some(4) if script == LIST => {
             Err(err("not_a_directory", format!("{path} is not a directory")))
