@@ -164,3 +164,19 @@ def test_arguments_of_fresh_box_sessions_are_refused_with_a_name(sandboxes):
     with pytest.raises(ValueError, match="name"):
         Sandbox(name="Bad Name")
     assert not sandboxes.exists() or os.listdir(sandboxes) == []
+
+
+def test_files_of_a_named_sandbox(sandboxes):
+    with Sandbox(name="files") as sb:
+        sb.write_file("a/b.txt", "hi\n")
+        assert sb.exec("cat /workspace/a/b.txt").stdout == "hi\n"
+        assert sb.read_file("/workspace/a/b.txt") == b"hi\n"
+        assert sb.read_file("a/missing") is None
+        with pytest.raises(SandboxError) as e:
+            sb.read_file("a")
+        assert e.value.kind == "is_a_directory"
+        assert sb.stat("a/b.txt")["size"] == 3 and sb.stat("nope") is None
+        assert [f.path for f in sb.list_files("a")] == ["b.txt"]
+        sb.write_file("/etc/hull-test", b"\x00\xff")
+        assert sb.read_file("/etc/hull-test") == b"\x00\xff"
+        assert sb.delete("a") is True and sb.delete("a") is False

@@ -284,6 +284,15 @@ def _path(name, path):
     return {name: path}
 
 
+def _text_path(path):
+    path = os.fspath(path)
+    if isinstance(path, bytes):
+        path = path.decode("utf-8")
+    if not isinstance(path, str) or not path:
+        raise TypeError("path must be a non-empty str, got %r" % (path,))
+    return path
+
+
 class Sandbox:
     """A session of fresh boxes that share one workspace. Use as a context manager.
 
@@ -428,6 +437,18 @@ class Sandbox:
         r = self._server.call("named.spawn", p)
         return _named.Process(self, r["process"], on_stdout, on_stderr)
 
+    def stat(self, path):
+        """A named sandbox's path: {type, size, mtime_s, mode}, or None when it is missing."""
+        if self.name is None:
+            raise _named.not_named("stat")
+        return self._server.call("named.stat", {"sandbox": self.name, "path": _text_path(path)})
+
+    def delete(self, path):
+        """Removes a path of a named sandbox (a directory with what it holds); False if missing."""
+        if self.name is None:
+            raise _named.not_named("delete")
+        return self._server.call("named.delete", {"sandbox": self.name, "path": _text_path(path)})["deleted"]
+
     def stop(self):
         """Ends every process of the named sandbox; its disk stays (the next exec, or
         hull_sandbox.resume, starts it again)."""
@@ -488,18 +509,30 @@ class Sandbox:
             data = data.encode()
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError("data must be str or bytes")
+        if self.name is not None:
+            # A named sandbox: any path of its root (relative: below /workspace), parents made.
+            self._server.call("named.write_file", {"sandbox": self.name, "path": _text_path(path), "data_b64": base64.b64encode(bytes(data)).decode()})
+            return
         self._server.call("sandbox.write_file", self._p(data_b64=base64.b64encode(bytes(data)).decode(), **_path("path", path)))
 
     def read_file(self, path, max_bytes=None):
         """Reads a regular file of the workspace (at most max_bytes of it) as bytes. `path` is str,
         or bytes for a name that is not UTF-8 (`FileEntry.path_bytes`)."""
         _check("max_bytes", max_bytes, int, "an int or None")
+        if self.name is not None:
+            # A named sandbox: None for a missing file; a directory raises (kind is_a_directory).
+            r = self._server.call("named.read_file", {"sandbox": self.name, "path": _text_path(path), "max_bytes": max_bytes})
+            return None if r is None else base64.b64decode(r["data_b64"])
         r = self._server.call("sandbox.read_file", self._p(max_bytes=max_bytes, **_path("path", path)))
         return base64.b64decode(r["data_b64"])
 
     def list_files(self, subdir=""):
         """Every entry below subdir (recursive, symlinks listed, never followed). A name that is
         not UTF-8 shows U+FFFD in `path`; `path_bytes` is exact and read_file/write_file take it."""
+        if self.name is not None:
+            # A named sandbox: the entries of one directory (not recursive); None if it is missing.
+            r = self._server.call("named.list_files", {"sandbox": self.name, "path": _text_path(subdir or "/workspace")})
+            return None if r is None else [FileEntry(e["name"], e["type"], e["size"]) for e in r["entries"]]
         r = self._server.call("sandbox.list_files", self._p(**_path("subdir", subdir)))
         return [FileEntry(e["path"], e["type"], e["size"], base64.b64decode(e["path_b64"]) if "path_b64" in e else None) for e in r["entries"]]
 
