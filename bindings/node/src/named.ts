@@ -118,7 +118,12 @@ function collector(o: { onStdout?: (d: string) => void; onStderr?: (d: string) =
   };
 }
 
-/** A named sandbox: `exec`, `spawn`, `stop`, `destroy`. */
+function textPath(path: unknown): string {
+  if (typeof path !== "string" || path === "") throw new TypeError("path must be a non-empty string");
+  return path;
+}
+
+/** A named sandbox: `exec`, `spawn`, files, `stop`, `destroy`. */
 export class NamedSandbox {
   private closed = false;
 
@@ -193,6 +198,35 @@ export class NamedSandbox {
     const p = commandParams(cmd, options);
     const r = await this.call("named.spawn", p);
     return new Process(this, r.process, options);
+  }
+
+  /** Reads a file of the sandbox's root (a relative path is below /workspace); null when it is
+   * missing; a directory rejects (kind `is_a_directory`). */
+  async readFile(path: string, options: { maxBytes?: number } = {}): Promise<Buffer | null> {
+    const r = await this.call("named.read_file", { path: textPath(path), ...(options.maxBytes !== undefined ? { max_bytes: options.maxBytes } : {}) });
+    return r === null ? null : Buffer.from(r.data_b64, "base64");
+  }
+
+  /** Writes a file (parents made, an existing file overwritten), as the sandbox's user. */
+  async writeFile(path: string, data: string | Uint8Array): Promise<void> {
+    const bytes = typeof data === "string" ? Buffer.from(data, "utf8") : Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+    await this.call("named.write_file", { path: textPath(path), data_b64: bytes.toString("base64") });
+  }
+
+  /** `{type, size, mtime_s, mode}` of a path, or null when it is missing. */
+  async stat(path: string): Promise<{ type: string; size: number; mtime_s: number; mode: number } | null> {
+    return this.call("named.stat", { path: textPath(path) });
+  }
+
+  /** The entries of one directory (not recursive), or null when it is missing. */
+  async listFiles(path = "/workspace"): Promise<{ name: string; type: string; size: number; mtime_s: number }[] | null> {
+    const r = await this.call("named.list_files", { path: textPath(path) });
+    return r === null ? null : r.entries;
+  }
+
+  /** Removes a path (a directory with what it holds); false when it was missing. */
+  async delete(path: string): Promise<boolean> {
+    return (await this.call("named.delete", { path: textPath(path) })).deleted;
   }
 
   /** Ends every process; the disk stays (the next exec, or `resume`, starts it again). */

@@ -116,3 +116,21 @@ test("a spawned process runs on after its client exits, is killed with its tree,
       await sb.destroy();
     }
   }));
+
+test("files of a named sandbox are read, written, listed and deleted in its root", () =>
+  withSandboxes(async () => {
+    const sb = await Sandbox.create({ name: "files" });
+    try {
+      await sb.writeFile("a/b.txt", "hi\n");
+      assert.equal((await sb.exec("cat /workspace/a/b.txt")).stdout, "hi\n");
+      assert.equal((await sb.readFile("/workspace/a/b.txt")).toString(), "hi\n");
+      assert.equal(await sb.readFile("a/missing"), null);
+      await assert.rejects(sb.readFile("a"), (e) => e instanceof SandboxError && e.kind === "is_a_directory");
+      assert.equal((await sb.stat("a/b.txt")).size, 3);
+      assert.deepEqual((await sb.listFiles("a")).map((e) => e.name), ["b.txt"]);
+      assert.equal(await sb.delete("a"), true);
+      assert.equal(await sb.delete("a"), false);
+    } finally {
+      await sb.destroy();
+    }
+  }));
