@@ -70,6 +70,8 @@ static NEXT: AtomicU64 = AtomicU64::new(0);
 /// (they last as long as their process, which outlives this server). Spawned processes stay.
 pub fn end_all(execs_too: bool) {
     let open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
+    // A call that connects after this (it was read before the end) is ended as it registers.
+    ENDED.store(if execs_too { 2 } else { 1 }, Ordering::SeqCst);
     for (_, waits, c) in open.iter() {
         if *waits || execs_too {
             let _ = c.shutdown(std::net::Shutdown::Both);
@@ -77,12 +79,18 @@ pub fn end_all(execs_too: bool) {
     }
 }
 
+/// 0 while serving; 1 once waits end (`shutdown`), 2 once every call does (end of input).
+static ENDED: AtomicU64 = AtomicU64::new(0);
+
 fn track(conn: &UnixStream, waits: bool) -> u64 {
     let key = NEXT.fetch_add(1, Ordering::Relaxed);
+    let mut open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
+    let ended = ENDED.load(Ordering::SeqCst);
+    if ended == 2 || (ended == 1 && waits) {
+        let _ = conn.shutdown(std::net::Shutdown::Both);
+    }
     if let Ok(c) = conn.try_clone() {
-        OPEN.lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push((key, waits, c));
+        open.push((key, waits, c));
     }
     key
 }
