@@ -5,6 +5,7 @@
 import { resolve as resolvePath } from "node:path";
 
 import { InvalidArgument, SandboxError } from "./errors.js";
+import { NamedSandbox, type NamedSandboxOptions } from "./named.js";
 import { ExecutionResult, type FileEntry } from "./result.js";
 import { Server, findHull, type EventHandler } from "./server.js";
 
@@ -225,9 +226,15 @@ export class Sandbox {
     this.onStderr = options.onStderr;
   }
 
-  /** Constructs and starts a Sandbox. */
-  static async create(options: SandboxOptions = {}): Promise<Sandbox> {
-    return new Sandbox(options).start();
+  /** Constructs and starts a Sandbox; with `name`, creates (or with `persist`, adopts) a named
+   * sandbox that lives on (see `NamedSandbox`). */
+  static async create(options: NamedSandboxOptions): Promise<NamedSandbox>;
+  static async create(options?: SandboxOptions): Promise<Sandbox>;
+  static async create(options: SandboxOptions | NamedSandboxOptions = {}): Promise<Sandbox | NamedSandbox> {
+    if (options !== null && typeof options === "object" && "name" in options && options.name !== undefined) {
+      return NamedSandbox.create(options as NamedSandboxOptions);
+    }
+    return new Sandbox(options as SandboxOptions).start();
   }
 
   /** Starts the `hull serve` child and creates the sandbox (runs `setup`); idempotent. */

@@ -19,6 +19,8 @@ pub mod pull;
 pub mod run;
 pub mod serve;
 mod serve_loop;
+mod serve_named;
+mod serve_named_files;
 mod serve_out;
 mod serve_request;
 pub mod serve_sandbox;

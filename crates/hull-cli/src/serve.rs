@@ -98,7 +98,7 @@ fn handle(
         "hello" => reply(Ok(with_store_images(json!({
             "protocol": PROTOCOL_VERSION,
             "hull": env!("CARGO_PKG_VERSION"),
-            "methods": (["hello", "run", "shutdown"].iter().chain(crate::serve_sandbox::METHODS).collect::<Vec<&&str>>()),
+            "methods": (["hello", "run", "shutdown"].iter().chain(crate::serve_sandbox::METHODS).chain(crate::serve_named::METHODS).chain(crate::serve_named_files::METHODS).collect::<Vec<&&str>>()),
             "images": ["host"],
         })))),
         "run" => {
@@ -112,6 +112,11 @@ fn handle(
                 reply(r);
             }
         }
+        m if crate::serve_named_files::METHODS.contains(&m) => reply(
+            crate::serve_named::object(params)
+                .and_then(|p| crate::serve_named_files::handle(m, &p)),
+        ),
+        m if m.starts_with("named.") => reply(crate::serve_named::handle(out, &id, m, params)),
         other => reply(Err(
             json!({ "kind": "unknown_method", "message": format!("unknown method `{other}`; see `hello` for the list"), "chain": [] }),
         )),
@@ -151,6 +156,8 @@ pub fn main(_args: &ServeArgs) -> i32 {
         if matches!(end, crate::serve_loop::End::Eof) {
             rt.end_every_box();
         }
+        // Waits on spawned processes (which outlive this server) end either way.
+        crate::serve_named::end_all(matches!(end, crate::serve_loop::End::Eof));
     });
     sessions.destroy_all();
     if let crate::serve_loop::End::Shutdown(id) = end {

@@ -45,3 +45,20 @@ export async function misuse(sb: Sandbox): Promise<void> {
   // @ts-expect-error results are read-only mime bundles
   (await sb.runCode("1")).results[0].data["text/plain"] = "x";
 }
+
+import { NamedSandbox, Process, resume, type NamedSandboxOptions } from "../../dist/index.js";
+
+export async function namedUse(): Promise<void> {
+  const o: NamedSandboxOptions = { name: "dev", persist: true, memoryMb: 256, setup: ["true"], idleTimeoutS: 60 };
+  const sb: NamedSandbox = await Sandbox.create(o);
+  const r: ExecutionResult = await sb.exec(["ls"], { env: { A: "b" }, cwd: "/tmp", timeoutS: 5, onStdout: (s: string) => void s });
+  void r.exitCode;
+  const p: Process = await sb.spawn("sleep 1");
+  const w: ExecutionResult = await p.wait();
+  void w;
+  await p.kill();
+  const again: NamedSandbox = await resume("dev");
+  await again.stop();
+  // @ts-expect-error a named sandbox has no session options
+  await Sandbox.create({ name: "x", network: true });
+}

@@ -8,6 +8,7 @@ stalling the reader, the server or the box.
 """
 
 import base64
+import inspect
 import json
 import os
 import queue
@@ -19,6 +20,7 @@ import threading
 import time
 import weakref
 
+from . import _named
 from ._errors import SandboxError, from_error
 from ._result import ExecutionResult, FileEntry
 
@@ -282,10 +284,34 @@ def _path(name, path):
     return {name: path}
 
 
-class Sandbox:
-    """A session of fresh boxes that share one workspace. Use as a context manager."""
+def _text_path(path):
+    path = os.fspath(path)
+    if isinstance(path, bytes):
+        path = path.decode("utf-8")
+    if not isinstance(path, str) or not path:
+        raise TypeError("path must be a non-empty str, got %r" % (path,))
+    return path
 
-    def __init__(self, image=None, setup=None, workspace=None, memory_mb=512, cpus=None, pids=256, timeout_s=30, network=False, mounts=None, tmpfs=None, env=None, max_output_bytes=None, deps_readonly=True, security_profile=None, require_limits=False, cap_drop=None, track_files=True, on_stdout=None, on_stderr=None, prewarm=0, setup_timeout_s=600):
+
+class Sandbox:
+    """A session of fresh boxes that share one workspace. Use as a context manager.
+
+    With `name=`, a named sandbox instead (docs/named.md): one box that lives on, with its own
+    disk and long-lived processes (`exec`, `spawn`, `stop`, `destroy`). `persist=True` adopts
+    the sandbox of that name when it exists (made with the same arguments, else refused naming
+    the one that differs) and leaves it running at the end of a `with` block; without it, a
+    taken name is a conflict and the sandbox is destroyed at the end of the block."""
+
+    def __init__(self, image=None, setup=None, workspace=None, memory_mb=512, cpus=None, pids=256, timeout_s=30, network=False, mounts=None, tmpfs=None, env=None, max_output_bytes=None, deps_readonly=True, security_profile=None, require_limits=False, cap_drop=None, track_files=True, on_stdout=None, on_stderr=None, prewarm=0, setup_timeout_s=600, name=None, persist=False, ro_workspaces=None, idle_timeout_s=None, max_duration_s=None):
+        if name is not None:
+            args = dict(locals())
+            del args["self"], args["name"], args["persist"]
+            self._init_named(name, persist, args)
+            return
+        for k, v in (("persist", persist), ("ro_workspaces", ro_workspaces), ("idle_timeout_s", idle_timeout_s), ("max_duration_s", max_duration_s)):
+            if v not in (None, False):
+                raise TypeError("%s is an argument of a named sandbox: give name= too" % k)
+        self.name = None
         _check("image", image, str, "a string")
         _check("setup", setup, str, "a shell command string")
         _check("workspace", workspace, (str, os.PathLike), "a directory path")
@@ -341,6 +367,110 @@ class Sandbox:
         self.setup_result = created.get("setup")
         self._destroyed = False
 
+    def _init_named(self, name, persist, args):
+        if not isinstance(name, str):
+            raise TypeError("name must be a string, got %r" % (name,))
+        _named.check_named_args(args, _SANDBOX_DEFAULTS)
+        _check("setup", args.get("setup"), (str, list, tuple), "a shell command string or a list of them")
+        _check("env", args.get("env"), dict, "a dict of strings")
+        self._open_named(name)
+        try:
+            self._server.call("named.create", _named.create_params(name, persist, args))
+        except BaseException:
+            self._close_server()
+            raise
+        self._persist = bool(persist)
+
+    def _open_named(self, name):
+        self.name = name
+        self.id = None
+        self.workspace = None
+        self.setup_result = None
+        self._streamer = None
+        self._destroyed = False
+        self._persist = True
+        binary = find_hull()
+        self._server = _Server(binary)
+        self._finalizer = weakref.finalize(self, _shutdown, self._server.proc)
+        try:
+            hello = self._server.call("hello", {})
+            if "named.create" not in hello.get("methods", []):
+                raise SandboxError("%s has no named sandboxes; point HULL_BIN at a newer hull" % binary, "protocol")
+        except BaseException:
+            self._close_server()
+            raise
+
+    @classmethod
+    def _resume(cls, name):
+        sb = cls.__new__(cls)
+        sb._open_named(name)
+        try:
+            sb._server.call("named.start", {"sandbox": name})
+        except BaseException:
+            sb._close_server()
+            raise
+        return sb
+
+    # -- named sandboxes -----------------------------------------------------------------
+
+    def exec(self, cmd, env=None, cwd=None, timeout_s=None, on_stdout=None, on_stderr=None):
+        """Runs a command in the named sandbox (a list is argv, a str one shell string, run by
+        bash, else sh); `env` is merged over the sandbox's for this command only. Past
+        timeout_s the command is killed (exit 137). A stopped sandbox starts first."""
+        if self.name is None:
+            raise _named.not_named("exec")
+        p = _named.command_params(cmd, env, cwd, timeout_s)
+        p["sandbox"] = self.name
+        on_event = None
+        if on_stdout is not None or on_stderr is not None:
+            p["stream"] = True
+            on_event = _named._Collect(on_stdout, on_stderr)
+        return ExecutionResult.from_json(self._server.call("named.exec", p, on_event))
+
+    def spawn(self, cmd, env=None, cwd=None, on_stdout=None, on_stderr=None):
+        """Starts a background process and returns its Process at once. It runs on across
+        later execs and after this process exits, until kill() or stop()."""
+        if self.name is None:
+            raise _named.not_named("spawn")
+        p = _named.command_params(cmd, env, cwd)
+        p["sandbox"] = self.name
+        r = self._server.call("named.spawn", p)
+        return _named.Process(self, r["process"], on_stdout, on_stderr)
+
+    def stat(self, path):
+        """A named sandbox's path: {type, size, mtime_s, mode}, or None when it is missing."""
+        if self.name is None:
+            raise _named.not_named("stat")
+        return self._server.call("named.stat", {"sandbox": self.name, "path": _text_path(path)})
+
+    def delete(self, path):
+        """Removes a path of a named sandbox (a directory with what it holds); False if missing."""
+        if self.name is None:
+            raise _named.not_named("delete")
+        return self._server.call("named.delete", {"sandbox": self.name, "path": _text_path(path)})["deleted"]
+
+    def stop(self):
+        """Ends every process of the named sandbox; its disk stays (the next exec, or
+        hull_sandbox.resume, starts it again)."""
+        if self.name is None:
+            raise _named.not_named("stop")
+        self._server.call("named.stop", {"sandbox": self.name})
+
+    def start(self):
+        if self.name is None:
+            raise _named.not_named("start")
+        self._server.call("named.start", {"sandbox": self.name})
+
+    def close(self):
+        """Lets go of a named sandbox without stopping it (its server ends; the sandbox and
+        its spawned processes run on). A sandbox without a name is destroyed."""
+        if self.name is None:
+            self.destroy()
+            return
+        if not self._destroyed:
+            self._destroyed = True
+            self._close_server()
+
     # -- calls ---------------------------------------------------------------------------
 
     def _p(self, **kw):
@@ -379,18 +509,30 @@ class Sandbox:
             data = data.encode()
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError("data must be str or bytes")
+        if self.name is not None:
+            # A named sandbox: any path of its root (relative: below /workspace), parents made.
+            self._server.call("named.write_file", {"sandbox": self.name, "path": _text_path(path), "data_b64": base64.b64encode(bytes(data)).decode()})
+            return
         self._server.call("sandbox.write_file", self._p(data_b64=base64.b64encode(bytes(data)).decode(), **_path("path", path)))
 
     def read_file(self, path, max_bytes=None):
         """Reads a regular file of the workspace (at most max_bytes of it) as bytes. `path` is str,
         or bytes for a name that is not UTF-8 (`FileEntry.path_bytes`)."""
         _check("max_bytes", max_bytes, int, "an int or None")
+        if self.name is not None:
+            # A named sandbox: None for a missing file; a directory raises (kind is_a_directory).
+            r = self._server.call("named.read_file", {"sandbox": self.name, "path": _text_path(path), "max_bytes": max_bytes})
+            return None if r is None else base64.b64decode(r["data_b64"])
         r = self._server.call("sandbox.read_file", self._p(max_bytes=max_bytes, **_path("path", path)))
         return base64.b64decode(r["data_b64"])
 
     def list_files(self, subdir=""):
         """Every entry below subdir (recursive, symlinks listed, never followed). A name that is
         not UTF-8 shows U+FFFD in `path`; `path_bytes` is exact and read_file/write_file take it."""
+        if self.name is not None:
+            # A named sandbox: the entries of one directory (not recursive); None if it is missing.
+            r = self._server.call("named.list_files", {"sandbox": self.name, "path": _text_path(subdir or "/workspace")})
+            return None if r is None else [FileEntry(e["name"], e["type"], e["size"]) for e in r["entries"]]
         r = self._server.call("sandbox.list_files", self._p(**_path("subdir", subdir)))
         return [FileEntry(e["path"], e["type"], e["size"], base64.b64decode(e["path_b64"]) if "path_b64" in e else None) for e in r["entries"]]
 
@@ -409,6 +551,15 @@ class Sandbox:
 
     def destroy(self):
         """Ends every box of the sandbox, removes its directories and stops its server."""
+        if getattr(self, "name", None) is not None:
+            # A named sandbox: removed for good (running or stopped), then let go of.
+            if not self._server._closed:
+                try:
+                    self._server.call("named.rm", {"sandbox": self.name})
+                finally:
+                    self._destroyed = True
+                    self._close_server()
+            return
         if getattr(self, "_destroyed", True):
             return
         self._destroyed = True
@@ -432,8 +583,20 @@ class Sandbox:
         return self
 
     def __exit__(self, *exc):
-        self.destroy()
+        if getattr(self, "name", None) is not None and self._persist:
+            self.close()
+        else:
+            self.destroy()
         return False
+
+
+_SANDBOX_DEFAULTS = {k: v.default for k, v in inspect.signature(Sandbox.__init__).parameters.items()}
+
+
+def resume(name):
+    """The named sandbox `name`, started again if it was stopped (same configuration, disk and
+    working directory). A missing one is a SandboxError of kind `not_found`."""
+    return Sandbox._resume(name)
 
 
 class Kernel:

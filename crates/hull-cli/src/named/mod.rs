@@ -252,26 +252,31 @@ pub fn create(a: &CreateArgs) -> i32 {
         Ok(c) => c,
         Err(e) => return fail(&e),
     };
-    if let Err(e) = dir.make() {
-        return fail(&e);
+    match create_with(&dir, &cfg, store) {
+        Ok(()) => 0,
+        Err(e) => fail(&e),
     }
+}
+
+/// Makes the sandbox `dir` with `cfg` and starts it (`hull create`, `named.create` of `hull
+/// serve`): a taken name is a conflict; a failure leaves nothing. `store`, the template store's
+/// lock when `cfg` names template layers, is held until the configuration is written.
+pub fn create_with(dir: &Dir, cfg: &Config, store: Option<template::Lock>) -> Result<(), String> {
+    dir.make()?;
     // A spec that cannot work is refused before any keeper starts; a failure leaves nothing.
-    let written = dir.write_config(&cfg);
+    let written = dir.write_config(cfg);
     drop(store);
     let made = written
-        .and_then(|()| keeper::spec_of(&dir, &cfg))
+        .and_then(|()| keeper::spec_of(dir, cfg))
         .and_then(|spec| spec.validate().map_err(|e| hull_api::Chain(&e).to_string()))
-        .and_then(|()| client::launch(&dir));
-    match made {
-        Ok(()) => 0,
-        Err(e) => {
-            let _ = remove_dir(&dir);
-            if !cfg.layers.is_empty() {
-                template::collect_locked();
-            }
-            fail(&format!("could not create sandbox `{}`: {e}", a.name))
+        .and_then(|()| client::launch(dir));
+    made.map_err(|e| {
+        let _ = remove_dir(dir);
+        if !cfg.layers.is_empty() {
+            template::collect_locked();
         }
-    }
+        format!("could not create sandbox `{}`: {e}", dir.name)
+    })
 }
 
 /// `hull exec`.
@@ -355,40 +360,42 @@ pub fn rm(a: &NameArgs) -> i32 {
         Ok(d) => d,
         Err(e) => return fail(&e),
     };
+    match remove(&dir) {
+        Ok(()) => 0,
+        Err(e) => fail(&e),
+    }
+}
+
+/// Removes the sandbox `dir`, running or stopped (`hull rm`, `named.rm` of `hull serve`); a
+/// missing one is fine.
+pub fn remove(dir: &Dir) -> Result<(), String> {
     if !dir.path.exists() {
-        return 0;
+        return Ok(());
     }
     // Stopped, and kept stopped: holding the keeper's lock, no keeper can start (an exec of the
     // same name racing this one would), and the directory leaves its name before it is
     // emptied, so no later launcher finds half of it.
-    let _held = match client::stop_and_hold(&dir) {
-        Ok(held) => held,
-        Err(e) => return fail(&e),
-    };
+    let _held = client::stop_and_hold(dir)?;
     let tomb = dir
         .path
         .with_file_name(format!(".removing-{}-{}", dir.name, std::process::id()));
     if let Err(e) = std::fs::rename(&dir.path, &tomb) {
         if e.kind() == std::io::ErrorKind::NotFound {
-            return 0;
+            return Ok(());
         }
-        return fail(&format!("remove {}: {e}", dir.path.display()));
+        return Err(format!("remove {}: {e}", dir.path.display()));
     }
     let gone = Dir {
         name: dir.name.clone(),
         path: tomb,
     };
     let layers = gone.config().is_ok_and(|c| !c.layers.is_empty());
-    match remove_dir(&gone) {
-        Ok(()) => {
-            // The last sandbox on a removed template's layers frees them.
-            if layers {
-                template::collect_locked();
-            }
-            0
-        }
-        Err(e) => fail(&format!("remove {}: {e}", gone.path.display())),
+    remove_dir(&gone).map_err(|e| format!("remove {}: {e}", gone.path.display()))?;
+    // The last sandbox on a removed template's layers frees them.
+    if layers {
+        template::collect_locked();
     }
+    Ok(())
 }
 
 #[derive(clap::Subcommand, Debug)]

@@ -1,0 +1,314 @@
+// Named sandboxes (`Sandbox.create({ name, persist })`, `resume(name)`): one box that lives on
+// past this process, reached through `hull serve`'s `named.*` methods (docs/named.md). A
+// NamedSandbox keeps a `hull serve` child only to talk to the sandbox's keeper: closing it (or
+// this process exiting) leaves the sandbox, and what `spawn` started, running.
+
+import { resolve as resolvePath } from "node:path";
+
+import { SandboxError } from "./errors.js";
+import { ExecutionResult } from "./result.js";
+import { findHull, Server, type EventHandler } from "./server.js";
+
+/** What a named sandbox is made with. */
+export interface NamedSandboxOptions {
+  /** 1 to 63 of a-z, 0-9, `_`, `.`, `-`, starting with a letter or digit. */
+  name: string;
+  /** Adopt the sandbox of this name when it exists (made with the same options, else refused
+   * naming the one that differs), and leave it running at dispose; without it a taken name is
+   * a conflict and dispose destroys the sandbox. */
+  persist?: boolean;
+  image?: string;
+  /** Shell commands run once at creation (as root); a failure removes the sandbox. */
+  setup?: string | string[];
+  /** A host directory at /workspace (read-write); default: the sandbox's own disk. */
+  workspace?: string;
+  /** Host directories mounted read-only at their own paths. */
+  roWorkspaces?: string[];
+  memoryMb?: number | null;
+  cpus?: number | null;
+  pids?: number | null;
+  env?: Record<string, string>;
+  idleTimeoutS?: number;
+  maxDurationS?: number;
+}
+
+/** How one command runs. */
+export interface ExecOptions {
+  /** Merged over the sandbox's environment for this command only. */
+  env?: Record<string, string>;
+  cwd?: string;
+  /** Past this the command is killed (exit 137). */
+  timeoutS?: number;
+  onStdout?: (data: string) => void;
+  onStderr?: (data: string) => void;
+}
+
+const OPTION_NAMES: Record<string, string> = {
+  name: "name",
+  persist: "adopt",
+  image: "image",
+  setup: "setup",
+  workspace: "workspace",
+  roWorkspaces: "ro_workspaces",
+  memoryMb: "memory_mb",
+  cpus: "cpus",
+  pids: "pids",
+  env: "env",
+  idleTimeoutS: "idle_timeout_s",
+  maxDurationS: "max_duration_s",
+};
+
+function createParams(o: NamedSandboxOptions): Record<string, unknown> {
+  if (typeof o.name !== "string") throw new TypeError(`name must be a string, got ${typeof o.name}`);
+  const p: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(o)) {
+    const wire = OPTION_NAMES[k];
+    if (wire === undefined) {
+      throw new TypeError(`${k} is not an option of a named sandbox (those are: ${Object.keys(OPTION_NAMES).join(", ")})`);
+    }
+    if (v === undefined) continue;
+    if (k === "workspace") p[wire] = resolvePath(v as string);
+    else if (k === "roWorkspaces") p[wire] = (v as string[]).map((d) => resolvePath(d));
+    else if (k === "setup") p[wire] = typeof v === "string" ? [v] : v;
+    else if (k === "pids" && v === null) p[wire] = 0;
+    else p[wire] = v;
+  }
+  return p;
+}
+
+/** The server names a differing argument as the protocol does; say the option's name. */
+function optionName(e: unknown): unknown {
+  if (e instanceof SandboxError && typeof e.detail?.arg === "string") {
+    const opt = Object.entries(OPTION_NAMES).find(([, w]) => w === e.detail.arg)?.[0];
+    if (opt !== undefined && opt !== e.detail.arg) {
+      return new SandboxError(e.message.replaceAll(String(e.detail.arg), opt), e.kind, { ...e.detail, arg: opt });
+    }
+  }
+  return e;
+}
+
+function commandParams(cmd: string | string[], o: ExecOptions): Record<string, unknown> {
+  const p: Record<string, unknown> = {};
+  if (typeof cmd === "string") p.shell = cmd;
+  else if (Array.isArray(cmd) && cmd.length > 0 && cmd.every((a) => typeof a === "string")) p.argv = [...cmd];
+  else throw new TypeError("cmd must be a shell string or a non-empty array of strings");
+  if (o.env !== undefined) {
+    if (o.env === null || typeof o.env !== "object" || !Object.values(o.env).every((v) => typeof v === "string")) {
+      throw new TypeError("env must be an object of strings");
+    }
+    p.env = o.env;
+  }
+  if (o.cwd !== undefined) p.cwd = o.cwd;
+  if (o.timeoutS !== undefined) {
+    if (typeof o.timeoutS !== "number" || !(o.timeoutS > 0)) throw new RangeError(`timeoutS must be more than 0 seconds, got ${o.timeoutS}`);
+    p.timeout_s = o.timeoutS;
+  }
+  return p;
+}
+
+function collector(o: { onStdout?: (d: string) => void; onStderr?: (d: string) => void }, kept?: { stdout: string; stderr: string }): EventHandler {
+  return (event, data) => {
+    if (event === "stdout") {
+      if (kept) kept.stdout += data;
+      o.onStdout?.(data);
+    } else if (event === "stderr") {
+      if (kept) kept.stderr += data;
+      o.onStderr?.(data);
+    }
+  };
+}
+
+function textPath(path: unknown): string {
+  if (typeof path !== "string" || path === "") throw new TypeError("path must be a non-empty string");
+  return path;
+}
+
+/** A named sandbox: `exec`, `spawn`, files, `stop`, `destroy`. */
+export class NamedSandbox {
+  private closed = false;
+
+  private constructor(
+    readonly name: string,
+    private readonly server: Server,
+    private readonly persist: boolean,
+  ) {}
+
+  private static async open(name: string): Promise<Server> {
+    const binary = findHull();
+    const server = new Server(binary);
+    try {
+      const hello = await server.call("hello", {});
+      if (!Array.isArray(hello?.methods) || !hello.methods.includes("named.create")) {
+        throw new SandboxError(`${binary} has no named sandboxes; point HULL_BIN at a newer hull`, "protocol");
+      }
+    } catch (e) {
+      await server.close();
+      throw e;
+    }
+    void name;
+    return server;
+  }
+
+  /** @internal Creates (or, with `persist`, adopts) the sandbox. */
+  static async create(options: NamedSandboxOptions): Promise<NamedSandbox> {
+    const params = createParams(options);
+    const server = await NamedSandbox.open(options.name);
+    try {
+      await server.call("named.create", params);
+    } catch (e) {
+      await server.close();
+      throw optionName(e);
+    }
+    return new NamedSandbox(options.name, server, options.persist === true);
+  }
+
+  /** @internal */
+  static async resume(name: string): Promise<NamedSandbox> {
+    if (typeof name !== "string") throw new TypeError("name must be a string");
+    const server = await NamedSandbox.open(name);
+    try {
+      await server.call("named.start", { sandbox: name });
+    } catch (e) {
+      await server.close();
+      throw e;
+    }
+    return new NamedSandbox(name, server, true);
+  }
+
+  /** @internal */
+  call(method: string, params: Record<string, unknown>, onEvent?: EventHandler): Promise<any> {
+    return this.server.call(method, { sandbox: this.name, ...params }, onEvent);
+  }
+
+  /** Runs a command (an array is argv, a string one shell string run by bash, else sh). A
+   * stopped sandbox starts first. Exit code 128+N for signal N. */
+  async exec(cmd: string | string[], options: ExecOptions = {}): Promise<ExecutionResult> {
+    const p = commandParams(cmd, options);
+    let onEvent: EventHandler | undefined;
+    if (options.onStdout || options.onStderr) {
+      p.stream = true;
+      onEvent = collector(options);
+    }
+    return ExecutionResult.fromJson(await this.call("named.exec", p, onEvent));
+  }
+
+  /** Starts a background process and resolves at once with its Process; it runs on across
+   * later execs and after this process exits, until `kill()` or `stop()`. */
+  async spawn(cmd: string | string[], options: Omit<ExecOptions, "timeoutS"> = {}): Promise<Process> {
+    const p = commandParams(cmd, options);
+    const r = await this.call("named.spawn", p);
+    return new Process(this, r.process, options);
+  }
+
+  /** Reads a file of the sandbox's root (a relative path is below /workspace); null when it is
+   * missing; a directory rejects (kind `is_a_directory`). */
+  async readFile(path: string, options: { maxBytes?: number } = {}): Promise<Buffer | null> {
+    const r = await this.call("named.read_file", { path: textPath(path), ...(options.maxBytes !== undefined ? { max_bytes: options.maxBytes } : {}) });
+    return r === null ? null : Buffer.from(r.data_b64, "base64");
+  }
+
+  /** Writes a file (parents made, an existing file overwritten), as the sandbox's user. */
+  async writeFile(path: string, data: string | Uint8Array): Promise<void> {
+    const bytes = typeof data === "string" ? Buffer.from(data, "utf8") : Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+    await this.call("named.write_file", { path: textPath(path), data_b64: bytes.toString("base64") });
+  }
+
+  /** `{type, size, mtime_s, mode}` of a path, or null when it is missing. */
+  async stat(path: string): Promise<{ type: string; size: number; mtime_s: number; mode: number } | null> {
+    return this.call("named.stat", { path: textPath(path) });
+  }
+
+  /** The entries of one directory (not recursive), or null when it is missing. */
+  async listFiles(path = "/workspace"): Promise<{ name: string; type: string; size: number; mtime_s: number }[] | null> {
+    const r = await this.call("named.list_files", { path: textPath(path) });
+    return r === null ? null : r.entries;
+  }
+
+  /** Removes a path (a directory with what it holds); false when it was missing. */
+  async delete(path: string): Promise<boolean> {
+    return (await this.call("named.delete", { path: textPath(path) })).deleted;
+  }
+
+  /** Ends every process; the disk stays (the next exec, or `resume`, starts it again). */
+  async stop(): Promise<void> {
+    await this.call("named.stop", {});
+  }
+
+  async start(): Promise<void> {
+    await this.call("named.start", {});
+  }
+
+  /** Removes the sandbox for good (running or stopped) and lets go of it. Idempotent. */
+  async destroy(): Promise<void> {
+    if (this.closed) return;
+    try {
+      await this.call("named.rm", {});
+    } finally {
+      await this.close();
+    }
+  }
+
+  /** Lets go of the sandbox without stopping it. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.server.close();
+  }
+
+  /** `await using`: a persistent sandbox is let go of, another destroyed. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    if (this.persist) await this.close();
+    else await this.destroy();
+  }
+}
+
+/** A background process of a named sandbox (`NamedSandbox.spawn`). Its output, from its start,
+ * goes to the spawn's callbacks and is kept in `stdout`/`stderr`. */
+export class Process {
+  stdout = "";
+  stderr = "";
+  private readonly done: Promise<ExecutionResult>;
+  private result: ExecutionResult | undefined;
+
+  constructor(
+    private readonly sandbox: NamedSandbox,
+    /** The process's handle. */
+    readonly id: string,
+    callbacks: { onStdout?: (d: string) => void; onStderr?: (d: string) => void } = {},
+  ) {
+    const kept = { stdout: "", stderr: "" };
+    const onEvent = collector(callbacks, kept);
+    this.done = this.sandbox.call("named.wait", { process: id, stream: true }, (e, d) => {
+      onEvent(e, d);
+      this.stdout = kept.stdout;
+      this.stderr = kept.stderr;
+    }).then((r) => {
+      this.result = ExecutionResult.fromJson(r);
+      return this.result;
+    });
+    // A rejection is the waiter's to see; never an unhandled one.
+    this.done.catch(() => {});
+  }
+
+  /** Resolves when the process has ended (exit code 128+N for signal N, 137 once killed). */
+  wait(): Promise<ExecutionResult> {
+    return this.done;
+  }
+
+  /** The exit code, or null while it runs. */
+  poll(): number | null {
+    return this.result ? this.result.exitCode : null;
+  }
+
+  /** Kills the process and everything it started (SIGKILL to its process group; exit 137); one
+   * that ended already keeps its code. Idempotent. */
+  async kill(): Promise<ExecutionResult> {
+    await this.sandbox.call("named.kill", { process: this.id });
+    return this.done;
+  }
+}
+
+/** The named sandbox `name`, started again if it was stopped. */
+export function resume(name: string): Promise<NamedSandbox> {
+  return NamedSandbox.resume(name);
+}

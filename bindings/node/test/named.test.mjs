@@ -1,0 +1,136 @@
+// Named sandboxes through the SDK: `Sandbox.create({ name, persist })`, `resume`, `exec`,
+// `spawn`, with real keepers and a second SDK client in another process. Every test keeps its
+// sandboxes in a directory of its own (HULL_SANDBOXES) and removes them.
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { test } from "node:test";
+
+import "./helpers.mjs";
+import { NamedSandbox, Sandbox, SandboxError, resume } from "../dist/index.js";
+
+const dist = resolve(dirname(fileURLToPath(import.meta.url)), "../dist/index.js");
+
+/** Runs `t` with HULL_SANDBOXES set to a fresh directory; removes every sandbox left in it. */
+async function withSandboxes(t) {
+  const root = mkdtempSync(join(tmpdir(), "hull-named-node-"));
+  const before = process.env.HULL_SANDBOXES;
+  process.env.HULL_SANDBOXES = join(root, "sandboxes");
+  try {
+    await t(process.env.HULL_SANDBOXES);
+  } finally {
+    let left = [];
+    try {
+      left = readdirSync(process.env.HULL_SANDBOXES);
+    } catch {}
+    for (const n of left) execFileSync(process.env.HULL_BIN, ["rm", n], { env: process.env });
+    if (before === undefined) delete process.env.HULL_SANDBOXES;
+    else process.env.HULL_SANDBOXES = before;
+    rmSync(root, { recursive: true, force: true });
+    assert.deepEqual(left, [], "a test left sandboxes behind");
+  }
+}
+
+/** Runs an ES module's code in another Node process (a second SDK client); its stdout. */
+function otherProcess(code) {
+  return execFileSync(process.execPath, ["--input-type=module", "-e", `import * as hull from ${JSON.stringify(dist)};\n${code}`], {
+    env: process.env,
+    encoding: "utf8",
+  });
+}
+
+test("a sandbox made by one process runs commands for another, and is adopted only with the same options", () =>
+  withSandboxes(async () => {
+    const sb = await Sandbox.create({ name: "one", persist: true, setup: "echo made > /workspace/m", env: { G: "hi" } });
+    assert.ok(sb instanceof NamedSandbox);
+    try {
+      assert.equal((await sb.exec(["cat", "/workspace/m"])).stdout, "made\n");
+      const out = otherProcess(`
+        const sb = await hull.resume("one");
+        const r = await sb.exec("echo $G > /workspace/other; cat /workspace/m");
+        process.stdout.write(r.stdout);
+        try {
+          await hull.Sandbox.create({ name: "one", persist: true, memoryMb: 256, setup: "echo made > /workspace/m", env: { G: "hi" } });
+        } catch (e) {
+          console.log("refused", e.kind, e.detail.arg);
+        }
+        await sb.close();
+      `);
+      assert.deepEqual(out.trim().split("\n"), ["made", "refused config_mismatch memoryMb"]);
+      assert.equal((await sb.exec("cat /workspace/other")).stdout, "hi\n");
+      await assert.rejects(Sandbox.create({ name: "one" }), (e) => e instanceof SandboxError && e.kind === "conflict");
+    } finally {
+      await sb.destroy();
+    }
+    await assert.rejects(resume("one"), (e) => e instanceof SandboxError && e.kind === "not_found");
+  }));
+
+test("exec gives exit codes, streams, takes env per command and kills at its timeout", () =>
+  withSandboxes(async () => {
+    const sb = await Sandbox.create({ name: "codes" });
+    try {
+      assert.equal((await sb.exec(["sh", "-c", "exit 7"])).exitCode, 7);
+      assert.equal((await sb.exec("kill -TERM $$")).exitCode, 143);
+      const got = [];
+      const r = await sb.exec("echo out $T; echo err >&2", { env: { T: "t1" }, onStdout: (d) => got.push(d), onStderr: (d) => got.push("E:" + d) });
+      assert.deepEqual([r.stdout, r.stderr, got.sort()], ["out t1\n", "err\n", ["E:err\n", "out t1\n"]]);
+      assert.equal((await sb.exec("echo ${T-unset}")).stdout, "unset\n");
+      assert.equal((await sb.exec(["pwd"], { cwd: "/tmp" })).stdout, "/tmp\n");
+      const t = await sb.exec("sleep 30", { timeoutS: 0.5 });
+      assert.equal(t.exitCode, 137);
+    } finally {
+      await sb.destroy();
+    }
+  }));
+
+test("a spawned process runs on after its client exits, is killed with its tree, and is gone after stop", () =>
+  withSandboxes(async () => {
+    const sb = await Sandbox.create({ name: "spawn", persist: true });
+    try {
+      otherProcess(`
+        const sb = await hull.resume("spawn");
+        const p = await sb.spawn("while :; do date +%s%N > /tmp/beat; sleep 0.05; done");
+        await sb.close();
+      `);
+      const beat = async () => (await sb.exec("cat /tmp/beat")).stdout;
+      const a = await beat();
+      await new Promise((r) => setTimeout(r, 300));
+      assert.notEqual(await beat(), a, "the spawned loop stopped with its client");
+      const seen = [];
+      const p = await sb.spawn(["sh", "-c", "sleep 301 & sleep 302 & echo started; wait"], { onStdout: (d) => seen.push(d) });
+      for (let i = 0; i < 200 && p.stdout === ""; i++) await new Promise((r) => setTimeout(r, 50));
+      assert.equal(p.stdout, "started\n");
+      assert.equal(p.poll(), null);
+      assert.equal((await p.kill()).exitCode, 137);
+      assert.equal((await p.kill()).exitCode, 137);
+      assert.deepEqual(seen, ["started\n"]);
+      const ps = (await sb.exec(["ps", "-eo", "args"])).stdout;
+      assert.ok(!ps.includes("sleep 301") && !ps.includes("sleep 302"), ps);
+      await sb.stop();
+      const after = (await sb.exec(["ps", "-eo", "args"])).stdout;
+      assert.ok(!after.includes("date +%s%N"), after);
+    } finally {
+      await sb.destroy();
+    }
+  }));
+
+test("files of a named sandbox are read, written, listed and deleted in its root", () =>
+  withSandboxes(async () => {
+    const sb = await Sandbox.create({ name: "files" });
+    try {
+      await sb.writeFile("a/b.txt", "hi\n");
+      assert.equal((await sb.exec("cat /workspace/a/b.txt")).stdout, "hi\n");
+      assert.equal((await sb.readFile("/workspace/a/b.txt")).toString(), "hi\n");
+      assert.equal(await sb.readFile("a/missing"), null);
+      await assert.rejects(sb.readFile("a"), (e) => e instanceof SandboxError && e.kind === "is_a_directory");
+      assert.equal((await sb.stat("a/b.txt")).size, 3);
+      assert.deepEqual((await sb.listFiles("a")).map((e) => e.name), ["b.txt"]);
+      assert.equal(await sb.delete("a"), true);
+      assert.equal(await sb.delete("a"), false);
+    } finally {
+      await sb.destroy();
+    }
+  }));

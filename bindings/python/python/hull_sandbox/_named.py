@@ -1,0 +1,142 @@
+"""Named sandboxes (`Sandbox(name=..., persist=True)`, `resume(name)`): one box that lives on
+past this process, reached through `hull serve`'s `named.*` methods (docs/named.md).
+
+A named Sandbox keeps a `hull serve` process of its own only to talk to the sandbox's keeper;
+closing it (or this process exiting) leaves the sandbox and what `spawn` started running.
+"""
+
+import os
+import threading
+
+from ._errors import SandboxError
+from ._result import ExecutionResult
+
+#: The arguments a named sandbox is made with (by their SDK names). Sandbox's other arguments
+#: belong to sessions of fresh boxes and are refused with `name=`.
+NAMED_ARGS = ("image", "setup", "workspace", "ro_workspaces", "memory_mb", "cpus", "pids", "env", "idle_timeout_s", "max_duration_s")
+
+
+def command_params(cmd, env, cwd, timeout_s=None):
+    """`cmd` as `named.exec`'s parameters: a list is argv, a str one shell string."""
+    if isinstance(cmd, str):
+        p = {"shell": cmd}
+    elif isinstance(cmd, (list, tuple)) and cmd and all(isinstance(a, str) for a in cmd):
+        p = {"argv": list(cmd)}
+    else:
+        raise TypeError("cmd must be a shell string or a non-empty list of strings, got %r" % (cmd,))
+    if env is not None:
+        if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+            raise TypeError("env must be a dict of strings, got %r" % (env,))
+        p["env"] = env
+    if cwd is not None:
+        p["cwd"] = os.fspath(cwd)
+    if timeout_s is not None:
+        if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool) or timeout_s <= 0:
+            raise ValueError("timeout_s must be a number of seconds more than 0, got %r" % (timeout_s,))
+        p["timeout_s"] = timeout_s
+    return p
+
+
+class _Collect:
+    """Streamed output handed to callbacks (in order, on the reading thread) and kept."""
+
+    def __init__(self, on_stdout, on_stderr):
+        self.on = {"stdout": on_stdout, "stderr": on_stderr}
+        self.parts = {"stdout": [], "stderr": []}
+
+    def __call__(self, event, data):
+        if event in self.parts:
+            self.parts[event].append(data)
+            cb = self.on.get(event)
+            if cb is not None:
+                try:
+                    cb(data)
+                except Exception:  # a callback's error must not kill the reader
+                    import traceback
+
+                    traceback.print_exc()
+
+
+class Process:
+    """A background process started by `Sandbox.spawn`: it runs on after this object, this
+    process and later execs, until `kill()` or the sandbox stops. Its output (from its start) is
+    streamed to the spawn's callbacks and kept: `stdout`/`stderr` so far, `wait()` for the end."""
+
+    def __init__(self, sandbox, handle, on_stdout=None, on_stderr=None):
+        self._sb = sandbox
+        #: The process's handle (`named.wait`/`named.kill` take it).
+        self.id = handle
+        self._collect = _Collect(on_stdout, on_stderr)
+        self._done = threading.Event()
+        self._result = None
+        self._error = None
+        self._t = threading.Thread(target=self._follow, name="hull-spawn-%s" % handle, daemon=True)
+        self._t.start()
+
+    def _follow(self):
+        try:
+            r = self._sb._server.call("named.wait", {"sandbox": self._sb.name, "process": self.id, "stream": True}, self._collect)
+            self._result = ExecutionResult.from_json(r)
+        except BaseException as e:  # handed to wait()
+            self._error = e
+        self._done.set()
+
+    @property
+    def stdout(self):
+        """What the process printed on stdout so far."""
+        return "".join(self._collect.parts["stdout"])
+
+    @property
+    def stderr(self):
+        return "".join(self._collect.parts["stderr"])
+
+    def wait(self, timeout_s=None):
+        """Waits for the process to end: its ExecutionResult (exit code 128+N for signal N, 137
+        once killed). Raises TimeoutError after timeout_s (the process runs on)."""
+        if not self._done.wait(timeout_s):
+            raise TimeoutError("process %s still runs after %ss" % (self.id, timeout_s))
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def poll(self):
+        """The exit code, or None while it runs."""
+        return self._result.exit_code if self._done.is_set() and self._result is not None else None
+
+    def kill(self):
+        """Kills the process and everything it started (SIGKILL to its process group; exit
+        137); a process that has ended already is left as it was. Idempotent."""
+        self._sb._server.call("named.kill", {"sandbox": self._sb.name, "process": self.id})
+        return self.wait(30)
+
+    def __repr__(self):
+        return "Process(%r, sandbox=%r)" % (self.id, self._sb.name)
+
+
+def check_named_args(given, defaults):
+    """Refuses a session-only argument given with `name=` (its value differs from the default)."""
+    for k, v in given.items():
+        if k not in NAMED_ARGS and k not in ("on_stdout", "on_stderr", "timeout_s") and v != defaults.get(k):
+            raise TypeError("%s is not an argument of a named sandbox (those are: %s)" % (k, ", ".join(NAMED_ARGS)))
+
+
+def create_params(name, persist, args):
+    p = {"name": name, "adopt": bool(persist)}
+    for k in NAMED_ARGS:
+        v = args.get(k)
+        if v is None:
+            continue
+        if k == "workspace":
+            v = os.path.abspath(os.fspath(v))
+        elif k == "ro_workspaces":
+            v = [os.path.abspath(os.fspath(x)) for x in v]
+        elif k == "setup" and isinstance(v, str):
+            v = [v]
+        p[k] = v
+    if "pids" in p and p["pids"] is None:
+        p["pids"] = 0
+    return p
+
+
+def not_named(what):
+    return SandboxError("%s needs a named sandbox: Sandbox(name=...)" % what, "invalid_argument")

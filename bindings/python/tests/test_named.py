@@ -1,0 +1,182 @@
+"""Named sandboxes through the SDK (`Sandbox(name=..., persist=True)`, `resume`, `exec`,
+`spawn`): real keepers, real processes, a second SDK client in another process. Every test
+keeps its sandboxes in a directory of its own (HULL_SANDBOXES) and removes them."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import hull_sandbox
+from hull_sandbox import Sandbox, SandboxError, find_hull
+
+
+@pytest.fixture
+def sandboxes(tmp_path, monkeypatch):
+    """A private state directory for this test's sandboxes; every one is removed at the end."""
+    root = tmp_path / "sandboxes"
+    monkeypatch.setenv("HULL_SANDBOXES", str(root))
+    yield root
+    if root.is_dir():
+        for name in os.listdir(root):
+            subprocess.run([find_hull(), "rm", name], env=dict(os.environ, HULL_SANDBOXES=str(root)), check=False)
+        assert os.listdir(root) == []
+
+
+def other_process(code):
+    """Runs `code` in a second Python process (another SDK client); its stdout."""
+    pkg = os.path.dirname(os.path.dirname(hull_sandbox.__file__))
+    env = dict(os.environ, PYTHONPATH=pkg + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_a_sandbox_made_by_one_process_runs_commands_for_another(sandboxes):
+    sb = Sandbox(name="one", persist=True, setup="echo made > /workspace/m", env={"GREETING": "hi"})
+    try:
+        r = sb.exec(["cat", "/workspace/m"])
+        assert (r.exit_code, r.stdout) == (0, "made\n")
+        out = other_process("""
+            import hull_sandbox
+            sb = hull_sandbox.resume("one")
+            r = sb.exec("echo $GREETING from $$ > /workspace/other; cat /workspace/m")
+            print(r.stdout, end="")
+            # Adopting with the same arguments is fine; with others it is refused, naming one.
+            same = hull_sandbox.Sandbox(name="one", persist=True, setup="echo made > /workspace/m", env={"GREETING": "hi"})
+            same.close()
+            try:
+                hull_sandbox.Sandbox(name="one", persist=True, memory_mb=256, setup="echo made > /workspace/m", env={"GREETING": "hi"})
+            except hull_sandbox.SandboxError as e:
+                print("refused", e.kind, e.detail.get("arg"))
+            sb.close()
+        """)
+        assert out.splitlines() == ["made", "refused config_mismatch memory_mb"]
+        assert sb.exec("cat /workspace/other").stdout.startswith("hi from ")
+        # Without persist=True a taken name is a conflict, never adopted.
+        with pytest.raises(SandboxError) as e:
+            Sandbox(name="one")
+        assert e.value.kind == "conflict"
+    finally:
+        sb.destroy()
+    assert not (sandboxes / "one").exists()
+    with pytest.raises(SandboxError) as e:
+        hull_sandbox.resume("one")
+    assert e.value.kind == "not_found"
+
+
+def test_exec_takes_argv_or_a_shell_string_and_gives_the_exit_code(sandboxes):
+    with Sandbox(name="codes") as sb:
+        assert sb.exec(["sh", "-c", "exit 7"]).exit_code == 7
+        assert sb.exec("kill -TERM $$").exit_code == 128 + 15
+        r = sb.exec(["pwd"], cwd="/tmp")
+        assert r.stdout == "/tmp\n" and r.success
+        got = []
+        r = sb.exec("echo out; echo err >&2", on_stdout=got.append, on_stderr=lambda d: got.append("E:" + d))
+        assert (r.stdout, r.stderr) == ("out\n", "err\n")
+        assert sorted(got) == ["E:err\n", "out\n"]
+        t0 = time.monotonic()
+        r = sb.exec("sleep 30", timeout_s=0.5)
+        assert r.exit_code == 137 and time.monotonic() - t0 < 10
+        assert "sleep 30" not in sb.exec(["ps", "-eo", "args"]).stdout
+    assert not (sandboxes / "codes").exists()
+
+
+def test_a_per_command_variable_is_seen_by_that_command_only(sandboxes, monkeypatch):
+    monkeypatch.setenv("HULL_CALLER_SECRET", "from-the-caller")
+    with Sandbox(name="env", env={"BASE": "b"}) as sb:
+        r = sb.exec("echo $BASE $TOKEN ${HULL_CALLER_SECRET-unset}", env={"TOKEN": "t1"})
+        assert r.stdout == "b t1 unset\n"
+        p = sb.spawn("echo $TOKEN; sleep 30", env={"TOKEN": "t2"})
+        r = sb.exec("echo ${TOKEN-unset}")
+        assert r.stdout == "unset\n"
+        assert "t2" not in sb.exec("cat /proc/*/cmdline | tr '\\0' ' '").stdout
+        p.kill()
+        assert p.stdout == "t2\n"
+
+
+def test_a_spawned_server_serves_across_execs_and_other_clients_and_is_gone_after_stop(sandboxes):
+    server = textwrap.dedent("""
+        import socket
+        s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", 8765)); s.listen(8); print("listening", flush=True)
+        n = 0
+        while True:
+            c, _ = s.accept(); n += 1; c.sendall(b"hello %d\\n" % n); c.close()
+    """)
+    ask = "python3 -c 'import socket; s = socket.create_connection((\"127.0.0.1\", 8765)); print(s.recv(100).decode(), end=\"\")'"
+    sb = Sandbox(name="srv", persist=True)
+    try:
+        # Spawned by another client, which then exits: the server runs on.
+        pid = other_process("""
+            import hull_sandbox, time
+            sb = hull_sandbox.resume("srv")
+            p = sb.spawn(["python3", "-c", %r])
+            for _ in range(200):
+                if "listening" in p.stdout:
+                    break
+                time.sleep(0.05)
+            print(p.id)
+            sb.close()
+        """ % server).strip()
+        assert pid
+        assert sb.exec(ask).stdout == "hello 1\n"
+        assert sb.exec("true").exit_code == 0
+        assert sb.exec(ask).stdout == "hello 2\n"
+        sb.stop()
+        # The next exec starts the sandbox again, without the server.
+        r = sb.exec(ask)
+        assert r.exit_code != 0 and "onnection refused" in r.stderr, r
+    finally:
+        sb.destroy()
+
+
+def test_kill_ends_the_whole_tree_and_is_idempotent(sandboxes):
+    with Sandbox(name="tree") as sb:
+        seen = []
+        p = sb.spawn("sleep 301 & sleep 302 & echo started; wait", on_stdout=seen.append)
+        for _ in range(200):
+            if p.stdout:
+                break
+            time.sleep(0.05)
+        assert p.stdout == "started\n" and seen == ["started\n"]
+        assert p.poll() is None
+        r = p.kill()
+        assert r.exit_code == 137
+        assert p.kill().exit_code == 137
+        ps = sb.exec(["ps", "-eo", "args"]).stdout
+        assert "sleep 301" not in ps and "sleep 302" not in ps
+        # A process that ended on its own keeps its code through a kill.
+        q = sb.spawn(["sh", "-c", "echo done; exit 5"])
+        assert q.wait(30).exit_code == 5
+        assert q.kill().exit_code == 5
+        assert q.stdout == "done\n"
+
+
+def test_arguments_of_fresh_box_sessions_are_refused_with_a_name(sandboxes):
+    with pytest.raises(TypeError, match="network"):
+        Sandbox(name="x", network=True)
+    with pytest.raises(TypeError, match="name="):
+        Sandbox(persist=True)
+    with pytest.raises(ValueError, match="name"):
+        Sandbox(name="Bad Name")
+    assert not sandboxes.exists() or os.listdir(sandboxes) == []
+
+
+def test_files_of_a_named_sandbox(sandboxes):
+    with Sandbox(name="files") as sb:
+        sb.write_file("a/b.txt", "hi\n")
+        assert sb.exec("cat /workspace/a/b.txt").stdout == "hi\n"
+        assert sb.read_file("/workspace/a/b.txt") == b"hi\n"
+        assert sb.read_file("a/missing") is None
+        with pytest.raises(SandboxError) as e:
+            sb.read_file("a")
+        assert e.value.kind == "is_a_directory"
+        assert sb.stat("a/b.txt")["size"] == 3 and sb.stat("nope") is None
+        assert [f.path for f in sb.list_files("a")] == ["b.txt"]
+        sb.write_file("/etc/hull-test", b"\x00\xff")
+        assert sb.read_file("/etc/hull-test") == b"\x00\xff"
+        assert sb.delete("a") is True and sb.delete("a") is False

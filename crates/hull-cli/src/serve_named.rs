@@ -1,0 +1,821 @@
+//! `hull serve`'s `named.*` methods: named sandboxes (`docs/named.md`) for the SDKs, through
+//! each sandbox's keeper and its control socket, as the CLI verbs go (`named::client`).
+//!
+//! `named.exec` is one exec on the keeper's socket, its frames turned into streamed events.
+//! `named.spawn` starts a background process that must outlive this server (the SDK's client
+//! may go away): it is one exec of a small `sh` script that starts the command in the
+//! background with its output in files under `/tmp/.hull-spawn/<handle>/` inside the sandbox and
+//! returns at once; the keeper leaves what a finished command left running until the sandbox
+//! stops. `named.wait`, `named.kill` are more execs reading and acting on that directory: kill
+//! sends `SIGKILL` to the spawn's whole process group (the script was a session leader, so its
+//! group is everything the command started that did not leave it).
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use hull_box::{OutputSink, Stream};
+use serde_json::{json, Map, Value};
+
+use crate::named::state::{self, Config, Dir};
+use crate::named::{client, wire};
+use crate::serve_out::{EventSink, Out};
+
+pub const METHODS: &[&str] = &[
+    "named.create",
+    "named.start",
+    "named.stop",
+    "named.rm",
+    "named.list",
+    "named.exec",
+    "named.spawn",
+    "named.wait",
+    "named.kill",
+];
+
+/// Output kept per stream in an answer; more is cut (and said: `truncated`).
+const MAX_CAPTURE: usize = 16 << 20;
+
+/// Starts a spawn: `$1` its handle, `$2` 1 when `$3` is one shell string; the rest its argv.
+/// The command's output goes to files, its exit code to `exit` (renamed in whole).
+const SPAWN_SCRIPT: &str = r#"b=/tmp/.hull-spawn; d=$b/$1; s=$2; shift 2
+mkdir -p "$b" && mkdir "$d" || exit 125
+if [ "$s" = 1 ]; then if command -v bash >/dev/null 2>&1; then set -- bash -c "$1"; else set -- sh -c "$1"; fi; fi
+echo $$ > "$d/pgid"; : > "$d/out"; : > "$d/err"
+( "$@" > "$d/out" 2> "$d/err" < /dev/null; echo $? > "$d/exit.tmp"; mv "$d/exit.tmp" "$d/exit" ) &
+echo $! > "$d/pid""#;
+
+/// Waits for a spawn's exit code (exit 3: no such handle).
+const WAIT_SCRIPT: &str = r#"d=/tmp/.hull-spawn/$1; [ -f "$d/pid" ] || exit 3
+while [ ! -f "$d/exit" ]; do sleep 0.05; done; cat "$d/exit""#;
+
+/// Follows one output file of a spawn (`$2`: out or err) until its process has ended.
+const FOLLOW_SCRIPT: &str = r#"d=/tmp/.hull-spawn/$1; [ -f "$d/pid" ] || exit 3
+exec tail -c +1 -s 0.05 -f --pid="$(cat "$d/pid")" "$d/$2""#;
+
+/// Kills a spawn's process group; its exit code becomes 137 unless it had ended already.
+const KILL_SCRIPT: &str = r#"d=/tmp/.hull-spawn/$1; [ -f "$d/pid" ] || exit 3
+if [ -f "$d/exit" ]; then exit 0; fi
+kill -KILL -"$(cat "$d/pgid")" 2>/dev/null
+[ -f "$d/exit" ] || echo 137 > "$d/exit"; exit 1"#;
+
+/// Connections of calls in flight (and whether each only waits on a spawn), shut down by
+/// [`end_all`]: the keeper then kills what they run (an exec's command, a wait's helper).
+static OPEN: Mutex<Vec<(u64, bool, UnixStream)>> = Mutex::new(Vec::new());
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+/// Ends calls in flight: every one when the client is gone, the waits on spawns at `shutdown`
+/// (they last as long as their process, which outlives this server). Spawned processes stay.
+pub fn end_all(execs_too: bool) {
+    let open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
+    // A call that connects after this (it was read before the end) is ended as it registers.
+    ENDED.store(if execs_too { 2 } else { 1 }, Ordering::SeqCst);
+    for (_, waits, c) in open.iter() {
+        if *waits || execs_too {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+/// 0 while serving; 1 once waits end (`shutdown`), 2 once every call does (end of input).
+static ENDED: AtomicU64 = AtomicU64::new(0);
+
+fn track(conn: &UnixStream, waits: bool) -> u64 {
+    let key = NEXT.fetch_add(1, Ordering::Relaxed);
+    let mut open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
+    let ended = ENDED.load(Ordering::SeqCst);
+    if ended == 2 || (ended == 1 && waits) {
+        let _ = conn.shutdown(std::net::Shutdown::Both);
+    }
+    if let Ok(c) = conn.try_clone() {
+        open.push((key, waits, c));
+    }
+    key
+}
+
+fn untrack(key: u64) {
+    OPEN.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .retain(|(k, _, _)| *k != key);
+}
+
+pub(crate) fn err(kind: &str, message: impl Into<String>) -> Value {
+    let m: String = message.into();
+    json!({ "kind": kind, "message": m, "chain": [m] })
+}
+
+pub(crate) fn invalid(arg: &str, message: impl Into<String>) -> Value {
+    let mut v = err("invalid_argument", format!("{arg}: {}", message.into()));
+    v["arg"] = json!(arg);
+    v
+}
+
+/// The parameters as an object (null: none).
+pub(crate) fn object(params: Value) -> Result<Map<String, Value>, Value> {
+    match params {
+        Value::Null => Ok(Map::new()),
+        Value::Object(m) => Ok(m),
+        _ => Err(invalid("params", "expected an object")),
+    }
+}
+
+pub(crate) fn string(p: &Map<String, Value>, k: &str) -> Result<Option<String>, Value> {
+    match p.get(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(v) => Err(invalid(k, format!("expected a string, got {v}"))),
+    }
+}
+
+pub(crate) fn number(p: &Map<String, Value>, k: &str) -> Result<Option<f64>, Value> {
+    match p.get(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => match n.as_f64() {
+            Some(f) if f >= 0.0 && f.is_finite() => Ok(Some(f)),
+            _ => Err(invalid(
+                k,
+                format!("expected a number of 0 or more, got {n}"),
+            )),
+        },
+        Some(v) => Err(invalid(k, format!("expected a number, got {v}"))),
+    }
+}
+
+fn boolean(p: &Map<String, Value>, k: &str) -> Result<bool, Value> {
+    match p.get(k) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(v) => Err(invalid(k, format!("expected true or false, got {v}"))),
+    }
+}
+
+fn strings(p: &Map<String, Value>, k: &str) -> Result<Vec<String>, Value> {
+    match p.get(k) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::String(s)) => Ok(vec![s.clone()]),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| invalid(k, format!("expected a list of strings, got {v}")))
+            })
+            .collect(),
+        Some(v) => Err(invalid(k, format!("expected a list of strings, got {v}"))),
+    }
+}
+
+fn env(p: &Map<String, Value>) -> Result<Vec<(String, String)>, Value> {
+    match p.get("env") {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Object(m)) => m
+            .iter()
+            .map(|(k, v)| match v.as_str() {
+                Some(s) if !k.is_empty() && !k.contains('=') => Ok((k.clone(), s.to_string())),
+                _ => Err(invalid(
+                    "env",
+                    format!("expected a {{name: string}} object, got {k}={v}"),
+                )),
+            })
+            .collect(),
+        Some(v) => Err(invalid("env", format!("expected an object, got {v}"))),
+    }
+}
+
+/// A number of 0 or more (as [`number`] gives them) as a whole one; `as` saturates.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+fn whole(n: f64) -> u64 {
+    n as u64
+}
+
+/// The sandbox a call names (`sandbox`), which must exist.
+pub(crate) fn existing(p: &Map<String, Value>) -> Result<Dir, Value> {
+    let name = string(p, "sandbox")?.ok_or_else(|| invalid("sandbox", "missing"))?;
+    let dir = Dir::of(&name).map_err(|e| invalid("sandbox", e))?;
+    if !dir.exists() {
+        return Err(err(
+            "not_found",
+            format!("no sandbox named `{name}` (see `named.list`)"),
+        ));
+    }
+    Ok(dir)
+}
+
+/// How an SDK names each field of a sandbox's configuration (said when adopting one made with
+/// another).
+fn sdk_arg(field: &str) -> &str {
+    match field {
+        "memory" => "memory_mb",
+        "idle_timeout_ms" => "idle_timeout_s",
+        "max_duration_ms" => "max_duration_s",
+        f => f,
+    }
+}
+
+/// A configuration from `named.create`'s parameters, through its JSON form (fields added later
+/// take their defaults).
+fn config_of(name: &str, p: &Map<String, Value>) -> Result<Config, Value> {
+    const KNOWN: &[&str] = &[
+        "name",
+        "image",
+        "workspace",
+        "ro_workspaces",
+        "memory_mb",
+        "cpus",
+        "pids",
+        "env",
+        "setup",
+        "idle_timeout_s",
+        "max_duration_s",
+        "adopt",
+    ];
+    if let Some(k) = p.keys().find(|k| !KNOWN.contains(&k.as_str())) {
+        return Err(invalid(k, "unknown parameter"));
+    }
+    let abs =
+        |k: &str, s: String| std::fs::canonicalize(&s).map_err(|e| invalid(k, format!("{s}: {e}")));
+    let ms = |k: &str| -> Result<Option<u64>, Value> {
+        Ok(number(p, k)?.map(|s| whole((s * 1000.0).round())))
+    };
+    let pids = match number(p, "pids")? {
+        None => Some(1024),
+        Some(n) => (n >= 1.0).then(|| whole(n)),
+    };
+    let v = json!({
+        "name": name,
+        "image": string(p, "image")?.unwrap_or_else(|| "host".into()),
+        "workspace": string(p, "workspace")?.map(|w| abs("workspace", w)).transpose()?,
+        "ro_workspaces": strings(p, "ro_workspaces")?.into_iter().map(|w| abs("ro_workspaces", w)).collect::<Result<Vec<_>, _>>()?,
+        "memory": number(p, "memory_mb")?.map(|m| whole(m) << 20),
+        "cpus": number(p, "cpus")?,
+        "pids": pids,
+        "env": env(p)?,
+        "setup": strings(p, "setup")?,
+        "idle_timeout_ms": ms("idle_timeout_s")?,
+        "max_duration_ms": ms("max_duration_s")?,
+        "created": state::now_secs(),
+    });
+    serde_json::from_value(v).map_err(|e| invalid("params", e.to_string()))
+}
+
+/// The first field where `have` differs from `want` (creation time and name aside).
+fn differing(have: &Config, want: &Config) -> Option<String> {
+    let norm = |c: &Config| {
+        let mut v = serde_json::to_value(c).unwrap_or(Value::Null);
+        if let Some(m) = v.as_object_mut() {
+            m.remove("created");
+            m.remove("name");
+            if let Some(Value::Array(e)) = m.get_mut("env") {
+                e.sort_by_key(|x| x.to_string());
+            }
+        }
+        v
+    };
+    let (h, w) = (norm(have), norm(want));
+    let (Some(h), Some(w)) = (h.as_object(), w.as_object()) else {
+        return None;
+    };
+    w.iter()
+        .find(|(k, v)| h.get(*k).unwrap_or(&Value::Null) != *v)
+        .map(|(k, _)| k.clone())
+}
+
+/// `named.create`: makes and starts a sandbox; with `adopt`, one that exists with the same
+/// configuration is started (if stopped) and used, one with another is refused naming the
+/// differing argument.
+fn create(p: &Map<String, Value>) -> Result<Value, Value> {
+    let name = string(p, "name")?.ok_or_else(|| invalid("name", "missing"))?;
+    let dir = Dir::of(&name).map_err(|e| invalid("name", e))?;
+    let cfg = config_of(&name, p)?;
+    let adopt = boolean(p, "adopt")?;
+    if !(adopt && dir.path.exists()) {
+        match crate::named::create_with(&dir, &cfg, None) {
+            Ok(()) => return Ok(json!({ "sandbox": name, "created": true })),
+            Err(e) if !(adopt && e.contains("(conflict)")) => {
+                let kind = if e.contains("(conflict)") {
+                    "conflict"
+                } else {
+                    "sandbox_error"
+                };
+                return Err(err(kind, e));
+            }
+            Err(_) => {}
+        }
+    }
+    // Adopting: another creator may still be writing its configuration.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let have = loop {
+        match dir.config() {
+            Ok(c) => break c,
+            Err(e) if Instant::now() > deadline || !dir.path.exists() => {
+                return Err(err("sandbox_error", e))
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    };
+    if let Some(f) = differing(&have, &cfg) {
+        let arg = sdk_arg(&f);
+        let mut v = err(
+            "config_mismatch",
+            format!("sandbox `{name}` exists with another `{arg}`: remove it (destroy) or pass the arguments it was created with"),
+        );
+        v["arg"] = json!(arg);
+        return Err(v);
+    }
+    start(&dir)?;
+    Ok(json!({ "sandbox": name, "created": false }))
+}
+
+fn start(dir: &Dir) -> Result<(), Value> {
+    if dir.running() {
+        return Ok(());
+    }
+    client::launch(dir).map_err(|e| {
+        err(
+            "sandbox_error",
+            format!("could not start sandbox `{}`: {e}", dir.name),
+        )
+    })
+}
+
+fn list() -> Value {
+    let all: Vec<Value> = state::list()
+        .into_iter()
+        .filter_map(|d| {
+            let cfg = d.config().ok()?;
+            let st = if d.running() { "running" } else { "stopped" };
+            Some(json!({
+                "name": d.name, "state": st, "image": cfg.image,
+                "age_s": state::now_secs().saturating_sub(cfg.created), "size_bytes": d.size(),
+            }))
+        })
+        .collect();
+    json!({ "sandboxes": all })
+}
+
+/// What one exec gave.
+pub(crate) struct Done {
+    /// None when it ran past its timeout (and was killed).
+    pub(crate) code: Option<i32>,
+    pub(crate) out: Vec<u8>,
+    pub(crate) err: Vec<u8>,
+    pub(crate) truncated: bool,
+}
+
+/// Runs `req` in `dir` (starting a stopped sandbox), its output streamed to `sink` when given
+/// and kept (up to [`MAX_CAPTURE`] a stream); past `timeout` the connection is dropped, and the
+/// keeper kills the command.
+fn exec_in(
+    dir: &Dir,
+    req: &wire::Request,
+    mut sink: Option<&mut EventSink>,
+    timeout: Option<Duration>,
+    waits: bool,
+) -> Result<Done, Value> {
+    let fail = |e: String| err("sandbox_error", e);
+    let conn = client::connect(dir, true).map_err(fail)?.ok_or_else(|| {
+        err(
+            "sandbox_error",
+            format!("sandbox `{}` did not start", dir.name),
+        )
+    })?;
+    let key = track(&conn, waits);
+    let r = exec_on(conn, req, &mut sink, timeout, None);
+    untrack(key);
+    r.map_err(fail)
+}
+
+fn exec_on(
+    mut conn: UnixStream,
+    req: &wire::Request,
+    sink: &mut Option<&mut EventSink>,
+    timeout: Option<Duration>,
+    input: Option<Vec<u8>>,
+) -> Result<Done, String> {
+    client::send(&mut conn, req)?;
+    if let Some(data) = input {
+        // From a thread: a command that stops reading must not stall its answer.
+        let mut w = conn.try_clone().map_err(|e| e.to_string())?;
+        std::thread::spawn(move || {
+            for chunk in data.chunks(wire::MAX_FRAME as usize) {
+                if wire::write_frame(&mut w, wire::STDIN, chunk).is_err() {
+                    return;
+                }
+            }
+            let _ = wire::write_frame(&mut w, wire::STDIN_END, &[]);
+        });
+    }
+    let deadline = timeout.map(|t| Instant::now() + t);
+    let mut done = Done {
+        code: None,
+        out: Vec::new(),
+        err: Vec::new(),
+        truncated: false,
+    };
+    let mut r = BufReader::new(conn);
+    loop {
+        if let Some(d) = deadline {
+            let left = d.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(done);
+            }
+            let _ = r.get_ref().set_read_timeout(Some(left));
+        }
+        let frame = match wire::read_frame(&mut r) {
+            Ok(f) => f,
+            Err(e)
+                if deadline.is_some()
+                    && matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+            {
+                return Ok(done)
+            }
+            Err(e) => return Err(format!("read from the keeper: {e}")),
+        };
+        let Some((kind, data)) = frame else {
+            return Err("the sandbox stopped while the command ran".into());
+        };
+        let (stream, kept) = match kind {
+            wire::STDOUT => (Stream::Stdout, &mut done.out),
+            wire::STDERR => (Stream::Stderr, &mut done.err),
+            wire::EXIT => {
+                let b: [u8; 4] = data
+                    .as_slice()
+                    .try_into()
+                    .map_err(|_| "a malformed exit frame".to_string())?;
+                done.code = Some(i32::from_le_bytes(b));
+                return Ok(done);
+            }
+            wire::ERROR => return Err(String::from_utf8_lossy(&data).into_owned()),
+            _ => return Err(format!("an unknown frame kind {kind} from the keeper")),
+        };
+        if let Some(s) = sink.as_deref_mut() {
+            s.chunk(stream, &data);
+        }
+        let room = MAX_CAPTURE.saturating_sub(kept.len());
+        done.truncated |= data.len() > room;
+        kept.extend_from_slice(&data[..data.len().min(room)]);
+    }
+}
+
+/// A command from `argv` (a list) or `shell` (one string run by bash, else sh).
+fn command(p: &Map<String, Value>) -> Result<(Vec<String>, bool), Value> {
+    match (p.get("argv"), string(p, "shell")?) {
+        (Some(Value::Array(_)), None) => {
+            let argv = strings(p, "argv")?;
+            if argv.is_empty() {
+                return Err(invalid("argv", "an empty command"));
+            }
+            Ok((argv, false))
+        }
+        (None | Some(Value::Null), Some(s)) => Ok((vec![s], true)),
+        _ => Err(invalid(
+            "argv",
+            "give `argv` (a list of strings) or `shell` (one string), one of the two",
+        )),
+    }
+}
+
+fn stream_flag(p: &Map<String, Value>) -> Result<bool, Value> {
+    boolean(p, "stream")
+}
+
+fn exec(out: &Out, id: &Value, p: &Map<String, Value>) -> Result<Value, Value> {
+    let dir = existing(p)?;
+    let (argv, shell) = command(p)?;
+    let req = wire::Request::Exec {
+        argv,
+        env: env(p)?,
+        cwd: string(p, "cwd")?,
+        stdin: false,
+        shell,
+    };
+    let timeout = number(p, "timeout_s")?.map(Duration::from_secs_f64);
+    let mut sink = stream_flag(p)?.then(|| EventSink::new(out.clone(), id.clone()));
+    let t0 = Instant::now();
+    let d = exec_in(&dir, &req, sink.as_mut(), timeout, false)?;
+    Ok(json!({
+        "exit_code": d.code.unwrap_or(137),
+        "success": d.code == Some(0),
+        "timed_out": d.code.is_none(),
+        "stdout": String::from_utf8_lossy(&d.out),
+        "stderr": String::from_utf8_lossy(&d.err),
+        "truncated": d.truncated,
+        "duration_ms": t0.elapsed().as_secs_f64() * 1000.0,
+    }))
+}
+
+/// A script run in the sandbox with its arguments (no per-command environment).
+fn script(dir: &Dir, text: &str, args: &[&str], timeout: Option<Duration>) -> Result<Done, Value> {
+    let mut argv = vec!["sh".to_string(), "-c".into(), text.into(), "hull".into()];
+    argv.extend(args.iter().map(|a| a.to_string()));
+    let req = wire::Request::Exec {
+        argv,
+        env: Vec::new(),
+        cwd: Some("/".into()),
+        stdin: false,
+        shell: false,
+    };
+    exec_in(dir, &req, None, timeout, text == WAIT_SCRIPT)
+}
+
+/// A script run in the sandbox's `/workspace` with its arguments and `input` as its stdin (the
+/// file operations: they run as the sandbox's own commands, so every path is resolved in the
+/// sandbox's root by its kernel, symlinks included, and files are its user's).
+pub(crate) fn file_script(
+    dir: &Dir,
+    text: &str,
+    args: &[&str],
+    input: Option<Vec<u8>>,
+) -> Result<Done, Value> {
+    let mut argv = vec!["sh".to_string(), "-c".into(), text.into(), "hull".into()];
+    argv.extend(args.iter().map(|a| a.to_string()));
+    let req = wire::Request::Exec {
+        argv,
+        env: Vec::new(),
+        cwd: Some("/workspace".into()),
+        stdin: input.is_some(),
+        shell: false,
+    };
+    let fail = |e: String| err("sandbox_error", e);
+    let conn = client::connect(dir, true)
+        .map_err(fail)?
+        .ok_or_else(|| err("sandbox_error", "the sandbox did not start"))?;
+    let key = track(&conn, false);
+    let r = exec_on(conn, &req, &mut None, None, input);
+    untrack(key);
+    r.map_err(fail)
+}
+
+/// A fresh handle: unique across servers (their pid) and time.
+fn new_handle() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!(
+        "p{:x}{:x}{:x}",
+        std::process::id(),
+        nanos & 0xffff_ffff_ffff,
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A handle as given back to `wait`/`kill`, checked so it cannot name another path.
+fn handle_of(p: &Map<String, Value>) -> Result<String, Value> {
+    let h = string(p, "process")?.ok_or_else(|| invalid("process", "missing"))?;
+    if h.is_empty() || h.len() > 64 || !h.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return Err(invalid("process", format!("not a process handle: `{h}`")));
+    }
+    Ok(h)
+}
+
+fn spawn(p: &Map<String, Value>) -> Result<Value, Value> {
+    let dir = existing(p)?;
+    let (argv, shell) = command(p)?;
+    let handle = new_handle();
+    let mut full = vec![
+        "sh".to_string(),
+        "-c".into(),
+        SPAWN_SCRIPT.into(),
+        "hull-spawn".into(),
+        handle.clone(),
+        if shell { "1" } else { "0" }.into(),
+    ];
+    full.extend(argv);
+    let req = wire::Request::Exec {
+        argv: full,
+        env: env(p)?,
+        cwd: string(p, "cwd")?,
+        stdin: false,
+        shell: false,
+    };
+    let d = exec_in(&dir, &req, None, None, false)?;
+    match d.code {
+        Some(0) => Ok(json!({ "process": handle })),
+        c => Err(err(
+            "sandbox_error",
+            format!(
+                "could not spawn in `{}` (exit {c:?}): {}",
+                dir.name,
+                String::from_utf8_lossy(&d.err).trim_end()
+            ),
+        )),
+    }
+}
+
+fn no_process(h: &str) -> Value {
+    err(
+        "not_found",
+        format!("no process `{h}` in this sandbox (it stopped since, or the handle is another's)"),
+    )
+}
+
+/// `named.wait`: the spawn's exit code and output; with `stream`, its output (from its start)
+/// as events first.
+fn wait(out: &Out, id: &Value, p: &Map<String, Value>) -> Result<Value, Value> {
+    let dir = existing(p)?;
+    let h = handle_of(p)?;
+    let timeout = number(p, "timeout_s")?.map(Duration::from_secs_f64);
+    // Set once the exit code is in: a follower still reading 2 s later lets go.
+    let ended: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+    let followers: Vec<_> = if stream_flag(p)? {
+        [("out", Stream::Stdout), ("err", Stream::Stderr)]
+            .into_iter()
+            .map(|(file, stream)| {
+                let (dir, h, ended) = (dir.clone(), h.clone(), Arc::clone(&ended));
+                let mut sink = EventSink::new(out.clone(), id.clone());
+                std::thread::spawn(move || {
+                    // Its own stdout is the file's text; sent as the spawn's stream.
+                    let mut as_stream = StreamAs(stream, &mut sink);
+                    let argv = vec![
+                        "sh".into(),
+                        "-c".into(),
+                        FOLLOW_SCRIPT.into(),
+                        "hull".into(),
+                        h,
+                        file.into(),
+                    ];
+                    let req = wire::Request::Exec {
+                        argv,
+                        env: Vec::new(),
+                        cwd: Some("/".into()),
+                        stdin: false,
+                        shell: false,
+                    };
+                    let _ = exec_in_sink(&dir, &req, &mut as_stream, &ended);
+                })
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let d = script(&dir, WAIT_SCRIPT, &[&h], timeout);
+    *ended.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+    for f in followers {
+        let _ = f.join();
+    }
+    let d = d?;
+    match d.code {
+        None => Ok(json!({ "exit_code": null, "timed_out": true })),
+        Some(3) => Err(no_process(&h)),
+        Some(0) => {
+            let code: i32 = String::from_utf8_lossy(&d.out)
+                .trim()
+                .parse()
+                .unwrap_or(125);
+            let read = |f: &str| -> Result<String, Value> {
+                let r = script(&dir, r#"cat "/tmp/.hull-spawn/$1/$2""#, &[&h, f], None)?;
+                Ok(String::from_utf8_lossy(&r.out).into_owned())
+            };
+            Ok(
+                json!({ "exit_code": code, "success": code == 0, "timed_out": false, "stdout": read("out")?, "stderr": read("err")? }),
+            )
+        }
+        Some(c) => Err(err(
+            "sandbox_error",
+            format!(
+                "wait for `{h}`: exit {c}: {}",
+                String::from_utf8_lossy(&d.err).trim_end()
+            ),
+        )),
+    }
+}
+
+/// Sends what a follower's exec printed on its stdout as the followed stream.
+struct StreamAs<'a>(Stream, &'a mut EventSink);
+
+impl OutputSink for StreamAs<'_> {
+    fn chunk(&mut self, stream: Stream, data: &[u8]) {
+        if stream == Stream::Stdout {
+            self.1.chunk(self.0, data);
+        }
+    }
+}
+
+/// [`exec_in`] with any sink (output is not kept), until the command ends or 2 s after `ended`
+/// is set.
+fn exec_in_sink(
+    dir: &Dir,
+    req: &wire::Request,
+    sink: &mut dyn OutputSink,
+    ended: &Mutex<Option<Instant>>,
+) -> Result<(), String> {
+    let mut conn = client::connect(dir, false)?.ok_or("the sandbox is stopped")?;
+    client::send(&mut conn, req)?;
+    let key = track(&conn, true);
+    let _ = conn.set_read_timeout(Some(Duration::from_millis(100)));
+    let mut r = BufReader::new(conn);
+    // A timed-out read never splits a frame: the head and body are read after a poll says
+    // data is there.
+    loop {
+        match r.fill_buf() {
+            Ok([]) => break,
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                let late = ended
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .is_some_and(|t| t.elapsed() > Duration::from_secs(2));
+                if late {
+                    break;
+                }
+                continue;
+            }
+            Err(_) => break,
+        }
+        let _ = r.get_ref().set_read_timeout(None);
+        let frame = wire::read_frame(&mut r);
+        let _ = r
+            .get_ref()
+            .set_read_timeout(Some(Duration::from_millis(100)));
+        match frame {
+            Ok(Some((wire::STDOUT, data))) => sink.chunk(Stream::Stdout, &data),
+            Ok(Some((wire::STDERR, data))) => sink.chunk(Stream::Stderr, &data),
+            _ => break,
+        }
+    }
+    untrack(key);
+    Ok(())
+}
+
+/// `named.kill`: the spawn's whole process group is killed; idempotent.
+fn kill(p: &Map<String, Value>) -> Result<Value, Value> {
+    let dir = existing(p)?;
+    let h = handle_of(p)?;
+    let d = script(&dir, KILL_SCRIPT, &[&h], None)?;
+    match d.code {
+        Some(3) => Err(no_process(&h)),
+        Some(0) => Ok(json!({ "killed": false })),
+        Some(1) => Ok(json!({ "killed": true })),
+        c => Err(err("sandbox_error", format!("kill `{h}`: exit {c:?}"))),
+    }
+}
+
+/// One `named.*` call; `Ok(Value)` is the result to send.
+pub(crate) fn handle(out: &Out, id: &Value, method: &str, params: Value) -> Result<Value, Value> {
+    let p = object(params)?;
+    match method {
+        "named.create" => create(&p),
+        "named.start" => {
+            start(&existing(&p)?)?;
+            Ok(json!({}))
+        }
+        "named.stop" => {
+            client::stop(&existing(&p)?).map_err(|e| err("sandbox_error", e))?;
+            Ok(json!({}))
+        }
+        "named.rm" => {
+            let name = string(&p, "sandbox")?.ok_or_else(|| invalid("sandbox", "missing"))?;
+            let dir = Dir::of(&name).map_err(|e| invalid("sandbox", e))?;
+            crate::named::remove(&dir).map_err(|e| err("sandbox_error", e))?;
+            Ok(json!({ "removed": true }))
+        }
+        "named.list" => Ok(list()),
+        "named.exec" => exec(out, id, &p),
+        "named.spawn" => spawn(&p),
+        "named.wait" => wait(out, id, &p),
+        "named.kill" => kill(&p),
+        other => Err(err(
+            "unknown_method",
+            format!("unknown method `{other}`; see `hello` for the list"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_differing_argument_is_named_as_the_sdk_spells_it() {
+        let p = |v: Value| v.as_object().cloned().unwrap();
+        let a = config_of(
+            "x",
+            &p(json!({"memory_mb": 256, "env": {"A": "1", "B": "2"}})),
+        )
+        .unwrap();
+        let b = config_of(
+            "x",
+            &p(json!({"memory_mb": 256, "env": {"B": "2", "A": "1"}})),
+        )
+        .unwrap();
+        assert_eq!(differing(&a, &b), None);
+        let c = config_of(
+            "x",
+            &p(json!({"memory_mb": 512, "env": {"A": "1", "B": "2"}})),
+        )
+        .unwrap();
+        assert_eq!(differing(&a, &c).as_deref().map(sdk_arg), Some("memory_mb"));
+        assert!(config_of("x", &p(json!({"memroy_mb": 1}))).is_err());
+        assert!(handle_of(&p(json!({"process": "../x"}))).is_err());
+    }
+}
