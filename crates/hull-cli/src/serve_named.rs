@@ -511,16 +511,21 @@ fn exec(out: &Out, id: &Value, p: &Map<String, Value>) -> Result<Value, Value> {
 
 /// A script run in the sandbox with its arguments (no per-command environment).
 fn script(dir: &Dir, text: &str, args: &[&str], timeout: Option<Duration>) -> Result<Done, Value> {
+    let req = script_request(text, args, "/", false);
+    exec_in(dir, &req, None, timeout, text == WAIT_SCRIPT)
+}
+
+/// The exec of `sh -c text hull args...` in `cwd`, with no per-command environment.
+fn script_request(text: &str, args: &[&str], cwd: &str, stdin: bool) -> wire::Request {
     let mut argv = vec!["sh".to_string(), "-c".into(), text.into(), "hull".into()];
     argv.extend(args.iter().map(|a| a.to_string()));
-    let req = wire::Request::Exec {
+    wire::Request::Exec {
         argv,
         env: Vec::new(),
-        cwd: Some("/".into()),
-        stdin: false,
+        cwd: Some(cwd.into()),
+        stdin,
         shell: false,
-    };
-    exec_in(dir, &req, None, timeout, text == WAIT_SCRIPT)
+    }
 }
 
 /// A script run in the sandbox's `/workspace` with its arguments and `input` as its stdin (the
@@ -532,15 +537,7 @@ pub(crate) fn file_script(
     args: &[&str],
     input: Option<Vec<u8>>,
 ) -> Result<Done, Value> {
-    let mut argv = vec!["sh".to_string(), "-c".into(), text.into(), "hull".into()];
-    argv.extend(args.iter().map(|a| a.to_string()));
-    let req = wire::Request::Exec {
-        argv,
-        env: Vec::new(),
-        cwd: Some("/workspace".into()),
-        stdin: input.is_some(),
-        shell: false,
-    };
+    let req = script_request(text, args, "/workspace", input.is_some());
     let fail = |e: String| err("sandbox_error", e);
     let conn = client::connect(dir, true)
         .map_err(fail)?
