@@ -42,8 +42,9 @@ done
 
 # The Python SDK's build backend and test runner, for the interpreter that runs the SDK tests.
 python3 -m pip install -q --root-user-action=ignore "maturin>=1.5,<2" pytest
-# hull_sandbox.langchain's optional dependency, for its tests.
-python3 -m pip install -q --root-user-action=ignore "langchain-core>=0.3,<2"
+# hull_sandbox.langchain's optional dependencies, for its tests: langchain-core (the tool) and
+# langchain (the shell middleware hull_execution_policy plugs into, and create_agent).
+python3 -m pip install -q --root-user-action=ignore "langchain-core>=1,<2" "langchain>=1,<2"
 
 # hull bench --peers and its test: kern, the other peer (its wheel carries the kern binary). Pinned:
 # the bench reads its Python API (Sandbox(image=, prewarm=), kernel()) as this version has it.
