@@ -79,24 +79,22 @@ def gone_soon(root, name, seconds=10):
     return name not in listed(root)
 
 
-def test_the_agents_shell_runs_in_one_sandbox_that_goes_with_the_run(sandboxes, tmp_path):
+def test_the_agents_shell_runs_in_one_sandbox_that_goes_with_the_run(sandboxes):
     policy = hull_execution_policy(name="lc-agent")
     try:
         out = run_agent(policy, [
-            "hostname; cd /tmp && export HULL_LC_STATE=kept && echo from-the-sandbox > /workspace/proof && echo $$ > /tmp/shell-pid",
+            "hostname; cat /proc/1/comm; cd /tmp && export HULL_LC_STATE=kept && echo from-the-sandbox > /workspace/proof && echo $$ > /tmp/shell-pid",
             "pwd; echo $HULL_LC_STATE; cat /workspace/proof; [ $$ = $(cat /tmp/shell-pid) ] && echo same-shell",
             "ls /workspace/proof /run/lc-agent-host-only",
         ])
-        # Inside the sandbox: its hostname is its name, and the shell lived across the calls
-        # (the cd, the variable and the shell's pid carried over).
-        assert out[0] == "lc-agent\n", out
+        # Inside the sandbox: its hostname is its name, the pid 1 the shell sees is the box's
+        # init, and the shell lived across the calls (the cd, the variable and its pid carried over).
+        assert out[0] == "lc-agent\nhull-init\n", out
         assert out[1] == "/tmp\nkept\nfrom-the-sandbox\nsame-shell\n", out
         # stderr and the exit code reach the model as the middleware labels them.
         lines = out[2].splitlines()
         assert sorted(lines[:2]) == ["/workspace/proof", "[stderr] ls: cannot access '/run/lc-agent-host-only': No such file or directory"], out
         assert lines[2:] == ["", "Exit code: 2"], out
-        # The middleware's own workspace (a temporary directory on the host) was not the shell's.
-        assert not any((p / "proof").exists() for p in tmp_path.parent.glob("langchain-shell-*"))
         # The run is over: its shell ended and its sandbox is removed.
         assert gone_soon(sandboxes, "lc-agent"), listed(sandboxes)
         assert policy.sandboxes() == []
@@ -195,3 +193,17 @@ def test_without_langchain_the_policy_says_what_to_install():
     code = "import sys\nsys.modules['langchain'] = None\nfrom hull_sandbox.langchain import hull_execution_policy\ntry:\n    hull_execution_policy()\nexcept ImportError as e:\n    print(e)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "pip install 'hull-sandbox[langchain-shell]'" in out, out
+
+
+def test_close_ends_the_live_shells_and_removes_their_sandboxes_at_once(sandboxes, tmp_path):
+    policy = hull_execution_policy(name="lc-close")
+    proc = policy.spawn(workspace=tmp_path / "langchain-shell-x", env={}, command=("/bin/bash",))
+    proc.stdin.write("sleep 300 & hostname\n")
+    proc.stdin.flush()
+    assert proc.stdout.readline() == "lc-close\n"
+    assert policy.sandboxes() == ["lc-close"] and "lc-close" in listed(sandboxes)
+    policy.close()
+    assert proc.poll() is not None
+    assert "lc-close" not in listed(sandboxes)
+    with pytest.raises(RuntimeError, match="closed"):
+        policy.spawn(workspace=tmp_path, env={}, command=("/bin/bash",))
