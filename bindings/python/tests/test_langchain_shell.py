@@ -120,7 +120,8 @@ def test_a_persistent_sandbox_is_kept_and_adopted_by_the_next_run(sandboxes):
     try:
         assert run_agent(policy, ["cat /workspace/setup; echo run-one > /workspace/note; cd /tmp; pwd"]) == ["set-up\n/tmp\n"]
         time.sleep(3)
-        assert "lc-keep" in listed(sandboxes)
+        # The run's session is over (the policy holds nothing of it), its sandbox kept.
+        assert "lc-keep" in listed(sandboxes) and policy.sandboxes() == []
         # Made with the policy's caps (its configuration as hull create records it).
         cfg = json.loads((sandboxes / "lc-keep" / "config.json").read_text())
         assert (cfg["memory"], cfg["cpus"], cfg["pids"]) == (256 << 20, 1.0, 64), cfg

@@ -312,7 +312,7 @@ class _Shells:
                         o.timer.cancel()
                         stale.append(self.sessions.pop(k))
         if s is None:
-            if stale and not self.persist:
+            if not self.persist and stale:
                 _remove(name)
             _make(policy, name, workspace)
             s = _Session(env, name)
@@ -344,10 +344,11 @@ class _Shells:
         self._ended(s, proc)
 
     def _ended(self, s, proc):
-        """A shell ended: its session's sandbox goes once no shell of the session follows soon."""
+        """A shell ended: its session ends (and its sandbox goes, unless persistent) once no shell
+        of the session follows soon."""
         with self.lock:
             s.live.discard(proc)
-            if self.persist or s.live or s.timer is not None or self.sessions.get(id(s.env)) is not s:
+            if s.live or s.timer is not None or self.sessions.get(id(s.env)) is not s:
                 return
             s.timer = threading.Timer(_REMOVE_AFTER_S, self._expire, args=(s,))
             s.timer.daemon = True
@@ -359,7 +360,8 @@ class _Shells:
                 return
             s.timer = None
             del self.sessions[id(s.env)]
-        _remove(s.name)
+        if not self.persist:
+            _remove(s.name)
 
     def close(self):
         """Kills the live shells and removes the sandboxes of non-persistent sessions."""
