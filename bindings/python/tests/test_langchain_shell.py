@@ -188,6 +188,17 @@ def test_the_workspace_root_is_mounted_and_variables_stay_off_command_lines(sand
         policy.close()
 
 
+def test_bad_fields_are_refused_when_the_policy_is_made(sandboxes):
+    for bad, field in (({"name": "Bad Name"}, "name"), ({"persist": True}, "name="), ({"memory_mb": "lots"}, "memory_mb"),
+                       ({"memory_mb": 8}, "memory_mb"), ({"cpus": 0}, "cpus"), ({"pids": -1}, "pids"), ({"setup": 3}, "setup"),
+                       ({"max_output_lines": 0}, "max_output_lines")):
+        with pytest.raises((ValueError, TypeError), match=field):
+            hull_execution_policy(**bad)
+    with pytest.raises(TypeError, match="network"):
+        hull_execution_policy(network=True)
+    assert listed(sandboxes) == []
+
+
 def test_without_langchain_the_policy_says_what_to_install():
     import sys
 

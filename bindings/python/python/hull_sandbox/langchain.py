@@ -229,10 +229,7 @@ def _policy_class():
 
         def __post_init__(self):
             super().__post_init__()
-            if self.persist and self.name is None:
-                raise ValueError("persist=True needs name=: the sandbox later agent runs come back to")
-            if self.name is not None and not isinstance(self.name, str):
-                raise TypeError("name must be a string, got %r" % (self.name,))
+            _check_policy(self)
             self._shells = _Shells(self.persist)
             weakref.finalize(self, self._shells.close)
 
@@ -253,6 +250,30 @@ def _policy_class():
 
     _POLICY_CLASS.append(HullExecutionPolicy)
     return HullExecutionPolicy
+
+
+_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}")
+
+
+def _check_policy(p):
+    """The policy's own fields, checked when it is made (not at the agent's first command)."""
+    def number(field, v, least, kind=(int, float)):
+        if v is not None and (not isinstance(v, kind) or isinstance(v, bool) or v < least):
+            raise ValueError("%s must be %s of at least %s or None, got %r" % (field, "an int" if kind is int else "a number", least, v))
+
+    if p.name is not None and (not isinstance(p.name, str) or not _NAME.fullmatch(p.name)):
+        raise ValueError("name must be 1 to 63 of a-z, 0-9, _, ., - starting with a letter or digit, got %r" % (p.name,))
+    if p.persist and p.name is None:
+        raise ValueError("persist=True needs name=: the sandbox later agent runs come back to")
+    if p.setup is not None and not isinstance(p.setup, str) and not (isinstance(p.setup, (list, tuple)) and all(isinstance(c, str) for c in p.setup)):
+        raise TypeError("setup must be a shell command string or a list of them, got %r" % (p.setup,))
+    if p.image is not None and not isinstance(p.image, str):
+        raise TypeError("image must be a string, got %r" % (p.image,))
+    number("memory_mb", p.memory_mb, 16, int)
+    number("pids", p.pids, 0, int)
+    number("cpus", p.cpus, 0.01)
+    number("idle_timeout_s", p.idle_timeout_s, 0.001)
+    number("max_duration_s", p.max_duration_s, 0.001)
 
 
 def __getattr__(name):
