@@ -219,3 +219,17 @@ def test_close_ends_the_live_shells_and_removes_their_sandboxes_at_once(sandboxe
     assert "lc-close" not in listed(sandboxes)
     with pytest.raises(RuntimeError, match="closed"):
         policy.spawn(workspace=tmp_path, env={}, command=("/bin/bash",))
+
+
+def test_an_async_agent_run(sandboxes):
+    import asyncio
+
+    policy = hull_execution_policy(name="lc-async")
+    try:
+        agent = create_agent(ShellScript(commands=["export N=41", "echo $((N + 1)) $(hostname)"]), middleware=[ShellToolMiddleware(execution_policy=policy)])
+        out = asyncio.run(agent.ainvoke({"messages": [HumanMessage("Use the shell.")]}))
+        tools = [m.content for m in out["messages"] if isinstance(m, ToolMessage)]
+        assert tools == ["<no output>", "42 lc-async\n"], tools
+        assert gone_soon(sandboxes, "lc-async")
+    finally:
+        policy.close()
