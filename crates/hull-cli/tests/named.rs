@@ -744,6 +744,54 @@ fn logs_follow_prints_what_later_commands_print() {
     assert!(found, "logs -f never printed the command's output");
 }
 
+/// `logs -f` across rotations of the exec log: every command's output arrives, once and in
+/// order, even when the new file has grown past the old one's length by the next look.
+#[test]
+fn logs_follow_loses_nothing_when_the_log_rotates() {
+    use std::io::Read;
+    let s = Sandboxes::new();
+    let mut create = s.cmd(&["create", "rotating"]);
+    create.env("HULL_LOG_CAP", "4096");
+    assert!(create.output().unwrap().status.success());
+    let mut c = s.cmd(&["logs", "rotating", "-f"]);
+    c.stdout(Stdio::piped());
+    let mut f = c.spawn().unwrap();
+    let mut out = f.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        let _ = out.read_to_string(&mut all);
+        all
+    });
+    // Each command prints ~3 KiB, so every second one rotates the 4 KiB log, and the new file
+    // is as long as the old one was when `logs -f` last looked.
+    for i in 0..8 {
+        let script = format!(
+            "j=0; while [ $j -lt 60 ]; do echo cmd-{i}-line-$j-xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx; j=$((j+1)); done"
+        );
+        s.ok(&["exec", "rotating", "--", "sh", "-c", &script]);
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    s.ok(&["rm", "rotating"]);
+    let t0 = Instant::now();
+    while f.try_wait().unwrap().is_none() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "logs -f did not end with its sandbox"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let all = reader.join().unwrap();
+    let lines: Vec<&str> = all.lines().filter(|l| l.starts_with("cmd-")).collect();
+    let want: Vec<String> = (0..8)
+        .flat_map(|i| (0..60).map(move |j| format!("cmd-{i}-line-{j}-")))
+        .collect();
+    assert_eq!(lines.len(), want.len(), "lines followed:\n{all}");
+    for (got, want) in lines.iter().zip(&want) {
+        assert!(got.starts_with(want.as_str()), "{got} where {want} was due");
+    }
+}
+
 /// An OCI layout of one layer: a static busybox as /bin/sh, a /srv directory and /marker.
 fn busybox_layout(dir: &Path) -> bool {
     use hull_image::oci::Digest;
