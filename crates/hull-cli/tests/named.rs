@@ -1713,3 +1713,59 @@ fn a_failed_template_build_leaves_nothing_and_the_next_attempt_builds() {
     assert_eq!(s.ok(&["exec", "x", "--", "cat", "/opt/t/f"]), "ok\n");
     assert_eq!(store(&s), (vec!["t".into()], 1));
 }
+
+#[test]
+fn a_creator_killed_during_a_template_build_leaves_the_next_creator_to_build_it() {
+    let s = Sandboxes::new();
+    let mut count = Counter::new();
+    let d = count.path();
+    let secs = unique_secs(8);
+    std::fs::write(count.dir.path().join("slow"), "").expect("write");
+    let setup = format!(
+        "echo try > {d}/runs; if [ -e {d}/slow ]; then sleep {secs}; fi; mkdir -p /opt/t && echo ok > /opt/t/f"
+    );
+    let args = [
+        "create",
+        "x",
+        "--ro-workspace",
+        &d,
+        "--template",
+        "t",
+        "--template-setup",
+        &setup,
+    ];
+    let mut first = s
+        .cmd(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let t0 = Instant::now();
+    let mut seen = String::new();
+    while seen.is_empty() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the setup never ran"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+        seen = count.take();
+    }
+    assert_eq!(seen, "try\n");
+    first.kill().expect("kill the creator");
+    let _ = first.wait();
+    // Its setup goes with it (the builder's keeper saw its starter go), and the next creator
+    // builds the template, removing what the first one left.
+    wait_gone(&["sleep", &secs]);
+    std::fs::remove_file(count.dir.path().join("slow")).expect("rm");
+    let out = s.hull(&args);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("building template `t`"),
+        "{out:?}"
+    );
+    assert_eq!(count.take(), "try\n");
+    assert_eq!(s.ok(&["exec", "x", "--", "cat", "/opt/t/f"]), "ok\n");
+    assert_eq!(store(&s), (vec!["t".into()], 1));
+    assert_eq!(build_leftovers(&s), Vec::<String>::new());
+    assert_eq!(s.keepers().len(), 1, "{:?}", s.keepers());
+}
