@@ -1621,6 +1621,8 @@ fn a_missing_template_is_built_once_by_concurrent_creators_and_restores_do_not_r
     assert_eq!(builders, 1, "{outs:?}");
     assert_eq!(store(&s), (vec!["t".into()], 1));
     assert_eq!(build_leftovers(&s), Vec::<String>::new());
+    let ls = s.ok(&["template", "ls", "--json"]);
+    assert!(ls.contains(r#""from":"(built)""#), "{ls}");
     // Both sandboxes stand on that one build, with its configuration.
     let id = s.ok(&["exec", "c0", "--", "cat", "/opt/t/id"]);
     assert!(!id.trim().is_empty());
