@@ -22,6 +22,11 @@ struct Entry {
     holds: u32,
 }
 
+/// True for an address of the synthetic block (`198.18.0.0/15`), handed out or not.
+pub fn is_synthetic(a: Ipv4Addr) -> bool {
+    (FIRST - 1..=LAST + 1).contains(&u32::from(a))
+}
+
 /// The pool (see the module comment).
 #[derive(Debug)]
 pub struct Pool {
