@@ -153,8 +153,15 @@ pub(crate) fn sweep(parents: &[PathBuf], temp: &Path) -> Swept {
             let Some(owner) = dead.iter_mut().find(|d| d.id == id) else {
                 continue;
             };
-            // Box cgroups are leaves, so rmdir (which the kernel refuses while a task is
-            // inside) is the whole removal.
+            // Box cgroups are leaves but for a named sandbox's spawns (one level of children),
+            // so rmdir (which the kernel refuses while a task is inside) is the whole removal.
+            if let Ok(children) = std::fs::read_dir(e.path()) {
+                for c in children.flatten() {
+                    if c.file_type().is_ok_and(|t| t.is_dir()) {
+                        let _ = std::fs::remove_dir(c.path());
+                    }
+                }
+            }
             if std::fs::remove_dir(e.path()).is_ok() {
                 swept.cgroups += 1;
             } else {
