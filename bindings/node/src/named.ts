@@ -200,6 +200,26 @@ export class NamedSandbox {
     return new Process(this, r.process, options);
   }
 
+  /** The Process of a handle spawned earlier, by this client or any other (`Process.id`): the
+   * keeper owns spawned processes, so a handle outlives its client (not a stop). */
+  process(id: string): Process {
+    if (typeof id !== "string") throw new TypeError(`id must be a string (a Process's id), got ${String(id)}`);
+    return new Process(this, id);
+  }
+
+  /** Reads a text file (lines `startLine..endLine`, from 1, both included, when given); null when
+   * it is missing; a directory rejects (kind `is_a_directory`). */
+  async readText(path: string, options: { startLine?: number; endLine?: number } = {}): Promise<string | null> {
+    const p: Record<string, unknown> = { path: textPath(path) };
+    for (const [k, v] of [["start_line", options.startLine], ["end_line", options.endLine]] as const) {
+      if (v === undefined) continue;
+      if (!Number.isInteger(v) || v < 1) throw new RangeError(`${k === "start_line" ? "startLine" : "endLine"} must be an integer of 1 or more, got ${v}`);
+      p[k] = v;
+    }
+    const r = await this.call("named.read_file", p);
+    return r === null ? null : Buffer.from(r.data_b64, "base64").toString("utf8");
+  }
+
   /** Reads a file of the sandbox's root (a relative path is below /workspace); null when it is
    * missing; a directory rejects (kind `is_a_directory`). */
   async readFile(path: string, options: { maxBytes?: number } = {}): Promise<Buffer | null> {
@@ -300,8 +320,8 @@ export class Process {
     return this.result ? this.result.exitCode : null;
   }
 
-  /** Kills the process and everything it started (SIGKILL to its process group; exit 137); one
-   * that ended already keeps its code. Idempotent. */
+  /** Kills the process and everything it started, daemons that left its session included (its
+   * own cgroup; exit 137); one that ended already keeps its code. Idempotent. */
   async kill(): Promise<ExecutionResult> {
     await this.sandbox.call("named.kill", { process: this.id });
     return this.done;

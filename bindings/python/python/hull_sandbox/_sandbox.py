@@ -437,6 +437,30 @@ class Sandbox:
         r = self._server.call("named.spawn", p)
         return _named.Process(self, r["process"], on_stdout, on_stderr)
 
+    def process(self, handle):
+        """The Process of a handle spawned earlier, by this client or any other (`Process.id`):
+        wait on it, read its output from its start, kill it. The keeper owns spawned processes,
+        so a handle outlives the client that spawned it (not a stop of the sandbox)."""
+        if self.name is None:
+            raise _named.not_named("process")
+        if not isinstance(handle, str):
+            raise TypeError("handle must be a str (a Process's id), got %r" % (handle,))
+        return _named.Process(self, handle)
+
+    def read_text(self, path, start_line=None, end_line=None, encoding="utf-8"):
+        """A named sandbox's text file as str (lines start_line..end_line, from 1, both included,
+        when given); None when it is missing; a directory raises (kind is_a_directory)."""
+        if self.name is None:
+            raise _named.not_named("read_text")
+        p = {"sandbox": self.name, "path": _text_path(path)}
+        for k, v in (("start_line", start_line), ("end_line", end_line)):
+            if v is not None:
+                if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                    raise ValueError("%s must be an int of 1 or more, got %r" % (k, v))
+                p[k] = v
+        r = self._server.call("named.read_file", p)
+        return None if r is None else base64.b64decode(r["data_b64"]).decode(encoding)
+
     def stat(self, path):
         """A named sandbox's path: {type, size, mtime_s, mode}, or None when it is missing."""
         if self.name is None:
