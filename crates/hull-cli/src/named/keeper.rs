@@ -733,6 +733,11 @@ impl Keeper {
         std::thread::spawn(move || {
             if let Ok(status) = exit.recv() {
                 sp.exited(status);
+                // Its cgroup goes once empty (rmdir refuses one that still holds what it left
+                // running: that stays for a kill, until the sandbox stops).
+                if let Some(g) = &sp.group {
+                    let _ = std::fs::remove_dir(g);
+                }
                 log.write(
                     format!("[hull] spawn {} exit {}\n", sp.id, wire::exit_code(status)).as_bytes(),
                 );
