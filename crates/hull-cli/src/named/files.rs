@@ -101,19 +101,28 @@ fn map_out(map: &str, id: u32) -> Option<u32> {
 }
 
 impl Files {
-    /// `pid1` is the box's pid 1 as the keeper sees it (its id maps are the box's).
-    pub fn new(root: OwnedFd, cwd: String, pid1: i32, owner: (u32, u32)) -> Files {
+    /// `pid1` is the box's pid 1 as the keeper sees it (its id maps are the box's). As host
+    /// root, a user whose host ids cannot be found (or are host root's) is refused: the keeper
+    /// never touches a sandbox's files with its own privileges.
+    pub fn new(root: OwnedFd, cwd: String, pid1: i32, owner: (u32, u32)) -> Result<Files, String> {
         let fs_ids = if rustix::process::geteuid().is_root() {
             let map = |f: &str| std::fs::read_to_string(format!("/proc/{pid1}/{f}")).ok();
-            match (map("uid_map"), map("gid_map")) {
+            let ids = match (map("uid_map"), map("gid_map")) {
                 (Some(u), Some(g)) => map_out(&u, owner.0).zip(map_out(&g, owner.1)),
                 _ => None,
             }
-            .filter(|&(u, _)| u != 0)
+            .filter(|&(u, g)| u != 0 && g != 0)
+            .ok_or_else(|| {
+                format!(
+                    "the sandbox user {}:{} has no host ids other than root's in the box's id maps",
+                    owner.0, owner.1
+                )
+            })?;
+            Some(ids)
         } else {
             None
         };
-        Files { root, cwd, fs_ids }
+        Ok(Files { root, cwd, fs_ids })
     }
 
     /// Runs one operation: `out` gets a read's bytes, `input` is a write's data.

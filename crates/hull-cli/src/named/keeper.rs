@@ -219,15 +219,18 @@ fn start(dir: &Dir) -> Result<(Arc<Keeper>, mpsc::Receiver<()>), String> {
     // Asked before anything else reads pid 1's channel.
     let files = resident
         .root_dir()
-        .map(|root| {
+        .map_err(|e| format!("the sandbox's root is not reachable: {}", chain(&e)))
+        .and_then(|root| {
             Files::new(
                 root,
                 spec.cwd.clone(),
                 resident.pid(),
                 super::files::owner_of_written_files(&cfg),
             )
-        })
-        .map_err(|e| format!("the sandbox's root is not reachable: {}", chain(&e)));
+        });
+    if let Err(e) = &files {
+        eprintln!("hull keeper: file operations refused: {e}");
+    }
     let (stop_tx, stop_rx) = mpsc::channel();
     let keeper = Arc::new(Keeper {
         files,
