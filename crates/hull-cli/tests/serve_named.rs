@@ -768,3 +768,38 @@ fn files_written_belong_to_the_sandboxs_user() {
     s.call("named.rm", json!({ "sandbox": "own" }));
     s.close();
 }
+
+#[test]
+fn a_wait_replays_the_last_mebibyte_and_says_how_much_came_before() {
+    let sbs = Sandboxes::new();
+    let mut s = sbs.serve();
+    s.call("named.create", json!({ "name": "big" }));
+    let h = s.call(
+        "named.spawn",
+        json!({ "sandbox": "big", "shell": "head -c 3000000 /dev/zero | tr '\\0' a; echo; echo tail-$((1+1))" }),
+    )["process"]
+        .clone();
+    // A wait that comes once it has all been printed (a wait in flight reads it as it comes).
+    std::thread::sleep(Duration::from_millis(1500));
+    let w = s.call("named.wait", json!({ "sandbox": "big", "process": h }));
+    assert_eq!(w["exit_code"], json!(0));
+    let out = w["stdout"].as_str().unwrap();
+    let dropped = w["dropped_bytes"].as_u64().unwrap();
+    assert!(
+        out.ends_with("\ntail-2\n"),
+        "{}",
+        &out[out.len().saturating_sub(20)..]
+    );
+    assert!(
+        out.len() <= (1 << 20) + (64 << 10),
+        "{} bytes replayed",
+        out.len()
+    );
+    assert_eq!(
+        dropped + out.len() as u64,
+        3_000_000 + 8,
+        "every byte replayed or counted"
+    );
+    s.call("named.rm", json!({ "sandbox": "big" }));
+    s.close();
+}

@@ -231,6 +231,12 @@ fn start(dir: &Dir) -> Result<(Arc<Keeper>, mpsc::Receiver<()>), String> {
     if let Err(e) = &files {
         eprintln!("hull keeper: file operations refused: {e}");
     }
+    let mut spawns = Spawns::new(&resident.cgroup_paths());
+    if let Some(why) = spawns.probe(resident.pid()) {
+        eprintln!(
+            "hull keeper: warning: spawns get no cgroup of their own ({why}); a kill reaches their process group only"
+        );
+    }
     let (stop_tx, stop_rx) = mpsc::channel();
     let keeper = Arc::new(Keeper {
         files,
@@ -246,7 +252,7 @@ fn start(dir: &Dir) -> Result<(Arc<Keeper>, mpsc::Receiver<()>), String> {
         active: AtomicUsize::new(0),
         born: Instant::now(),
         execs: AtomicU64::new(0),
-        spawns: Spawns::new(&resident.cgroup_paths()),
+        spawns,
         resident,
     });
     {

@@ -211,6 +211,26 @@ impl Spawns {
         }
     }
 
+    /// Checks once, at start, that pid 1 (host pid `pid1`) can be moved into a child cgroup of
+    /// the box's and back (a cgroup not delegated to us refuses it); if not, spawns go without
+    /// cgroups (kill falls back to the process group) and the reason is returned.
+    pub fn probe(&mut self, pid1: i32) -> Option<String> {
+        let b = self.box_group.clone()?;
+        let probe = b.join("spawn-probe");
+        let tried = std::fs::create_dir(&probe)
+            .map_err(|e| format!("make {}: {e}", probe.display()))
+            .and_then(|()| move_into(&probe, pid1))
+            .and_then(|()| move_into(&b, pid1));
+        let _ = std::fs::remove_dir(&probe);
+        match tried {
+            Ok(()) => None,
+            Err(e) => {
+                self.box_group = None;
+                Some(e)
+            }
+        }
+    }
+
     /// A new spawn (not started yet) with its cgroup made, when the box has one.
     pub fn add(&self) -> Result<Arc<Spawned>, String> {
         let id = {
