@@ -534,6 +534,10 @@ fn spawn(p: &Map<String, Value>) -> Result<Value, Value> {
         match wire::read_frame(&mut r).map_err(|e| format!("read from the keeper: {e}"))? {
             Some((wire::HANDLE, id)) => {
                 let id = String::from_utf8_lossy(&id).into_owned();
+                if client_gone() {
+                    // Never acknowledged: the keeper kills what it started.
+                    return Err("the client went away before it got the handle".into());
+                }
                 wire::write_frame(&mut conn, wire::ACK, &[])
                     .map_err(|e| format!("talk to the keeper: {e}"))?;
                 Ok(id)
@@ -545,6 +549,25 @@ fn spawn(p: &Map<String, Value>) -> Result<Value, Value> {
     })();
     untrack(key);
     Ok(json!({ "process": r.map_err(fail)? }))
+}
+
+/// Whether this server's client is gone: its input ended (seen by another thread), or our
+/// stdin reports a hangup (a pipe's writer closed, a socket's peer shut down).
+fn client_gone() -> bool {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    if ENDED.load(Ordering::SeqCst) == 2 {
+        return true;
+    }
+    let stdin = std::io::stdin();
+    let mut fds = [PollFd::new(&stdin, PollFlags::RDHUP)];
+    let now = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    poll(&mut fds, Some(&now)).is_ok_and(|n| n > 0)
+        && fds[0]
+            .revents()
+            .intersects(PollFlags::HUP | PollFlags::RDHUP | PollFlags::ERR)
 }
 
 fn no_process(h: &str) -> Value {

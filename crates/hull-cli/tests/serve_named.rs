@@ -803,3 +803,25 @@ fn a_wait_replays_the_last_mebibyte_and_says_how_much_came_before() {
     s.call("named.rm", json!({ "sandbox": "big" }));
     s.close();
 }
+
+#[test]
+fn a_spawn_whose_client_went_away_before_the_answer_does_not_run_on() {
+    let sbs = Sandboxes::new();
+    let mut s = sbs.serve();
+    s.call("named.create", json!({ "name": "gone" }));
+    // The client sends a spawn and is gone at once (its end of the pipe closed): it never
+    // gets the handle, so nothing of the spawn may run on.
+    s.send(
+        "named.spawn",
+        json!({ "sandbox": "gone", "argv": ["sleep", "4271"] }),
+    );
+    s.close();
+    let mut b = sbs.serve();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        !running_in(&mut b, "gone", "sleep 4271"),
+        "a spawn nobody got the handle of runs on"
+    );
+    b.call("named.rm", json!({ "sandbox": "gone" }));
+    b.close();
+}

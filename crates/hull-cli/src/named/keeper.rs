@@ -759,6 +759,8 @@ impl Keeper {
     fn kill_spawn(&self, sp: &Spawned, why: &str) -> bool {
         let was = sp.running();
         if was {
+            self.log
+                .write(format!("[hull] spawn {}: {why}\n", sp.id).as_bytes());
             match &sp.group {
                 Some(g) => spawns::kill_group(g),
                 None => {
@@ -768,8 +770,6 @@ impl Keeper {
                     }
                 }
             }
-            self.log
-                .write(format!("[hull] spawn {}: {why}\n", sp.id).as_bytes());
         }
         let deadline = Instant::now() + Duration::from_secs(5);
         while sp.status().is_none() && Instant::now() < deadline {
