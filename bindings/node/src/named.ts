@@ -200,6 +200,13 @@ export class NamedSandbox {
     return new Process(this, r.process, options);
   }
 
+  /** The Process of a handle spawned earlier, by this client or any other (`Process.id`): the
+   * keeper owns spawned processes, so a handle outlives its client (not a stop). */
+  process(id: string): Process {
+    if (typeof id !== "string") throw new TypeError(`id must be a string (a Process's id), got ${String(id)}`);
+    return new Process(this, id);
+  }
+
   /** Reads a file of the sandbox's root (a relative path is below /workspace); null when it is
    * missing; a directory rejects (kind `is_a_directory`). */
   async readFile(path: string, options: { maxBytes?: number } = {}): Promise<Buffer | null> {
@@ -209,7 +216,7 @@ export class NamedSandbox {
 
   /** A file as text (null when it is missing). `lines: [first, last]` keeps lines first to last,
    * counted from 1, both included (`last` null: to the end), each with its newline; lines end
-   * at "\n" only. Cut here from the whole file. */
+   * at "\n" only. The sandbox's keeper cuts the range. */
   async readText(path: string, options: { lines?: [number, number | null]; encoding?: BufferEncoding } = {}): Promise<string | null> {
     const { lines, encoding = "utf8" } = options;
     if (lines !== undefined) {
@@ -218,14 +225,14 @@ export class NamedSandbox {
         throw new RangeError(`lines must be [first, last]: line numbers from 1, first <= last (last null: to the end), got ${JSON.stringify(lines)}`);
       }
     }
-    const data = await this.readFile(path);
-    if (data === null) return null;
-    const text = data.toString(encoding);
-    if (lines === undefined) return text;
-    const parts = text.split("\n");
-    const found = parts.slice(0, -1).map((l) => l + "\n");
-    if (parts[parts.length - 1] !== "") found.push(parts[parts.length - 1]);
-    return found.slice(lines[0] - 1, lines[1] === null ? undefined : lines[1]).join("");
+    // The keeper cuts the range: only those lines cross the socket.
+    const p: Record<string, unknown> = { path: textPath(path) };
+    if (lines !== undefined) {
+      p.start_line = lines[0];
+      if (lines[1] !== null) p.end_line = lines[1];
+    }
+    const r = await this.call("named.read_file", p);
+    return r === null ? null : Buffer.from(r.data_b64, "base64").toString(encoding);
   }
 
   /** Writes a file (parents made, an existing file overwritten), as the sandbox's user. */
@@ -373,8 +380,8 @@ export class Process {
     return this.result ? this.result.exitCode : null;
   }
 
-  /** Kills the process and everything it started (SIGKILL to its process group; exit 137); one
-   * that ended already keeps its code. Idempotent. */
+  /** Kills the process and everything it started, daemons that left its session included (its
+   * own cgroup; exit 137); one that ended already keeps its code. Idempotent. */
   async kill(): Promise<ExecutionResult> {
     await this.sandbox.call("named.kill", { process: this.id });
     return this.done;

@@ -3,7 +3,7 @@
 // sandboxes in a directory of its own (HULL_SANDBOXES) and removes them.
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -193,5 +193,53 @@ test("a stopped sandbox is resumed with its disk and configuration", () =>
       await back.close();
     } finally {
       await (await resume("again")).destroy();
+    }
+  }));
+
+const psArgs = async (sb) => (await sb.exec(["ps", "-eo", "args"])).stdout.split("\n").map((l) => l.trim());
+
+test("another client kills a handle by its id, a setsid daemon included, and twice is fine", () =>
+  withSandboxes(async () => {
+    const sb = await Sandbox.create({ name: "daemon", persist: true });
+    try {
+      const id = otherProcess(`
+        const sb = await hull.resume("daemon");
+        const p = await sb.spawn("setsid sh -c 'sleep 4262 & exit 0'; sleep 4263 & wait");
+        console.log(p.id);
+        await sb.close();
+      `).trim();
+      for (let i = 0; i < 200 && !(await psArgs(sb)).includes("sleep 4262"); i++) await new Promise((r) => setTimeout(r, 50));
+      assert.ok((await psArgs(sb)).includes("sleep 4262"));
+      const p = sb.process(id);
+      assert.equal((await p.kill()).exitCode, 137);
+      const ps = await psArgs(sb);
+      assert.ok(!ps.includes("sleep 4262") && !ps.includes("sleep 4263"), ps.join("\n"));
+      assert.equal((await p.kill()).exitCode, 137);
+    } finally {
+      await sb.destroy();
+    }
+  }));
+
+test("file paths resolve inside the sandbox's root; line ranges; typed errors", () =>
+  withSandboxes(async () => {
+    const dir = mkdtempSync(join(tmpdir(), "hull-host-secret-"));
+    const secret = join(dir, "secret.txt");
+    writeFileSync(secret, "host secret\n");
+    const sb = await Sandbox.create({ name: "links" });
+    try {
+      assert.equal((await sb.exec(`ln -s ${secret} /workspace/abs && ln -s ../../../../../../..${secret} /workspace/up`)).exitCode, 0);
+      for (const link of ["abs", "up"]) {
+        assert.equal(await sb.readFile(link), null);
+        await sb.writeFile(link, "pwned\n").catch((e) => assert.equal(e.kind, "io"));
+      }
+      assert.equal(readFileSync(secret, "utf8"), "host secret\n");
+      await sb.writeFile("lines.txt", "one\ntwo\nthree\n");
+      assert.equal(await sb.readText("lines.txt", { lines: [2, 2] }), "two\n");
+      assert.equal(await sb.readText("nope.txt"), null);
+      await assert.rejects(sb.writeFile("/workspace", "x"), (e) => e.kind === "is_a_directory");
+      await assert.rejects(sb.listFiles("lines.txt"), (e) => e.kind === "not_a_directory");
+    } finally {
+      await sb.destroy();
+      rmSync(dir, { recursive: true, force: true });
     }
   }));

@@ -1819,3 +1819,52 @@ fn a_creator_killed_during_a_template_build_leaves_the_next_creator_to_build_it(
     assert_eq!(build_leftovers(&s), Vec::<String>::new());
     assert_eq!(s.keepers().len(), 1, "{:?}", s.keepers());
 }
+
+#[test]
+fn an_aborted_spawn_kills_what_it_started() {
+    use std::io::Write;
+    let s = Sandboxes::new();
+    s.ok(&["create", "ab"]);
+    // A client that asks for a spawn and goes away before it reads the handle (the keeper's
+    // wire protocol, as `hull serve` speaks it).
+    {
+        let mut c = std::os::unix::net::UnixStream::connect(s.root().join("ab/control.sock"))
+            .expect("connect to the keeper");
+        let req = serde_json::json!({
+            "op": "spawn", "argv": ["sh", "-c", "echo began-$((1+1)); exec sleep 4246"],
+            "env": [], "cwd": null, "shell": false,
+        });
+        writeln!(c, "{req}").unwrap();
+    }
+    let t0 = Instant::now();
+    loop {
+        let logs = s.ok(&["logs", "ab"]);
+        if logs.contains("killed: the client went away before it got the handle") {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the aborted spawn was not killed:\n{logs}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let ps = s.ok(&["exec", "ab", "--", "ps", "-eo", "args"]);
+    assert!(!ps.lines().any(|l| l.trim() == "sleep 4246"), "{ps}");
+    // One whose client took the handle stays: the keeper owns it.
+    let mut c = std::os::unix::net::UnixStream::connect(s.root().join("ab/control.sock")).unwrap();
+    let req = serde_json::json!({
+        "op": "spawn", "argv": ["sleep", "4247"], "env": [], "cwd": null, "shell": false,
+    });
+    writeln!(c, "{req}").unwrap();
+    let mut head = [0u8; 5];
+    std::io::Read::read_exact(&mut c, &mut head).unwrap();
+    assert_eq!(head[0], 6, "a handle frame");
+    let mut id = vec![0u8; u32::from_le_bytes(head[1..].try_into().unwrap()) as usize];
+    std::io::Read::read_exact(&mut c, &mut id).unwrap();
+    c.write_all(&[7, 0, 0, 0, 0]).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    drop(c);
+    std::thread::sleep(Duration::from_millis(200));
+    let ps = s.ok(&["exec", "ab", "--", "ps", "-eo", "args"]);
+    assert!(ps.lines().any(|l| l.trim() == "sleep 4247"), "{ps}");
+}

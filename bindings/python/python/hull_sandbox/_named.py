@@ -89,7 +89,8 @@ class _Collect:
 class Process:
     """A background process started by `Sandbox.spawn`: it runs on after this object, this
     process and later execs, until `kill()` or the sandbox stops. Its output (from its start) is
-    streamed to the spawn's callbacks and kept: `stdout`/`stderr` so far, `wait()` for the end."""
+    streamed to the spawn's callbacks and kept: `stdout`/`stderr` so far, `wait()` for the end.
+    `Sandbox.process(id)` gives the Process of a handle in another client."""
 
     def __init__(self, sandbox, handle, on_stdout=None, on_stderr=None):
         self._sb = sandbox
@@ -159,8 +160,9 @@ class Process:
         return self._result.exit_code if self._done.is_set() and self._result is not None else None
 
     def kill(self):
-        """Kills the process and everything it started (SIGKILL to its process group; exit
-        137); a process that has ended already is left as it was. Idempotent."""
+        """Kills the process and everything it started, daemons that left its session
+        included (its own cgroup; exit 137); a process that has ended already keeps its code.
+        Idempotent."""
         self._sb._server.call("named.kill", {"sandbox": self._sb.name, "process": self.id})
         return self.wait(30)
 

@@ -6,9 +6,11 @@
 //! the same user can use it: the keeper outlives whoever started it. See `docs/named.md`.
 
 pub mod client;
+pub mod files;
 pub mod keeper;
 pub mod logs;
 pub mod peer;
+pub mod spawns;
 pub mod state;
 pub mod template;
 pub mod tidy;
