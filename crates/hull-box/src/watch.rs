@@ -287,7 +287,9 @@ impl<'a> Watching<'a> {
             | Message::IdsMapped
             | Message::Spawned { .. }
             | Message::Exited { .. }
-            | Message::ChdirFailed { .. }) => {
+            | Message::ChdirFailed { .. }
+            | Message::IdsFailed { .. }
+            | Message::HandedOver { .. }) => {
                 return Err(channel::unexpected(
                     self.watch.plan,
                     "Ready, SetupFailed, ExecFailed or MainExited",

@@ -230,6 +230,7 @@ fn config_of(name: &str, p: &Map<String, Value>) -> Result<Config, Value> {
         "idle_timeout_s",
         "max_duration_s",
         "adopt",
+        "user",
     ];
     if let Some(k) = p.keys().find(|k| !KNOWN.contains(&k.as_str())) {
         return Err(invalid(k, "unknown parameter"));
@@ -256,6 +257,7 @@ fn config_of(name: &str, p: &Map<String, Value>) -> Result<Config, Value> {
         "idle_timeout_ms": ms("idle_timeout_s")?,
         "max_duration_ms": ms("max_duration_s")?,
         "created": state::now_secs(),
+        "user": string(p, "user")?,
     });
     serde_json::from_value(v).map_err(|e| invalid("params", e.to_string()))
 }
@@ -493,6 +495,7 @@ fn exec(out: &Out, id: &Value, p: &Map<String, Value>) -> Result<Value, Value> {
         cwd: string(p, "cwd")?,
         stdin: false,
         shell,
+        user: string(p, "user")?,
     };
     let timeout = number(p, "timeout_s")?.map(Duration::from_secs_f64);
     let mut sink = stream_flag(p)?.then(|| EventSink::new(out.clone(), id.clone()));
@@ -525,6 +528,7 @@ fn script_request(text: &str, args: &[&str], cwd: &str, stdin: bool) -> wire::Re
         cwd: Some(cwd.into()),
         stdin,
         shell: false,
+        user: None,
     }
 }
 
@@ -589,6 +593,7 @@ fn spawn(p: &Map<String, Value>) -> Result<Value, Value> {
         cwd: string(p, "cwd")?,
         stdin: false,
         shell: false,
+        user: string(p, "user")?,
     };
     let d = exec_in(&dir, &req, None, None, false)?;
     match d.code {
@@ -642,6 +647,7 @@ fn wait(out: &Out, id: &Value, p: &Map<String, Value>) -> Result<Value, Value> {
                         cwd: Some("/".into()),
                         stdin: false,
                         shell: false,
+                        user: None,
                     };
                     let _ = exec_in_sink(&dir, &req, &mut as_stream, &ended);
                 })

@@ -22,6 +22,10 @@ pub enum Request {
         /// `argv` joined is one shell string, run by bash (sh where the image has no bash).
         #[serde(default)]
         shell: bool,
+        /// `-u`: the user it runs as (`NAME|UID[:GID]`, resolved in the sandbox's
+        /// `/etc/passwd`), instead of the sandbox's `--user`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        user: Option<String>,
     },
     /// End every process and the keeper; the disk stays.
     Stop,
