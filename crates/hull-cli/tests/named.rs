@@ -1815,3 +1815,26 @@ fn without_a_subid_range_a_user_is_refused_naming_etc_subuid_and_the_fix() {
         "the refused sandbox was left behind"
     );
 }
+
+#[test]
+fn a_users_command_whose_client_goes_away_is_killed_by_pid_1() {
+    if !can_map_users() {
+        return;
+    }
+    let s = Sandboxes::new();
+    // Pid 1 (root) ends a command of another uid: it keeps CAP_KILL for that.
+    s.ok(&["create", "uabort", "--user", "1000"]);
+    let secs = unique_secs(8);
+    let mut c = s.cmd(&["exec", "uabort", "--", "sleep", &secs]);
+    c.stdout(Stdio::null()).stderr(Stdio::null());
+    let mut client = c.spawn().unwrap();
+    let t0 = Instant::now();
+    while running(&["sleep", &secs]).is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    client.kill().unwrap();
+    client.wait().unwrap();
+    wait_gone(&["sleep", &secs]);
+    assert_eq!(s.ok(&["exec", "uabort", "--", "id", "-u"]), "1000\n");
+}
