@@ -3,7 +3,7 @@
 // sandboxes in a directory of its own (HULL_SANDBOXES) and removes them.
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -130,6 +130,33 @@ test("files of a named sandbox are read, written, listed and deleted in its root
       assert.deepEqual((await sb.listFiles("a")).map((e) => e.name), ["b.txt"]);
       assert.equal(await sb.delete("a"), true);
       assert.equal(await sb.delete("a"), false);
+    } finally {
+      await sb.destroy();
+    }
+  }));
+
+/** Whether a sandbox may have users besides root: hull runs as root, or this user has an
+ * /etc/subuid range. */
+function canMapUsers() {
+  if (process.getuid() === 0) return true;
+  const me = execFileSync("id", ["-un"]).toString().trim();
+  try {
+    return readFileSync("/etc/subuid", "utf8").split("\n").some((l) => l.split(":")[0] === me);
+  } catch {
+    return false;
+  }
+}
+
+test("a sandbox made with user runs commands as that user, and one exec may name root", { skip: !canMapUsers() && "no /etc/subuid range for this user: user needs one rootless" }, () =>
+  withSandboxes(async () => {
+    const sb = await Sandbox.create({ name: "usr", user: "1000", setup: "echo s > /root-only; chmod 600 /root-only" });
+    try {
+      assert.equal((await sb.exec("id -u; id -g")).stdout, "1000\n1000\n");
+      const denied = await sb.exec(["cat", "/root-only"]);
+      assert.notEqual(denied.exitCode, 0);
+      assert.equal((await sb.exec(["cat", "/root-only"], { user: "root" })).stdout, "s\n");
+      assert.equal((await sb.exec("grep CapEff /proc/self/status")).stdout, "CapEff:\t0000000000000000\n");
+      await assert.rejects(Sandbox.create({ name: "usr", persist: true, user: "1001", setup: "echo s > /root-only; chmod 600 /root-only" }), (e) => e instanceof SandboxError && e.detail.arg === "user");
     } finally {
       await sb.destroy();
     }

@@ -180,3 +180,34 @@ def test_files_of_a_named_sandbox(sandboxes):
         sb.write_file("/etc/hull-test", b"\x00\xff")
         assert sb.read_file("/etc/hull-test") == b"\x00\xff"
         assert sb.delete("a") is True and sb.delete("a") is False
+
+
+def _can_map_users():
+    if os.geteuid() == 0:
+        return True
+    import pwd
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    try:
+        with open("/etc/subuid") as f:
+            return any(line.split(":")[0] == me for line in f)
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _can_map_users(), reason="no /etc/subuid range for this user: user= needs one rootless")
+def test_a_sandbox_user_runs_commands_and_one_exec_may_name_another(sandboxes):
+    with Sandbox(name="usr", user="1000", setup="echo s > /root-only; chmod 600 /root-only") as sb:
+        assert sb.exec("id -u; id -g").stdout == "1000\n1000\n"
+        denied = sb.exec(["cat", "/root-only"])
+        assert denied.exit_code != 0 and "Permission denied" in denied.stderr
+        assert sb.exec(["cat", "/root-only"], user="root").stdout == "s\n"
+        assert sb.exec("grep CapEff /proc/self/status").stdout == "CapEff:\t0000000000000000\n"
+        with pytest.raises(SandboxError) as e:
+            sb.exec(["true"], user="ghost")
+        assert "ghost" in str(e.value)
+        # Adopting it as another user is refused, naming the argument.
+        with pytest.raises(SandboxError) as e:
+            Sandbox(name="usr", persist=True, user="1001", setup="echo s > /root-only; chmod 600 /root-only")
+        assert e.value.kind == "config_mismatch" and e.value.detail.get("arg") == "user"
+    with pytest.raises(TypeError):
+        Sandbox(user="1000")
