@@ -301,27 +301,43 @@ pub mod resident {
     const HAND_OVER: &[u8; 4] = b"HRC1";
 
     /// A request to make the absolute directory `path` (and its missing parents) and give it
-    /// to `uid`:`gid` (a sandbox's `/workspace` and its user's home); pid 1 answers
+    /// to `uid`:`gid` (a sandbox's `/workspace` and its user's home); with `only_made`, a
+    /// directory that existed already is left as it is. Pid 1 answers
     /// [`super::Message::HandedOver`]. None for a path with a NUL byte or too long.
-    pub fn hand_over(path: &str, uid: u32, gid: u32) -> Option<Vec<u8>> {
+    pub fn hand_over(path: &str, uid: u32, gid: u32, only_made: bool) -> Option<Vec<u8>> {
         if path.contains('\0') || path.len() >= 4096 || !path.starts_with('/') {
             return None;
         }
         let mut out = HAND_OVER.to_vec();
-        out.extend_from_slice(&uid.to_le_bytes());
-        out.extend_from_slice(&gid.to_le_bytes());
+        for w in [uid, gid, u32::from(only_made)] {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
         out.extend_from_slice(path.as_bytes());
         out.push(0);
         Some(out)
     }
 
-    /// The path (without its NUL), uid and gid of a [`hand_over`] request (no allocation).
-    pub fn parse_hand_over(data: &[u8]) -> Option<(&[u8], u32, u32)> {
-        if data.len() < 14 || &data[..4] != HAND_OVER {
+    /// A [`hand_over`] request: the path (without its NUL), uid, gid and `only_made`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct HandOver<'a> {
+        pub path: &'a [u8],
+        pub uid: u32,
+        pub gid: u32,
+        pub only_made: bool,
+    }
+
+    /// A [`hand_over`] request read without allocating; None for anything else.
+    pub fn parse_hand_over(data: &[u8]) -> Option<HandOver<'_>> {
+        if data.len() < 18 || &data[..4] != HAND_OVER {
             return None;
         }
-        let path = data[12..].strip_suffix(&[0])?;
-        (!path.contains(&0)).then_some((path, word(data, 4)?, word(data, 8)?))
+        let path = data[16..].strip_suffix(&[0])?;
+        (!path.contains(&0)).then_some(HandOver {
+            path,
+            uid: word(data, 4)?,
+            gid: word(data, 8)?,
+            only_made: word(data, 12)? != 0,
+        })
     }
 
     /// Splits a program request without allocating; None for anything malformed (another
@@ -524,13 +540,18 @@ mod tests {
         );
         assert_eq!(resident::parse_kill(&resident::kill(7, 9)), Some((7, 9)));
         assert_eq!(resident::parse_kill(&data), None);
-        let h = resident::hand_over("/home/dev", 1000, 1000).unwrap();
+        let h = resident::hand_over("/home/dev", 1000, 1001, true).unwrap();
         assert_eq!(
             resident::parse_hand_over(&h),
-            Some((&b"/home/dev"[..], 1000, 1000))
+            Some(resident::HandOver {
+                path: b"/home/dev",
+                uid: 1000,
+                gid: 1001,
+                only_made: true
+            })
         );
-        assert!(resident::hand_over("home", 1, 1).is_none());
-        assert!(resident::hand_over("/a\0b", 1, 1).is_none());
+        assert!(resident::hand_over("home", 1, 1, false).is_none());
+        assert!(resident::hand_over("/a\0b", 1, 1, false).is_none());
         assert_eq!(resident::parse_hand_over(&data), None);
     }
 }

@@ -209,14 +209,21 @@ impl Resident {
     }
 
     /// Asks pid 1 to make the absolute directory `path` in the box (and its missing parents,
-    /// 0755; no component may be a symlink) and give it to `uid`:`gid`. Its answer comes
-    /// through [`Resident::recv`] as [`Event::HandedOver`]; like [`Resident::send`], not to
-    /// overlap another request.
-    pub fn hand_over(&self, path: &str, uid: u32, gid: u32) -> Result<(), BoxError> {
-        let data = crate::proto::resident::hand_over(path, uid, gid).ok_or(BoxError::Sys {
-            what: "hand over a directory that is not an absolute path",
-            errno: sys::Errno(libc::EINVAL),
-        })?;
+    /// 0755; no component may be a symlink) and give it to `uid`:`gid`; with `only_made`, one
+    /// that existed is left as it was. Its answer comes through [`Resident::recv`] as
+    /// [`Event::HandedOver`]; like [`Resident::send`], not to overlap another request.
+    pub fn hand_over(
+        &self,
+        path: &str,
+        uid: u32,
+        gid: u32,
+        only_made: bool,
+    ) -> Result<(), BoxError> {
+        let data =
+            crate::proto::resident::hand_over(path, uid, gid, only_made).ok_or(BoxError::Sys {
+                what: "hand over a directory that is not an absolute path",
+                errno: sys::Errno(libc::EINVAL),
+            })?;
         sys::send_with_fds(self.channel.fd().as_raw_fd(), &data, &[]).map_err(|errno| {
             BoxError::Sys {
                 what: "ask the box to hand over a directory",

@@ -1511,7 +1511,7 @@ fn users_image(s: &mut Sandboxes, home: &Path) -> bool {
         ("etc/", ""),
         (
             "etc/passwd",
-            "root:x:0:0:root:/root:/bin/sh\ndev:x:1000:1000:dev:/home/dev:/bin/sh\n",
+            "root:x:0:0:root:/root:/bin/sh\ndev:x:1000:1000:dev:/home/dev:/bin/sh\nsvc:x:1200:1200::/srv:/bin/sh\nlib:x:1300:1300::/var/lib/lib:/bin/sh\n",
         ),
         ("etc/group", "root:x:0:\ndev:x:1000:\ntools:x:1500:dev\n"),
     ];
@@ -1744,6 +1744,68 @@ fn a_sandbox_user_runs_every_command_with_its_ids_home_and_workspace() {
             "id -u; cat /workspace/mine && echo kept"
         ]),
         "1000\nkept\n"
+    );
+    // rm removes what the user's ids own too (rootless: ids of the caller's range, which the
+    // caller cannot remove as itself), and so does the removal of the template's layer.
+    s.ok(&[
+        "exec",
+        "fromt",
+        "--",
+        "sh",
+        "-c",
+        "mkdir /workspace/d && touch /workspace/d/f",
+    ]);
+    s.ok(&["rm", "fromt"]);
+    s.ok(&["rm", "dev"]);
+    s.ok(&["template", "rm", "devt"]);
+    let left: Vec<_> = std::fs::read_dir(s.root())
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "plain" && n != ".templates")
+        .collect();
+    assert_eq!(left, Vec::<String>::new(), "rm left directories behind");
+    let layers = s.root().join(".templates/layers");
+    assert_eq!(
+        std::fs::read_dir(&layers).map_or(0, Iterator::count),
+        0,
+        "a layer was left"
+    );
+}
+
+#[test]
+fn a_home_outside_home_is_handed_over_only_when_it_is_made() {
+    if !can_map_users() {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let mut s = Sandboxes::new();
+    if !users_image(&mut s, home.path()) {
+        return;
+    }
+    // svc's home is the image's /srv: a directory of the image's, left as it is.
+    s.ok(&["create", "svc", "--image", "bb:users", "--user", "svc"]);
+    assert_eq!(
+        s.ok(&[
+            "exec",
+            "svc",
+            "--shell",
+            "--",
+            "echo $HOME; stat -c %u /srv"
+        ]),
+        "/srv\n0\n"
+    );
+    // lib's home is missing: made, and lib's.
+    s.ok(&["create", "lib", "--image", "bb:users", "--user", "lib"]);
+    assert_eq!(
+        s.ok(&[
+            "exec",
+            "lib",
+            "--shell",
+            "--",
+            "stat -c %u:%g $HOME /var/lib"
+        ]),
+        "1300:1300\n0:0\n"
     );
 }
 

@@ -864,9 +864,9 @@ fn serve_resident(ctx: &ChildContext<'_>, stack: &mut ProgramStack) -> SysResult
             let _ = sys::kill(-1, libc::SIGKILL);
             sys::exit_now(0);
         }
-        if let Some((path, uid, gid)) = crate::proto::resident::parse_hand_over(&data[..n]) {
+        if let Some(h) = crate::proto::resident::parse_hand_over(&data[..n]) {
             // Pid 1's own work (its `CAP_CHOWN`), done before any program of the user runs.
-            let errno = match sys::make_dir_owned(path, uid, gid) {
+            let errno = match sys::make_dir_owned(h.path, h.uid, h.gid, h.only_made) {
                 Ok(()) => 0,
                 Err(e) => e.0,
             };

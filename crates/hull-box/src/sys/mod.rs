@@ -779,10 +779,10 @@ pub fn switch_ids(uid: u32, gid: u32, groups: &[u32]) -> SysResult<()> {
 }
 
 /// `mkdir -p` of the absolute `path` (each missing directory made 0755), then gives its last
-/// directory to `uid`:`gid`. No component may be a symlink, `.` or `..` (each is opened
-/// `O_NOFOLLOW | O_DIRECTORY` from the one before, from `/`). Allocation-free: `path` is at most
-/// 4095 bytes, each component at most 255.
-pub fn make_dir_owned(path: &[u8], uid: u32, gid: u32) -> SysResult<()> {
+/// directory to `uid`:`gid` (with `only_made`, only if this call made it). No component may be
+/// a symlink, `.` or `..` (each is opened `O_NOFOLLOW | O_DIRECTORY` from the one before, from
+/// `/`). Allocation-free: `path` is at most 4095 bytes, each component at most 255.
+pub fn make_dir_owned(path: &[u8], uid: u32, gid: u32, only_made: bool) -> SysResult<()> {
     if path.first() != Some(&b'/') || path.len() >= 4096 {
         return Err(Errno(libc::EINVAL));
     }
@@ -799,6 +799,7 @@ pub fn make_dir_owned(path: &[u8], uid: u32, gid: u32) -> SysResult<()> {
         Ok(unsafe { OwnedFd::from_raw_fd(fd) })
     };
     let mut at = open_at(libc::AT_FDCWD, c"/")?;
+    let mut made = false;
     let mut name = [0u8; 256];
     for part in path.split(|&b| b == b'/').filter(|p| !p.is_empty()) {
         if part == b"." || part == b".." || part.len() >= name.len() || part.contains(&0) {
@@ -808,11 +809,15 @@ pub fn make_dir_owned(path: &[u8], uid: u32, gid: u32) -> SysResult<()> {
         name[part.len()] = 0;
         let c = CStr::from_bytes_until_nul(&name).map_err(|_| Errno(libc::EINVAL))?;
         // SAFETY: a valid C string relative to our directory descriptor.
-        match check(unsafe { libc::mkdirat(at.as_raw_fd(), c.as_ptr(), 0o755) }) {
-            Ok(_) | Err(Errno(libc::EEXIST)) => {}
+        made = match check(unsafe { libc::mkdirat(at.as_raw_fd(), c.as_ptr(), 0o755) }) {
+            Ok(_) => true,
+            Err(Errno(libc::EEXIST)) => false,
             Err(e) => return Err(e),
-        }
+        };
         at = open_at(at.as_raw_fd(), c)?;
+    }
+    if only_made && !made {
+        return Ok(());
     }
     // SAFETY: an empty C string with AT_EMPTY_PATH names the descriptor itself.
     check(unsafe { libc::fchownat(at.as_raw_fd(), c"".as_ptr(), uid, gid, libc::AT_EMPTY_PATH) })

@@ -322,12 +322,15 @@ fn start(dir: &Dir) -> Result<(Arc<Keeper>, mpsc::Receiver<()>), String> {
         if !done.exists() {
             // Once, before any command of the user's: its /workspace (the sandbox's own,
             // never a host directory, see `spec_of`) and its home are made its.
-            let mut dirs = vec!["/workspace"];
+            // A home below /home is the user's whether the image made it or not (a rootless
+            // store unpacks every file as the caller, the box's root); any other (`/usr/sbin`
+            // of `daemon`, `/nonexistent`) only when it is made here.
+            let mut dirs = vec![("/workspace", false)];
             if user.home.starts_with('/') && user.home != "/" {
-                dirs.push(&user.home);
+                dirs.push((&user.home, !user.home.starts_with("/home/")));
             }
-            for d in dirs {
-                if let Err(e) = keeper.hand_over(d, user.uid, user.gid) {
+            for (d, only_made) in dirs {
+                if let Err(e) = keeper.hand_over(d, user.uid, user.gid, only_made) {
                     keeper.resident.end();
                     return Err(format!("--user {u}: {e}"));
                 }
@@ -481,11 +484,11 @@ impl Keeper {
     }
 
     /// Has pid 1 make `path` and give it to `uid`:`gid` (see [`Resident::hand_over`]).
-    fn hand_over(&self, path: &str, uid: u32, gid: u32) -> Result<(), String> {
+    fn hand_over(&self, path: &str, uid: u32, gid: u32, only_made: bool) -> Result<(), String> {
         let (tx, rx) = mpsc::channel();
         let _one = lock(&self.spawn);
         *lock(&self.handed) = Some(tx);
-        if let Err(e) = self.resident.hand_over(path, uid, gid) {
+        if let Err(e) = self.resident.hand_over(path, uid, gid, only_made) {
             lock(&self.handed).take();
             return Err(chain(&e));
         }
