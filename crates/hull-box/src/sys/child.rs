@@ -1079,7 +1079,14 @@ fn exec_program(ctx: &ChildContext<'_>, program: &Program<'_>) -> ! {
         // another user loses every capability with its ids (setresuid to a non-zero uid
         // clears the permitted and effective sets), a root program keeps the plan's.
         let switched = match ids.switch {
-            Some((uid, gid)) => sys::switch_ids(uid, gid, ids.groups).map(|()| uid),
+            Some((uid, gid)) => sys::switch_ids(uid, gid, ids.groups).map(|()| {
+                // Until its exec this process shares pid 1's memory. The switch made that
+                // memory non-dumpable (fs.suid_dumpable 0 or 2; the keeper refuses a user at
+                // 1), so no process of the user can ptrace it or read it through /proc; made
+                // so again here in any case.
+                let _ = sys::prctl(libc::PR_SET_DUMPABLE, 0);
+                uid
+            }),
             None => Ok(0),
         };
         let dropped = switched.and_then(|uid| sys::capset(if uid == 0 { ids.keep } else { 0 }));

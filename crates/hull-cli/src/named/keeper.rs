@@ -216,6 +216,8 @@ pub fn spec_of(dir: &Dir, cfg: &Config) -> Result<BoxSpec, String> {
                 "--user {u} with --workspace: a host directory at /workspace cannot be handed to a user of the sandbox (its files would belong to ids of the sandbox's range on the host); leave --workspace out (the sandbox's own /workspace is handed to {u})"
             ));
         }
+        let dumpable = std::fs::read_to_string("/proc/sys/fs/suid_dumpable").unwrap_or_default();
+        users::check_dumpable(&dumpable).map_err(|e| format!("--user {u}: {e}"))?;
         // Ids besides root: host root's own range, or the caller's /etc/subuid range.
         spec.subids = true;
         if !rustix::process::geteuid().is_root() {

@@ -29,6 +29,20 @@ pub fn is_root(spec: &str) -> bool {
     matches!(spec, "root" | "0" | "0:0" | "root:0" | "root:root")
 }
 
+/// Refuses a user other than root when `fs.suid_dumpable` (the text of
+/// `/proc/sys/fs/suid_dumpable`) is 1: then a process that changes its ids stays dumpable, and
+/// a program's process, which shares pid 1's memory from its id switch until its exec, could be
+/// traced by the user's other processes in that moment (see `docs/named.md` "Users").
+pub fn check_dumpable(suid_dumpable: &str) -> Result<(), String> {
+    if suid_dumpable.trim() == "1" {
+        return Err(
+            "this host has fs.suid_dumpable=1 (a debugging setting: processes that change their ids stay traceable by that user), under which a command's process could be traced as it becomes the user; set it to 0 or 2 (`sysctl fs.suid_dumpable=0`)"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
 /// Refuses a spec that is not `NAME`, `UID`, `NAME:GROUP` or `UID:GID`.
 pub fn check_spec(spec: &str) -> Result<(), String> {
     let (user, group) = match spec.split_once(':') {
@@ -193,6 +207,10 @@ mod tests {
         assert!(resolve("a b", PASSWD, GROUP).is_err());
         assert!(resolve("", PASSWD, GROUP).is_err());
         assert!(is_root("root") && is_root("0") && !is_root("node"));
+        assert!(check_dumpable("0\n").is_ok() && check_dumpable("2\n").is_ok());
+        assert!(check_dumpable("1\n")
+            .unwrap_err()
+            .contains("fs.suid_dumpable"));
     }
 
     #[test]
