@@ -214,6 +214,14 @@ fn sdk_arg(field: &str) -> &str {
     }
 }
 
+/// A keeper's message as an SDK caller spells its arguments: the keeper names `hull create
+/// --user` and `hull exec -u/--user`, which are `user` here.
+fn sdk_words(message: &str) -> String {
+    message
+        .replace("-u/--user", "`user`")
+        .replace("--user", "`user`")
+}
+
 /// A configuration from `named.create`'s parameters, through its JSON form (fields added later
 /// take their defaults).
 fn config_of(name: &str, p: &Map<String, Value>) -> Result<Config, Value> {
@@ -301,7 +309,7 @@ fn create(p: &Map<String, Value>) -> Result<Value, Value> {
                 } else {
                     "sandbox_error"
                 };
-                return Err(err(kind, e));
+                return Err(err(kind, sdk_words(&e)));
             }
             Err(_) => {}
         }
@@ -452,7 +460,7 @@ fn exec_on(
                 done.code = Some(i32::from_le_bytes(b));
                 return Ok(done);
             }
-            wire::ERROR => return Err(String::from_utf8_lossy(&data).into_owned()),
+            wire::ERROR => return Err(sdk_words(&String::from_utf8_lossy(&data))),
             _ => return Err(format!("an unknown frame kind {kind} from the keeper")),
         };
         if let Some(s) = sink.as_deref_mut() {
@@ -797,6 +805,18 @@ pub(crate) fn handle(out: &Out, id: &Value, method: &str, params: Value) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keeper_messages_name_user_as_the_sdk_spells_it() {
+        assert_eq!(
+            sdk_words("-u/--user: no user `x` in the sandbox's /etc/passwd"),
+            "`user`: no user `x` in the sandbox's /etc/passwd"
+        );
+        assert_eq!(
+            sdk_words("--user 1000: see `usermod --add-subuids 1-2 u`"),
+            "`user` 1000: see `usermod --add-subuids 1-2 u`"
+        );
+    }
 
     #[test]
     fn a_differing_argument_is_named_as_the_sdk_spells_it() {

@@ -208,7 +208,7 @@ pub fn spec_of(dir: &Dir, cfg: &Config) -> Result<BoxSpec, String> {
     spec.hostname = cfg.name.clone();
     spec.writable_root = Some(dir.writable_root_over(&cfg.layers, in_root)?);
     if let Some(u) = cfg.user.as_deref() {
-        users::check_spec(u).map_err(|e| format!("--user {e}"))?;
+        users::check_spec(u).map_err(|e| format!("--user: {e}"))?;
     }
     if let Some(u) = cfg.user.as_deref().filter(|u| !users::is_root(u)) {
         if cfg.workspace.is_some() {
@@ -318,7 +318,7 @@ fn start(dir: &Dir) -> Result<(Arc<Keeper>, mpsc::Receiver<()>), String> {
             Ok(user) => user,
             Err(e) => {
                 keeper.resident.end();
-                return Err(format!("--user {e}"));
+                return Err(format!("--user: {e}"));
             }
         };
         if !done.exists() {
@@ -528,7 +528,7 @@ impl Keeper {
                         Err(e)
                     }
                 });
-                resolved.map_err(|e| format!("-u/--user {e}"))?
+                resolved.map_err(|e| format!("-u/--user: {e}"))?
             }
         };
         if user.uid == 0 && user.gid == 0 {
