@@ -1717,7 +1717,7 @@ fn a_sandbox_user_runs_every_command_with_its_ids_home_and_workspace() {
     // A sandbox made without --user maps only root: -u of another user is refused.
     let out = s.hull(&["exec", "plain", "-u", "dev", "--", "true"]);
     assert_eq!(out.status.code(), Some(125));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("created without --user"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("maps only root"));
     // ps shows the user; stop/start and a template keep it.
     let ps = s.ok(&["ps", "--json"]);
     let row = ps

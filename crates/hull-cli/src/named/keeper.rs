@@ -536,7 +536,7 @@ impl Keeper {
         }
         if !self.subids {
             return Err(format!(
-                "-u/--user {}: this sandbox maps only root (it was created without --user); create it with --user to run commands as other users",
+                "-u/--user {}: this sandbox maps only root (it was created without a --user other than root); create it with --user USER to run commands as other users",
                 asked.unwrap_or(&user.name)
             ));
         }
