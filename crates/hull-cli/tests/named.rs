@@ -1611,7 +1611,7 @@ fn a_sandbox_user_runs_every_command_with_its_ids_home_and_workspace() {
         "--user",
         "dev",
         "--setup",
-        "echo from-setup > /workspace/setup-file; echo secret > /secret; chmod 600 /secret",
+        "echo from-setup > /workspace/setup-file; echo secret > /secret; chmod 600 /secret; mkdir /private; chmod 700 /private",
     ]);
     // The user's ids, groups and environment.
     assert_eq!(
@@ -1671,6 +1671,13 @@ fn a_sandbox_user_runs_every_command_with_its_ids_home_and_workspace() {
     assert_eq!(
         s.ok(&["exec", "dev", "-u", "root", "--", "cat", "/secret"]),
         "secret\n"
+    );
+    // The working directory is entered as the user: root's 0700 directory is refused (126).
+    let out = s.hull(&["exec", "dev", "-w", "/private", "--", "sh", "-c", "pwd"]);
+    assert_eq!(out.status.code(), Some(126), "{}", text(&out.stderr));
+    assert_eq!(
+        s.ok(&["exec", "dev", "-u", "root", "-w", "/private", "--", "sh", "-c", "pwd"]),
+        "/private\n"
     );
     assert_eq!(
         s.ok(&[
