@@ -300,7 +300,8 @@ class Sandbox:
     disk and long-lived processes (`exec`, `spawn`, `stop`, `destroy`). `persist=True` adopts
     the sandbox of that name when it exists (made with the same arguments, else refused naming
     the one that differs) and leaves it running at the end of a `with` block; without it, a
-    taken name is a conflict and the sandbox is destroyed at the end of the block."""
+    taken name is a conflict and the sandbox is destroyed at the end of the block. `user=`
+    (named only) runs every command as that user of the image (`setup` runs as root)."""
 
     def __init__(self, image=None, setup=None, workspace=None, memory_mb=512, cpus=None, pids=256, timeout_s=30, network=False, mounts=None, tmpfs=None, env=None, max_output_bytes=None, deps_readonly=True, security_profile=None, require_limits=False, cap_drop=None, track_files=True, on_stdout=None, on_stderr=None, prewarm=0, setup_timeout_s=600, name=None, persist=False, ro_workspaces=None, idle_timeout_s=None, max_duration_s=None, user=None):
         if name is not None:
