@@ -202,6 +202,10 @@ def test_a_sandbox_user_runs_commands_and_one_exec_may_name_another(sandboxes):
         assert denied.exit_code != 0 and "Permission denied" in denied.stderr
         assert sb.exec(["cat", "/root-only"], user="root").stdout == "s\n"
         assert sb.exec("grep CapEff /proc/self/status").stdout == "CapEff:\t0000000000000000\n"
+        # A spawned process runs as the sandbox's user too; files are written as it.
+        assert sb.spawn("id -u").wait(30).stdout == "1000\n"
+        sb.write_file("/workspace/w", b"x")
+        assert sb.exec("stat -c %u /workspace/w").stdout == "1000\n"
         with pytest.raises(SandboxError) as e:
             sb.exec(["true"], user="ghost")
         assert "ghost" in str(e.value) and "`user`" in str(e.value) and "--user" not in str(e.value)
