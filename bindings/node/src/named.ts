@@ -218,6 +218,27 @@ export class NamedSandbox {
     return r === null ? null : Buffer.from(r.data_b64, "base64");
   }
 
+  /** A file as text (null when it is missing). `lines: [first, last]` keeps lines first to last,
+   * counted from 1, both included (`last` null: to the end), each with its newline; lines end
+   * at "\n" only. Cut here from the whole file. */
+  async readText(path: string, options: { lines?: [number, number | null]; encoding?: BufferEncoding } = {}): Promise<string | null> {
+    const { lines, encoding = "utf8" } = options;
+    if (lines !== undefined) {
+      const [first, last] = Array.isArray(lines) && lines.length === 2 ? lines : [NaN, NaN];
+      if (!Number.isInteger(first) || first < 1 || !(last === null || (Number.isInteger(last) && last >= first))) {
+        throw new RangeError(`lines must be [first, last]: line numbers from 1, first <= last (last null: to the end), got ${JSON.stringify(lines)}`);
+      }
+    }
+    const data = await this.readFile(path);
+    if (data === null) return null;
+    const text = data.toString(encoding);
+    if (lines === undefined) return text;
+    const parts = text.split("\n");
+    const found = parts.slice(0, -1).map((l) => l + "\n");
+    if (parts[parts.length - 1] !== "") found.push(parts[parts.length - 1]);
+    return found.slice(lines[0] - 1, lines[1] === null ? undefined : lines[1]).join("");
+  }
+
   /** Writes a file (parents made, an existing file overwritten), as the sandbox's user. */
   async writeFile(path: string, data: string | Uint8Array): Promise<void> {
     const bytes = typeof data === "string" ? Buffer.from(data, "utf8") : Buffer.from(data.buffer, data.byteOffset, data.byteLength);
@@ -280,6 +301,10 @@ export class Process {
   stderr = "";
   private readonly done: Promise<ExecutionResult>;
   private result: ExecutionResult | undefined;
+  /** Every chunk so far, in order of arrival, for the iterators. */
+  private readonly chunks: ["stdout" | "stderr", string][] = [];
+  private ended = false;
+  private wake: (() => void)[] = [];
 
   constructor(
     private readonly sandbox: NamedSandbox,
@@ -293,12 +318,60 @@ export class Process {
       onEvent(e, d);
       this.stdout = kept.stdout;
       this.stderr = kept.stderr;
+      if (e === "stdout" || e === "stderr") {
+        this.chunks.push([e, d]);
+        this.notify();
+      }
     }).then((r) => {
       this.result = ExecutionResult.fromJson(r);
       return this.result;
     });
     // A rejection is the waiter's to see; never an unhandled one.
     this.done.catch(() => {});
+    this.done.finally(() => {
+      this.ended = true;
+      this.notify();
+    }).catch(() => {});
+  }
+
+  private notify(): void {
+    const w = this.wake;
+    this.wake = [];
+    for (const f of w) f();
+  }
+
+  /** The output as it comes: `[stream, text]` pairs in order of arrival, from the process's
+   * start (every iterator sees all of it), ending when it ends (rejecting as `wait()` would).
+   * `for await (const [stream, text] of process)` is the same. */
+  async *output(): AsyncGenerator<["stdout" | "stderr", string], void, undefined> {
+    let i = 0;
+    for (;;) {
+      if (i < this.chunks.length) {
+        yield this.chunks[i++];
+        continue;
+      }
+      if (this.ended) break;
+      await new Promise<void>((r) => this.wake.push(r));
+    }
+    await this.done;
+  }
+
+  [Symbol.asyncIterator](): AsyncGenerator<["stdout" | "stderr", string], void, undefined> {
+    return this.output();
+  }
+
+  /** One stream's lines (each with its newline; a last one without) as they come. */
+  async *lines(stream: "stdout" | "stderr" = "stdout"): AsyncGenerator<string, void, undefined> {
+    if (stream !== "stdout" && stream !== "stderr") throw new RangeError(`stream must be "stdout" or "stderr", got ${String(stream)}`);
+    let rest = "";
+    for await (const [s, text] of this.output()) {
+      if (s !== stream) continue;
+      rest += text;
+      const parts = rest.split("\n");
+      rest = parts.pop() ?? "";
+      for (const l of parts) yield l + "\n";
+    }
+    if (rest !== "") yield rest;
   }
 
   /** Resolves when the process has ended (exit code 128+N for signal N, 137 once killed). */

@@ -161,3 +161,64 @@ test("a sandbox made with user runs commands as that user, and one exec may name
       await sb.destroy();
     }
   }));
+
+test("a spawned process's output is iterated as it comes, and by lines", () =>
+  withSandboxes(async () => {
+    const sb = await Sandbox.create({ name: "iter" });
+    try {
+      const p = await sb.spawn("echo one; echo err >&2; sleep 1.5; printf 'two\\nthree'");
+      const seen = [];
+      const t0 = Date.now();
+      for await (const [stream, text] of p) seen.push([stream, text, Date.now() - t0]);
+      assert.deepEqual(seen.filter(([s]) => s === "stderr").map(([s, t]) => [s, t]), [["stderr", "err\n"]]);
+      assert.equal(seen.filter(([s]) => s === "stdout").map(([, t]) => t).join(""), "one\ntwo\nthree");
+      // The first chunks came as they were printed, before the sleep: well before the last.
+      assert.ok(seen[seen.length - 1][2] - seen[0][2] > 800, JSON.stringify(seen));
+      assert.equal(p.poll(), 0);
+      // Every iterator sees the output from the start.
+      const lines = [];
+      for await (const l of p.lines()) lines.push(l);
+      assert.deepEqual(lines, ["one\n", "two\n", "three"]);
+      const errs = [];
+      for await (const l of p.lines("stderr")) errs.push(l);
+      assert.deepEqual(errs, ["err\n"]);
+    } finally {
+      await sb.destroy();
+    }
+  }));
+
+test("a file is read as text or a range of its lines", () =>
+  withSandboxes(async () => {
+    const sb = await Sandbox.create({ name: "text" });
+    try {
+      await sb.writeFile("notes.txt", "first\nsecond\rstill second\nthird\nfourth");
+      assert.equal(await sb.readText("notes.txt"), "first\nsecond\rstill second\nthird\nfourth");
+      assert.equal(await sb.readText("notes.txt", { lines: [2, 3] }), "second\rstill second\nthird\n");
+      assert.equal(await sb.readText("notes.txt", { lines: [3, null] }), "third\nfourth");
+      assert.equal(await sb.readText("notes.txt", { lines: [9, 10] }), "");
+      assert.equal(await sb.readText("missing.txt"), null);
+      for (const bad of [[0, 2], [3, 2], [1], "1-2", [1.5, 2]]) {
+        await assert.rejects(sb.readText("notes.txt", { lines: bad }), RangeError);
+      }
+      await sb.writeFile("latin", Buffer.from([0xe9]));
+      assert.equal(await sb.readText("latin", { encoding: "latin1" }), "\u00e9");
+    } finally {
+      await sb.destroy();
+    }
+  }));
+
+test("a stopped sandbox is resumed with its disk and configuration", () =>
+  withSandboxes(async () => {
+    const sb = await Sandbox.create({ name: "again", persist: true, env: { KEPT: "yes" } });
+    try {
+      await sb.exec("mkdir -p /opt/tool && echo v1 > /opt/tool/version && sleep 300 >/dev/null 2>&1 &");
+      await sb.stop();
+      await sb.close();
+      const back = await resume("again");
+      const r = await back.exec("cat /opt/tool/version; echo $KEPT; pwd; ps -eo args | grep -c '^sleep 300'");
+      assert.equal(r.stdout, "v1\nyes\n/workspace\n0\n");
+      await back.close();
+    } finally {
+      await (await resume("again")).destroy();
+    }
+  }));

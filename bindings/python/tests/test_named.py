@@ -215,3 +215,53 @@ def test_a_sandbox_user_runs_commands_and_one_exec_may_name_another(sandboxes):
         assert e.value.kind == "config_mismatch" and e.value.detail.get("arg") == "user"
     with pytest.raises(TypeError):
         Sandbox(user="1000")
+
+
+def test_a_spawned_process_output_is_iterated_as_it_comes(sandboxes):
+    with Sandbox(name="iter") as sb:
+        p = sb.spawn("echo one; echo err >&2; sleep 1.5; printf 'two\\nthree'")
+        seen = []
+        t0 = time.monotonic()
+        for stream, text in p:
+            seen.append((stream, text, time.monotonic() - t0))
+        assert [(s, t) for s, t, _ in seen if s == "stderr"] == [("stderr", "err\n")]
+        assert "".join(t for s, t, _ in seen if s == "stdout") == "one\ntwo\nthree"
+        # The first chunks came as they were printed, before the sleep: well before the last.
+        assert seen[-1][2] - seen[0][2] > 0.8, seen
+        assert p.poll() == 0
+        # Every iterator sees the output from the start; lines() splits one stream.
+        assert list(p.lines()) == ["one\n", "two\n", "three"]
+        assert list(p.lines("stderr")) == ["err\n"]
+        with pytest.raises(ValueError, match="stream"):
+            list(p.lines("both"))
+
+
+def test_a_file_is_read_as_text_or_a_range_of_its_lines(sandboxes):
+    with Sandbox(name="text") as sb:
+        sb.write_file("notes.txt", "first\nsecond\rstill second\nthird\nfourth")
+        assert sb.read_text("notes.txt") == "first\nsecond\rstill second\nthird\nfourth"
+        assert sb.read_text("notes.txt", lines=(2, 3)) == "second\rstill second\nthird\n"
+        assert sb.read_text("notes.txt", lines=(3, None)) == "third\nfourth"
+        assert sb.read_text("notes.txt", lines=(9, 10)) == ""
+        assert sb.read_text("missing.txt") is None
+        for bad in ((0, 2), (3, 2), (1,), "1-2", (True, 2)):
+            with pytest.raises(ValueError, match="lines"):
+                sb.read_text("notes.txt", lines=bad)
+        sb.write_file("bin", b"\xff\xfe")
+        with pytest.raises(UnicodeDecodeError):
+            sb.read_text("bin")
+        assert sb.read_text("bin", errors="replace") == "\ufffd\ufffd"
+
+
+def test_a_stopped_sandbox_is_resumed_with_its_disk_and_configuration(sandboxes):
+    sb = Sandbox(name="again", persist=True, env={"KEPT": "yes"})
+    try:
+        sb.exec("mkdir -p /opt/tool && echo v1 > /opt/tool/version && sleep 300 >/dev/null 2>&1 &")
+        sb.stop()
+        sb.close()
+        back = hull_sandbox.resume("again")
+        r = back.exec("cat /opt/tool/version; echo $KEPT; pwd; ps -eo args | grep -c '^sleep 300'")
+        assert r.stdout == "v1\nyes\n/workspace\n0\n", r
+        back.close()
+    finally:
+        hull_sandbox.resume("again").destroy()

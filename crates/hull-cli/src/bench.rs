@@ -36,6 +36,15 @@ pub struct BenchArgs {
     /// `hull run`. A peer that is not installed is named and skipped.
     #[arg(long, conflicts_with_all = ["image", "sdk"])]
     pub peers: bool,
+    /// Measure named sandboxes instead (`hull create/exec/stop/start`, templates, `hull serve`'s
+    /// named.spawn), interleaved round by round: exec round trip of `true` against bare
+    /// fork+exec, create to first exec from the image and from a 10 MB and a big template,
+    /// spawn to first output, stop and start.
+    #[arg(long, conflicts_with_all = ["image", "sdk", "peers", "back_to_back"])]
+    pub named: bool,
+    /// With --named: the big template's size in MiB (written by its setup as 1 MiB files).
+    #[arg(long, value_name = "MB", default_value_t = 256, requires = "named")]
+    pub template_mb: u64,
     /// Time each call at once after the last, without first waiting (up to 50 ms) for the boxes
     /// set up ahead: that background work then shares the CPU with the timed runs.
     #[arg(long)]
@@ -81,6 +90,9 @@ pub fn main(args: &BenchArgs) -> i32 {
     }
     if args.sdk {
         return crate::bench_sdk::main(args.runs, args.json);
+    }
+    if args.named {
+        return crate::bench_named::main(args.runs, args.template_mb, args.json);
     }
     if args.peers {
         return crate::bench_peers::main(args.runs, args.back_to_back, args.json);

@@ -5,6 +5,7 @@
 
 pub mod bench;
 mod bench_driver;
+mod bench_named;
 pub mod bench_peers;
 mod bench_report;
 pub mod bench_sdk;

@@ -1,4 +1,4 @@
-//! `hull bench --sdk` and `--peers` through the real binary, with tiny run counts: every
+//! `hull bench --sdk`, `--peers` and `--named` through the real binary, with tiny run counts: every
 //! workload is reported with sane statistics, a side or peer that cannot run is named with the
 //! reason, and flag combinations that mean nothing are refused. Speed itself is not asserted
 //! here (that is what the bench is for).
@@ -282,6 +282,9 @@ fn flag_combinations_that_mean_nothing_are_refused_naming_the_flags() {
         (&["--peers", "--image", "x"][..], "--peers", "--image"),
         (&["--peers", "--sdk"][..], "--peers", "--sdk"),
         (&["--sdk", "--back-to-back"][..], "--sdk", "--back-to-back"),
+        (&["--named", "--peers"][..], "--named", "--peers"),
+        (&["--named", "--image", "x"][..], "--named", "--image"),
+        (&["--template-mb", "5"][..], "--template-mb", "--named"),
     ] {
         let mut full = vec!["bench"];
         full.extend_from_slice(args);
@@ -289,5 +292,87 @@ fn flag_combinations_that_mean_nothing_are_refused_naming_the_flags() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(a) && err.contains(b), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn named_reports_every_case_with_positive_figures_and_ratios_and_leaves_nothing() {
+    let child = Command::new(common::bin())
+        .args([
+            "bench",
+            "--named",
+            "--runs",
+            "2",
+            "--template-mb",
+            "2",
+            "--json",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn hull bench");
+    let pid = child.id();
+    let out = child.wait_with_output().expect("wait");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "hull bench --named failed ({}): {text}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_str(text.lines().last().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("bad JSON ({e}): {text}"));
+    assert_eq!(v["mode"], "named");
+    assert_eq!(v["runs"], 2);
+    assert_eq!(v["template_mb"]["big"], 2);
+    for (workload, side, base) in [
+        ("exec true", "bare", Some("bare")),
+        ("exec true", "keeper socket", Some("bare")),
+        ("exec true", "hull exec process", Some("bare")),
+        ("spawn to first output", "bare", Some("bare")),
+        ("spawn to first output", "hull serve", Some("bare")),
+        ("create + first exec", "hull run -- true", Some("image")),
+        ("create + first exec", "image", Some("image")),
+        ("create + first exec", "template 10 MB", Some("image")),
+        ("create + first exec", "template 2 MB", Some("image")),
+        ("stop, start", "stop", None),
+        ("stop, start", "start", None),
+    ] {
+        let r = rows(&v, side, workload);
+        assert_eq!(r.len(), 1, "{workload}/{side}: {v}");
+        assert_sane(r[0], 2);
+        match base {
+            Some(b) => {
+                assert_eq!(r[0]["base"], b, "{}", r[0]);
+                let (r50, r90) = (r[0]["ratio_p50"].as_f64(), r[0]["ratio_p90"].as_f64());
+                assert!(
+                    r50.is_some_and(|x| x > 0.0) && r90.is_some_and(|x| x > 0.0),
+                    "{}",
+                    r[0]
+                );
+                if side == b {
+                    assert_eq!(r50, Some(1.0), "{}", r[0]);
+                }
+            }
+            None => assert!(r[0].get("ratio_p50").is_none(), "{}", r[0]),
+        }
+    }
+    assert_eq!(v["rows"].as_array().map(Vec::len), Some(11), "{v}");
+    // Its state directory, sandboxes, templates and keepers are gone with it.
+    for base in ["/var/tmp", "/tmp"] {
+        let dir = Path::new(base).join(format!("hull-bench-named-{pid}"));
+        assert!(!dir.exists(), "{} left behind", dir.display());
+        let marker = format!("HULL_SANDBOXES={}", dir.display());
+        let keepers: Vec<String> = std::fs::read_dir("/proc")
+            .expect("/proc")
+            .filter_map(Result::ok)
+            .filter(|e| {
+                std::fs::read(e.path().join("environ"))
+                    .is_ok_and(|env| env.split(|&b| b == 0).any(|kv| kv == marker.as_bytes()))
+            })
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(keepers.is_empty(), "keepers left behind: {keepers:?}");
     }
 }

@@ -744,6 +744,54 @@ fn logs_follow_prints_what_later_commands_print() {
     assert!(found, "logs -f never printed the command's output");
 }
 
+/// `logs -f` across rotations of the exec log: every command's output arrives, once and in
+/// order, even when the new file has grown past the old one's length by the next look.
+#[test]
+fn logs_follow_loses_nothing_when_the_log_rotates() {
+    use std::io::Read;
+    let s = Sandboxes::new();
+    let mut create = s.cmd(&["create", "rotating"]);
+    create.env("HULL_LOG_CAP", "4096");
+    assert!(create.output().unwrap().status.success());
+    let mut c = s.cmd(&["logs", "rotating", "-f"]);
+    c.stdout(Stdio::piped());
+    let mut f = c.spawn().unwrap();
+    let mut out = f.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        let _ = out.read_to_string(&mut all);
+        all
+    });
+    // Each command prints ~3 KiB, so every second one rotates the 4 KiB log, and the new file
+    // is as long as the old one was when `logs -f` last looked.
+    for i in 0..8 {
+        let script = format!(
+            "j=0; while [ $j -lt 60 ]; do echo cmd-{i}-line-$j-xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx; j=$((j+1)); done"
+        );
+        s.ok(&["exec", "rotating", "--", "sh", "-c", &script]);
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    s.ok(&["rm", "rotating"]);
+    let t0 = Instant::now();
+    while f.try_wait().unwrap().is_none() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "logs -f did not end with its sandbox"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let all = reader.join().unwrap();
+    let lines: Vec<&str> = all.lines().filter(|l| l.starts_with("cmd-")).collect();
+    let want: Vec<String> = (0..8)
+        .flat_map(|i| (0..60).map(move |j| format!("cmd-{i}-line-{j}-")))
+        .collect();
+    assert_eq!(lines.len(), want.len(), "lines followed:\n{all}");
+    for (got, want) in lines.iter().zip(&want) {
+        assert!(got.starts_with(want.as_str()), "{got} where {want} was due");
+    }
+}
+
 /// An OCI layout of one layer: a static busybox as /bin/sh, a /srv directory and /marker.
 fn busybox_layout(dir: &Path) -> bool {
     busybox_layout_with(dir, &[])
@@ -1906,4 +1954,283 @@ fn a_users_command_whose_client_goes_away_is_killed_by_pid_1() {
     client.wait().unwrap();
     wait_gone(&["sleep", &secs]);
     assert_eq!(s.ok(&["exec", "uabort", "--", "id", "-u"]), "1000\n");
+}
+
+/// A host directory (0755) holding a FIFO `runs` any box user may write, given to sandboxes with
+/// `--ro-workspace` (a FIFO is written through a read-only mount): what setup commands write
+/// there reaches the test, so it can count them. The test's end stays open for reading (and
+/// writing, so a writer never blocks and a read never sees the end).
+struct Counter {
+    dir: tempfile::TempDir,
+    fifo: std::fs::File,
+}
+
+impl Counter {
+    fn new() -> Counter {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let dir = tempfile::Builder::new()
+            .prefix("hull-named-count-")
+            .tempdir()
+            .expect("tempdir");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+        let path = dir.path().join("runs");
+        let made = Command::new("mkfifo")
+            .args(["-m", "0666"])
+            .arg(&path)
+            .status()
+            .expect("mkfifo");
+        assert!(made.success());
+        let fifo = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&path)
+            .expect("open the fifo");
+        Counter { dir, fifo }
+    }
+
+    fn path(&self) -> String {
+        self.dir.path().display().to_string()
+    }
+
+    /// What was written since the last call.
+    fn take(&mut self) -> String {
+        use std::io::Read;
+        let mut all = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            match self.fifo.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => all.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("read the fifo: {e}"),
+            }
+        }
+        text(&all)
+    }
+}
+
+/// Entries of the sandboxes' directory and of the template store other than `layers`, `.lock`
+/// and the templates' files: what a build left behind.
+fn build_leftovers(s: &Sandboxes) -> Vec<String> {
+    let names = |p: PathBuf| -> Vec<String> {
+        std::fs::read_dir(p)
+            .map(|rd| {
+                rd.filter_map(Result::ok)
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut left: Vec<String> = names(s.root().to_path_buf())
+        .into_iter()
+        .filter(|n| n.starts_with('.') && n != ".templates")
+        .collect();
+    left.extend(
+        names(s.root().join(".templates"))
+            .into_iter()
+            .filter(|n| n != "layers" && n != ".lock" && !n.ends_with(".json")),
+    );
+    left
+}
+
+#[test]
+fn a_missing_template_is_built_once_by_concurrent_creators_and_restores_do_not_run_its_setup() {
+    let s = Sandboxes::new();
+    let mut count = Counter::new();
+    let d = count.path();
+    // Slow enough that the second creator comes while the first builds.
+    let setup = format!(
+        "echo built > {d}/runs && mkdir -p /opt/t && cat /proc/sys/kernel/random/uuid > /opt/t/id && sleep 1"
+    );
+    let args = |name: &str| -> Vec<String> {
+        [
+            "create",
+            name,
+            "--ro-workspace",
+            &d,
+            "--env",
+            "FROM_T=1",
+            "--template",
+            "t",
+            "--template-setup",
+            &setup,
+        ]
+        .map(str::to_string)
+        .to_vec()
+    };
+    let outs: Vec<Output> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..2)
+            .map(|i| {
+                let (s, a) = (&s, args(&format!("c{i}")));
+                sc.spawn(move || {
+                    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+                    s.hull(&a)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("thread")).collect()
+    });
+    for o in &outs {
+        assert!(o.status.success(), "{o:?}");
+    }
+    // The setup ran once, and one creator says it built the template.
+    assert_eq!(count.take(), "built\n");
+    let builders = outs
+        .iter()
+        .filter(|o| text(&o.stderr).contains("building template `t`"))
+        .count();
+    assert_eq!(builders, 1, "{outs:?}");
+    assert_eq!(store(&s), (vec!["t".into()], 1));
+    assert_eq!(build_leftovers(&s), Vec::<String>::new());
+    let ls = s.ok(&["template", "ls", "--json"]);
+    assert!(ls.contains(r#""from":"(built)""#), "{ls}");
+    // Both sandboxes stand on that one build, with its configuration.
+    let id = s.ok(&["exec", "c0", "--", "cat", "/opt/t/id"]);
+    assert!(!id.trim().is_empty());
+    assert_eq!(
+        s.ok(&["exec", "c1", "--shell", "--", "cat /opt/t/id; echo $FROM_T"]),
+        format!("{id}1\n")
+    );
+    // A restore of the existing template does not build: the template setup is not run, the
+    // sandbox's own --setup is, once.
+    let mut a = args("c2");
+    a.extend(["--setup".into(), format!("echo own > {d}/runs")]);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let out = s.hull(&a);
+    assert!(out.status.success(), "{out:?}");
+    assert!(!text(&out.stderr).contains("building"), "{out:?}");
+    assert_eq!(count.take(), "own\n");
+    assert_eq!(s.ok(&["exec", "c2", "--", "cat", "/opt/t/id"]), id);
+    // Nor does a restart of a sandbox made from it.
+    s.ok(&["stop", "c0"]);
+    s.ok(&["start", "c0"]);
+    s.ok(&["stop", "c2"]);
+    assert_eq!(s.ok(&["exec", "c2", "--", "cat", "/opt/t/id"]), id);
+    assert_eq!(count.take(), "");
+    // Other commands for an existing template are refused, naming the flag and the fix.
+    let mut a = args("c3");
+    let last = a.len() - 1;
+    a[last] = "echo something else".into();
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let out = s.hull(&a);
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    let said = text(&out.stderr);
+    assert!(
+        said.contains("--template-setup: template `t` exists with other setup commands")
+            && said.contains("hull template rm t"),
+        "{said}"
+    );
+    assert_eq!(s.state("c3"), "absent");
+    assert_eq!(count.take(), "");
+    // Without --template the flag means nothing: refused by the parser.
+    let out = s.hull(&["create", "c4", "--template-setup", "true"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(text(&out.stderr).contains("--template"), "{out:?}");
+}
+
+#[test]
+fn a_failed_template_build_leaves_nothing_and_the_next_attempt_builds() {
+    let s = Sandboxes::new();
+    let mut count = Counter::new();
+    let d = count.path();
+    std::fs::write(count.dir.path().join("fail"), "").expect("write");
+    let setup = format!(
+        "echo try > {d}/runs && test ! -e {d}/fail && mkdir -p /opt/t && echo ok > /opt/t/f"
+    );
+    let create = || {
+        s.hull(&[
+            "create",
+            "x",
+            "--ro-workspace",
+            &d,
+            "--template",
+            "t",
+            "--template-setup",
+            &setup,
+        ])
+    };
+    let out = create();
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    let said = text(&out.stderr);
+    assert!(
+        said.contains("could not build template `t`: setup command")
+            && said.contains("failed with exit code 1"),
+        "{said}"
+    );
+    assert_eq!(count.take(), "try\n");
+    // No template, no layer, no sandbox, no builder, no lock file.
+    assert_eq!(store(&s), (vec![], 0));
+    assert_eq!(s.state("x"), "absent");
+    assert!(!s.root().join("x").exists());
+    assert_eq!(build_leftovers(&s), Vec::<String>::new());
+    s.assert_no_keepers();
+    // The next attempt builds again, and this time it works.
+    std::fs::remove_file(count.dir.path().join("fail")).expect("rm");
+    let out = create();
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("building template `t`"),
+        "{out:?}"
+    );
+    assert_eq!(count.take(), "try\n");
+    assert_eq!(s.ok(&["exec", "x", "--", "cat", "/opt/t/f"]), "ok\n");
+    assert_eq!(store(&s), (vec!["t".into()], 1));
+}
+
+#[test]
+fn a_creator_killed_during_a_template_build_leaves_the_next_creator_to_build_it() {
+    let s = Sandboxes::new();
+    let mut count = Counter::new();
+    let d = count.path();
+    let secs = unique_secs(8);
+    std::fs::write(count.dir.path().join("slow"), "").expect("write");
+    let setup = format!(
+        "echo try > {d}/runs; if [ -e {d}/slow ]; then sleep {secs}; fi; mkdir -p /opt/t && echo ok > /opt/t/f"
+    );
+    let args = [
+        "create",
+        "x",
+        "--ro-workspace",
+        &d,
+        "--template",
+        "t",
+        "--template-setup",
+        &setup,
+    ];
+    let mut first = s
+        .cmd(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let t0 = Instant::now();
+    let mut seen = String::new();
+    while seen.is_empty() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the setup never ran"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+        seen = count.take();
+    }
+    assert_eq!(seen, "try\n");
+    first.kill().expect("kill the creator");
+    let _ = first.wait();
+    // Its setup goes with it (the builder's keeper saw its starter go), and the next creator
+    // builds the template, removing what the first one left.
+    wait_gone(&["sleep", &secs]);
+    std::fs::remove_file(count.dir.path().join("slow")).expect("rm");
+    let out = s.hull(&args);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("building template `t`"),
+        "{out:?}"
+    );
+    assert_eq!(count.take(), "try\n");
+    assert_eq!(s.ok(&["exec", "x", "--", "cat", "/opt/t/f"]), "ok\n");
+    assert_eq!(store(&s), (vec!["t".into()], 1));
+    assert_eq!(build_leftovers(&s), Vec::<String>::new());
+    assert_eq!(s.keepers().len(), 1, "{:?}", s.keepers());
 }

@@ -42,15 +42,44 @@ def command_params(cmd, env, cwd, timeout_s=None, user=None):
 
 
 class _Collect:
-    """Streamed output handed to callbacks (in order, on the reading thread) and kept."""
+    """Streamed output handed to callbacks (in order, on the reading thread) and kept, in order
+    of arrival too, for iterators (`finish` wakes them at the end)."""
 
     def __init__(self, on_stdout, on_stderr):
         self.on = {"stdout": on_stdout, "stderr": on_stderr}
         self.parts = {"stdout": [], "stderr": []}
+        self.events = []
+        self.finished = False
+        self.cond = threading.Condition()
+
+    def finish(self):
+        with self.cond:
+            self.finished = True
+            self.cond.notify_all()
+
+    def follow(self, error):
+        """(stream, data) chunks from the first, waiting for more until finish(); then raises
+        error() if it gives one."""
+        i = 0
+        while True:
+            with self.cond:
+                while i >= len(self.events) and not self.finished:
+                    self.cond.wait()
+                if i >= len(self.events):
+                    break
+                item = self.events[i]
+            i += 1
+            yield item
+        e = error()
+        if e is not None:
+            raise e
 
     def __call__(self, event, data):
         if event in self.parts:
             self.parts[event].append(data)
+            with self.cond:
+                self.events.append((event, data))
+                self.cond.notify_all()
             cb = self.on.get(event)
             if cb is not None:
                 try:
@@ -84,6 +113,32 @@ class Process:
         except BaseException as e:  # handed to wait()
             self._error = e
         self._done.set()
+        self._collect.finish()
+
+    def output(self):
+        """Iterates over the process's output as it comes: `(stream, text)` pairs ("stdout" or
+        "stderr") in order of arrival, from its start (every iterator sees all of it), ending
+        when the process ends. `for stream, text in process:` is the same."""
+        return self._collect.follow(lambda: self._error)
+
+    def __iter__(self):
+        return self.output()
+
+    def lines(self, stream="stdout"):
+        """Iterates over the lines (with their newline; a last one without) one stream printed,
+        as they come, ending when the process ends."""
+        if stream not in ("stdout", "stderr"):
+            raise ValueError("stream must be 'stdout' or 'stderr', got %r" % (stream,))
+        rest = ""
+        for s, text in self.output():
+            if s != stream:
+                continue
+            rest += text
+            *done, rest = rest.split("\n")
+            for line in done:
+                yield line + "\n"
+        if rest:
+            yield rest
 
     @property
     def stdout(self):

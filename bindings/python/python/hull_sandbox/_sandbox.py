@@ -528,6 +528,26 @@ class Sandbox:
         r = self._server.call("sandbox.read_file", self._p(max_bytes=max_bytes, **_path("path", path)))
         return base64.b64decode(r["data_b64"])
 
+    def read_text(self, path, lines=None, encoding="utf-8", errors="strict"):
+        """A file as text (None for a missing file of a named sandbox). `lines=(first, last)`
+        keeps lines first to last, counted from 1, both included (`last` None: to the end);
+        each line keeps its newline."""
+        if lines is not None:
+            if not (isinstance(lines, (tuple, list)) and len(lines) == 2 and isinstance(lines[0], int) and not isinstance(lines[0], bool) and lines[0] >= 1
+                    and (lines[1] is None or (isinstance(lines[1], int) and not isinstance(lines[1], bool) and lines[1] >= lines[0]))):
+                raise ValueError("lines must be (first, last): line numbers from 1, first <= last (last None: to the end), got %r" % (lines,))
+        data = self.read_file(path)
+        if data is None:
+            return None
+        text = data.decode(encoding, errors)
+        if lines is None:
+            return text
+        first, last = lines
+        # Lines end at "\n" only (not at the other characters str.splitlines breaks at).
+        parts = text.split("\n")
+        found = [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+        return "".join(found[first - 1:last])
+
     def list_files(self, subdir=""):
         """Every entry below subdir (recursive, symlinks listed, never followed). A name that is
         not UTF-8 shows U+FFFD in `path`; `path_bytes` is exact and read_file/write_file take it."""

@@ -254,6 +254,55 @@ fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     hull_api::Chain(e).to_string()
 }
 
+/// A thread that ends the box if the starter (the reader of our stdout) goes away while the
+/// setup runs.
+struct StarterWatch {
+    /// (the setup is still running, the starter went away and the box was ended)
+    state: Arc<Mutex<(bool, bool)>>,
+}
+
+impl StarterWatch {
+    /// Stops watching; whether the starter went away (and the box was ended).
+    fn finish(self) -> bool {
+        let mut st = lock(&self.state);
+        st.0 = false;
+        st.1
+    }
+}
+
+fn watch_starter(keeper: &Arc<Keeper>) -> StarterWatch {
+    let state = Arc::new(Mutex::new((true, false)));
+    let (k, st) = (Arc::clone(keeper), Arc::clone(&state));
+    std::thread::spawn(move || {
+        let out = std::io::stdout();
+        let tick = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 100_000_000,
+        };
+        loop {
+            // The write end of a pipe whose reader is gone polls POLLERR.
+            let mut fds = [rustix::event::PollFd::new(
+                &out,
+                rustix::event::PollFlags::empty(),
+            )];
+            let gone = rustix::event::poll(&mut fds, Some(&tick)).is_ok()
+                && fds[0]
+                    .revents()
+                    .intersects(rustix::event::PollFlags::ERR | rustix::event::PollFlags::HUP);
+            let mut s = lock(&st);
+            if !s.0 {
+                return;
+            }
+            if gone {
+                s.1 = true;
+                k.resident.end();
+                return;
+            }
+        }
+    });
+    StarterWatch { state }
+}
+
 /// Starts the box, runs the setup commands, opens the control socket and the threads.
 fn start(dir: &Dir) -> Result<(Arc<Keeper>, mpsc::Receiver<()>), String> {
     let cfg = dir.config()?;
@@ -290,6 +339,10 @@ fn start(dir: &Dir) -> Result<(Arc<Keeper>, mpsc::Receiver<()>), String> {
     // Setup commands run once, at creation: a later start finds them done.
     let done = dir.file("setup.done");
     let setup: &[String] = if done.exists() { &[] } else { &cfg.setup };
+    // A starter that goes away during the setup (killed, ^C) takes it with it: the box ends,
+    // and the keeper with it, so nothing goes on in the starter's name (and a template build
+    // it started can be taken over by the next creator).
+    let watch = (!setup.is_empty()).then(|| watch_starter(&keeper));
     for cmd in setup {
         let argv = vec![keeper.shell.to_string(), "-c".into(), cmd.clone()];
         let limit = Duration::from_millis(cfg.setup_timeout_ms.unwrap_or(DEFAULT_SETUP_COMMAND_MS));
@@ -310,6 +363,11 @@ fn start(dir: &Dir) -> Result<(Arc<Keeper>, mpsc::Receiver<()>), String> {
                 "setup command `{cmd}` failed with exit code {code}; its stderr:\n{}",
                 String::from_utf8_lossy(&stderr).trim_end()
             ));
+        }
+    }
+    if let Some(w) = watch {
+        if w.finish() {
+            return Err("its starter went away during the setup".into());
         }
     }
     // The user is looked up after the setup (which may have added it), at every start.

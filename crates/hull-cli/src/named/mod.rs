@@ -26,7 +26,7 @@ use wire::Request;
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "The sandbox keeps running after this command exits; `hull exec NAME -- CMD` runs commands in it, `hull stop NAME` stops it (its disk stays), `hull rm NAME` removes it.\n\nExamples:\n  hull create dev --setup 'mkdir -p /workspace/src'\n  hull create ci --image busybox:1 --memory 512m --idle-timeout 30m"
+    after_help = "The sandbox keeps running after this command exits; `hull exec NAME -- CMD` runs commands in it, `hull stop NAME` stops it (its disk stays), `hull rm NAME` removes it.\n\nTemplates: `--template T` starts from template T's disk and configuration. With `--template-setup CMD`, a missing T is built first (a sandbox of the image with CMD as its setup, stopped and saved as T; one creator builds while others wait, and a failed build leaves nothing); an existing T is used as it is, CMD not run. `--setup` always runs once in the new sandbox itself, over the template's disk.\n\nExamples:\n  hull create dev --setup 'mkdir -p /workspace/src'\n  hull create ci --image busybox:1 --memory 512m --idle-timeout 30m\n  hull create dev2 --template py --template-setup 'python3 -m venv /opt/venv' --setup 'git -C /workspace init'"
 )]
 pub struct CreateArgs {
     /// The sandbox's name: 1 to 63 of a-z, 0-9, `_`, `.`, `-`, starting with a letter or digit.
@@ -38,6 +38,12 @@ pub struct CreateArgs {
     /// not run again. Other options given here override the template's.
     #[arg(long, value_name = "NAME")]
     pub template: Option<String>,
+    /// With --template T: when T does not exist, build it first from the image (with --env, the
+    /// caps and --ro-workspace given here) with these commands as its setup, and save it as T.
+    /// When T exists they are not run (T must have been built with the same commands).
+    /// Concurrent creators build T once. Repeatable.
+    #[arg(long, value_name = "CMD", requires = "template")]
+    pub template_setup: Vec<String>,
     /// Host directory at /workspace, read-write (default: the sandbox's own disk).
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
@@ -57,7 +63,9 @@ pub struct CreateArgs {
     /// Repeatable.
     #[arg(long, short = 'e', value_name = "NAME[=VALUE]")]
     pub env: Vec<String>,
-    /// A shell command run once at creation; a failure removes the sandbox. Repeatable.
+    /// A shell command run once at creation, in this sandbox (with --template: over the
+    /// template's disk, every time a sandbox is made from it); a failure removes the sandbox.
+    /// Repeatable.
     #[arg(long, value_name = "CMD")]
     pub setup: Vec<String>,
     /// How long each --setup command may run before it is killed and the creation fails.
@@ -189,7 +197,12 @@ fn config_of(a: &CreateArgs, base: Option<&template::Template>) -> Result<Config
                 .into(),
         );
     }
-    b.ro_workspaces.append(&mut c.ro_workspaces);
+    for w in c.ro_workspaces.drain(..) {
+        // The same directory given again (as a template built on demand was) is mounted once.
+        if !b.ro_workspaces.contains(&w) {
+            b.ro_workspaces.push(w);
+        }
+    }
     b.memory = c.memory.or(b.memory);
     b.cpus = c.cpus.or(b.cpus);
     if a.pids.is_some() {
@@ -249,6 +262,23 @@ pub fn create(a: &CreateArgs) -> i32 {
         Ok(d) => d,
         Err(e) => return fail(&e),
     };
+    if let (Some(t), false) = (&a.template, a.template_setup.is_empty()) {
+        // Refused before a template is built for it.
+        if a.workspace.is_some() {
+            return fail(
+                "--workspace: a sandbox made from a template has its /workspace from the template",
+            );
+        }
+        if dir.path.exists() {
+            return fail(&format!(
+                "a sandbox named `{}` already exists (conflict): `hull rm {}` first, or pick another name",
+                a.name, a.name
+            ));
+        }
+        if let Err(e) = ensure_template(a, t) {
+            return fail(&format!("could not build template `{t}`: {e}"));
+        }
+    }
     // A template is read, and the new sandbox's configuration (naming its layers) written,
     // under the store's shared lock: its layers cannot go meanwhile.
     let store = match &a.template {
@@ -272,10 +302,72 @@ pub fn create(a: &CreateArgs) -> i32 {
     }
 }
 
+/// Template `name` built on demand for `a` (`--template-setup`): returns once it exists, built
+/// by this process or, while another builds it, by that one (waited for under the build lock).
+/// A template that exists must have been built with the same commands.
+fn ensure_template(a: &CreateArgs, name: &str) -> Result<(), String> {
+    let existing = || -> Result<Option<template::Template>, String> {
+        let _store = template::Lock::take(false)?;
+        template::find(name)
+    };
+    let same = |t: template::Template| {
+        if t.config.setup == a.template_setup {
+            Ok(())
+        } else {
+            Err(format!(
+                "--template-setup: template `{name}` exists with other setup commands ({:?}), which are not run again; leave --template-setup out to use it as it is, or `hull template rm {name}` to build it anew",
+                t.config.setup
+            ))
+        }
+    };
+    if let Some(t) = existing()? {
+        return same(t);
+    }
+    let _building = template::BuildLock::take(name, || {
+        eprintln!("hull: waiting for template `{name}`: another process is building it");
+    })?;
+    if let Some(t) = existing()? {
+        return same(t);
+    }
+    eprintln!(
+        "hull: building template `{name}` ({} setup command{})",
+        a.template_setup.len(),
+        if a.template_setup.len() == 1 { "" } else { "s" }
+    );
+    build_template(a, name)
+}
+
+/// Builds template `name` (the caller holds its build lock): a hidden sandbox `.build-NAME`
+/// of `a`'s image and options with the `--template-setup` commands as its setup, stopped,
+/// saved and removed. A failure removes it and saves nothing.
+fn build_template(a: &CreateArgs, name: &str) -> Result<(), String> {
+    let builder = Dir {
+        name: format!(".build-{name}"),
+        path: state::root().join(format!(".build-{name}")),
+    };
+    // One a builder that died midway left (we hold the build lock, so no build is live).
+    if builder.path.exists() {
+        remove(&builder)?;
+    }
+    let mut cfg = config_of_args(a)?;
+    cfg.name = name.to_string();
+    cfg.setup = a.template_setup.clone();
+    make(&builder, &cfg, None)?;
+    let saved = client::stop(&builder).and_then(|()| template::save_dir(&builder, "(built)", name));
+    // The template holds the layer now; the builder goes (and, after a failure, its disk too).
+    let removed = remove(&builder);
+    saved.and(removed)
+}
+
 /// Makes the sandbox `dir` with `cfg` and starts it (`hull create`, `named.create` of `hull
 /// serve`): a taken name is a conflict; a failure leaves nothing. `store`, the template store's
 /// lock when `cfg` names template layers, is held until the configuration is written.
 pub fn create_with(dir: &Dir, cfg: &Config, store: Option<template::Lock>) -> Result<(), String> {
+    make(dir, cfg, store).map_err(|e| format!("could not create sandbox `{}`: {e}", dir.name))
+}
+
+/// [`create_with`] without naming the sandbox in its error.
+fn make(dir: &Dir, cfg: &Config, store: Option<template::Lock>) -> Result<(), String> {
     dir.make()?;
     // A spec that cannot work is refused before any keeper starts; a failure leaves nothing.
     let written = dir.write_config(cfg);
@@ -284,12 +376,11 @@ pub fn create_with(dir: &Dir, cfg: &Config, store: Option<template::Lock>) -> Re
         .and_then(|()| keeper::spec_of(dir, cfg))
         .and_then(|spec| spec.validate().map_err(|e| hull_api::Chain(&e).to_string()))
         .and_then(|()| client::launch(dir));
-    made.map_err(|e| {
+    made.inspect_err(|_| {
         let _ = remove_dir(dir);
         if !cfg.layers.is_empty() {
             template::collect_locked();
         }
-        format!("could not create sandbox `{}`: {e}", dir.name)
     })
 }
 
@@ -551,46 +642,8 @@ pub fn logs(a: &LogsArgs) -> i32 {
         Err(e) => return fail(&e),
     };
     let mut out = std::io::stdout().lock();
-    let older = dir.logs().join("exec.log.1");
-    let current = dir.logs().join("exec.log");
-    if let Ok(b) = std::fs::read(&older) {
-        let _ = out.write_all(&b);
-    }
-    let mut at = match std::fs::read(&current) {
-        Ok(b) => {
-            let _ = out.write_all(&b);
-            b.len() as u64
-        }
-        Err(_) => 0,
-    };
-    let _ = out.flush();
-    if !a.follow {
-        return 0;
-    }
-    loop {
-        std::thread::sleep(std::time::Duration::from_millis(200));
-        if !dir.path.exists() {
-            return 0;
-        }
-        let Ok(mut f) = std::fs::File::open(&current) else {
-            continue;
-        };
-        let len = f.metadata().map_or(0, |m| m.len());
-        if len < at {
-            // Rotated: the new file from its start.
-            at = 0;
-        }
-        if len > at {
-            use std::io::{Read, Seek, SeekFrom};
-            let mut buf = Vec::new();
-            if f.seek(SeekFrom::Start(at)).is_ok() && f.read_to_end(&mut buf).is_ok() {
-                at += buf.len() as u64;
-                if out.write_all(&buf).and_then(|()| out.flush()).is_err() {
-                    return 0;
-                }
-            }
-        }
-    }
+    logs::print(&dir.logs(), &mut out, a.follow, || dir.path.exists());
+    0
 }
 
 /// `hull __keeper`.

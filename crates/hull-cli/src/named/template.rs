@@ -5,6 +5,7 @@
 //! <sandboxes>/.templates/.lock           flock: shared to read a template, exclusive to change the store
 //!                        <name>.json     a template: its configuration and its layers (top first)
 //!                        layers/<id>/    a frozen upper directory (read-only from then on)
+//!                        .build-<name>.lock  flock: held while `<name>` is built on demand
 //! ```
 //!
 //! Saving renames the sandbox's `upper/` into `layers/` (O(1): the same file system, beside
@@ -50,23 +51,32 @@ pub struct Lock {
     _file: File,
 }
 
+/// Makes the store's directories (0700) if they are missing.
+fn make_store() -> Result<PathBuf, String> {
+    let dir = root();
+    std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+        .create(dir.join("layers"))
+        .map_err(|e| format!("create {}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+fn open_lock_file(path: &std::path::Path) -> Result<File, String> {
+    std::os::unix::fs::OpenOptionsExt::mode(
+        File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false),
+        0o600,
+    )
+    .open(path)
+    .map_err(|e| format!("open {}: {e}", path.display()))
+}
+
 impl Lock {
     pub fn take(exclusive: bool) -> Result<Lock, String> {
-        let dir = root();
-        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
-            .create(dir.join("layers"))
-            .map_err(|e| format!("create {}: {e}", dir.display()))?;
-        let path = dir.join(".lock");
-        let f = std::os::unix::fs::OpenOptionsExt::mode(
-            File::options()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false),
-            0o600,
-        )
-        .open(&path)
-        .map_err(|e| format!("open {}: {e}", path.display()))?;
+        let path = make_store()?.join(".lock");
+        let f = open_lock_file(&path)?;
         let op = if exclusive {
             rustix::fs::FlockOperation::LockExclusive
         } else {
@@ -74,6 +84,48 @@ impl Lock {
         };
         rustix::fs::flock(&f, op).map_err(|e| format!("lock {}: {e}", path.display()))?;
         Ok(Lock { _file: f })
+    }
+}
+
+/// The lock of building template `name` on demand (`.build-<name>.lock`, exclusive): one
+/// creator builds, the others wait for it. The file is removed when the lock is dropped (still
+/// held then), so a build leaves nothing; a waiter that then wins the lock on the removed file
+/// sees that it is no longer the one at the path and takes the new one.
+#[derive(Debug)]
+pub struct BuildLock {
+    _file: File,
+    path: PathBuf,
+}
+
+impl BuildLock {
+    /// Takes the lock, waiting while another process builds `name`; `waiting` is called once
+    /// when it has to wait.
+    pub fn take(name: &str, waiting: impl FnOnce()) -> Result<BuildLock, String> {
+        file_of(name)?;
+        let path = make_store()?.join(format!(".build-{name}.lock"));
+        let mut waiting = Some(waiting);
+        loop {
+            let f = open_lock_file(&path)?;
+            if rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err()
+            {
+                if let Some(say) = waiting.take() {
+                    say();
+                }
+                rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive)
+                    .map_err(|e| format!("lock {}: {e}", path.display()))?;
+            }
+            let held = rustix::fs::fstat(&f).map_err(|e| e.to_string())?;
+            let named = rustix::fs::stat(&path).ok();
+            if named.is_some_and(|n| n.st_ino == held.st_ino && n.st_dev == held.st_dev) {
+                return Ok(BuildLock { _file: f, path });
+            }
+        }
+    }
+}
+
+impl Drop for BuildLock {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 
@@ -93,6 +145,14 @@ pub fn get(name: &str) -> Result<Template, String> {
         }
     })?;
     serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Template `name`, or None when there is none (under the caller's lock).
+pub fn find(name: &str) -> Result<Option<Template>, String> {
+    if !file_of(name)?.exists() {
+        return Ok(None);
+    }
+    get(name).map(Some)
 }
 
 /// Every template, by name.
@@ -125,6 +185,12 @@ pub fn save(sandbox: &str, name: &str) -> Result<(), String> {
     if !dir.exists() {
         return Err(format!("no sandbox named `{sandbox}` (see `hull ps`)"));
     }
+    save_dir(&dir, sandbox, name)
+}
+
+/// Saves the stopped sandbox `dir` as template `name`, recording `from` as its origin.
+pub fn save_dir(dir: &Dir, from: &str, name: &str) -> Result<(), String> {
+    let sandbox = &dir.name;
     let file = file_of(name)?;
     let _store = Lock::take(true)?;
     // Held through the save: a keeper cannot start this sandbox meanwhile.
@@ -179,7 +245,7 @@ pub fn save(sandbox: &str, name: &str) -> Result<(), String> {
     cfg.layers.insert(0, id);
     let t = Template {
         name: name.to_string(),
-        from: sandbox.to_string(),
+        from: from.to_string(),
         config: cfg.clone(),
         created: state::now_secs(),
     };
