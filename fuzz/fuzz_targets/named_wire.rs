@@ -22,9 +22,26 @@ fuzz_target!(|data: &[u8]| {
     while let Ok(Some((_, payload))) = wire::read_frame(&mut r) {
         assert!(payload.len() <= wire::MAX_FRAME as usize);
     }
-    // Pid 1's side: a working directory's end inside the datagram, or nothing.
-    if let Some(at) = resident::split(data) {
-        assert!(at <= data.len() && data[at - 1] == 0);
+    // Pid 1's side: groups and a working directory inside the datagram, or nothing.
+    if let Some(sp) = resident::split(data) {
+        assert!(sp.cwd_at < sp.go_at && sp.go_at <= data.len() && data[sp.go_at - 1] == 0);
+        assert!(sp.groups <= resident::MAX_GROUPS);
+        for n in 0..sp.groups {
+            assert!(resident::group(data, n).is_some());
+        }
+    }
+    if let Some(h) = resident::parse_hand_over(data) {
+        if let Ok(path) = std::str::from_utf8(h.path) {
+            if path.starts_with('/') && path.len() < 4096 {
+                // It re-encodes to a request that reads the same (byte for byte when its flag
+                // word is 0 or 1; any other non-zero word reads as 1).
+                let again = resident::hand_over(path, h.uid, h.gid, h.only_made).expect("encodes");
+                assert_eq!(resident::parse_hand_over(&again), Some(h));
+                if data[12..16] == [0, 0, 0, 0] || data[12..16] == [1, 0, 0, 0] {
+                    assert_eq!(again, data);
+                }
+            }
+        }
     }
     if let Some((pid, sig)) = resident::parse_kill(data) {
         assert_eq!(resident::kill(pid, sig).as_slice(), data);

@@ -30,6 +30,10 @@ export interface NamedSandboxOptions {
   env?: Record<string, string>;
   idleTimeoutS?: number;
   maxDurationS?: number;
+  /** The user of the image every command runs as (`NAME`, `UID`, `NAME:GROUP`, `UID:GID`,
+   * from its /etc/passwd); setup runs as root, /workspace and the user's home are made its.
+   * Default: root. Needs an /etc/subuid range when hull is not run as root. */
+  user?: string;
 }
 
 /** How one command runs. */
@@ -37,6 +41,8 @@ export interface ExecOptions {
   /** Merged over the sandbox's environment for this command only. */
   env?: Record<string, string>;
   cwd?: string;
+  /** The user this command runs as (`root` too), instead of the sandbox's `user`. */
+  user?: string;
   /** Past this the command is killed (exit 137). */
   timeoutS?: number;
   onStdout?: (data: string) => void;
@@ -56,6 +62,7 @@ const OPTION_NAMES: Record<string, string> = {
   env: "env",
   idleTimeoutS: "idle_timeout_s",
   maxDurationS: "max_duration_s",
+  user: "user",
 };
 
 function createParams(o: NamedSandboxOptions): Record<string, unknown> {
@@ -99,6 +106,10 @@ function commandParams(cmd: string | string[], o: ExecOptions): Record<string, u
     p.env = o.env;
   }
   if (o.cwd !== undefined) p.cwd = o.cwd;
+  if (o.user !== undefined) {
+    if (typeof o.user !== "string") throw new TypeError("user must be a string");
+    p.user = o.user;
+  }
   if (o.timeoutS !== undefined) {
     if (typeof o.timeoutS !== "number" || !(o.timeoutS > 0)) throw new RangeError(`timeoutS must be more than 0 seconds, got ${o.timeoutS}`);
     p.timeout_s = o.timeoutS;

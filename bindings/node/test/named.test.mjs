@@ -135,6 +135,33 @@ test("files of a named sandbox are read, written, listed and deleted in its root
     }
   }));
 
+/** Whether a sandbox may have users besides root: hull runs as root, or this user has an
+ * /etc/subuid range. */
+function canMapUsers() {
+  if (process.getuid() === 0) return true;
+  const me = execFileSync("id", ["-un"]).toString().trim();
+  try {
+    return readFileSync("/etc/subuid", "utf8").split("\n").some((l) => l.split(":")[0] === me);
+  } catch {
+    return false;
+  }
+}
+
+test("a sandbox made with user runs commands as that user, and one exec may name root", { skip: !canMapUsers() && "no /etc/subuid range for this user: user needs one rootless" }, () =>
+  withSandboxes(async () => {
+    const sb = await Sandbox.create({ name: "usr", user: "1000", setup: "echo s > /root-only; chmod 600 /root-only" });
+    try {
+      assert.equal((await sb.exec("id -u; id -g")).stdout, "1000\n1000\n");
+      const denied = await sb.exec(["cat", "/root-only"]);
+      assert.notEqual(denied.exitCode, 0);
+      assert.equal((await sb.exec(["cat", "/root-only"], { user: "root" })).stdout, "s\n");
+      assert.equal((await sb.exec("grep CapEff /proc/self/status")).stdout, "CapEff:\t0000000000000000\n");
+      await assert.rejects(Sandbox.create({ name: "usr", persist: true, user: "1001", setup: "echo s > /root-only; chmod 600 /root-only" }), (e) => e instanceof SandboxError && e.detail.arg === "user");
+    } finally {
+      await sb.destroy();
+    }
+  }));
+
 test("a spawned process's output is iterated as it comes, and by lines", () =>
   withSandboxes(async () => {
     const sb = await Sandbox.create({ name: "iter" });

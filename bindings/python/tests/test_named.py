@@ -182,6 +182,41 @@ def test_files_of_a_named_sandbox(sandboxes):
         assert sb.delete("a") is True and sb.delete("a") is False
 
 
+def _can_map_users():
+    if os.geteuid() == 0:
+        return True
+    import pwd
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    try:
+        with open("/etc/subuid") as f:
+            return any(line.split(":")[0] == me for line in f)
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _can_map_users(), reason="no /etc/subuid range for this user: user= needs one rootless")
+def test_a_sandbox_user_runs_commands_and_one_exec_may_name_another(sandboxes):
+    with Sandbox(name="usr", user="1000", setup="echo s > /root-only; chmod 600 /root-only") as sb:
+        assert sb.exec("id -u; id -g").stdout == "1000\n1000\n"
+        denied = sb.exec(["cat", "/root-only"])
+        assert denied.exit_code != 0 and "Permission denied" in denied.stderr
+        assert sb.exec(["cat", "/root-only"], user="root").stdout == "s\n"
+        assert sb.exec("grep CapEff /proc/self/status").stdout == "CapEff:\t0000000000000000\n"
+        # A spawned process runs as the sandbox's user too; files are written as it.
+        assert sb.spawn("id -u").wait(30).stdout == "1000\n"
+        sb.write_file("/workspace/w", b"x")
+        assert sb.exec("stat -c %u /workspace/w").stdout == "1000\n"
+        with pytest.raises(SandboxError) as e:
+            sb.exec(["true"], user="ghost")
+        assert "ghost" in str(e.value) and "`user`" in str(e.value) and "--user" not in str(e.value)
+        # Adopting it as another user is refused, naming the argument.
+        with pytest.raises(SandboxError) as e:
+            Sandbox(name="usr", persist=True, user="1001", setup="echo s > /root-only; chmod 600 /root-only")
+        assert e.value.kind == "config_mismatch" and e.value.detail.get("arg") == "user"
+    with pytest.raises(TypeError):
+        Sandbox(user="1000")
+
+
 def test_a_spawned_process_output_is_iterated_as_it_comes(sandboxes):
     with Sandbox(name="iter") as sb:
         p = sb.spawn("echo one; echo err >&2; sleep 1.5; printf 'two\\nthree'")

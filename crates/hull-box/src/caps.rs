@@ -110,6 +110,13 @@ const SETFCAP: u64 = 1 << 31;
 /// box rewrite a set-id program already in a host directory it was given.
 const FSETID: u64 = 1 << 4;
 
+/// What a resident box's pid 1 keeps in its own effective and permitted sets when its box maps
+/// more than one id (`subids`), so it can run each program as a user of the image: `SETUID`,
+/// `SETGID` (the program's process switches its ids before its exec), `CHOWN` (the hand-over of
+/// `/workspace` and the user's home) and `KILL` (ending a program of another uid). Never in the
+/// bounding set, so no program receives them (see `resident.rs`).
+pub const RESIDENT_PID1: u64 = 1 << 0 | 1 << 5 | 1 << 6 | 1 << 7;
+
 /// What a box of host root never keeps.
 const HOST_ROOT_REFUSED: u64 = SETFCAP | FSETID;
 
@@ -155,6 +162,10 @@ mod tests {
         assert_ne!(all_but_admin & 1, 0);
         assert_eq!(names(1 << 10), vec!["NET_BIND_SERVICE"]);
         assert_eq!(names(SETFCAP), vec!["SETFCAP"]);
+        assert_eq!(
+            names(RESIDENT_PID1),
+            vec!["CHOWN", "KILL", "SETGID", "SETUID"]
+        );
         let err = resolve_for(&["cap_setfcap".into()], &[], true).unwrap_err();
         assert!(err.to_string().contains("as root"), "{err}");
         assert_eq!(

@@ -508,7 +508,12 @@ impl Engine {
             remap: remap_of(spec),
             temporary_workspace: spec.workspace.is_none(),
         };
-        let plan = LaunchPlan::Fresh(build_plan(spec, &ctx)?);
+        let mut fresh = build_plan(spec, &ctx)?;
+        if spec.subids {
+            // More than one id: pid 1 can run programs as other users (see `resident.rs`).
+            fresh.pid1_keeps(crate::caps::RESIDENT_PID1);
+        }
+        let plan = LaunchPlan::Fresh(fresh);
         let launch = Launch {
             plan: &plan,
             stdin: crate::spec::Stdin::Null,

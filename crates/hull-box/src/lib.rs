@@ -46,6 +46,7 @@ mod watch;
 pub use ending::spawn_helper;
 pub use error::BoxError;
 pub use field::SpecField;
+pub use proto::resident::Ids as ResidentIds;
 pub use resident::{Event as ResidentEvent, Program as ResidentProgram, Resident};
 pub use resources::{Teardown, WorkspaceAhead};
 pub use result::{Fault, FaultType, RunResult, Stats};

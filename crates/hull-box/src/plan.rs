@@ -255,9 +255,13 @@ pub enum Step {
     Chdir {
         path: BoxPath,
     },
-    /// Drop every capability not in `keep` from all five sets.
+    /// Drop every capability not in `keep` from all five sets, but keep `own` in this
+    /// process's effective and permitted sets (a resident box's pid 1 that switches its
+    /// programs' ids, see `resident.rs`; 0 for every other box). `own` is never in the
+    /// bounding set, so no exec can pass it on.
     DropCaps {
         keep: u64,
+        own: u64,
     },
     NoNewPrivs,
     /// Install the seccomp filter; `listener` asks for a user-notification descriptor.
@@ -444,12 +448,16 @@ impl fmt::Display for Step {
             Step::Hostname { name } => write!(f, "sethostname {name}"),
             Step::LoopbackUp => write!(f, "bring up lo (the only interface)"),
             Step::Chdir { path } => write!(f, "chdir {}", path.shown),
-            Step::DropCaps { keep } => {
+            Step::DropCaps { keep, own } => {
                 if *keep == 0 {
-                    write!(f, "drop all capabilities (bounding, ambient, effective, permitted, inheritable)")
+                    write!(f, "drop all capabilities (bounding, ambient, effective, permitted, inheritable)")?;
                 } else {
-                    write!(f, "drop all capabilities except {} (inside the user namespace)", caps::names(*keep).join(","))
+                    write!(f, "drop all capabilities except {} (inside the user namespace)", caps::names(*keep).join(","))?;
                 }
+                if *own != 0 {
+                    write!(f, "; pid 1 alone keeps {} to switch its programs' ids", caps::names(*own).join(","))?;
+                }
+                Ok(())
             }
             Step::NoNewPrivs => write!(f, "prctl(PR_SET_NO_NEW_PRIVS)"),
             Step::Seccomp { listener, rules } => write!(f, "install seccomp allowlist ({rules} rules, default ENOSYS; escape calls {})", if *listener { "reported to the supervisor, box killed" } else { "kill the box" }),
@@ -491,6 +499,16 @@ pub struct BoxPlan {
 }
 
 impl BoxPlan {
+    /// A resident box whose programs may run as other users: its pid 1 keeps `own` in its own
+    /// effective and permitted sets (see [`Step::DropCaps`]).
+    pub fn pid1_keeps(&mut self, own: u64) {
+        for s in &mut self.steps {
+            if let Step::DropCaps { own: o, .. } = s {
+                *o = own;
+            }
+        }
+    }
+
     /// `--subids`: the box's ids are mapped by the supervisor's helpers instead of by itself.
     pub fn use_subids(&mut self, uids: crate::subids::IdRange, gids: crate::subids::IdRange) {
         for s in &mut self.steps {
@@ -976,7 +994,10 @@ impl PlanBuilder<Process> {
         if !limits.is_empty() {
             self.steps.push(Step::LowerRlimits { limits });
         }
-        self.steps.push(Step::DropCaps { keep: keep_caps });
+        self.steps.push(Step::DropCaps {
+            keep: keep_caps,
+            own: 0,
+        });
         self.steps.push(Step::NoNewPrivs);
         self.steps.push(Step::Seccomp {
             listener,

@@ -32,6 +32,12 @@ pub enum Message {
     /// A resident box's root directory, an `O_PATH` descriptor attached as SCM_RIGHTS (the
     /// answer to [`resident::ROOT`]; `errno` when it could not be opened).
     Root { errno: i32 },
+    /// A resident box's program could not take the user and group ids it was sent (`errno`);
+    /// the `Spawned` for it follows, then its exit (126).
+    IdsFailed { errno: i32 },
+    /// A resident box's pid 1 made and handed over the directory it was sent (see
+    /// [`resident::hand_over`]): `errno` 0, or why not.
+    HandedOver { errno: i32 },
 }
 
 pub const LEN: usize = 16;
@@ -51,6 +57,8 @@ impl Message {
             Message::Exited { .. } => "Exited",
             Message::ChdirFailed { .. } => "ChdirFailed",
             Message::Root { .. } => "Root",
+            Message::IdsFailed { .. } => "IdsFailed",
+            Message::HandedOver { .. } => "HandedOver",
         }
     }
 
@@ -68,7 +76,9 @@ impl Message {
             Message::Spawned { pid } => (8, pid, 0),
             Message::Exited { pid, status } => (9, pid, status),
             Message::ChdirFailed { errno } => (10, errno, 0),
-            Message::Root { errno } => (11, errno, 0),
+            Message::Root { errno } => (13, errno, 0),
+            Message::IdsFailed { errno } => (11, errno, 0),
+            Message::HandedOver { errno } => (12, errno, 0),
         };
         let mut out = [0u8; LEN];
         out[0..4].copy_from_slice(&tag.to_le_bytes());
@@ -108,7 +118,9 @@ impl Message {
             9 if a > 0 => Message::Exited { pid: a, status: b },
             8 | 9 => return Err(ProtoError::Field),
             10 => Message::ChdirFailed { errno: a },
-            11 => Message::Root { errno: a },
+            13 => Message::Root { errno: a },
+            11 => Message::IdsFailed { errno: a },
+            12 => Message::HandedOver { errno: a },
             t => return Err(ProtoError::Tag(t)),
         })
     }
@@ -194,27 +206,81 @@ pub mod go {
     }
 }
 
-/// What a resident box's pid 1 is sent per program (see `resident.rs`): `HRX1`, the working
-/// directory (NUL-terminated), then a [`go`] datagram. The program's stdin, stdout and stderr
-/// travel with it as SCM_RIGHTS, in that order.
+/// What a resident box's pid 1 is sent per program (see `resident.rs`): `HRX2`, the user id,
+/// group id and number of supplementary groups (little-endian u32; a user id of [`resident::AS_PID1`]
+/// means the program keeps pid 1's ids, root), the groups (u32 each), the working directory
+/// (NUL-terminated), then a [`go`] datagram. The program's stdin, stdout and stderr travel with
+/// it as SCM_RIGHTS, in that order.
 pub mod resident {
     use std::ffi::CString;
 
-    const MAGIC: &[u8; 4] = b"HRX1";
+    const MAGIC: &[u8; 4] = b"HRX2";
+    /// The user id that means "as pid 1 is": no id switch (the program runs as the box's root).
+    pub const AS_PID1: u32 = u32::MAX;
+    /// The most supplementary groups a program may be given.
+    pub const MAX_GROUPS: usize = 64;
+    const HEADER: usize = 16;
 
-    /// None if it does not fit one datagram (see [`super::go::encode`]).
+    /// The ids a program runs as: `uid`, `gid` and the supplementary `groups`.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct Ids {
+        pub uid: u32,
+        pub gid: u32,
+        pub groups: Vec<u32>,
+    }
+
+    /// None if it does not fit one datagram (see [`super::go::encode`]), or has more than
+    /// [`MAX_GROUPS`] groups or the reserved user id.
     pub fn encode(
         cwd: &CString,
+        ids: Option<&Ids>,
         argv: &[CString],
         env: &[CString],
         candidates: &[CString],
     ) -> Option<Vec<u8>> {
         let go = crate::proto::go::encode(argv, env, candidates)?;
         let cwd = cwd.as_bytes_with_nul();
-        if MAGIC.len() + cwd.len() + go.len() > crate::proto::go::MAX {
+        let (uid, gid, groups) = match ids {
+            Some(i) if i.uid == AS_PID1 || i.groups.len() > MAX_GROUPS => return None,
+            Some(i) => (i.uid, i.gid, i.groups.as_slice()),
+            None => (AS_PID1, AS_PID1, &[][..]),
+        };
+        if HEADER + 4 * groups.len() + cwd.len() + go.len() > crate::proto::go::MAX {
             return None;
         }
-        Some([MAGIC.as_slice(), cwd, &go].concat())
+        let mut out = Vec::with_capacity(HEADER + 4 * groups.len() + cwd.len() + go.len());
+        out.extend_from_slice(MAGIC);
+        for w in [uid, gid, u32::try_from(groups.len()).ok()?]
+            .into_iter()
+            .chain(groups.iter().copied())
+        {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+        out.extend_from_slice(cwd);
+        out.extend_from_slice(&go);
+        Some(out)
+    }
+
+    /// A request split without allocating (see [`split`]).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct Split {
+        /// The user and group id, None for "as pid 1 is".
+        pub ids: Option<(u32, u32)>,
+        /// How many supplementary groups follow the header (read them with [`group`]).
+        pub groups: usize,
+        /// Where the working directory starts.
+        pub cwd_at: usize,
+        /// Where the go datagram starts.
+        pub go_at: usize,
+    }
+
+    fn word(data: &[u8], i: usize) -> Option<u32> {
+        Some(u32::from_le_bytes(data.get(i..i + 4)?.try_into().ok()?))
+    }
+
+    /// Supplementary group `n` of a request [`split`] accepted.
+    pub fn group(data: &[u8], n: usize) -> Option<u32> {
+        word(data, HEADER + 4 * n)
     }
 
     /// A request for pid 1's root directory: pid 1 answers [`super::Message::Root`] with an
@@ -243,14 +309,68 @@ pub mod resident {
         Some((word(4), word(8)))
     }
 
-    /// Splits a request into the offset of its working directory's first byte (always 4) and
-    /// of its go datagram, without allocating; None for anything malformed.
-    pub fn split(data: &[u8]) -> Option<usize> {
-        if data.len() < MAGIC.len() || &data[..4] != MAGIC {
+    const HAND_OVER: &[u8; 4] = b"HRC1";
+
+    /// A request to make the absolute directory `path` (and its missing parents) and give it
+    /// to `uid`:`gid` (a sandbox's `/workspace` and its user's home); with `only_made`, a
+    /// directory that existed already is left as it is. Pid 1 answers
+    /// [`super::Message::HandedOver`]. None for a path with a NUL byte or too long.
+    pub fn hand_over(path: &str, uid: u32, gid: u32, only_made: bool) -> Option<Vec<u8>> {
+        if path.contains('\0') || path.len() >= 4096 || !path.starts_with('/') {
             return None;
         }
-        let nul = data[4..].iter().position(|&b| b == 0)?;
-        (nul > 0).then_some(4 + nul + 1)
+        let mut out = HAND_OVER.to_vec();
+        for w in [uid, gid, u32::from(only_made)] {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+        out.extend_from_slice(path.as_bytes());
+        out.push(0);
+        Some(out)
+    }
+
+    /// A [`hand_over`] request: the path (without its NUL), uid, gid and `only_made`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct HandOver<'a> {
+        pub path: &'a [u8],
+        pub uid: u32,
+        pub gid: u32,
+        pub only_made: bool,
+    }
+
+    /// A [`hand_over`] request read without allocating; None for anything else.
+    pub fn parse_hand_over(data: &[u8]) -> Option<HandOver<'_>> {
+        if data.len() < 18 || &data[..4] != HAND_OVER {
+            return None;
+        }
+        let path = data[16..].strip_suffix(&[0])?;
+        (!path.contains(&0)).then_some(HandOver {
+            path,
+            uid: word(data, 4)?,
+            gid: word(data, 8)?,
+            only_made: word(data, 12)? != 0,
+        })
+    }
+
+    /// Splits a program request without allocating; None for anything malformed (another
+    /// marker, too many groups, an empty or unterminated working directory).
+    pub fn split(data: &[u8]) -> Option<Split> {
+        if data.len() < HEADER || &data[..4] != MAGIC {
+            return None;
+        }
+        let (uid, gid) = (word(data, 4)?, word(data, 8)?);
+        let groups = usize::try_from(word(data, 12)?).ok()?;
+        if groups > MAX_GROUPS {
+            return None;
+        }
+        let cwd_at = HEADER + 4 * groups;
+        let nul = data.get(cwd_at..)?.iter().position(|&b| b == 0)?;
+        let ids = (uid != AS_PID1).then_some((uid, gid));
+        (nul > 0).then_some(Split {
+            ids,
+            groups,
+            cwd_at,
+            go_at: cwd_at + nul + 1,
+        })
     }
 }
 
@@ -297,14 +417,16 @@ mod tests {
             Message::Exited { pid: 3, status: 9 },
             Message::ChdirFailed { errno: 2 },
             Message::Root { errno: 0 },
+            Message::IdsFailed { errno: 22 },
+            Message::HandedOver { errno: 0 },
         ] {
             assert_eq!(Message::decode(&m.encode()), Ok(m));
         }
         assert_eq!(Message::decode(&[0; 3]), Err(ProtoError::Length(3)));
         assert_eq!(Message::decode(&[0; 16]), Err(ProtoError::Magic));
         let mut bad = Message::Ready.encode();
-        bad[0] = 12;
-        assert_eq!(Message::decode(&bad), Err(ProtoError::Tag(12)));
+        bad[0] = 14;
+        assert_eq!(Message::decode(&bad), Err(ProtoError::Tag(14)));
         // A resident box's pids are positive.
         bad[0] = 8;
         assert_eq!(Message::decode(&bad), Err(ProtoError::Field));
@@ -366,17 +488,82 @@ mod tests {
     }
 
     #[test]
-    fn resident_requests_carry_a_working_directory_before_their_go_datagram() {
+    fn resident_requests_carry_ids_and_a_working_directory_before_their_go_datagram() {
         let c = |s: &str| std::ffi::CString::new(s).unwrap();
-        let data = resident::encode(&c("/w"), &[c("true")], &[], &[c("/bin/true")]).unwrap();
-        let at = resident::split(&data).unwrap();
-        assert_eq!(&data[4..at], b"/w\0");
+        let data = resident::encode(&c("/w"), None, &[c("true")], &[], &[c("/bin/true")]).unwrap();
+        let sp = resident::split(&data).unwrap();
+        assert_eq!(sp.ids, None);
+        assert_eq!(&data[sp.cwd_at..sp.go_at], b"/w\0");
         let mut starts = vec![0; 8];
-        assert_eq!(go::parse(&data[at..], &mut starts), Some((1, 0, 1)));
-        assert_eq!(resident::split(b"HRX1\0rest"), None, "an empty directory");
-        assert_eq!(resident::split(b"HGO1/w\0"), None, "another marker");
-        assert_eq!(resident::split(b"HRX1/w"), None, "no terminator");
+        assert_eq!(go::parse(&data[sp.go_at..], &mut starts), Some((1, 0, 1)));
+        let ids = resident::Ids {
+            uid: 1000,
+            gid: 1001,
+            groups: vec![1001, 27],
+        };
+        let data =
+            resident::encode(&c("/w"), Some(&ids), &[c("true")], &[], &[c("/bin/true")]).unwrap();
+        let sp = resident::split(&data).unwrap();
+        assert_eq!(sp.ids, Some((1000, 1001)));
+        assert_eq!(sp.groups, 2);
+        assert_eq!(resident::group(&data, 1), Some(27));
+        assert_eq!(&data[sp.cwd_at..sp.go_at], b"/w\0");
+        let too_many = resident::Ids {
+            groups: vec![1; resident::MAX_GROUPS + 1],
+            ..ids.clone()
+        };
+        assert!(resident::encode(&c("/w"), Some(&too_many), &[c("x")], &[], &[c("/x")]).is_none());
+        let reserved = resident::Ids {
+            uid: resident::AS_PID1,
+            ..ids
+        };
+        assert!(resident::encode(&c("/w"), Some(&reserved), &[c("x")], &[], &[c("/x")]).is_none());
+        let head = |n: u32| {
+            let mut h = b"HRX2".to_vec();
+            for w in [0u32, 0, n] {
+                h.extend_from_slice(&w.to_le_bytes());
+            }
+            h
+        };
+        assert_eq!(
+            resident::split(&[head(0), b"\0rest".to_vec()].concat()),
+            None,
+            "an empty directory"
+        );
+        assert_eq!(
+            resident::split(&[head(0), b"/w".to_vec()].concat()),
+            None,
+            "no terminator"
+        );
+        assert_eq!(
+            resident::split(&[head(65), b"/w\0".to_vec()].concat()),
+            None,
+            "too many groups"
+        );
+        assert_eq!(
+            resident::split(&[head(3), b"/w\0".to_vec()].concat()),
+            None,
+            "groups past the end"
+        );
+        assert_eq!(
+            resident::split(b"HGO1/w\0xxxxxxxxxxxxx"),
+            None,
+            "another marker"
+        );
         assert_eq!(resident::parse_kill(&resident::kill(7, 9)), Some((7, 9)));
         assert_eq!(resident::parse_kill(&data), None);
+        let h = resident::hand_over("/home/dev", 1000, 1001, true).unwrap();
+        assert_eq!(
+            resident::parse_hand_over(&h),
+            Some(resident::HandOver {
+                path: b"/home/dev",
+                uid: 1000,
+                gid: 1001,
+                only_made: true
+            })
+        );
+        assert!(resident::hand_over("home", 1, 1, false).is_none());
+        assert!(resident::hand_over("/a\0b", 1, 1, false).is_none());
+        assert_eq!(resident::parse_hand_over(&data), None);
     }
 }

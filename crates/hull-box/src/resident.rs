@@ -9,6 +9,15 @@
 //! listener: nobody watches a resident box's calls the way a run's watch does, and a stopped
 //! call must never wait for an answer.
 //!
+//! A box that maps more than one id (`subids`) can run each program as another user: its pid 1
+//! keeps `CAP_SETUID`, `CAP_SETGID`, `CAP_CHOWN` and `CAP_KILL` in its own effective and
+//! permitted sets, outside the bounding set ([`crate::caps::RESIDENT_PID1`]). Each program's
+//! process (pid 1's code until its exec) switches to the ids it was sent (`setgroups`,
+//! `setresgid`, `setresuid`: a non-zero uid loses every capability) or, staying root, sets its
+//! capabilities to the plan's before its exec; no_new_privs and the filter are pid 1's, so
+//! every program's. [`Resident::hand_over`] asks pid 1 itself to make a directory and give it to
+//! a user (`/workspace` and the user's home, at the sandbox's creation).
+//!
 //! Dropping a [`Resident`] kills pid 1 (and so its whole pid namespace) and removes its cgroup;
 //! if its supervisor dies without that, pid 1 dies with it (`PDEATHSIG`, a hung-up channel).
 
@@ -53,6 +62,9 @@ pub struct Program<'a> {
     pub env: &'a [(String, String)],
     /// Its working directory, absolute in the box.
     pub cwd: &'a str,
+    /// The ids it runs as; None: as pid 1, the box's root (with the plan's capabilities).
+    /// Other ids need a box that maps them (`subids`).
+    pub ids: Option<&'a crate::proto::resident::Ids>,
 }
 
 /// What a resident box's pid 1 reported.
@@ -68,6 +80,11 @@ pub enum Event {
     /// The program last sent could not enter its working directory; `Spawned` and `Exited`
     /// (status 126) follow.
     ChdirFailed { errno: i32 },
+    /// The program last sent could not take its ids (`errno`: EINVAL for an id the box does
+    /// not map); `Spawned` and `Exited` (status 126) follow.
+    IdsFailed { errno: i32 },
+    /// Pid 1 answered a [`Resident::hand_over`]: 0, or why it failed.
+    HandedOver { errno: i32 },
     /// Pid 1 could not start the program last sent at all (no `Spawned` follows).
     Refused { errno: i32 },
     /// Pid 1 is gone.
@@ -159,8 +176,16 @@ impl Resident {
             .map(|(k, v)| cstring(&format!("{k}={v}")))
             .collect();
         let candidates = exec_candidates(&program.argv[0], path);
-        let data = crate::proto::resident::encode(&cstring(program.cwd), &argv, &env, &candidates)
-            .ok_or_else(|| bad("send a program larger than 128 KiB of arguments"))?;
+        let data = crate::proto::resident::encode(
+            &cstring(program.cwd),
+            program.ids,
+            &argv,
+            &env,
+            &candidates,
+        )
+        .ok_or_else(|| {
+            bad("send a program larger than 128 KiB of arguments or with more than 64 groups")
+        })?;
         let fds = stdio.map(|f| f.as_raw_fd());
         sys::send_with_fds(self.channel.fd().as_raw_fd(), &data, &fds).map_err(|errno| {
             BoxError::Sys {
@@ -207,6 +232,30 @@ impl Resident {
         }
     }
 
+    /// Asks pid 1 to make the absolute directory `path` in the box (and its missing parents,
+    /// 0755; no component may be a symlink) and give it to `uid`:`gid`; with `only_made`, one
+    /// that existed is left as it was. Its answer comes through [`Resident::recv`] as
+    /// [`Event::HandedOver`]; like [`Resident::send`], not to overlap another request.
+    pub fn hand_over(
+        &self,
+        path: &str,
+        uid: u32,
+        gid: u32,
+        only_made: bool,
+    ) -> Result<(), BoxError> {
+        let data =
+            crate::proto::resident::hand_over(path, uid, gid, only_made).ok_or(BoxError::Sys {
+                what: "hand over a directory that is not an absolute path",
+                errno: sys::Errno(libc::EINVAL),
+            })?;
+        sys::send_with_fds(self.channel.fd().as_raw_fd(), &data, &[]).map_err(|errno| {
+            BoxError::Sys {
+                what: "ask the box to hand over a directory",
+                errno,
+            }
+        })
+    }
+
     /// Receives pid 1's next report without waiting (poll [`Resident::channel_fd`] first).
     pub fn recv(&self) -> Result<Event, BoxError> {
         match self.channel.recv()? {
@@ -220,6 +269,8 @@ impl Resident {
                 Message::Exited { pid, status } => Event::Exited { pid, status },
                 Message::ExecFailed { errno } => Event::ExecFailed { errno },
                 Message::ChdirFailed { errno } => Event::ChdirFailed { errno },
+                Message::IdsFailed { errno } => Event::IdsFailed { errno },
+                Message::HandedOver { errno } => Event::HandedOver { errno },
                 Message::SetupFailed { errno, .. } => Event::Refused { errno },
                 m => return Err(crate::channel::unexpected(&self.plan, "Spawned", m)),
             }),

@@ -560,7 +560,7 @@ impl EntryPlan {
         let keeps = self
             .pid1
             .iter()
-            .any(|s| matches!(s, Step::DropCaps { keep } if keep & net_caps != 0));
+            .any(|s| matches!(s, Step::DropCaps { keep, .. } if keep & net_caps != 0));
         self.flags & libc::CLONE_NEWNET != 0 && !keeps
     }
 

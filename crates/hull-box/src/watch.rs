@@ -288,7 +288,9 @@ impl<'a> Watching<'a> {
             | Message::Spawned { .. }
             | Message::Exited { .. }
             | Message::ChdirFailed { .. }
-            | Message::Root { .. }) => {
+            | Message::Root { .. }
+            | Message::IdsFailed { .. }
+            | Message::HandedOver { .. }) => {
                 return Err(channel::unexpected(
                     self.watch.plan,
                     "Ready, SetupFailed, ExecFailed or MainExited",

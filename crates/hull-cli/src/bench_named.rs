@@ -157,6 +157,7 @@ fn socket_exec(dir: &Dir) -> Result<f64, String> {
             cwd: None,
             stdin: false,
             shell: false,
+            user: None,
         },
     )?;
     let mut r = BufReader::new(conn);

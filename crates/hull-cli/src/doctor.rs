@@ -149,8 +149,8 @@ pub fn main(args: &DoctorArgs) -> i32 {
     let gid = unsafe { libc::getegid() };
     let (subids_ok, subids_detail, subids_fix) = match (newuidmap, hull_box::subids::lookup(uid, gid)) {
         (true, Ok((u, g))) => (true, format!("--subids maps ids 1-{} to {}.. (uids) and 1-{} to {}.. (gids) through newuidmap/newgidmap", u.count, u.start, g.count, g.start), None),
-        (true, Err(e)) => (false, format!("newuidmap present, but {}", hull_api::Chain(&e)), Some("add ranges for this user to /etc/subuid and /etc/subgid (optional: needed only for --subids)")),
-        (false, _) => (false, "newuidmap absent: --subids is unavailable (boxes use a single-uid map)".into(), Some("apt-get install uidmap (optional: needed only for --subids)")),
+        (true, Err(e)) => (false, format!("newuidmap present, but {}", hull_api::Chain(&e)), Some("add ranges for this user to /etc/subuid and /etc/subgid (optional: needed only for --subids, and, rootless, for a named sandbox's --user)")),
+        (false, _) => (false, "newuidmap absent: --subids (and, rootless, a named sandbox's --user) is unavailable (boxes use a single-uid map)".into(), Some("apt-get install uidmap (optional: needed only for --subids, and, rootless, for --user)")),
     };
     checks.push(check("sub-ids", subids_ok, subids_detail, subids_fix));
 

@@ -31,7 +31,7 @@ enum Command {
     Serve(serve::ServeArgs),
     Mcp(mcp::McpArgs),
     /// Create a named sandbox that lives on (its own disk, a keeper process) and start it.
-    Create(named::CreateArgs),
+    Create(Box<named::CreateArgs>),
     /// Run a command in a named sandbox (starting it if stopped), streaming its output.
     Exec(named::ExecArgs),
     /// Stop a named sandbox: end every process in it, keep its disk.

@@ -187,6 +187,14 @@ fn sdk_arg(field: &str) -> &str {
     }
 }
 
+/// A keeper's message as an SDK caller spells its arguments: the keeper names `hull create
+/// --user` and `hull exec -u/--user`, which are `user` here.
+fn sdk_words(message: &str) -> String {
+    message
+        .replace("-u/--user", "`user`")
+        .replace("--user", "`user`")
+}
+
 /// A configuration from `named.create`'s parameters, through its JSON form (fields added later
 /// take their defaults).
 fn config_of(name: &str, p: &Map<String, Value>) -> Result<Config, Value> {
@@ -203,6 +211,7 @@ fn config_of(name: &str, p: &Map<String, Value>) -> Result<Config, Value> {
         "idle_timeout_s",
         "max_duration_s",
         "adopt",
+        "user",
     ];
     if let Some(k) = p.keys().find(|k| !KNOWN.contains(&k.as_str())) {
         return Err(invalid(k, "unknown parameter"));
@@ -229,6 +238,7 @@ fn config_of(name: &str, p: &Map<String, Value>) -> Result<Config, Value> {
         "idle_timeout_ms": ms("idle_timeout_s")?,
         "max_duration_ms": ms("max_duration_s")?,
         "created": state::now_secs(),
+        "user": string(p, "user")?,
     });
     serde_json::from_value(v).map_err(|e| invalid("params", e.to_string()))
 }
@@ -272,7 +282,7 @@ fn create(p: &Map<String, Value>) -> Result<Value, Value> {
                 } else {
                     "sandbox_error"
                 };
-                return Err(err(kind, e));
+                return Err(err(kind, sdk_words(&e)));
             }
             Err(_) => {}
         }
@@ -429,7 +439,7 @@ fn exec_on(
                 done.code = Some(i32::from_le_bytes(b));
                 return Ok(done);
             }
-            wire::ERROR => return Err(String::from_utf8_lossy(&data).into_owned()),
+            wire::ERROR => return Err(sdk_words(&String::from_utf8_lossy(&data))),
             wire::MISSING => {
                 done.missing = true;
                 return Ok(done);
@@ -481,6 +491,7 @@ fn exec(out: &Out, id: &Value, p: &Map<String, Value>) -> Result<Value, Value> {
         cwd: string(p, "cwd")?,
         stdin: false,
         shell,
+        user: string(p, "user")?,
     };
     let timeout = number(p, "timeout_s")?.map(Duration::from_secs_f64);
     let mut sink = stream_flag(p)?.then(|| EventSink::new(out.clone(), id.clone()));
@@ -517,6 +528,7 @@ fn spawn(p: &Map<String, Value>) -> Result<Value, Value> {
         env: env(p)?,
         cwd: string(p, "cwd")?,
         shell,
+        user: string(p, "user")?,
     };
     let fail = |e: String| {
         err(
@@ -669,6 +681,18 @@ pub(crate) fn handle(out: &Out, id: &Value, method: &str, params: Value) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keeper_messages_name_user_as_the_sdk_spells_it() {
+        assert_eq!(
+            sdk_words("-u/--user: no user `x` in the sandbox's /etc/passwd"),
+            "`user`: no user `x` in the sandbox's /etc/passwd"
+        );
+        assert_eq!(
+            sdk_words("--user 1000: see `usermod --add-subuids 1-2 u`"),
+            "`user` 1000: see `usermod --add-subuids 1-2 u`"
+        );
+    }
 
     #[test]
     fn a_differing_argument_is_named_as_the_sdk_spells_it() {

@@ -794,6 +794,11 @@ fn logs_follow_loses_nothing_when_the_log_rotates() {
 
 /// An OCI layout of one layer: a static busybox as /bin/sh, a /srv directory and /marker.
 fn busybox_layout(dir: &Path) -> bool {
+    busybox_layout_with(dir, &[])
+}
+
+/// [`busybox_layout`] with `files` (path, text) added, each 0644.
+fn busybox_layout_with(dir: &Path, files: &[(&str, &str)]) -> bool {
     use hull_image::oci::Digest;
     let Ok(busybox) = std::fs::read("/bin/busybox") else {
         hull_testkit::skip("/bin/busybox (busybox-static) is not installed");
@@ -821,7 +826,9 @@ fn busybox_layout(dir: &Path) -> bool {
         tar::EntryType::Regular,
         None,
     );
-    for tool in ["sh", "cat", "echo", "touch", "ls"] {
+    for tool in [
+        "sh", "cat", "echo", "touch", "ls", "id", "stat", "grep", "chmod", "mkdir",
+    ] {
         add(
             &format!("bin/{tool}"),
             b"",
@@ -838,6 +845,9 @@ fn busybox_layout(dir: &Path) -> bool {
         tar::EntryType::Regular,
         None,
     );
+    for (path, text) in files {
+        add(path, text.as_bytes(), 0o644, tar::EntryType::Regular, None);
+    }
     let layer = b.into_inner().unwrap().finish().unwrap();
     let config = br#"{"architecture":"amd64","os":"linux","config":{"Env":["PATH=/bin"]}}"#;
     std::fs::create_dir_all(dir.join("blobs/sha256")).unwrap();
@@ -1539,6 +1549,411 @@ fn a_setup_command_past_its_timeout_is_killed_and_leaves_nothing() {
     let out = s.hull(&["create", "bad", "--setup-timeout", "soon"]);
     assert_eq!(out.status.code(), Some(125), "{out:?}");
     assert!(text(&out.stderr).contains("--setup-timeout"), "{out:?}");
+}
+
+/// A busybox image whose /etc/passwd has a user `dev` (1000:1000, home /home/dev, not in the
+/// image) in the groups `dev` and `tools` (1500), imported as `bb:users` into `s`'s store.
+fn users_image(s: &mut Sandboxes, home: &Path) -> bool {
+    let layout = tempfile::tempdir().unwrap();
+    let files = [
+        ("etc/", ""),
+        (
+            "etc/passwd",
+            "root:x:0:0:root:/root:/bin/sh\ndev:x:1000:1000:dev:/home/dev:/bin/sh\nsvc:x:1200:1200::/srv:/bin/sh\nlib:x:1300:1300::/var/lib/lib:/bin/sh\n",
+        ),
+        ("etc/group", "root:x:0:\ndev:x:1000:\ntools:x:1500:dev\n"),
+    ];
+    // `etc/` as a file entry would be wrong: only the two files.
+    if !busybox_layout_with(layout.path(), &files[1..]) {
+        return false;
+    }
+    s.home = Some(home.to_path_buf());
+    s.ok(&[
+        "import",
+        layout.path().to_str().unwrap(),
+        "--name",
+        "bb:users",
+    ]);
+    true
+}
+
+/// The `Cap*` lines of /proc/self/status of `sh -c` run by `hull exec NAME ARGS...`.
+fn caps_of(s: &Sandboxes, name: &str, args: &[&str]) -> String {
+    let mut all = vec!["exec", name];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--", "grep", "^Cap", "/proc/self/status"]);
+    s.ok(&all)
+}
+
+/// The host uid that uid `id` of a sandbox with more than one id is: host root's range, or
+/// the caller's /etc/subuid range.
+fn host_uid_of(id: u32) -> u32 {
+    if common::is_root() {
+        return 0x7FFD_0000 + id;
+    }
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let name = std::fs::read_to_string("/etc/passwd")
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.get(2) == Some(&me.to_string().as_str())).then(|| f[0].to_string())
+        })
+        .unwrap();
+    let start: u32 = std::fs::read_to_string("/etc/subuid")
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f[0] == name || f[0] == me.to_string()).then(|| f[1].parse().unwrap())
+        })
+        .expect("a subuid range (see SECURITY.md)");
+    start + id - 1
+}
+
+/// Whether this caller can give a sandbox more than one id (root, or a range in /etc/subuid
+/// and the uidmap helpers); else a skip is printed.
+fn can_map_users() -> bool {
+    if common::is_root() {
+        return true;
+    }
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let named = std::fs::read_to_string("/etc/passwd")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.get(2) == Some(&me.to_string().as_str())).then(|| f[0].to_string())
+        })
+        .unwrap_or_default();
+    let ranged = std::fs::read_to_string("/etc/subuid")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split(':').next() == Some(named.as_str()));
+    if !ranged || !Path::new("/usr/bin/newuidmap").exists() {
+        hull_testkit::skip(
+            "this user has no /etc/subuid range (or no newuidmap): --user needs one rootless",
+        );
+        return false;
+    }
+    true
+}
+
+#[test]
+fn a_sandbox_user_runs_every_command_with_its_ids_home_and_workspace() {
+    if !can_map_users() {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let mut s = Sandboxes::new();
+    if !users_image(&mut s, home.path()) {
+        return;
+    }
+    s.ok(&[
+        "create",
+        "dev",
+        "--image",
+        "bb:users",
+        "--user",
+        "dev",
+        "--setup",
+        "echo from-setup > /workspace/setup-file; echo secret > /secret; chmod 600 /secret; mkdir /private; chmod 700 /private",
+    ]);
+    // The user's ids, groups and environment.
+    assert_eq!(
+        s.ok(&["exec", "dev", "--", "sh", "-c", "id -u; id -g; id -G"]),
+        "1000\n1000\n1000 1500\n"
+    );
+    assert_eq!(
+        s.ok(&[
+            "exec",
+            "dev",
+            "--shell",
+            "--",
+            "echo $HOME $USER $LOGNAME; pwd"
+        ]),
+        "/home/dev dev dev\n/workspace\n"
+    );
+    // Its home (not in the image) was made, and is its own; /workspace is its own.
+    assert_eq!(
+        s.ok(&[
+            "exec",
+            "dev",
+            "--shell",
+            "--",
+            "touch $HOME/h /workspace/mine && stat -c %u:%g $HOME /workspace /workspace/mine"
+        ]),
+        "1000:1000\n1000:1000\n1000:1000\n"
+    );
+    // On the host the file belongs to uid 1000 of the sandbox's range, never to a host user.
+    let host = std::fs::metadata(s.root().join("dev/upper/workspace/mine")).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(host.uid(), host_uid_of(1000));
+    // The setup ran as root: its file is root's, and the user cannot change it.
+    assert_eq!(
+        s.ok(&[
+            "exec",
+            "dev",
+            "--",
+            "stat",
+            "-c",
+            "%u",
+            "/workspace/setup-file"
+        ]),
+        "0\n"
+    );
+    let out = s.hull(&[
+        "exec",
+        "dev",
+        "--shell",
+        "--",
+        "echo x >> /workspace/setup-file",
+    ]);
+    assert_ne!(out.status.code(), Some(0), "the user wrote root's file");
+    // A root-only file: the user cannot read it, root (exec -u root) can.
+    let out = s.hull(&["exec", "dev", "--", "cat", "/secret"]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Permission denied"));
+    assert_eq!(
+        s.ok(&["exec", "dev", "-u", "root", "--", "cat", "/secret"]),
+        "secret\n"
+    );
+    // The working directory is entered as the user: root's 0700 directory is refused (126).
+    let out = s.hull(&["exec", "dev", "-w", "/private", "--", "sh", "-c", "pwd"]);
+    assert_eq!(out.status.code(), Some(126), "{}", text(&out.stderr));
+    assert_eq!(
+        s.ok(&["exec", "dev", "-u", "root", "-w", "/private", "--", "sh", "-c", "pwd"]),
+        "/private\n"
+    );
+    assert_eq!(
+        s.ok(&[
+            "exec",
+            "dev",
+            "-u",
+            "root",
+            "--shell",
+            "--",
+            "id -u; echo $HOME $USER"
+        ]),
+        "0\n/root root\n"
+    );
+    // -u of another id of the image's range, and a missing one named by the flag.
+    assert_eq!(
+        s.ok(&["exec", "dev", "-u", "1234:1500", "--", "id", "-u"]),
+        "1234\n"
+    );
+    let out = s.hull(&["exec", "dev", "-u", "ghost", "--", "true"]);
+    assert_eq!(out.status.code(), Some(125));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("-u/--user") && err.contains("ghost") && err.contains("/etc/passwd"),
+        "{err}"
+    );
+    // Capabilities: none for the user; a root command has what it had in a sandbox without
+    // --user (pid 1's own capabilities never reach a program).
+    let user_caps = caps_of(&s, "dev", &[]);
+    for set in ["CapInh", "CapPrm", "CapEff", "CapAmb"] {
+        assert!(
+            user_caps.contains(&format!("{set}:\t0000000000000000")),
+            "{user_caps}"
+        );
+    }
+    s.ok(&["create", "plain", "--image", "bb:users"]);
+    assert_eq!(
+        caps_of(&s, "dev", &["-u", "root"]),
+        caps_of(&s, "plain", &[])
+    );
+    // Pid 1 alone keeps CHOWN, KILL, SETGID and SETUID, and none is in the bounding set.
+    let pid1 = s.ok(&["exec", "dev", "--", "grep", "^Cap", "/proc/1/status"]);
+    assert!(pid1.contains("CapEff:\t00000000000000e1"), "{pid1}");
+    assert!(pid1.contains("CapBnd:\t0000000000000000"), "{pid1}");
+    // A sandbox made without --user maps only root: -u of another user is refused.
+    let out = s.hull(&["exec", "plain", "-u", "dev", "--", "true"]);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("maps only root"));
+    // ps shows the user; stop/start and a template keep it.
+    let ps = s.ok(&["ps", "--json"]);
+    let row = ps
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["name"] == "dev")
+        .unwrap();
+    assert_eq!(row["user"], "dev");
+    assert!(s
+        .ok(&["ps"])
+        .lines()
+        .any(|l| l.starts_with("dev ") && l.contains(" dev ")));
+    s.ok(&["stop", "dev"]);
+    assert_eq!(s.ok(&["exec", "dev", "--", "id", "-u"]), "1000\n");
+    s.ok(&["stop", "dev"]);
+    s.ok(&["template", "save", "dev", "devt"]);
+    s.ok(&["create", "fromt", "--template", "devt"]);
+    assert_eq!(
+        s.ok(&[
+            "exec",
+            "fromt",
+            "--shell",
+            "--",
+            "id -u; cat /workspace/mine && echo kept"
+        ]),
+        "1000\nkept\n"
+    );
+    // rm removes what the user's ids own too (rootless: ids of the caller's range, which the
+    // caller cannot remove as itself), and so does the removal of the template's layer.
+    s.ok(&[
+        "exec",
+        "fromt",
+        "--",
+        "sh",
+        "-c",
+        "mkdir /workspace/d && touch /workspace/d/f",
+    ]);
+    s.ok(&["rm", "fromt"]);
+    s.ok(&["rm", "dev"]);
+    s.ok(&["template", "rm", "devt"]);
+    let left: Vec<_> = std::fs::read_dir(s.root())
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "plain" && n != ".templates")
+        .collect();
+    assert_eq!(left, Vec::<String>::new(), "rm left directories behind");
+    let layers = s.root().join(".templates/layers");
+    assert_eq!(
+        std::fs::read_dir(&layers).map_or(0, Iterator::count),
+        0,
+        "a layer was left"
+    );
+}
+
+#[test]
+fn a_home_outside_home_is_handed_over_only_when_it_is_made() {
+    if !can_map_users() {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let mut s = Sandboxes::new();
+    if !users_image(&mut s, home.path()) {
+        return;
+    }
+    // svc's home is the image's /srv: a directory of the image's, left as it is.
+    s.ok(&["create", "svc", "--image", "bb:users", "--user", "svc"]);
+    assert_eq!(
+        s.ok(&[
+            "exec",
+            "svc",
+            "--shell",
+            "--",
+            "echo $HOME; stat -c %u /srv"
+        ]),
+        "/srv\n0\n"
+    );
+    // lib's home is missing: made, and lib's.
+    s.ok(&["create", "lib", "--image", "bb:users", "--user", "lib"]);
+    assert_eq!(
+        s.ok(&[
+            "exec",
+            "lib",
+            "--shell",
+            "--",
+            "stat -c %u:%g $HOME /var/lib"
+        ]),
+        "1300:1300\n0:0\n"
+    );
+}
+
+#[test]
+fn a_missing_user_is_refused_naming_the_flag_and_leaves_nothing() {
+    if !can_map_users() {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let mut s = Sandboxes::new();
+    if !users_image(&mut s, home.path()) {
+        return;
+    }
+    let out = s.hull(&["create", "x", "--image", "bb:users", "--user", "ghost"]);
+    assert_eq!(out.status.code(), Some(125));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--user") && err.contains("ghost") && err.contains("/etc/passwd"),
+        "{err}"
+    );
+    assert_eq!(s.state("x"), "absent");
+    let out = s.hull(&["create", "y", "--image", "bb:users", "--user", "a b"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--user"));
+    assert_eq!(s.state("y"), "absent");
+}
+
+#[test]
+fn without_a_subid_range_a_user_is_refused_naming_etc_subuid_and_the_fix() {
+    if !common::is_root() {
+        hull_testkit::skip("needs root: it runs hull as nobody, a user without an /etc/subuid range (an unprivileged caller cannot switch users)");
+        return;
+    }
+    // nobody (65534) has no range: hull run as nobody, with a sandboxes directory of its own.
+    let grep = std::fs::read_to_string("/etc/subuid").unwrap_or_default();
+    if grep
+        .lines()
+        .any(|l| l.starts_with("nobody:") || l.starts_with("65534:"))
+    {
+        hull_testkit::skip("nobody has an /etc/subuid range here");
+        return;
+    }
+    let stage = tempfile::tempdir().unwrap();
+    let bin = stage.path().join("hull");
+    std::fs::copy(common::bin(), &bin).unwrap();
+    let dir = stage.path().join("sandboxes");
+    std::fs::create_dir(&dir).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(stage.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(&bin)
+        .args(["create", "x", "--user", "1000"])
+        .env("HULL_SANDBOXES", &dir)
+        .env("HOME", "/nonexistent")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(err.contains("--user 1000"), "{err}");
+    assert!(err.contains("/etc/subuid"), "{err}");
+    assert!(
+        err.contains("usermod --add-subuids 100000-165535 --add-subgids 100000-165535"),
+        "{err}"
+    );
+    assert!(
+        !dir.join("x").exists(),
+        "the refused sandbox was left behind"
+    );
+}
+
+#[test]
+fn a_users_command_whose_client_goes_away_is_killed_by_pid_1() {
+    if !can_map_users() {
+        return;
+    }
+    let s = Sandboxes::new();
+    // Pid 1 (root) ends a command of another uid: it keeps CAP_KILL for that.
+    s.ok(&["create", "uabort", "--user", "1000"]);
+    let secs = unique_secs(8);
+    let mut c = s.cmd(&["exec", "uabort", "--", "sleep", &secs]);
+    c.stdout(Stdio::null()).stderr(Stdio::null());
+    let mut client = c.spawn().unwrap();
+    let t0 = Instant::now();
+    while running(&["sleep", &secs]).is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    client.kill().unwrap();
+    client.wait().unwrap();
+    wait_gone(&["sleep", &secs]);
+    assert_eq!(s.ok(&["exec", "uabort", "--", "id", "-u"]), "1000\n");
 }
 
 /// A host directory (0755) holding a FIFO `runs` any box user may write, given to sandboxes with

@@ -13,10 +13,10 @@ from ._result import ExecutionResult
 
 #: The arguments a named sandbox is made with (by their SDK names). Sandbox's other arguments
 #: belong to sessions of fresh boxes and are refused with `name=`.
-NAMED_ARGS = ("image", "setup", "workspace", "ro_workspaces", "memory_mb", "cpus", "pids", "env", "idle_timeout_s", "max_duration_s")
+NAMED_ARGS = ("image", "setup", "workspace", "ro_workspaces", "memory_mb", "cpus", "pids", "env", "idle_timeout_s", "max_duration_s", "user")
 
 
-def command_params(cmd, env, cwd, timeout_s=None):
+def command_params(cmd, env, cwd, timeout_s=None, user=None):
     """`cmd` as `named.exec`'s parameters: a list is argv, a str one shell string."""
     if isinstance(cmd, str):
         p = {"shell": cmd}
@@ -30,6 +30,10 @@ def command_params(cmd, env, cwd, timeout_s=None):
         p["env"] = env
     if cwd is not None:
         p["cwd"] = os.fspath(cwd)
+    if user is not None:
+        if not isinstance(user, str):
+            raise TypeError("user must be a string (NAME, UID, NAME:GROUP or UID:GID), got %r" % (user,))
+        p["user"] = user
     if timeout_s is not None:
         if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool) or timeout_s <= 0:
             raise ValueError("timeout_s must be a number of seconds more than 0, got %r" % (timeout_s,))

@@ -300,15 +300,16 @@ class Sandbox:
     disk and long-lived processes (`exec`, `spawn`, `stop`, `destroy`). `persist=True` adopts
     the sandbox of that name when it exists (made with the same arguments, else refused naming
     the one that differs) and leaves it running at the end of a `with` block; without it, a
-    taken name is a conflict and the sandbox is destroyed at the end of the block."""
+    taken name is a conflict and the sandbox is destroyed at the end of the block. `user=`
+    (named only) runs every command as that user of the image (`setup` runs as root)."""
 
-    def __init__(self, image=None, setup=None, workspace=None, memory_mb=512, cpus=None, pids=256, timeout_s=30, network=False, mounts=None, tmpfs=None, env=None, max_output_bytes=None, deps_readonly=True, security_profile=None, require_limits=False, cap_drop=None, track_files=True, on_stdout=None, on_stderr=None, prewarm=0, setup_timeout_s=600, name=None, persist=False, ro_workspaces=None, idle_timeout_s=None, max_duration_s=None):
+    def __init__(self, image=None, setup=None, workspace=None, memory_mb=512, cpus=None, pids=256, timeout_s=30, network=False, mounts=None, tmpfs=None, env=None, max_output_bytes=None, deps_readonly=True, security_profile=None, require_limits=False, cap_drop=None, track_files=True, on_stdout=None, on_stderr=None, prewarm=0, setup_timeout_s=600, name=None, persist=False, ro_workspaces=None, idle_timeout_s=None, max_duration_s=None, user=None):
         if name is not None:
             args = dict(locals())
             del args["self"], args["name"], args["persist"]
             self._init_named(name, persist, args)
             return
-        for k, v in (("persist", persist), ("ro_workspaces", ro_workspaces), ("idle_timeout_s", idle_timeout_s), ("max_duration_s", max_duration_s)):
+        for k, v in (("persist", persist), ("ro_workspaces", ro_workspaces), ("idle_timeout_s", idle_timeout_s), ("max_duration_s", max_duration_s), ("user", user)):
             if v not in (None, False):
                 raise TypeError("%s is an argument of a named sandbox: give name= too" % k)
         self.name = None
@@ -413,13 +414,14 @@ class Sandbox:
 
     # -- named sandboxes -----------------------------------------------------------------
 
-    def exec(self, cmd, env=None, cwd=None, timeout_s=None, on_stdout=None, on_stderr=None):
+    def exec(self, cmd, env=None, cwd=None, timeout_s=None, on_stdout=None, on_stderr=None, user=None):
         """Runs a command in the named sandbox (a list is argv, a str one shell string, run by
         bash, else sh); `env` is merged over the sandbox's for this command only. Past
-        timeout_s the command is killed (exit 137). A stopped sandbox starts first."""
+        timeout_s the command is killed (exit 137). A stopped sandbox starts first. `user`
+        (a user of the image, `root` too) runs it as another user than the sandbox's."""
         if self.name is None:
             raise _named.not_named("exec")
-        p = _named.command_params(cmd, env, cwd, timeout_s)
+        p = _named.command_params(cmd, env, cwd, timeout_s, user)
         p["sandbox"] = self.name
         on_event = None
         if on_stdout is not None or on_stderr is not None:
@@ -427,12 +429,12 @@ class Sandbox:
             on_event = _named._Collect(on_stdout, on_stderr)
         return ExecutionResult.from_json(self._server.call("named.exec", p, on_event))
 
-    def spawn(self, cmd, env=None, cwd=None, on_stdout=None, on_stderr=None):
+    def spawn(self, cmd, env=None, cwd=None, on_stdout=None, on_stderr=None, user=None):
         """Starts a background process and returns its Process at once. It runs on across
         later execs and after this process exits, until kill() or stop()."""
         if self.name is None:
             raise _named.not_named("spawn")
-        p = _named.command_params(cmd, env, cwd)
+        p = _named.command_params(cmd, env, cwd, user=user)
         p["sandbox"] = self.name
         r = self._server.call("named.spawn", p)
         return _named.Process(self, r["process"], on_stdout, on_stderr)

@@ -486,7 +486,7 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
         Step::Hostname { name } => sys::sethostname(name.as_bytes()),
         Step::LoopbackUp => sys::loopback_up(),
         Step::Chdir { path } => sys::chdir(&path.c),
-        Step::DropCaps { keep } => drop_caps(*keep),
+        Step::DropCaps { keep, own } => drop_caps(*keep, *own),
         Step::NoNewPrivs => sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1).map(drop),
         Step::Seccomp { listener, .. } => {
             let mut fd = None;
@@ -541,6 +541,7 @@ fn start_program(
             ctx,
             &Program {
                 cwd: None,
+                ids: None,
                 argv: ctx.argv,
                 envp: ctx.envp,
                 candidates: Candidates::Plan(candidates),
@@ -683,8 +684,10 @@ fn pivot(root: &crate::plan::BoxPath) -> SysResult<()> {
 }
 
 /// Drops every capability not in `keep` from the bounding and ambient sets, then sets the
-/// effective, permitted and inheritable sets to `keep`.
-fn drop_caps(keep: u64) -> SysResult<()> {
+/// inheritable set to `keep` and the effective and permitted sets to `keep | own`: `own` (a
+/// resident box's pid 1's `CAP_SETUID`, `CAP_SETGID`, `CAP_CHOWN`, `CAP_KILL`) stays with this
+/// process only, outside the bounding set, so no exec can give it to a program.
+fn drop_caps(keep: u64, own: u64) -> SysResult<()> {
     for cap in 0..64u32 {
         if keep & (1u64 << cap) != 0 {
             continue;
@@ -699,7 +702,11 @@ fn drop_caps(keep: u64) -> SysResult<()> {
         libc::PR_CAP_AMBIENT,
         libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
     )?;
-    sys::capset(keep)
+    if own & !keep == 0 {
+        sys::capset(keep)
+    } else {
+        sys::capset_own(keep | own, keep)
+    }
 }
 
 /// Before the program exists: a session of its own, pid 1 non-dumpable and holding only the
@@ -726,9 +733,24 @@ fn isolate_pid1(ctx: &ChildContext<'_>) -> SysResult<()> {
 struct Program<'a> {
     /// A resident box's per-program working directory (others start in the plan's).
     cwd: Option<&'a CStr>,
+    /// A resident box's program: the ids it takes (None: pid 1's, root) and the capabilities
+    /// it keeps (the plan's; pid 1's own are dropped). None for any other box's program,
+    /// which inherits pid 1's ids and capabilities as they are.
+    ids: Option<ProgramIds<'a>>,
     argv: &'a [*const libc::c_char],
     envp: &'a [*const libc::c_char],
     candidates: Candidates<'a>,
+}
+
+/// What a resident box's program runs as (see [`Program::ids`]).
+#[derive(Clone, Copy)]
+struct ProgramIds<'a> {
+    /// The user and group id to switch to; None keeps pid 1's (root).
+    switch: Option<(u32, u32)>,
+    groups: &'a [u32],
+    /// The capabilities the plan keeps (`--cap-add`): a root program's sets; a program of
+    /// another user has none.
+    keep: u64,
 }
 
 enum Candidates<'a> {
@@ -750,6 +772,7 @@ impl SentProgram {
         let (argc, envc) = self.counts;
         Program {
             cwd: None,
+            ids: None,
             argv: &self.ptrs[..=argc],
             envp: &self.ptrs[argc + 1..=argc + 1 + envc],
             candidates: Candidates::Raw(&self.ptrs[argc + envc + 2..]),
@@ -851,6 +874,18 @@ fn serve_resident(ctx: &ChildContext<'_>, stack: &mut ProgramStack) -> SysResult
             }
             continue;
         }
+        if let Some(h) = crate::proto::resident::parse_hand_over(&data[..n]) {
+            // Pid 1's own work (its `CAP_CHOWN`), done before any program of the user runs.
+            let errno = match sys::make_dir_owned(h.path, h.uid, h.gid, h.only_made) {
+                Ok(()) => 0,
+                Err(e) => e.0,
+            };
+            for &fd in &got[..count] {
+                sys::close_raw(fd);
+            }
+            send(ctx.sock, Message::HandedOver { errno }, None);
+            continue;
+        }
         if let Some((pid, sig)) = crate::proto::resident::parse_kill(&data[..n]) {
             // Only a program's own group and itself: never pid 1, never everything.
             if pid > 1 {
@@ -863,6 +898,9 @@ fn serve_resident(ctx: &ChildContext<'_>, stack: &mut ProgramStack) -> SysResult
             continue;
         }
         let started = start_sent(ctx, &data[..n], &got[..count], starts, ptrs, stack);
+        // A program's process that switched its ids shared our memory until its exec, and the
+        // switch resets the dumpable flag of that memory (ours): pid 1 stays non-dumpable.
+        let _ = sys::prctl(libc::PR_SET_DUMPABLE, 0);
         for &fd in &got[..count] {
             sys::close_raw(fd);
         }
@@ -885,6 +923,23 @@ fn serve_resident(ctx: &ChildContext<'_>, stack: &mut ProgramStack) -> SysResult
     }
 }
 
+/// The capabilities the plan keeps (its `DropCaps` step's `keep`): what a resident box's root
+/// programs run with.
+fn planned_caps(ctx: &ChildContext<'_>) -> u64 {
+    let steps: &[Step] = match ctx.plan {
+        ChildPlan::Box(p) => &p.steps,
+        ChildPlan::Templated(p) => &p.pid1,
+        ChildPlan::Template(_) => &[],
+    };
+    steps
+        .iter()
+        .find_map(|s| match s {
+            Step::DropCaps { keep, .. } => Some(*keep),
+            _ => None,
+        })
+        .unwrap_or(0)
+}
+
 /// Starts one program a resident box's pid 1 was sent: `data` its request, `stdio` the three
 /// descriptors that came with it. Returns its pid (its exec failure, if any, was reported by
 /// the program's own process before this returns).
@@ -901,9 +956,13 @@ fn start_sent(
     let [stdin, stdout, stderr] = stdio else {
         return Err(bad);
     };
-    let at = resident::split(data).ok_or(bad)?;
-    let cwd = CStr::from_bytes_until_nul(&data[4..at]).map_err(|_| bad)?;
-    let sent = &data[at..];
+    let split = resident::split(data).ok_or(bad)?;
+    let cwd = CStr::from_bytes_until_nul(&data[split.cwd_at..split.go_at]).map_err(|_| bad)?;
+    let mut groups = [0u32; resident::MAX_GROUPS];
+    for (n, g) in groups.iter_mut().enumerate().take(split.groups) {
+        *g = resident::group(data, n).ok_or(bad)?;
+    }
+    let sent = &data[split.go_at..];
     let (argc, envc, candc) = go::parse(sent, starts).ok_or(bad)?;
     let total = argc + envc + candc + 2;
     for (p, &s) in ptrs.iter_mut().zip(starts.iter()).take(total) {
@@ -915,6 +974,11 @@ fn start_sent(
     }
     let program = Program {
         cwd: Some(cwd),
+        ids: Some(ProgramIds {
+            switch: split.ids,
+            groups: &groups[..split.groups],
+            keep: planned_caps(ctx),
+        }),
         argv: &ptrs[..=argc],
         envp: &ptrs[argc + 1..=argc + 1 + envc],
         candidates: Candidates::Raw(&ptrs[argc + envc + 2..total]),
@@ -1020,9 +1084,32 @@ fn exec_program(ctx: &ChildContext<'_>, program: &Program<'_>) -> ! {
         }
     }
     sys::reset_signals();
+    if let Some(ids) = program.ids {
+        // Pid 1's own capabilities go before anything of the program's runs: a program of
+        // another user loses every capability with its ids (setresuid to a non-zero uid
+        // clears the permitted and effective sets), a root program keeps the plan's.
+        let switched = match ids.switch {
+            Some((uid, gid)) => sys::switch_ids(uid, gid, ids.groups).map(|()| {
+                // Until its exec this process shares pid 1's memory. The switch made that
+                // memory non-dumpable (fs.suid_dumpable 0 or 2; the keeper refuses a user at
+                // 1), so no process of the user can ptrace it or read it through /proc; made
+                // so again here in any case.
+                let _ = sys::prctl(libc::PR_SET_DUMPABLE, 0);
+                uid
+            }),
+            None => Ok(0),
+        };
+        let dropped = switched.and_then(|uid| sys::capset(if uid == 0 { ids.keep } else { 0 }));
+        if let Err(e) = dropped {
+            send(ctx.sock, Message::IdsFailed { errno: e.0 }, None);
+            sys::exit_now(126);
+        }
+    }
     if let Some(cwd) = program.cwd {
         // Its own session too, so that ending it can end what it started.
         let _ = sys::setsid();
+        // Entered with the program's ids: a user's program cannot start in a directory it
+        // could not enter itself.
         if let Err(e) = sys::chdir(cwd) {
             send(ctx.sock, Message::ChdirFailed { errno: e.0 }, None);
             sys::exit_now(126);

@@ -746,6 +746,84 @@ pub fn capset(keep: u64) -> SysResult<()> {
     check_long(ret).map(drop)
 }
 
+/// Sets the effective and permitted sets to `own` and the inheritable set to `inheritable`:
+/// a resident box's pid 1 keeps capabilities of its own (see `resident.rs`) that its programs
+/// never inherit (they are outside the bounding set, and each program's process drops them).
+pub fn capset_own(own: u64, inheritable: u64) -> SysResult<()> {
+    let header = CapHeader {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    #[allow(clippy::cast_possible_truncation)] // split into the two 32-bit halves on purpose
+    let half = |m: u64, i: u32| (m >> (32 * i)) as u32;
+    let data = [0, 1].map(|i| CapData {
+        effective: half(own, i),
+        permitted: half(own, i),
+        inheritable: half(inheritable, i),
+    });
+    // SAFETY: header and the two data elements have the layout capset(2) v3 expects.
+    let ret = unsafe { libc::syscall(libc::SYS_capset, ptr::from_ref(&header), data.as_ptr()) };
+    check_long(ret).map(drop)
+}
+
+/// Switches every uid and gid of this process to `uid` and `gid` and its supplementary groups
+/// to `groups`. For a non-zero `uid` the kernel clears the permitted and effective capability
+/// sets (no `SECBIT_KEEP_CAPS`, no `PR_SET_KEEPCAPS`). Needs `CAP_SETUID` and `CAP_SETGID`.
+pub fn switch_ids(uid: u32, gid: u32, groups: &[u32]) -> SysResult<()> {
+    // SAFETY: `groups` is a valid slice of gid_t (u32) of the length passed.
+    check_long(unsafe { libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) })?;
+    // SAFETY: plain integer arguments.
+    check_long(unsafe { libc::syscall(libc::SYS_setresgid, gid, gid, gid) })?;
+    // SAFETY: plain integer arguments.
+    check_long(unsafe { libc::syscall(libc::SYS_setresuid, uid, uid, uid) }).map(drop)
+}
+
+/// `mkdir -p` of the absolute `path` (each missing directory made 0755), then gives its last
+/// directory to `uid`:`gid` (with `only_made`, only if this call made it). No component may be
+/// a symlink, `.` or `..` (each is opened `O_NOFOLLOW | O_DIRECTORY` from the one before, from
+/// `/`). Allocation-free: `path` is at most 4095 bytes, each component at most 255.
+pub fn make_dir_owned(path: &[u8], uid: u32, gid: u32, only_made: bool) -> SysResult<()> {
+    if path.first() != Some(&b'/') || path.len() >= 4096 {
+        return Err(Errno(libc::EINVAL));
+    }
+    let open_at = |dir: RawFd, name: &CStr| -> SysResult<OwnedFd> {
+        // SAFETY: a valid C string; the descriptor returned is ours.
+        let fd = check(unsafe {
+            libc::openat(
+                dir,
+                name.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        })?;
+        // SAFETY: fd was just opened and is owned by nobody else.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    };
+    let mut at = open_at(libc::AT_FDCWD, c"/")?;
+    let mut made = false;
+    let mut name = [0u8; 256];
+    for part in path.split(|&b| b == b'/').filter(|p| !p.is_empty()) {
+        if part == b"." || part == b".." || part.len() >= name.len() || part.contains(&0) {
+            return Err(Errno(libc::EINVAL));
+        }
+        name[..part.len()].copy_from_slice(part);
+        name[part.len()] = 0;
+        let c = CStr::from_bytes_until_nul(&name).map_err(|_| Errno(libc::EINVAL))?;
+        // SAFETY: a valid C string relative to our directory descriptor.
+        made = match check(unsafe { libc::mkdirat(at.as_raw_fd(), c.as_ptr(), 0o755) }) {
+            Ok(_) => true,
+            Err(Errno(libc::EEXIST)) => false,
+            Err(e) => return Err(e),
+        };
+        at = open_at(at.as_raw_fd(), c)?;
+    }
+    if only_made && !made {
+        return Ok(());
+    }
+    // SAFETY: an empty C string with AT_EMPTY_PATH names the descriptor itself.
+    check(unsafe { libc::fchownat(at.as_raw_fd(), c"".as_ptr(), uid, gid, libc::AT_EMPTY_PATH) })
+        .map(drop)
+}
+
 /// Brings the loopback interface of the current network namespace up.
 pub fn loopback_up() -> SysResult<()> {
     // SAFETY: plain socket creation.

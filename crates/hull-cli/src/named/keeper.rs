@@ -19,12 +19,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hull_api::RunRequest;
-use hull_box::{BindMount, BoxSpec, Resident, ResidentEvent, ResidentProgram, Runtime};
+use hull_box::{
+    BindMount, BoxSpec, Resident, ResidentEvent, ResidentIds, ResidentProgram, Runtime,
+};
 
 use super::files::Files;
 use super::logs::ExecLog;
 use super::spawns::{self, Spawned, Spawns};
 use super::state::{Config, Dir};
+use super::users::{self, User};
 use super::wire::{self, Request};
 
 /// How long a box's setup may take at start.
@@ -49,6 +52,8 @@ struct Pending {
     failure: Option<String>,
     argv0: String,
     cwd: String,
+    /// The uid and gid it was to run as (None: root).
+    ids: Option<(u32, u32)>,
 }
 
 /// What every thread of the keeper shares.
@@ -58,6 +63,14 @@ struct Keeper {
     env: Vec<(String, String)>,
     cwd: String,
     shell: &'static str,
+    /// The box maps more than one id (its pid 1 can run programs as other users).
+    subids: bool,
+    /// Where its `/etc/passwd` is read from, top first (see [`users::read_etc`]).
+    layers: Vec<std::path::PathBuf>,
+    /// `--user`, resolved at start: every command's user unless an exec names another.
+    user: std::sync::OnceLock<User>,
+    /// The answer to a hand-over in flight (see [`Keeper::hand_over`]).
+    handed: Mutex<Option<mpsc::Sender<i32>>>,
     log: Arc<ExecLog>,
     /// Sending a program and hearing its `Spawned` is one step at a time.
     spawn: Mutex<()>,
@@ -200,7 +213,47 @@ pub fn spec_of(dir: &Dir, cfg: &Config) -> Result<BoxSpec, String> {
     }
     spec.hostname = cfg.name.clone();
     spec.writable_root = Some(dir.writable_root_over(&cfg.layers, in_root)?);
+    if let Some(u) = cfg.user.as_deref() {
+        users::check_spec(u).map_err(|e| format!("--user: {e}"))?;
+    }
+    if let Some(u) = cfg.user.as_deref().filter(|u| !users::is_root(u)) {
+        if cfg.workspace.is_some() {
+            return Err(format!(
+                "--user {u} with --workspace: a host directory at /workspace cannot be handed to a user of the sandbox (its files would belong to ids of the sandbox's range on the host); leave --workspace out (the sandbox's own /workspace is handed to {u})"
+            ));
+        }
+        let dumpable = std::fs::read_to_string("/proc/sys/fs/suid_dumpable").unwrap_or_default();
+        users::check_dumpable(&dumpable).map_err(|e| format!("--user {u}: {e}"))?;
+        // Ids besides root: host root's own range, or the caller's /etc/subuid range.
+        spec.subids = true;
+        if !rustix::process::geteuid().is_root() {
+            let (uid, gid) = (
+                rustix::process::geteuid().as_raw(),
+                rustix::process::getegid().as_raw(),
+            );
+            hull_box::subids::lookup(uid, gid).map_err(|e| {
+                format!(
+                    "--user {u}: a user other than root needs ids besides yours in the sandbox: {}",
+                    chain(&e)
+                )
+            })?;
+        }
+    }
     Ok(spec)
+}
+
+/// Where a box of `spec` has its `/etc/passwd`, top first: its writable root's upper layer,
+/// its template layers, the image.
+fn etc_layers(spec: &BoxSpec) -> Vec<std::path::PathBuf> {
+    let mut layers = Vec::new();
+    if let Some(w) = &spec.writable_root {
+        layers.push(w.upper.clone());
+        layers.extend(w.lowers.iter().cloned());
+    }
+    if let hull_box::RootSpec::Dir(d) = &spec.root {
+        layers.push(d.clone());
+    }
+    layers
 }
 
 fn chain(e: &(dyn std::error::Error + 'static)) -> String {
@@ -292,6 +345,10 @@ fn start(dir: &Dir) -> Result<(Arc<Keeper>, mpsc::Receiver<()>), String> {
         env: hull_box::assemble::box_env(&spec),
         cwd: spec.cwd.clone(),
         shell: shell_of(&spec),
+        subids: spec.subids,
+        layers: etc_layers(&spec),
+        user: std::sync::OnceLock::new(),
+        handed: Mutex::new(None),
         log: Arc::new(ExecLog::open(dir.logs())),
         spawn: Mutex::new(()),
         pending: Mutex::new(None),
@@ -341,6 +398,34 @@ fn start(dir: &Dir) -> Result<(Arc<Keeper>, mpsc::Receiver<()>), String> {
         if w.finish() {
             return Err("its starter went away during the setup".into());
         }
+    }
+    // The user is looked up after the setup (which may have added it), at every start.
+    if let Some(u) = cfg.user.as_deref().filter(|u| !users::is_root(u)) {
+        let user = match keeper.resolve(u) {
+            Ok(user) => user,
+            Err(e) => {
+                keeper.resident.end();
+                return Err(format!("--user: {e}"));
+            }
+        };
+        if !done.exists() {
+            // Once, before any command of the user's: its /workspace (the sandbox's own,
+            // never a host directory, see `spec_of`) and its home are made its.
+            // A home below /home is the user's whether the image made it or not (a rootless
+            // store unpacks every file as the caller, the box's root); any other (`/usr/sbin`
+            // of `daemon`, `/nonexistent`) only when it is made here.
+            let mut dirs = vec![("/workspace", false)];
+            if user.home.starts_with('/') && user.home != "/" {
+                dirs.push((&user.home, !user.home.starts_with("/home/")));
+            }
+            for (d, only_made) in dirs {
+                if let Err(e) = keeper.hand_over(d, user.uid, user.gid, only_made) {
+                    keeper.resident.end();
+                    return Err(format!("--user {u}: {e}"));
+                }
+            }
+        }
+        let _ = keeper.user.set(user);
     }
     if !done.exists() {
         super::state::write_atomic(&done, b"")?;
@@ -438,13 +523,24 @@ impl Keeper {
                         let _ = tx.send(status);
                     }
                 }
-                ResidentEvent::ExecFailed { errno } | ResidentEvent::ChdirFailed { errno } => {
-                    let chdir = matches!(event, ResidentEvent::ChdirFailed { .. });
+                ResidentEvent::HandedOver { errno } => {
+                    if let Some(tx) = lock(&self.handed).take() {
+                        let _ = tx.send(errno);
+                    }
+                }
+                ResidentEvent::ExecFailed { errno }
+                | ResidentEvent::ChdirFailed { errno }
+                | ResidentEvent::IdsFailed { errno } => {
                     if let Some(p) = lock(&self.pending).as_mut() {
-                        let what = if chdir {
-                            format!("enter the working directory {} of", p.cwd)
-                        } else {
-                            "execute".to_string()
+                        let what = match event {
+                            ResidentEvent::ChdirFailed { .. } => {
+                                format!("enter the working directory {} of", p.cwd)
+                            }
+                            ResidentEvent::IdsFailed { .. } => {
+                                let (uid, gid) = p.ids.unwrap_or((0, 0));
+                                format!("take uid {uid} and gid {gid} for")
+                            }
+                            _ => "execute".to_string(),
                         };
                         p.failure = Some(format!(
                             "hull: cannot {what} `{}`: {}\n",
@@ -463,6 +559,7 @@ impl Keeper {
                 }
                 ResidentEvent::Closed => {
                     lock(&self.pending).take();
+                    lock(&self.handed).take();
                     lock(&self.exits).clear();
                     self.request_stop();
                     return;
@@ -471,7 +568,78 @@ impl Keeper {
         }
     }
 
-    /// Starts `argv` in the box with `env` (the whole environment) in `cwd`.
+    /// Resolves `spec` (`--user`, `-u`) in the sandbox's `/etc/passwd` and `/etc/group`.
+    fn resolve(&self, spec: &str) -> Result<User, String> {
+        let passwd = users::read_etc(&self.layers, "passwd");
+        let group = users::read_etc(&self.layers, "group");
+        users::resolve(spec, &passwd, &group)
+    }
+
+    /// Has pid 1 make `path` and give it to `uid`:`gid` (see [`Resident::hand_over`]).
+    fn hand_over(&self, path: &str, uid: u32, gid: u32, only_made: bool) -> Result<(), String> {
+        let (tx, rx) = mpsc::channel();
+        let _one = lock(&self.spawn);
+        *lock(&self.handed) = Some(tx);
+        if let Err(e) = self.resident.hand_over(path, uid, gid, only_made) {
+            lock(&self.handed).take();
+            return Err(chain(&e));
+        }
+        match rx.recv() {
+            Ok(0) => Ok(()),
+            Ok(errno) => Err(format!(
+                "could not make {path} the user's (uid {uid}, gid {gid}): {}",
+                std::io::Error::from_raw_os_error(errno)
+            )),
+            Err(_) => Err("the sandbox stopped".into()),
+        }
+    }
+
+    /// Who a command runs as: `asked` (an exec's `-u`), else the sandbox's `--user`. None: as
+    /// ever (root, the sandbox's environment untouched); else the ids to send (None for root)
+    /// and the user whose `HOME`, `USER` and `LOGNAME` the command gets.
+    fn identity(&self, asked: Option<&str>) -> Result<Option<(Option<ResidentIds>, User)>, String> {
+        let user = match asked {
+            None => match self.user.get() {
+                Some(u) => u.clone(),
+                None => return Ok(None),
+            },
+            Some(a) => {
+                let resolved = self.resolve(a).or_else(|e| {
+                    // Root is root even in an image without a passwd entry for it.
+                    if users::is_root(a) {
+                        Ok(User {
+                            name: "root".into(),
+                            uid: 0,
+                            gid: 0,
+                            groups: vec![0],
+                            home: "/root".into(),
+                        })
+                    } else {
+                        Err(e)
+                    }
+                });
+                resolved.map_err(|e| format!("-u/--user: {e}"))?
+            }
+        };
+        if user.uid == 0 && user.gid == 0 {
+            return Ok(Some((None, user)));
+        }
+        if !self.subids {
+            return Err(format!(
+                "-u/--user {}: this sandbox maps only root (it was created without a --user other than root); create it with --user USER to run commands as other users",
+                asked.unwrap_or(&user.name)
+            ));
+        }
+        let ids = ResidentIds {
+            uid: user.uid,
+            gid: user.gid,
+            groups: user.groups.clone(),
+        };
+        Ok(Some((Some(ids), user)))
+    }
+
+    /// Starts `argv` in the box with `env` (the whole environment) in `cwd`, as `ids` (None:
+    /// root).
     fn start(
         &self,
         argv: &[String],
@@ -479,13 +647,19 @@ impl Keeper {
         cwd: &str,
         stdin: &OwnedFd,
         group: Option<&std::path::Path>,
+        ids: Option<&ResidentIds>,
     ) -> Result<(Started, Option<String>), String> {
         let pipe = |what| std::io::pipe().map_err(|e| format!("create the {what} pipe: {e}"));
         let (out, out_w) = pipe("stdout")?;
         let (err, err_w) = pipe("stderr")?;
         let (answer, answer_rx) = mpsc::channel();
         let (exit_tx, exit) = mpsc::channel();
-        let program = ResidentProgram { argv, env, cwd };
+        let program = ResidentProgram {
+            argv,
+            env,
+            cwd,
+            ids,
+        };
         {
             let _one = lock(&self.spawn);
             // A spawn is born in its own cgroup: pid 1 stands in it while it starts the
@@ -504,6 +678,7 @@ impl Keeper {
                     failure: None,
                     argv0: argv.first().cloned().unwrap_or_default(),
                     cwd: cwd.to_string(),
+                    ids: ids.map(|i| (i.uid, i.gid)),
                 });
                 if let Err(e) = self
                     .resident
@@ -551,7 +726,7 @@ impl Keeper {
             .into();
         self.log_header(argv);
         let (s, failure) = self
-            .start(argv, &self.env, &self.cwd, &null, None)
+            .start(argv, &self.env, &self.cwd, &null, None, None)
             .map_err(Captured::Failed)?;
         let mut stderr = failure.map(String::into_bytes).unwrap_or_default();
         let pid = s.pid;
@@ -630,10 +805,20 @@ impl Keeper {
                 cwd,
                 stdin,
                 shell,
+                user,
             }) => {
                 self.active.fetch_add(1, Ordering::SeqCst);
                 self.last_activity.store(self.now_ms(), Ordering::SeqCst);
-                let r = self.exec(&mut w, reader, &argv, &env, cwd, stdin, shell);
+                let r = self.exec(
+                    &mut w,
+                    reader,
+                    &argv,
+                    &env,
+                    cwd,
+                    stdin,
+                    shell,
+                    user.as_deref(),
+                );
                 if let Err(e) = r {
                     let _ = wire::write_frame(&mut w, wire::ERROR, e.as_bytes());
                 }
@@ -645,9 +830,11 @@ impl Keeper {
                 env,
                 cwd,
                 shell,
+                user,
             }) => {
                 self.last_activity.store(self.now_ms(), Ordering::SeqCst);
-                if let Err(e) = self.spawn_one(&mut w, reader, &argv, &env, cwd, shell) {
+                let r = self.spawn_one(&mut w, reader, &argv, &env, cwd, shell, user.as_deref());
+                if let Err(e) = r {
                     let _ = wire::write_frame(&mut w, wire::ERROR, e.as_bytes());
                 }
                 self.last_activity.store(self.now_ms(), Ordering::SeqCst);
@@ -713,7 +900,9 @@ impl Keeper {
         env: &[(String, String)],
         cwd: Option<String>,
         shell: bool,
-    ) -> Result<Command, String> {
+        user: Option<&str>,
+    ) -> Result<(Command, Option<ResidentIds>), String> {
+        let identity = self.identity(user)?;
         let argv: Vec<String> = if shell {
             vec![self.shell.to_string(), "-c".into(), argv.join(" ")]
         } else {
@@ -723,18 +912,27 @@ impl Keeper {
             return Err("no command given".into());
         }
         let mut merged = self.env.clone();
-        for (k, v) in env {
+        let who = identity.as_ref().map(|(_, u)| {
+            [
+                ("HOME".to_string(), u.home.clone()),
+                ("USER".to_string(), u.name.clone()),
+                ("LOGNAME".to_string(), u.name.clone()),
+            ]
+        });
+        for (k, v) in who.iter().flatten().chain(env) {
             match merged.iter_mut().find(|(mk, _)| mk == k) {
                 Some(slot) => slot.1 = v.clone(),
                 None => merged.push((k.clone(), v.clone())),
             }
         }
-        Ok((argv, merged, cwd.unwrap_or_else(|| self.cwd.clone())))
+        let ids = identity.and_then(|(i, _)| i);
+        Ok(((argv, merged, cwd.unwrap_or_else(|| self.cwd.clone())), ids))
     }
 
     /// `Request::Spawn`: starts the process in a cgroup of its own (where the box has one),
     /// sends its handle and waits for the client's `ACK`; a client gone before that is an
     /// aborted call, and what it started is killed.
+    #[allow(clippy::too_many_arguments)]
     fn spawn_one(
         &self,
         w: &mut UnixStream,
@@ -743,8 +941,9 @@ impl Keeper {
         env: &[(String, String)],
         cwd: Option<String>,
         shell: bool,
+        user: Option<&str>,
     ) -> Result<(), String> {
-        let (argv, merged, cwd) = self.command_of(argv, env, cwd, shell)?;
+        let ((argv, merged, cwd), ids) = self.command_of(argv, env, cwd, shell, user)?;
         let null: OwnedFd = File::open("/dev/null")
             .map_err(|e| format!("open /dev/null: {e}"))?
             .into();
@@ -758,7 +957,14 @@ impl Keeper {
             )
             .as_bytes(),
         );
-        let (s, failure) = match self.start(&argv, &merged, &cwd, &null, sp.group.as_deref()) {
+        let (s, failure) = match self.start(
+            &argv,
+            &merged,
+            &cwd,
+            &null,
+            sp.group.as_deref(),
+            ids.as_ref(),
+        ) {
             Ok(r) => r,
             Err(e) => {
                 self.spawns.forget(&sp);
@@ -885,8 +1091,9 @@ impl Keeper {
         cwd: Option<String>,
         stdin: bool,
         shell: bool,
+        user: Option<&str>,
     ) -> Result<(), String> {
-        let (argv, merged, cwd) = self.command_of(argv, env, cwd, shell)?;
+        let ((argv, merged, cwd), ids) = self.command_of(argv, env, cwd, shell, user)?;
         let input: OwnedFd = if stdin {
             let (r, w) = std::io::pipe().map_err(|e| format!("create the stdin pipe: {e}"))?;
             std::thread::spawn(move || feed_stdin(reader, w));
@@ -897,7 +1104,7 @@ impl Keeper {
                 .into()
         };
         self.log_header(&argv);
-        let (s, failure) = self.start(&argv, &merged, &cwd, &input, None)?;
+        let (s, failure) = self.start(&argv, &merged, &cwd, &input, None, ids.as_ref())?;
         drop(input);
         if let Some(f) = failure {
             self.log.write(f.as_bytes());

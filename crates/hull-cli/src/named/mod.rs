@@ -14,6 +14,7 @@ pub mod spawns;
 pub mod state;
 pub mod template;
 pub mod tidy;
+pub mod users;
 pub mod wire;
 
 use std::io::Write;
@@ -78,6 +79,11 @@ pub struct CreateArgs {
     /// Stop the sandbox after this long in all, once started (e.g. 8h).
     #[arg(long, value_name = "DURATION")]
     pub max_duration: Option<String>,
+    /// Run every command as this user of the image (NAME, UID, NAME:GROUP or UID:GID, from
+    /// its /etc/passwd); --setup commands run as root, /workspace and the user's home are
+    /// made the user's. Default: root.
+    #[arg(long, value_name = "USER")]
+    pub user: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -99,6 +105,10 @@ pub struct ExecArgs {
     /// The command is one shell string, run by bash (sh where the image has no bash).
     #[arg(long)]
     pub shell: bool,
+    /// Run this command as this user of the image (NAME, UID, NAME:GROUP or UID:GID; `root`
+    /// too) instead of the sandbox's --user.
+    #[arg(long, short = 'u', value_name = "USER")]
+    pub user: Option<String>,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -205,6 +215,9 @@ fn config_of(a: &CreateArgs, base: Option<&template::Template>) -> Result<Config
     b.setup_timeout_ms = c.setup_timeout_ms;
     b.idle_timeout_ms = c.idle_timeout_ms.or(b.idle_timeout_ms);
     b.max_duration_ms = c.max_duration_ms.or(b.max_duration_ms);
+    if a.user.is_some() {
+        b.user = c.user;
+    }
     Ok(b)
 }
 
@@ -241,6 +254,7 @@ fn config_of_args(a: &CreateArgs) -> Result<Config, String> {
         created: state::now_secs(),
         layers: Vec::new(),
         template: None,
+        user: a.user.clone(),
     })
 }
 
@@ -395,6 +409,7 @@ pub fn exec(a: &ExecArgs) -> i32 {
         cwd: a.workdir.clone(),
         stdin,
         shell: a.shell,
+        user: a.user.clone(),
     };
     let conn = match client::connect(&dir, true) {
         Ok(Some(c)) => c,
@@ -590,8 +605,8 @@ pub fn ps(a: &PsArgs) -> i32 {
     if !a.json {
         let _ = writeln!(
             out,
-            "{:<24} {:<8} {:<20} {:>6} {:>10}",
-            "NAME", "STATE", "IMAGE", "AGE", "SIZE"
+            "{:<24} {:<8} {:<20} {:<12} {:>6} {:>10}",
+            "NAME", "STATE", "IMAGE", "USER", "AGE", "SIZE"
         );
     }
     for d in state::list() {
@@ -603,15 +618,16 @@ pub fn ps(a: &PsArgs) -> i32 {
             writeln!(
                 out,
                 "{}",
-                serde_json::json!({"name": d.name, "state": st, "image": cfg.image, "template": cfg.template, "age_s": age_s, "size_bytes": size})
+                serde_json::json!({"name": d.name, "state": st, "image": cfg.image, "user": cfg.user.as_deref().unwrap_or("root"), "template": cfg.template, "age_s": age_s, "size_bytes": size})
             )
         } else {
             writeln!(
                 out,
-                "{:<24} {:<8} {:<20} {:>6} {:>10}",
+                "{:<24} {:<8} {:<20} {:<12} {:>6} {:>10}",
                 d.name,
                 st,
                 cfg.image,
+                cfg.user.as_deref().unwrap_or("root"),
                 tidy::age(age_s),
                 hull_box::size::Human(size).to_string()
             )

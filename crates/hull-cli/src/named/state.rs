@@ -119,6 +119,10 @@ pub struct Config {
     /// The template it was made from, if any (for `hull ps`; the layers are what count).
     #[serde(default)]
     pub template: Option<String>,
+    /// `--user NAME|UID[:GID]`: the user of the image its commands run as (setup commands
+    /// run as root); None: root. Resolved in the sandbox's `/etc/passwd` at every start.
+    #[serde(default)]
+    pub user: Option<String>,
 }
 
 /// One sandbox's state directory.

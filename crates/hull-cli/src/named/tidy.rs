@@ -9,10 +9,30 @@ pub fn remove_tree(path: &std::path::Path) -> std::io::Result<()> {
             // Directories the sandbox (or overlayfs: `work/work` is mode 000) made unreadable
             // to their owner: opened up, then removed.
             open_up(path, 0);
-            std::fs::remove_dir_all(path)
+            match std::fs::remove_dir_all(path) {
+                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                    remove_as_subids(path).map_err(|()| e)
+                }
+                r => r,
+            }
         }
         r => r,
     }
+}
+
+/// Removes what a sandbox of an unprivileged caller gave to its other users (`--user`: files
+/// of ids of the caller's /etc/subuid range, which the caller cannot remove as itself), from a
+/// user namespace mapped as the sandbox's was (hull-box's `remove_tree_mapped`).
+fn remove_as_subids(path: &std::path::Path) -> Result<(), ()> {
+    let (uid, gid) = (
+        rustix::process::geteuid().as_raw(),
+        rustix::process::getegid().as_raw(),
+    );
+    if uid == 0 {
+        return Err(());
+    }
+    let (uids, gids) = hull_box::subids::lookup(uid, gid).map_err(drop)?;
+    hull_box::subids::remove_tree_mapped(path, &uids, &gids).map_err(drop)
 }
 
 /// Gives every directory under `p` (not following links) its owner's rwx.

@@ -22,6 +22,10 @@ pub enum Request {
         /// `argv` joined is one shell string, run by bash (sh where the image has no bash).
         #[serde(default)]
         shell: bool,
+        /// `-u`: the user it runs as (`NAME|UID[:GID]`, resolved in the sandbox's
+        /// `/etc/passwd`), instead of the sandbox's `--user`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        user: Option<String>,
     },
     /// Start a background process the keeper owns (`named/spawns.rs`). The keeper answers a
     /// [`HANDLE`] frame with its id; the client answers [`ACK`] once it holds the handle. A
@@ -34,6 +38,9 @@ pub enum Request {
         cwd: Option<String>,
         #[serde(default)]
         shell: bool,
+        /// The user it runs as, as for [`Request::Exec`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        user: Option<String>,
     },
     /// Wait for a spawned process: with `output`, what it printed from its start (the last
     /// [`super::spawns::HELD`] bytes of it; a [`DROPPED`] frame says how much came before) and
