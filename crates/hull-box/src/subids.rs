@@ -11,7 +11,7 @@
 //! namespace mapped the same way, where those ids are the caller's to remove.
 
 use std::ffi::{CStr, CString};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::process::Command;
@@ -109,12 +109,45 @@ const RM: [&CStr; 2] = [c"/usr/bin/rm", c"/bin/rm"];
 /// (`CAP_DAC_OVERRIDE`, `CAP_FOWNER`) remove what we cannot as ourselves. Only the user namespace
 /// is new: `rm -rf --one-file-system` sees our mounts, and follows no symlink.
 pub fn remove_tree_mapped(path: &Path, uids: &IdRange, gids: &IdRange) -> Result<(), BoxError> {
-    let sysf = |what: &'static str| move |errno: sys::Errno| BoxError::Sys { what, errno };
     let target = CString::new(path.as_os_str().as_bytes()).map_err(|_| BoxError::Sys {
         what: "remove a workspace (its path holds a NUL byte)",
         errno: sys::Errno(libc::EINVAL),
     })?;
+    // rm gets no input and, in particular, never writes to our stdout (`hull serve`'s protocol).
+    let null = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .map_err(|error| BoxError::Io {
+            what: "open /dev/null".into(),
+            error,
+        })?;
     let args: [&CStr; 5] = [c"rm", c"-rf", c"--one-file-system", c"--", &target];
+    let status = spawn_mapped(&RM, &args, null.as_fd(), null.as_fd(), uids, gids)?.wait()?;
+    match status {
+        Some(s) if libc::WIFEXITED(s) && libc::WEXITSTATUS(s) == 0 => Ok(()),
+        Some(status) => Err(SubIdsError::Remove {
+            path: path.to_path_buf(),
+            status,
+        }
+        .into()),
+        None => Ok(()),
+    }
+}
+
+/// Runs the first of `programs` that executes, with `args` (its argv, `args[0]` its name),
+/// `stdin` and `stdout`, as root of a fresh user namespace mapped as [`remove_tree_mapped`]'s.
+/// The child is made by hull-box's allocation-free fork; everything it uses is made before; it
+/// dies with us (`PDEATHSIG`), and a [`MappedChild`] dropped unwaited is killed and reaped.
+pub fn spawn_mapped(
+    programs: &[&CStr],
+    args: &[&CStr],
+    stdin: BorrowedFd<'_>,
+    stdout: BorrowedFd<'_>,
+    uids: &IdRange,
+    gids: &IdRange,
+) -> Result<MappedChild, BoxError> {
+    let sysf = |what: &'static str| move |errno: sys::Errno| BoxError::Sys { what, errno };
     let argv: Vec<*const libc::c_char> = args
         .iter()
         .map(|a| a.as_ptr())
@@ -125,45 +158,58 @@ pub fn remove_tree_mapped(path: &Path, uids: &IdRange, gids: &IdRange) -> Result
         c"LC_ALL=C".as_ptr(),
         std::ptr::null(),
     ];
-    // rm gets no input and, in particular, never writes to our stdout (`hull serve`'s protocol).
-    let null = std::fs::File::options()
-        .read(true)
-        .write(true)
-        .open("/dev/null")
-        .map_err(|error| BoxError::Io {
-            what: "open /dev/null".into(),
-            error,
-        })?;
     // The child waits on this pipe until its maps are written.
-    let (go_r, go_w) = sys::pipe().map_err(sysf("create the remover's pipe"))?;
+    let (go_r, go_w) = sys::pipe().map_err(sysf("create the mapped child's pipe"))?;
     let parent = sys::getpid();
-    let remover = sys::child::Remover {
+    let child = sys::child::Remover {
         parent,
         maps_pipe: (go_r.as_raw_fd(), go_w.as_raw_fd()),
-        null: null.as_raw_fd(),
+        stdin: stdin.as_raw_fd(),
+        stdout: stdout.as_raw_fd(),
         argv: &argv,
         envp: &envp,
-        programs: &RM,
+        programs,
     };
-    let pid = sys::child::fork_remover(&remover).map_err(sysf("start the workspace remover"))?;
+    let pid = sys::child::fork_remover(&child).map_err(sysf("start a mapped child"))?;
     drop(go_r);
     let mapped = apply(pid, uids, gids);
     if mapped.is_ok() {
-        let _ = sys::write_all(std::os::fd::AsFd::as_fd(&go_w), b"g");
+        let _ = sys::write_all(go_w.as_fd(), b"g");
     } else {
         let _ = sys::kill(pid, libc::SIGKILL);
     }
     drop(go_w);
-    let waited = sys::wait4(pid, false).map_err(sysf("wait for the workspace remover"))?;
+    let child = MappedChild { pid: Some(pid) };
     mapped?;
-    match waited {
-        Some(w) if libc::WIFEXITED(w.status) && libc::WEXITSTATUS(w.status) == 0 => Ok(()),
-        Some(w) => Err(SubIdsError::Remove {
-            path: path.to_path_buf(),
-            status: w.status,
+    Ok(child)
+}
+
+/// A child of [`spawn_mapped`].
+#[derive(Debug)]
+pub struct MappedChild {
+    pid: Option<libc::pid_t>,
+}
+
+impl MappedChild {
+    /// Waits for it: its wait status (None if it was not ours to wait for).
+    pub fn wait(mut self) -> Result<Option<i32>, BoxError> {
+        let Some(pid) = self.pid.take() else {
+            return Ok(None);
+        };
+        let waited = sys::wait4(pid, false).map_err(|errno| BoxError::Sys {
+            what: "wait for a mapped child",
+            errno,
+        })?;
+        Ok(waited.map(|w| w.status))
+    }
+}
+
+impl Drop for MappedChild {
+    fn drop(&mut self) {
+        if let Some(pid) = self.pid.take() {
+            let _ = sys::kill(pid, libc::SIGKILL);
+            let _ = sys::wait4(pid, false);
         }
-        .into()),
-        None => Ok(()),
     }
 }
 

@@ -49,6 +49,9 @@ enum Command {
     /// A named sandbox's keeper (started by create, start and exec; not for people).
     #[command(name = "__keeper", hide = true)]
     Keeper(named::KeeperArgs),
+    /// One file operation of a named sandbox as its user (run by the keeper; not for people).
+    #[command(name = "__files", hide = true)]
+    Files(named::files_ns::FilesArgs),
 }
 
 /// `hull run ARGS` alone: clap builds only the run subcommand's flags, not every subcommand's
@@ -97,6 +100,7 @@ fn main() {
         Command::Logs(args) => named::logs(&args),
         Command::Template(args) => named::template_main(&args),
         Command::Keeper(args) => named::keeper_main(&args),
+        Command::Files(args) => named::files_ns::main(&args),
     };
     std::process::exit(code);
 }

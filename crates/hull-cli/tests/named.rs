@@ -2283,3 +2283,125 @@ fn an_aborted_spawn_kills_what_it_started() {
     let ps = s.ok(&["exec", "ab", "--", "ps", "-eo", "args"]);
     assert!(ps.lines().any(|l| l.trim() == "sleep 4247"), "{ps}");
 }
+
+/// One `hull serve` call (its own server: request, end of input, answer) against `s`'s
+/// sandboxes and store.
+fn serve_call(s: &Sandboxes, method: &str, params: serde_json::Value) -> serde_json::Value {
+    use std::io::Write;
+    let mut c = s.cmd(&["serve"]);
+    c.stdin(Stdio::piped()).stdout(Stdio::piped());
+    let mut child = c.spawn().expect("spawn hull serve");
+    let line = serde_json::json!({ "id": 1, "method": method, "params": params });
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{line}").unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["id"] == serde_json::json!(1) && v.get("event").is_none())
+        .unwrap_or_else(|| panic!("no answer to {method}: {text}"))
+}
+
+/// What a file operation writes is the sandbox's user's, root and rootless alike (rootless the
+/// keeper cannot take the user's sub-ids: pid 1 gives each file and directory it made).
+#[test]
+fn files_written_through_serve_belong_to_the_sandbox_user() {
+    if !can_map_users() {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let mut s = Sandboxes::new();
+    if !users_image(&mut s, home.path()) {
+        return;
+    }
+    s.ok(&["create", "fw", "--image", "bb:users", "--user", "dev"]);
+    let a = serve_call(
+        &s,
+        "named.write_file",
+        serde_json::json!({ "sandbox": "fw", "path": "new/dir/f.txt", "text": "x\n" }),
+    );
+    assert!(a.get("error").is_none(), "{a}");
+    assert_eq!(
+        s.ok(&[
+            "exec",
+            "fw",
+            "--",
+            "stat",
+            "-c",
+            "%u:%g",
+            "/workspace/new",
+            "/workspace/new/dir",
+            "/workspace/new/dir/f.txt",
+        ]),
+        "1000:1000\n1000:1000\n1000:1000\n"
+    );
+    // So the user's programs can change and remove it.
+    s.ok(&[
+        "exec",
+        "fw",
+        "--",
+        "sh",
+        "-c",
+        "echo more >> /workspace/new/dir/f.txt && rm -r /workspace/new",
+    ]);
+    // Overwriting a file the user made keeps it the user's.
+    s.ok(&[
+        "exec",
+        "fw",
+        "--",
+        "sh",
+        "-c",
+        "echo mine > /workspace/kept",
+    ]);
+    let a = serve_call(
+        &s,
+        "named.write_file",
+        serde_json::json!({ "sandbox": "fw", "path": "kept", "text": "again\n" }),
+    );
+    assert!(a.get("error").is_none(), "{a}");
+    assert_eq!(
+        s.ok(&[
+            "exec",
+            "fw",
+            "--",
+            "sh",
+            "-c",
+            "stat -c %u /workspace/kept; cat /workspace/kept"
+        ]),
+        "1000\nagain\n"
+    );
+    // With the user's permissions: a root-only file is neither read nor replaced.
+    s.ok(&[
+        "exec",
+        "fw",
+        "-u",
+        "root",
+        "--",
+        "sh",
+        "-c",
+        "echo secret > /root-only; chmod 600 /root-only",
+    ]);
+    let a = serve_call(
+        &s,
+        "named.read_file",
+        serde_json::json!({ "sandbox": "fw", "path": "/root-only" }),
+    );
+    assert!(
+        a["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("ermission denied"),
+        "{a}"
+    );
+    let a = serve_call(
+        &s,
+        "named.write_file",
+        serde_json::json!({ "sandbox": "fw", "path": "/root-only", "text": "mine\n" }),
+    );
+    assert!(a.get("error").is_some(), "{a}");
+    assert_eq!(
+        s.ok(&["exec", "fw", "-u", "root", "--", "cat", "/root-only"]),
+        "secret\n"
+    );
+}

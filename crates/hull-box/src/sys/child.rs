@@ -1268,8 +1268,9 @@ pub(crate) struct Remover<'a> {
     pub(crate) parent: libc::pid_t,
     /// The pipe it waits on until its maps are written: (read end, our write end).
     pub(crate) maps_pipe: (RawFd, RawFd),
-    /// `/dev/null`, its stdin and stdout.
-    pub(crate) null: RawFd,
+    /// Its stdin and stdout (`/dev/null` for `rm`).
+    pub(crate) stdin: RawFd,
+    pub(crate) stdout: RawFd,
     pub(crate) argv: &'a [*const libc::c_char],
     pub(crate) envp: &'a [*const libc::c_char],
     /// The programs to exec, in the order tried.
@@ -1287,8 +1288,9 @@ pub(crate) fn fork_remover(r: &Remover<'_>) -> SysResult<libc::pid_t> {
     }
 }
 
-/// The remover's side: dies with us, waits for its maps, then becomes `rm` (as root of its user
-/// namespace, with every capability there) with `/dev/null` as stdin and stdout.
+/// The remover's side: dies with us, waits for its maps, then becomes its program (`rm`, or
+/// `hull __files`: as root of its user namespace, with every capability there) with the stdin
+/// and stdout it was given.
 fn remover(r: &Remover<'_>) -> ! {
     let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
     if sys::getppid() != r.parent {
@@ -1296,7 +1298,7 @@ fn remover(r: &Remover<'_>) -> ! {
     }
     let (maps_r, maps_w) = r.maps_pipe;
     sys::close_raw(maps_w);
-    if sys::dup2(r.null, 0).is_err() || sys::dup2(r.null, 1).is_err() {
+    if sys::dup2(r.stdin, 0).is_err() || sys::dup2(r.stdout, 1).is_err() {
         sys::exit_now(1);
     }
     let lock = crate::owner::lock_fd();

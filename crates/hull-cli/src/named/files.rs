@@ -14,7 +14,7 @@
 //! ids the keeper has already).
 
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
 use serde::{Deserialize, Serialize};
@@ -67,10 +67,30 @@ fn io(path: &str, what: &str, e: rustix::io::Errno) -> FileError {
     fail("io", format!("{path}: {what}: {}", std::io::Error::from(e)))
 }
 
-/// The ids (inside the box) that own what a file operation writes: the sandbox's user. Today
-/// every command runs as the box's root, so that is root; `--user` decides it here.
-pub fn owner_of_written_files(_cfg: &super::state::Config) -> (u32, u32) {
-    (0, 0)
+/// The ids (inside the box) a file operation runs as, and so owns what it writes: the
+/// sandbox's `--user` (resolved in its `/etc/passwd` at start), else root.
+pub fn owner_of_written_files(user: Option<&super::users::User>) -> (u32, u32) {
+    user.map_or((0, 0), |u| (u.uid, u.gid))
+}
+
+/// An operation's outcome as the keeper's `RESULT` frame carries it.
+pub fn answer(r: Result<Value, FileError>) -> Value {
+    match r {
+        Ok(v) => json!({ "ok": v }),
+        Err(e) => json!({ "error": { "kind": e.kind, "message": e.message } }),
+    }
+}
+
+/// How an operation takes its owner's ids.
+#[derive(Debug)]
+enum Ids {
+    /// Host root: the owner's host ids, through the box's id maps (`uid_map`, `gid_map` text).
+    Maps(String, String),
+    /// In the box's user namespace (`hull __files`): the owner's ids as they are.
+    Namespace,
+    /// Rootless, in the keeper: its own ids are the box root's, and it can take no other (a
+    /// user's ids are sub-ids): an owner other than root goes through `hull __files`.
+    Own,
 }
 
 /// What the keeper needs for file operations.
@@ -79,9 +99,7 @@ pub struct Files {
     root: OwnedFd,
     /// Relative paths are below it (the sandbox's working directory).
     cwd: String,
-    /// Host fs ids to take for an operation (host root only; rootless the keeper's own ids
-    /// are the box root's).
-    fs_ids: Option<(u32, u32)>,
+    ids: Ids,
 }
 
 /// The host id an id inside the box maps to, from a `/proc/PID/{uid,gid}_map` text.
@@ -104,35 +122,76 @@ impl Files {
     /// `pid1` is the box's pid 1 as the keeper sees it (its id maps are the box's). As host
     /// root, a user whose host ids cannot be found (or are host root's) is refused: the keeper
     /// never touches a sandbox's files with its own privileges.
-    pub fn new(root: OwnedFd, cwd: String, pid1: i32, owner: (u32, u32)) -> Result<Files, String> {
-        let fs_ids = if rustix::process::geteuid().is_root() {
-            let map = |f: &str| std::fs::read_to_string(format!("/proc/{pid1}/{f}")).ok();
-            let ids = match (map("uid_map"), map("gid_map")) {
-                (Some(u), Some(g)) => map_out(&u, owner.0).zip(map_out(&g, owner.1)),
-                _ => None,
-            }
-            .filter(|&(u, g)| u != 0 && g != 0)
-            .ok_or_else(|| {
-                format!(
-                    "the sandbox user {}:{} has no host ids other than root's in the box's id maps",
-                    owner.0, owner.1
-                )
-            })?;
-            Some(ids)
+    pub fn new(root: OwnedFd, cwd: String, pid1: i32) -> Result<Files, String> {
+        let ids = if rustix::process::geteuid().is_root() {
+            let map = |f: &str| {
+                std::fs::read_to_string(format!("/proc/{pid1}/{f}"))
+                    .map_err(|e| format!("read the box's {f}: {e}"))
+            };
+            Ids::Maps(map("uid_map")?, map("gid_map")?)
         } else {
-            None
+            Ids::Own
         };
-        Ok(Files { root, cwd, fs_ids })
+        let files = Files { root, cwd, ids };
+        files.fs_ids((0, 0))?;
+        Ok(files)
     }
 
-    /// Runs one operation: `out` gets a read's bytes, `input` is a write's data.
+    /// Files of a box whose user namespace this process has joined (`hull __files`).
+    pub fn in_namespace(root: OwnedFd, cwd: String) -> Files {
+        Files {
+            root,
+            cwd,
+            ids: Ids::Namespace,
+        }
+    }
+
+    /// The box's root directory (an `O_PATH` descriptor) and the working directory.
+    pub fn root(&self) -> (BorrowedFd<'_>, &str) {
+        (self.root.as_fd(), &self.cwd)
+    }
+
+    /// Whether an operation as `owner` must run in the box's user namespace (`hull __files`)
+    /// rather than in this process.
+    pub fn needs_namespace(&self, owner: (u32, u32)) -> bool {
+        matches!(self.ids, Ids::Own) && owner != (0, 0)
+    }
+
+    /// The fs ids to take for `owner`, None for this process's own. As host root a user
+    /// whose host ids cannot be found (or are host root's) is refused: the keeper never
+    /// touches a sandbox's files with its own privileges.
+    fn fs_ids(&self, owner: (u32, u32)) -> Result<Option<(u32, u32)>, String> {
+        match &self.ids {
+            Ids::Maps(u, g) => map_out(u, owner.0)
+                .zip(map_out(g, owner.1))
+                .filter(|&(u, g)| u != 0 && g != 0)
+                .map(Some)
+                .ok_or_else(|| {
+                    format!(
+                        "the sandbox user {}:{} has no host ids other than root's in the box's id maps",
+                        owner.0, owner.1
+                    )
+                }),
+            Ids::Namespace => Ok(Some(owner)),
+            Ids::Own if owner == (0, 0) => Ok(None),
+            Ids::Own => Err(format!(
+                "the sandbox user {}:{} is not the keeper's own ids (run it through hull __files)",
+                owner.0, owner.1
+            )),
+        }
+    }
+
+    /// Runs one operation as `owner` (ids inside the box: its permissions, and what it makes
+    /// is its): `out` gets a read's bytes, `input` is a write's data.
     pub fn run(
         &self,
         op: &FileOp,
+        owner: (u32, u32),
         out: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
         input: &mut dyn Read,
     ) -> Result<Value, FileError> {
-        let _ids = self.fs_ids.map(|(u, g)| crate::sys::FsIds::set(u, g));
+        let fs = self.fs_ids(owner).map_err(|e| fail("sandbox_error", e))?;
+        let _ids = fs.map(|(u, g)| crate::sys::FsIds::set(u, g));
         match op {
             FileOp::Read {
                 path,

@@ -322,14 +322,7 @@ fn start(dir: &Dir) -> Result<(Arc<Keeper>, mpsc::Receiver<()>), String> {
     let files = resident
         .root_dir()
         .map_err(|e| format!("the sandbox's root is not reachable: {}", chain(&e)))
-        .and_then(|root| {
-            Files::new(
-                root,
-                spec.cwd.clone(),
-                resident.pid(),
-                super::files::owner_of_written_files(&cfg),
-            )
-        });
+        .and_then(|root| Files::new(root, spec.cwd.clone(), resident.pid()));
     if let Err(e) = &files {
         eprintln!("hull keeper: file operations refused: {e}");
     }
@@ -842,28 +835,45 @@ impl Keeper {
             Ok(Request::File { file }) => {
                 self.active.fetch_add(1, Ordering::SeqCst);
                 self.last_activity.store(self.now_ms(), Ordering::SeqCst);
+                let owner = super::files::owner_of_written_files(self.user.get());
+                let mut input = StdinFrames(reader, false, Vec::new());
                 let answer = match (&self.files, w.try_clone()) {
-                    (Ok(files), Ok(mut out)) => {
-                        let mut input = StdinFrames(reader, false, Vec::new());
-                        match files.run(
-                            &file,
-                            &mut |d| wire::write_frame(&mut out, wire::STDOUT, d),
-                            &mut input,
-                        ) {
-                            Ok(v) => serde_json::json!({ "ok": v }),
-                            Err(e) => {
-                                serde_json::json!({ "error": { "kind": e.kind, "message": e.message } })
-                            }
+                    (Ok(files), Ok(_)) if files.needs_namespace(owner) => {
+                        // Rootless, as a user of sub-ids: `hull __files` answers itself.
+                        let (root, cwd) = files.root();
+                        let relayed = hull_box::subids::lookup(
+                            rustix::process::getuid().as_raw(),
+                            rustix::process::getgid().as_raw(),
+                        )
+                        .map_err(|e| hull_api::Chain(&e).to_string())
+                        .and_then(|ranges| {
+                            super::files_ns::run(
+                                root, cwd, &file, owner, &ranges, &mut input, &mut w,
+                            )
+                        });
+                        match relayed {
+                            Ok(()) => None,
+                            Err(e) => Some(
+                                serde_json::json!({ "error": { "kind": "sandbox_error", "message": e } }),
+                            ),
                         }
                     }
-                    (Err(e), _) => {
-                        serde_json::json!({ "error": { "kind": "sandbox_error", "message": e } })
-                    }
-                    (_, Err(e)) => {
-                        serde_json::json!({ "error": { "kind": "io", "message": e.to_string() } })
-                    }
+                    (Ok(files), Ok(mut out)) => Some(super::files::answer(files.run(
+                        &file,
+                        owner,
+                        &mut |d| wire::write_frame(&mut out, wire::STDOUT, d),
+                        &mut input,
+                    ))),
+                    (Err(e), _) => Some(
+                        serde_json::json!({ "error": { "kind": "sandbox_error", "message": e } }),
+                    ),
+                    (_, Err(e)) => Some(
+                        serde_json::json!({ "error": { "kind": "io", "message": e.to_string() } }),
+                    ),
                 };
-                let _ = wire::write_frame(&mut w, wire::RESULT, answer.to_string().as_bytes());
+                if let Some(answer) = answer {
+                    let _ = wire::write_frame(&mut w, wire::RESULT, answer.to_string().as_bytes());
+                }
                 self.last_activity.store(self.now_ms(), Ordering::SeqCst);
                 self.active.fetch_sub(1, Ordering::SeqCst);
             }

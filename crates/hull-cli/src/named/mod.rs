@@ -7,6 +7,7 @@
 
 pub mod client;
 pub mod files;
+pub mod files_ns;
 pub mod keeper;
 pub mod logs;
 pub mod peer;
