@@ -6,6 +6,7 @@
 //! the same user can use it: the keeper outlives whoever started it. See `docs/named.md`.
 
 pub mod client;
+pub mod fuse;
 pub mod keeper;
 pub mod logs;
 pub mod peer;
