@@ -119,3 +119,20 @@ pub fn detach(target: &std::ffi::CStr) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+/// Has `cmd`'s process killed (`SIGKILL`) when the thread that starts it ends
+/// (`PR_SET_PDEATHSIG`), so a helper never outlives its keeper.
+pub fn die_with_parent(cmd: &mut std::process::Command) {
+    let hook = || {
+        // SAFETY: PR_SET_PDEATHSIG takes a signal number and no pointer.
+        if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    };
+    // SAFETY: the hook runs in the child between fork and exec and makes only prctl, which is
+    // async-signal-safe, allocating nothing (an error is built from errno alone).
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(cmd, hook);
+    }
+}

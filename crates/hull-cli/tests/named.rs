@@ -1894,6 +1894,20 @@ fn a_sandbox_works_over_fuse_overlayfs() {
         ]),
         "e\nws\n"
     );
+    // A SIGKILLed keeper takes its daemon with it; the next start sweeps its stage.
+    let keeper = s.keeper_pid("g");
+    let stage = std::env::temp_dir().join(format!("hull-fuse-{keeper}"));
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(keeper).expect("a pid"),
+        rustix::process::Signal::KILL,
+    )
+    .expect("kill the keeper");
+    s.assert_no_keepers();
+    assert_eq!(
+        fuse(&["exec", "g", "--", "cat", "/etc/hull-fuse-test"]),
+        "e\n"
+    );
+    assert!(!stage.exists(), "{} left behind", stage.display());
     // The host's /etc is as it was; the box is confined as any.
     assert!(!Path::new("/etc/hull-fuse-test").exists());
     let out = s

@@ -9,7 +9,8 @@
 //! state directory is host root's 0700, which those ids cannot enter). The box binds the merged
 //! directory as its root (hull-box's `WritableRoot::merged`). The mount lives in the keeper's
 //! namespace and the box's copy of it, so it is gone with them; the daemon is the keeper's child,
-//! killed at stop, and ends on its own when its mount goes (a SIGKILLed keeper).
+//! killed at stop and by its death signal when the keeper dies (a SIGKILLed one included), and
+//! the next keeper sweeps a dead one's stage.
 
 use std::ffi::CString;
 use std::fs::File;
@@ -90,6 +91,37 @@ pub fn stop() {
     }
 }
 
+/// Removes the stages of keepers that are gone (a SIGKILLed keeper's: empty directories on the
+/// host, where the binds lived only in its mount namespace).
+fn sweep_stages() {
+    let Ok(rd) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("hull-fuse-"))
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        // A live process (not a zombie, which a SIGKILLed keeper may be until it is reaped).
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+        if !stat.is_empty() && !state.starts_with('Z') {
+            continue;
+        }
+        // Directories only, and only empty ones: nothing of a sandbox is ever removed here.
+        if let Ok(inner) = std::fs::read_dir(e.path()) {
+            for d in inner.flatten() {
+                let _ = std::fs::remove_dir(d.path());
+            }
+        }
+        let _ = std::fs::remove_dir(e.path());
+    }
+}
+
 /// Merges `w`'s layers over `image` (the lowest layer; None: the `host` image's empty one) with
 /// fuse-overlayfs at `state/merged`, in a mount namespace of this process's own; the merged
 /// directory. Host root only; must run before the process starts a thread.
@@ -133,6 +165,7 @@ pub fn mount(
     // The daemon runs as the box root's ids, which cannot enter the state directory (host
     // root's, 0700), and it resolves its layers' paths: each is bound, in this mount namespace
     // only, under a stage of its own it may traverse (empty directories on the host).
+    sweep_stages();
     let stage = std::env::temp_dir().join(format!("hull-fuse-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&stage);
     std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o755)
@@ -176,6 +209,9 @@ pub fn mount(
     let fuse_fd = rustix::io::dup(&dev).map_err(|e| format!("dup /dev/fuse: {e}"))?;
     let fuse_name = format!("/dev/fd/{}", fuse_fd.as_raw_fd());
     let mut cmd = Command::new("fuse-overlayfs");
+    // It holds the keeper's mount namespace, and with it its own mount: it must not outlive
+    // the keeper (a SIGKILLed one included).
+    crate::sys::die_with_parent(&mut cmd);
     std::os::unix::process::CommandExt::uid(&mut cmd, uid);
     std::os::unix::process::CommandExt::gid(&mut cmd, gid);
     cmd.arg("-f")
