@@ -9,7 +9,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 export DEBIAN_FRONTEND=noninteractive
-PKGS="python3 python3-pip busybox-static uidmap ca-certificates python3-numpy python3-pandas python3-matplotlib gcc git"
+PKGS="python3 python3-pip python3-venv busybox-static uidmap ca-certificates python3-numpy python3-pandas python3-matplotlib gcc git"
 # The fuzz targets (scripts/fuzz.sh) build libFuzzer, which is C++.
 PKGS="$PKGS g++"
 missing=""
@@ -45,8 +45,17 @@ done
 
 # The Python SDK's build backend and test runner, for the interpreter that runs the SDK tests.
 python3 -m pip install -q --root-user-action=ignore "maturin>=1.5,<2" pytest
-# hull_sandbox.langchain's optional dependency, for its tests.
-python3 -m pip install -q --root-user-action=ignore "langchain-core>=0.3,<2"
+# hull_sandbox.langchain's optional dependencies, for its tests: langchain-core (the tool) and
+# langchain (the shell middleware hull_execution_policy plugs into, and create_agent).
+python3 -m pip install -q --root-user-action=ignore "langchain-core>=1,<2" "langchain>=1,<2"
+
+# The SDK tests' rootless pass (scripts/sdk-rootless.sh) runs as the test user, who may not reach
+# the interpreter above (pyenv's lives under /root): a venv of the system's python3, readable by
+# all, with what those tests import (scripts/sdk-rootless.sh installs the wheel into it).
+venv=${HULL_ROOTLESS_VENV:-/opt/hull-rootless-venv}
+[ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv "$venv"
+"$venv/bin/python" -m pip install -q "maturin>=1.5,<2" pytest "langchain-core>=1,<2" "langchain>=1,<2"
+chmod -R a+rX "$venv"
 
 # hull bench --peers and its test: kern, the other peer (its wheel carries the kern binary). Pinned:
 # the bench reads its Python API (Sandbox(image=, prewarm=), kernel()) as this version has it.

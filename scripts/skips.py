@@ -6,7 +6,8 @@ Reads, from the directory given:
   rust.tsv   the Rust tests' records (hull_testkit::skip writes them to HULL_SKIP_LOG):
              RUNNER<TAB>BINARY::TEST[#PART]<TAB>REASON, RUNNER being root or rootless;
   SUITE.xml  JUnit reports (pytest --junitxml, node --test's junit reporter), run as root;
-             their skips are named SUITE:CLASSNAME::NAME.
+             their skips are named SUITE:CLASSNAME::NAME;
+  SUITE.rootless.xml  the same from a run as the unprivileged user (scripts/sdk-rootless.sh).
 
 Set HULL_ALLOW_SKIPS=1 to list skips without failing (a machine with fewer kernel features).
 """
@@ -47,10 +48,13 @@ def skips(d):
         if not name.endswith(".xml"):
             continue
         suite = name[: -len(".xml")]
+        runner = "root"
+        if suite.endswith(".rootless"):
+            suite, runner = suite[: -len(".rootless")], "rootless"
         for case in ET.parse(os.path.join(d, name)).iter("testcase"):
             for s in case.findall("skipped"):
                 test = "%s:%s::%s" % (suite, case.get("classname", ""), case.get("name", ""))
-                found.append(("root", test, s.get("message") or (s.text or "").strip()))
+                found.append((runner, test, s.get("message") or (s.text or "").strip()))
     return found
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs hull's whole test suite: set-up, every crate's tests as root, then the black-box and
-# kernel tests again as an unprivileged user (the rootless path), a short run of every fuzz
+# kernel tests and the SDKs' named-sandbox tests again as an unprivileged user (the rootless
+# path), a short run of every fuzz
 # target, and the skip check: every skipped test is listed, and one that scripts/expected-skips
 # does not expect on CI's machines fails the run. Run as root.
 set -euo pipefail
@@ -71,6 +72,9 @@ for l in sys.stdin:
 cp "$pull_test" "$stage/pull" && chmod a+rx "$stage/pull"
 echo "-- pull as $TEST_USER"
 su "$TEST_USER" -s /bin/bash -c "cd /tmp && HULL_SKIP_LOG=$HULL_SKIP_LOG HULL_BIN=$stage/hull HULL_CGROUP_PARENT=hull-$TEST_USER $stage/pull" || status=1
+# The SDKs' named-sandbox tests (and the LangChain shell policy's) as the user too, on the
+# staged hull; their JUnit reports join the skip check as SUITE.rootless.xml.
+bash scripts/sdk-rootless.sh "$stage" "$skips" "$TEST_USER" || status=1
 
 echo "== fuzz: every parser of untrusted bytes, a few seconds each (scripts/fuzz.sh)"
 bash scripts/fuzz.sh || status=1

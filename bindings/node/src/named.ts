@@ -200,11 +200,39 @@ export class NamedSandbox {
     return new Process(this, r.process, options);
   }
 
+  /** The Process of a handle spawned earlier, by this client or any other (`Process.id`): the
+   * keeper owns spawned processes, so a handle outlives its client (not a stop). */
+  process(id: string): Process {
+    if (typeof id !== "string") throw new TypeError(`id must be a string (a Process's id), got ${String(id)}`);
+    return new Process(this, id);
+  }
+
   /** Reads a file of the sandbox's root (a relative path is below /workspace); null when it is
    * missing; a directory rejects (kind `is_a_directory`). */
   async readFile(path: string, options: { maxBytes?: number } = {}): Promise<Buffer | null> {
     const r = await this.call("named.read_file", { path: textPath(path), ...(options.maxBytes !== undefined ? { max_bytes: options.maxBytes } : {}) });
     return r === null ? null : Buffer.from(r.data_b64, "base64");
+  }
+
+  /** A file as text (null when it is missing). `lines: [first, last]` keeps lines first to last,
+   * counted from 1, both included (`last` null: to the end), each with its newline; lines end
+   * at "\n" only. The sandbox's keeper cuts the range. */
+  async readText(path: string, options: { lines?: [number, number | null]; encoding?: BufferEncoding } = {}): Promise<string | null> {
+    const { lines, encoding = "utf8" } = options;
+    if (lines !== undefined) {
+      const [first, last] = Array.isArray(lines) && lines.length === 2 ? lines : [NaN, NaN];
+      if (!Number.isInteger(first) || first < 1 || !(last === null || (Number.isInteger(last) && last >= first))) {
+        throw new RangeError(`lines must be [first, last]: line numbers from 1, first <= last (last null: to the end), got ${JSON.stringify(lines)}`);
+      }
+    }
+    // The keeper cuts the range: only those lines cross the socket.
+    const p: Record<string, unknown> = { path: textPath(path) };
+    if (lines !== undefined) {
+      p.start_line = lines[0];
+      if (lines[1] !== null) p.end_line = lines[1];
+    }
+    const r = await this.call("named.read_file", p);
+    return r === null ? null : Buffer.from(r.data_b64, "base64").toString(encoding);
   }
 
   /** Writes a file (parents made, an existing file overwritten), as the sandbox's user. */
@@ -269,6 +297,10 @@ export class Process {
   stderr = "";
   private readonly done: Promise<ExecutionResult>;
   private result: ExecutionResult | undefined;
+  /** Every chunk so far, in order of arrival, for the iterators. */
+  private readonly chunks: ["stdout" | "stderr", string][] = [];
+  private ended = false;
+  private wake: (() => void)[] = [];
 
   constructor(
     private readonly sandbox: NamedSandbox,
@@ -282,12 +314,60 @@ export class Process {
       onEvent(e, d);
       this.stdout = kept.stdout;
       this.stderr = kept.stderr;
+      if (e === "stdout" || e === "stderr") {
+        this.chunks.push([e, d]);
+        this.notify();
+      }
     }).then((r) => {
       this.result = ExecutionResult.fromJson(r);
       return this.result;
     });
     // A rejection is the waiter's to see; never an unhandled one.
     this.done.catch(() => {});
+    this.done.finally(() => {
+      this.ended = true;
+      this.notify();
+    }).catch(() => {});
+  }
+
+  private notify(): void {
+    const w = this.wake;
+    this.wake = [];
+    for (const f of w) f();
+  }
+
+  /** The output as it comes: `[stream, text]` pairs in order of arrival, from the process's
+   * start (every iterator sees all of it), ending when it ends (rejecting as `wait()` would).
+   * `for await (const [stream, text] of process)` is the same. */
+  async *output(): AsyncGenerator<["stdout" | "stderr", string], void, undefined> {
+    let i = 0;
+    for (;;) {
+      if (i < this.chunks.length) {
+        yield this.chunks[i++];
+        continue;
+      }
+      if (this.ended) break;
+      await new Promise<void>((r) => this.wake.push(r));
+    }
+    await this.done;
+  }
+
+  [Symbol.asyncIterator](): AsyncGenerator<["stdout" | "stderr", string], void, undefined> {
+    return this.output();
+  }
+
+  /** One stream's lines (each with its newline; a last one without) as they come. */
+  async *lines(stream: "stdout" | "stderr" = "stdout"): AsyncGenerator<string, void, undefined> {
+    if (stream !== "stdout" && stream !== "stderr") throw new RangeError(`stream must be "stdout" or "stderr", got ${String(stream)}`);
+    let rest = "";
+    for await (const [s, text] of this.output()) {
+      if (s !== stream) continue;
+      rest += text;
+      const parts = rest.split("\n");
+      rest = parts.pop() ?? "";
+      for (const l of parts) yield l + "\n";
+    }
+    if (rest !== "") yield rest;
   }
 
   /** Resolves when the process has ended (exit code 128+N for signal N, 137 once killed). */
@@ -300,8 +380,8 @@ export class Process {
     return this.result ? this.result.exitCode : null;
   }
 
-  /** Kills the process and everything it started (SIGKILL to its process group; exit 137); one
-   * that ended already keeps its code. Idempotent. */
+  /** Kills the process and everything it started, daemons that left its session included (its
+   * own cgroup; exit 137); one that ended already keeps its code. Idempotent. */
   async kill(): Promise<ExecutionResult> {
     await this.sandbox.call("named.kill", { process: this.id });
     return this.done;

@@ -3,7 +3,7 @@
 // sandboxes in a directory of its own (HULL_SANDBOXES) and removes them.
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -132,5 +132,114 @@ test("files of a named sandbox are read, written, listed and deleted in its root
       assert.equal(await sb.delete("a"), false);
     } finally {
       await sb.destroy();
+    }
+  }));
+
+test("a spawned process's output is iterated as it comes, and by lines", () =>
+  withSandboxes(async () => {
+    const sb = await Sandbox.create({ name: "iter" });
+    try {
+      const p = await sb.spawn("echo one; echo err >&2; sleep 1.5; printf 'two\\nthree'");
+      const seen = [];
+      const t0 = Date.now();
+      for await (const [stream, text] of p) seen.push([stream, text, Date.now() - t0]);
+      assert.deepEqual(seen.filter(([s]) => s === "stderr").map(([s, t]) => [s, t]), [["stderr", "err\n"]]);
+      assert.equal(seen.filter(([s]) => s === "stdout").map(([, t]) => t).join(""), "one\ntwo\nthree");
+      // The first chunks came as they were printed, before the sleep: well before the last.
+      assert.ok(seen[seen.length - 1][2] - seen[0][2] > 800, JSON.stringify(seen));
+      assert.equal(p.poll(), 0);
+      // Every iterator sees the output from the start.
+      const lines = [];
+      for await (const l of p.lines()) lines.push(l);
+      assert.deepEqual(lines, ["one\n", "two\n", "three"]);
+      const errs = [];
+      for await (const l of p.lines("stderr")) errs.push(l);
+      assert.deepEqual(errs, ["err\n"]);
+    } finally {
+      await sb.destroy();
+    }
+  }));
+
+test("a file is read as text or a range of its lines", () =>
+  withSandboxes(async () => {
+    const sb = await Sandbox.create({ name: "text" });
+    try {
+      await sb.writeFile("notes.txt", "first\nsecond\rstill second\nthird\nfourth");
+      assert.equal(await sb.readText("notes.txt"), "first\nsecond\rstill second\nthird\nfourth");
+      assert.equal(await sb.readText("notes.txt", { lines: [2, 3] }), "second\rstill second\nthird\n");
+      assert.equal(await sb.readText("notes.txt", { lines: [3, null] }), "third\nfourth");
+      assert.equal(await sb.readText("notes.txt", { lines: [9, 10] }), "");
+      assert.equal(await sb.readText("missing.txt"), null);
+      for (const bad of [[0, 2], [3, 2], [1], "1-2", [1.5, 2]]) {
+        await assert.rejects(sb.readText("notes.txt", { lines: bad }), RangeError);
+      }
+      await sb.writeFile("latin", Buffer.from([0xe9]));
+      assert.equal(await sb.readText("latin", { encoding: "latin1" }), "\u00e9");
+    } finally {
+      await sb.destroy();
+    }
+  }));
+
+test("a stopped sandbox is resumed with its disk and configuration", () =>
+  withSandboxes(async () => {
+    const sb = await Sandbox.create({ name: "again", persist: true, env: { KEPT: "yes" } });
+    try {
+      await sb.exec("mkdir -p /opt/tool && echo v1 > /opt/tool/version && sleep 300 >/dev/null 2>&1 &");
+      await sb.stop();
+      await sb.close();
+      const back = await resume("again");
+      const r = await back.exec("cat /opt/tool/version; echo $KEPT; pwd; ps -eo args | grep -c '^sleep 300'");
+      assert.equal(r.stdout, "v1\nyes\n/workspace\n0\n");
+      await back.close();
+    } finally {
+      await (await resume("again")).destroy();
+    }
+  }));
+
+const psArgs = async (sb) => (await sb.exec(["ps", "-eo", "args"])).stdout.split("\n").map((l) => l.trim());
+
+test("another client kills a handle by its id, a setsid daemon included, and twice is fine", () =>
+  withSandboxes(async () => {
+    const sb = await Sandbox.create({ name: "daemon", persist: true });
+    try {
+      const id = otherProcess(`
+        const sb = await hull.resume("daemon");
+        const p = await sb.spawn("setsid sh -c 'sleep 4262 & exit 0'; sleep 4263 & wait");
+        console.log(p.id);
+        await sb.close();
+      `).trim();
+      for (let i = 0; i < 200 && !(await psArgs(sb)).includes("sleep 4262"); i++) await new Promise((r) => setTimeout(r, 50));
+      assert.ok((await psArgs(sb)).includes("sleep 4262"));
+      const p = sb.process(id);
+      assert.equal((await p.kill()).exitCode, 137);
+      const ps = await psArgs(sb);
+      assert.ok(!ps.includes("sleep 4262") && !ps.includes("sleep 4263"), ps.join("\n"));
+      assert.equal((await p.kill()).exitCode, 137);
+    } finally {
+      await sb.destroy();
+    }
+  }));
+
+test("file paths resolve inside the sandbox's root; line ranges; typed errors", () =>
+  withSandboxes(async () => {
+    const dir = mkdtempSync(join(tmpdir(), "hull-host-secret-"));
+    const secret = join(dir, "secret.txt");
+    writeFileSync(secret, "host secret\n");
+    const sb = await Sandbox.create({ name: "links" });
+    try {
+      assert.equal((await sb.exec(`ln -s ${secret} /workspace/abs && ln -s ../../../../../../..${secret} /workspace/up`)).exitCode, 0);
+      for (const link of ["abs", "up"]) {
+        assert.equal(await sb.readFile(link), null);
+        await sb.writeFile(link, "pwned\n").catch((e) => assert.equal(e.kind, "io"));
+      }
+      assert.equal(readFileSync(secret, "utf8"), "host secret\n");
+      await sb.writeFile("lines.txt", "one\ntwo\nthree\n");
+      assert.equal(await sb.readText("lines.txt", { lines: [2, 2] }), "two\n");
+      assert.equal(await sb.readText("nope.txt"), null);
+      await assert.rejects(sb.writeFile("/workspace", "x"), (e) => e.kind === "is_a_directory");
+      await assert.rejects(sb.listFiles("lines.txt"), (e) => e.kind === "not_a_directory");
+    } finally {
+      await sb.destroy();
+      rmSync(dir, { recursive: true, force: true });
     }
   }));

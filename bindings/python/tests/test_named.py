@@ -180,3 +180,121 @@ def test_files_of_a_named_sandbox(sandboxes):
         sb.write_file("/etc/hull-test", b"\x00\xff")
         assert sb.read_file("/etc/hull-test") == b"\x00\xff"
         assert sb.delete("a") is True and sb.delete("a") is False
+
+
+def test_a_spawned_process_output_is_iterated_as_it_comes(sandboxes):
+    with Sandbox(name="iter") as sb:
+        p = sb.spawn("echo one; echo err >&2; sleep 1.5; printf 'two\\nthree'")
+        seen = []
+        t0 = time.monotonic()
+        for stream, text in p:
+            seen.append((stream, text, time.monotonic() - t0))
+        assert [(s, t) for s, t, _ in seen if s == "stderr"] == [("stderr", "err\n")]
+        assert "".join(t for s, t, _ in seen if s == "stdout") == "one\ntwo\nthree"
+        # The first chunks came as they were printed, before the sleep: well before the last.
+        assert seen[-1][2] - seen[0][2] > 0.8, seen
+        assert p.poll() == 0
+        # Every iterator sees the output from the start; lines() splits one stream.
+        assert list(p.lines()) == ["one\n", "two\n", "three"]
+        assert list(p.lines("stderr")) == ["err\n"]
+        with pytest.raises(ValueError, match="stream"):
+            list(p.lines("both"))
+
+
+def test_a_file_is_read_as_text_or_a_range_of_its_lines(sandboxes):
+    with Sandbox(name="text") as sb:
+        sb.write_file("notes.txt", "first\nsecond\rstill second\nthird\nfourth")
+        assert sb.read_text("notes.txt") == "first\nsecond\rstill second\nthird\nfourth"
+        assert sb.read_text("notes.txt", lines=(2, 3)) == "second\rstill second\nthird\n"
+        assert sb.read_text("notes.txt", lines=(3, None)) == "third\nfourth"
+        assert sb.read_text("notes.txt", lines=(9, 10)) == ""
+        assert sb.read_text("missing.txt") is None
+        for bad in ((0, 2), (3, 2), (1,), "1-2", (True, 2)):
+            with pytest.raises(ValueError, match="lines"):
+                sb.read_text("notes.txt", lines=bad)
+        sb.write_file("bin", b"\xff\xfe")
+        with pytest.raises(UnicodeDecodeError):
+            sb.read_text("bin")
+        assert sb.read_text("bin", errors="replace") == "\ufffd\ufffd"
+
+
+def test_a_stopped_sandbox_is_resumed_with_its_disk_and_configuration(sandboxes):
+    sb = Sandbox(name="again", persist=True, env={"KEPT": "yes"})
+    try:
+        sb.exec("mkdir -p /opt/tool && echo v1 > /opt/tool/version && sleep 300 >/dev/null 2>&1 &")
+        sb.stop()
+        sb.close()
+        back = hull_sandbox.resume("again")
+        r = back.exec("cat /opt/tool/version; echo $KEPT; pwd; ps -eo args | grep -c '^sleep 300'")
+        assert r.stdout == "v1\nyes\n/workspace\n0\n", r
+        back.close()
+    finally:
+        hull_sandbox.resume("again").destroy()
+
+
+def ps_args(sb):
+    return [l.strip() for l in sb.exec(["ps", "-eo", "args"]).stdout.splitlines()]
+
+
+def test_kill_by_another_client_ends_a_setsid_daemon_and_twice_is_fine(sandboxes):
+    with Sandbox(name="daemon", persist=True) as sb:
+        # Spawned by another client, which exits: a daemon that left the spawn's session and
+        # was adopted by pid 1, beside the spawn's own child.
+        handle = other_process("""
+            import hull_sandbox
+            sb = hull_sandbox.resume("daemon")
+            p = sb.spawn("setsid sh -c 'sleep 4252 & exit 0'; sleep 4253 & wait")
+            print(p.id)
+            sb.close()
+        """).strip()
+        for _ in range(200):
+            if "sleep 4252" in ps_args(sb):
+                break
+            time.sleep(0.05)
+        assert "sleep 4252" in ps_args(sb)
+        p = sb.process(handle)
+        assert p.kill().exit_code == 137
+        ps = ps_args(sb)
+        assert "sleep 4252" not in ps and "sleep 4253" not in ps, ps
+        assert p.kill().exit_code == 137
+        with pytest.raises(SandboxError) as e:
+            sb.process("s1n999").wait(30)
+        assert e.value.kind == "not_found"
+        sb.destroy()
+
+
+def test_a_spawns_output_is_in_hull_logs(sandboxes):
+    with Sandbox(name="logs") as sb:
+        sb.spawn("echo sdk-$((2+3))-marker; sleep 60")
+        for _ in range(200):
+            logs = subprocess.run([find_hull(), "logs", "logs"], capture_output=True, text=True).stdout
+            if "sdk-5-marker" in logs:
+                break
+            time.sleep(0.05)
+        assert "sdk-5-marker" in logs, logs
+
+
+def test_file_paths_resolve_inside_the_sandbox_root(sandboxes, tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("host secret\n")
+    with Sandbox(name="links") as sb:
+        assert sb.exec("ln -s %s /workspace/abs && ln -s ../../../../../../..%s /workspace/up" % (secret, secret)).exit_code == 0
+        for link in ("abs", "up"):
+            assert sb.read_file(link) is None
+            try:
+                sb.write_file(link, "pwned\n")
+            except hull_sandbox.HullError as e:  # the link's target directory is not in the sandbox
+                assert e.kind == "io", e
+        assert secret.read_text() == "host secret\n"
+        sb.write_file("lines.txt", "one\ntwo\nthree\n")
+        assert sb.read_text("lines.txt", lines=(2, 2)) == "two\n"
+        assert sb.read_text("lines.txt", lines=(3, None)) == "three\n"
+        assert sb.read_text("nope.txt") is None
+        with pytest.raises(SandboxError) as e:
+            sb.write_file("/workspace", "x")
+        assert e.value.kind == "is_a_directory"
+        with pytest.raises(SandboxError) as e:
+            sb.list_files("lines.txt")
+        assert e.value.kind == "not_a_directory"
+        # Written as the sandbox's user.
+        assert sb.exec("stat -c %u lines.txt").stdout == "0\n"

@@ -153,8 +153,15 @@ pub(crate) fn sweep(parents: &[PathBuf], temp: &Path) -> Swept {
             let Some(owner) = dead.iter_mut().find(|d| d.id == id) else {
                 continue;
             };
-            // Box cgroups are leaves, so rmdir (which the kernel refuses while a task is
-            // inside) is the whole removal.
+            // Box cgroups are leaves but for a named sandbox's spawns (one level of children),
+            // so rmdir (which the kernel refuses while a task is inside) is the whole removal.
+            if let Ok(children) = std::fs::read_dir(e.path()) {
+                for c in children.flatten() {
+                    if c.file_type().is_ok_and(|t| t.is_dir()) {
+                        let _ = std::fs::remove_dir(c.path());
+                    }
+                }
+            }
             if std::fs::remove_dir(e.path()).is_ok() {
                 swept.cgroups += 1;
             } else {
@@ -448,11 +455,19 @@ mod tests {
         let cg = tempfile::tempdir().unwrap();
         let dead = "7.00000000000000de";
         std::fs::write(owner::lock_path(temp.path(), dead), "").unwrap();
-        // A busy cgroup (here: a non-empty directory rmdir refuses).
-        std::fs::create_dir_all(cg.path().join(format!("hull-{dead}-0-1/busy"))).unwrap();
+        // A busy cgroup (here: a directory holding a non-empty one, which rmdir refuses) beside
+        // an empty child (a named sandbox's spawn cgroup), which goes.
+        let busy = cg.path().join(format!("hull-{dead}-0-1/busy"));
+        std::fs::create_dir_all(&busy).unwrap();
+        std::fs::write(busy.join("task"), "").unwrap();
+        std::fs::create_dir_all(cg.path().join(format!("hull-{dead}-0-1/spawn-s1n1"))).unwrap();
         sweep(&[cg.path().to_path_buf()], temp.path());
         assert!(owner::lock_path(temp.path(), dead).exists());
-        std::fs::remove_dir(cg.path().join(format!("hull-{dead}-0-1/busy"))).unwrap();
+        assert!(!cg
+            .path()
+            .join(format!("hull-{dead}-0-1/spawn-s1n1"))
+            .exists());
+        std::fs::remove_file(busy.join("task")).unwrap();
         let swept = sweep(&[cg.path().to_path_buf()], temp.path());
         assert_eq!(swept.cgroups, 1);
         assert!(!owner::lock_path(temp.path(), dead).exists());

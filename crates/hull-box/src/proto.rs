@@ -29,6 +29,9 @@ pub enum Message {
     /// A resident box's program could not enter its working directory (`errno`); the
     /// `Spawned` for it follows, then its exit.
     ChdirFailed { errno: i32 },
+    /// A resident box's root directory, an `O_PATH` descriptor attached as SCM_RIGHTS (the
+    /// answer to [`resident::ROOT`]; `errno` when it could not be opened).
+    Root { errno: i32 },
 }
 
 pub const LEN: usize = 16;
@@ -47,6 +50,7 @@ impl Message {
             Message::Spawned { .. } => "Spawned",
             Message::Exited { .. } => "Exited",
             Message::ChdirFailed { .. } => "ChdirFailed",
+            Message::Root { .. } => "Root",
         }
     }
 
@@ -64,6 +68,7 @@ impl Message {
             Message::Spawned { pid } => (8, pid, 0),
             Message::Exited { pid, status } => (9, pid, status),
             Message::ChdirFailed { errno } => (10, errno, 0),
+            Message::Root { errno } => (11, errno, 0),
         };
         let mut out = [0u8; LEN];
         out[0..4].copy_from_slice(&tag.to_le_bytes());
@@ -103,6 +108,7 @@ impl Message {
             9 if a > 0 => Message::Exited { pid: a, status: b },
             8 | 9 => return Err(ProtoError::Field),
             10 => Message::ChdirFailed { errno: a },
+            11 => Message::Root { errno: a },
             t => return Err(ProtoError::Tag(t)),
         })
     }
@@ -211,6 +217,11 @@ pub mod resident {
         Some([MAGIC.as_slice(), cwd, &go].concat())
     }
 
+    /// A request for pid 1's root directory: pid 1 answers [`super::Message::Root`] with an
+    /// `O_PATH` descriptor of its `/` (the box's root, in the box's mount namespace), so its
+    /// supervisor can resolve paths inside it (`openat2` with `RESOLVE_IN_ROOT`).
+    pub const ROOT: &[u8; 4] = b"HRR1";
+
     const KILL: &[u8; 4] = b"HRK1";
 
     /// A request to send signal `sig` to the process group of `pid` (a program pid 1 started,
@@ -285,14 +296,15 @@ mod tests {
             Message::Spawned { pid: 3 },
             Message::Exited { pid: 3, status: 9 },
             Message::ChdirFailed { errno: 2 },
+            Message::Root { errno: 0 },
         ] {
             assert_eq!(Message::decode(&m.encode()), Ok(m));
         }
         assert_eq!(Message::decode(&[0; 3]), Err(ProtoError::Length(3)));
         assert_eq!(Message::decode(&[0; 16]), Err(ProtoError::Magic));
         let mut bad = Message::Ready.encode();
-        bad[0] = 11;
-        assert_eq!(Message::decode(&bad), Err(ProtoError::Tag(11)));
+        bad[0] = 12;
+        assert_eq!(Message::decode(&bad), Err(ProtoError::Tag(12)));
         // A resident box's pids are positive.
         bad[0] = 8;
         assert_eq!(Message::decode(&bad), Err(ProtoError::Field));

@@ -183,6 +183,30 @@ impl Resident {
         })
     }
 
+    /// An `O_PATH` descriptor of the box's root directory (pid 1's `/`, in the box's mount
+    /// namespace): paths resolved beneath it with `RESOLVE_IN_ROOT` stay inside the box's root.
+    /// Waits for pid 1's answer on the channel itself, so call it before anything else reads
+    /// the channel (before the first [`Resident::send`]).
+    pub fn root_dir(&self) -> Result<std::os::fd::OwnedFd, BoxError> {
+        sys::send_with_fds(
+            self.channel.fd().as_raw_fd(),
+            crate::proto::resident::ROOT,
+            &[],
+        )
+        .map_err(|errno| BoxError::Sys {
+            what: "ask the box for its root",
+            errno,
+        })?;
+        match self.channel.wait(10_000)? {
+            (Message::Root { errno: 0 }, Some(fd)) => Ok(fd),
+            (Message::Root { errno }, _) => Err(BoxError::Sys {
+                what: "open the box's root",
+                errno: sys::Errno(if errno == 0 { libc::EBADF } else { errno }),
+            }),
+            (m, _) => Err(crate::channel::unexpected(&self.plan, "Root", m)),
+        }
+    }
+
     /// Receives pid 1's next report without waiting (poll [`Resident::channel_fd`] first).
     pub fn recv(&self) -> Result<Event, BoxError> {
         match self.channel.recv()? {
@@ -213,10 +237,16 @@ impl Resident {
         // Pid 1's death ends its pid namespace; the cgroup is emptied and removed after it.
         let _ = sys::kill(self.pid, libc::SIGKILL);
         let _ = sys::wait4(self.pid, false);
+        let paths = self.cgroup_paths();
         let cgroup = crate::poison::lock(&self.resources).cgroup.0.take();
         if let Some(cg) = cgroup {
             if !cg.is_empty() {
                 cg.kill_all();
+            }
+            // The supervisor's child cgroups (a named sandbox's spawns) go first: rmdir
+            // refuses a cgroup that has children. Their processes died with the pid namespace.
+            for p in &paths {
+                remove_children(p);
             }
             let _ = cg.remove();
         }
@@ -226,5 +256,25 @@ impl Resident {
 impl Drop for Resident {
     fn drop(&mut self) {
         self.end();
+    }
+}
+
+/// Removes the child cgroups of a box cgroup directory (empty once their processes are gone),
+/// retrying briefly while one still reports busy (a process still exiting).
+pub fn remove_children(dir: &std::path::Path) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        if !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while std::fs::remove_dir(e.path())
+            .is_err_and(|err| err.raw_os_error() == Some(libc::EBUSY))
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
     }
 }

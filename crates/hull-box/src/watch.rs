@@ -287,7 +287,8 @@ impl<'a> Watching<'a> {
             | Message::IdsMapped
             | Message::Spawned { .. }
             | Message::Exited { .. }
-            | Message::ChdirFailed { .. }) => {
+            | Message::ChdirFailed { .. }
+            | Message::Root { .. }) => {
                 return Err(channel::unexpected(
                     self.watch.plan,
                     "Ready, SetupFailed, ExecFailed or MainExited",

@@ -2,18 +2,14 @@
 //! each sandbox's keeper and its control socket, as the CLI verbs go (`named::client`).
 //!
 //! `named.exec` is one exec on the keeper's socket, its frames turned into streamed events.
-//! `named.spawn` starts a background process that must outlive this server (the SDK's client
-//! may go away): it is one exec of a small `sh` script that starts the command in the
-//! background with its output in files under `/tmp/.hull-spawn/<handle>/` inside the sandbox and
-//! returns at once; the keeper leaves what a finished command left running until the sandbox
-//! stops. `named.wait`, `named.kill` are more execs reading and acting on that directory: kill
-//! sends `SIGKILL` to the spawn's whole process group (the script was a session leader, so its
-//! group is everything the command started that did not leave it).
+//! `named.spawn`, `named.wait` and `named.kill` are the keeper's own operations (`Spawn`,
+//! `Wait`, `Kill`, see `named/spawns.rs`): the keeper owns a spawned process, so it outlives
+//! this server and any later server can wait on it or kill it by its handle.
 
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use hull_box::{OutputSink, Stream};
@@ -37,29 +33,6 @@ pub const METHODS: &[&str] = &[
 
 /// Output kept per stream in an answer; more is cut (and said: `truncated`).
 const MAX_CAPTURE: usize = 16 << 20;
-
-/// Starts a spawn: `$1` its handle, `$2` 1 when `$3` is one shell string; the rest its argv.
-/// The command's output goes to files, its exit code to `exit` (renamed in whole).
-const SPAWN_SCRIPT: &str = r#"b=/tmp/.hull-spawn; d=$b/$1; s=$2; shift 2
-mkdir -p "$b" && mkdir "$d" || exit 125
-if [ "$s" = 1 ]; then if command -v bash >/dev/null 2>&1; then set -- bash -c "$1"; else set -- sh -c "$1"; fi; fi
-echo $$ > "$d/pgid"; : > "$d/out"; : > "$d/err"
-( "$@" > "$d/out" 2> "$d/err" < /dev/null; echo $? > "$d/exit.tmp"; mv "$d/exit.tmp" "$d/exit" ) &
-echo $! > "$d/pid""#;
-
-/// Waits for a spawn's exit code (exit 3: no such handle).
-const WAIT_SCRIPT: &str = r#"d=/tmp/.hull-spawn/$1; [ -f "$d/pid" ] || exit 3
-while [ ! -f "$d/exit" ]; do sleep 0.05; done; cat "$d/exit""#;
-
-/// Follows one output file of a spawn (`$2`: out or err) until its process has ended.
-const FOLLOW_SCRIPT: &str = r#"d=/tmp/.hull-spawn/$1; [ -f "$d/pid" ] || exit 3
-exec tail -c +1 -s 0.05 -f --pid="$(cat "$d/pid")" "$d/$2""#;
-
-/// Kills a spawn's process group; its exit code becomes 137 unless it had ended already.
-const KILL_SCRIPT: &str = r#"d=/tmp/.hull-spawn/$1; [ -f "$d/pid" ] || exit 3
-if [ -f "$d/exit" ]; then exit 0; fi
-kill -KILL -"$(cat "$d/pgid")" 2>/dev/null
-[ -f "$d/exit" ] || echo 137 > "$d/exit"; exit 1"#;
 
 /// Connections of calls in flight (and whether each only waits on a spawn), shut down by
 /// [`end_all`]: the keeper then kills what they run (an exec's command, a wait's helper).
@@ -362,6 +335,10 @@ pub(crate) struct Done {
     pub(crate) out: Vec<u8>,
     pub(crate) err: Vec<u8>,
     pub(crate) truncated: bool,
+    /// The keeper knows no such spawn.
+    pub(crate) missing: bool,
+    /// Output of a spawn that came before what its wait was shown (only in the exec log).
+    pub(crate) dropped: u64,
 }
 
 /// Runs `req` in `dir` (starting a stopped sandbox), its output streamed to `sink` when given
@@ -413,6 +390,8 @@ fn exec_on(
         out: Vec::new(),
         err: Vec::new(),
         truncated: false,
+        missing: false,
+        dropped: 0,
     };
     let mut r = BufReader::new(conn);
     loop {
@@ -451,6 +430,15 @@ fn exec_on(
                 return Ok(done);
             }
             wire::ERROR => return Err(String::from_utf8_lossy(&data).into_owned()),
+            wire::MISSING => {
+                done.missing = true;
+                return Ok(done);
+            }
+            wire::DROPPED => {
+                let b: [u8; 8] = data.as_slice().try_into().unwrap_or_default();
+                done.dropped = u64::from_le_bytes(b);
+                continue;
+            }
             _ => return Err(format!("an unknown frame kind {kind} from the keeper")),
         };
         if let Some(s) = sink.as_deref_mut() {
@@ -509,58 +497,6 @@ fn exec(out: &Out, id: &Value, p: &Map<String, Value>) -> Result<Value, Value> {
     }))
 }
 
-/// A script run in the sandbox with its arguments (no per-command environment).
-fn script(dir: &Dir, text: &str, args: &[&str], timeout: Option<Duration>) -> Result<Done, Value> {
-    let req = script_request(text, args, "/", false);
-    exec_in(dir, &req, None, timeout, text == WAIT_SCRIPT)
-}
-
-/// The exec of `sh -c text hull args...` in `cwd`, with no per-command environment.
-fn script_request(text: &str, args: &[&str], cwd: &str, stdin: bool) -> wire::Request {
-    let mut argv = vec!["sh".to_string(), "-c".into(), text.into(), "hull".into()];
-    argv.extend(args.iter().map(|a| a.to_string()));
-    wire::Request::Exec {
-        argv,
-        env: Vec::new(),
-        cwd: Some(cwd.into()),
-        stdin,
-        shell: false,
-    }
-}
-
-/// A script run in the sandbox's `/workspace` with its arguments and `input` as its stdin (the
-/// file operations: they run as the sandbox's own commands, so every path is resolved in the
-/// sandbox's root by its kernel, symlinks included, and files are its user's).
-pub(crate) fn file_script(
-    dir: &Dir,
-    text: &str,
-    args: &[&str],
-    input: Option<Vec<u8>>,
-) -> Result<Done, Value> {
-    let req = script_request(text, args, "/workspace", input.is_some());
-    let fail = |e: String| err("sandbox_error", e);
-    let conn = client::connect(dir, true)
-        .map_err(fail)?
-        .ok_or_else(|| err("sandbox_error", "the sandbox did not start"))?;
-    let key = track(&conn, false);
-    let r = exec_on(conn, &req, &mut None, None, input);
-    untrack(key);
-    r.map_err(fail)
-}
-
-/// A fresh handle: unique across servers (their pid) and time.
-fn new_handle() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    format!(
-        "p{:x}{:x}{:x}",
-        std::process::id(),
-        nanos & 0xffff_ffff_ffff,
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
 /// A handle as given back to `wait`/`kill`, checked so it cannot name another path.
 fn handle_of(p: &Map<String, Value>) -> Result<String, Value> {
     let h = string(p, "process")?.ok_or_else(|| invalid("process", "missing"))?;
@@ -570,38 +506,68 @@ fn handle_of(p: &Map<String, Value>) -> Result<String, Value> {
     Ok(h)
 }
 
+/// `named.spawn`: the keeper's `Spawn`. The handle is acknowledged before it is answered; a
+/// server that goes away before that (or the end of its input) leaves the keeper to kill what
+/// it started.
 fn spawn(p: &Map<String, Value>) -> Result<Value, Value> {
     let dir = existing(p)?;
     let (argv, shell) = command(p)?;
-    let handle = new_handle();
-    let mut full = vec![
-        "sh".to_string(),
-        "-c".into(),
-        SPAWN_SCRIPT.into(),
-        "hull-spawn".into(),
-        handle.clone(),
-        if shell { "1" } else { "0" }.into(),
-    ];
-    full.extend(argv);
-    let req = wire::Request::Exec {
-        argv: full,
+    let req = wire::Request::Spawn {
+        argv,
         env: env(p)?,
         cwd: string(p, "cwd")?,
-        stdin: false,
-        shell: false,
+        shell,
     };
-    let d = exec_in(&dir, &req, None, None, false)?;
-    match d.code {
-        Some(0) => Ok(json!({ "process": handle })),
-        c => Err(err(
+    let fail = |e: String| {
+        err(
             "sandbox_error",
-            format!(
-                "could not spawn in `{}` (exit {c:?}): {}",
-                dir.name,
-                String::from_utf8_lossy(&d.err).trim_end()
-            ),
-        )),
+            format!("could not spawn in `{}`: {e}", dir.name),
+        )
+    };
+    let mut conn = client::connect(&dir, true)
+        .map_err(fail)?
+        .ok_or_else(|| fail("the sandbox did not start".into()))?;
+    let key = track(&conn, false);
+    let r = (|| {
+        client::send(&mut conn, &req)?;
+        let mut r = BufReader::new(conn.try_clone().map_err(|e| e.to_string())?);
+        match wire::read_frame(&mut r).map_err(|e| format!("read from the keeper: {e}"))? {
+            Some((wire::HANDLE, id)) => {
+                let id = String::from_utf8_lossy(&id).into_owned();
+                if client_gone() {
+                    // Never acknowledged: the keeper kills what it started.
+                    return Err("the client went away before it got the handle".into());
+                }
+                wire::write_frame(&mut conn, wire::ACK, &[])
+                    .map_err(|e| format!("talk to the keeper: {e}"))?;
+                Ok(id)
+            }
+            Some((wire::ERROR, e)) => Err(String::from_utf8_lossy(&e).into_owned()),
+            Some((k, _)) => Err(format!("an unknown frame kind {k} from the keeper")),
+            None => Err("the sandbox stopped".into()),
+        }
+    })();
+    untrack(key);
+    Ok(json!({ "process": r.map_err(fail)? }))
+}
+
+/// Whether this server's client is gone: its input ended (seen by another thread), or our
+/// stdin reports a hangup (a pipe's writer closed, a socket's peer shut down).
+fn client_gone() -> bool {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    if ENDED.load(Ordering::SeqCst) == 2 {
+        return true;
     }
+    let stdin = std::io::stdin();
+    let mut fds = [PollFd::new(&stdin, PollFlags::RDHUP)];
+    let now = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    poll(&mut fds, Some(&now)).is_ok_and(|n| n > 0)
+        && fds[0]
+            .revents()
+            .intersects(PollFlags::HUP | PollFlags::RDHUP | PollFlags::ERR)
 }
 
 fn no_process(h: &str) -> Value {
@@ -611,150 +577,62 @@ fn no_process(h: &str) -> Value {
     )
 }
 
-/// `named.wait`: the spawn's exit code and output; with `stream`, its output (from its start)
-/// as events first.
+/// One call on a running keeper (a stopped sandbox has no spawns: `not_found`).
+fn on_keeper(
+    dir: &Dir,
+    h: &str,
+    req: &wire::Request,
+    sink: &mut Option<&mut EventSink>,
+    timeout: Option<Duration>,
+) -> Result<Done, Value> {
+    let fail = |e: String| err("sandbox_error", e);
+    let conn = client::connect(dir, false)
+        .map_err(fail)?
+        .ok_or_else(|| no_process(h))?;
+    let key = track(&conn, true);
+    let r = exec_on(conn, req, sink, timeout, None);
+    untrack(key);
+    let d = r.map_err(fail)?;
+    if d.missing {
+        return Err(no_process(h));
+    }
+    Ok(d)
+}
+
+/// `named.wait`: the spawn's exit code and output (from its start, the last 1 MiB of it); with
+/// `stream`, its output as events as well. Past `timeout_s` only the wait ends.
 fn wait(out: &Out, id: &Value, p: &Map<String, Value>) -> Result<Value, Value> {
     let dir = existing(p)?;
     let h = handle_of(p)?;
     let timeout = number(p, "timeout_s")?.map(Duration::from_secs_f64);
-    // Set once the exit code is in: a follower still reading 2 s later lets go.
-    let ended: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
-    let followers: Vec<_> = if stream_flag(p)? {
-        [("out", Stream::Stdout), ("err", Stream::Stderr)]
-            .into_iter()
-            .map(|(file, stream)| {
-                let (dir, h, ended) = (dir.clone(), h.clone(), Arc::clone(&ended));
-                let mut sink = EventSink::new(out.clone(), id.clone());
-                std::thread::spawn(move || {
-                    // Its own stdout is the file's text; sent as the spawn's stream.
-                    let mut as_stream = StreamAs(stream, &mut sink);
-                    let argv = vec![
-                        "sh".into(),
-                        "-c".into(),
-                        FOLLOW_SCRIPT.into(),
-                        "hull".into(),
-                        h,
-                        file.into(),
-                    ];
-                    let req = wire::Request::Exec {
-                        argv,
-                        env: Vec::new(),
-                        cwd: Some("/".into()),
-                        stdin: false,
-                        shell: false,
-                    };
-                    let _ = exec_in_sink(&dir, &req, &mut as_stream, &ended);
-                })
-            })
-            .collect()
-    } else {
-        Vec::new()
+    let mut sink = stream_flag(p)?.then(|| EventSink::new(out.clone(), id.clone()));
+    let req = wire::Request::Wait {
+        id: h.clone(),
+        output: true,
     };
-    let d = script(&dir, WAIT_SCRIPT, &[&h], timeout);
-    *ended.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
-    for f in followers {
-        let _ = f.join();
-    }
-    let d = d?;
+    let d = on_keeper(&dir, &h, &req, &mut sink.as_mut(), timeout)?;
     match d.code {
         None => Ok(json!({ "exit_code": null, "timed_out": true })),
-        Some(3) => Err(no_process(&h)),
-        Some(0) => {
-            let code: i32 = String::from_utf8_lossy(&d.out)
-                .trim()
-                .parse()
-                .unwrap_or(125);
-            let read = |f: &str| -> Result<String, Value> {
-                let r = script(&dir, r#"cat "/tmp/.hull-spawn/$1/$2""#, &[&h, f], None)?;
-                Ok(String::from_utf8_lossy(&r.out).into_owned())
-            };
-            Ok(
-                json!({ "exit_code": code, "success": code == 0, "timed_out": false, "stdout": read("out")?, "stderr": read("err")? }),
-            )
-        }
-        Some(c) => Err(err(
-            "sandbox_error",
-            format!(
-                "wait for `{h}`: exit {c}: {}",
-                String::from_utf8_lossy(&d.err).trim_end()
-            ),
-        )),
+        Some(code) => Ok(json!({
+            "exit_code": code, "success": code == 0, "timed_out": false,
+            "stdout": String::from_utf8_lossy(&d.out), "stderr": String::from_utf8_lossy(&d.err),
+            "dropped_bytes": d.dropped,
+        })),
     }
 }
 
-/// Sends what a follower's exec printed on its stdout as the followed stream.
-struct StreamAs<'a>(Stream, &'a mut EventSink);
-
-impl OutputSink for StreamAs<'_> {
-    fn chunk(&mut self, stream: Stream, data: &[u8]) {
-        if stream == Stream::Stdout {
-            self.1.chunk(self.0, data);
-        }
-    }
-}
-
-/// [`exec_in`] with any sink (output is not kept), until the command ends or 2 s after `ended`
-/// is set.
-fn exec_in_sink(
-    dir: &Dir,
-    req: &wire::Request,
-    sink: &mut dyn OutputSink,
-    ended: &Mutex<Option<Instant>>,
-) -> Result<(), String> {
-    let mut conn = client::connect(dir, false)?.ok_or("the sandbox is stopped")?;
-    client::send(&mut conn, req)?;
-    let key = track(&conn, true);
-    let _ = conn.set_read_timeout(Some(Duration::from_millis(100)));
-    let mut r = BufReader::new(conn);
-    // A timed-out read never splits a frame: the head and body are read after a poll says
-    // data is there.
-    loop {
-        match r.fill_buf() {
-            Ok([]) => break,
-            Ok(_) => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                let late = ended
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .is_some_and(|t| t.elapsed() > Duration::from_secs(2));
-                if late {
-                    break;
-                }
-                continue;
-            }
-            Err(_) => break,
-        }
-        let _ = r.get_ref().set_read_timeout(None);
-        let frame = wire::read_frame(&mut r);
-        let _ = r
-            .get_ref()
-            .set_read_timeout(Some(Duration::from_millis(100)));
-        match frame {
-            Ok(Some((wire::STDOUT, data))) => sink.chunk(Stream::Stdout, &data),
-            Ok(Some((wire::STDERR, data))) => sink.chunk(Stream::Stderr, &data),
-            _ => break,
-        }
-    }
-    untrack(key);
-    Ok(())
-}
-
-/// `named.kill`: the spawn's whole process group is killed; idempotent.
+/// `named.kill`: the spawn's whole process tree is killed; idempotent.
 fn kill(p: &Map<String, Value>) -> Result<Value, Value> {
     let dir = existing(p)?;
     let h = handle_of(p)?;
-    let d = script(&dir, KILL_SCRIPT, &[&h], None)?;
-    match d.code {
-        Some(3) => Err(no_process(&h)),
-        Some(0) => Ok(json!({ "killed": false })),
-        Some(1) => Ok(json!({ "killed": true })),
-        c => Err(err("sandbox_error", format!("kill `{h}`: exit {c:?}"))),
-    }
+    let d = on_keeper(
+        &dir,
+        &h,
+        &wire::Request::Kill { id: h.clone() },
+        &mut None,
+        None,
+    )?;
+    Ok(json!({ "killed": d.code == Some(1) }))
 }
 
 /// One `named.*` call; `Ok(Value)` is the result to send.

@@ -1,14 +1,18 @@
 //! `hull serve`'s file operations on a named sandbox (`named.read_file`, `write_file`, `stat`,
-//! `list_files`, `delete`). Each is one exec of a short `sh` script in the sandbox: the path is
-//! resolved by the kernel inside the sandbox's own root (a symlink can never lead out of it),
-//! and what is written belongs to the sandbox's user. A relative path is below `/workspace`.
-//! A missing path is a `null` result (not an error); a directory where a file was asked is
-//! `is_a_directory`.
+//! `list_files`, `delete`): each is the keeper's `File` operation (`named/files.rs`), which
+//! resolves the path beneath the sandbox's root with `openat2(RESOLVE_IN_ROOT)` (a symlink can
+//! never lead out of it) and writes as the sandbox's user; nothing runs in the sandbox, so an
+//! image without `sh` is served the same. A relative path is below `/workspace`. A missing path
+//! is a `null` result (not an error); a directory where a file was asked is `is_a_directory`.
+
+use std::io::BufReader;
 
 use base64::Engine;
 use serde_json::{json, Map, Value};
 
-use crate::serve_named::{err, existing, file_script, invalid, number, string};
+use crate::named::files::FileOp;
+use crate::named::{client, wire};
+use crate::serve_named::{err, existing, invalid, number, string};
 
 pub const METHODS: &[&str] = &[
     "named.read_file",
@@ -18,65 +22,88 @@ pub const METHODS: &[&str] = &[
     "named.delete",
 ];
 
-/// Exit 3: no such path; exit 4: a directory (where a file was asked) or not one (for a list).
-const READ: &str = r#"[ -e "$1" ] || [ -L "$1" ] || exit 3; [ -d "$1" ] && exit 4
-if [ -n "$2" ]; then exec head -c "$2" -- "$1"; else exec cat -- "$1"; fi"#;
-const WRITE: &str = r#"[ -d "$1" ] && exit 4; mkdir -p -- "$(dirname -- "$1")" && cat > "$1""#;
-const STAT: &str = r#"[ -e "$1" ] || [ -L "$1" ] || exit 3; exec stat -c '%F|%s|%Y|%a' -- "$1""#;
-const LIST: &str = r#"[ -e "$1" ] || exit 3; [ -d "$1" ] || exit 4
-exec find "$1" -mindepth 1 -maxdepth 1 -printf '%y|%s|%T@|%f\0'"#;
-const DELETE: &str = r#"[ -e "$1" ] || [ -L "$1" ] || exit 3; exec rm -rf -- "$1""#;
+/// Reads are cut here unless `max_bytes` says otherwise (an answer is one JSON line).
+const MAX_READ: u64 = 64 << 20;
 
-fn kind_of(t: &str) -> &'static str {
-    match t {
-        "f" | "regular file" | "regular empty file" => "file",
-        "d" | "directory" => "dir",
-        "l" | "symbolic link" => "symlink",
-        _ => "other",
+/// One operation on the sandbox's keeper (started if stopped): a read's bytes and the result.
+fn call(
+    p: &Map<String, Value>,
+    op: &FileOp,
+    input: Option<Vec<u8>>,
+) -> Result<(Vec<u8>, Value), Value> {
+    let dir = existing(p)?;
+    let fail = |e: String| err("sandbox_error", e);
+    let mut conn = client::connect(&dir, true)
+        .map_err(fail)?
+        .ok_or_else(|| err("sandbox_error", "the sandbox did not start"))?;
+    client::send(&mut conn, &wire::Request::File { file: op.clone() }).map_err(fail)?;
+    if let Some(data) = input {
+        // From a thread: the keeper may answer (refuse) before it reads the data.
+        let mut w = conn.try_clone().map_err(|e| fail(e.to_string()))?;
+        std::thread::spawn(move || {
+            for chunk in data.chunks(wire::MAX_FRAME as usize) {
+                if wire::write_frame(&mut w, wire::STDIN, chunk).is_err() {
+                    return;
+                }
+            }
+            let _ = wire::write_frame(&mut w, wire::STDIN_END, &[]);
+        });
+    }
+    let mut r = BufReader::new(conn);
+    let mut data = Vec::new();
+    loop {
+        match wire::read_frame(&mut r).map_err(|e| fail(format!("read from the keeper: {e}")))? {
+            Some((wire::STDOUT, d)) => data.extend_from_slice(&d),
+            Some((wire::RESULT, d)) => {
+                let v: Value = serde_json::from_slice(&d)
+                    .map_err(|e| fail(format!("a malformed answer from the keeper: {e}")))?;
+                if let Some(e) = v.get("error") {
+                    let kind = e["kind"].as_str().unwrap_or("io");
+                    let message = e["message"].as_str().unwrap_or_default();
+                    if kind == "invalid_argument" {
+                        return Err(invalid("path", message.trim_start_matches("path: ")));
+                    }
+                    return Err(err(kind, message));
+                }
+                return Ok((data, v["ok"].clone()));
+            }
+            Some((wire::ERROR, d)) => return Err(fail(String::from_utf8_lossy(&d).into_owned())),
+            Some((k, _)) => return Err(fail(format!("an unknown frame kind {k} from the keeper"))),
+            None => return Err(fail("the sandbox stopped during the operation".into())),
+        }
     }
 }
 
-/// The outcome of one script: `Ok(None)` for a missing path.
-fn run(
-    p: &Map<String, Value>,
-    script: &str,
-    extra: &[&str],
-    input: Option<Vec<u8>>,
-) -> Result<Option<Vec<u8>>, Value> {
-    let dir = existing(p)?;
+fn path(p: &Map<String, Value>) -> Result<String, Value> {
     let path = string(p, "path")?.ok_or_else(|| invalid("path", "missing"))?;
     if path.is_empty() {
-        return Err(invalid("path", "empty"));
+        return Err(invalid("path", "empty; give a path in the sandbox"));
     }
-    let mut args = vec![path.as_str()];
-    args.extend_from_slice(extra);
-    let d = file_script(&dir, script, &args, input)?;
-    let stderr = d.err;
-    match d.code {
-        Some(0) => Ok(Some(d.out)),
-        Some(3) => Ok(None),
-        Some(4) if script == LIST => {
-            Err(err("not_a_directory", format!("{path} is not a directory")))
-        }
-        Some(4) => Err(err("is_a_directory", format!("{path} is a directory"))),
-        c => Err(err(
-            "io",
-            format!(
-                "{path}: {} (exit {c:?})",
-                String::from_utf8_lossy(&stderr).trim_end()
-            ),
-        )),
-    }
+    Ok(path)
+}
+
+/// A whole number parameter (lines, bytes).
+fn count(p: &Map<String, Value>, k: &str) -> Result<Option<u64>, Value> {
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    Ok(number(p, k)?.map(|n| n as u64))
 }
 
 pub(crate) fn handle(method: &str, p: &Map<String, Value>) -> Result<Value, Value> {
+    let path = path(p)?;
     match method {
         "named.read_file" => {
-            let max = number(p, "max_bytes")?.map(|m| format!("{m:.0}"));
-            let extra: Vec<&str> = max.iter().map(String::as_str).collect();
-            Ok(run(p, READ, &extra, None)?.map_or(Value::Null, |b| {
-                json!({ "data_b64": base64::engine::general_purpose::STANDARD.encode(&b), "size": b.len() })
-            }))
+            let op = FileOp::Read {
+                path,
+                max_bytes: Some(count(p, "max_bytes")?.unwrap_or(MAX_READ).min(MAX_READ)),
+                start_line: count(p, "start_line")?,
+                end_line: count(p, "end_line")?,
+            };
+            let (data, v) = call(p, &op, None)?;
+            Ok(if v.is_null() {
+                Value::Null
+            } else {
+                json!({ "data_b64": base64::engine::general_purpose::STANDARD.encode(&data), "size": data.len() })
+            })
         }
         "named.write_file" => {
             let data = match (string(p, "data_b64")?, string(p, "text")?) {
@@ -91,41 +118,11 @@ pub(crate) fn handle(method: &str, p: &Map<String, Value>) -> Result<Value, Valu
                     ))
                 }
             };
-            let n = data.len();
-            match run(p, WRITE, &[], Some(data))? {
-                Some(_) => Ok(json!({ "bytes": n })),
-                None => Err(err("io", "the write failed")),
-            }
+            Ok(call(p, &FileOp::Write { path }, Some(data))?.1)
         }
-        "named.stat" => Ok(run(p, STAT, &[], None)?.map_or(Value::Null, |b| {
-            let text = String::from_utf8_lossy(&b);
-            let f: Vec<&str> = text.trim_end().split('|').collect();
-            json!({
-                "type": kind_of(f.first().copied().unwrap_or("")),
-                "size": f.get(1).and_then(|s| s.parse::<u64>().ok()),
-                "mtime_s": f.get(2).and_then(|s| s.parse::<u64>().ok()),
-                "mode": f.get(3).and_then(|s| u32::from_str_radix(s, 8).ok()),
-            })
-        })),
-        "named.list_files" => Ok(run(p, LIST, &[], None)?.map_or(Value::Null, |b| {
-            let entries: Vec<Value> = b
-                .split(|&c| c == 0)
-                .filter(|e| !e.is_empty())
-                .filter_map(|e| {
-                    let text = String::from_utf8_lossy(e);
-                    let mut f = text.splitn(4, '|');
-                    let (t, size, mtime, name) = (f.next()?, f.next()?, f.next()?, f.next()?);
-                    Some(json!({
-                        "name": name,
-                        "type": kind_of(t),
-                        "size": size.parse::<u64>().ok(),
-                        "mtime_s": mtime.split('.').next().and_then(|s| s.parse::<u64>().ok()),
-                    }))
-                })
-                .collect();
-            json!({ "entries": entries })
-        })),
-        "named.delete" => Ok(json!({ "deleted": run(p, DELETE, &[], None)?.is_some() })),
+        "named.stat" => Ok(call(p, &FileOp::Stat { path }, None)?.1),
+        "named.list_files" => Ok(call(p, &FileOp::List { path }, None)?.1),
+        "named.delete" => Ok(call(p, &FileOp::Delete { path }, None)?.1),
         other => Err(err("unknown_method", format!("unknown method `{other}`"))),
     }
 }

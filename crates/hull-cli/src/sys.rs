@@ -41,6 +41,42 @@ pub fn peer_cred(fd: BorrowedFd<'_>) -> std::io::Result<PeerCred> {
     })
 }
 
+/// The calling thread's file-system ids (`setfsuid`/`setfsgid`), set for a scope and put back
+/// on drop: a keeper thread running as host root creates files as the box user's host ids, and
+/// is checked as that user, without touching the process's other threads (Linux keeps
+/// credentials per thread; glibc broadcasts `setuid` and friends to every thread, but not
+/// these two).
+#[derive(Debug)]
+pub struct FsIds {
+    uid: u32,
+    gid: u32,
+}
+
+impl FsIds {
+    /// Sets the thread's fs ids to `uid`/`gid`; returns the guard that restores the old ones.
+    pub fn set(uid: u32, gid: u32) -> FsIds {
+        // SAFETY: setfsgid/setfsuid take and return plain integers and touch only the calling
+        // thread's credentials; they cannot fail in a way that breaks memory safety (they
+        // return the previous id whatever happens).
+        let old_gid = unsafe { libc::setfsgid(gid) };
+        // SAFETY: as above.
+        let old_uid = unsafe { libc::setfsuid(uid) };
+        FsIds {
+            uid: u32::try_from(old_uid).unwrap_or(0),
+            gid: u32::try_from(old_gid).unwrap_or(0),
+        }
+    }
+}
+
+impl Drop for FsIds {
+    fn drop(&mut self) {
+        // SAFETY: as in `set`.
+        unsafe { libc::setfsuid(self.uid) };
+        // SAFETY: as in `set`.
+        unsafe { libc::setfsgid(self.gid) };
+    }
+}
+
 /// A mount namespace of this process's own, its mounts private (none propagates to the host's):
 /// `unshare(CLONE_NEWNS)` and `mount(MS_REC | MS_PRIVATE)` of `/`. Fails (EINVAL) once the
 /// process has more than one thread.

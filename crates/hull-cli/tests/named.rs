@@ -744,6 +744,54 @@ fn logs_follow_prints_what_later_commands_print() {
     assert!(found, "logs -f never printed the command's output");
 }
 
+/// `logs -f` across rotations of the exec log: every command's output arrives, once and in
+/// order, even when the new file has grown past the old one's length by the next look.
+#[test]
+fn logs_follow_loses_nothing_when_the_log_rotates() {
+    use std::io::Read;
+    let s = Sandboxes::new();
+    let mut create = s.cmd(&["create", "rotating"]);
+    create.env("HULL_LOG_CAP", "4096");
+    assert!(create.output().unwrap().status.success());
+    let mut c = s.cmd(&["logs", "rotating", "-f"]);
+    c.stdout(Stdio::piped());
+    let mut f = c.spawn().unwrap();
+    let mut out = f.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        let _ = out.read_to_string(&mut all);
+        all
+    });
+    // Each command prints ~3 KiB, so every second one rotates the 4 KiB log, and the new file
+    // is as long as the old one was when `logs -f` last looked.
+    for i in 0..8 {
+        let script = format!(
+            "j=0; while [ $j -lt 60 ]; do echo cmd-{i}-line-$j-xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx; j=$((j+1)); done"
+        );
+        s.ok(&["exec", "rotating", "--", "sh", "-c", &script]);
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    s.ok(&["rm", "rotating"]);
+    let t0 = Instant::now();
+    while f.try_wait().unwrap().is_none() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "logs -f did not end with its sandbox"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let all = reader.join().unwrap();
+    let lines: Vec<&str> = all.lines().filter(|l| l.starts_with("cmd-")).collect();
+    let want: Vec<String> = (0..8)
+        .flat_map(|i| (0..60).map(move |j| format!("cmd-{i}-line-{j}-")))
+        .collect();
+    assert_eq!(lines.len(), want.len(), "lines followed:\n{all}");
+    for (got, want) in lines.iter().zip(&want) {
+        assert!(got.starts_with(want.as_str()), "{got} where {want} was due");
+    }
+}
+
 /// An OCI layout of one layer: a static busybox as /bin/sh, a /srv directory and /marker.
 fn busybox_layout(dir: &Path) -> bool {
     use hull_image::oci::Digest;
@@ -1924,4 +1972,53 @@ fn a_sandbox_works_over_fuse_overlayfs() {
         .expect("spawn");
     assert_ne!(out.status.code(), Some(0), "{out:?}");
     assert!(!Path::new("/usr/hull-fuse-test").exists());
+}
+
+#[test]
+fn an_aborted_spawn_kills_what_it_started() {
+    use std::io::Write;
+    let s = Sandboxes::new();
+    s.ok(&["create", "ab"]);
+    // A client that asks for a spawn and goes away before it reads the handle (the keeper's
+    // wire protocol, as `hull serve` speaks it).
+    {
+        let mut c = std::os::unix::net::UnixStream::connect(s.root().join("ab/control.sock"))
+            .expect("connect to the keeper");
+        let req = serde_json::json!({
+            "op": "spawn", "argv": ["sh", "-c", "echo began-$((1+1)); exec sleep 4246"],
+            "env": [], "cwd": null, "shell": false,
+        });
+        writeln!(c, "{req}").unwrap();
+    }
+    let t0 = Instant::now();
+    loop {
+        let logs = s.ok(&["logs", "ab"]);
+        if logs.contains("killed: the client went away before it got the handle") {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the aborted spawn was not killed:\n{logs}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let ps = s.ok(&["exec", "ab", "--", "ps", "-eo", "args"]);
+    assert!(!ps.lines().any(|l| l.trim() == "sleep 4246"), "{ps}");
+    // One whose client took the handle stays: the keeper owns it.
+    let mut c = std::os::unix::net::UnixStream::connect(s.root().join("ab/control.sock")).unwrap();
+    let req = serde_json::json!({
+        "op": "spawn", "argv": ["sleep", "4247"], "env": [], "cwd": null, "shell": false,
+    });
+    writeln!(c, "{req}").unwrap();
+    let mut head = [0u8; 5];
+    std::io::Read::read_exact(&mut c, &mut head).unwrap();
+    assert_eq!(head[0], 6, "a handle frame");
+    let mut id = vec![0u8; u32::from_le_bytes(head[1..].try_into().unwrap()) as usize];
+    std::io::Read::read_exact(&mut c, &mut id).unwrap();
+    c.write_all(&[7, 0, 0, 0, 0]).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    drop(c);
+    std::thread::sleep(Duration::from_millis(200));
+    let ps = s.ok(&["exec", "ab", "--", "ps", "-eo", "args"]);
+    assert!(ps.lines().any(|l| l.trim() == "sleep 4247"), "{ps}");
 }

@@ -12,8 +12,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-/// A test's sandboxes: every one removed (`hull rm`) when dropped.
-struct Sandboxes(tempfile::TempDir);
+/// A test's sandboxes: every one removed (`hull rm`) when dropped; `HULL_HOME` (an image
+/// store) when the test made one.
+struct Sandboxes(tempfile::TempDir, Option<std::path::PathBuf>);
 
 impl Sandboxes {
     fn new() -> Sandboxes {
@@ -22,11 +23,28 @@ impl Sandboxes {
                 .prefix("hull-serve-named-")
                 .tempdir()
                 .expect("tempdir"),
+            None,
         )
     }
 
+    /// `hull ARGS` with this test's sandboxes (and image store).
+    fn hull(&self, args: &[&str]) -> std::process::Output {
+        let mut c = Command::new(common::bin());
+        c.args(args)
+            .env("HULL_SANDBOXES", self.0.path())
+            .stdin(Stdio::null());
+        if let Some(h) = &self.1 {
+            c.env("HULL_HOME", h);
+        }
+        c.output().expect("run hull")
+    }
+
     fn serve(&self) -> Server {
-        let mut child = Command::new(common::bin())
+        let mut cmd = Command::new(common::bin());
+        if let Some(h) = &self.1 {
+            cmd.env("HULL_HOME", h);
+        }
+        let mut child = cmd
             .arg("serve")
             .env("HULL_SANDBOXES", self.0.path())
             .stdin(Stdio::piped())
@@ -391,4 +409,419 @@ fn files_are_read_written_listed_and_deleted_inside_the_sandbox_root() {
     assert_eq!(s.call("named.stat", f("a")), Value::Null);
     s.call("named.rm", json!({ "sandbox": "fs" }));
     s.close();
+}
+
+/// Whether a process whose command line is `args` runs in the sandbox (`ps` in it).
+fn running_in(server: &mut Server, name: &str, args: &str) -> bool {
+    let ps = sh(server, name, "ps -eo args")["stdout"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    ps.lines().any(|l| l.trim() == args)
+}
+
+#[test]
+fn a_spawned_server_keeps_serving_across_execs_and_is_gone_after_stop() {
+    let sbs = Sandboxes::new();
+    let mut s = sbs.serve();
+    s.call("named.create", json!({ "name": "srv" }));
+    let server = "import socket\ns = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\ns.bind(('127.0.0.1', 8765)); s.listen(8)\nwhile True:\n    c, _ = s.accept(); c.sendall(b'pong'); c.close()\n";
+    s.call(
+        "named.write_file",
+        json!({ "sandbox": "srv", "path": "server.py", "text": server }),
+    );
+    s.call(
+        "named.spawn",
+        json!({ "sandbox": "srv", "argv": ["python3", "/workspace/server.py"] }),
+    );
+    let client = "import socket,time\nfor i in range(100):\n    try:\n        c = socket.create_connection(('127.0.0.1', 8765), timeout=2); print(c.recv(4).decode()); break\n    except OSError: time.sleep(0.05)\nelse: print('refused')";
+    let ask = |s: &mut Server| {
+        s.call(
+            "named.exec",
+            json!({ "sandbox": "srv", "argv": ["python3", "-c", client] }),
+        )["stdout"]
+            .clone()
+    };
+    // Served across several execs, and through another server once the spawning one is gone.
+    for _ in 0..3 {
+        assert_eq!(ask(&mut s), json!("pong\n"));
+        sh(&mut s, "srv", "true");
+    }
+    s.close();
+    let mut b = sbs.serve();
+    assert_eq!(ask(&mut b), json!("pong\n"));
+    b.call("named.stop", json!({ "sandbox": "srv" }));
+    // The next exec starts the sandbox again: the server is not in it.
+    let quick = "import socket\ntry:\n    socket.create_connection(('127.0.0.1', 8765), timeout=2); print('pong')\nexcept OSError: print('refused')";
+    let r = b.call(
+        "named.exec",
+        json!({ "sandbox": "srv", "argv": ["python3", "-c", quick] }),
+    );
+    assert_eq!(r["stdout"], json!("refused\n"));
+    assert!(!running_in(&mut b, "srv", "python3 /workspace/server.py"));
+    b.close();
+}
+
+#[test]
+fn kill_ends_the_whole_tree_even_a_setsid_double_forked_grandchild() {
+    let sbs = Sandboxes::new();
+    let mut a = sbs.serve();
+    a.call("named.create", json!({ "name": "tree" }));
+    // A daemon: a new session, its parent gone at once (so pid 1 adopts it), then the
+    // spawned command's own child.
+    let cmd = "setsid sh -c 'sleep 4242 & exit 0'; sleep 4243 & echo up; wait";
+    let h = a.call("named.spawn", json!({ "sandbox": "tree", "shell": cmd }))["process"].clone();
+    let t0 = std::time::Instant::now();
+    while !running_in(&mut a, "tree", "sleep 4242") {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the daemon never ran"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The spawning server goes; another one kills the handle.
+    a.close();
+    let mut b = sbs.serve();
+    assert_eq!(
+        b.call("named.kill", json!({ "sandbox": "tree", "process": h }))["killed"],
+        json!(true)
+    );
+    assert!(
+        !running_in(&mut b, "tree", "sleep 4242"),
+        "the setsid'd grandchild outlived the kill"
+    );
+    assert!(!running_in(&mut b, "tree", "sleep 4243"));
+    // Killing again is fine, and the wait says 137 with what it printed.
+    assert_eq!(
+        b.call("named.kill", json!({ "sandbox": "tree", "process": h }))["killed"],
+        json!(false)
+    );
+    let w = b.call("named.wait", json!({ "sandbox": "tree", "process": h }));
+    assert_eq!(
+        (w["exit_code"].clone(), w["stdout"].clone()),
+        (json!(137), json!("up\n"))
+    );
+    let e = b.error(
+        "named.kill",
+        json!({ "sandbox": "tree", "process": "s1n999" }),
+    );
+    assert_eq!(e["kind"], json!("not_found"));
+    b.close();
+}
+
+#[test]
+fn a_spawns_output_is_in_hull_logs() {
+    let sbs = Sandboxes::new();
+    let mut s = sbs.serve();
+    s.call("named.create", json!({ "name": "lg" }));
+    // Never waited for (a wait's own output would be logged as well), and printing what its
+    // command line (logged too) does not say: the spawn's own output reaches the log.
+    s.call(
+        "named.spawn",
+        json!({ "sandbox": "lg", "shell": "echo spawned-marker-$((6+1)); echo to-stderr-$((6+1)) >&2; sleep 600" }),
+    );
+    s.close();
+    let t0 = std::time::Instant::now();
+    loop {
+        let out = sbs.hull(&["logs", "lg"]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if text.contains("spawned-marker-7") && text.contains("to-stderr-7") {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "hull logs lacks the spawn's output:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// An OCI layout of one layer with no program at all (no sh, no coreutils): a file, a
+/// directory, and symlinks that point out of the root (absolute, and by `..`s) at `outside`.
+fn files_only_layout(dir: &std::path::Path, outside: &str) {
+    use hull_image::oci::Digest;
+    let mut b = tar::Builder::new(flate2::write::GzEncoder::new(
+        Vec::new(),
+        flate2::Compression::fast(),
+    ));
+    let mut add = |path: &str, data: &[u8], kind: tar::EntryType, link: Option<&str>| {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(kind);
+        h.set_mode(if kind == tar::EntryType::Regular {
+            0o644
+        } else {
+            0o755
+        });
+        h.set_size(data.len() as u64);
+        if let Some(l) = link {
+            h.set_link_name(l).unwrap();
+        }
+        b.append_data(&mut h, path, data).unwrap();
+    };
+    add("srv/", b"", tar::EntryType::Directory, None);
+    add(
+        "srv/notes.txt",
+        b"one\ntwo\nthree\nfour\n",
+        tar::EntryType::Regular,
+        None,
+    );
+    add("abs", b"", tar::EntryType::Symlink, Some(outside));
+    let up = format!("../../../../../../../..{outside}");
+    add("srv/up", b"", tar::EntryType::Symlink, Some(&up));
+    add("shadow", b"", tar::EntryType::Symlink, Some("/etc/shadow"));
+    let layer = b.into_inner().unwrap().finish().unwrap();
+    let config = br#"{"architecture":"amd64","os":"linux","config":{"Env":["PATH=/bin"]}}"#;
+    std::fs::create_dir_all(dir.join("blobs/sha256")).unwrap();
+    std::fs::write(dir.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
+    let put = |bytes: &[u8], media: &str| {
+        let d = Digest::of(bytes);
+        std::fs::write(dir.join("blobs/sha256").join(d.hex()), bytes).unwrap();
+        json!({"digest": d.to_string(), "size": bytes.len(), "mediaType": media})
+    };
+    let l = put(&layer, "application/vnd.oci.image.layer.v1.tar+gzip");
+    let c = put(config, "application/vnd.oci.image.config.v1+json");
+    let manifest = serde_json::to_vec(&json!({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json", "config": c, "layers": [l]})).unwrap();
+    let mut m = put(&manifest, "application/vnd.oci.image.manifest.v1+json");
+    m["annotations"] = json!({"org.opencontainers.image.ref.name": "v1"});
+    std::fs::write(
+        dir.join("index.json"),
+        serde_json::to_vec(&json!({"schemaVersion": 2, "manifests": [m]})).unwrap(),
+    )
+    .unwrap();
+}
+
+fn b64(v: &Value) -> Vec<u8> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD
+        .decode(v["data_b64"].as_str().expect("data_b64"))
+        .unwrap()
+}
+
+#[test]
+fn file_operations_work_without_sh_and_never_follow_a_symlink_out_of_the_root() {
+    // A host file the sandbox's links point at: never read, never written.
+    let host = tempfile::Builder::new()
+        .prefix("hull-host-secret-")
+        .tempdir()
+        .unwrap();
+    let secret = host.path().join("secret.txt");
+    std::fs::write(&secret, "host secret\n").unwrap();
+    let outside = secret.to_str().unwrap().to_string();
+    let layout = tempfile::tempdir().unwrap();
+    files_only_layout(layout.path(), &outside);
+    let home = tempfile::tempdir().unwrap();
+    let mut sbs = Sandboxes::new();
+    sbs.1 = Some(home.path().to_path_buf());
+    let imported = sbs.hull(&[
+        "import",
+        layout.path().to_str().unwrap(),
+        "--name",
+        "files:1",
+    ]);
+    assert!(imported.status.success(), "{imported:?}");
+    let mut s = sbs.serve();
+    s.call(
+        "named.create",
+        json!({ "name": "nosh", "image": "files:1" }),
+    );
+    let f = |p: &str| json!({ "sandbox": "nosh", "path": p });
+    // No sh in the image: exec and spawn find nothing to run, file operations work.
+    assert_eq!(
+        s.call(
+            "named.exec",
+            json!({ "sandbox": "nosh", "argv": ["sh", "-c", "true"] })
+        )["exit_code"],
+        json!(127)
+    );
+    assert_eq!(
+        b64(&s.call("named.read_file", f("/srv/notes.txt"))),
+        b"one\ntwo\nthree\nfour\n"
+    );
+    let lines = s.call(
+        "named.read_file",
+        json!({ "sandbox": "nosh", "path": "/srv/notes.txt", "start_line": 2, "end_line": 3 }),
+    );
+    assert_eq!(b64(&lines), b"two\nthree\n");
+    let w = s.call(
+        "named.write_file",
+        json!({ "sandbox": "nosh", "path": "deep/er/new.txt", "text": "made\n" }),
+    );
+    assert_eq!(w["bytes"], json!(5));
+    assert_eq!(
+        b64(&s.call("named.read_file", f("/workspace/deep/er/new.txt"))),
+        b"made\n"
+    );
+    s.call(
+        "named.write_file",
+        json!({ "sandbox": "nosh", "path": "deep/er/new.txt", "text": "over" }),
+    );
+    assert_eq!(
+        b64(&s.call("named.read_file", f("deep/er/new.txt"))),
+        b"over"
+    );
+    let st = s.call("named.stat", f("/srv/notes.txt"));
+    assert_eq!(
+        (st["type"].clone(), st["size"].clone()),
+        (json!("file"), json!(19))
+    );
+    assert_eq!(s.call("named.stat", f("/abs"))["type"], json!("symlink"));
+    let names: Vec<String> = s.call("named.list_files", f("/srv"))["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        names.contains(&"notes.txt".to_string()) && names.contains(&"up".to_string()),
+        "{names:?}"
+    );
+    // Missing: null; a directory where a file was asked, or a file where a directory was: typed.
+    assert_eq!(s.call("named.read_file", f("/nope")), Value::Null);
+    assert_eq!(s.call("named.stat", f("/nope/deeper")), Value::Null);
+    assert_eq!(s.call("named.list_files", f("/nope")), Value::Null);
+    assert_eq!(
+        s.error("named.read_file", f("/srv"))["kind"],
+        json!("is_a_directory")
+    );
+    assert_eq!(
+        s.error(
+            "named.write_file",
+            json!({ "sandbox": "nosh", "path": "/srv", "text": "x" })
+        )["kind"],
+        json!("is_a_directory")
+    );
+    assert_eq!(
+        s.error("named.list_files", f("/srv/notes.txt"))["kind"],
+        json!("not_a_directory")
+    );
+
+    // Links out of the root resolve inside it: the host file is never read...
+    for link in ["/abs", "/srv/up"] {
+        let r = s.call("named.read_file", f(link));
+        assert!(
+            r.is_null() || b64(&r) != b"host secret\n",
+            "{link} read the host's file"
+        );
+    }
+    if let Ok(shadow) = std::fs::read("/etc/shadow") {
+        let r = s.call("named.read_file", f("/shadow"));
+        assert!(
+            r.is_null() || b64(&r) != shadow,
+            "read the host's /etc/shadow"
+        );
+    }
+    // ...nor written: a write through a link lands in the sandbox's root, or fails.
+    s.call(
+        "named.write_file",
+        json!({ "sandbox": "nosh", "path": format!("{}/x", host.path().display()), "text": "" }),
+    );
+    for link in ["/abs", "/srv/up"] {
+        let id = s.send(
+            "named.write_file",
+            json!({ "sandbox": "nosh", "path": link, "text": "pwned\n" }),
+        );
+        let _ = s.answer(id);
+    }
+    // The last write went to the sandbox's copy of the path (its parent exists now).
+    let id = s.send("named.read_file", f(&outside));
+    let (_, inside) = s.answer(id);
+    assert_eq!(
+        std::fs::read_to_string(&secret).unwrap(),
+        "host secret\n",
+        "a write followed a link out of the sandbox's root"
+    );
+    assert_eq!(b64(&inside["result"]), b"pwned\n", "{inside}");
+    // Deleting a link deletes the link, not what it points at.
+    assert_eq!(s.call("named.delete", f("/abs"))["deleted"], json!(true));
+    assert_eq!(s.call("named.delete", f("/abs"))["deleted"], json!(false));
+    assert!(secret.exists());
+    assert_eq!(s.call("named.delete", f("deep"))["deleted"], json!(true));
+    assert_eq!(s.call("named.stat", f("deep")), Value::Null);
+    s.call("named.rm", json!({ "sandbox": "nosh" }));
+    s.close();
+}
+
+#[test]
+fn files_written_belong_to_the_sandboxs_user() {
+    let sbs = Sandboxes::new();
+    let mut s = sbs.serve();
+    s.call("named.create", json!({ "name": "own" }));
+    s.call(
+        "named.write_file",
+        json!({ "sandbox": "own", "path": "made/by/sdk.txt", "text": "x" }),
+    );
+    let r = sh(
+        &mut s,
+        "own",
+        "stat -c %u:%g /workspace/made /workspace/made/by/sdk.txt; id -u",
+    );
+    assert_eq!(r["stdout"], json!("0:0\n0:0\n0\n"), "{r}");
+    // The sandbox's user can change what was written (it owns it).
+    assert_eq!(
+        sh(
+            &mut s,
+            "own",
+            "echo more >> /workspace/made/by/sdk.txt && rm -r /workspace/made"
+        )["exit_code"],
+        json!(0)
+    );
+    s.call("named.rm", json!({ "sandbox": "own" }));
+    s.close();
+}
+
+#[test]
+fn a_wait_replays_the_last_mebibyte_and_says_how_much_came_before() {
+    let sbs = Sandboxes::new();
+    let mut s = sbs.serve();
+    s.call("named.create", json!({ "name": "big" }));
+    let h = s.call(
+        "named.spawn",
+        json!({ "sandbox": "big", "shell": "head -c 3000000 /dev/zero | tr '\\0' a; echo; echo tail-$((1+1))" }),
+    )["process"]
+        .clone();
+    // A wait that comes once it has all been printed (a wait in flight reads it as it comes).
+    std::thread::sleep(Duration::from_millis(1500));
+    let w = s.call("named.wait", json!({ "sandbox": "big", "process": h }));
+    assert_eq!(w["exit_code"], json!(0));
+    let out = w["stdout"].as_str().unwrap();
+    let dropped = w["dropped_bytes"].as_u64().unwrap();
+    assert!(
+        out.ends_with("\ntail-2\n"),
+        "{}",
+        &out[out.len().saturating_sub(20)..]
+    );
+    assert!(
+        out.len() <= (1 << 20) + (64 << 10),
+        "{} bytes replayed",
+        out.len()
+    );
+    assert_eq!(
+        dropped + out.len() as u64,
+        3_000_000 + 8,
+        "every byte replayed or counted"
+    );
+    s.call("named.rm", json!({ "sandbox": "big" }));
+    s.close();
+}
+
+#[test]
+fn a_spawn_whose_client_went_away_before_the_answer_does_not_run_on() {
+    let sbs = Sandboxes::new();
+    let mut s = sbs.serve();
+    s.call("named.create", json!({ "name": "gone" }));
+    // The client sends a spawn and is gone at once (its end of the pipe closed): it never
+    // gets the handle, so nothing of the spawn may run on.
+    s.send(
+        "named.spawn",
+        json!({ "sandbox": "gone", "argv": ["sleep", "4271"] }),
+    );
+    s.close();
+    let mut b = sbs.serve();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        !running_in(&mut b, "gone", "sleep 4271"),
+        "a spawn nobody got the handle of runs on"
+    );
+    b.call("named.rm", json!({ "sandbox": "gone" }));
+    b.close();
 }

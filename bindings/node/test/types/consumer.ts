@@ -54,6 +54,10 @@ export async function namedUse(): Promise<void> {
   const r: ExecutionResult = await sb.exec(["ls"], { env: { A: "b" }, cwd: "/tmp", timeoutS: 5, onStdout: (s: string) => void s });
   void r.exitCode;
   const p: Process = await sb.spawn("sleep 1");
+  for await (const [stream, text] of p) void (stream === "stderr" ? text : text.length);
+  for await (const line of p.lines("stderr")) void line.length;
+  const part: string | null = await sb.readText("a.txt", { lines: [2, null] });
+  void part;
   const w: ExecutionResult = await p.wait();
   void w;
   await p.kill();

@@ -38,15 +38,44 @@ def command_params(cmd, env, cwd, timeout_s=None):
 
 
 class _Collect:
-    """Streamed output handed to callbacks (in order, on the reading thread) and kept."""
+    """Streamed output handed to callbacks (in order, on the reading thread) and kept, in order
+    of arrival too, for iterators (`finish` wakes them at the end)."""
 
     def __init__(self, on_stdout, on_stderr):
         self.on = {"stdout": on_stdout, "stderr": on_stderr}
         self.parts = {"stdout": [], "stderr": []}
+        self.events = []
+        self.finished = False
+        self.cond = threading.Condition()
+
+    def finish(self):
+        with self.cond:
+            self.finished = True
+            self.cond.notify_all()
+
+    def follow(self, error):
+        """(stream, data) chunks from the first, waiting for more until finish(); then raises
+        error() if it gives one."""
+        i = 0
+        while True:
+            with self.cond:
+                while i >= len(self.events) and not self.finished:
+                    self.cond.wait()
+                if i >= len(self.events):
+                    break
+                item = self.events[i]
+            i += 1
+            yield item
+        e = error()
+        if e is not None:
+            raise e
 
     def __call__(self, event, data):
         if event in self.parts:
             self.parts[event].append(data)
+            with self.cond:
+                self.events.append((event, data))
+                self.cond.notify_all()
             cb = self.on.get(event)
             if cb is not None:
                 try:
@@ -60,7 +89,8 @@ class _Collect:
 class Process:
     """A background process started by `Sandbox.spawn`: it runs on after this object, this
     process and later execs, until `kill()` or the sandbox stops. Its output (from its start) is
-    streamed to the spawn's callbacks and kept: `stdout`/`stderr` so far, `wait()` for the end."""
+    streamed to the spawn's callbacks and kept: `stdout`/`stderr` so far, `wait()` for the end.
+    `Sandbox.process(id)` gives the Process of a handle in another client."""
 
     def __init__(self, sandbox, handle, on_stdout=None, on_stderr=None):
         self._sb = sandbox
@@ -80,6 +110,32 @@ class Process:
         except BaseException as e:  # handed to wait()
             self._error = e
         self._done.set()
+        self._collect.finish()
+
+    def output(self):
+        """Iterates over the process's output as it comes: `(stream, text)` pairs ("stdout" or
+        "stderr") in order of arrival, from its start (every iterator sees all of it), ending
+        when the process ends. `for stream, text in process:` is the same."""
+        return self._collect.follow(lambda: self._error)
+
+    def __iter__(self):
+        return self.output()
+
+    def lines(self, stream="stdout"):
+        """Iterates over the lines (with their newline; a last one without) one stream printed,
+        as they come, ending when the process ends."""
+        if stream not in ("stdout", "stderr"):
+            raise ValueError("stream must be 'stdout' or 'stderr', got %r" % (stream,))
+        rest = ""
+        for s, text in self.output():
+            if s != stream:
+                continue
+            rest += text
+            *done, rest = rest.split("\n")
+            for line in done:
+                yield line + "\n"
+        if rest:
+            yield rest
 
     @property
     def stdout(self):
@@ -104,8 +160,9 @@ class Process:
         return self._result.exit_code if self._done.is_set() and self._result is not None else None
 
     def kill(self):
-        """Kills the process and everything it started (SIGKILL to its process group; exit
-        137); a process that has ended already is left as it was. Idempotent."""
+        """Kills the process and everything it started, daemons that left its session
+        included (its own cgroup; exit 137); a process that has ended already keeps its code.
+        Idempotent."""
         self._sb._server.call("named.kill", {"sandbox": self._sb.name, "process": self.id})
         return self.wait(30)
 

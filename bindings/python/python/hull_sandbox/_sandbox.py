@@ -437,6 +437,16 @@ class Sandbox:
         r = self._server.call("named.spawn", p)
         return _named.Process(self, r["process"], on_stdout, on_stderr)
 
+    def process(self, handle):
+        """The Process of a handle spawned earlier, by this client or any other (`Process.id`):
+        wait on it, read its output from its start, kill it. The keeper owns spawned processes,
+        so a handle outlives the client that spawned it (not a stop of the sandbox)."""
+        if self.name is None:
+            raise _named.not_named("process")
+        if not isinstance(handle, str):
+            raise TypeError("handle must be a str (a Process's id), got %r" % (handle,))
+        return _named.Process(self, handle)
+
     def stat(self, path):
         """A named sandbox's path: {type, size, mtime_s, mode}, or None when it is missing."""
         if self.name is None:
@@ -525,6 +535,36 @@ class Sandbox:
             return None if r is None else base64.b64decode(r["data_b64"])
         r = self._server.call("sandbox.read_file", self._p(max_bytes=max_bytes, **_path("path", path)))
         return base64.b64decode(r["data_b64"])
+
+    def read_text(self, path, lines=None, encoding="utf-8", errors="strict"):
+        """A file as text (None for a missing file of a named sandbox). `lines=(first, last)`
+        keeps lines first to last, counted from 1, both included (`last` None: to the end);
+        each line keeps its newline (lines end at "\\n" only). A named sandbox's keeper cuts the
+        range; a session's workspace file is cut here."""
+        if lines is not None:
+            if not (isinstance(lines, (tuple, list)) and len(lines) == 2 and isinstance(lines[0], int) and not isinstance(lines[0], bool) and lines[0] >= 1
+                    and (lines[1] is None or (isinstance(lines[1], int) and not isinstance(lines[1], bool) and lines[1] >= lines[0]))):
+                raise ValueError("lines must be (first, last): line numbers from 1, first <= last (last None: to the end), got %r" % (lines,))
+        if self.name is not None:
+            # A named sandbox: its keeper cuts the range (only those lines cross the socket).
+            p = {"sandbox": self.name, "path": _text_path(path)}
+            if lines is not None:
+                p["start_line"] = lines[0]
+                if lines[1] is not None:
+                    p["end_line"] = lines[1]
+            r = self._server.call("named.read_file", p)
+            return None if r is None else base64.b64decode(r["data_b64"]).decode(encoding, errors)
+        data = self.read_file(path)
+        if data is None:
+            return None
+        text = data.decode(encoding, errors)
+        if lines is None:
+            return text
+        first, last = lines
+        # Lines end at "\n" only (not at the other characters str.splitlines breaks at).
+        parts = text.split("\n")
+        found = [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+        return "".join(found[first - 1:last])
 
     def list_files(self, subdir=""):
         """Every entry below subdir (recursive, symlinks listed, never followed). A name that is

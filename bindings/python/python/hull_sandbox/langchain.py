@@ -1,4 +1,5 @@
-"""A LangChain tool that runs a model's code in a hull sandbox (needs langchain-core).
+"""LangChain over hull: a tool that runs a model's code in a hull sandbox (needs langchain-core),
+and an execution policy for LangChain's shell middleware (needs langchain).
 
 `hull_code_tool(**sandbox_args)` starts one Sandbox (its workspace persists across the tool's
 calls; every call is a fresh network-off box) and returns a LangChain tool. The tool's output is
@@ -7,10 +8,18 @@ sandbox fault (`[sandbox: timeout] ...`) and a mention of each image result. The
 output cannot forge those labels: terminal escapes, control and invisible characters are
 stripped, and a `[sandbox` it prints (or one with a look-alike bracket) is shown as `(sandbox`,
 also at the edges of a cut.
+
+`hull_execution_policy(...)` is a policy for `ShellToolMiddleware(execution_policy=...)` (a peer of
+langchain's `DockerExecutionPolicy`): the middleware's long-lived shell runs in a named sandbox
+(`hull exec -i NAME -- bash`), one sandbox for the whole agent run.
 """
 
+import os
 import re
+import subprocess
 import threading
+import uuid
+import weakref
 from typing import Literal, Optional, Type
 
 try:
@@ -22,9 +31,9 @@ except ImportError as e:  # pragma: no cover - exercised by a subprocess test
         "(or pip install langchain-core)"
     ) from e
 
-from ._sandbox import Sandbox
+from ._sandbox import Sandbox, find_hull
 
-__all__ = ["hull_code_tool", "HullCodeTool", "format_result"]
+__all__ = ["hull_code_tool", "HullCodeTool", "format_result", "hull_execution_policy"]
 
 #: Characters of each of stdout, stderr and a text result kept in the tool's output.
 DEFAULT_MAX_CHARS = 8000
@@ -168,3 +177,271 @@ def hull_code_tool(name="run_code", description=None, max_chars=DEFAULT_MAX_CHAR
     tool = HullCodeTool(**fields)
     tool._sandbox = Sandbox(**sandbox_args)
     return tool
+
+
+# -- the shell middleware's execution policy ----------------------------------------------------
+
+_POLICY_MISSING = (
+    "hull_execution_policy needs langchain (the package with the shell middleware, not only "
+    "langchain-core): pip install 'hull-sandbox[langchain-shell]' (or pip install langchain)"
+)
+
+#: How long a non-persistent sandbox outlives its session's last shell: the middleware restarts a
+#: shell (after a command timeout, or when the model asks) by stopping it and spawning the next
+#: one at once, and that next shell must find the sandbox, its files and processes, still there.
+_REMOVE_AFTER_S = 2.0
+
+_POLICY_CLASS = []
+
+
+def _policy_class():
+    """HullExecutionPolicy, defined against the installed langchain on first use (importing this
+    module needs only langchain-core)."""
+    if _POLICY_CLASS:
+        return _POLICY_CLASS[0]
+    try:
+        from langchain.agents.middleware.shell_tool import BaseExecutionPolicy
+    except ImportError:
+        try:
+            from langchain.agents.middleware._execution import BaseExecutionPolicy
+        except ImportError as e:
+            raise ImportError(_POLICY_MISSING) from e
+    import dataclasses
+    from typing import Any, Sequence, Union
+
+    @dataclasses.dataclass
+    class HullExecutionPolicy(BaseExecutionPolicy):
+        """Runs the shell middleware's long-lived shell in a hull named sandbox (see
+        `hull_execution_policy`)."""
+
+        name: Optional[str] = None
+        persist: bool = False
+        image: Optional[str] = None
+        setup: Union[str, Sequence[str], None] = None
+        memory_mb: Optional[int] = 512
+        cpus: Optional[float] = None
+        pids: Optional[int] = 256
+        ro_workspaces: Optional[Sequence[str]] = None
+        mount_workspace: bool = True
+        idle_timeout_s: Optional[float] = None
+        max_duration_s: Optional[float] = None
+        _shells: Any = dataclasses.field(init=False, repr=False, compare=False, default=None)
+
+        def __post_init__(self):
+            super().__post_init__()
+            _check_policy(self)
+            self._shells = _Shells(self.persist)
+            weakref.finalize(self, self._shells.close)
+
+        def spawn(self, *, workspace, env, command):
+            """Starts `command` (the middleware's shell) in this session's sandbox, made (or, with
+            persist, adopted) on the session's first spawn, and returns the `hull exec -i`
+            process: its stdin, stdout and stderr are the shell's."""
+            return self._shells.spawn(self, workspace, env, command)
+
+        def sandboxes(self):
+            """The names of the sandboxes this policy's sessions use now."""
+            return self._shells.names()
+
+        def close(self):
+            """Ends every shell this policy started and removes its sandboxes (not a persistent
+            one). Also done when the policy is garbage-collected or the interpreter exits."""
+            self._shells.close()
+
+    _POLICY_CLASS.append(HullExecutionPolicy)
+    return HullExecutionPolicy
+
+
+_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}")
+
+
+def _check_policy(p):
+    """The policy's own fields, checked when it is made (not at the agent's first command)."""
+    def number(field, v, least, kind=(int, float)):
+        if v is not None and (not isinstance(v, kind) or isinstance(v, bool) or v < least):
+            raise ValueError("%s must be %s of at least %s or None, got %r" % (field, "an int" if kind is int else "a number", least, v))
+
+    if p.name is not None and (not isinstance(p.name, str) or not _NAME.fullmatch(p.name)):
+        raise ValueError("name must be 1 to 63 of a-z, 0-9, _, ., - starting with a letter or digit, got %r" % (p.name,))
+    if p.persist and p.name is None:
+        raise ValueError("persist=True needs name=: the sandbox later agent runs come back to")
+    if p.setup is not None and not isinstance(p.setup, str) and not (isinstance(p.setup, (list, tuple)) and all(isinstance(c, str) for c in p.setup)):
+        raise TypeError("setup must be a shell command string or a list of them, got %r" % (p.setup,))
+    if p.image is not None and not isinstance(p.image, str):
+        raise TypeError("image must be a string, got %r" % (p.image,))
+    number("memory_mb", p.memory_mb, 16, int)
+    number("pids", p.pids, 0, int)
+    number("cpus", p.cpus, 0.01)
+    number("idle_timeout_s", p.idle_timeout_s, 0.001)
+    number("max_duration_s", p.max_duration_s, 0.001)
+
+
+def __getattr__(name):
+    if name == "HullExecutionPolicy":
+        return _policy_class()
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
+
+
+class _Session:
+    """One shell session of the middleware (an agent run) and its sandbox. The middleware hands
+    every spawn of a session the same `env` dict (its ShellSession keeps it), so that object tells
+    a restart of a session's shell from a new session; it is held here so its id stays unique."""
+
+    __slots__ = ("env", "name", "live", "timer")
+
+    def __init__(self, env, name):
+        self.env = env
+        self.name = name
+        self.live = set()
+        self.timer = None
+
+
+def _remove(name):
+    subprocess.run([find_hull(), "rm", name], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+
+
+class _Shells:
+    """The sessions of one policy: their sandboxes, live shells and pending removals."""
+
+    def __init__(self, persist):
+        self.persist = persist
+        self.lock = threading.Lock()
+        self.sessions = {}
+        self.closed = False
+
+    def names(self):
+        with self.lock:
+            return sorted({s.name for s in self.sessions.values()})
+
+    def spawn(self, policy, workspace, env, command):
+        stale = []
+        with self.lock:
+            if self.closed:
+                raise RuntimeError("this hull execution policy was closed")
+            s = self.sessions.get(id(env))
+            if s is not None and s.env is env:
+                # A restart: the same sandbox, whose removal (if pending) is called off.
+                if s.timer is not None:
+                    s.timer.cancel()
+                    s.timer = None
+            else:
+                s = None
+                name = policy.name or "lc-shell-" + uuid.uuid4().hex[:12]
+                # An ended session of this name whose removal is pending goes first.
+                for k, o in list(self.sessions.items()):
+                    if o.name == name and not o.live and o.timer is not None:
+                        o.timer.cancel()
+                        stale.append(self.sessions.pop(k))
+        if s is None:
+            if not self.persist and stale:
+                _remove(name)
+            _make(policy, name, workspace)
+            s = _Session(env, name)
+            with self.lock:
+                self.sessions[id(env)] = s
+        argv = [find_hull(), "exec", "-i", "-w", "/workspace"]
+        for k in env:
+            argv += ["-e", k]  # the value from hull exec's environment: never on a command line
+        argv += [s.name, "--", *command]
+        try:
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True, encoding="utf-8", errors="replace", bufsize=1,
+                env=dict(os.environ, **{k: str(v) for k, v in env.items()}),
+                # Its own process group: the middleware kills a stuck shell with killpg, which
+                # ends `hull exec`, and the keeper then kills the shell's tree in the sandbox.
+                start_new_session=True,
+            )
+        except BaseException:
+            self._ended(s, None)
+            raise
+        with self.lock:
+            s.live.add(proc)
+        threading.Thread(target=self._watch, args=(s, proc), name="hull-shell-" + s.name, daemon=True).start()
+        return proc
+
+    def _watch(self, s, proc):
+        proc.wait()
+        self._ended(s, proc)
+
+    def _ended(self, s, proc):
+        """A shell ended: its session ends (and its sandbox goes, unless persistent) once no shell
+        of the session follows soon."""
+        with self.lock:
+            s.live.discard(proc)
+            if s.live or s.timer is not None or self.sessions.get(id(s.env)) is not s:
+                return
+            s.timer = threading.Timer(_REMOVE_AFTER_S, self._expire, args=(s,))
+            s.timer.daemon = True
+            s.timer.start()
+
+    def _expire(self, s):
+        with self.lock:
+            if s.timer is None or s.live or self.sessions.get(id(s.env)) is not s:
+                return
+            s.timer = None
+            del self.sessions[id(s.env)]
+        if not self.persist:
+            _remove(s.name)
+
+    def close(self):
+        """Kills the live shells and removes the sandboxes of non-persistent sessions."""
+        with self.lock:
+            self.closed = True
+            sessions, self.sessions = list(self.sessions.values()), {}
+            for s in sessions:
+                if s.timer is not None:
+                    s.timer.cancel()
+                    s.timer = None
+        for s in sessions:
+            for proc in list(s.live):
+                try:
+                    os.killpg(proc.pid, 9)
+                except OSError:
+                    pass
+                proc.wait()
+            if not self.persist:
+                _remove(s.name)
+
+
+def _make(policy, name, workspace):
+    """Makes the session's sandbox (with persist, adopts it: the same arguments, else refused)."""
+    from langchain.agents.middleware.shell_tool import SHELL_TEMP_PREFIX
+
+    args = dict(
+        image=policy.image, setup=list(policy.setup) if isinstance(policy.setup, (list, tuple)) else policy.setup,
+        memory_mb=policy.memory_mb, cpus=policy.cpus, pids=policy.pids,
+        ro_workspaces=list(policy.ro_workspaces) if policy.ro_workspaces else None,
+        idle_timeout_s=policy.idle_timeout_s, max_duration_s=policy.max_duration_s,
+    )
+    # The middleware's workspace_root is the caller's directory: mounted at /workspace, as the
+    # Docker policy mounts it. Its own temporary directory (no workspace_root) is not: the
+    # sandbox's /workspace is then its own disk.
+    if policy.mount_workspace and not os.path.basename(os.fspath(workspace)).startswith(SHELL_TEMP_PREFIX):
+        args["workspace"] = os.fspath(workspace)
+    Sandbox(name=name, persist=policy.persist, **args).close()
+
+
+def hull_execution_policy(**kwargs):
+    """An execution policy for LangChain's `ShellToolMiddleware` that runs its long-lived shell
+    in a hull named sandbox:
+
+        from langchain.agents.middleware import ShellToolMiddleware
+        middleware = ShellToolMiddleware(execution_policy=hull_execution_policy(memory_mb=1024))
+
+    Each agent run (a session of the middleware) gets a sandbox of its own, made at its first
+    command and removed once the run's shell has ended; a shell the middleware restarts (after a
+    command timeout, or when the model asks) comes back in the same sandbox, its files there.
+    `name=` names the sandbox (else `lc-shell-<random>`); `persist=True` (with a name) adopts the
+    sandbox of that name when it exists (made with the same arguments, else refused) and keeps
+    it after the run, for the next run or `hull exec NAME`.
+
+    Arguments: `name, persist, image, setup` (a shell command or a list, run once at creation),
+    `memory_mb` (512), `cpus, pids` (256), `ro_workspaces, idle_timeout_s, max_duration_s` (as
+    for `Sandbox(name=...)`), `mount_workspace` (True: the middleware's `workspace_root`, when
+    given, is mounted at /workspace), and langchain's own `command_timeout, startup_timeout,
+    termination_timeout, max_output_lines, max_output_bytes`. The shell starts in /workspace
+    with the middleware's `env` (passed to `hull exec -e NAME`, so no value is on a command
+    line); the sandbox has no network. `policy.close()` ends its shells and removes its
+    sandboxes now (also done at garbage collection and interpreter exit)."""
+    return _policy_class()(**kwargs)

@@ -846,6 +846,16 @@ fn serve_resident(ctx: &ChildContext<'_>, stack: &mut ProgramStack) -> SysResult
             let _ = sys::kill(-1, libc::SIGKILL);
             sys::exit_now(0);
         }
+        if &data[..n] == crate::proto::resident::ROOT {
+            for &fd in &got[..count] {
+                sys::close_raw(fd);
+            }
+            match sys::open_dir_path(c"/") {
+                Ok(root) => send(ctx.sock, Message::Root { errno: 0 }, Some(root.as_raw_fd())),
+                Err(e) => send(ctx.sock, Message::Root { errno: e.0 }, None),
+            }
+            continue;
+        }
         if let Some((pid, sig)) = crate::proto::resident::parse_kill(&data[..n]) {
             // Only a program's own group and itself: never pid 1, never everything.
             if pid > 1 {

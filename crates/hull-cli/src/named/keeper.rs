@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 use hull_api::RunRequest;
 use hull_box::{BindMount, BoxSpec, Resident, ResidentEvent, ResidentProgram, Runtime};
 
+use super::files::Files;
 use super::logs::ExecLog;
+use super::spawns::{self, Spawned, Spawns};
 use super::state::{Config, Dir};
 use super::wire::{self, Request};
 
@@ -67,6 +69,10 @@ struct Keeper {
     active: AtomicUsize,
     born: Instant,
     execs: AtomicU64,
+    /// Background processes the keeper owns (`Request::Spawn`).
+    spawns: Spawns,
+    /// File operations beneath the box's root (`Request::File`).
+    files: Result<Files, String>,
 }
 
 /// Whether the lock file we hold is still the one at the sandbox's path.
@@ -274,9 +280,30 @@ fn start(dir: &Dir) -> Result<(Arc<Keeper>, mpsc::Receiver<()>), String> {
     for w in resident.warnings() {
         eprintln!("hull keeper: warning: {w}");
     }
+    // Asked before anything else reads pid 1's channel.
+    let files = resident
+        .root_dir()
+        .map_err(|e| format!("the sandbox's root is not reachable: {}", chain(&e)))
+        .and_then(|root| {
+            Files::new(
+                root,
+                spec.cwd.clone(),
+                resident.pid(),
+                super::files::owner_of_written_files(&cfg),
+            )
+        });
+    if let Err(e) = &files {
+        eprintln!("hull keeper: file operations refused: {e}");
+    }
+    let mut spawns = Spawns::new(&resident.cgroup_paths());
+    if let Some(why) = spawns.probe(resident.pid()) {
+        eprintln!(
+            "hull keeper: warning: spawns get no cgroup of their own ({why}); a kill reaches their process group only"
+        );
+    }
     let (stop_tx, stop_rx) = mpsc::channel();
     let keeper = Arc::new(Keeper {
-        resident,
+        files,
         env: hull_box::assemble::box_env(&spec),
         cwd: spec.cwd.clone(),
         shell: shell_of(&spec),
@@ -289,6 +316,8 @@ fn start(dir: &Dir) -> Result<(Arc<Keeper>, mpsc::Receiver<()>), String> {
         active: AtomicUsize::new(0),
         born: Instant::now(),
         execs: AtomicU64::new(0),
+        spawns,
+        resident,
     });
     {
         let k = Arc::clone(&keeper);
@@ -380,6 +409,9 @@ fn shell_of(spec: &BoxSpec) -> &'static str {
     }
 }
 
+/// A command as it is sent to pid 1: argv, its whole environment, its working directory.
+type Command = (Vec<String>, Vec<(String, String)>, String);
+
 /// A started command: its pid in the box, output pipes and exit status to come.
 struct Started {
     /// Its pid in the box.
@@ -461,6 +493,7 @@ impl Keeper {
         env: &[(String, String)],
         cwd: &str,
         stdin: &OwnedFd,
+        group: Option<&std::path::Path>,
     ) -> Result<(Started, Option<String>), String> {
         let pipe = |what| std::io::pipe().map_err(|e| format!("create the {what} pipe: {e}"));
         let (out, out_w) = pipe("stdout")?;
@@ -470,24 +503,45 @@ impl Keeper {
         let program = ResidentProgram { argv, env, cwd };
         {
             let _one = lock(&self.spawn);
-            *lock(&self.pending) = Some(Pending {
-                answer,
-                exit: exit_tx,
-                failure: None,
-                argv0: argv.first().cloned().unwrap_or_default(),
-                cwd: cwd.to_string(),
-            });
-            if let Err(e) = self
-                .resident
-                .send(&program, [stdin.as_fd(), out_w.as_fd(), err_w.as_fd()])
-            {
-                lock(&self.pending).take();
-                return Err(chain(&e));
+            // A spawn is born in its own cgroup: pid 1 stands in it while it starts the
+            // program (starts are one at a time), and goes back after.
+            let back = match (group, &self.spawns.box_group) {
+                (Some(g), Some(b)) => {
+                    spawns::move_into(g, self.resident.pid())?;
+                    Some(b.as_path())
+                }
+                _ => None,
+            };
+            let hand_over = move || {
+                *lock(&self.pending) = Some(Pending {
+                    answer,
+                    exit: exit_tx,
+                    failure: None,
+                    argv0: argv.first().cloned().unwrap_or_default(),
+                    cwd: cwd.to_string(),
+                });
+                if let Err(e) = self
+                    .resident
+                    .send(&program, [stdin.as_fd(), out_w.as_fd(), err_w.as_fd()])
+                {
+                    lock(&self.pending).take();
+                    return Err(chain(&e));
+                }
+                drop((out_w, err_w));
+                answer_rx
+                    .recv()
+                    .map_err(|_| "the sandbox stopped".to_string())?
+            };
+            let r = hand_over();
+            if let Some(b) = back {
+                if let Err(e) = spawns::move_into(b, self.resident.pid()) {
+                    // Pid 1 left in a spawn's cgroup would die with the spawn: stop instead.
+                    eprintln!("hull keeper: {e}");
+                    self.request_stop();
+                    return Err(e);
+                }
             }
-            drop((out_w, err_w));
-            let (pid, failure) = answer_rx
-                .recv()
-                .map_err(|_| "the sandbox stopped".to_string())??;
+            let (pid, failure) = r?;
             Ok((
                 Started {
                     pid,
@@ -512,7 +566,7 @@ impl Keeper {
             .into();
         self.log_header(argv);
         let (s, failure) = self
-            .start(argv, &self.env, &self.cwd, &null)
+            .start(argv, &self.env, &self.cwd, &null, None)
             .map_err(Captured::Failed)?;
         let mut stderr = failure.map(String::into_bytes).unwrap_or_default();
         let pid = s.pid;
@@ -601,6 +655,65 @@ impl Keeper {
                 self.last_activity.store(self.now_ms(), Ordering::SeqCst);
                 self.active.fetch_sub(1, Ordering::SeqCst);
             }
+            Ok(Request::Spawn {
+                argv,
+                env,
+                cwd,
+                shell,
+            }) => {
+                self.last_activity.store(self.now_ms(), Ordering::SeqCst);
+                if let Err(e) = self.spawn_one(&mut w, reader, &argv, &env, cwd, shell) {
+                    let _ = wire::write_frame(&mut w, wire::ERROR, e.as_bytes());
+                }
+                self.last_activity.store(self.now_ms(), Ordering::SeqCst);
+            }
+            Ok(Request::File { file }) => {
+                self.active.fetch_add(1, Ordering::SeqCst);
+                self.last_activity.store(self.now_ms(), Ordering::SeqCst);
+                let answer = match (&self.files, w.try_clone()) {
+                    (Ok(files), Ok(mut out)) => {
+                        let mut input = StdinFrames(reader, false, Vec::new());
+                        match files.run(
+                            &file,
+                            &mut |d| wire::write_frame(&mut out, wire::STDOUT, d),
+                            &mut input,
+                        ) {
+                            Ok(v) => serde_json::json!({ "ok": v }),
+                            Err(e) => {
+                                serde_json::json!({ "error": { "kind": e.kind, "message": e.message } })
+                            }
+                        }
+                    }
+                    (Err(e), _) => {
+                        serde_json::json!({ "error": { "kind": "sandbox_error", "message": e } })
+                    }
+                    (_, Err(e)) => {
+                        serde_json::json!({ "error": { "kind": "io", "message": e.to_string() } })
+                    }
+                };
+                let _ = wire::write_frame(&mut w, wire::RESULT, answer.to_string().as_bytes());
+                self.last_activity.store(self.now_ms(), Ordering::SeqCst);
+                self.active.fetch_sub(1, Ordering::SeqCst);
+            }
+            Ok(Request::Wait { id, output }) => {
+                self.active.fetch_add(1, Ordering::SeqCst);
+                self.wait_one(&mut w, &id, output);
+                self.last_activity.store(self.now_ms(), Ordering::SeqCst);
+                self.active.fetch_sub(1, Ordering::SeqCst);
+            }
+            Ok(Request::Kill { id }) => {
+                self.last_activity.store(self.now_ms(), Ordering::SeqCst);
+                match self.spawns.get(&id) {
+                    None => {
+                        let _ = wire::write_frame(&mut w, wire::MISSING, id.as_bytes());
+                    }
+                    Some(sp) => {
+                        let was = self.kill_spawn(&sp, "killed");
+                        let _ =
+                            wire::write_frame(&mut w, wire::EXIT, &i32::from(was).to_le_bytes());
+                    }
+                }
+            }
             Err(e) => {
                 let _ =
                     wire::write_frame(&mut w, wire::ERROR, format!("bad request: {e}").as_bytes());
@@ -608,17 +721,14 @@ impl Keeper {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn exec(
+    /// The argv, whole environment and working directory of a command as a client gave it.
+    fn command_of(
         &self,
-        w: &mut UnixStream,
-        reader: BufReader<UnixStream>,
         argv: &[String],
         env: &[(String, String)],
         cwd: Option<String>,
-        stdin: bool,
         shell: bool,
-    ) -> Result<(), String> {
+    ) -> Result<Command, String> {
         let argv: Vec<String> = if shell {
             vec![self.shell.to_string(), "-c".into(), argv.join(" ")]
         } else {
@@ -634,7 +744,164 @@ impl Keeper {
                 None => merged.push((k.clone(), v.clone())),
             }
         }
-        let cwd = cwd.unwrap_or_else(|| self.cwd.clone());
+        Ok((argv, merged, cwd.unwrap_or_else(|| self.cwd.clone())))
+    }
+
+    /// `Request::Spawn`: starts the process in a cgroup of its own (where the box has one),
+    /// sends its handle and waits for the client's `ACK`; a client gone before that is an
+    /// aborted call, and what it started is killed.
+    fn spawn_one(
+        &self,
+        w: &mut UnixStream,
+        mut reader: BufReader<UnixStream>,
+        argv: &[String],
+        env: &[(String, String)],
+        cwd: Option<String>,
+        shell: bool,
+    ) -> Result<(), String> {
+        let (argv, merged, cwd) = self.command_of(argv, env, cwd, shell)?;
+        let null: OwnedFd = File::open("/dev/null")
+            .map_err(|e| format!("open /dev/null: {e}"))?
+            .into();
+        let sp = self.spawns.add()?;
+        let shown = serde_json::to_string(&argv).unwrap_or_default();
+        self.log.write(
+            format!(
+                "[hull] spawn {} at {}: {shown}\n",
+                sp.id,
+                super::state::now_secs()
+            )
+            .as_bytes(),
+        );
+        let (s, failure) = match self.start(&argv, &merged, &cwd, &null, sp.group.as_deref()) {
+            Ok(r) => r,
+            Err(e) => {
+                self.spawns.forget(&sp);
+                return Err(e);
+            }
+        };
+        *lock(&sp.pid) = s.pid;
+        if let Some(f) = failure {
+            self.log.write(f.as_bytes());
+            sp.push(wire::STDERR, f.as_bytes());
+        }
+        self.follow(&sp, s);
+        let acked = wire::write_frame(w, wire::HANDLE, sp.id.as_bytes()).is_ok()
+            && matches!(wire::read_frame(&mut reader), Ok(Some((wire::ACK, _))));
+        if !acked {
+            self.kill_spawn(&sp, "killed: the client went away before it got the handle");
+        }
+        Ok(())
+    }
+
+    /// Threads that read a spawn's output into the exec log and its buffer, and hear its exit.
+    fn follow(&self, sp: &Arc<Spawned>, s: Started) {
+        for (mut r, kind) in [(s.out, wire::STDOUT), (s.err, wire::STDERR)] {
+            let (sp, log) = (Arc::clone(sp), Arc::clone(&self.log));
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 64 << 10];
+                while let Ok(n) = r.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    log.write(&buf[..n]);
+                    sp.push(kind, &buf[..n]);
+                }
+                sp.closed();
+            });
+        }
+        let (sp, log) = (Arc::clone(sp), Arc::clone(&self.log));
+        let exit = s.exit;
+        std::thread::spawn(move || {
+            if let Ok(status) = exit.recv() {
+                sp.exited(status);
+                // Its cgroup goes once empty (rmdir refuses one that still holds what it left
+                // running: that stays for a kill, until the sandbox stops).
+                if let Some(g) = &sp.group {
+                    let _ = std::fs::remove_dir(g);
+                }
+                log.write(
+                    format!("[hull] spawn {} exit {}\n", sp.id, wire::exit_code(status)).as_bytes(),
+                );
+            }
+        });
+    }
+
+    /// Kills a spawn's whole tree (see `named/spawns.rs`) and waits (bounded) for its exit
+    /// status; whether anything of it was still running.
+    fn kill_spawn(&self, sp: &Spawned, why: &str) -> bool {
+        let was = sp.running();
+        if was {
+            self.log
+                .write(format!("[hull] spawn {}: {why}\n", sp.id).as_bytes());
+            match &sp.group {
+                Some(g) => spawns::kill_group(g),
+                None => {
+                    let pid = *lock(&sp.pid);
+                    if pid > 1 {
+                        let _ = self.resident.kill(pid, libc::SIGKILL);
+                    }
+                }
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while sp.status().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        was
+    }
+
+    /// `Request::Wait`: the spawn's output (with `output`) from its start, then its exit code.
+    /// A client that goes away ends only the wait.
+    fn wait_one(&self, w: &mut UnixStream, id: &str, output: bool) {
+        use rustix::event::{poll, PollFd, PollFlags, Timespec};
+        let Some(sp) = self.spawns.get(id) else {
+            let _ = wire::write_frame(w, wire::MISSING, id.as_bytes());
+            return;
+        };
+        let mut seq = 0;
+        loop {
+            let sl = sp.slice(seq, Duration::from_millis(100));
+            seq = sl.next;
+            if output {
+                if let Some(d) = sl.dropped_before {
+                    if wire::write_frame(w, wire::DROPPED, &d.to_le_bytes()).is_err() {
+                        return;
+                    }
+                }
+                for (kind, data) in &sl.chunks {
+                    if wire::write_frame(w, *kind, data).is_err() {
+                        return;
+                    }
+                }
+            }
+            if let Some(st) = sl.done {
+                let _ = wire::write_frame(w, wire::EXIT, &wire::exit_code(st).to_le_bytes());
+                return;
+            }
+            let mut fds = [PollFd::new(&*w, PollFlags::RDHUP)];
+            let now = Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            if poll(&mut fds, Some(&now)).is_ok_and(|n| n > 0) {
+                return;
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn exec(
+        &self,
+        w: &mut UnixStream,
+        reader: BufReader<UnixStream>,
+        argv: &[String],
+        env: &[(String, String)],
+        cwd: Option<String>,
+        stdin: bool,
+        shell: bool,
+    ) -> Result<(), String> {
+        let (argv, merged, cwd) = self.command_of(argv, env, cwd, shell)?;
         let input: OwnedFd = if stdin {
             let (r, w) = std::io::pipe().map_err(|e| format!("create the stdin pipe: {e}"))?;
             std::thread::spawn(move || feed_stdin(reader, w));
@@ -645,7 +912,7 @@ impl Keeper {
                 .into()
         };
         self.log_header(&argv);
-        let (s, failure) = self.start(&argv, &merged, &cwd, &input)?;
+        let (s, failure) = self.start(&argv, &merged, &cwd, &input, None)?;
         drop(input);
         if let Some(f) = failure {
             self.log.write(f.as_bytes());
@@ -802,6 +1069,33 @@ fn keep_logging(mut r: std::io::PipeReader, log: Arc<ExecLog>) {
             log.write(&buf[..n]);
         }
     });
+}
+
+/// A client's STDIN frames, to their STDIN_END, as a reader (a file write's data): the
+/// connection, whether the end came, what is left of the last frame.
+struct StdinFrames(BufReader<UnixStream>, bool, Vec<u8>);
+
+impl Read for StdinFrames {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            if !self.2.is_empty() || self.1 {
+                let n = self.2.len().min(buf.len());
+                buf[..n].copy_from_slice(&self.2[..n]);
+                self.2.drain(..n);
+                return Ok(n);
+            }
+            match wire::read_frame(&mut self.0)? {
+                Some((wire::STDIN, data)) => self.2 = data,
+                Some((wire::STDIN_END, _)) => self.1 = true,
+                _ => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "the client went away before the end of the data",
+                    ))
+                }
+            }
+        }
+    }
 }
 
 /// Copies the client's stdin frames into the command's stdin until their end.

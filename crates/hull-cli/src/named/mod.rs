@@ -6,10 +6,12 @@
 //! the same user can use it: the keeper outlives whoever started it. See `docs/named.md`.
 
 pub mod client;
+pub mod files;
 pub mod fuse;
 pub mod keeper;
 pub mod logs;
 pub mod peer;
+pub mod spawns;
 pub mod state;
 pub mod template;
 pub mod tidy;
@@ -627,46 +629,8 @@ pub fn logs(a: &LogsArgs) -> i32 {
         Err(e) => return fail(&e),
     };
     let mut out = std::io::stdout().lock();
-    let older = dir.logs().join("exec.log.1");
-    let current = dir.logs().join("exec.log");
-    if let Ok(b) = std::fs::read(&older) {
-        let _ = out.write_all(&b);
-    }
-    let mut at = match std::fs::read(&current) {
-        Ok(b) => {
-            let _ = out.write_all(&b);
-            b.len() as u64
-        }
-        Err(_) => 0,
-    };
-    let _ = out.flush();
-    if !a.follow {
-        return 0;
-    }
-    loop {
-        std::thread::sleep(std::time::Duration::from_millis(200));
-        if !dir.path.exists() {
-            return 0;
-        }
-        let Ok(mut f) = std::fs::File::open(&current) else {
-            continue;
-        };
-        let len = f.metadata().map_or(0, |m| m.len());
-        if len < at {
-            // Rotated: the new file from its start.
-            at = 0;
-        }
-        if len > at {
-            use std::io::{Read, Seek, SeekFrom};
-            let mut buf = Vec::new();
-            if f.seek(SeekFrom::Start(at)).is_ok() && f.read_to_end(&mut buf).is_ok() {
-                at += buf.len() as u64;
-                if out.write_all(&buf).and_then(|()| out.flush()).is_err() {
-                    return 0;
-                }
-            }
-        }
-    }
+    logs::print(&dir.logs(), &mut out, a.follow, || dir.path.exists());
+    0
 }
 
 /// `hull __keeper`.

@@ -23,6 +23,35 @@ pub enum Request {
         #[serde(default)]
         shell: bool,
     },
+    /// Start a background process the keeper owns (`named/spawns.rs`). The keeper answers a
+    /// [`HANDLE`] frame with its id; the client answers [`ACK`] once it holds the handle. A
+    /// connection that ends before the `ACK` is an aborted call: the keeper kills what it
+    /// started (its whole tree). After the `ACK` the process is the keeper's: it survives this
+    /// connection, later execs and the client's exit, and ends at stop (or `Kill`).
+    Spawn {
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+        cwd: Option<String>,
+        #[serde(default)]
+        shell: bool,
+    },
+    /// Wait for a spawned process: with `output`, what it printed from its start (the last
+    /// [`super::spawns::HELD`] bytes of it; a [`DROPPED`] frame says how much came before) and
+    /// then live, as [`STDOUT`]/[`STDERR`] frames; then its exit code ([`EXIT`]). A client
+    /// that goes away only ends its wait. [`MISSING`] for an unknown id.
+    Wait {
+        id: String,
+        #[serde(default)]
+        output: bool,
+    },
+    /// Kill a spawned process and its whole tree (`named/spawns.rs`): [`EXIT`] with 1 when
+    /// something was still running, 0 when it had all ended (idempotent); [`MISSING`] for an
+    /// unknown id.
+    Kill { id: String },
+    /// A file operation in the sandbox's root (`named/files.rs`), answered by a [`RESULT`]
+    /// frame (a read's bytes come before it as [`STDOUT`] frames; a write's data follows the
+    /// request as [`STDIN`] frames and their [`STDIN_END`]).
+    File { file: super::files::FileOp },
     /// End every process and the keeper; the disk stays.
     Stop,
 }
@@ -36,6 +65,19 @@ pub const STDIN_END: u8 = 3;
 pub const EXIT: u8 = 4;
 /// Why the request failed (UTF-8 text); the client exits 125.
 pub const ERROR: u8 = 5;
+
+/// A spawn's id (UTF-8), the keeper's answer to [`Request::Spawn`].
+pub const HANDLE: u8 = 6;
+/// The client holds the handle (its answer to [`HANDLE`]; no data).
+pub const ACK: u8 = 7;
+/// No spawned process has that id (in this run of the sandbox).
+pub const MISSING: u8 = 8;
+/// A wait's replay starts late: this many bytes (u64 LE) of the output came before it and are
+/// only in the exec log.
+pub const DROPPED: u8 = 9;
+
+/// A file operation's outcome, JSON: `{"ok": value}` or `{"error": {"kind", "message"}}`.
+pub const RESULT: u8 = 10;
 
 /// The largest frame accepted.
 pub const MAX_FRAME: u32 = 1 << 20;

@@ -1,0 +1,18 @@
+//! hull-net: the sandbox network. This crate holds the decisions the gateway makes, as pure
+//! functions testable without a packet: which names a box may resolve ([`name`], [`policy`]),
+//! which addresses are never reachable unless named ([`class`]), the verdict with the rule
+//! that decided it, for the connection log, and the DNS answers built from them ([`dns`],
+//! with the synthetic addresses of [`synth`]), and the first look at a box's frames
+//! ([`ingress`]). It forks nothing, opens nothing and needs no
+//! namespace (see `ARCHITECTURE.md` and `docs/network.md` for the gateway built on it).
+
+pub mod class;
+pub mod dns;
+pub mod ingress;
+pub mod name;
+pub mod policy;
+pub mod synth;
+
+pub use class::Class;
+pub use name::{HostPattern, Name, NameError};
+pub use policy::{Mode, Policy, PolicyError, Rule, Verdict};
