@@ -17,6 +17,9 @@ missing=""
 PKGS="$PKGS docker-registry skopeo umoci apache2-utils"
 # hull bench --peers and its test: bubblewrap, one of the peers it runs beside hull.
 PKGS="$PKGS bubblewrap"
+# Named sandboxes' writable root where the kernel refuses overlayfs in a user namespace, and the
+# test that forces it (HULL_OVERLAY=fuse).
+PKGS="$PKGS fuse-overlayfs"
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done

@@ -200,7 +200,12 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
                 lower.display(),
                 w.upper.display()
             );
-            Some((layers, extra, shown))
+            let merged = w.merged.as_deref().map(|m| src.add_layer(m)).transpose()?;
+            let shown = match &w.merged {
+                Some(m) => format!("{shown}, merged at {} by fuse-overlayfs", m.display()),
+                None => shown,
+            };
+            Some((layers, extra, shown, merged))
         }
         None => None,
     };
@@ -221,7 +226,8 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
     let mut adopt = Vec::new();
     // An image under a writable root is seen through an idmapped copy too, so that its files
     // (host root's, in host root's store) are the box root's to change through the overlay.
-    if let (Some(_), RootSpec::Dir(_)) = (&overlay, &spec.root) {
+    // (Not through fuse-overlayfs: its daemon reads the image, and the box sees its files.)
+    if let (Some((_, _, _, None)), RootSpec::Dir(_)) = (&overlay, &spec.root) {
         adopt.extend(src.list.first().map(|(_, fd)| (*fd, SpecField::Root)));
     }
     if !ctx.temporary_workspace && !in_root {
@@ -240,13 +246,21 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
         &src.list,
         ctx.stage,
     );
-    if let Some(([lower, upper, work], extra, shown)) = &overlay {
+    if let Some(([lower, upper, work], extra, shown, merged)) = &overlay {
         // As host root the image's lower layer is an idmapped copy (adopted below).
-        let attach = match (&spec.root, ctx.remap) {
-            (RootSpec::Dir(_), Some(_)) => src.list.first().map(|(p, fd)| (*fd, p.as_str())),
+        let attach = match (&spec.root, ctx.remap, merged) {
+            (RootSpec::Dir(_), Some(_), None) => src.list.first().map(|(p, fd)| (*fd, p.as_str())),
             _ => None,
         };
-        b.overlay_root(lower, extra, upper, work, shown.clone(), attach);
+        b.overlay_root(
+            lower,
+            extra,
+            upper,
+            work,
+            shown.clone(),
+            attach,
+            merged.as_deref(),
+        );
     }
     // Top-level names that come from the image (read-only, shared with the host or other boxes).
     let mut image_top: Vec<String> = Vec::new();

@@ -165,6 +165,9 @@ pub enum Step {
         opts: CString,
         /// The layers' host paths, for `--plan` and errors.
         shown: String,
+        /// Instead of an overlayfs: this descriptor path (`OpenSource`), a writable root
+        /// already merged by the caller (fuse-overlayfs), is bound there.
+        merged: Option<CString>,
     },
     Mkdir {
         path: BoxPath,
@@ -304,7 +307,8 @@ impl Step {
             Step::OpenSource { .. } => "open bind source",
             Step::PrivatizeMounts => "make mounts private",
             Step::MountRoot { .. } => "mount root tmpfs",
-            Step::MountOverlayRoot { .. } => "mount the writable root (overlayfs)",
+            Step::MountOverlayRoot { merged: None, .. } => "mount the writable root (overlayfs)",
+            Step::MountOverlayRoot { .. } => "bind the writable root (fuse-overlayfs)",
             Step::Mkdir { .. } => "create directory",
             Step::Touch { .. } => "create mount point file",
             Step::Symlink { .. } => "create symlink",
@@ -427,7 +431,8 @@ impl fmt::Display for Step {
             Step::OpenSource { path, fd } => write!(f, "open {} (O_PATH) as fd {fd}", path.shown),
             Step::PrivatizeMounts => write!(f, "mount --make-rprivate /"),
             Step::MountRoot { at, size, .. } => write!(f, "mount tmpfs (size {}) at {} as the new root", Human(*size), at.shown),
-            Step::MountOverlayRoot { at, shown, .. } => write!(f, "mount overlayfs ({shown}) at {} as the new root", at.shown),
+            Step::MountOverlayRoot { at, shown, merged: None, .. } => write!(f, "mount overlayfs ({shown}) at {} as the new root", at.shown),
+            Step::MountOverlayRoot { at, shown, .. } => write!(f, "bind the fuse-overlayfs root ({shown}) at {} as the new root", at.shown),
             Step::Mkdir { path } => write!(f, "mkdir {}", path.shown),
             Step::Touch { path } => write!(f, "touch {}", path.shown),
             Step::Symlink { shown_target, path, .. } => write!(f, "symlink {} -> {}", path.shown, shown_target),
@@ -755,6 +760,10 @@ impl PlanBuilder<Skeleton> {
     /// `attach`: the lower layer is an idmapped copy (host root, see [`crate::remap`]) that
     /// overlayfs takes only from a mounted path: the copy (descriptor, host path) is attached
     /// over its own source first, in the box's private mount table, and named by that path.
+    ///
+    /// `merged`: the root is this directory (a descriptor path), already merged by the caller
+    /// with fuse-overlayfs, bound instead of an overlayfs mounted.
+    #[allow(clippy::too_many_arguments)]
     pub fn overlay_root(
         &mut self,
         lower: &str,
@@ -763,6 +772,7 @@ impl PlanBuilder<Skeleton> {
         work: &str,
         shown: String,
         attach: Option<(i32, &str)>,
+        merged: Option<&str>,
     ) {
         let at = self.staged("/");
         // Attached where the root goes (the stage, which any id may traverse; the source's own
@@ -781,7 +791,13 @@ impl PlanBuilder<Skeleton> {
             .iter()
             .position(|s| matches!(s, Step::MountRoot { .. }))
         {
-            self.steps[i] = Step::MountOverlayRoot { at, opts, shown };
+            let merged = merged.map(cstring);
+            self.steps[i] = Step::MountOverlayRoot {
+                at,
+                opts,
+                shown,
+                merged,
+            };
             if let Some((fd, path)) = attach {
                 self.steps.insert(
                     i,

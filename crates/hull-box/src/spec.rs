@@ -65,6 +65,9 @@ pub struct WritableRoot {
     /// `/workspace` is a directory of the writable root itself (so a template holds it too)
     /// instead of a bind of [`BoxSpec::workspace`], which is then not opened.
     pub workspace_in_root: bool,
+    /// The layers already merged by the caller (fuse-overlayfs, where the kernel refuses
+    /// overlayfs in a user namespace): this directory is bound as the root instead.
+    pub merged: Option<PathBuf>,
 }
 
 /// Everything one box needs. Built by a front end, checked by [`BoxSpec::validate`].

@@ -122,24 +122,43 @@ pub fn main(args: &DoctorArgs) -> i32 {
     ));
     let fs = read("/proc/filesystems").unwrap_or_default();
     // Named sandboxes mount their writable root as overlayfs in the box's user namespace, which
-    // kernels allow from 5.11 on (there is no fuse-overlayfs fallback yet).
+    // kernels allow from 5.11 on; elsewhere (or with HULL_OVERLAY=fuse) the keeper runs
+    // fuse-overlayfs instead (host root only).
     let release = read("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let mut nums = release
-        .split(|c: char| !c.is_ascii_digit())
-        .filter_map(|n| n.parse::<u32>().ok());
-    let version = (nums.next().unwrap_or(0), nums.next().unwrap_or(0));
-    let userns_overlay = version >= (5, 11);
-    let overlay_ok = fs.contains("overlay") && userns_overlay;
-    checks.push(check(
-        "overlayfs",
-        overlay_ok,
-        match (fs.contains("overlay"), userns_overlay) {
-            (true, true) => format!("available, in user namespaces too (kernel {release}): named sandboxes' writable root uses it"),
-            (true, false) => format!("available, but kernel {release} refuses it in a user namespace (5.11+ needed): named sandboxes cannot start"),
-            _ => "not in /proc/filesystems: named sandboxes cannot start".into(),
-        },
-        Some("modprobe overlay, on a kernel 5.11 or newer (named sandboxes' writable root; fuse-overlayfs is not supported yet)"),
-    ));
+    let userns_overlay = crate::named::fuse::kernel_allows_userns_overlay();
+    let kernel_fs = fs.contains("overlay");
+    let root = rustix::process::geteuid().is_root();
+    let fuse_installed = std::process::Command::new("fuse-overlayfs")
+        .arg("--version")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok();
+    let (ok, detail, fix) = match crate::named::fuse::mode() {
+        Err(e) => (false, e, Some("unset HULL_OVERLAY, or set it to fuse or kernel")),
+        Ok(crate::named::fuse::Overlay::Kernel) => (
+            kernel_fs && userns_overlay,
+            match (kernel_fs, userns_overlay) {
+                (true, true) => format!("named sandboxes' writable root: overlayfs, mounted in the box's user namespace (kernel {release}; HULL_OVERLAY=fuse would use fuse-overlayfs)"),
+                (true, false) => format!("HULL_OVERLAY=kernel, but kernel {release} refuses overlayfs in a user namespace (5.11+ needed): named sandboxes cannot start"),
+                _ => "overlay is not in /proc/filesystems: named sandboxes cannot start".into(),
+            },
+            Some("modprobe overlay, on a kernel 5.11 or newer; or unset HULL_OVERLAY for the fuse-overlayfs fallback"),
+        ),
+        Ok(crate::named::fuse::Overlay::Fuse) => {
+            let why = if std::env::var_os("HULL_OVERLAY").is_some() {
+                "HULL_OVERLAY=fuse".to_string()
+            } else {
+                format!("kernel {release} refuses overlayfs in a user namespace")
+            };
+            match (fuse_installed, root) {
+                (true, true) => (true, format!("named sandboxes' writable root: fuse-overlayfs, run by each keeper ({why})"), None),
+                (false, _) => (false, format!("named sandboxes' writable root would be fuse-overlayfs ({why}), which is not installed"), Some("apt-get install fuse-overlayfs")),
+                (true, false) => (false, format!("named sandboxes' writable root would be fuse-overlayfs ({why}), which hull runs for host root only: named sandboxes cannot start rootless"), Some("a kernel 5.11 or newer (overlayfs in a user namespace), or run as root")),
+            }
+        }
+    };
+    checks.push(check("writable root", ok, detail, fix));
     let newuidmap = ["/usr/bin/newuidmap", "/bin/newuidmap"]
         .iter()
         .any(|p| std::path::Path::new(p).exists());

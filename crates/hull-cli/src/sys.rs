@@ -76,3 +76,99 @@ impl Drop for FsIds {
         unsafe { libc::setfsgid(self.gid) };
     }
 }
+
+/// A mount namespace of this process's own, its mounts private (none propagates to the host's):
+/// `unshare(CLONE_NEWNS)` and `mount(MS_REC | MS_PRIVATE)` of `/`. Fails (EINVAL) once the
+/// process has more than one thread.
+pub fn private_mount_namespace() -> std::io::Result<()> {
+    // SAFETY: unshare with CLONE_NEWNS only touches the caller's mount namespace (and, since it
+    // implies CLONE_FS, its root and working directory, which no other thread shares: the
+    // kernel refuses it in a multi-threaded process); no memory is passed.
+    if unsafe { libc::unshare(libc::CLONE_NEWNS) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the target is a valid NUL-terminated string; the null source, type and data are
+    // allowed for a propagation change.
+    let ret = unsafe {
+        libc::mount(
+            std::ptr::null(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        )
+    };
+    if ret != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Mounts a FUSE file system of type `fuse.<subtype>` at `target`, served through the open
+/// `/dev/fuse` descriptor named in `opts` (`fd=N,...`), `nosuid,nodev`.
+pub fn mount_fuse(
+    target: &std::ffi::CStr,
+    subtype: &std::ffi::CStr,
+    fstype: &std::ffi::CStr,
+    opts: &std::ffi::CStr,
+) -> std::io::Result<()> {
+    // SAFETY: every pointer is a valid NUL-terminated string that outlives the call.
+    let ret = unsafe {
+        libc::mount(
+            subtype.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            opts.as_ptr().cast(),
+        )
+    };
+    if ret != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Binds `source` at `target` (`MS_BIND`, not recursive).
+pub fn bind(source: &std::ffi::CStr, target: &std::ffi::CStr) -> std::io::Result<()> {
+    // SAFETY: both pointers are valid NUL-terminated strings that outlive the call; a bind
+    // takes no type and no data.
+    let ret = unsafe {
+        libc::mount(
+            source.as_ptr(),
+            target.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND,
+            std::ptr::null(),
+        )
+    };
+    if ret != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Detaches the mount at `target` (`umount2(MNT_DETACH)`).
+pub fn detach(target: &std::ffi::CStr) -> std::io::Result<()> {
+    // SAFETY: the pointer is a valid NUL-terminated string that outlives the call.
+    if unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Has `cmd`'s process killed (`SIGKILL`) when the thread that starts it ends
+/// (`PR_SET_PDEATHSIG`), so a helper never outlives its keeper.
+pub fn die_with_parent(cmd: &mut std::process::Command) {
+    let hook = || {
+        // SAFETY: PR_SET_PDEATHSIG takes a signal number and no pointer.
+        if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    };
+    // SAFETY: the hook runs in the child between fork and exec and makes only prctl, which is
+    // async-signal-safe, allocating nothing (an error is built from errno alone).
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(cmd, hook);
+    }
+}

@@ -2235,6 +2235,160 @@ fn a_creator_killed_during_a_template_build_leaves_the_next_creator_to_build_it(
     assert_eq!(s.keepers().len(), 1, "{:?}", s.keepers());
 }
 
+/// `hull doctor --json`'s "writable root" check with HULL_OVERLAY set to `mode` (or unset).
+fn doctor_writable_root(mode: Option<&str>) -> serde_json::Value {
+    let mut c = Command::new(common::bin());
+    c.args(["doctor", "--json"]).stdin(Stdio::null());
+    match mode {
+        Some(m) => c.env("HULL_OVERLAY", m),
+        None => c.env_remove("HULL_OVERLAY"),
+    };
+    let out = c.output().expect("spawn hull doctor");
+    let all: serde_json::Value = serde_json::from_slice(&out.stdout).expect("doctor's JSON");
+    all.as_array()
+        .and_then(|a| a.iter().find(|c| c["name"] == "writable root"))
+        .cloned()
+        .unwrap_or_else(|| panic!("no writable root check: {all}"))
+}
+
+#[test]
+fn a_sandbox_works_over_fuse_overlayfs() {
+    // Doctor says which one named sandboxes use (this kernel allows overlayfs in a user
+    // namespace: the kernel's unless forced).
+    let d = doctor_writable_root(None);
+    assert_eq!(d["status"], "ok", "{d}");
+    assert!(
+        d["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("overlayfs, mounted in the box's user namespace"),
+        "{d}"
+    );
+    let d = doctor_writable_root(Some("fuse"));
+    let detail = d["detail"].as_str().unwrap_or_default().to_string();
+    if !rustix::process::geteuid().is_root() {
+        assert_eq!(d["status"], "missing", "{d}");
+        assert!(detail.contains("for host root only"), "{d}");
+        hull_testkit::skip(
+            "the fuse-overlayfs fallback is host root's only (/dev/fuse is 0600 root here, so a rootless keeper cannot mount FUSE)",
+        );
+        return;
+    }
+    if Command::new("fuse-overlayfs")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        hull_testkit::skip("fuse-overlayfs is not installed (scripts/setup.sh installs it)");
+        return;
+    }
+    assert_eq!(d["status"], "ok", "{d}");
+    assert!(
+        detail.contains("fuse-overlayfs, run by each keeper (HULL_OVERLAY=fuse)"),
+        "{d}"
+    );
+    let s = Sandboxes::new();
+    let fuse = |args: &[&str]| {
+        let out = s
+            .cmd(args)
+            .env("HULL_OVERLAY", "fuse")
+            .output()
+            .expect("spawn hull");
+        assert!(out.status.success(), "hull {args:?}: {out:?}");
+        text(&out.stdout)
+    };
+    fuse(&[
+        "create",
+        "f",
+        "--setup",
+        "mkdir -p /opt/t && echo hi > /opt/t/x && echo ws > /workspace/w",
+    ]);
+    // The root is fuse-overlayfs's, and everything written lands in the sandbox's upper.
+    let mounts = fuse(&["exec", "f", "--", "cat", "/proc/mounts"]);
+    let root = mounts
+        .lines()
+        .find(|l| l.split(' ').nth(1) == Some("/"))
+        .unwrap_or_default();
+    assert!(root.contains("fuse.fuse-overlayfs"), "{mounts}");
+    assert_eq!(
+        fuse(&["exec", "f", "--", "cat", "/opt/t/x", "/workspace/w"]),
+        "hi\nws\n"
+    );
+    assert!(s.root().join("f/upper/opt/t/x").is_file());
+    fuse(&[
+        "exec",
+        "f",
+        "--",
+        "sh",
+        "-c",
+        "rm /opt/t/x && echo e > /etc/hull-fuse-test",
+    ]);
+    // Across a stop and a start, and into a template and a sandbox made from it.
+    let keeper = s.keeper_pid("f");
+    let stage = std::env::temp_dir().join(format!("hull-fuse-{keeper}"));
+    assert!(stage.is_dir(), "{}", stage.display());
+    fuse(&["stop", "f"]);
+    // The daemon (which carries the keeper's environment) went with the keeper, and its stage.
+    s.assert_no_keepers();
+    assert!(!stage.exists(), "{} left behind", stage.display());
+    fuse(&["start", "f"]);
+    assert_eq!(
+        fuse(&[
+            "exec",
+            "f",
+            "--",
+            "sh",
+            "-c",
+            "ls /opt/t; cat /etc/hull-fuse-test"
+        ]),
+        "e\n"
+    );
+    fuse(&["stop", "f"]);
+    fuse(&["template", "save", "f", "t"]);
+    fuse(&["create", "g", "--template", "t"]);
+    assert_eq!(
+        fuse(&[
+            "exec",
+            "g",
+            "--",
+            "sh",
+            "-c",
+            "ls /opt/t; cat /etc/hull-fuse-test /workspace/w"
+        ]),
+        "e\nws\n"
+    );
+    // A SIGKILLed keeper takes its daemon with it; the next start sweeps its stage.
+    let keeper = s.keeper_pid("g");
+    let stage = std::env::temp_dir().join(format!("hull-fuse-{keeper}"));
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(keeper).expect("a pid"),
+        rustix::process::Signal::KILL,
+    )
+    .expect("kill the keeper");
+    s.assert_no_keepers();
+    assert_eq!(
+        fuse(&["exec", "g", "--", "cat", "/etc/hull-fuse-test"]),
+        "e\n"
+    );
+    assert!(!stage.exists(), "{} left behind", stage.display());
+    // The host's /etc is as it was; the box is confined as any.
+    assert!(!Path::new("/etc/hull-fuse-test").exists());
+    let out = s
+        .cmd(&[
+            "exec",
+            "g",
+            "--",
+            "sh",
+            "-c",
+            "echo x > /usr/hull-fuse-test",
+        ])
+        .env("HULL_OVERLAY", "fuse")
+        .output()
+        .expect("spawn");
+    assert_ne!(out.status.code(), Some(0), "{out:?}");
+    assert!(!Path::new("/usr/hull-fuse-test").exists());
+}
+
 #[test]
 fn an_aborted_spawn_kills_what_it_started() {
     use std::io::Write;

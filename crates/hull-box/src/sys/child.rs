@@ -380,6 +380,11 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
             libc::MS_NOSUID | libc::MS_NODEV,
             Some(opts),
         ),
+        Step::MountOverlayRoot {
+            at,
+            merged: Some(src),
+            ..
+        } => sys::mount(Some(src), &at.c, None, libc::MS_BIND, None),
         Step::MountOverlayRoot { at, opts, .. } => sys::mount(
             Some(c"overlay"),
             &at.c,

@@ -19,6 +19,7 @@ const KEPT_ENV: &[&str] = &[
     "HULL_CGROUP_PARENT",
     "HULL_SANDBOXES",
     "HULL_LOG_CAP",
+    "HULL_OVERLAY",
     "XDG_STATE_HOME",
     "XDG_DATA_HOME",
 ];

@@ -149,12 +149,16 @@ pub fn main(path: &std::path::Path) -> i32 {
             });
             let _ = stop_rx.recv();
             keeper.resident.end();
+            super::fuse::stop();
             let _ = std::fs::remove_file(dir.file("control.sock"));
             let _ = std::fs::remove_file(dir.file("keeper.pid"));
             drop(lock_file);
             std::process::exit(0)
         }
-        Err(e) => answer(Err(e)),
+        Err(e) => {
+            super::fuse::stop();
+            answer(Err(e))
+        }
     }
 }
 
@@ -312,7 +316,18 @@ fn watch_starter(keeper: &Arc<Keeper>) -> StarterWatch {
 /// Starts the box, runs the setup commands, opens the control socket and the threads.
 fn start(dir: &Dir) -> Result<(Arc<Keeper>, mpsc::Receiver<()>), String> {
     let cfg = dir.config()?;
-    let spec = spec_of(dir, &cfg)?;
+    let mut spec = spec_of(dir, &cfg)?;
+    // Before any thread starts: the fallback takes a mount namespace of the keeper's own.
+    if super::fuse::mode()? == super::fuse::Overlay::Fuse {
+        let image = match &spec.root {
+            hull_box::RootSpec::Dir(d) => Some(d.clone()),
+            hull_box::RootSpec::Host => None,
+        };
+        if let Some(w) = spec.writable_root.as_mut() {
+            let merged = super::fuse::mount(&dir.path, w, image.as_deref())?;
+            w.merged = Some(merged);
+        }
+    }
     let runtime = Runtime::new().map_err(|e| chain(&e))?;
     let resident = runtime.start_resident(&spec).map_err(|e| chain(&e))?;
     for w in resident.warnings() {

@@ -8,6 +8,7 @@
 pub mod client;
 pub mod files;
 pub mod files_ns;
+pub mod fuse;
 pub mod keeper;
 pub mod logs;
 pub mod peer;

@@ -13,6 +13,7 @@
 //!                             template layers stack between); /workspace is upper/workspace
 //!                             unless --workspace names a host directory
 //!              lower/         an empty lower layer for the `host` image's root
+//!              merged/        fuse-overlayfs only: the keeper's mount point of the merged root
 //!              workspace/     only in a sandbox made before templates: its /workspace
 //! <root>/.templates/          the template store (see [`super::template`])
 //! ```
@@ -193,6 +194,7 @@ impl Dir {
             empty: self.path.join("lower"),
             lowers: layers.iter().map(|id| layer_path(&self.path, id)).collect(),
             workspace_in_root,
+            merged: None,
         };
         for l in &root.lowers {
             if !l.is_dir() {
