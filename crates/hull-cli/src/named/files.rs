@@ -272,14 +272,7 @@ impl Files {
             Err(e) => return Err(io(path, "open", e)),
         };
         Self::not_kernel(path, &fd)?;
-        let st = rustix::fs::fstat(&fd).map_err(|e| io(path, "stat", e))?;
-        match FileType::from_raw_mode(st.st_mode) {
-            FileType::RegularFile => {}
-            FileType::Directory => {
-                return Err(fail("is_a_directory", format!("{path} is a directory")))
-            }
-            _ => return Err(fail("not_a_file", format!("{path} is not a regular file"))),
-        }
+        regular(path, &fd)?;
         let mut f = std::fs::File::from(fd);
         let max = max.unwrap_or(u64::MAX);
         let mut sent = 0u64;
@@ -363,14 +356,7 @@ impl Files {
         }
         let rel = parts.join("/");
         if let Ok(fd) = self.open(&rel, OFlags::PATH, Mode::empty()) {
-            let st = rustix::fs::fstat(&fd).map_err(|e| io(path, "stat", e))?;
-            match FileType::from_raw_mode(st.st_mode) {
-                FileType::RegularFile => {}
-                FileType::Directory => {
-                    return Err(fail("is_a_directory", format!("{path} is a directory")))
-                }
-                _ => return Err(fail("not_a_file", format!("{path} is not a regular file"))),
-            }
+            regular(path, &fd)?;
         }
         self.make_parents(path, &parts[..parts.len() - 1])?;
         let fd = self
@@ -493,6 +479,16 @@ impl Files {
 
 /// Removes directory `name` of `parent` and everything in it, never following a symlink
 /// (each level is opened with `O_NOFOLLOW` relative to the one above).
+/// Only a regular file is read or written: a directory and anything else are typed errors.
+fn regular(path: &str, fd: &OwnedFd) -> Result<(), FileError> {
+    let st = rustix::fs::fstat(fd).map_err(|e| io(path, "stat", e))?;
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::RegularFile => Ok(()),
+        FileType::Directory => Err(fail("is_a_directory", format!("{path} is a directory"))),
+        _ => Err(fail("not_a_file", format!("{path} is not a regular file"))),
+    }
+}
+
 fn remove_tree(parent: &impl AsFd, name: &std::ffi::CStr) -> rustix::io::Result<()> {
     let fd = rustix::fs::openat(
         parent,
