@@ -663,6 +663,20 @@ fn host_directories_mount_at_workspace_or_read_only_at_their_own_path() {
     // The sandbox's own disk is not used for /workspace then.
     assert!(!s.root().join("mounted/workspace").exists());
     assert!(!s.root().join("mounted/upper/workspace/out").exists());
+    // Both host directories are mounted nosuid and nodev (the ro one read-only too).
+    let info = s.ok(&["exec", "mounted", "--", "cat", "/proc/self/mountinfo"]);
+    for (at, ro) in [("/workspace", false), (ro_path, true)] {
+        let line = info
+            .lines()
+            .find(|l| l.split(' ').nth(4) == Some(at))
+            .unwrap_or_else(|| panic!("{at} not mounted:\n{info}"));
+        let opts: Vec<&str> = line.split(' ').nth(5).unwrap().split(',').collect();
+        assert!(
+            opts.contains(&"nosuid") && opts.contains(&"nodev"),
+            "{line}"
+        );
+        assert_eq!(opts.contains(&"ro"), ro, "{line}");
+    }
 }
 
 #[test]
