@@ -3,12 +3,13 @@
 //! which addresses are never reachable unless named ([`class`]), the verdict with the rule
 //! that decided it, for the connection log, and the DNS answers built from them ([`dns`],
 //! with the synthetic addresses of [`synth`]), and the first look at a box's frames
-//! ([`ingress`]). It forks nothing, opens nothing and needs no
+//! ([`ingress`]), and the connection log's records ([`log`]). It forks nothing, opens nothing and needs no
 //! namespace (see `ARCHITECTURE.md` and `docs/network.md` for the gateway built on it).
 
 pub mod class;
 pub mod dns;
 pub mod ingress;
+pub mod log;
 pub mod name;
 pub mod policy;
 pub mod synth;

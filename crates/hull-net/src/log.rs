@@ -1,0 +1,175 @@
+//! The gateway's connection log: one JSON line per DNS decision and per connection, naming the
+//! verdict and the rule that decided it (what a user reads to learn why `pip install` failed).
+//! Records hold names, addresses, counts and times only: there is no field a request's headers
+//! or a secret could reach, so brokering can never leak one here.
+
+use std::net::{IpAddr, SocketAddr};
+
+use serde::Serialize;
+
+use crate::ingress::Refusal;
+use crate::policy::{Rule, Verdict};
+
+/// A verdict as the log spells it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Decision {
+    /// `allow` or `deny`.
+    pub verdict: &'static str,
+    /// The rule, in words (`allowed host *.pypi.org`, `always denied: loopback`, ...).
+    pub rule: String,
+}
+
+impl From<&Verdict> for Decision {
+    fn from(v: &Verdict) -> Decision {
+        Decision {
+            verdict: if v.allowed() { "allow" } else { "deny" },
+            rule: v.rule().to_string(),
+        }
+    }
+}
+
+impl From<&Refusal> for Decision {
+    fn from(r: &Refusal) -> Decision {
+        Decision {
+            verdict: "deny",
+            rule: refusal_words(r),
+        }
+    }
+}
+
+fn refusal_words(r: &Refusal) -> String {
+    match r {
+        Refusal::Malformed => "malformed frame".into(),
+        Refusal::Spoofed => "not from the box's own address".into(),
+        Refusal::Fragment => "IP fragment".into(),
+        Refusal::Ipv6 => "IPv6 (no IPv6 in a box)".into(),
+        Refusal::Protocol(p) => format!("IP protocol {p}"),
+        Refusal::Icmp => "ICMP beyond the gateway".into(),
+        Refusal::DnsOverTls => "DNS over TLS (the gateway answers plain DNS)".into(),
+        Refusal::Quic => "QUIC (clients fall back to TCP)".into(),
+        Refusal::LocalDiscovery => "mDNS/LLMNR".into(),
+        Refusal::Udp => "UDP other than DNS".into(),
+        Refusal::UnknownSynthetic(a) => format!("{a} was never handed out by the gateway's DNS"),
+        Refusal::Policy(rule) => Rule::to_string(rule),
+    }
+}
+
+/// One line of the log.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Record {
+    /// A DNS query the gateway answered.
+    Dns {
+        /// Milliseconds since the Unix epoch.
+        at_ms: u64,
+        name: String,
+        /// The query type's number (1 A, 28 AAAA, ...).
+        record_type: u16,
+        #[serde(flatten)]
+        decision: Decision,
+        /// The synthetic address given, if any.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        answer: Option<IpAddr>,
+    },
+    /// A connection, logged when it is refused or when it ends.
+    Flow {
+        at_ms: u64,
+        /// `tcp` (v1 forwards TCP only).
+        proto: &'static str,
+        /// The name the box connected to (through its synthetic address), if any.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
+        /// Where the box sent it (a literal or a synthetic address).
+        dst: SocketAddr,
+        /// The upstream address dialled, when one was.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        upstream: Option<SocketAddr>,
+        #[serde(flatten)]
+        decision: Decision,
+        bytes_out: u64,
+        bytes_in: u64,
+        duration_ms: u64,
+        /// Why it ended (`closed`, `reset by upstream`, `refused`, `cap`, ...).
+        end: String,
+    },
+}
+
+impl Record {
+    /// The record as one JSON line (with its newline).
+    pub fn line(&self) -> String {
+        let mut s = serde_json::to_string(self).unwrap_or_else(|e| {
+            format!("{{\"kind\":\"error\",\"message\":\"unloggable record: {e}\"}}")
+        });
+        s.push('\n');
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::class::Class;
+    use crate::name::HostPattern;
+    use serde_json::Value;
+
+    #[test]
+    fn a_refused_flow_names_the_rule_that_decided() {
+        let r = Record::Flow {
+            at_ms: 1,
+            proto: "tcp",
+            name: Some("api.example.test".into()),
+            dst: "198.18.0.1:443".parse().unwrap(),
+            upstream: None,
+            decision: Decision::from(&Refusal::Policy(Rule::OnlyDeniedAnswers(Box::new(
+                Rule::AlwaysDenied(Class::Metadata),
+            )))),
+            bytes_out: 0,
+            bytes_in: 0,
+            duration_ms: 0,
+            end: "refused".into(),
+        };
+        let line = r.line();
+        assert!(line.ends_with('\n') && !line[..line.len() - 1].contains('\n'));
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["kind"], "flow");
+        assert_eq!(v["verdict"], "deny");
+        assert_eq!(
+            v["rule"],
+            "resolved only to denied addresses (always denied: cloud metadata)"
+        );
+        assert_eq!(v["dst"], "198.18.0.1:443");
+        assert!(v.get("upstream").is_none());
+    }
+
+    #[test]
+    fn dns_decisions_carry_the_verdict_and_the_answer() {
+        let allowed = Verdict::Allow(Rule::AllowedHost(HostPattern::parse("*.pypi.org").unwrap()));
+        let r = Record::Dns {
+            at_ms: 2,
+            name: "files.pypi.org".into(),
+            record_type: 1,
+            decision: Decision::from(&allowed),
+            answer: Some("198.18.0.7".parse().unwrap()),
+        };
+        let v: Value = serde_json::from_str(&r.line()).unwrap();
+        assert_eq!(
+            (
+                v["kind"].as_str(),
+                v["verdict"].as_str(),
+                v["rule"].as_str(),
+                v["answer"].as_str()
+            ),
+            (
+                Some("dns"),
+                Some("allow"),
+                Some("allowed host *.pypi.org"),
+                Some("198.18.0.7")
+            )
+        );
+        let spoof = Decision::from(&Refusal::UnknownSynthetic("198.19.0.9".parse().unwrap()));
+        assert_eq!(
+            spoof.rule,
+            "198.19.0.9 was never handed out by the gateway's DNS"
+        );
+    }
+}
