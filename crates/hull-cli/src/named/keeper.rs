@@ -317,19 +317,32 @@ fn watch_starter(keeper: &Arc<Keeper>) -> StarterWatch {
 fn start(dir: &Dir) -> Result<(Arc<Keeper>, mpsc::Receiver<()>), String> {
     let cfg = dir.config()?;
     let mut spec = spec_of(dir, &cfg)?;
-    // Before any thread starts: the fallback takes a mount namespace of the keeper's own.
+    // Before any thread starts: host root's fallback takes a mount namespace of the keeper's
+    // own; a rootless one's box mounts the FUSE file system itself and the keeper serves it.
+    let image = match &spec.root {
+        hull_box::RootSpec::Dir(d) => Some(d.clone()),
+        hull_box::RootSpec::Host => None,
+    };
+    let mut in_box = None;
     if super::fuse::mode()? == super::fuse::Overlay::Fuse {
-        let image = match &spec.root {
-            hull_box::RootSpec::Dir(d) => Some(d.clone()),
-            hull_box::RootSpec::Host => None,
-        };
         if let Some(w) = spec.writable_root.as_mut() {
-            let merged = super::fuse::mount(&dir.path, w, image.as_deref())?;
-            w.merged = Some(merged);
+            if rustix::process::geteuid().is_root() {
+                let merged = super::fuse::mount(&dir.path, w, image.as_deref())?;
+                w.merged = Some(merged);
+            } else {
+                super::fuse::prepare_in_box(&dir.path, w)?;
+                in_box = Some(w.clone());
+            }
         }
     }
     let runtime = Runtime::new().map_err(|e| chain(&e))?;
-    let resident = runtime.start_resident(&spec).map_err(|e| chain(&e))?;
+    let resident = match &in_box {
+        Some(w) => runtime.start_resident_serving(&spec, &mut |pid, dev| {
+            super::fuse::serve_in_box(pid, dev, w, image.as_deref())
+        }),
+        None => runtime.start_resident(&spec),
+    }
+    .map_err(|e| chain(&e))?;
     for w in resident.warnings() {
         eprintln!("hull keeper: warning: {w}");
     }
