@@ -2443,6 +2443,22 @@ fn a_sandbox_works_over_fuse_overlayfs() {
         .expect("spawn");
     assert_ne!(out.status.code(), Some(0), "{out:?}");
     assert!(!Path::new("/usr/hull-fuse-test").exists());
+    // The keeper's file operations reach the FUSE root (rootless: from the box's user
+    // namespace, which owns the mount), as the box's root.
+    let a = serve_call(
+        &s,
+        "named.write_file",
+        serde_json::json!({ "sandbox": "g", "path": "/opt/n/made", "text": "by serve" }),
+    );
+    assert_eq!(a["result"]["bytes"], 8, "{a}");
+    let a = serve_call(
+        &s,
+        "named.read_file",
+        serde_json::json!({ "sandbox": "g", "path": "/etc/hull-fuse-test" }),
+    );
+    assert_eq!(a["result"]["data_b64"], "ZQo=", "{a}");
+    assert_eq!(fuse(&["exec", "g", "--", "cat", "/opt/n/made"]), "by serve");
+    assert!(s.root().join("g/upper/opt/n/made").is_file());
 }
 
 #[test]

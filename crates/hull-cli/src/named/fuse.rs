@@ -158,17 +158,16 @@ pub fn prepare_in_box(state: &Path, w: &mut hull_box::WritableRoot) -> Result<()
     Ok(())
 }
 
-/// Starts `fuse-overlayfs -f` on `dev`, the `/dev/fuse` descriptor of the mount pid 1 (`pid`)
-/// made, in pid 1's user namespace (root there: it creates files as the requests' ids, which
+/// Starts `fuse-overlayfs -f` on `dev`, the `/dev/fuse` descriptor of the mount the box's
+/// pid 1 made, in the box's user namespace (`ns`) (root there: it creates files as the requests' ids, which
 /// that namespace maps, as the kernel's overlay would), with the keeper's mount namespace (the
 /// state directory and the layers are the caller's, reachable by path).
 pub fn serve_in_box(
-    pid: libc::pid_t,
+    ns: std::os::fd::OwnedFd,
     dev: std::os::fd::OwnedFd,
     w: &hull_box::WritableRoot,
     image: Option<&Path>,
 ) -> std::io::Result<()> {
-    let ns: std::os::fd::OwnedFd = File::open(format!("/proc/{pid}/ns/user"))?.into();
     let mut lowers: Vec<String> = w.lowers.iter().map(|l| l.display().to_string()).collect();
     lowers.push(image.unwrap_or(&w.empty).display().to_string());
     // Inherited across the exec (a dup is not close-on-exec).
