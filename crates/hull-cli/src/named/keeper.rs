@@ -339,8 +339,9 @@ fn start(dir: &Dir) -> Result<(Arc<Keeper>, mpsc::Receiver<()>), String> {
         }
     }
     let runtime = Runtime::new().map_err(|e| chain(&e))?;
-    // The box's user namespace, opened while its pid 1 (not yet non-dumpable) lets us: the
-    // daemon and every file operation's `hull __files` join it.
+    // The box's user namespace, for the daemon and every file operation's `hull __files`,
+    // opened while its pid 1 still lets us: it turns non-dumpable only at the end of its setup,
+    // which waits for the daemon started here after the open.
     let mut box_userns: Option<OwnedFd> = None;
     let resident = match &in_box {
         Some(w) => runtime.start_resident_serving(&spec, &mut |pid, dev| {
