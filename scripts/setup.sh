@@ -100,4 +100,17 @@ if grep -q " /sys/fs/cgroup cgroup2 " /proc/self/mountinfo 2>/dev/null || [ -f /
     for c in memory pids cpu; do echo "+$c" > "$d/cgroup.subtree_control" 2>/dev/null || true; done
     chown -R "$TEST_USER" "$d"
 fi
+
+# /dev/fuse as distributions ship it (Debian, Ubuntu, Fedora: 0666; the kernel allows FUSE mounts
+# in a user namespace since 4.18), for a rootless named sandbox's fuse-overlayfs root and its
+# test (HULL_OVERLAY=fuse). Some machine images make it 0600 root; an administrator opens it
+# the same way. A udev rule keeps it across reboots where udev runs.
+fuse_mode=$(stat -c %a /dev/fuse 2>/dev/null || true)
+if [ -c /dev/fuse ] && [ "$fuse_mode" != 666 ]; then
+    chmod 0666 /dev/fuse
+    echo "setup.sh: /dev/fuse was mode $fuse_mode; made it 0666, the distributions' default (rootless fuse-overlayfs)"
+fi
+if [ -d /etc/udev/rules.d ] && [ ! -f /etc/udev/rules.d/60-hull-fuse.rules ]; then
+    echo 'KERNEL=="fuse", MODE="0666"' > /etc/udev/rules.d/60-hull-fuse.rules
+fi
 echo "setup.sh: ready (test user $TEST_USER, cgroup parent hull-$TEST_USER)"

@@ -201,11 +201,16 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
                 w.upper.display()
             );
             let merged = w.merged.as_deref().map(|m| src.add_layer(m)).transpose()?;
+            // Pid 1 mounts the FUSE file system there itself: at its canonical host path.
+            let fuse_at = match (&merged, w.fuse_in_box) {
+                (Some(_), true) => src.list.last().map(|(p, _)| p.clone()),
+                _ => None,
+            };
             let shown = match &w.merged {
                 Some(m) => format!("{shown}, merged at {} by fuse-overlayfs", m.display()),
                 None => shown,
             };
-            Some((layers, extra, shown, merged))
+            Some((layers, extra, shown, merged, fuse_at))
         }
         None => None,
     };
@@ -227,7 +232,7 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
     // An image under a writable root is seen through an idmapped copy too, so that its files
     // (host root's, in host root's store) are the box root's to change through the overlay.
     // (Not through fuse-overlayfs: its daemon reads the image, and the box sees its files.)
-    if let (Some((_, _, _, None)), RootSpec::Dir(_)) = (&overlay, &spec.root) {
+    if let (Some((_, _, _, None, _)), RootSpec::Dir(_)) = (&overlay, &spec.root) {
         adopt.extend(src.list.first().map(|(_, fd)| (*fd, SpecField::Root)));
     }
     if !ctx.temporary_workspace && !in_root {
@@ -246,7 +251,7 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
         &src.list,
         ctx.stage,
     );
-    if let Some(([lower, upper, work], extra, shown, merged)) = &overlay {
+    if let Some(([lower, upper, work], extra, shown, merged, fuse_at)) = &overlay {
         // As host root the image's lower layer is an idmapped copy (adopted below).
         let attach = match (&spec.root, ctx.remap, merged) {
             (RootSpec::Dir(_), Some(_), None) => src.list.first().map(|(p, fd)| (*fd, p.as_str())),
@@ -261,6 +266,9 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
             attach,
             merged.as_deref(),
         );
+        if let Some(at) = fuse_at {
+            b.mount_fuse(at);
+        }
     }
     // Top-level names that come from the image (read-only, shared with the host or other boxes).
     let mut image_top: Vec<String> = Vec::new();

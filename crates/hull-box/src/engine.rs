@@ -18,7 +18,8 @@ use crate::assemble::{self, Context};
 use crate::ending::{Ending, FORWARDED};
 use crate::error::BoxError;
 use crate::launch::{self, Launch, Started};
-use crate::plan::{BoxPlan, IdMaps};
+use crate::plan::{BoxPlan, IdMaps, Step};
+use crate::proto::Message;
 use crate::ready::{ReadyBox, ReadyBoxes, SetUpAhead};
 use crate::resources::{limits_of, CgroupGuard, Resources, Teardown, Workspace, WorkspaceAhead};
 use crate::result::RunResult;
@@ -480,7 +481,11 @@ impl Engine {
 impl Engine {
     /// [`crate::Runtime::start_resident`]: the plan of a fresh box with a filter that kills
     /// (no listener: see `resident.rs`), launched with a pid 1 that serves requests.
-    pub(crate) fn start_resident(&self, spec: &BoxSpec) -> Result<crate::Resident, BoxError> {
+    pub(crate) fn start_resident(
+        &self,
+        spec: &BoxSpec,
+        serve: Option<&mut crate::spec::FuseServer<'_>>,
+    ) -> Result<crate::Resident, BoxError> {
         spec.validate()?;
         let keep = keep_caps(spec)?;
         let workspace = match &spec.workspace {
@@ -524,6 +529,31 @@ impl Engine {
         };
         let started = launch.start()?;
         let timeout = i32::try_from(spec.timeout.as_millis()).unwrap_or(i32::MAX);
+        let fuse = plan
+            .pid1_steps()
+            .iter()
+            .any(|s| matches!(s, Step::MountFuse { .. }));
+        if fuse {
+            // Pid 1 mounted its root's FUSE file system and waits, in its first request to
+            // it, for the daemon the caller starts on the device it sent.
+            let served = match started.channel.wait(timeout) {
+                Ok((Message::FuseDevice, Some(dev))) => match serve {
+                    Some(serve) => serve(started.pid, dev).map_err(|error| BoxError::Io {
+                        what: "serve the writable root's FUSE file system".into(),
+                        error,
+                    }),
+                    None => Err(BoxError::Internal(
+                        "a writable root mounted by the box's FUSE has nobody to serve it",
+                    )),
+                },
+                Ok((m, _)) => Err(crate::channel::unexpected(&plan, "FuseDevice", m)),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = served {
+                launch::end_unreaped(started.pid);
+                return Err(e);
+            }
+        }
         if let Err(e) = started.channel.expect_ready(timeout, &plan) {
             launch::end_unreaped(started.pid);
             return Err(e);

@@ -51,7 +51,9 @@ pub use resident::{Event as ResidentEvent, Program as ResidentProgram, Resident}
 pub use resources::{Teardown, WorkspaceAhead};
 pub use result::{Fault, FaultType, RunResult, Stats};
 pub use runtime::{Runtime, Sweep};
-pub use spec::{BindMount, BoxSpec, Network, RootSpec, Stdin, TmpfsMount, WritableRoot};
+pub use spec::{
+    BindMount, BoxSpec, FuseServer, Network, RootSpec, Stdin, TmpfsMount, WritableRoot,
+};
 pub use sys::Errno;
 pub use unenforced::{Unenforced, UnenforcedCaps};
 pub use warm::{WarmOptions, WarmStats};

@@ -22,6 +22,10 @@ use crate::size::Human;
 /// as a descriptor, so covering it does not matter.
 pub const STAGE: &str = "/tmp";
 
+/// Where pid 1 holds `/dev/fuse` while it mounts a writable root's FUSE file system (below the
+/// template host descriptor, 899, and the bind sources, 900 on).
+pub const FUSE_FD: i32 = 898;
+
 /// A path inside the box, with the staged path the child uses before the pivot.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct BoxPath {
@@ -149,6 +153,16 @@ pub enum Step {
     OpenSource {
         path: BoxPath,
         fd: i32,
+    },
+    /// Mount a FUSE file system at `at` (a host path: the writable root's merged directory), in
+    /// the box's own user and mount namespaces, through `/dev/fuse` opened at descriptor `fd`,
+    /// and send that descriptor to the supervisor (`Message::FuseDevice`), which serves it;
+    /// then close ours. Before the sources are opened, so `at`'s `OpenSource` finds the mount.
+    /// (The box's copies of the host's mounts are slaves: nothing mounted here reaches the host.)
+    MountFuse {
+        at: BoxPath,
+        fd: i32,
+        opts: CString,
     },
     /// Make every mount private, so nothing the box mounts propagates to the host.
     PrivatizeMounts,
@@ -305,6 +319,7 @@ impl Step {
             Step::JoinCgroup { .. } => "join cgroup",
             Step::UnshareCgroupNs => "new cgroup namespace",
             Step::OpenSource { .. } => "open bind source",
+            Step::MountFuse { .. } => "mount the writable root's FUSE file system",
             Step::PrivatizeMounts => "make mounts private",
             Step::MountRoot { .. } => "mount root tmpfs",
             Step::MountOverlayRoot { merged: None, .. } => "mount the writable root (overlayfs)",
@@ -373,7 +388,7 @@ impl Step {
             Step::AttachSource { source, target, .. } => {
                 Some(format!("{source} -> {}", target.shown))
             }
-            Step::MountRoot { at, .. } => Some(at.shown.clone()),
+            Step::MountRoot { at, .. } | Step::MountFuse { at, .. } => Some(at.shown.clone()),
             Step::MountOverlayRoot { shown, .. } => Some(shown.clone()),
             Step::Mkdir { path }
             | Step::Touch { path }
@@ -429,6 +444,7 @@ impl fmt::Display for Step {
             Step::JoinCgroup { procs } => write!(f, "join cgroup: write 0 > {}", procs.shown),
             Step::UnshareCgroupNs => write!(f, "unshare cgroup namespace"),
             Step::OpenSource { path, fd } => write!(f, "open {} (O_PATH) as fd {fd}", path.shown),
+            Step::MountFuse { at, fd, .. } => write!(f, "open /dev/fuse as fd {fd}, mount FUSE at {} (user_id=0, allow_other) and send the descriptor to the supervisor", at.shown),
             Step::PrivatizeMounts => write!(f, "mount --make-rprivate /"),
             Step::MountRoot { at, size, .. } => write!(f, "mount tmpfs (size {}) at {} as the new root", Human(*size), at.shown),
             Step::MountOverlayRoot { at, shown, merged: None, .. } => write!(f, "mount overlayfs ({shown}) at {} as the new root", at.shown),
@@ -809,6 +825,27 @@ impl PlanBuilder<Skeleton> {
                 );
             }
         }
+    }
+
+    /// Pid 1 mounts the writable root's FUSE file system at `at` (a canonical host path)
+    /// before it opens its sources (see [`Step::MountFuse`]).
+    pub fn mount_fuse(&mut self, at: &str) {
+        let opts = cstring(&format!(
+            "fd={FUSE_FD},rootmode=40000,user_id=0,group_id=0,allow_other,default_permissions"
+        ));
+        let i = self
+            .steps
+            .iter()
+            .position(|s| matches!(s, Step::OpenSource { .. } | Step::PrivatizeMounts))
+            .unwrap_or(self.steps.len());
+        self.steps.insert(
+            i,
+            Step::MountFuse {
+                at: BoxPath::plain(at),
+                fd: FUSE_FD,
+                opts,
+            },
+        );
     }
 
     pub fn touch(&mut self, path: &str) {

@@ -38,6 +38,9 @@ pub enum Message {
     /// A resident box's pid 1 made and handed over the directory it was sent (see
     /// [`resident::hand_over`]): `errno` 0, or why not.
     HandedOver { errno: i32 },
+    /// A box's pid 1 mounted its writable root's FUSE file system (`WritableRoot::fuse_in_box`):
+    /// the `/dev/fuse` descriptor that serves it travels with it as SCM_RIGHTS.
+    FuseDevice,
 }
 
 pub const LEN: usize = 16;
@@ -59,6 +62,7 @@ impl Message {
             Message::Root { .. } => "Root",
             Message::IdsFailed { .. } => "IdsFailed",
             Message::HandedOver { .. } => "HandedOver",
+            Message::FuseDevice => "FuseDevice",
         }
     }
 
@@ -79,6 +83,7 @@ impl Message {
             Message::Root { errno } => (13, errno, 0),
             Message::IdsFailed { errno } => (11, errno, 0),
             Message::HandedOver { errno } => (12, errno, 0),
+            Message::FuseDevice => (14, 0, 0),
         };
         let mut out = [0u8; LEN];
         out[0..4].copy_from_slice(&tag.to_le_bytes());
@@ -121,6 +126,7 @@ impl Message {
             13 => Message::Root { errno: a },
             11 => Message::IdsFailed { errno: a },
             12 => Message::HandedOver { errno: a },
+            14 => Message::FuseDevice,
             t => return Err(ProtoError::Tag(t)),
         })
     }
@@ -419,14 +425,15 @@ mod tests {
             Message::Root { errno: 0 },
             Message::IdsFailed { errno: 22 },
             Message::HandedOver { errno: 0 },
+            Message::FuseDevice,
         ] {
             assert_eq!(Message::decode(&m.encode()), Ok(m));
         }
         assert_eq!(Message::decode(&[0; 3]), Err(ProtoError::Length(3)));
         assert_eq!(Message::decode(&[0; 16]), Err(ProtoError::Magic));
         let mut bad = Message::Ready.encode();
-        bad[0] = 14;
-        assert_eq!(Message::decode(&bad), Err(ProtoError::Tag(14)));
+        bad[0] = 15;
+        assert_eq!(Message::decode(&bad), Err(ProtoError::Tag(15)));
         // A resident box's pids are positive.
         bad[0] = 8;
         assert_eq!(Message::decode(&bad), Err(ProtoError::Field));

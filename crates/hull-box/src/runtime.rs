@@ -11,7 +11,7 @@ use crate::ready::ReadyBoxes;
 use crate::resources::{Teardown, WorkspaceAhead};
 use crate::result::RunResult;
 use crate::spares::Spares;
-use crate::spec::BoxSpec;
+use crate::spec::{BoxSpec, FuseServer};
 use crate::template::Templates;
 use crate::warm::{WarmOptions, WarmStats};
 use crate::watch::{OutputSink, RunOptions};
@@ -113,7 +113,19 @@ impl Runtime {
     /// pid 1 then starts programs on request until the returned handle is dropped. The spec's
     /// own program is never run; its timeout bounds only the setup.
     pub fn start_resident(&self, spec: &BoxSpec) -> Result<crate::Resident, BoxError> {
-        self.engine.start_resident(spec)
+        self.engine.start_resident(spec, None)
+    }
+
+    /// [`Runtime::start_resident`] for a spec whose writable root's FUSE file system the box
+    /// mounts itself (`WritableRoot::fuse_in_box`): `serve` is called with pid 1's pid and the
+    /// `/dev/fuse` descriptor as soon as the mount exists, and must start its daemon (pid 1's
+    /// setup waits for the daemon's answers).
+    pub fn start_resident_serving(
+        &self,
+        spec: &BoxSpec,
+        serve: &mut FuseServer<'_>,
+    ) -> Result<crate::Resident, BoxError> {
+        self.engine.start_resident(spec, Some(serve))
     }
 
     /// Runs `spec` in a fresh box and returns what happened, after the box is fully torn down.

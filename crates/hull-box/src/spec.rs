@@ -68,7 +68,17 @@ pub struct WritableRoot {
     /// The layers already merged by the caller (fuse-overlayfs, where the kernel refuses
     /// overlayfs in a user namespace): this directory is bound as the root instead.
     pub merged: Option<PathBuf>,
+    /// With `merged`: the box's pid 1 mounts the FUSE file system at `merged` itself, in its
+    /// own user and mount namespaces (a rootless caller cannot mount FUSE for it: a FUSE
+    /// descriptor serves only mounts of the user namespace that opened it), and hands its
+    /// `/dev/fuse` descriptor to the caller, who serves it (see
+    /// [`crate::Runtime::start_resident_serving`]).
+    pub fuse_in_box: bool,
 }
+
+/// Starts the daemon of a box's FUSE root (`WritableRoot::fuse_in_box`): given pid 1's pid
+/// and the `/dev/fuse` descriptor (see `Runtime::start_resident_serving`).
+pub type FuseServer<'a> = dyn FnMut(libc::pid_t, std::os::fd::OwnedFd) -> std::io::Result<()> + 'a;
 
 /// Everything one box needs. Built by a front end, checked by [`BoxSpec::validate`].
 #[derive(Clone, Debug, PartialEq)]

@@ -281,7 +281,7 @@ impl<'a> Watching<'a> {
                 self.o.status = Some(status);
             }
             // A template's entry process sends Pid1, and id maps are settled, before the watch
-            // starts; only a resident box's pid 1 (never watched) speaks of spawns.
+            // starts; only a resident box's pid 1 (never watched) speaks of spawns or a FUSE root.
             m @ (Message::Pid1 { .. }
             | Message::WantIdMaps
             | Message::IdsMapped
@@ -290,7 +290,8 @@ impl<'a> Watching<'a> {
             | Message::ChdirFailed { .. }
             | Message::Root { .. }
             | Message::IdsFailed { .. }
-            | Message::HandedOver { .. }) => {
+            | Message::HandedOver { .. }
+            | Message::FuseDevice) => {
                 return Err(channel::unexpected(
                     self.watch.plan,
                     "Ready, SetupFailed, ExecFailed or MainExited",

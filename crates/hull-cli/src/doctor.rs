@@ -123,7 +123,7 @@ pub fn main(args: &DoctorArgs) -> i32 {
     let fs = read("/proc/filesystems").unwrap_or_default();
     // Named sandboxes mount their writable root as overlayfs in the box's user namespace, which
     // kernels allow from 5.11 on; elsewhere (or with HULL_OVERLAY=fuse) the keeper runs
-    // fuse-overlayfs instead (host root only).
+    // fuse-overlayfs instead (rootless: mounted by the box, which needs /dev/fuse).
     let release = read("/proc/sys/kernel/osrelease").unwrap_or_default();
     let userns_overlay = crate::named::fuse::kernel_allows_userns_overlay();
     let kernel_fs = fs.contains("overlay");
@@ -151,10 +151,13 @@ pub fn main(args: &DoctorArgs) -> i32 {
             } else {
                 format!("kernel {release} refuses overlayfs in a user namespace")
             };
-            match (fuse_installed, root) {
-                (true, true) => (true, format!("named sandboxes' writable root: fuse-overlayfs, run by each keeper ({why})"), None),
-                (false, _) => (false, format!("named sandboxes' writable root would be fuse-overlayfs ({why}), which is not installed"), Some("apt-get install fuse-overlayfs")),
-                (true, false) => (false, format!("named sandboxes' writable root would be fuse-overlayfs ({why}), which hull runs for host root only: named sandboxes cannot start rootless"), Some("a kernel 5.11 or newer (overlayfs in a user namespace), or run as root")),
+            // Rootless, each box opens /dev/fuse itself (as the caller) to mount its root.
+            let dev = if root { Ok(()) } else { crate::named::fuse::dev_fuse_openable() };
+            match (fuse_installed, root, dev) {
+                (false, _, _) => (false, format!("named sandboxes' writable root would be fuse-overlayfs ({why}), which is not installed"), Some("apt-get install fuse-overlayfs")),
+                (true, true, _) => (true, format!("named sandboxes' writable root: fuse-overlayfs, run by each keeper ({why})"), None),
+                (true, false, Ok(())) => (true, format!("named sandboxes' writable root: fuse-overlayfs, mounted by each box in its user namespace and served by its keeper ({why})"), None),
+                (true, false, Err(e)) => (false, format!("named sandboxes' writable root would be fuse-overlayfs ({why}), but this user cannot open /dev/fuse ({e}): named sandboxes cannot start rootless"), Some("chmod 0666 /dev/fuse as root (the distributions' default; scripts/setup.sh does it)")),
             }
         }
     };

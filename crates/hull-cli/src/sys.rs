@@ -172,3 +172,23 @@ pub fn die_with_parent(cmd: &mut std::process::Command) {
         std::os::unix::process::CommandExt::pre_exec(cmd, hook);
     }
 }
+
+/// Has `cmd`'s process join the user namespace `ns` (an open `/proc/PID/ns/user`) before its
+/// exec: it is then root there, with the namespace's capabilities, over the ids it maps.
+/// Register it before [`die_with_parent`] (joining changes the process's credentials).
+pub fn join_user_namespace(cmd: &mut std::process::Command, ns: std::os::fd::OwnedFd) {
+    let hook = move || {
+        // SAFETY: setns takes a descriptor we own (moved into this hook) and a namespace type;
+        // the forked child is single-threaded, as joining a user namespace requires.
+        let ret = unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&ns), libc::CLONE_NEWUSER) };
+        if ret != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    };
+    // SAFETY: the hook runs in the child between fork and exec and makes only setns, which is
+    // async-signal-safe, allocating nothing (an error is built from errno alone).
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(cmd, hook);
+    }
+}

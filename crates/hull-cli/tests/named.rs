@@ -2280,14 +2280,6 @@ fn a_sandbox_works_over_fuse_overlayfs() {
     );
     let d = doctor_writable_root(Some("fuse"));
     let detail = d["detail"].as_str().unwrap_or_default().to_string();
-    if !rustix::process::geteuid().is_root() {
-        assert_eq!(d["status"], "missing", "{d}");
-        assert!(detail.contains("for host root only"), "{d}");
-        hull_testkit::skip(
-            "the fuse-overlayfs fallback is host root's only (/dev/fuse is 0600 root here, so a rootless keeper cannot mount FUSE)",
-        );
-        return;
-    }
     if Command::new("fuse-overlayfs")
         .arg("--version")
         .output()
@@ -2296,11 +2288,34 @@ fn a_sandbox_works_over_fuse_overlayfs() {
         hull_testkit::skip("fuse-overlayfs is not installed (scripts/setup.sh installs it)");
         return;
     }
+    let host_root = rustix::process::geteuid().is_root();
+    // Rootless, each box opens /dev/fuse itself: doctor names the fix where it cannot.
+    let dev_fuse = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse");
+    if !host_root && dev_fuse.is_err() {
+        assert_eq!(d["status"], "missing", "{d}");
+        assert!(detail.contains("cannot open /dev/fuse"), "{d}");
+        assert!(
+            d["fix"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("chmod 0666 /dev/fuse"),
+            "{d}"
+        );
+        hull_testkit::skip(
+            "this user cannot open /dev/fuse (scripts/setup.sh makes it 0666, the distributions' default)",
+        );
+        return;
+    }
     assert_eq!(d["status"], "ok", "{d}");
-    assert!(
-        detail.contains("fuse-overlayfs, run by each keeper (HULL_OVERLAY=fuse)"),
-        "{d}"
-    );
+    let said = if host_root {
+        "fuse-overlayfs, run by each keeper (HULL_OVERLAY=fuse)"
+    } else {
+        "fuse-overlayfs, mounted by each box in its user namespace and served by its keeper (HULL_OVERLAY=fuse)"
+    };
+    assert!(detail.contains(said), "{d}");
     let s = Sandboxes::new();
     let fuse = |args: &[&str]| {
         let out = s
@@ -2329,6 +2344,46 @@ fn a_sandbox_works_over_fuse_overlayfs() {
         "hi\nws\n"
     );
     assert!(s.root().join("f/upper/opt/t/x").is_file());
+    if !host_root {
+        // What the box's root made belongs to the caller, as with the kernel's overlay.
+        use std::os::unix::fs::MetadataExt;
+        let made = std::fs::metadata(s.root().join("f/upper/opt/t/x")).expect("stat");
+        assert_eq!(made.uid(), rustix::process::geteuid().as_raw());
+        // The daemon runs in the box's user namespace (which owns the FUSE mount), but in the
+        // keeper's mount and pid namespaces, not the box's (a namespace's link reads the same
+        // inside and outside the box).
+        let keeper = s.keeper_pid("f");
+        let children = std::fs::read_to_string(format!("/proc/{keeper}/task/{keeper}/children"))
+            .expect("the keeper's children");
+        let comm = |p: &str| std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
+        let daemon = children
+            .split_whitespace()
+            .find(|p| comm(p).starts_with("fuse-overlayfs"))
+            .unwrap_or_else(|| panic!("no fuse-overlayfs among {children:?}"))
+            .to_string();
+        let ns = |p: &str, n: &str| {
+            std::fs::read_link(format!("/proc/{p}/ns/{n}"))
+                .unwrap_or_else(|e| panic!("/proc/{p}/ns/{n}: {e}"))
+                .display()
+                .to_string()
+        };
+        let in_box = fuse(&[
+            "exec",
+            "f",
+            "--",
+            "readlink",
+            "/proc/self/ns/user",
+            "/proc/self/ns/mnt",
+            "/proc/self/ns/pid",
+        ]);
+        let in_box: Vec<&str> = in_box.lines().collect();
+        assert_eq!(ns(&daemon, "user"), in_box[0]);
+        assert_ne!(ns(&daemon, "user"), ns("self", "user"));
+        assert_eq!(ns(&daemon, "mnt"), ns("self", "mnt"));
+        assert_ne!(ns(&daemon, "mnt"), in_box[1]);
+        assert_eq!(ns(&daemon, "pid"), ns("self", "pid"));
+        assert_ne!(ns(&daemon, "pid"), in_box[2]);
+    }
     fuse(&[
         "exec",
         "f",
@@ -2338,9 +2393,10 @@ fn a_sandbox_works_over_fuse_overlayfs() {
         "rm /opt/t/x && echo e > /etc/hull-fuse-test",
     ]);
     // Across a stop and a start, and into a template and a sandbox made from it.
+    // Host root's keeper stages the layers for its daemon; a rootless one needs no stage.
     let keeper = s.keeper_pid("f");
     let stage = std::env::temp_dir().join(format!("hull-fuse-{keeper}"));
-    assert!(stage.is_dir(), "{}", stage.display());
+    assert_eq!(stage.is_dir(), host_root, "{}", stage.display());
     fuse(&["stop", "f"]);
     // The daemon (which carries the keeper's environment) went with the keeper, and its stage.
     s.assert_no_keepers();
@@ -2401,6 +2457,111 @@ fn a_sandbox_works_over_fuse_overlayfs() {
         .expect("spawn");
     assert_ne!(out.status.code(), Some(0), "{out:?}");
     assert!(!Path::new("/usr/hull-fuse-test").exists());
+    // The keeper's file operations reach the FUSE root (rootless: from the box's user
+    // namespace, which owns the mount), as the box's root.
+    let a = serve_call(
+        &s,
+        "named.write_file",
+        serde_json::json!({ "sandbox": "g", "path": "/opt/n/made", "text": "by serve" }),
+    );
+    assert_eq!(a["result"]["bytes"], 8, "{a}");
+    let a = serve_call(
+        &s,
+        "named.read_file",
+        serde_json::json!({ "sandbox": "g", "path": "/etc/hull-fuse-test" }),
+    );
+    assert_eq!(a["result"]["data_b64"], "ZQo=", "{a}");
+    assert_eq!(fuse(&["exec", "g", "--", "cat", "/opt/n/made"]), "by serve");
+    assert!(s.root().join("g/upper/opt/n/made").is_file());
+}
+
+#[test]
+fn a_user_works_over_fuse_overlayfs() {
+    use std::os::unix::fs::MetadataExt;
+    if common::is_root() {
+        hull_testkit::skip(
+            "host root's fuse-overlayfs daemon runs as the box root's one host id and cannot give files to a user's ids (docs/named.md, Not done yet)",
+        );
+        return;
+    }
+    if Command::new("fuse-overlayfs")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        hull_testkit::skip("fuse-overlayfs is not installed (scripts/setup.sh installs it)");
+        return;
+    }
+    if std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .is_err()
+    {
+        hull_testkit::skip(
+            "this user cannot open /dev/fuse (scripts/setup.sh makes it 0666, the distributions' default)",
+        );
+        return;
+    }
+    if !can_map_users() {
+        return;
+    }
+    let s = Sandboxes::new();
+    let fuse = |args: &[&str]| {
+        s.cmd(args)
+            .env("HULL_OVERLAY", "fuse")
+            .output()
+            .expect("spawn hull")
+    };
+    let out = fuse(&[
+        "create",
+        "h",
+        "--user",
+        "1000",
+        "--setup",
+        "echo r > /etc/hull-root-only && chmod 600 /etc/hull-root-only",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    // The user's commands run as the user over the FUSE root: what it writes is its own on
+    // the host (the range's id), root's 0600 file stays closed to it.
+    let out = fuse(&[
+        "exec",
+        "h",
+        "--",
+        "sh",
+        "-c",
+        "id -u; echo u > /workspace/u; cat /etc/hull-root-only",
+    ]);
+    assert_ne!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(text(&out.stdout), "1000\n", "{out:?}");
+    assert!(text(&out.stderr).contains("ermission denied"), "{out:?}");
+    let upper = s.root().join("h/upper");
+    let uid = |p: &str| std::fs::metadata(upper.join(p)).expect(p).uid();
+    assert_eq!(uid("workspace/u"), host_uid_of(1000));
+    assert_eq!(
+        uid("etc/hull-root-only"),
+        rustix::process::geteuid().as_raw()
+    );
+    // File operations too (hull __files in the box's user namespace, as the user).
+    let a = serve_call(
+        &s,
+        "named.write_file",
+        serde_json::json!({ "sandbox": "h", "path": "/workspace/s", "text": "s" }),
+    );
+    assert_eq!(a["result"]["bytes"], 1, "{a}");
+    assert_eq!(uid("workspace/s"), host_uid_of(1000));
+    let a = serve_call(
+        &s,
+        "named.read_file",
+        serde_json::json!({ "sandbox": "h", "path": "/etc/hull-root-only" }),
+    );
+    assert!(
+        a["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("ermission denied"),
+        "{a}"
+    );
 }
 
 #[test]

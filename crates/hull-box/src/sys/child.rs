@@ -370,6 +370,24 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
             reserved_is_free(ctx, *fd)?;
             sys::open_path_at(&path.c, *fd)
         }
+        Step::MountFuse { at, fd, opts } => {
+            reserved_is_free(ctx, *fd)?;
+            let dev = sys::open_rdwr(c"/dev/fuse")?;
+            sys::place_at(std::os::fd::IntoRawFd::into_raw_fd(dev), *fd)?;
+            let r = sys::mount(
+                Some(c"fuse-overlayfs"),
+                &at.c,
+                Some(c"fuse.fuse-overlayfs"),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                Some(opts),
+            );
+            if r.is_ok() {
+                send(ctx.sock, Message::FuseDevice, Some(*fd));
+            }
+            // Only the supervisor's daemon holds the device from here on.
+            sys::close_raw(*fd);
+            r
+        }
         Step::PrivatizeMounts => {
             sys::mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE, None)
         }

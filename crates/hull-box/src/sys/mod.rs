@@ -363,6 +363,14 @@ pub fn open_dir_path(path: &CStr) -> SysResult<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// Opens `path` (a device: `/dev/fuse`) for reading and writing, close-on-exec.
+pub fn open_rdwr(path: &CStr) -> SysResult<OwnedFd> {
+    // SAFETY: a valid C string; the descriptor returned is ours.
+    let fd = check(unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) })?;
+    // SAFETY: fd was just opened and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// Opens this process's mount namespace at descriptor `at`.
 pub fn keep_mount_ns(at: RawFd) -> SysResult<()> {
     // SAFETY: a valid C string; the descriptor is moved to `at` and the original closed.

@@ -7,6 +7,10 @@
 //! user's permissions, and answers on the same socket in the keeper's own frames (`STDOUT` data,
 //! then `RESULT`). So what it writes is the user's, and it can write where the user can (the
 //! user's `/workspace`), and nowhere the user cannot.
+//!
+//! Over a rootless fuse-overlayfs root every operation (root's too) runs this way, in the box's
+//! own user namespace ([`Enter::Join`]): the root is a FUSE mount of
+//! that namespace, refused to the keeper outside it.
 
 use std::io::{IoSlice, IoSliceMut, Read, Write};
 use std::mem::MaybeUninit;
@@ -88,14 +92,32 @@ fn receive_root(sock: BorrowedFd<'_>) -> std::io::Result<OwnedFd> {
     root.ok_or_else(|| std::io::Error::other("no descriptor came with the first byte"))
 }
 
-/// The keeper's side: runs `op` as `owner` through `hull __files` in a user namespace mapped
-/// as the box's (`uids`, `gids`), `input` its data, and copies its frames to `w`.
+/// Which user namespace `hull __files` runs in.
+#[derive(Debug, Clone, Copy)]
+pub enum Enter<'a> {
+    /// A fresh one mapped as the box's (the caller's sub-id ranges, uids then gids).
+    Mapped(&'a (hull_box::subids::IdRange, hull_box::subids::IdRange)),
+    /// The box's own (this descriptor of it, opened while its pid 1 still let the keeper): a
+    /// rootless fuse-overlayfs root is a FUSE mount of that namespace, which no process outside
+    /// it (or its children) may use.
+    Join(BorrowedFd<'a>),
+}
+
+/// A started `hull __files`.
+enum Helper {
+    Mapped(hull_box::subids::MappedChild),
+    Joined(std::process::Child),
+}
+
+/// The keeper's side: runs `op` as `owner` through `hull __files` in the user namespace
+/// `enter` names, `input` its data, and copies its frames to `w`.
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     root: BorrowedFd<'_>,
     cwd: &str,
     op: &FileOp,
     owner: (u32, u32),
-    ranges: &(hull_box::subids::IdRange, hull_box::subids::IdRange),
+    enter: Enter<'_>,
     input: &mut (dyn Read + Send),
     w: &mut UnixStream,
 ) -> Result<(), String> {
@@ -110,15 +132,39 @@ pub fn run(
         text(serde_json::to_string(op).map_err(|e| e.to_string())?)?,
     ];
     let argv: Vec<&std::ffi::CStr> = args.iter().map(|a| a.as_c_str()).collect();
-    let child = hull_box::subids::spawn_mapped(
-        &[c"/proc/self/exe"],
-        &argv,
-        theirs.as_fd(),
-        theirs.as_fd(),
-        &ranges.0,
-        &ranges.1,
-    )
-    .map_err(|e| format!("start hull __files: {}", hull_api::Chain(&e)))?;
+    let child = match enter {
+        Enter::Mapped(ranges) => Helper::Mapped(
+            hull_box::subids::spawn_mapped(
+                &[c"/proc/self/exe"],
+                &argv,
+                theirs.as_fd(),
+                theirs.as_fd(),
+                &ranges.0,
+                &ranges.1,
+            )
+            .map_err(|e| format!("start hull __files: {}", hull_api::Chain(&e)))?,
+        ),
+        Enter::Join(ns) => {
+            let ns = ns
+                .try_clone_to_owned()
+                .map_err(|e| format!("dup the box's user namespace: {e}"))?;
+            let io = |s: &UnixStream| {
+                s.try_clone()
+                    .map(|c| std::process::Stdio::from(OwnedFd::from(c)))
+                    .map_err(|e| e.to_string())
+            };
+            let mut cmd = std::process::Command::new("/proc/self/exe");
+            std::os::unix::process::CommandExt::arg0(&mut cmd, "hull");
+            cmd.args(args[1..].iter().map(|a| a.to_string_lossy().into_owned()))
+                .stdin(io(&theirs)?)
+                .stdout(io(&theirs)?);
+            crate::sys::join_user_namespace(&mut cmd, ns);
+            Helper::Joined(
+                cmd.spawn()
+                    .map_err(|e| format!("start hull __files: {e}"))?,
+            )
+        }
+    };
     drop(theirs);
     let fds = [root];
     let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
@@ -142,9 +188,16 @@ pub fn run(
         });
         std::io::copy(&mut ours, w).map_err(|e| format!("relay hull __files: {e}"))
     })?;
-    match child.wait() {
-        Ok(Some(s)) if libc::WIFEXITED(s) && libc::WEXITSTATUS(s) == 0 => Ok(()),
-        Ok(s) => Err(format!("hull __files ended with wait status {s:?}")),
-        Err(e) => Err(hull_api::Chain(&e).to_string()),
+    match child {
+        Helper::Mapped(child) => match child.wait() {
+            Ok(Some(s)) if libc::WIFEXITED(s) && libc::WEXITSTATUS(s) == 0 => Ok(()),
+            Ok(s) => Err(format!("hull __files ended with wait status {s:?}")),
+            Err(e) => Err(hull_api::Chain(&e).to_string()),
+        },
+        Helper::Joined(mut child) => match child.wait() {
+            Ok(s) if s.success() => Ok(()),
+            Ok(s) => Err(format!("hull __files ended: {s}")),
+            Err(e) => Err(format!("wait for hull __files: {e}")),
+        },
     }
 }

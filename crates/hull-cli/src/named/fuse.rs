@@ -1,7 +1,7 @@
 //! The fuse-overlayfs fallback of a sandbox's writable root: where the kernel refuses overlayfs
 //! in a user namespace (before 5.11), or when `HULL_OVERLAY=fuse` asks for it.
 //!
-//! The keeper (host root) takes a mount namespace of its own, mounts a FUSE file system at
+//! Host root: the keeper takes a mount namespace of its own, mounts a FUSE file system at
 //! `<state>/merged` through a `/dev/fuse` descriptor it opened (a FUSE descriptor serves only
 //! mounts of the user namespace that opened it, so the box cannot use one of ours itself),
 //! and starts `fuse-overlayfs` on that descriptor (`/dev/fd/N`) as the box root's host ids (hull's
@@ -11,6 +11,11 @@
 //! namespace and the box's copy of it, so it is gone with them; the daemon is the keeper's child,
 //! killed at stop and by its death signal when the keeper dies (a SIGKILLed one included), and
 //! the next keeper sweeps a dead one's stage.
+//!
+//! Rootless ([`prepare_in_box`], [`serve_in_box`]): a FUSE mount is usable only from the user
+//! namespace that owns it and its children, and the keeper can own none above the box's; so the
+//! box's pid 1 mounts it in its own namespaces and sends the `/dev/fuse` descriptor, and the
+//! keeper starts the daemon on it joined to the box's user namespace (see `docs/named.md`).
 
 use std::ffi::CString;
 use std::fs::File;
@@ -122,6 +127,82 @@ fn sweep_stages() {
     }
 }
 
+/// Whether this user may open `/dev/fuse` (a rootless keeper's box opens it as the caller).
+pub fn dev_fuse_openable() -> std::io::Result<()> {
+    File::options()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .map(drop)
+}
+
+/// Rootless: the box's pid 1 mounts the FUSE file system at `state/merged` itself, in its own
+/// user and mount namespaces (hull-box's `WritableRoot::fuse_in_box`), and [`serve_in_box`]
+/// starts the daemon on the descriptor it sends. A rootless keeper cannot mount it for the
+/// box: mounting needs a user namespace of its own, whose FUSE connection the box (in a user
+/// namespace that is not a child of it) could not use.
+pub fn prepare_in_box(state: &Path, w: &mut hull_box::WritableRoot) -> Result<(), String> {
+    dev_fuse_openable().map_err(|e| {
+        format!(
+            "fuse-overlayfs rootless: open /dev/fuse: {e} (distributions ship it 0666, and the kernel allows FUSE mounts in a user namespace: `chmod 0666 /dev/fuse` as root, as scripts/setup.sh does; or a kernel 5.11 or newer, whose overlayfs works in a user namespace)"
+        )
+    })?;
+    let merged = state.join("merged");
+    match std::fs::create_dir(&merged) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("create {}: {e}", merged.display())),
+    }
+    w.merged = Some(merged);
+    w.fuse_in_box = true;
+    Ok(())
+}
+
+/// Starts `fuse-overlayfs -f` on `dev`, the `/dev/fuse` descriptor of the mount the box's
+/// pid 1 made, in the box's user namespace (`ns`) (root there: it creates files as the requests' ids, which
+/// that namespace maps, as the kernel's overlay would), with the keeper's mount namespace (the
+/// state directory and the layers are the caller's, reachable by path).
+pub fn serve_in_box(
+    ns: std::os::fd::OwnedFd,
+    dev: std::os::fd::OwnedFd,
+    w: &hull_box::WritableRoot,
+    image: Option<&Path>,
+) -> std::io::Result<()> {
+    let mut lowers: Vec<String> = w.lowers.iter().map(|l| l.display().to_string()).collect();
+    lowers.push(image.unwrap_or(&w.empty).display().to_string());
+    // Inherited across the exec (a dup is not close-on-exec).
+    let fuse_fd = rustix::io::dup(&dev)?;
+    let mut cmd = Command::new("fuse-overlayfs");
+    crate::sys::join_user_namespace(&mut cmd, ns);
+    // It must not outlive the keeper (a SIGKILLed one included): the box goes with it.
+    crate::sys::die_with_parent(&mut cmd);
+    cmd.arg("-f")
+        .arg("-o")
+        .arg(format!(
+            "lowerdir={},upperdir={},workdir={}",
+            lowers.join(":"),
+            w.upper.display(),
+            w.work.display()
+        ))
+        .arg(format!("/dev/fd/{}", fuse_fd.as_raw_fd()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+    let child = cmd.spawn().map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            std::io::Error::new(
+                e.kind(),
+                "fuse-overlayfs is not installed (apt-get install fuse-overlayfs)",
+            )
+        } else {
+            e
+        }
+    })?;
+    // Only the daemon holds the device now: if it dies, the box's root answers ENOTCONN.
+    drop((fuse_fd, dev));
+    *lock(&DAEMON) = Some(child);
+    Ok(())
+}
+
 /// Merges `w`'s layers over `image` (the lowest layer; None: the `host` image's empty one) with
 /// fuse-overlayfs at `state/merged`, in a mount namespace of this process's own; the merged
 /// directory. Host root only; must run before the process starts a thread.
@@ -131,10 +212,7 @@ pub fn mount(
     image: Option<&Path>,
 ) -> Result<PathBuf, String> {
     let Some((uid, gid)) = hull_box::remap::box_root() else {
-        return Err(
-            "fuse-overlayfs (HULL_OVERLAY=fuse, or a kernel that refuses overlayfs in a user namespace) is supported for host root only: a rootless keeper cannot mount FUSE for its box here"
-                .into(),
-        );
+        return Err("fuse-overlayfs mounted by the keeper is host root's (rootless: the box mounts it, see prepare_in_box)".into());
     };
     let c = |s: &str| CString::new(s).map_err(|_| format!("a NUL in {s:?}"));
     crate::sys::private_mount_namespace()

@@ -86,6 +86,9 @@ struct Keeper {
     spawns: Spawns,
     /// File operations beneath the box's root (`Request::File`).
     files: Result<Files, String>,
+    /// Rootless over fuse-overlayfs: the box's user namespace, which every file operation
+    /// runs in (`hull __files`; the root is a FUSE mount of that namespace).
+    fuse_in_box: Option<OwnedFd>,
 }
 
 /// Whether the lock file we hold is still the one at the sandbox's path.
@@ -317,19 +320,38 @@ fn watch_starter(keeper: &Arc<Keeper>) -> StarterWatch {
 fn start(dir: &Dir) -> Result<(Arc<Keeper>, mpsc::Receiver<()>), String> {
     let cfg = dir.config()?;
     let mut spec = spec_of(dir, &cfg)?;
-    // Before any thread starts: the fallback takes a mount namespace of the keeper's own.
+    // Before any thread starts: host root's fallback takes a mount namespace of the keeper's
+    // own; a rootless one's box mounts the FUSE file system itself and the keeper serves it.
+    let image = match &spec.root {
+        hull_box::RootSpec::Dir(d) => Some(d.clone()),
+        hull_box::RootSpec::Host => None,
+    };
+    let mut in_box = None;
     if super::fuse::mode()? == super::fuse::Overlay::Fuse {
-        let image = match &spec.root {
-            hull_box::RootSpec::Dir(d) => Some(d.clone()),
-            hull_box::RootSpec::Host => None,
-        };
         if let Some(w) = spec.writable_root.as_mut() {
-            let merged = super::fuse::mount(&dir.path, w, image.as_deref())?;
-            w.merged = Some(merged);
+            if rustix::process::geteuid().is_root() {
+                let merged = super::fuse::mount(&dir.path, w, image.as_deref())?;
+                w.merged = Some(merged);
+            } else {
+                super::fuse::prepare_in_box(&dir.path, w)?;
+                in_box = Some(w.clone());
+            }
         }
     }
     let runtime = Runtime::new().map_err(|e| chain(&e))?;
-    let resident = runtime.start_resident(&spec).map_err(|e| chain(&e))?;
+    // The box's user namespace, for the daemon and every file operation's `hull __files`,
+    // opened while its pid 1 still lets us: it turns non-dumpable only at the end of its setup,
+    // which waits for the daemon started here after the open.
+    let mut box_userns: Option<OwnedFd> = None;
+    let resident = match &in_box {
+        Some(w) => runtime.start_resident_serving(&spec, &mut |pid, dev| {
+            let ns: OwnedFd = File::open(format!("/proc/{pid}/ns/user"))?.into();
+            box_userns = Some(ns.try_clone()?);
+            super::fuse::serve_in_box(ns, dev, w, image.as_deref())
+        }),
+        None => runtime.start_resident(&spec),
+    }
+    .map_err(|e| chain(&e))?;
     for w in resident.warnings() {
         eprintln!("hull keeper: warning: {w}");
     }
@@ -350,6 +372,7 @@ fn start(dir: &Dir) -> Result<(Arc<Keeper>, mpsc::Receiver<()>), String> {
     let (stop_tx, stop_rx) = mpsc::channel();
     let keeper = Arc::new(Keeper {
         files,
+        fuse_in_box: box_userns,
         env: hull_box::assemble::box_env(&spec),
         cwd: spec.cwd.clone(),
         shell: shell_of(&spec),
@@ -853,19 +876,39 @@ impl Keeper {
                 let owner = super::files::owner_of_written_files(self.user.get());
                 let mut input = StdinFrames(reader, false, Vec::new());
                 let answer = match (&self.files, w.try_clone()) {
-                    (Ok(files), Ok(_)) if files.needs_namespace(owner) => {
-                        // Rootless, as a user of sub-ids: `hull __files` answers itself.
+                    (Ok(files), Ok(_))
+                        if files.needs_namespace(owner) || self.fuse_in_box.is_some() =>
+                    {
+                        // Rootless, as a user of sub-ids or over a FUSE root of the box's
+                        // user namespace: `hull __files` answers itself.
                         let (root, cwd) = files.root();
-                        let relayed = hull_box::subids::lookup(
-                            rustix::process::getuid().as_raw(),
-                            rustix::process::getgid().as_raw(),
-                        )
-                        .map_err(|e| hull_api::Chain(&e).to_string())
-                        .and_then(|ranges| {
-                            super::files_ns::run(
-                                root, cwd, &file, owner, &ranges, &mut input, &mut w,
+                        let relayed = match &self.fuse_in_box {
+                            Some(ns) => super::files_ns::run(
+                                root,
+                                cwd,
+                                &file,
+                                owner,
+                                super::files_ns::Enter::Join(ns.as_fd()),
+                                &mut input,
+                                &mut w,
+                            ),
+                            None => hull_box::subids::lookup(
+                                rustix::process::getuid().as_raw(),
+                                rustix::process::getgid().as_raw(),
                             )
-                        });
+                            .map_err(|e| hull_api::Chain(&e).to_string())
+                            .and_then(|ranges| {
+                                super::files_ns::run(
+                                    root,
+                                    cwd,
+                                    &file,
+                                    owner,
+                                    super::files_ns::Enter::Mapped(&ranges),
+                                    &mut input,
+                                    &mut w,
+                                )
+                            }),
+                        };
                         match relayed {
                             Ok(()) => None,
                             Err(e) => Some(

@@ -195,6 +195,7 @@ impl Dir {
             lowers: layers.iter().map(|id| layer_path(&self.path, id)).collect(),
             workspace_in_root,
             merged: None,
+            fuse_in_box: false,
         };
         for l in &root.lowers {
             if !l.is_dir() {
