@@ -174,20 +174,35 @@ pub fn die_with_parent(cmd: &mut std::process::Command) {
 }
 
 /// Has `cmd`'s process join the user namespace `ns` (an open `/proc/PID/ns/user`) before its
-/// exec: it is then root there, with the namespace's capabilities, over the ids it maps.
-/// Register it before [`die_with_parent`] (joining changes the process's credentials).
+/// exec and become root there (ids 0, with the namespace's capabilities over the ids it maps).
+/// Host root first drops its supplementary groups (host groups, unmapped there); rootless, the
+/// caller's ids are already that root's. Register it before [`die_with_parent`] (joining changes
+/// the process's credentials).
 pub fn join_user_namespace(cmd: &mut std::process::Command, ns: std::os::fd::OwnedFd) {
     let hook = move || {
+        let check = |ret: libc::c_int| {
+            if ret == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        };
+        // SAFETY: getuid has no preconditions.
+        if unsafe { libc::getuid() } == 0 {
+            // SAFETY: an empty list (a null pointer with a zero count) is valid for setgroups.
+            check(unsafe { libc::setgroups(0, std::ptr::null()) })?;
+        }
         // SAFETY: setns takes a descriptor we own (moved into this hook) and a namespace type;
         // the forked child is single-threaded, as joining a user namespace requires.
-        let ret = unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&ns), libc::CLONE_NEWUSER) };
-        if ret != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(())
+        check(unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&ns), libc::CLONE_NEWUSER) })?;
+        // SAFETY: plain integer arguments; they only change this process's credentials.
+        check(unsafe { libc::setresgid(0, 0, 0) })?;
+        // SAFETY: as above.
+        check(unsafe { libc::setresuid(0, 0, 0) })
     };
-    // SAFETY: the hook runs in the child between fork and exec and makes only setns, which is
-    // async-signal-safe, allocating nothing (an error is built from errno alone).
+    // SAFETY: the hook runs in the child between fork and exec and makes only raw system calls
+    // (getuid, setgroups, setns, setresgid, setresuid), which are async-signal-safe, allocating
+    // nothing (an error is built from errno alone).
     unsafe {
         std::os::unix::process::CommandExt::pre_exec(cmd, hook);
     }

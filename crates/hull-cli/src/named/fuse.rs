@@ -158,6 +158,25 @@ pub fn prepare_in_box(state: &Path, w: &mut hull_box::WritableRoot) -> Result<()
     Ok(())
 }
 
+/// Host root with a `--user`: as rootless, the box's pid 1 mounts FUSE in its own namespaces
+/// and the daemon runs joined to the box's user namespace, as its root, so it can give what it
+/// makes to any id the box maps (the keeper-mounted daemon of [`mount`] runs as the box root's
+/// one host id and could not); the layers and the mount point are staged (in a mount namespace of
+/// the keeper's own) where the box root's host ids can reach them. Must run before the process
+/// starts a thread.
+pub fn prepare_in_box_staged(
+    state: &Path,
+    w: &mut hull_box::WritableRoot,
+    image: Option<&Path>,
+) -> Result<Staged, String> {
+    prepare_in_box(state, w)?;
+    crate::sys::private_mount_namespace()
+        .map_err(|e| format!("a mount namespace for fuse-overlayfs: {e}"))?;
+    let staged = stage(state, w, image)?;
+    w.merged = Some(staged.state_at.join("merged"));
+    Ok(staged)
+}
+
 /// Starts `fuse-overlayfs -f` on `dev`, the `/dev/fuse` descriptor of the mount the box's
 /// pid 1 made, in the box's user namespace (`ns`) (root there: it creates files as the requests' ids, which
 /// that namespace maps, as the kernel's overlay would), with the keeper's mount namespace (the
@@ -167,9 +186,21 @@ pub fn serve_in_box(
     dev: std::os::fd::OwnedFd,
     w: &hull_box::WritableRoot,
     image: Option<&Path>,
+    staged: Option<&Staged>,
 ) -> std::io::Result<()> {
-    let mut lowers: Vec<String> = w.lowers.iter().map(|l| l.display().to_string()).collect();
-    lowers.push(image.unwrap_or(&w.empty).display().to_string());
+    let (lowers, upper, work) = match staged {
+        Some(st) => (st.lowers.clone(), st.upper.clone(), st.work.clone()),
+        None => {
+            let mut lowers: Vec<String> =
+                w.lowers.iter().map(|l| l.display().to_string()).collect();
+            lowers.push(image.unwrap_or(&w.empty).display().to_string());
+            (
+                lowers,
+                w.upper.display().to_string(),
+                w.work.display().to_string(),
+            )
+        }
+    };
     // Inherited across the exec (a dup is not close-on-exec).
     let fuse_fd = rustix::io::dup(&dev)?;
     let mut cmd = Command::new("fuse-overlayfs");
@@ -179,10 +210,8 @@ pub fn serve_in_box(
     cmd.arg("-f")
         .arg("-o")
         .arg(format!(
-            "lowerdir={},upperdir={},workdir={}",
+            "lowerdir={},upperdir={upper},workdir={work}",
             lowers.join(":"),
-            w.upper.display(),
-            w.work.display()
         ))
         .arg(format!("/dev/fd/{}", fuse_fd.as_raw_fd()))
         .stdin(Stdio::null())
@@ -203,43 +232,22 @@ pub fn serve_in_box(
     Ok(())
 }
 
-/// Merges `w`'s layers over `image` (the lowest layer; None: the `host` image's empty one) with
-/// fuse-overlayfs at `state/merged`, in a mount namespace of this process's own; the merged
-/// directory. Host root only; must run before the process starts a thread.
-pub fn mount(
-    state: &Path,
-    w: &hull_box::WritableRoot,
-    image: Option<&Path>,
-) -> Result<PathBuf, String> {
-    let Some((uid, gid)) = hull_box::remap::box_root() else {
-        return Err("fuse-overlayfs mounted by the keeper is host root's (rootless: the box mounts it, see prepare_in_box)".into());
-    };
+/// The layers' paths as a process of the box root's host ids can resolve them (host root: the
+/// state directory is host root's, under the sandboxes' directory, 0700).
+#[derive(Debug)]
+pub struct Staged {
+    /// The lower layers, top first, the image last.
+    lowers: Vec<String>,
+    upper: String,
+    work: String,
+    /// The state directory, bound under the stage.
+    state_at: PathBuf,
+}
+
+/// Binds `w`'s layers and the state directory under a stage of this keeper's (in its own mount
+/// namespace, which the caller has taken), so the box root's ids may resolve them.
+fn stage(state: &Path, w: &hull_box::WritableRoot, image: Option<&Path>) -> Result<Staged, String> {
     let c = |s: &str| CString::new(s).map_err(|_| format!("a NUL in {s:?}"));
-    crate::sys::private_mount_namespace()
-        .map_err(|e| format!("a mount namespace for fuse-overlayfs: {e}"))?;
-    let merged = state.join("merged");
-    match std::fs::create_dir(&merged) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(format!("create {}: {e}", merged.display())),
-    }
-    let dev = File::options()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-        .map_err(|e| format!("open /dev/fuse: {e}"))?;
-    let opts = format!(
-        "fd={},rootmode=40000,user_id={uid},group_id={gid},allow_other,default_permissions",
-        dev.as_raw_fd()
-    );
-    let target = c(&merged.display().to_string())?;
-    crate::sys::mount_fuse(
-        &target,
-        c"fuse-overlayfs",
-        c"fuse.fuse-overlayfs",
-        &c(&opts)?,
-    )
-    .map_err(|e| format!("mount FUSE at {}: {e}", merged.display()))?;
     // The daemon runs as the box root's ids, which cannot enter the state directory (host
     // root's, 0700), and it resolves its layers' paths: each is bound, in this mount namespace
     // only, under a stage of its own it may traverse (empty directories on the host).
@@ -282,8 +290,54 @@ pub fn mount(
     std::fs::set_permissions(state, std::os::unix::fs::PermissionsExt::from_mode(0o711))
         .map_err(|e| format!("chmod {}: {e}", state.display()))?;
     let state_at = PathBuf::from(bound(state, "state")?);
-    let upper = state_at.join(upper_name).display().to_string();
-    let work = state_at.join(work_name).display().to_string();
+    Ok(Staged {
+        lowers,
+        upper: state_at.join(upper_name).display().to_string(),
+        work: state_at.join(work_name).display().to_string(),
+        state_at,
+    })
+}
+
+/// Merges `w`'s layers over `image` (the lowest layer; None: the `host` image's empty one) with
+/// fuse-overlayfs at `state/merged`, in a mount namespace of this process's own; the merged
+/// directory. Host root only; must run before the process starts a thread.
+pub fn mount(
+    state: &Path,
+    w: &hull_box::WritableRoot,
+    image: Option<&Path>,
+) -> Result<PathBuf, String> {
+    let Some((uid, gid)) = hull_box::remap::box_root() else {
+        return Err("fuse-overlayfs mounted by the keeper is host root's (rootless: the box mounts it, see prepare_in_box)".into());
+    };
+    let c = |s: &str| CString::new(s).map_err(|_| format!("a NUL in {s:?}"));
+    crate::sys::private_mount_namespace()
+        .map_err(|e| format!("a mount namespace for fuse-overlayfs: {e}"))?;
+    let merged = state.join("merged");
+    match std::fs::create_dir(&merged) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("create {}: {e}", merged.display())),
+    }
+    let dev = File::options()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .map_err(|e| format!("open /dev/fuse: {e}"))?;
+    let opts = format!(
+        "fd={},rootmode=40000,user_id={uid},group_id={gid},allow_other,default_permissions",
+        dev.as_raw_fd()
+    );
+    let target = c(&merged.display().to_string())?;
+    crate::sys::mount_fuse(
+        &target,
+        c"fuse-overlayfs",
+        c"fuse.fuse-overlayfs",
+        &c(&opts)?,
+    )
+    .map_err(|e| format!("mount FUSE at {}: {e}", merged.display()))?;
+    let staged = stage(state, w, image)?;
+    let (upper, work) = (&staged.upper, &staged.work);
+    let lowers = &staged.lowers;
     let fuse_fd = rustix::io::dup(&dev).map_err(|e| format!("dup /dev/fuse: {e}"))?;
     let fuse_name = format!("/dev/fd/{}", fuse_fd.as_raw_fd());
     let mut cmd = Command::new("fuse-overlayfs");

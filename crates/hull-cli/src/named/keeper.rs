@@ -327,11 +327,20 @@ fn start(dir: &Dir) -> Result<(Arc<Keeper>, mpsc::Receiver<()>), String> {
         hull_box::RootSpec::Host => None,
     };
     let mut in_box = None;
+    let mut staged = None;
     if super::fuse::mode()? == super::fuse::Overlay::Fuse {
         if let Some(w) = spec.writable_root.as_mut() {
-            if rustix::process::geteuid().is_root() {
+            let user = cfg.user.as_deref().filter(|u| !users::is_root(u));
+            if rustix::process::geteuid().is_root() && user.is_none() {
                 let merged = super::fuse::mount(&dir.path, w, image.as_deref())?;
                 w.merged = Some(merged);
+            } else if rustix::process::geteuid().is_root() {
+                staged = Some(super::fuse::prepare_in_box_staged(
+                    &dir.path,
+                    w,
+                    image.as_deref(),
+                )?);
+                in_box = Some(w.clone());
             } else {
                 super::fuse::prepare_in_box(&dir.path, w)?;
                 in_box = Some(w.clone());
@@ -347,7 +356,7 @@ fn start(dir: &Dir) -> Result<(Arc<Keeper>, mpsc::Receiver<()>), String> {
         Some(w) => runtime.start_resident_serving(&spec, &mut |pid, dev| {
             let ns: OwnedFd = File::open(format!("/proc/{pid}/ns/user"))?.into();
             box_userns = Some(ns.try_clone()?);
-            super::fuse::serve_in_box(ns, dev, w, image.as_deref())
+            super::fuse::serve_in_box(ns, dev, w, image.as_deref(), staged.as_ref())
         }),
         None => runtime.start_resident(&spec),
     }
