@@ -25,6 +25,7 @@ pub const METHODS: &[&str] = &[
     "named.stop",
     "named.rm",
     "named.list",
+    "named.logs",
     "named.exec",
     "named.spawn",
     "named.wait",
@@ -212,6 +213,7 @@ fn config_of(name: &str, p: &Map<String, Value>) -> Result<Config, Value> {
         "max_duration_s",
         "adopt",
         "user",
+        "template",
     ];
     if let Some(k) = p.keys().find(|k| !KNOWN.contains(&k.as_str())) {
         return Err(invalid(k, "unknown parameter"));
@@ -271,10 +273,33 @@ fn differing(have: &Config, want: &Config) -> Option<String> {
 fn create(p: &Map<String, Value>) -> Result<Value, Value> {
     let name = string(p, "name")?.ok_or_else(|| invalid("name", "missing"))?;
     let dir = Dir::of(&name).map_err(|e| invalid("name", e))?;
-    let cfg = config_of(&name, p)?;
+    let mut cfg = config_of(&name, p)?;
+    // From a template: read, and the configuration naming its layers written, under the
+    // store's shared lock (as `hull create --template`).
+    let template = string(p, "template")?;
+    let mut store = None;
+    if let Some(t) = &template {
+        store =
+            Some(crate::named::template::Lock::take(false).map_err(|e| err("sandbox_error", e))?);
+        let base = crate::named::template::get(t).map_err(|e| invalid("template", e))?;
+        let given = crate::named::Given {
+            image: p.contains_key("image"),
+            workspace: p.contains_key("workspace"),
+            pids: p.contains_key("pids"),
+            user: p.contains_key("user"),
+        };
+        cfg = crate::named::over_template(&base, &name, cfg, given).map_err(|e| {
+            // Its messages name the CLI's flags; the SDKs spell them as parameters.
+            let arg = ["image", "workspace"]
+                .into_iter()
+                .find(|a| e.starts_with(&format!("--{a}")))
+                .unwrap_or("template");
+            invalid(arg, e.replacen(&format!("--{arg}"), arg, 1))
+        })?;
+    }
     let adopt = boolean(p, "adopt")?;
     if !(adopt && dir.path.exists()) {
-        match crate::named::create_with(&dir, &cfg, None) {
+        match crate::named::create_with(&dir, &cfg, store.take()) {
             Ok(()) => return Ok(json!({ "sandbox": name, "created": true })),
             Err(e) if !(adopt && e.contains("(conflict)")) => {
                 let kind = if e.contains("(conflict)") {
@@ -331,11 +356,29 @@ fn list() -> Value {
             let st = if d.running() { "running" } else { "stopped" };
             Some(json!({
                 "name": d.name, "state": st, "image": cfg.image,
+                "user": cfg.user.as_deref().unwrap_or("root"),
                 "age_s": state::now_secs().saturating_sub(cfg.created), "size_bytes": d.size(),
             }))
         })
         .collect();
     json!({ "sandboxes": all })
+}
+
+/// `named.logs`: what every exec and spawn printed (the exec log, the older file first), as
+/// `hull logs` prints it; `max_bytes` keeps its end.
+fn logs(p: &Map<String, Value>) -> Result<Value, Value> {
+    let dir = existing(p)?;
+    let max = number(p, "max_bytes")?.map(whole);
+    let mut all = Vec::new();
+    crate::named::logs::print(&dir.logs(), &mut all, false, || true);
+    let cut = max.map_or(0, |m| {
+        all.len()
+            .saturating_sub(usize::try_from(m).unwrap_or(usize::MAX))
+    });
+    Ok(json!({
+        "logs": String::from_utf8_lossy(&all[cut..]),
+        "truncated": cut > 0,
+    }))
 }
 
 /// What one exec gave.
@@ -667,6 +710,7 @@ pub(crate) fn handle(out: &Out, id: &Value, method: &str, params: Value) -> Resu
             Ok(json!({ "removed": true }))
         }
         "named.list" => Ok(list()),
+        "named.logs" => logs(&p),
         "named.exec" => exec(out, id, &p),
         "named.spawn" => spawn(&p),
         "named.wait" => wait(out, id, &p),

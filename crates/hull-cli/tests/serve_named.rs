@@ -825,3 +825,80 @@ fn a_spawn_whose_client_went_away_before_the_answer_does_not_run_on() {
     b.call("named.rm", json!({ "sandbox": "gone" }));
     b.close();
 }
+
+/// `named.create` from a template (as `hull create --template`), `named.logs` (what `hull logs`
+/// prints) and `named.list` with each sandbox's user.
+#[test]
+fn create_from_a_template_logs_and_list_through_serve() {
+    let sbs = Sandboxes::new();
+    let mut s = sbs.serve();
+    s.call(
+        "named.create",
+        json!({ "name": "base", "env": { "FROM_BASE": "1" } }),
+    );
+    assert_eq!(
+        sh(
+            &mut s,
+            "base",
+            "mkdir -p /opt && echo baked > /opt/baked && echo logged-$((6*7))"
+        )["exit_code"],
+        json!(0)
+    );
+    s.call("named.stop", json!({ "sandbox": "base" }));
+    let out = sbs.hull(&["template", "save", "base", "t1"]);
+    assert!(out.status.success(), "{out:?}");
+    let made = s.call(
+        "named.create",
+        json!({ "name": "child", "template": "t1", "env": { "MINE": "2" } }),
+    );
+    assert_eq!(made["created"], json!(true));
+    let r = sh(&mut s, "child", "cat /opt/baked; echo $FROM_BASE$MINE");
+    assert_eq!(r["stdout"], json!("baked\n12\n"), "{r}");
+    // The template's image is the only one its layers lie over; a missing template is named.
+    let e = s.error(
+        "named.create",
+        json!({ "name": "other", "template": "t1", "image": "busybox:1" }),
+    );
+    assert_eq!(
+        (e["kind"].as_str(), e["arg"].as_str()),
+        (Some("invalid_argument"), Some("image")),
+        "{e}"
+    );
+    let e = s.error(
+        "named.create",
+        json!({ "name": "other", "template": "nope" }),
+    );
+    assert_eq!(e["arg"], json!("template"), "{e}");
+    assert!(
+        sbs.hull(&["ps", "--json"]).stdout.len() > 2
+            && !String::from_utf8_lossy(&sbs.hull(&["ps"]).stdout).contains("other"),
+        "a refused creation left a sandbox"
+    );
+    // Logs: what the base's commands printed, its end with max_bytes.
+    let l = s.call("named.logs", json!({ "sandbox": "base" }));
+    assert!(l["logs"].as_str().unwrap().contains("logged-42\n"), "{l}");
+    assert_eq!(l["truncated"], json!(false));
+    let tail = s.call("named.logs", json!({ "sandbox": "base", "max_bytes": 10 }));
+    assert_eq!(tail["logs"].as_str().unwrap().len(), 10, "{tail}");
+    assert_eq!(tail["truncated"], json!(true));
+    let e = s.error("named.logs", json!({ "sandbox": "ghost" }));
+    assert_eq!(e["kind"], json!("not_found"), "{e}");
+    let list = s.call("named.list", json!({}));
+    let names: Vec<(&str, &str, &str)> = list["sandboxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| {
+            (
+                x["name"].as_str().unwrap(),
+                x["state"].as_str().unwrap(),
+                x["user"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert!(names.contains(&("base", "stopped", "root")), "{list}");
+    assert!(names.contains(&("child", "running", "root")), "{list}");
+    s.call("named.rm", json!({ "sandbox": "child" }));
+    s.call("named.rm", json!({ "sandbox": "base" }));
+    s.close();
+}

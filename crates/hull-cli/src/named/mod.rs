@@ -182,20 +182,51 @@ const DEFAULT_PIDS: u64 = 1024;
 
 /// The configuration `a` asks for, over template `base`'s when given.
 fn config_of(a: &CreateArgs, base: Option<&template::Template>) -> Result<Config, String> {
-    let mut c = config_of_args(a)?;
-    let Some(t) = base else {
-        return Ok(c);
-    };
-    let mut b = template::config_for(t, &a.name);
-    if let Some(image) = &a.image {
-        if *image != b.image {
-            return Err(format!(
-                "--image {image}: template `{}` is of image `{}` (its layers lie over that image)",
-                t.name, b.image
-            ));
-        }
+    let c = config_of_args(a)?;
+    match base {
+        None => Ok(c),
+        Some(t) => over_template(
+            t,
+            &a.name,
+            c,
+            Given {
+                image: a.image.is_some(),
+                workspace: a.workspace.is_some(),
+                pids: a.pids.is_some(),
+                user: a.user.is_some(),
+            },
+        ),
     }
-    if a.workspace.is_some() {
+}
+
+/// Which options of a creation from a template the caller gave (the others are the template's).
+#[derive(Debug, Clone, Copy)]
+pub struct Given {
+    pub image: bool,
+    pub workspace: bool,
+    pub pids: bool,
+    pub user: bool,
+}
+
+/// The configuration of sandbox `name` made from template `t` with the options of `c` that the
+/// caller gave over the template's (`hull create --template`, `named.create` with `template`):
+/// another image or a `--workspace` is refused (the layers lie over the template's image, and
+/// `/workspace` is the template's); `--ro-workspace`s and `--env` are added; setup runs again
+/// only as given here.
+pub fn over_template(
+    t: &template::Template,
+    name: &str,
+    mut c: Config,
+    given: Given,
+) -> Result<Config, String> {
+    let mut b = template::config_for(t, name);
+    if given.image && c.image != b.image {
+        return Err(format!(
+            "--image {}: template `{}` is of image `{}` (its layers lie over that image)",
+            c.image, t.name, b.image
+        ));
+    }
+    if given.workspace {
         return Err(
             "--workspace: a sandbox made from a template has its /workspace from the template"
                 .into(),
@@ -209,7 +240,7 @@ fn config_of(a: &CreateArgs, base: Option<&template::Template>) -> Result<Config
     }
     b.memory = c.memory.or(b.memory);
     b.cpus = c.cpus.or(b.cpus);
-    if a.pids.is_some() {
+    if given.pids {
         b.pids = c.pids;
     }
     b.env.append(&mut c.env);
@@ -217,7 +248,7 @@ fn config_of(a: &CreateArgs, base: Option<&template::Template>) -> Result<Config
     b.setup_timeout_ms = c.setup_timeout_ms;
     b.idle_timeout_ms = c.idle_timeout_ms.or(b.idle_timeout_ms);
     b.max_duration_ms = c.max_duration_ms.or(b.max_duration_ms);
-    if a.user.is_some() {
+    if given.user {
         b.user = c.user;
     }
     Ok(b)
