@@ -34,6 +34,9 @@ export interface NamedSandboxOptions {
    * from its /etc/passwd); setup runs as root, /workspace and the user's home are made its.
    * Default: root. Needs an /etc/subuid range when hull is not run as root. */
   user?: string;
+  /** A saved template (`hull template save`) to start from: its disk and configuration, these
+   * options over them (another image or a workspace is refused). */
+  template?: string;
 }
 
 /** How one command runs. */
@@ -63,6 +66,7 @@ const OPTION_NAMES: Record<string, string> = {
   idleTimeoutS: "idle_timeout_s",
   maxDurationS: "max_duration_s",
   user: "user",
+  template: "template",
 };
 
 function createParams(o: NamedSandboxOptions): Record<string, unknown> {
@@ -189,6 +193,27 @@ export class NamedSandbox {
   /** @internal */
   call(method: string, params: Record<string, unknown>, onEvent?: EventHandler): Promise<any> {
     return this.server.call(method, { sandbox: this.name, ...params }, onEvent);
+  }
+
+  /** What every exec and spawn printed (`hull logs`), as text; its last `maxBytes` bytes when
+   * given. */
+  async logs(options: { maxBytes?: number } = {}): Promise<string> {
+    const p: Record<string, unknown> = {};
+    if (options.maxBytes !== undefined) {
+      if (!Number.isInteger(options.maxBytes) || options.maxBytes < 0) throw new RangeError(`maxBytes must be a whole number, got ${options.maxBytes}`);
+      p.max_bytes = options.maxBytes;
+    }
+    return (await this.call("named.logs", p)).logs;
+  }
+
+  /** @internal Every named sandbox (`hull ps`). */
+  static async list(): Promise<SandboxListing[]> {
+    const server = await NamedSandbox.open("");
+    try {
+      return (await server.call("named.list", {})).sandboxes;
+    } finally {
+      await server.close();
+    }
   }
 
   /** Runs a command (an array is argv, a string one shell string run by bash, else sh). A
@@ -397,6 +422,21 @@ export class Process {
     await this.sandbox.call("named.kill", { process: this.id });
     return this.done;
   }
+}
+
+/** One named sandbox as `listSandboxes()` reports it. */
+export interface SandboxListing {
+  name: string;
+  state: "running" | "stopped";
+  image: string;
+  user: string;
+  age_s: number;
+  size_bytes: number;
+}
+
+/** Every named sandbox of this user (`hull ps`). */
+export function listSandboxes(): Promise<SandboxListing[]> {
+  return NamedSandbox.list();
 }
 
 /** The named sandbox `name`, started again if it was stopped. */

@@ -10,7 +10,7 @@ import { fileURLToPath } from "node:url";
 import { test } from "node:test";
 
 import "./helpers.mjs";
-import { NamedSandbox, Sandbox, SandboxError, resume } from "../dist/index.js";
+import { NamedSandbox, Sandbox, SandboxError, listSandboxes, resume } from "../dist/index.js";
 
 const dist = resolve(dirname(fileURLToPath(import.meta.url)), "../dist/index.js");
 
@@ -268,5 +268,33 @@ test("file paths resolve inside the sandbox's root; line ranges; typed errors", 
     } finally {
       await sb.destroy();
       rmSync(dir, { recursive: true, force: true });
+    }
+  }));
+
+test("a sandbox from a template, its logs, and the list of sandboxes", () =>
+  withSandboxes(async (root) => {
+    const base = await Sandbox.create({ name: "base", env: { FROM_BASE: "1" } });
+    try {
+      assert.equal((await base.exec("mkdir -p /opt && echo baked > /opt/baked && echo printed-$((6*7))")).exitCode, 0);
+      await base.stop();
+      execFileSync(process.env.HULL_BIN, ["template", "save", "base", "t1"], { env: process.env });
+      const child = await Sandbox.create({ name: "child", template: "t1", env: { MINE: "2" } });
+      try {
+        assert.equal((await child.exec("cat /opt/baked; echo $FROM_BASE$MINE")).stdout, "baked\n12\n");
+        const listed = Object.fromEntries((await listSandboxes()).map((s) => [s.name, s]));
+        assert.equal(listed.child.state, "running");
+        assert.equal(listed.child.user, "root");
+        assert.equal(listed.base.state, "stopped");
+      } finally {
+        await child.destroy();
+      }
+      const logs = await base.logs();
+      assert.ok(logs.includes("printed-42\n"), logs);
+      assert.equal(await base.logs({ maxBytes: 5 }), logs.slice(-5));
+      await assert.rejects(Sandbox.create({ name: "other", template: "t1", image: "busybox:1" }), (e) => /template `t1` is of image `host`/.test(e.message));
+    } finally {
+      await base.destroy();
+      execFileSync(process.env.HULL_BIN, ["template", "rm", "t1"], { env: process.env });
+      rmSync(join(root, ".templates"), { recursive: true, force: true });
     }
   }));

@@ -333,3 +333,27 @@ def test_file_paths_resolve_inside_the_sandbox_root(sandboxes, tmp_path):
         assert e.value.kind == "not_a_directory"
         # Written as the sandbox's user.
         assert sb.exec("stat -c %u lines.txt").stdout == "0\n"
+
+
+def test_a_template_logs_and_the_list_of_sandboxes(sandboxes):
+    with Sandbox(name="base", env={"FROM_BASE": "1"}) as base:
+        assert base.exec("mkdir -p /opt && echo baked > /opt/baked && echo printed-$((6*7))").exit_code == 0
+        base.stop()
+        out = subprocess.run([find_hull(), "template", "save", "base", "t1"], capture_output=True, text=True)
+        assert out.returncode == 0, out
+        with Sandbox(name="child", template="t1", env={"MINE": "2"}) as child:
+            assert child.exec("cat /opt/baked; echo $FROM_BASE$MINE").stdout == "baked\n12\n"
+            listed = {s["name"]: s for s in hull_sandbox.list_sandboxes()}
+            assert listed["child"]["state"] == "running" and listed["child"]["user"] == "root"
+            assert listed["base"]["state"] == "stopped"
+        assert "printed-42\n" in base.logs()
+        assert base.logs(max_bytes=5) == base.logs()[-5:]
+    with pytest.raises(ValueError) as e:
+        Sandbox(name="other", template="t1", image="busybox:1")
+    assert e.value.arg == "image" and "template `t1` is of image `host`" in str(e.value)
+    with pytest.raises(TypeError):
+        Sandbox(template="t1")
+    subprocess.run([find_hull(), "template", "rm", "t1"], check=True)
+    # The store's own lock file and layer directory stay; the test's state directory goes.
+    import shutil
+    shutil.rmtree(sandboxes / ".templates")

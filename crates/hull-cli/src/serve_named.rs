@@ -294,7 +294,10 @@ fn create(p: &Map<String, Value>) -> Result<Value, Value> {
                 .into_iter()
                 .find(|a| e.starts_with(&format!("--{a}")))
                 .unwrap_or("template");
-            invalid(arg, e.replacen(&format!("--{arg}"), arg, 1))
+            let said = e
+                .strip_prefix(&format!("--{arg}"))
+                .map_or(e.as_str(), |r| r.trim_start_matches(':').trim_start());
+            invalid(arg, said)
         })?;
     }
     let adopt = boolean(p, "adopt")?;

@@ -46,7 +46,7 @@ export async function misuse(sb: Sandbox): Promise<void> {
   (await sb.runCode("1")).results[0].data["text/plain"] = "x";
 }
 
-import { NamedSandbox, Process, resume, type NamedSandboxOptions } from "../../dist/index.js";
+import { NamedSandbox, Process, listSandboxes, resume, type NamedSandboxOptions, type SandboxListing } from "../../dist/index.js";
 
 export async function namedUse(): Promise<void> {
   const o: NamedSandboxOptions = { name: "dev", persist: true, memoryMb: 256, setup: ["true"], idleTimeoutS: 60 };
@@ -58,6 +58,11 @@ export async function namedUse(): Promise<void> {
   for await (const line of p.lines("stderr")) void line.length;
   const part: string | null = await sb.readText("a.txt", { lines: [2, null] });
   void part;
+  const printed: string = await sb.logs({ maxBytes: 100 });
+  const all: SandboxListing[] = await listSandboxes();
+  void (printed.length + all.map((s) => s.user).length);
+  const fromTemplate: NamedSandbox = await Sandbox.create({ name: "t", template: "tools" });
+  void fromTemplate;
   const w: ExecutionResult = await p.wait();
   void w;
   await p.kill();

@@ -3,9 +3,9 @@
 from ._errors import FileOperationError, HullError, KernelDied, MountRefused, SandboxError
 from ._result import ExecutionResult, Fault, FileEntry, Result
 from ._named import Process
-from ._sandbox import Kernel, Sandbox, find_hull, resume, run_code
+from ._sandbox import Kernel, Sandbox, find_hull, list_sandboxes, resume, run_code
 
 __all__ = [
-    "run_code", "Sandbox", "Kernel", "Process", "resume", "ExecutionResult", "Result", "Fault", "FileEntry",
+    "run_code", "Sandbox", "Kernel", "Process", "resume", "list_sandboxes", "ExecutionResult", "Result", "Fault", "FileEntry",
     "HullError", "SandboxError", "MountRefused", "FileOperationError", "KernelDied", "find_hull",
 ]

@@ -301,15 +301,17 @@ class Sandbox:
     the sandbox of that name when it exists (made with the same arguments, else refused naming
     the one that differs) and leaves it running at the end of a `with` block; without it, a
     taken name is a conflict and the sandbox is destroyed at the end of the block. `user=`
-    (named only) runs every command as that user of the image (`setup` runs as root)."""
+    (named only) runs every command as that user of the image (`setup` runs as root).
+    `template=` (named only) starts from a saved template (`hull template save`): its disk and
+    configuration, the arguments given here over them."""
 
-    def __init__(self, image=None, setup=None, workspace=None, memory_mb=512, cpus=None, pids=256, timeout_s=30, network=False, mounts=None, tmpfs=None, env=None, max_output_bytes=None, deps_readonly=True, security_profile=None, require_limits=False, cap_drop=None, track_files=True, on_stdout=None, on_stderr=None, prewarm=0, setup_timeout_s=600, name=None, persist=False, ro_workspaces=None, idle_timeout_s=None, max_duration_s=None, user=None):
+    def __init__(self, image=None, setup=None, workspace=None, memory_mb=512, cpus=None, pids=256, timeout_s=30, network=False, mounts=None, tmpfs=None, env=None, max_output_bytes=None, deps_readonly=True, security_profile=None, require_limits=False, cap_drop=None, track_files=True, on_stdout=None, on_stderr=None, prewarm=0, setup_timeout_s=600, name=None, persist=False, ro_workspaces=None, idle_timeout_s=None, max_duration_s=None, user=None, template=None):
         if name is not None:
             args = dict(locals())
             del args["self"], args["name"], args["persist"]
             self._init_named(name, persist, args)
             return
-        for k, v in (("persist", persist), ("ro_workspaces", ro_workspaces), ("idle_timeout_s", idle_timeout_s), ("max_duration_s", max_duration_s), ("user", user)):
+        for k, v in (("persist", persist), ("ro_workspaces", ro_workspaces), ("idle_timeout_s", idle_timeout_s), ("max_duration_s", max_duration_s), ("user", user), ("template", template)):
             if v not in (None, False):
                 raise TypeError("%s is an argument of a named sandbox: give name= too" % k)
         self.name = None
@@ -448,6 +450,17 @@ class Sandbox:
         if not isinstance(handle, str):
             raise TypeError("handle must be a str (a Process's id), got %r" % (handle,))
         return _named.Process(self, handle)
+
+    def logs(self, max_bytes=None):
+        """What every exec and spawn of the named sandbox printed (`hull logs`), as text; its
+        last `max_bytes` bytes when given."""
+        if self.name is None:
+            raise _named.not_named("logs")
+        p = {"sandbox": self.name}
+        if max_bytes is not None:
+            _check("max_bytes", max_bytes, int, "an int or None")
+            p["max_bytes"] = max_bytes
+        return self._server.call("named.logs", p)["logs"]
 
     def stat(self, path):
         """A named sandbox's path: {type, size, mtime_s, mode}, or None when it is missing."""
@@ -633,6 +646,17 @@ class Sandbox:
 
 
 _SANDBOX_DEFAULTS = {k: v.default for k, v in inspect.signature(Sandbox.__init__).parameters.items()}
+
+
+def list_sandboxes():
+    """Every named sandbox of this user (`hull ps`): dicts with name, state (running or
+    stopped), image, user, age_s and size_bytes."""
+    sb = Sandbox.__new__(Sandbox)
+    sb._open_named(None)
+    try:
+        return sb._server.call("named.list", {})["sandboxes"]
+    finally:
+        sb._close_server()
 
 
 def resume(name):
