@@ -1591,6 +1591,17 @@ fn users_image(s: &mut Sandboxes, home: &Path) -> bool {
     true
 }
 
+/// Sandboxes with the `bb:users` image in their store (and the store's home, kept for the test's
+/// life), or None (skipped) where this user cannot map more ids than its own.
+fn user_sandboxes() -> Option<(tempfile::TempDir, Sandboxes)> {
+    if !can_map_users() {
+        return None;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let mut s = Sandboxes::new();
+    users_image(&mut s, home.path()).then_some((home, s))
+}
+
 /// The `Cap*` lines of /proc/self/status of `sh -c` run by `hull exec NAME ARGS...`.
 fn caps_of(s: &Sandboxes, name: &str, args: &[&str]) -> String {
     let mut all = vec!["exec", name];
@@ -1657,14 +1668,9 @@ fn can_map_users() -> bool {
 
 #[test]
 fn a_sandbox_user_runs_every_command_with_its_ids_home_and_workspace() {
-    if !can_map_users() {
+    let Some((_home, s)) = user_sandboxes() else {
         return;
-    }
-    let home = tempfile::tempdir().unwrap();
-    let mut s = Sandboxes::new();
-    if !users_image(&mut s, home.path()) {
-        return;
-    }
+    };
     s.ok(&[
         "create",
         "dev",
@@ -1844,14 +1850,9 @@ fn a_sandbox_user_runs_every_command_with_its_ids_home_and_workspace() {
 
 #[test]
 fn a_home_outside_home_is_handed_over_only_when_it_is_made() {
-    if !can_map_users() {
+    let Some((_home, s)) = user_sandboxes() else {
         return;
-    }
-    let home = tempfile::tempdir().unwrap();
-    let mut s = Sandboxes::new();
-    if !users_image(&mut s, home.path()) {
-        return;
-    }
+    };
     // svc's home is the image's /srv: a directory of the image's, left as it is.
     s.ok(&["create", "svc", "--image", "bb:users", "--user", "svc"]);
     assert_eq!(
@@ -1880,14 +1881,9 @@ fn a_home_outside_home_is_handed_over_only_when_it_is_made() {
 
 #[test]
 fn a_missing_user_is_refused_naming_the_flag_and_leaves_nothing() {
-    if !can_map_users() {
+    let Some((_home, s)) = user_sandboxes() else {
         return;
-    }
-    let home = tempfile::tempdir().unwrap();
-    let mut s = Sandboxes::new();
-    if !users_image(&mut s, home.path()) {
-        return;
-    }
+    };
     let out = s.hull(&["create", "x", "--image", "bb:users", "--user", "ghost"]);
     assert_eq!(out.status.code(), Some(125));
     let err = String::from_utf8_lossy(&out.stderr);
@@ -2633,14 +2629,9 @@ fn serve_call(s: &Sandboxes, method: &str, params: serde_json::Value) -> serde_j
 /// keeper cannot take the user's sub-ids: pid 1 gives each file and directory it made).
 #[test]
 fn files_written_through_serve_belong_to_the_sandbox_user() {
-    if !can_map_users() {
+    let Some((_home, s)) = user_sandboxes() else {
         return;
-    }
-    let home = tempfile::tempdir().unwrap();
-    let mut s = Sandboxes::new();
-    if !users_image(&mut s, home.path()) {
-        return;
-    }
+    };
     s.ok(&["create", "fw", "--image", "bb:users", "--user", "dev"]);
     let a = serve_call(
         &s,
