@@ -41,35 +41,77 @@ pub fn peer_cred(fd: BorrowedFd<'_>) -> std::io::Result<PeerCred> {
     })
 }
 
-/// The calling thread's file-system ids (`setfsuid`/`setfsgid`), set for a scope and put back
-/// on drop: a keeper thread running as host root creates files as the box user's host ids, and
-/// is checked as that user, without touching the process's other threads (Linux keeps
-/// credentials per thread; glibc broadcasts `setuid` and friends to every thread, but not
-/// these two).
+/// The calling thread's file-system ids (`setfsuid`/`setfsgid`) and supplementary groups (only
+/// `gid`), set for a scope and put back on drop: a keeper thread running as host root creates
+/// files as the box user's host ids, and is checked as that user alone (not with host root's
+/// groups, nor a rootless caller's, whose primary group is the box's gid 0), without touching
+/// the process's other threads (Linux keeps credentials per thread; glibc broadcasts `setuid`,
+/// `setgroups` and friends to every thread, so the groups are set with the raw system call).
 #[derive(Debug)]
 pub struct FsIds {
     uid: u32,
     gid: u32,
+    /// The thread's groups before, when they were read (at most 256 are kept).
+    groups: Option<Vec<libc::gid_t>>,
 }
 
 impl FsIds {
-    /// Sets the thread's fs ids to `uid`/`gid`; returns the guard that restores the old ones.
-    pub fn set(uid: u32, gid: u32) -> FsIds {
+    /// Sets the thread's fs ids to `uid`/`gid` and its groups to `gid` alone; the guard restores
+    /// them. Fails when the kernel did not take the ids (an id the namespace does not map, or no
+    /// `CAP_SETUID`/`CAP_SETGID`), so an operation never goes on as whoever the thread was.
+    pub fn set(uid: u32, gid: u32) -> std::io::Result<FsIds> {
+        let mut old = vec![0 as libc::gid_t; 256];
+        // SAFETY: the buffer holds 256 gids, the count given; the kernel writes at most that many.
+        let n = unsafe { libc::syscall(libc::SYS_getgroups, 256, old.as_mut_ptr()) };
+        let groups = usize::try_from(n).ok().map(|n| {
+            old.truncate(n);
+            old
+        });
+        let mut guard = FsIds {
+            uid: 0,
+            gid: 0,
+            groups: None,
+        };
         // SAFETY: setfsgid/setfsuid take and return plain integers and touch only the calling
-        // thread's credentials; they cannot fail in a way that breaks memory safety (they
-        // return the previous id whatever happens).
-        let old_gid = unsafe { libc::setfsgid(gid) };
+        // thread's credentials; they return the previous id whatever happens.
+        guard.gid = u32::try_from(unsafe { libc::setfsgid(gid) }).unwrap_or(0);
         // SAFETY: as above.
-        let old_uid = unsafe { libc::setfsuid(uid) };
-        FsIds {
-            uid: u32::try_from(old_uid).unwrap_or(0),
-            gid: u32::try_from(old_gid).unwrap_or(0),
+        guard.uid = u32::try_from(unsafe { libc::setfsuid(uid) }).unwrap_or(0);
+        let only = [gid as libc::gid_t];
+        // SAFETY: one gid from a live array; the raw call changes this thread's groups only.
+        let set = unsafe { libc::syscall(libc::SYS_setgroups, 1, only.as_ptr()) };
+        if set == 0 {
+            guard.groups = groups;
         }
+        // Read back: each call returns the id in force (an invalid -1 changes nothing).
+        // SAFETY: as above.
+        let now_uid = unsafe { libc::setfsuid(u32::MAX) };
+        // SAFETY: as above.
+        let now_gid = unsafe { libc::setfsgid(u32::MAX) };
+        // Groups that cannot be set (a user namespace whose setgroups is denied: one mapping
+        // only root) matter only for another user than that root.
+        let groups_ok = set == 0 || (uid, gid) == (0, 0);
+        if !groups_ok
+            || u32::try_from(now_uid).ok() != Some(uid)
+            || u32::try_from(now_gid).ok() != Some(gid)
+        {
+            let e = std::io::Error::other(format!(
+                "could not act as {uid}:{gid} (fs ids {now_uid}:{now_gid}, groups {})",
+                if set == 0 { "set" } else { "not set" }
+            ));
+            drop(guard);
+            return Err(e);
+        }
+        Ok(guard)
     }
 }
 
 impl Drop for FsIds {
     fn drop(&mut self) {
+        if let Some(g) = &self.groups {
+            // SAFETY: the gids read in `set`, their count; this thread's groups only.
+            unsafe { libc::syscall(libc::SYS_setgroups, g.len(), g.as_ptr()) };
+        }
         // SAFETY: as in `set`.
         unsafe { libc::setfsuid(self.uid) };
         // SAFETY: as in `set`.

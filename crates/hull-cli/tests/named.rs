@@ -2722,3 +2722,49 @@ fn files_written_through_serve_belong_to_the_sandbox_user() {
         "secret\n"
     );
 }
+
+/// Host root's fuse-overlayfs keeper sweeps dead keepers' stages in the shared temporary
+/// directory: a `hull-fuse-PID` another user planted there as a symlink is never followed (root
+/// would otherwise remove the empty directories wherever it points).
+#[test]
+fn a_planted_fuse_stage_symlink_is_never_swept_through() {
+    if !common::is_root() {
+        hull_testkit::skip_part(
+            "planted-stage",
+            "the keeper-mounted fuse-overlayfs and its stage sweep are host root's",
+        );
+        return;
+    }
+    if Command::new("fuse-overlayfs")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        hull_testkit::skip("fuse-overlayfs is not installed (scripts/setup.sh installs it)");
+        return;
+    }
+    let victim = tempfile::tempdir().unwrap();
+    std::fs::create_dir(victim.path().join("empty")).unwrap();
+    // A pid no process has (above the kernel's pid_max ceiling).
+    let planted = std::env::temp_dir().join("hull-fuse-4194305");
+    let _ = std::fs::remove_file(&planted);
+    std::os::unix::fs::symlink(victim.path(), &planted).unwrap();
+    let s = Sandboxes::new();
+    let out = s
+        .cmd(&["create", "swept"])
+        .env("HULL_OVERLAY", "fuse")
+        .output()
+        .unwrap();
+    let kept = victim.path().join("empty").is_dir();
+    let link_left = std::fs::symlink_metadata(&planted).is_ok();
+    let _ = std::fs::remove_file(&planted);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        kept,
+        "the keeper removed an empty directory through a planted symlink"
+    );
+    assert!(
+        link_left,
+        "the planted symlink itself is another user's: left alone"
+    );
+}

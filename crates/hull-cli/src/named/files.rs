@@ -191,7 +191,10 @@ impl Files {
         input: &mut dyn Read,
     ) -> Result<Value, FileError> {
         let fs = self.fs_ids(owner).map_err(|e| fail("sandbox_error", e))?;
-        let _ids = fs.map(|(u, g)| crate::sys::FsIds::set(u, g));
+        let _ids = fs
+            .map(|(u, g)| crate::sys::FsIds::set(u, g))
+            .transpose()
+            .map_err(|e| fail("sandbox_error", e.to_string()))?;
         match op {
             FileOp::Read {
                 path,

@@ -117,7 +117,17 @@ fn sweep_stages() {
         if !stat.is_empty() && !state.starts_with('Z') {
             continue;
         }
-        // Directories only, and only empty ones: nothing of a sandbox is ever removed here.
+        // Only a real directory of host root's (never what another user put in the shared
+        // temporary directory: a symlink there would have root empty directories anywhere).
+        let ours = std::fs::symlink_metadata(e.path()).is_ok_and(|m| {
+            use std::os::unix::fs::MetadataExt;
+            m.file_type().is_dir() && m.uid() == 0
+        });
+        if !ours {
+            continue;
+        }
+        // Directories only, and only empty ones: nothing of a sandbox is ever removed here
+        // (rmdir of an entry that is a symlink fails: it is not followed).
         if let Ok(inner) = std::fs::read_dir(e.path()) {
             for d in inner.flatten() {
                 let _ = std::fs::remove_dir(d.path());
