@@ -81,6 +81,11 @@ pub fn answer(r: Result<Value, FileError>) -> Value {
     }
 }
 
+/// A refusal as the keeper's `RESULT` frame carries it.
+pub fn refused(kind: &'static str, message: impl Into<String>) -> Value {
+    answer(Err(fail(kind, message)))
+}
+
 /// How an operation takes its owner's ids.
 #[derive(Debug)]
 enum Ids {

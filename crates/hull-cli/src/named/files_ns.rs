@@ -103,10 +103,32 @@ pub enum Enter<'a> {
     Join(BorrowedFd<'a>),
 }
 
-/// A started `hull __files`.
+/// A started `hull __files`; dropped unwaited (an error on the way), it is killed and reaped.
 enum Helper {
     Mapped(hull_box::subids::MappedChild),
-    Joined(std::process::Child),
+    Joined(Joined),
+}
+
+/// A `hull __files` joined to the box's user namespace, killed and reaped if never waited for
+/// (as [`hull_box::subids::MappedChild`] is).
+struct Joined(Option<std::process::Child>);
+
+impl Joined {
+    fn wait(mut self) -> std::io::Result<std::process::ExitStatus> {
+        match self.0.take() {
+            Some(mut c) => c.wait(),
+            None => Err(std::io::Error::other("already waited for")),
+        }
+    }
+}
+
+impl Drop for Joined {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
 }
 
 /// The keeper's side: runs `op` as `owner` through `hull __files` in the user namespace
@@ -159,10 +181,10 @@ pub fn run(
                 .stdin(io(&theirs)?)
                 .stdout(io(&theirs)?);
             crate::sys::join_user_namespace(&mut cmd, ns);
-            Helper::Joined(
+            Helper::Joined(Joined(Some(
                 cmd.spawn()
                     .map_err(|e| format!("start hull __files: {e}"))?,
-            )
+            )))
         }
     };
     drop(theirs);
@@ -194,7 +216,7 @@ pub fn run(
             Ok(s) => Err(format!("hull __files ended with wait status {s:?}")),
             Err(e) => Err(hull_api::Chain(&e).to_string()),
         },
-        Helper::Joined(mut child) => match child.wait() {
+        Helper::Joined(joined) => match joined.wait() {
             Ok(s) if s.success() => Ok(()),
             Ok(s) => Err(format!("hull __files ended: {s}")),
             Err(e) => Err(format!("wait for hull __files: {e}")),

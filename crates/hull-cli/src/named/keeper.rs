@@ -89,6 +89,9 @@ struct Keeper {
     /// Rootless over fuse-overlayfs: the box's user namespace, which every file operation
     /// runs in (`hull __files`; the root is a FUSE mount of that namespace).
     fuse_in_box: Option<OwnedFd>,
+    /// Rootless with a `--user`: the caller's sub-id ranges the box was mapped with, read once
+    /// at start, which `hull __files` maps the same way.
+    subid_ranges: Option<(hull_box::subids::IdRange, hull_box::subids::IdRange)>,
 }
 
 /// Whether the lock file we hold is still the one at the sandbox's path.
@@ -379,9 +382,21 @@ fn start(dir: &Dir) -> Result<(Arc<Keeper>, mpsc::Receiver<()>), String> {
         );
     }
     let (stop_tx, stop_rx) = mpsc::channel();
+    let subid_ranges = if spec.subids && !rustix::process::geteuid().is_root() {
+        Some(
+            hull_box::subids::lookup(
+                rustix::process::geteuid().as_raw(),
+                rustix::process::getegid().as_raw(),
+            )
+            .map_err(|e| chain(&e))?,
+        )
+    } else {
+        None
+    };
     let keeper = Arc::new(Keeper {
         files,
         fuse_in_box: box_userns,
+        subid_ranges,
         env: hull_box::assemble::box_env(&spec),
         cwd: spec.cwd.clone(),
         shell: shell_of(&spec),
@@ -891,39 +906,17 @@ impl Keeper {
                         // Rootless, as a user of sub-ids or over a FUSE root of the box's
                         // user namespace: `hull __files` answers itself.
                         let (root, cwd) = files.root();
-                        let relayed = match &self.fuse_in_box {
-                            Some(ns) => super::files_ns::run(
-                                root,
-                                cwd,
-                                &file,
-                                owner,
-                                super::files_ns::Enter::Join(ns.as_fd()),
-                                &mut input,
-                                &mut w,
-                            ),
-                            None => hull_box::subids::lookup(
-                                rustix::process::getuid().as_raw(),
-                                rustix::process::getgid().as_raw(),
-                            )
-                            .map_err(|e| hull_api::Chain(&e).to_string())
-                            .and_then(|ranges| {
-                                super::files_ns::run(
-                                    root,
-                                    cwd,
-                                    &file,
-                                    owner,
-                                    super::files_ns::Enter::Mapped(&ranges),
-                                    &mut input,
-                                    &mut w,
-                                )
-                            }),
+                        let enter = match (&self.fuse_in_box, &self.subid_ranges) {
+                            (Some(ns), _) => Ok(super::files_ns::Enter::Join(ns.as_fd())),
+                            (None, Some(ranges)) => Ok(super::files_ns::Enter::Mapped(ranges)),
+                            (None, None) => Err("the sandbox maps no sub-ids".to_string()),
                         };
-                        match relayed {
-                            Ok(()) => None,
-                            Err(e) => Some(
-                                serde_json::json!({ "error": { "kind": "sandbox_error", "message": e } }),
-                            ),
-                        }
+                        let relayed = enter.and_then(|enter| {
+                            super::files_ns::run(root, cwd, &file, owner, enter, &mut input, &mut w)
+                        });
+                        relayed
+                            .err()
+                            .map(|e| super::files::refused("sandbox_error", e))
                     }
                     (Ok(files), Ok(mut out)) => Some(super::files::answer(files.run(
                         &file,
@@ -931,12 +924,8 @@ impl Keeper {
                         &mut |d| wire::write_frame(&mut out, wire::STDOUT, d),
                         &mut input,
                     ))),
-                    (Err(e), _) => Some(
-                        serde_json::json!({ "error": { "kind": "sandbox_error", "message": e } }),
-                    ),
-                    (_, Err(e)) => Some(
-                        serde_json::json!({ "error": { "kind": "io", "message": e.to_string() } }),
-                    ),
+                    (Err(e), _) => Some(super::files::refused("sandbox_error", e.clone())),
+                    (_, Err(e)) => Some(super::files::refused("io", e.to_string())),
                 };
                 if let Some(answer) = answer {
                     let _ = wire::write_frame(&mut w, wire::RESULT, answer.to_string().as_bytes());
