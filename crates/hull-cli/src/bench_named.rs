@@ -147,10 +147,9 @@ fn bare_first_output() -> Result<f64, String> {
 /// frames up to the exit code.
 fn socket_exec(dir: &Dir) -> Result<f64, String> {
     let t = Instant::now();
-    let mut conn = client::connect(dir, false)?
-        .ok_or_else(|| format!("sandbox `{}` is not running", dir.name))?;
-    client::send(
-        &mut conn,
+    let conn = client::open(
+        dir,
+        false,
         &wire::Request::Exec {
             argv: vec!["true".into()],
             env: Vec::new(),
@@ -159,7 +158,8 @@ fn socket_exec(dir: &Dir) -> Result<f64, String> {
             shell: false,
             user: None,
         },
-    )?;
+    )?
+    .ok_or_else(|| format!("sandbox `{}` is not running", dir.name))?;
     let mut r = BufReader::new(conn);
     loop {
         match wire::read_frame(&mut r).map_err(|e| format!("read from the keeper: {e}"))? {

@@ -408,26 +408,25 @@ fn exec_in(
     waits: bool,
 ) -> Result<Done, Value> {
     let fail = |e: String| err("sandbox_error", e);
-    let conn = client::connect(dir, true).map_err(fail)?.ok_or_else(|| {
+    let conn = client::open(dir, true, req).map_err(fail)?.ok_or_else(|| {
         err(
             "sandbox_error",
             format!("sandbox `{}` did not start", dir.name),
         )
     })?;
     let key = track(&conn, waits);
-    let r = exec_on(conn, req, &mut sink, timeout, None);
+    let r = exec_on(conn, &mut sink, timeout, None);
     untrack(key);
     r.map_err(fail)
 }
 
+/// Reads the frames of a request sent on `conn` (by `client::open`) into a [`Done`].
 fn exec_on(
-    mut conn: UnixStream,
-    req: &wire::Request,
+    conn: UnixStream,
     sink: &mut Option<&mut EventSink>,
     timeout: Option<Duration>,
     input: Option<Vec<u8>>,
 ) -> Result<Done, String> {
-    client::send(&mut conn, req)?;
     if let Some(data) = input {
         // From a thread: a command that stops reading must not stall its answer.
         let mut w = conn.try_clone().map_err(|e| e.to_string())?;
@@ -582,12 +581,11 @@ fn spawn(p: &Map<String, Value>) -> Result<Value, Value> {
             format!("could not spawn in `{}`: {e}", dir.name),
         )
     };
-    let mut conn = client::connect(&dir, true)
+    let mut conn = client::open(&dir, true, &req)
         .map_err(fail)?
         .ok_or_else(|| fail("the sandbox did not start".into()))?;
     let key = track(&conn, false);
     let r = (|| {
-        client::send(&mut conn, &req)?;
         let mut r = BufReader::new(conn.try_clone().map_err(|e| e.to_string())?);
         match wire::read_frame(&mut r).map_err(|e| format!("read from the keeper: {e}"))? {
             Some((wire::HANDLE, id)) => {
@@ -644,11 +642,11 @@ fn on_keeper(
     timeout: Option<Duration>,
 ) -> Result<Done, Value> {
     let fail = |e: String| err("sandbox_error", e);
-    let conn = client::connect(dir, false)
+    let conn = client::open(dir, false, req)
         .map_err(fail)?
         .ok_or_else(|| no_process(h))?;
     let key = track(&conn, true);
-    let r = exec_on(conn, req, sink, timeout, None);
+    let r = exec_on(conn, sink, timeout, None);
     untrack(key);
     let d = r.map_err(fail)?;
     if d.missing {

@@ -33,10 +33,9 @@ fn call(
 ) -> Result<(Vec<u8>, Value), Value> {
     let dir = existing(p)?;
     let fail = |e: String| err("sandbox_error", e);
-    let mut conn = client::connect(&dir, true)
+    let conn = client::open(&dir, true, &wire::Request::File { file: op.clone() })
         .map_err(fail)?
         .ok_or_else(|| err("sandbox_error", "the sandbox did not start"))?;
-    client::send(&mut conn, &wire::Request::File { file: op.clone() }).map_err(fail)?;
     if let Some(data) = input {
         // From a thread: the keeper may answer (refuse) before it reads the data.
         let mut w = conn.try_clone().map_err(|e| fail(e.to_string()))?;

@@ -558,6 +558,54 @@ fn rm_removes_a_running_or_stopped_sandbox_and_is_idempotent() {
 }
 
 #[test]
+fn a_request_sent_to_a_keeper_that_dies_before_reading_it_goes_to_the_next_keeper() {
+    // A SIGKILLed keeper's listening socket takes connections until its last descriptor
+    // closes; a request queued there is never read. Stopped, the keeper holds an exec's
+    // connection unread; killed, it resets it: the client sends the request again, to a new
+    // keeper, and the command runs (once).
+    let s = Sandboxes::new();
+    s.ok(&["create", "k"]);
+    let keeper = rustix::process::Pid::from_raw(s.keeper_pid("k")).expect("a pid");
+    rustix::process::kill_process(keeper, rustix::process::Signal::STOP).expect("stop it");
+    let client = s
+        .cmd(&[
+            "exec",
+            "k",
+            "--",
+            "sh",
+            "-c",
+            "echo run >> /workspace/runs; cat /workspace/runs",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn hull exec");
+    // Its request is queued once it holds a socket (and an instant more).
+    let t0 = Instant::now();
+    while !std::fs::read_dir(format!("/proc/{}/fd", client.id()))
+        .map(|d| {
+            d.flatten().any(|e| {
+                std::fs::read_link(e.path())
+                    .is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
+            })
+        })
+        .unwrap_or(false)
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the client never connected"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    rustix::process::kill_process(keeper, rustix::process::Signal::KILL).expect("kill it");
+    let out = client.wait_with_output().expect("wait for hull exec");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(text(&out.stdout), "run\n");
+    assert_ne!(s.keeper_pid("k"), keeper.as_raw_nonzero().get());
+}
+
+#[test]
 fn an_idle_sandbox_stops_and_the_next_exec_starts_it() {
     let s = Sandboxes::new();
     s.ok(&["create", "idle", "--idle-timeout", "300ms"]);
@@ -2572,6 +2620,10 @@ fn an_aborted_spawn_kills_what_it_started() {
             "env": [], "cwd": null, "shell": false,
         });
         writeln!(c, "{req}").unwrap();
+        // The keeper's READY (it reads the request after it): the request is taken.
+        let mut ready = [0u8; 5];
+        std::io::Read::read_exact(&mut c, &mut ready).unwrap();
+        assert_eq!(ready, [11, 0, 0, 0, 0], "a ready frame");
     }
     let t0 = Instant::now();
     loop {
@@ -2594,6 +2646,8 @@ fn an_aborted_spawn_kills_what_it_started() {
     });
     writeln!(c, "{req}").unwrap();
     let mut head = [0u8; 5];
+    std::io::Read::read_exact(&mut c, &mut head).unwrap();
+    assert_eq!(head[0], 11, "a ready frame");
     std::io::Read::read_exact(&mut c, &mut head).unwrap();
     assert_eq!(head[0], 6, "a handle frame");
     let mut id = vec![0u8; u32::from_le_bytes(head[1..].try_into().unwrap()) as usize];

@@ -108,8 +108,44 @@ pub fn connect(dir: &Dir, start: bool) -> Result<Option<UnixStream>, String> {
     }
 }
 
+/// How many connections a request is sent on before a keeper reads it (see [`open`]).
+const ATTEMPTS: usize = 5;
+
+/// A connection to the sandbox's keeper (started first when `start` and the sandbox is
+/// stopped) on which `req` was sent and read: the keeper's [`wire::READY`] came back. A
+/// connection that ends before it (a keeper that was dying when we connected: its listening
+/// socket takes connections until its last descriptor closes) never had the request read,
+/// so it is sent again on a new connection, to the next keeper. `None`: not running and not
+/// started.
+pub fn open(dir: &Dir, start: bool, req: &Request) -> Result<Option<UnixStream>, String> {
+    let mut last = String::new();
+    for _ in 0..ATTEMPTS {
+        let Some(mut conn) = connect(dir, start)? else {
+            return Ok(None);
+        };
+        if let Err(e) = send(&mut conn, req) {
+            last = e;
+            continue;
+        }
+        match wire::read_frame(&mut &conn) {
+            Ok(Some((wire::READY, _))) => return Ok(Some(conn)),
+            Ok(Some((kind, _))) => {
+                return Err(format!(
+                    "the keeper answered frame {kind} before saying it was ready (a hull of another version?)"
+                ))
+            }
+            Ok(None) => last = "it closed the connection".into(),
+            Err(e) => last = e.to_string(),
+        }
+    }
+    Err(format!(
+        "the sandbox's keeper went away before reading the request, {ATTEMPTS} times (last: {last}; see {})",
+        dir.file("keeper.log").display()
+    ))
+}
+
 /// Sends `req` on `conn`.
-pub fn send(conn: &mut UnixStream, req: &Request) -> Result<(), String> {
+fn send(conn: &mut UnixStream, req: &Request) -> Result<(), String> {
     let mut line = serde_json::to_vec(req).map_err(|e| e.to_string())?;
     line.push(b'\n');
     conn.write_all(&line)
@@ -118,8 +154,7 @@ pub fn send(conn: &mut UnixStream, req: &Request) -> Result<(), String> {
 
 /// Asks a running keeper to stop and waits until it has; a stopped sandbox is left as it is.
 pub fn stop(dir: &Dir) -> Result<(), String> {
-    if let Some(mut conn) = connect(dir, false)? {
-        send(&mut conn, &Request::Stop)?;
+    if let Some(conn) = open(dir, false, &Request::Stop)? {
         let mut r = BufReader::new(conn);
         while let Ok(Some(_)) = wire::read_frame(&mut r) {}
     }
@@ -158,10 +193,9 @@ pub fn stop_and_hold(dir: &Dir) -> Result<std::fs::File, String> {
     }
 }
 
-/// Streams an exec's frames to our stdout and stderr (and our stdin to it when asked); its
-/// exit code, or the keeper's error.
-pub fn run(mut conn: UnixStream, req: &Request, stdin: bool) -> Result<i32, String> {
-    send(&mut conn, req)?;
+/// Streams the frames of an exec sent on `conn` (by [`open`]) to our stdout and stderr (and
+/// our stdin to it when asked); its exit code, or the keeper's error.
+pub fn run(conn: UnixStream, stdin: bool) -> Result<i32, String> {
     if stdin {
         let mut w = conn.try_clone().map_err(|e| e.to_string())?;
         std::thread::spawn(move || {

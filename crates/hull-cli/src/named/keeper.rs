@@ -840,6 +840,10 @@ impl Keeper {
             eprintln!("hull keeper: refused a connection: {}", hull_api::Chain(&e));
             return;
         }
+        // Before the request is read (see `wire::READY`).
+        if wire::write_frame(&mut &conn, wire::READY, &[]).is_err() {
+            return;
+        }
         let Ok(read_half) = conn.try_clone() else {
             return;
         };

@@ -444,12 +444,12 @@ pub fn exec(a: &ExecArgs) -> i32 {
         shell: a.shell,
         user: a.user.clone(),
     };
-    let conn = match client::connect(&dir, true) {
+    let conn = match client::open(&dir, true, &req) {
         Ok(Some(c)) => c,
         Ok(None) => return fail(&format!("sandbox `{}` did not start", a.name)),
         Err(e) => return fail(&e),
     };
-    match client::run(conn, &req, stdin) {
+    match client::run(conn, stdin) {
         Ok(code) => code,
         Err(e) => fail(&e),
     }

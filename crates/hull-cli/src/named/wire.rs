@@ -86,6 +86,12 @@ pub const DROPPED: u8 = 9;
 /// A file operation's outcome, JSON: `{"ok": value}` or `{"error": {"kind", "message"}}`.
 pub const RESULT: u8 = 10;
 
+/// The keeper's first frame on every connection (no data), written before it reads the
+/// request: a client that never gets it knows its request was not read (it connected to a
+/// keeper that was dying, e.g. SIGKILLed, whose listening socket still took connections for an
+/// instant) and may send it again, to the next keeper, without running anything twice.
+pub const READY: u8 = 11;
+
 /// The largest frame accepted.
 pub const MAX_FRAME: u32 = 1 << 20;
 
