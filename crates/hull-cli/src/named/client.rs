@@ -110,6 +110,8 @@ pub fn connect(dir: &Dir, start: bool) -> Result<Option<UnixStream>, String> {
 
 /// How many connections a request is sent on before a keeper reads it (see [`open`]).
 const ATTEMPTS: usize = 5;
+/// How long a keeper may take to say it is ready.
+const READY_WAIT: Duration = Duration::from_secs(30);
 
 /// A connection to the sandbox's keeper (started first when `start` and the sandbox is
 /// stopped) on which `req` was sent and read: the keeper's [`wire::READY`] came back. A
@@ -127,8 +129,25 @@ pub fn open(dir: &Dir, start: bool, req: &Request) -> Result<Option<UnixStream>,
             last = e;
             continue;
         }
-        match wire::read_frame(&mut &conn) {
+        // A live keeper greets at once; one that never does (stopped with SIGSTOP, wedged)
+        // is named rather than waited on for ever.
+        let _ = conn.set_read_timeout(Some(READY_WAIT));
+        let greeting = wire::read_frame(&mut &conn);
+        let _ = conn.set_read_timeout(None);
+        match greeting {
             Ok(Some((wire::READY, _))) => return Ok(Some(conn)),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(format!(
+                    "the sandbox's keeper (pid {}) did not answer within {} s (is it stopped?)",
+                    dir.keeper_pid().map_or("unknown".into(), |p| p.to_string()),
+                    READY_WAIT.as_secs()
+                ))
+            }
             Ok(Some((kind, _))) => {
                 return Err(format!(
                     "the keeper answered frame {kind} before saying it was ready (a hull of another version?)"
