@@ -36,3 +36,9 @@ pub fn print_error(err: &(dyn std::error::Error + 'static)) {
         src = s.source();
     }
 }
+
+/// A report command's stdout may be closed early (`hull doctor | head`): the write ends the
+/// process quietly instead of panicking (see `sys::default_sigpipe`).
+pub fn end_quietly_on_closed_stdout() {
+    sys::default_sigpipe();
+}

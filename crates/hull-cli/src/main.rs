@@ -81,6 +81,22 @@ fn main() {
     }
     let cli = Cli::parse();
     hull_box::trace::step("main: arguments parsed");
+    // Reports end quietly on a closed stdout (`hull doctor | head`); the servers, the keeper
+    // and `run` handle EPIPE themselves (they have boxes to end first).
+    if matches!(
+        cli.command,
+        Command::Doctor(_)
+            | Command::Bench(_)
+            | Command::Import(_)
+            | Command::Pull(_)
+            | Command::Images(_)
+            | Command::Rmi(_)
+            | Command::Ps(_)
+            | Command::Logs(_)
+            | Command::Template(_)
+    ) {
+        hull_cli::end_quietly_on_closed_stdout();
+    }
     let code = match cli.command {
         Command::Run(args) => run::main(*args),
         Command::Doctor(args) => doctor::main(&args),

@@ -249,3 +249,11 @@ pub fn join_user_namespace(cmd: &mut std::process::Command, ns: std::os::fd::Own
         std::os::unix::process::CommandExt::pre_exec(cmd, hook);
     }
 }
+
+/// Lets a write to a closed pipe end the process quietly (`SIGPIPE`'s default action), as
+/// `ls | head` does, instead of Rust's ignored signal making every `println!` panic on `EPIPE`.
+/// Only for commands that print a report and own nothing that must be cleaned up on exit.
+pub fn default_sigpipe() {
+    // SAFETY: setting a signal's disposition to SIG_DFL installs no handler code.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}

@@ -1,0 +1,30 @@
+//! Black-box tests of the `hull` binary's behaviour as a command-line tool (not of boxes).
+
+mod common;
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, Stdio};
+
+/// A report whose reader went away (`hull doctor | head`) ends quietly by SIGPIPE, as `ls`
+/// does, instead of panicking on the failed write (exit 101 with a backtrace hint).
+#[test]
+fn reports_end_quietly_when_their_reader_goes_away() {
+    for args in [&["doctor", "--json"][..], &["doctor"], &["images"]] {
+        let (read, write) = rustix::pipe::pipe().expect("a pipe");
+        drop(read);
+        let out = Command::new(common::bin())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(std::os::fd::OwnedFd::from(write)))
+            .stderr(Stdio::piped())
+            .output()
+            .expect("spawn hull");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "hull {args:?}: {err}");
+        assert_eq!(
+            out.status.signal(),
+            Some(libc::SIGPIPE),
+            "hull {args:?}: {out:?}"
+        );
+    }
+}
