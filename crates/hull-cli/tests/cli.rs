@@ -15,7 +15,7 @@ fn reports_end_quietly_when_their_reader_goes_away() {
         let out = Command::new(common::bin())
             .args(args)
             .stdin(Stdio::null())
-            .stdout(Stdio::from(std::os::fd::OwnedFd::from(write)))
+            .stdout(Stdio::from(write))
             .stderr(Stdio::piped())
             .output()
             .expect("spawn hull");
