@@ -216,7 +216,7 @@ impl Engine {
         marks.mark("run requested");
         spec.validate()?;
         let keep = keep_caps(spec)?;
-        gateway_possible(spec, &handoff)?;
+        gateway_possible(spec, keep, &handoff)?;
         // A box set up ahead for this shape of spec, if one is ready (not while tracing steps,
         // which a ready box ran long ago).
         if let (Some(pool), false) = (&self.ready, tracing) {
@@ -498,7 +498,7 @@ impl Engine {
     ) -> Result<crate::Resident, BoxError> {
         spec.validate()?;
         let keep = keep_caps(spec)?;
-        gateway_possible(spec, &handoff)?;
+        gateway_possible(spec, keep, &handoff)?;
         let workspace = match &spec.workspace {
             Some(w) => Workspace::named(w.clone()),
             None => Workspace::temporary()?,
@@ -610,12 +610,24 @@ impl SetUpAhead for Engine {
     }
 }
 
-/// Refuses a gateway box that could not get its network, before anything is made: nobody to
-/// take its TAP, or a `/dev/net/tun` this user cannot open (the box's own open would fail the
-/// same way, later). Never a fallback to another network.
-fn gateway_possible(spec: &BoxSpec, handoff: &Handoff<'_>) -> Result<(), BoxError> {
+/// Capabilities a gateway box may not keep: with them it could reconfigure its TAP (its
+/// address, MAC, routes) or open raw and packet sockets on it.
+const GATEWAY_REFUSED_CAPS: u64 = (1 << 12) | (1 << 13); // NET_ADMIN, NET_RAW
+
+/// Refuses a gateway box that could not get its network, before anything is made: one keeping
+/// a capability over its link, nobody to take its TAP, or a `/dev/net/tun` this user cannot
+/// open (the box's own open would fail the same way, later). Never a fallback to another
+/// network.
+fn gateway_possible(spec: &BoxSpec, keep: u64, handoff: &Handoff<'_>) -> Result<(), BoxError> {
     if spec.network != Network::Gateway {
         return Ok(());
+    }
+    if keep & GATEWAY_REFUSED_CAPS != 0 {
+        return Err(crate::spec::SpecError::Invalid {
+            field: crate::field::SpecField::CapAdd,
+            why: "NET_ADMIN and NET_RAW cannot be kept with the gateway network: the box would reconfigure its link or open raw sockets on it".into(),
+        }
+        .into());
     }
     if handoff.tap.is_none() {
         return Err(BoxError::NoTapHandler);

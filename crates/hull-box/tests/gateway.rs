@@ -327,3 +327,27 @@ fn a_gateway_box_runs_exactly_where_the_device_is_openable_and_is_refused_clearl
         assert!(!handed);
     }
 }
+
+/// A gateway box may not keep a capability over its link (not even through `ALL`): it would
+/// reconfigure the TAP or open raw sockets on it.
+#[test]
+fn a_gateway_box_keeping_net_admin_or_net_raw_is_refused() {
+    let rt = Runtime::new().expect("runtime");
+    for caps in [&["NET_ADMIN"][..], &["NET_RAW"], &["ALL"]] {
+        let mut spec = python("print(1)");
+        spec.cap_add = caps.iter().map(|c| c.to_string()).collect();
+        let e = run_taking(&rt, &spec, &mut |_tap: Tap| Ok(())).expect_err("refused");
+        assert_eq!(
+            e.field(),
+            Some(hull_box::SpecField::CapAdd),
+            "{caps:?}: {e:?}"
+        );
+        assert!(e.to_string().contains("NET_RAW"), "{e}");
+    }
+    // Dropping them from ALL is fine.
+    let mut spec = python("print('RAN')");
+    spec.cap_add = vec!["ALL".into()];
+    spec.cap_drop = vec!["NET_ADMIN".into(), "NET_RAW".into()];
+    let r = run_taking(&rt, &spec, &mut |_tap: Tap| Ok(())).expect("runs");
+    assert!(r.stdout.contains("RAN"), "{r:?}");
+}
