@@ -113,4 +113,21 @@ fi
 if [ -d /etc/udev/rules.d ] && [ ! -f /etc/udev/rules.d/60-hull-fuse.rules ]; then
     echo 'KERNEL=="fuse", MODE="0666"' > /etc/udev/rules.d/60-hull-fuse.rules
 fi
+# /dev/net/tun likewise (Debian, Ubuntu, Fedora ship it 0666: opening it makes nothing; creating a
+# TAP takes CAP_NET_ADMIN over a network namespace, which a rootless box has only in its own), for
+# the gateway network (Network::Gateway: the box makes its TAP in its own network namespace) and
+# its tests. This machine kind ships it 0600 root.
+if [ ! -c /dev/net/tun ]; then
+    modprobe tun 2>/dev/null || true
+fi
+tun_mode=$(stat -c %a /dev/net/tun 2>/dev/null || true)
+if [ -c /dev/net/tun ] && [ "$tun_mode" != 666 ]; then
+    chmod 0666 /dev/net/tun
+    echo "setup.sh: /dev/net/tun was mode $tun_mode; made it 0666, the distributions' default (rootless gateway network)"
+elif [ ! -c /dev/net/tun ]; then
+    echo "setup.sh: no /dev/net/tun (the tun module is not loaded): the gateway network is unavailable"
+fi
+if [ -d /etc/udev/rules.d ] && [ ! -f /etc/udev/rules.d/60-hull-tun.rules ]; then
+    echo 'KERNEL=="tun", MODE="0666"' > /etc/udev/rules.d/60-hull-tun.rules
+fi
 echo "setup.sh: ready (test user $TEST_USER, cgroup parent hull-$TEST_USER)"

@@ -84,7 +84,7 @@ pub fn clone_flags(spec: &BoxSpec) -> libc::c_int {
         | libc::CLONE_NEWPID
         | libc::CLONE_NEWIPC
         | libc::CLONE_NEWUTS;
-    if spec.network == Network::None {
+    if spec.network != Network::Host {
         f |= libc::CLONE_NEWNET;
     }
     f
@@ -270,6 +270,9 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
             b.mount_fuse(at);
         }
     }
+    if spec.network == Network::Gateway {
+        b.open_tun();
+    }
     // Top-level names that come from the image (read-only, shared with the host or other boxes).
     let mut image_top: Vec<String> = Vec::new();
     match (&spec.root, &overlay) {
@@ -385,8 +388,11 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
 
     let mut p = w.pivot();
     p.hostname(&spec.hostname);
-    if spec.network == Network::None {
+    if spec.network != Network::Host {
         p.loopback_up();
+    }
+    if spec.network == Network::Gateway {
+        p.tap();
     }
     p.chdir(&spec.cwd);
     let env = box_env(spec);
@@ -479,6 +485,8 @@ fn host_root(b: &mut PlanBuilder<Skeleton>, spec: &BoxSpec, image_top: &mut Vec<
             "/etc/resolv.conf",
             true,
         );
+    } else if spec.network == Network::Gateway {
+        b.write_file("/etc/resolv.conf", crate::tap::RESOLV_CONF.to_vec());
     } else {
         b.write_file("/etc/resolv.conf", b"# no network in this box\n".to_vec());
     }

@@ -142,6 +142,13 @@ fn setup_hint(step: &Step, errno: i32) -> Option<String> {
         (Step::JoinCgroup { .. }, libc::EACCES | libc::EPERM) => {
             Some("the cgroup is not delegated to this user; see `hull doctor`".into())
         }
+        (Step::OpenTun { .. }, libc::EACCES | libc::EPERM | libc::ENOENT) => Some(format!(
+            "the gateway network needs {dev}: `chmod 0666 {dev}` (as root; most distributions ship it so), or load the tun module; `hull doctor` checks it",
+            dev = crate::tap::TUN_DEVICE
+        )),
+        (Step::Tap { .. }, libc::EPERM) => Some(
+            "the box could not make its TAP (CAP_NET_ADMIN in its own user namespace was refused)".into(),
+        ),
         (Step::Seal { .. }, libc::ENOSYS) => {
             Some("mount_setattr(2) needs Linux 5.12 or newer".into())
         }

@@ -24,10 +24,11 @@ use crate::ready::{ReadyBox, ReadyBoxes, SetUpAhead};
 use crate::resources::{limits_of, CgroupGuard, Resources, Teardown, Workspace, WorkspaceAhead};
 use crate::result::RunResult;
 use crate::spares::Spares;
-use crate::spec::BoxSpec;
+use crate::spec::{BoxSpec, Network};
 use crate::split::{LaunchPlan, Steps};
 use crate::sys::child::Pid1Role;
 use crate::sys::{self, Errno};
+use crate::tap::{Handoff, Tap};
 use crate::template::Templates;
 use crate::trace::{Marks, TraceMap};
 use crate::unenforced::{Reason, Unenforced, UnenforcedCaps};
@@ -208,12 +209,14 @@ impl Engine {
         opts: RunOptions,
         sink: &mut dyn OutputSink,
         ahead: Option<WorkspaceAhead>,
+        handoff: Handoff<'_>,
     ) -> Result<(RunResult, Teardown), BoxError> {
         let tracing = crate::steplog::on();
         let marks = Marks::new(tracing);
         marks.mark("run requested");
         spec.validate()?;
         let keep = keep_caps(spec)?;
+        gateway_possible(spec, keep, &handoff)?;
         // A box set up ahead for this shape of spec, if one is ready (not while tracing steps,
         // which a ready box ran long ago).
         if let (Some(pool), false) = (&self.ready, tracing) {
@@ -255,7 +258,7 @@ impl Engine {
         marks.mark("plan prepared");
         let prepared = Prepared { plan, resources };
         marks.mark("launch");
-        let watched = self.launch_and_watch(spec, &prepared.plan, opts, sink, tracing);
+        let watched = self.launch_and_watch(spec, &prepared.plan, opts, sink, tracing, handoff);
         marks.mark("result known");
         let (outcome, pid) = watched?;
         Ok(self.conclude(spec, outcome, pid, prepared.resources, tracing))
@@ -269,6 +272,7 @@ impl Engine {
         opts: RunOptions,
         sink: &mut dyn OutputSink,
         tracing: bool,
+        mut handoff: Handoff<'_>,
     ) -> Result<(crate::outcome::Outcome, libc::pid_t), BoxError> {
         let trace = if tracing { TraceMap::new() } else { None };
         let sigfd = sys::block_signals_fd(&FORWARDED).map_err(|errno| BoxError::Sys {
@@ -292,6 +296,12 @@ impl Engine {
         };
         let pid = started.pid;
         Marks::new(tracing).mark("box cloned");
+        let timeout = i32::try_from(spec.timeout.as_millis()).unwrap_or(i32::MAX);
+        if let Err(e) = hand_over(&started, plan, timeout, &mut handoff) {
+            launch::end_unreaped(pid);
+            sys::unblock_signals(&FORWARDED);
+            return Err(e);
+        }
         let outcome = self.watch(spec, plan, opts, started, &sigfd, sink, tracing);
         sys::unblock_signals(&FORWARDED);
         if let Some(t) = &trace {
@@ -484,10 +494,11 @@ impl Engine {
     pub(crate) fn start_resident(
         &self,
         spec: &BoxSpec,
-        serve: Option<&mut crate::spec::FuseServer<'_>>,
+        mut handoff: Handoff<'_>,
     ) -> Result<crate::Resident, BoxError> {
         spec.validate()?;
         let keep = keep_caps(spec)?;
+        gateway_possible(spec, keep, &handoff)?;
         let workspace = match &spec.workspace {
             Some(w) => Workspace::named(w.clone()),
             None => Workspace::temporary()?,
@@ -529,30 +540,9 @@ impl Engine {
         };
         let started = launch.start()?;
         let timeout = i32::try_from(spec.timeout.as_millis()).unwrap_or(i32::MAX);
-        let fuse = plan
-            .pid1_steps()
-            .iter()
-            .any(|s| matches!(s, Step::MountFuse { .. }));
-        if fuse {
-            // Pid 1 mounted its root's FUSE file system and waits, in its first request to
-            // it, for the daemon the caller starts on the device it sent.
-            let served = match started.channel.wait(timeout) {
-                Ok((Message::FuseDevice, Some(dev))) => match serve {
-                    Some(serve) => serve(started.pid, dev).map_err(|error| BoxError::Io {
-                        what: "serve the writable root's FUSE file system".into(),
-                        error,
-                    }),
-                    None => Err(BoxError::Internal(
-                        "a writable root mounted by the box's FUSE has nobody to serve it",
-                    )),
-                },
-                Ok((m, _)) => Err(crate::channel::unexpected(&plan, "FuseDevice", m)),
-                Err(e) => Err(e),
-            };
-            if let Err(e) = served {
-                launch::end_unreaped(started.pid);
-                return Err(e);
-            }
+        if let Err(e) = hand_over(&started, &plan, timeout, &mut handoff) {
+            launch::end_unreaped(started.pid);
+            return Err(e);
         }
         if let Err(e) = started.channel.expect_ready(timeout, &plan) {
             launch::end_unreaped(started.pid);
@@ -618,6 +608,83 @@ impl SetUpAhead for Engine {
         rb.await_setup(10_000)?;
         Ok(rb)
     }
+}
+
+/// Capabilities a gateway box may not keep: with them it could reconfigure its TAP (its
+/// address, MAC, routes) or open raw and packet sockets on it.
+const GATEWAY_REFUSED_CAPS: u64 = (1 << 12) | (1 << 13); // NET_ADMIN, NET_RAW
+
+/// Refuses a gateway box that could not get its network, before anything is made: one keeping
+/// a capability over its link, nobody to take its TAP, or a `/dev/net/tun` this user cannot
+/// open (the box's own open would fail the same way, later). Never a fallback to another
+/// network.
+fn gateway_possible(spec: &BoxSpec, keep: u64, handoff: &Handoff<'_>) -> Result<(), BoxError> {
+    if spec.network != Network::Gateway {
+        return Ok(());
+    }
+    if keep & GATEWAY_REFUSED_CAPS != 0 {
+        return Err(crate::spec::SpecError::Invalid {
+            field: crate::field::SpecField::CapAdd,
+            why: "NET_ADMIN and NET_RAW cannot be kept with the gateway network: the box would reconfigure its link or open raw sockets on it".into(),
+        }
+        .into());
+    }
+    if handoff.tap.is_none() {
+        return Err(BoxError::NoTapHandler);
+    }
+    crate::tap::probe().map_err(|error| BoxError::TunUnavailable { error })
+}
+
+/// Hands the descriptors a started box's setup sends, in the plan's order, to the caller's
+/// `handoff`: a FUSE root's device (its daemon must answer before pid 1's setup goes on) and a
+/// gateway box's TAP (pid 1 waits for `GatewayReady`, sent once the handler returned, so the
+/// program never starts without its gateway). An error leaves ending the box to the caller.
+fn hand_over(
+    started: &Started,
+    plan: &LaunchPlan,
+    timeout_ms: i32,
+    handoff: &mut Handoff<'_>,
+) -> Result<(), BoxError> {
+    for step in plan.pid1_steps() {
+        match step {
+            Step::MountFuse { .. } => match started.channel.wait(timeout_ms)? {
+                (Message::FuseDevice, Some(dev)) => match handoff.fuse.as_mut() {
+                    Some(serve) => serve(started.pid, dev).map_err(|error| BoxError::Io {
+                        what: "serve the writable root's FUSE file system".into(),
+                        error,
+                    })?,
+                    None => {
+                        return Err(BoxError::Internal(
+                            "a writable root mounted by the box's FUSE has nobody to serve it",
+                        ))
+                    }
+                },
+                (m, _) => return Err(crate::channel::unexpected(plan, "FuseDevice", m)),
+            },
+            Step::Tap { .. } => match started.channel.wait(timeout_ms)? {
+                (Message::TapDevice, Some(fd)) => {
+                    let Some(take) = handoff.tap.as_mut() else {
+                        return Err(BoxError::NoTapHandler);
+                    };
+                    take(Tap {
+                        fd,
+                        pid: started.pid,
+                    })
+                    .map_err(|error| BoxError::Gateway { error })?;
+                    started
+                        .channel
+                        .send(Message::GatewayReady)
+                        .map_err(|errno| BoxError::Sys {
+                            what: "tell the box its gateway is ready",
+                            errno,
+                        })?;
+                }
+                (m, _) => return Err(crate::channel::unexpected(plan, "TapDevice", m)),
+            },
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// The capabilities `spec` keeps.

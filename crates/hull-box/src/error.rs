@@ -73,6 +73,25 @@ pub enum BoxError {
         #[source]
         error: std::io::Error,
     },
+    /// The gateway network was asked for, but this user cannot open `/dev/net/tun` (the open's
+    /// error is the cause). Never a fallback to no network or the host's.
+    #[error("the gateway network needs {}, which this user cannot open; `chmod 0666 {}` (as root) makes it usable as most distributions ship it (`hull doctor` checks it)", crate::tap::TUN_DEVICE, crate::tap::TUN_DEVICE)]
+    TunUnavailable {
+        #[source]
+        error: std::io::Error,
+    },
+    /// The gateway network was asked for without a [`crate::tap::TapHandler`] to take the TAP
+    /// (see [`crate::tap::Handoff`]): the box would run without its gateway.
+    #[error(
+        "a box with the gateway network needs a handler for its TAP (Handoff::tap); none was given"
+    )]
+    NoTapHandler,
+    /// The caller's [`crate::tap::TapHandler`] failed: the box was ended before its program.
+    #[error("the box's gateway did not take its TAP")]
+    Gateway {
+        #[source]
+        error: std::io::Error,
+    },
     /// An invariant of hull's own code did not hold: a bug in hull, never the caller's doing.
     /// An error rather than a panic because hull's release builds abort on panic, and a
     /// long-lived front end (`hull serve`) would take every other caller's boxes down with it;
@@ -149,6 +168,9 @@ impl BoxError {
             BoxError::Cgroup(_) => "cgroup",
             BoxError::NoSeccomp | BoxError::Seccomp(_) => "seccomp",
             BoxError::Internal(_) => "internal",
+            BoxError::TunUnavailable { .. } => "network_unavailable",
+            BoxError::NoTapHandler => "invalid_argument",
+            BoxError::Gateway { .. } => "gateway",
             BoxError::Sys { .. } | BoxError::Io { .. } => "host",
         }
     }

@@ -36,6 +36,7 @@ pub mod split;
 mod steplog;
 pub mod subids;
 mod sys;
+pub mod tap;
 mod template;
 pub mod trace;
 pub mod unenforced;
@@ -55,6 +56,7 @@ pub use spec::{
     BindMount, BoxSpec, FuseServer, Network, RootSpec, Stdin, TmpfsMount, WritableRoot,
 };
 pub use sys::Errno;
+pub use tap::{Handoff, Tap, TapHandler};
 pub use unenforced::{Unenforced, UnenforcedCaps};
 pub use warm::{WarmOptions, WarmStats};
 pub use watch::{NoSink, OutputSink, RunOptions, Stream};

@@ -26,6 +26,9 @@ pub const STAGE: &str = "/tmp";
 /// template host descriptor, 899, and the bind sources, 900 on).
 pub const FUSE_FD: i32 = 898;
 
+/// Where pid 1 holds `/dev/net/tun` from [`Step::OpenTun`] until [`Step::Tap`] sends it away.
+pub const TUN_FD: i32 = 897;
+
 /// A path inside the box, with the staged path the child uses before the pivot.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct BoxPath {
@@ -164,6 +167,12 @@ pub enum Step {
         fd: i32,
         opts: CString,
     },
+    /// Open `/dev/net/tun` at descriptor `fd` (the gateway network): in the box's own network
+    /// namespace, where the TAP it makes will live, and before `BecomeRoot` and the pivot, so
+    /// with the caller's credentials on the host's device node.
+    OpenTun {
+        fd: i32,
+    },
     /// Make every mount private, so nothing the box mounts propagates to the host.
     PrivatizeMounts,
     /// The tmpfs that becomes the box's root.
@@ -269,6 +278,14 @@ pub enum Step {
         name: String,
     },
     LoopbackUp,
+    /// Make the TAP on `/dev/net/tun` opened at `fd` (see [`crate::tap`] for its name, MAC,
+    /// address, MTU and gateway), configure it and the default route, send its descriptor to the
+    /// supervisor (`Message::TapDevice`), close ours, and wait for the supervisor's
+    /// `GatewayReady` (the caller has taken the TAP) before going on. Before `DropCaps`: it
+    /// needs CAP_NET_ADMIN in the box's user namespace, which owns its network namespace.
+    Tap {
+        fd: i32,
+    },
     Chdir {
         path: BoxPath,
     },
@@ -320,6 +337,7 @@ impl Step {
             Step::UnshareCgroupNs => "new cgroup namespace",
             Step::OpenSource { .. } => "open bind source",
             Step::MountFuse { .. } => "mount the writable root's FUSE file system",
+            Step::OpenTun { .. } => "open /dev/net/tun",
             Step::PrivatizeMounts => "make mounts private",
             Step::MountRoot { .. } => "mount root tmpfs",
             Step::MountOverlayRoot { merged: None, .. } => "mount the writable root (overlayfs)",
@@ -342,6 +360,7 @@ impl Step {
             Step::Pivot { .. } => "pivot root",
             Step::Hostname { .. } => "set hostname",
             Step::LoopbackUp => "bring up loopback",
+            Step::Tap { .. } => "make the gateway network's TAP and hand it over",
             Step::Chdir { .. } => "enter working directory",
             Step::DropCaps { .. } => "drop capabilities",
             Step::NoNewPrivs => "set no_new_privs",
@@ -467,7 +486,18 @@ impl fmt::Display for Step {
             Step::LowerRlimits { limits } => write!(f, "lower rlimits (soft and hard) to the box's share of per-user budgets: {}", limits.iter().map(|(r, v)| format!("{}={v}", crate::budgets::rlimit_name(*r))).collect::<Vec<_>>().join(", ")),
             Step::Pivot { root } => write!(f, "pivot_root to {}, detach the old root", root.shown),
             Step::Hostname { name } => write!(f, "sethostname {name}"),
-            Step::LoopbackUp => write!(f, "bring up lo (the only interface)"),
+            Step::LoopbackUp => write!(f, "bring up lo"),
+            Step::OpenTun { fd } => write!(f, "open {} (read-write) as fd {fd}, in the box's network namespace", crate::tap::TUN_DEVICE),
+            Step::Tap { fd } => write!(
+                f,
+                "TUNSETIFF fd {fd}: tap {} (IFF_TAP|IFF_NO_PI), mac {}, mtu {}, {}/{}, up, default route via {}; send the fd to the supervisor, close it, wait until the caller has taken it",
+                crate::tap::TAP_NAME,
+                crate::tap::BOX_MAC.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":"),
+                crate::tap::MTU,
+                crate::tap::BOX_ADDR,
+                crate::tap::PREFIX_LEN,
+                crate::tap::GATEWAY_ADDR,
+            ),
             Step::Chdir { path } => write!(f, "chdir {}", path.shown),
             Step::DropCaps { keep, own } => {
                 if *keep == 0 {
@@ -848,6 +878,18 @@ impl PlanBuilder<Skeleton> {
         );
     }
 
+    /// Pid 1 opens `/dev/net/tun` (see [`Step::OpenTun`]) after its bind sources, before it
+    /// becomes root of its user namespace (host root's box: [`BoxPlan::remap_root`] puts
+    /// `BecomeRoot` just before `PrivatizeMounts`).
+    pub fn open_tun(&mut self) {
+        let i = self
+            .steps
+            .iter()
+            .position(|s| matches!(s, Step::PrivatizeMounts))
+            .unwrap_or(self.steps.len());
+        self.steps.insert(i, Step::OpenTun { fd: TUN_FD });
+    }
+
     pub fn touch(&mut self, path: &str) {
         self.steps.push(Step::Touch {
             path: self.staged(path),
@@ -1024,6 +1066,12 @@ impl PlanBuilder<Process> {
 
     pub fn loopback_up(&mut self) {
         self.steps.push(Step::LoopbackUp);
+    }
+
+    /// The gateway network's TAP (see [`Step::Tap`]), made on the `/dev/net/tun` that
+    /// [`PlanBuilder::<Skeleton>::open_tun`] opened.
+    pub fn tap(&mut self) {
+        self.steps.push(Step::Tap { fd: TUN_FD });
     }
 
     pub fn chdir(&mut self, path: &str) {

@@ -41,6 +41,11 @@ pub enum Message {
     /// A box's pid 1 mounted its writable root's FUSE file system (`WritableRoot::fuse_in_box`):
     /// the `/dev/fuse` descriptor that serves it travels with it as SCM_RIGHTS.
     FuseDevice,
+    /// A box's pid 1 made its gateway network's TAP (`Step::Tap`): the TAP's descriptor
+    /// travels with it as SCM_RIGHTS, and pid 1 waits for [`Message::GatewayReady`].
+    TapDevice,
+    /// The supervisor's answer to `TapDevice`: the caller has taken the TAP; the box goes on.
+    GatewayReady,
 }
 
 pub const LEN: usize = 16;
@@ -63,6 +68,8 @@ impl Message {
             Message::IdsFailed { .. } => "IdsFailed",
             Message::HandedOver { .. } => "HandedOver",
             Message::FuseDevice => "FuseDevice",
+            Message::TapDevice => "TapDevice",
+            Message::GatewayReady => "GatewayReady",
         }
     }
 
@@ -84,6 +91,8 @@ impl Message {
             Message::IdsFailed { errno } => (11, errno, 0),
             Message::HandedOver { errno } => (12, errno, 0),
             Message::FuseDevice => (14, 0, 0),
+            Message::TapDevice => (15, 0, 0),
+            Message::GatewayReady => (16, 0, 0),
         };
         let mut out = [0u8; LEN];
         out[0..4].copy_from_slice(&tag.to_le_bytes());
@@ -127,6 +136,8 @@ impl Message {
             11 => Message::IdsFailed { errno: a },
             12 => Message::HandedOver { errno: a },
             14 => Message::FuseDevice,
+            15 => Message::TapDevice,
+            16 => Message::GatewayReady,
             t => return Err(ProtoError::Tag(t)),
         })
     }
@@ -426,14 +437,16 @@ mod tests {
             Message::IdsFailed { errno: 22 },
             Message::HandedOver { errno: 0 },
             Message::FuseDevice,
+            Message::TapDevice,
+            Message::GatewayReady,
         ] {
             assert_eq!(Message::decode(&m.encode()), Ok(m));
         }
         assert_eq!(Message::decode(&[0; 3]), Err(ProtoError::Length(3)));
         assert_eq!(Message::decode(&[0; 16]), Err(ProtoError::Magic));
         let mut bad = Message::Ready.encode();
-        bad[0] = 15;
-        assert_eq!(Message::decode(&bad), Err(ProtoError::Tag(15)));
+        bad[0] = 17;
+        assert_eq!(Message::decode(&bad), Err(ProtoError::Tag(17)));
         // A resident box's pids are positive.
         bad[0] = 8;
         assert_eq!(Message::decode(&bad), Err(ProtoError::Field));

@@ -306,6 +306,7 @@ fn eligible(spec: &BoxSpec) -> bool {
         && spec.mounts.is_empty()
         && spec.stdin == Stdin::Null
         && !spec.subids
+        && spec.network != crate::spec::Network::Gateway
 }
 
 /// Equal but for what only the program or the watch uses (argv, env, timeout, output cap).

@@ -12,6 +12,7 @@ use crate::resources::{Teardown, WorkspaceAhead};
 use crate::result::RunResult;
 use crate::spares::Spares;
 use crate::spec::{BoxSpec, FuseServer};
+use crate::tap::Handoff;
 use crate::template::Templates;
 use crate::warm::{WarmOptions, WarmStats};
 use crate::watch::{OutputSink, RunOptions};
@@ -113,7 +114,19 @@ impl Runtime {
     /// pid 1 then starts programs on request until the returned handle is dropped. The spec's
     /// own program is never run; its timeout bounds only the setup.
     pub fn start_resident(&self, spec: &BoxSpec) -> Result<crate::Resident, BoxError> {
-        self.engine.start_resident(spec, None)
+        self.engine.start_resident(spec, Handoff::default())
+    }
+
+    /// [`Runtime::start_resident`] whose setup hands descriptors out (see [`Handoff`]): a FUSE
+    /// root's device, a gateway box's TAP ([`crate::Network::Gateway`]: its handler is
+    /// required). Each handler is called before the box is reported ready; an error from one
+    /// ends the box and is this call's error.
+    pub fn start_resident_with(
+        &self,
+        spec: &BoxSpec,
+        handoff: Handoff<'_>,
+    ) -> Result<crate::Resident, BoxError> {
+        self.engine.start_resident(spec, handoff)
     }
 
     /// [`Runtime::start_resident`] for a spec whose writable root's FUSE file system the box
@@ -125,7 +138,13 @@ impl Runtime {
         spec: &BoxSpec,
         serve: &mut FuseServer<'_>,
     ) -> Result<crate::Resident, BoxError> {
-        self.engine.start_resident(spec, Some(serve))
+        self.engine.start_resident(
+            spec,
+            Handoff {
+                fuse: Some(serve),
+                tap: None,
+            },
+        )
     }
 
     /// Runs `spec` in a fresh box and returns what happened, after the box is fully torn down.
@@ -140,6 +159,37 @@ impl Runtime {
         Ok(result)
     }
 
+    /// [`Runtime::run`] with the box's hand-offs (see [`Handoff`]): a gateway box
+    /// ([`crate::Network::Gateway`]) needs `handoff.tap`, called with the box's TAP before its
+    /// program starts; an error from it ends the box ([`BoxError::Gateway`]). The TAP is the
+    /// handler's to close (closing the last copy takes the kernel ~23 ms: do it off the hot
+    /// path); nothing here waits for it.
+    pub fn run_with(
+        &self,
+        spec: &BoxSpec,
+        opts: RunOptions,
+        sink: &mut dyn OutputSink,
+        handoff: Handoff<'_>,
+    ) -> Result<RunResult, BoxError> {
+        let (result, teardown) = self.run_detached_with(spec, opts, sink, None, handoff)?;
+        teardown.finish();
+        Ok(result)
+    }
+
+    /// [`Runtime::run_detached`] (with a temporary workspace made ahead, when given) and the
+    /// box's hand-offs, as [`Runtime::run_with`].
+    pub fn run_detached_with(
+        &self,
+        spec: &BoxSpec,
+        opts: RunOptions,
+        sink: &mut dyn OutputSink,
+        ahead: Option<WorkspaceAhead>,
+        handoff: Handoff<'_>,
+    ) -> Result<(RunResult, Teardown), BoxError> {
+        self.engine
+            .run_detached(&self.engine, spec, opts, sink, ahead, handoff)
+    }
+
     /// Runs `spec` and returns the result as soon as the program has exited and its output is
     /// complete, with the [`Teardown`] still to do: reaping the box's pid 1 (the kernel's namespace
     /// teardown, ~1.5 ms here), removing its cgroup and temporary workspace. Dropping the
@@ -151,7 +201,7 @@ impl Runtime {
         sink: &mut dyn OutputSink,
     ) -> Result<(RunResult, Teardown), BoxError> {
         self.engine
-            .run_detached(&self.engine, spec, opts, sink, None)
+            .run_detached(&self.engine, spec, opts, sink, None, Handoff::default())
     }
 
     /// [`Runtime::run_detached`] with a temporary workspace made ahead, used when `spec` asks
@@ -163,8 +213,14 @@ impl Runtime {
         sink: &mut dyn OutputSink,
         ahead: WorkspaceAhead,
     ) -> Result<(RunResult, Teardown), BoxError> {
-        self.engine
-            .run_detached(&self.engine, spec, opts, sink, Some(ahead))
+        self.engine.run_detached(
+            &self.engine,
+            spec,
+            opts,
+            sink,
+            Some(ahead),
+            Handoff::default(),
+        )
     }
 }
 

@@ -42,6 +42,10 @@ pub enum Network {
     None,
     /// The host's network namespace: an explicit, named relaxation.
     Host,
+    /// A fresh network namespace with loopback and a TAP (`eth0`, see [`crate::tap`]) whose
+    /// descriptor the caller takes (a [`crate::tap::TapHandler`] in the run's
+    /// [`crate::tap::Handoff`]) and serves with the gateway, before the box's program starts.
+    Gateway,
 }
 
 /// What the box's standard input is.

@@ -401,6 +401,15 @@ impl BoxPlan {
     /// once the template (and what its pools hold) is known, so no step ever carries a
     /// descriptor to fill in.
     pub fn split_template(self) -> Result<(TemplatePlan, EntryPlan), BoxPlan> {
+        // A gateway box is built whole: its pid 1 opens /dev/net/tun by the host's path in its
+        // own network namespace (see `Step::OpenTun`), which a templated pid 1 cannot reach.
+        if self
+            .steps
+            .iter()
+            .any(|s| matches!(s, Step::OpenTun { .. } | Step::Tap { .. }))
+        {
+            return Err(self);
+        }
         // A template's user namespace maps one id; a box with sub-ids is built whole.
         let become_root = match self.id_maps() {
             None => false,

@@ -281,7 +281,8 @@ impl<'a> Watching<'a> {
                 self.o.status = Some(status);
             }
             // A template's entry process sends Pid1, and id maps are settled, before the watch
-            // starts; only a resident box's pid 1 (never watched) speaks of spawns or a FUSE root.
+            // starts, and so is a gateway box's TAP (taken by the caller before the program may
+            // start); only a resident box's pid 1 (never watched) speaks of spawns or a FUSE root.
             m @ (Message::Pid1 { .. }
             | Message::WantIdMaps
             | Message::IdsMapped
@@ -291,7 +292,9 @@ impl<'a> Watching<'a> {
             | Message::Root { .. }
             | Message::IdsFailed { .. }
             | Message::HandedOver { .. }
-            | Message::FuseDevice) => {
+            | Message::FuseDevice
+            | Message::TapDevice
+            | Message::GatewayReady) => {
                 return Err(channel::unexpected(
                     self.watch.plan,
                     "Ready, SetupFailed, ExecFailed or MainExited",

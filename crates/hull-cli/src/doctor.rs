@@ -49,6 +49,40 @@ fn landlock_abi() -> Option<i64> {
     (ret > 0).then_some(ret)
 }
 
+/// The gateway network's device: each gateway box opens `/dev/net/tun` itself, as this user,
+/// in its own network namespace (`probe` is that open, `meta` the node's metadata).
+fn tun_check(probe: std::io::Result<()>, meta: Option<std::fs::Metadata>) -> Check {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let dev = hull_box::tap::TUN_DEVICE;
+    match (probe, meta) {
+        (Ok(()), _) => check(
+            "gateway network",
+            true,
+            format!("{dev} opens for this user: a gateway box makes its TAP in its own network namespace"),
+            None,
+        ),
+        (Err(_), None) => check(
+            "gateway network",
+            false,
+            format!("no {dev} (the tun module is not loaded): boxes with the gateway network are refused"),
+            Some("modprobe tun as root (then chmod 0666 /dev/net/tun; scripts/setup.sh does both)"),
+        ),
+        (Err(e), Some(m)) => {
+            let what = if m.file_type().is_char_device() {
+                format!("mode {:o}", m.permissions().mode() & 0o7777)
+            } else {
+                "not a character device".to_string()
+            };
+            check(
+                "gateway network",
+                false,
+                format!("this user cannot open {dev} ({what}: {e}): boxes with the gateway network are refused"),
+                Some("chmod 0666 /dev/net/tun as root (the distributions' default; scripts/setup.sh does it)"),
+            )
+        }
+    }
+}
+
 pub fn main(args: &DoctorArgs) -> i32 {
     let mut checks = Vec::new();
     let max_ns = read("/proc/sys/user/max_user_namespaces")
@@ -162,6 +196,10 @@ pub fn main(args: &DoctorArgs) -> i32 {
         }
     };
     checks.push(check("writable root", ok, detail, fix));
+    checks.push(tun_check(
+        hull_box::tap::probe(),
+        std::fs::metadata(hull_box::tap::TUN_DEVICE).ok(),
+    ));
     let newuidmap = ["/usr/bin/newuidmap", "/bin/newuidmap"]
         .iter()
         .any(|p| std::path::Path::new(p).exists());
@@ -225,5 +263,31 @@ pub fn main(args: &DoctorArgs) -> i32 {
         0
     } else {
         1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unopenable_tun_device_names_the_fix() {
+        let refused = std::io::Error::from_raw_os_error(libc::EACCES);
+        let meta = std::fs::metadata("/dev/null").ok();
+        let c = tun_check(Err(refused), meta);
+        assert_eq!(c.status, "missing");
+        assert!(
+            c.detail.contains("/dev/net/tun") && c.detail.contains("mode 666"),
+            "{}",
+            c.detail
+        );
+        assert_eq!(
+            c.fix.as_deref(),
+            Some("chmod 0666 /dev/net/tun as root (the distributions' default; scripts/setup.sh does it)")
+        );
+        let c = tun_check(Err(std::io::Error::from_raw_os_error(libc::ENOENT)), None);
+        assert!(c.fix.unwrap_or_default().starts_with("modprobe tun"));
+        let c = tun_check(Ok(()), None);
+        assert_eq!((c.status, c.fix), ("ok", None));
     }
 }

@@ -1880,3 +1880,38 @@ fn a_workspace_made_ahead_is_never_left_behind() {
         );
     }
 }
+
+/// `hull doctor` checks the gateway network's device as this user opens it: ok where a box
+/// could make its TAP, and otherwise missing with the fix named (`chmod 0666 /dev/net/tun`).
+#[test]
+fn doctor_checks_that_this_user_can_open_dev_net_tun() {
+    let out = std::process::Command::new(bin())
+        .args(["doctor", "--json"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let checks: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tun = checks
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "gateway network")
+        .unwrap_or_else(|| panic!("no gateway network check: {checks}"));
+    let openable = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/net/tun")
+        .is_ok();
+    if openable {
+        assert_eq!(tun["status"], "ok", "{tun}");
+    } else {
+        assert_eq!(tun["status"], "missing", "{tun}");
+        assert!(
+            tun["fix"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("/dev/net/tun"),
+            "{tun}"
+        );
+    }
+}

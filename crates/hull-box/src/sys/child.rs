@@ -388,6 +388,11 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
             sys::close_raw(*fd);
             r
         }
+        Step::OpenTun { fd } => {
+            reserved_is_free(ctx, *fd)?;
+            let tun = sys::open_rdwr(c"/dev/net/tun")?;
+            sys::place_at(std::os::fd::IntoRawFd::into_raw_fd(tun), *fd)
+        }
         Step::PrivatizeMounts => {
             sys::mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE, None)
         }
@@ -508,6 +513,7 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
         Step::Pivot { root } => pivot(root),
         Step::Hostname { name } => sys::sethostname(name.as_bytes()),
         Step::LoopbackUp => sys::loopback_up(),
+        Step::Tap { fd } => make_tap(ctx, *fd),
         Step::Chdir { path } => sys::chdir(&path.c),
         Step::DropCaps { keep, own } => drop_caps(*keep, *own),
         Step::NoNewPrivs => sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1).map(drop),
@@ -681,6 +687,31 @@ fn reserved_is_free(ctx: &ChildContext<'_>, fd: RawFd) -> SysResult<()> {
         Err(Errno(libc::EBUSY))
     } else {
         Ok(())
+    }
+}
+
+/// [`Step::Tap`]: makes and configures the TAP on `/dev/net/tun` at `fd`, sends the descriptor
+/// to the supervisor, closes ours (the supervisor's copy, in flight, keeps the device), and waits
+/// until the supervisor says the caller has taken it. A hangup instead means the supervisor
+/// gave up (the caller's handler failed, or it died): we leave without running the program.
+fn make_tap(ctx: &ChildContext<'_>, fd: RawFd) -> SysResult<()> {
+    let link = sys::tap::link();
+    let made = sys::tap::set_tap(fd, &link).and_then(|()| sys::tap::configure(&link));
+    if made.is_ok() {
+        send(ctx.sock, Message::TapDevice, Some(fd));
+    }
+    // Only the caller holds the TAP from here on (or nobody, and the device goes with our
+    // network namespace).
+    sys::close_raw(fd);
+    made?;
+    let mut m = [0u8; crate::proto::LEN];
+    // SAFETY: the channel is ours for the life of the process.
+    let sock = unsafe { BorrowedFd::borrow_raw(ctx.sock) };
+    match sys::read(sock, &mut m) {
+        Ok(crate::proto::LEN) if Message::decode(&m) == Ok(Message::GatewayReady) => Ok(()),
+        Ok(0) => sys::exit_now(125),
+        Ok(_) => Err(Errno(libc::EPROTO)),
+        Err(e) => Err(e),
     }
 }
 

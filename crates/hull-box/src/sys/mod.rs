@@ -11,6 +11,7 @@
 //! descriptors the crate's public API takes are `BorrowedFd`/`OwnedFd`.
 
 pub(crate) mod child;
+pub(crate) mod tap;
 
 use std::ffi::CStr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
