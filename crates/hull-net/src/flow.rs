@@ -22,6 +22,7 @@ use std::net::{IpAddr, SocketAddr, SocketAddrV4};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use smoltcp::socket::tcp::{self, State};
 use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
@@ -106,7 +107,7 @@ pub enum Outcome {
     /// Leave the SYN unanswered.
     TimedOut {
         decision: Decision,
-        upstream: SocketAddr,
+        upstream: Option<SocketAddr>,
     },
 }
 
@@ -154,10 +155,27 @@ impl std::fmt::Debug for Dial {
     }
 }
 
+/// The longest a held SYN waits for its resolution and dials together; past it the SYN is
+/// left unanswered (a resolver or dialer that never answers does not hold a slot forever).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Judges and dials one held connection (a task of its own; the event loop gets the outcome).
 /// For a name: the host-side answers are filtered by the policy of this moment
 /// ([`Policy::judge_connect`]), and the addresses left are dialled in order until one takes it.
 pub async fn connect(target: Target, dst: SocketAddrV4, dial: Dial) -> Outcome {
+    let decision = Decision {
+        verdict: "deny",
+        rule: format!("no answer from the resolver and dialler within {CONNECT_TIMEOUT:?}"),
+    };
+    tokio::time::timeout(CONNECT_TIMEOUT, decide_and_dial(target, dst, dial))
+        .await
+        .unwrap_or(Outcome::TimedOut {
+            decision,
+            upstream: None,
+        })
+}
+
+async fn decide_and_dial(target: Target, dst: SocketAddrV4, dial: Dial) -> Outcome {
     let (rule, addrs) = match target {
         Target::Literal(rule) => (rule, vec![IpAddr::V4(*dst.ip())]),
         Target::Name(name) => {
@@ -204,7 +222,7 @@ pub async fn connect(target: Target, dst: SocketAddrV4, dial: Dial) -> Outcome {
     match last {
         Some((addr, e)) if e.kind() == io::ErrorKind::TimedOut => Outcome::TimedOut {
             decision,
-            upstream: addr,
+            upstream: Some(addr),
         },
         Some((addr, e)) => Outcome::Refused {
             decision,

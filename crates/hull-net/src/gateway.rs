@@ -554,7 +554,7 @@ impl Gateway {
             }
             Outcome::TimedOut { decision, upstream } => {
                 f.decision = decision;
-                f.upstream = Some(upstream);
+                f.upstream = upstream;
                 self.log_end(&f, 0, 0, "upstream timed out");
                 self.end(f);
             }

@@ -31,6 +31,9 @@ pub const BOX_MAC: EthernetAddress = EthernetAddress([0x02, 0x68, 0x75, 0x6c, 0x
 
 /// Buffer sizes of one TCP connection's socket, each way.
 const SOCKET_BUFFER: usize = 64 * 1024;
+/// A connection whose box stops acknowledging (with data waiting for it, or during the
+/// handshake) is aborted after this long, so a vanished peer does not hold a slot forever.
+const SILENT_PEER: Duration = Duration::from_secs(120);
 
 /// The endpoints of a TCP SYN the box sent (the box's side and where it was going).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -213,6 +216,17 @@ impl Stack {
         self.sockets.remove(h);
     }
 
+    /// A connection socket with the gateway's buffers and settings.
+    fn socket() -> tcp::Socket<'static> {
+        let mut s = tcp::Socket::new(
+            tcp::SocketBuffer::new(vec![0; SOCKET_BUFFER]),
+            tcp::SocketBuffer::new(vec![0; SOCKET_BUFFER]),
+        );
+        s.set_nagle_enabled(false);
+        s.set_timeout(Some(SILENT_PEER));
+        s
+    }
+
     /// Answers a held SYN: a socket listening on its destination takes it (smoltcp sends the
     /// SYN-ACK at the next poll). Any other queued frame is processed first so the SYN is fed
     /// alone, and the socket must then be bound to the SYN's sender (see the module comment).
@@ -222,11 +236,7 @@ impl Stack {
         syn: Syn,
     ) -> Result<SocketHandle, AcceptError> {
         self.poll();
-        let mut s = tcp::Socket::new(
-            tcp::SocketBuffer::new(vec![0; SOCKET_BUFFER]),
-            tcp::SocketBuffer::new(vec![0; SOCKET_BUFFER]),
-        );
-        s.set_nagle_enabled(false);
+        let mut s = Self::socket();
         s.listen(IpEndpoint::new(
             IpAddress::Ipv4(*syn.dst.ip()),
             syn.dst.port(),
@@ -249,11 +259,7 @@ impl Stack {
     /// Opens a connection from the gateway to `to` in the box (a published port); the
     /// socket's local port is `local_port`.
     pub fn connect(&mut self, to: SocketAddrV4, local_port: u16) -> Option<SocketHandle> {
-        let mut s = tcp::Socket::new(
-            tcp::SocketBuffer::new(vec![0; SOCKET_BUFFER]),
-            tcp::SocketBuffer::new(vec![0; SOCKET_BUFFER]),
-        );
-        s.set_nagle_enabled(false);
+        let mut s = Self::socket();
         let remote = IpEndpoint::new(IpAddress::Ipv4(*to.ip()), to.port());
         let local = IpEndpoint::new(IpAddress::Ipv4(GATEWAY), local_port);
         s.connect(self.iface.context(), remote, local).ok()?;
@@ -350,4 +356,169 @@ pub fn udp_reply(query_frame: &[u8], payload: &[u8]) -> Option<Vec<u8>> {
         &IpAddress::Ipv4(ip.src_addr()),
     );
     Some(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ingress::BOX;
+    use smoltcp::phy::ChecksumCapabilities;
+    use smoltcp::wire::{ArpOperation, ArpPacket, ArpRepr, Icmpv4Packet, Icmpv4Repr, Ipv4Address};
+    use std::net::Ipv4Addr;
+
+    /// An Ethernet frame from the box carrying `payload` of `ethertype`.
+    fn eth(ethertype: EthernetProtocol, dst: EthernetAddress, payload: &[u8]) -> Vec<u8> {
+        let mut b = vec![0u8; 14 + payload.len()];
+        let mut f = EthernetFrame::new_unchecked(&mut b[..]);
+        f.set_src_addr(BOX_MAC);
+        f.set_dst_addr(dst);
+        f.set_ethertype(ethertype);
+        f.payload_mut().copy_from_slice(payload);
+        b
+    }
+
+    /// An IPv4 packet from the box to `dst`.
+    fn ip(dst: Ipv4Address, proto: IpProtocol, l4: &[u8]) -> Vec<u8> {
+        let mut b = vec![0u8; 20 + l4.len()];
+        let len = u16::try_from(b.len()).unwrap();
+        let mut p = Ipv4Packet::new_unchecked(&mut b[..]);
+        p.set_version(4);
+        p.set_header_len(20);
+        p.set_total_len(len);
+        p.set_hop_limit(64);
+        p.set_next_header(proto);
+        p.set_src_addr(BOX);
+        p.set_dst_addr(dst);
+        p.fill_checksum();
+        p.payload_mut().copy_from_slice(l4);
+        b
+    }
+
+    fn syn_frame(dst: SocketAddrV4, src_port: u16) -> Vec<u8> {
+        let mut t = vec![0u8; 20];
+        let mut p = TcpPacket::new_unchecked(&mut t[..]);
+        p.set_src_port(src_port);
+        p.set_dst_port(dst.port());
+        p.set_seq_number(TcpSeqNumber(1000));
+        p.set_header_len(20);
+        p.set_syn(true);
+        p.set_window_len(65535);
+        p.fill_checksum(&IpAddress::Ipv4(BOX), &IpAddress::Ipv4(*dst.ip()));
+        eth(
+            EthernetProtocol::Ipv4,
+            GATEWAY_MAC,
+            &ip(*dst.ip(), IpProtocol::Tcp, &t),
+        )
+    }
+
+    /// Tells the stack the box's MAC (an ARP request for the gateway, as the box sends first).
+    fn arp(stack: &mut Stack) -> Vec<Vec<u8>> {
+        let mut a = vec![0u8; 28];
+        ArpRepr::EthernetIpv4 {
+            operation: ArpOperation::Request,
+            source_hardware_addr: BOX_MAC,
+            source_protocol_addr: BOX,
+            target_hardware_addr: EthernetAddress([0; 6]),
+            target_protocol_addr: GATEWAY,
+        }
+        .emit(&mut ArpPacket::new_unchecked(&mut a[..]));
+        stack.input(eth(EthernetProtocol::Arp, EthernetAddress::BROADCAST, &a));
+        stack.poll();
+        std::iter::from_fn(|| stack.output()).collect()
+    }
+
+    #[test]
+    fn the_gateway_answers_arp_and_pings() {
+        let mut s = Stack::new(1514);
+        let out = arp(&mut s);
+        let f = EthernetFrame::new_checked(&out[0][..]).unwrap();
+        let reply = ArpRepr::parse(&ArpPacket::new_checked(f.payload()).unwrap()).unwrap();
+        assert!(matches!(
+            reply,
+            ArpRepr::EthernetIpv4 { operation: ArpOperation::Reply, source_hardware_addr, source_protocol_addr, .. }
+                if source_hardware_addr == GATEWAY_MAC && source_protocol_addr == GATEWAY
+        ));
+        let mut icmp = vec![0u8; 12];
+        Icmpv4Repr::EchoRequest {
+            ident: 7,
+            seq_no: 1,
+            data: b"ping",
+        }
+        .emit(
+            &mut Icmpv4Packet::new_unchecked(&mut icmp[..]),
+            &ChecksumCapabilities::default(),
+        );
+        s.input(eth(
+            EthernetProtocol::Ipv4,
+            GATEWAY_MAC,
+            &ip(GATEWAY, IpProtocol::Icmp, &icmp),
+        ));
+        s.poll();
+        let out = s.output().expect("an echo reply");
+        let f = EthernetFrame::new_checked(&out[..]).unwrap();
+        let p = Ipv4Packet::new_checked(f.payload()).unwrap();
+        assert_eq!((p.src_addr(), p.dst_addr()), (GATEWAY, BOX));
+        let r = Icmpv4Repr::parse(
+            &Icmpv4Packet::new_checked(p.payload()).unwrap(),
+            &ChecksumCapabilities::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            r,
+            Icmpv4Repr::EchoReply {
+                ident: 7,
+                seq_no: 1,
+                data: b"ping"
+            }
+        );
+    }
+
+    #[test]
+    fn a_reset_answers_the_syn_it_refuses() {
+        let dst = SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 1), 443);
+        let rst = reset_for(&syn_frame(dst, 40001)).unwrap();
+        let f = EthernetFrame::new_checked(&rst[..]).unwrap();
+        assert_eq!((f.src_addr(), f.dst_addr()), (GATEWAY_MAC, BOX_MAC));
+        let p = Ipv4Packet::new_checked(f.payload()).unwrap();
+        assert!(p.verify_checksum());
+        assert_eq!((p.src_addr(), p.dst_addr()), (*dst.ip(), BOX));
+        let t = TcpPacket::new_checked(p.payload()).unwrap();
+        assert!(t.verify_checksum(&IpAddress::Ipv4(*dst.ip()), &IpAddress::Ipv4(BOX)));
+        assert!(t.rst() && t.ack() && !t.syn());
+        assert_eq!((t.src_port(), t.dst_port()), (443, 40001));
+        assert_eq!(t.ack_number(), TcpSeqNumber(1001), "acknowledges the SYN");
+    }
+
+    #[test]
+    fn a_held_syn_is_taken_only_by_its_own_listener_and_none_is_left_listening() {
+        let mut s = Stack::new(1514);
+        arp(&mut s);
+        let dst = SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 1), 443);
+        // The frame says port 40002, the flow expected 40001: refused, no socket left.
+        let wrong = Syn {
+            src: SocketAddrV4::new(BOX, 40001),
+            dst,
+        };
+        assert_eq!(
+            s.accept_held(syn_frame(dst, 40002), wrong),
+            Err(AcceptError::NotTaken)
+        );
+        assert_eq!(s.sockets.iter().count(), 0);
+        while s.output().is_some() {}
+        let right = Syn {
+            src: SocketAddrV4::new(BOX, 40003),
+            dst,
+        };
+        let h = s.accept_held(syn_frame(dst, 40003), right).unwrap();
+        assert_eq!(s.tcp(h).state(), tcp::State::SynReceived);
+        let out = s.output().expect("a SYN-ACK");
+        let f = EthernetFrame::new_checked(&out[..]).unwrap();
+        let p = Ipv4Packet::new_checked(f.payload()).unwrap();
+        let t = TcpPacket::new_checked(p.payload()).unwrap();
+        assert!(t.syn() && t.ack());
+        assert_eq!(
+            (p.src_addr(), t.src_port(), t.dst_port()),
+            (*dst.ip(), 443, 40003)
+        );
+    }
 }

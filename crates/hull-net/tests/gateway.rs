@@ -788,3 +788,103 @@ async fn a_published_port_reaches_the_box_from_host_loopback_and_can_be_withdraw
         "the listener is gone"
     );
 }
+
+#[tokio::test]
+async fn concurrent_connections_to_one_endpoint_each_reach_their_own_upstream_connection() {
+    // Several SYNs to the same synthetic address and port, sent in one go, are answered in
+    // one turn of the gateway: each must end up on its own socket and upstream connection.
+    let echo = echo_server().await;
+    let dialer = TestDialer {
+        map: HashMap::from([(public(80), echo)]),
+        ..Default::default()
+    };
+    let mut w = start(
+        custom(&["api.example.test"], &[], &[]),
+        resolver(&[("api.example.test", &[IpAddr::V4(PUBLIC)])]),
+        dialer,
+        None,
+    );
+    let addr = w.net.resolve("api.example.test.").await;
+    let hs: Vec<SocketHandle> = (0..8).map(|_| w.net.connect(addr, 80)).collect();
+    for h in &hs {
+        assert_eq!(w.net.opened(*h).await, tcp::State::Established);
+    }
+    for (i, h) in hs.iter().enumerate() {
+        let msg = format!("connection {i}");
+        assert_eq!(
+            exchange(&mut w.net, *h, msg.as_bytes(), msg.len()).await,
+            msg.as_bytes()
+        );
+    }
+    assert_eq!(w.dialled().len(), 8);
+}
+
+#[tokio::test]
+async fn a_handler_sees_the_connection_it_was_given() {
+    // The FlowHandler seam: a handler of the test's own answers for the upstream.
+    struct Greeter(Arc<Mutex<Vec<hull_net::FlowMeta>>>);
+    impl hull_net::FlowHandler for Greeter {
+        fn handle(
+            &self,
+            mut box_side: tokio::io::DuplexStream,
+            _upstream: Box<dyn Upstream>,
+            meta: hull_net::FlowMeta,
+        ) -> Boxed<io::Result<()>> {
+            self.0.lock().unwrap().push(meta.clone());
+            Box::pin(async move {
+                let mut asked = Vec::new();
+                box_side.read_to_end(&mut asked).await?;
+                let name = meta.name.map(|n| n.to_string()).unwrap_or_default();
+                box_side
+                    .write_all(format!("{name} heard {}", asked.len()).as_bytes())
+                    .await?;
+                box_side.shutdown().await
+            })
+        }
+    }
+    let echo = echo_server().await;
+    let dialer = TestDialer {
+        map: HashMap::from([(public(443), echo)]),
+        ..Default::default()
+    };
+    let (gw_end, box_end) = MemLink::pair(MAX_FRAME);
+    let (tx, _log) = mpsc::channel();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let gw = Gateway::new(
+        Box::new(gw_end),
+        custom(&["api.example.test"], &[], &[]),
+        Arc::new(resolver(&[("api.example.test", &[IpAddr::V4(PUBLIC)])])),
+        Arc::new(dialer),
+        Box::new(tx),
+    )
+    .with_handler(Arc::new(Greeter(seen.clone())));
+    let handle = gw.handle();
+    let run = tokio::spawn(gw.run());
+    let mut net = BoxNet::new(box_end);
+    let addr = net.resolve("api.example.test.").await;
+    let h = net.connect(addr, 443);
+    assert_eq!(net.opened(h).await, tcp::State::Established);
+    let s = net.sockets.get_mut::<tcp::Socket>(h);
+    s.send_slice(b"hello").unwrap();
+    s.close();
+    let mut got = Vec::new();
+    net.until("the handler's answer", Duration::from_secs(5), |set| {
+        let s = set.get_mut::<tcp::Socket>(h);
+        while s.can_recv() {
+            s.recv(|b| {
+                got.extend_from_slice(b);
+                (b.len(), ())
+            })
+            .unwrap();
+        }
+        (!s.may_recv() && !got.is_empty()).then_some(())
+    })
+    .await;
+    assert_eq!(got, b"api.example.test heard 5");
+    let meta = seen.lock().unwrap()[0].clone();
+    assert_eq!(meta.dst, std::net::SocketAddrV4::new(addr, 443));
+    assert_eq!(meta.upstream, public(443));
+    assert_eq!(meta.src.ip(), &BOX);
+    handle.stop();
+    run.await.unwrap().unwrap();
+}
