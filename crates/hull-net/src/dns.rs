@@ -138,6 +138,28 @@ pub fn answer(bytes: &[u8], policy: &Policy, pool: &mut Pool) -> (Answer, Option
     (out, Some(decided(Some(verdict))))
 }
 
+/// The reply refusing a query the gateway does not forward yet (the non-address types of an
+/// allowed name, [`Answer::Forward`]): REFUSED, so a client stops asking this server.
+pub fn refused(bytes: &[u8]) -> Option<Vec<u8>> {
+    let query = Message::from_vec(bytes).ok()?;
+    match reply(&query, ResponseCode::Refused, vec![]) {
+        Answer::Reply(b) => Some(b),
+        _ => None,
+    }
+}
+
+/// A reply's outcome for the log: whether it answered (NOERROR) and the address it gave.
+pub fn summary(reply_bytes: &[u8]) -> (bool, Option<Ipv4Addr>) {
+    let Ok(m) = Message::from_vec(reply_bytes) else {
+        return (false, None);
+    };
+    let addr = m.answers().iter().find_map(|r| match r.data() {
+        RData::A(a) => Some(a.0),
+        _ => None,
+    });
+    (m.response_code() == ResponseCode::NoError, addr)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,19 +1,34 @@
-//! hull-net: the sandbox network. This crate holds the decisions the gateway makes, as pure
-//! functions testable without a packet: which names a box may resolve ([`name`], [`policy`]),
-//! which addresses are never reachable unless named ([`class`]), the verdict with the rule
-//! that decided it, for the connection log, and the DNS answers built from them ([`dns`],
-//! with the synthetic addresses of [`synth`]), and the first look at a box's frames
-//! ([`ingress`]), and the connection log's records ([`log`]). It forks nothing, opens nothing and needs no
-//! namespace (see `ARCHITECTURE.md` and `docs/network.md` for the gateway built on it).
+//! hull-net: the sandbox network. Two layers. The decisions, pure functions testable without
+//! a packet: which names a box may resolve ([`name`], [`policy`]), which addresses are never
+//! reachable unless named ([`class`]), the verdict with the rule that decided it, the DNS
+//! answers ([`dns`], with the synthetic addresses of [`synth`]), the first look at a box's
+//! frames ([`ingress`]) and the connection log's records ([`log`]). And the gateway's data
+//! path that applies them to one box: its [`link`], its TCP/IP [`stack`], connect-first
+//! connections ([`flow`], dialled through [`upstream`]), published [`ports`], and the event
+//! loop that owns them ([`gateway`]). It forks nothing and needs no namespace: the gateway
+//! runs on any link, in-memory ones in tests (see `ARCHITECTURE.md` and `docs/network.md`).
 
 pub mod class;
 pub mod dns;
+pub mod flow;
+pub mod gateway;
 pub mod ingress;
+pub mod link;
 pub mod log;
 pub mod name;
 pub mod policy;
+pub mod ports;
+pub mod stack;
 pub mod synth;
+mod sys;
+pub mod upstream;
 
 pub use class::Class;
+pub use flow::{FlowHandler, FlowMeta, Splice};
+pub use gateway::{Config, Gateway, GatewayError, Handle};
+pub use link::{Link, MemLink, TapLink};
+pub use log::{LogSink, Record};
 pub use name::{HostPattern, Name, NameError};
 pub use policy::{Mode, Policy, PolicyError, Rule, Verdict};
+pub use ports::PortError;
+pub use upstream::{Dialer, Resolver, SystemResolver, TcpDialer, Upstream};

@@ -105,6 +105,42 @@ impl Record {
     }
 }
 
+/// Where a gateway writes its records (a file of JSON lines, a channel to the serve stream, a
+/// test's receiver). Writing must not block for long: it runs on the gateway's event loop.
+pub trait LogSink: Send {
+    fn write(&mut self, record: &Record);
+}
+
+/// JSON lines into any writer; a failed write is dropped (the log never stops the network).
+#[derive(Debug)]
+pub struct Lines<W>(pub W);
+
+impl<W: std::io::Write + Send> LogSink for Lines<W> {
+    fn write(&mut self, record: &Record) {
+        let _ = self.0.write_all(record.line().as_bytes());
+    }
+}
+
+impl LogSink for std::sync::mpsc::Sender<Record> {
+    fn write(&mut self, record: &Record) {
+        let _ = self.send(record.clone());
+    }
+}
+
+impl LogSink for tokio::sync::mpsc::UnboundedSender<Record> {
+    fn write(&mut self, record: &Record) {
+        let _ = self.send(record.clone());
+    }
+}
+
+/// Milliseconds since the Unix epoch, for a record's `at_ms`.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

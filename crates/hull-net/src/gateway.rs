@@ -1,0 +1,694 @@
+//! One box's gateway: the event loop that owns the box's [`Link`], its [`Stack`], its
+//! synthetic [`Pool`] and its connections, on the task that runs [`Gateway::run`] (a tokio
+//! current-thread runtime; dials and handlers are tasks on the same thread, so no frame or
+//! byte crosses a thread). Each turn: control messages, then the link's frames (each through
+//! [`ingress::classify`] before smoltcp sees it), then finished dials, then smoltcp, then the
+//! connections' bytes, then the frames out; then it sleeps until the link, a pipe, a dial, a
+//! published port, a control message or smoltcp's next timer wakes it.
+//!
+//! A caller builds one with [`Gateway::new`] (link, policy, resolver, dialer, log sink),
+//! optionally [`Gateway::with_handler`] and [`Gateway::with_config`], keeps its [`Handle`]
+//! (replace the policy, publish or withdraw a port, stop) and awaits [`Gateway::run`].
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::net::{IpAddr, SocketAddr, SocketAddrV4};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use smoltcp::iface::SocketHandle;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::dns;
+use crate::flow::{self, Dial, FlowHandler, FlowMeta, Outcome, Pipe, Splice, Target};
+use crate::ingress::{self, Identity, Ingress, BOX};
+use crate::link::Link;
+use crate::log::{now_ms, Decision, LogSink, Record};
+use crate::name::Name;
+use crate::policy::Policy;
+use crate::ports::{PortError, Ports};
+use crate::stack::{self, Stack, Syn, BOX_MAC};
+use crate::synth::Pool;
+use crate::upstream::{Dialer, Resolver};
+
+/// The default cap on a box's live connections (held SYNs, open and published-port ones).
+pub const MAX_TCP_CONNECTIONS: usize = 1024;
+
+/// Frames read from the link in one go before the rest of a turn runs.
+const FRAMES_PER_TURN: usize = 256;
+/// Turns run back to back before the loop yields to the runtime's other tasks.
+const TURNS_BEFORE_YIELD: usize = 64;
+
+/// A gateway's settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The box's MAC and address on the link (frames from anything else are dropped).
+    pub identity: Identity,
+    /// The host's own interface addresses (always denied unless an allowed CIDR names them).
+    pub host_addrs: Vec<IpAddr>,
+    /// Live connections at most; past it a SYN is reset and logged.
+    pub max_tcp_connections: usize,
+    /// Names holding a synthetic address at most.
+    pub pool_capacity: usize,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            identity: Identity {
+                mac: BOX_MAC,
+                ip: BOX,
+            },
+            host_addrs: Vec::new(),
+            max_tcp_connections: MAX_TCP_CONNECTIONS,
+            pool_capacity: 64 * 1024,
+        }
+    }
+}
+
+/// Why a gateway stopped other than by [`Handle::stop`].
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error("reading the box's link failed")]
+    Link(#[source] io::Error),
+}
+
+#[derive(Debug)]
+enum Control {
+    SetPolicy(Policy),
+    Publish(u16, oneshot::Sender<Result<u16, PortError>>),
+    Withdraw(u16, oneshot::Sender<bool>),
+    Stop,
+}
+
+/// Controls a running gateway; cheap to clone. Dropping every handle stops nothing.
+#[derive(Debug, Clone)]
+pub struct Handle {
+    tx: mpsc::UnboundedSender<Control>,
+}
+
+impl Handle {
+    /// Replaces the policy: every connection and DNS query from now on is judged by it (open
+    /// connections stay open).
+    pub fn set_policy(&self, policy: Policy) {
+        let _ = self.tx.send(Control::SetPolicy(policy));
+    }
+
+    /// Publishes the box's TCP `port` on `127.0.0.1:<free port>` of the host, returning it.
+    pub async fn publish(&self, port: u16) -> Result<u16, PortError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(Control::Publish(port, tx))
+            .map_err(|_| PortError::Stopped)?;
+        rx.await.map_err(|_| PortError::Stopped)?
+    }
+
+    /// Withdraws a published port (its listener closes; open connections stay); false when
+    /// it was not published.
+    pub async fn withdraw(&self, port: u16) -> bool {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.send(Control::Withdraw(port, tx)).is_err() {
+            return false;
+        }
+        rx.await.unwrap_or(false)
+    }
+
+    /// Stops the gateway: [`Gateway::run`] returns, every connection of the box ends.
+    pub fn stop(&self) {
+        let _ = self.tx.send(Control::Stop);
+    }
+}
+
+enum State {
+    /// The SYN, held until the dial ends.
+    Held(Vec<u8>),
+    Open {
+        socket: SocketHandle,
+        pipe: Pipe,
+    },
+}
+
+struct Flow {
+    /// The box's SYN's endpoints (outbound), or the box's port and the gateway's (inbound).
+    syn: Syn,
+    name: Option<Name>,
+    inbound: bool,
+    started: std::time::Instant,
+    decision: Decision,
+    upstream: Option<SocketAddr>,
+    state: State,
+}
+
+/// Both ends of a channel from a connection's task back to the loop, keyed by connection.
+type Channel<T> = (
+    mpsc::UnboundedSender<(u64, T)>,
+    mpsc::UnboundedReceiver<(u64, T)>,
+);
+
+/// One box's gateway (see the module comment).
+pub struct Gateway {
+    cfg: Config,
+    link: Box<dyn Link>,
+    stack: Stack,
+    pool: Pool,
+    policy: Arc<Policy>,
+    host: Arc<[IpAddr]>,
+    resolver: Arc<dyn Resolver>,
+    dialer: Arc<dyn Dialer>,
+    handler: Arc<dyn FlowHandler>,
+    log: Box<dyn LogSink>,
+    flows: HashMap<u64, Flow>,
+    by_syn: HashMap<Syn, u64>,
+    next_id: u64,
+    ports: Ports,
+    control: mpsc::UnboundedReceiver<Control>,
+    handle: Handle,
+    dialed: Channel<Outcome>,
+    handled: Channel<io::Result<()>>,
+    timer: Pin<Box<tokio::time::Sleep>>,
+    outbox: std::collections::VecDeque<Vec<u8>>,
+    buf: Vec<u8>,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("cfg", &self.cfg)
+            .field("flows", &self.flows.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Frames waiting for a link that cannot take them, at most (past it they are dropped, as
+/// a full device queue drops them; TCP resends).
+const OUTBOX: usize = 4096;
+
+impl Gateway {
+    /// A gateway for the box behind `link`, judging by `policy`, resolving and dialling
+    /// through `resolver` and `dialer`, logging to `log`; connections are spliced
+    /// ([`Splice`]) unless [`Gateway::with_handler`] says otherwise.
+    pub fn new(
+        link: Box<dyn Link>,
+        policy: Policy,
+        resolver: Arc<dyn Resolver>,
+        dialer: Arc<dyn Dialer>,
+        log: Box<dyn LogSink>,
+    ) -> Gateway {
+        let cfg = Config::default();
+        let (tx, control) = mpsc::unbounded_channel();
+        let max_frame = link.max_frame();
+        Gateway {
+            stack: Stack::new(max_frame),
+            pool: Pool::new(cfg.pool_capacity),
+            host: cfg.host_addrs.clone().into(),
+            cfg,
+            link,
+            policy: Arc::new(policy),
+            resolver,
+            dialer,
+            handler: Arc::new(Splice),
+            log,
+            flows: HashMap::new(),
+            by_syn: HashMap::new(),
+            next_id: 1,
+            ports: Ports::default(),
+            control,
+            handle: Handle { tx },
+            dialed: mpsc::unbounded_channel(),
+            handled: mpsc::unbounded_channel(),
+            timer: Box::pin(tokio::time::sleep(std::time::Duration::ZERO)),
+            outbox: std::collections::VecDeque::new(),
+            buf: vec![0; max_frame.max(1514)],
+        }
+    }
+
+    pub fn with_handler(mut self, handler: Arc<dyn FlowHandler>) -> Gateway {
+        self.handler = handler;
+        self
+    }
+
+    pub fn with_config(mut self, cfg: Config) -> Gateway {
+        self.pool = Pool::new(cfg.pool_capacity);
+        self.host = cfg.host_addrs.clone().into();
+        self.cfg = cfg;
+        self
+    }
+
+    /// The handle that controls this gateway once it runs.
+    pub fn handle(&self) -> Handle {
+        self.handle.clone()
+    }
+
+    /// Runs until [`Handle::stop`] or the link is gone (`Ok`), or the link fails.
+    pub async fn run(mut self) -> Result<(), GatewayError> {
+        std::future::poll_fn(|cx| self.turns(cx)).await
+    }
+
+    fn turns(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), GatewayError>> {
+        for _ in 0..TURNS_BEFORE_YIELD {
+            match self.turn(cx) {
+                Poll::Ready(Some(r)) => return Poll::Ready(r),
+                Poll::Ready(None) => continue,
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+
+    /// One turn: `Ready(Some)` to stop, `Ready(None)` when something moved (go again),
+    /// `Pending` when everything waits with `cx` registered.
+    fn turn(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<(), GatewayError>>> {
+        let mut busy = false;
+        while let Poll::Ready(msg) = self.control.poll_recv(cx) {
+            match msg {
+                // The gateway holds a sender itself, so None never comes; Stop does.
+                None | Some(Control::Stop) => return Poll::Ready(Some(Ok(()))),
+                Some(c) => self.control(c),
+            }
+            busy = true;
+        }
+        for _ in 0..FRAMES_PER_TURN {
+            match self.link.poll_recv(cx, &mut self.buf) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Some(Ok(()))),
+                Poll::Ready(Ok(n)) => {
+                    let frame = self.buf[..n].to_vec();
+                    self.frame(frame);
+                    busy = true;
+                }
+                Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
+                Poll::Ready(Err(e)) => return Poll::Ready(Some(Err(GatewayError::Link(e)))),
+                Poll::Pending => break,
+            }
+        }
+        while let Poll::Ready(Some((id, outcome))) = self.dialed.1.poll_recv(cx) {
+            self.settle(id, outcome);
+            busy = true;
+        }
+        while let Poll::Ready(Some((id, result))) = self.handled.1.poll_recv(cx) {
+            if let (
+                Err(_),
+                Some(Flow {
+                    state: State::Open { socket, .. },
+                    ..
+                }),
+            ) = (result, self.flows.get(&id))
+            {
+                self.stack.tcp(*socket).abort();
+            }
+            busy = true;
+        }
+        while let Poll::Ready((port, stream, peer)) = self.ports.poll_accept(cx) {
+            self.inbound(port, stream, peer);
+            busy = true;
+        }
+        self.stack.poll();
+        if self.pump(cx) {
+            busy = true;
+            self.stack.poll();
+        }
+        self.reap();
+        self.flush(cx);
+        if busy {
+            return Poll::Ready(None);
+        }
+        if let Some(d) = self.stack.poll_delay() {
+            let at =
+                tokio::time::Instant::now() + std::time::Duration::from_micros(d.total_micros());
+            self.timer.as_mut().reset(at);
+            if self.timer.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(None);
+            }
+        }
+        Poll::Pending
+    }
+
+    fn control(&mut self, c: Control) {
+        match c {
+            Control::SetPolicy(p) => self.policy = Arc::new(p),
+            Control::Publish(port, reply) => {
+                let _ = reply.send(self.ports.publish(port));
+            }
+            Control::Withdraw(port, reply) => {
+                let _ = reply.send(self.ports.withdraw(port));
+            }
+            Control::Stop => {}
+        }
+    }
+
+    fn frame(&mut self, frame: Vec<u8>) {
+        let verdict = ingress::classify(
+            &frame,
+            &self.cfg.identity,
+            &self.policy,
+            &self.pool,
+            &self.host,
+        );
+        match verdict {
+            Ingress::Stack => self.stack.input(frame),
+            Ingress::Dns => self.dns_udp(&frame),
+            // DNS over TCP is not served yet: refused, so resolvers retry over UDP.
+            Ingress::DnsTcp => self.refuse(
+                &frame,
+                None,
+                Decision {
+                    verdict: "deny",
+                    rule: "DNS over TCP (not served yet; UDP is)".into(),
+                },
+                "refused",
+            ),
+            Ingress::ConnectName { name, .. } => self.open(frame, Target::Name(name)),
+            Ingress::ConnectLiteral { rule, .. } => self.open(frame, Target::Literal(rule)),
+            Ingress::Reset(r) => self.refuse(&frame, None, Decision::from(&r), "refused"),
+            Ingress::Drop(_) => {}
+        }
+    }
+
+    /// Resets a SYN and logs the refusal.
+    fn refuse(&mut self, syn_frame: &[u8], name: Option<Name>, decision: Decision, end: &str) {
+        if let Some(rst) = stack::reset_for(syn_frame) {
+            self.stack.push_output(rst);
+        }
+        if let Some(syn) = Syn::parse(syn_frame) {
+            self.log.write(&Record::Flow {
+                at_ms: now_ms(),
+                proto: "tcp",
+                name: name.map(|n| n.to_string()),
+                dst: syn.dst.into(),
+                upstream: None,
+                decision,
+                bytes_out: 0,
+                bytes_in: 0,
+                duration_ms: 0,
+                end: end.into(),
+            });
+        }
+    }
+
+    fn dns_udp(&mut self, frame: &[u8]) {
+        let Some((_, _, query)) = stack::udp_payload(frame) else {
+            return;
+        };
+        let (answer, decided) = dns::answer(query, &self.policy, &mut self.pool);
+        let reply = match answer {
+            dns::Answer::Reply(b) => b,
+            // Other record types of an allowed name are not forwarded yet: REFUSED.
+            dns::Answer::Forward { .. } => match dns::refused(query) {
+                Some(b) => b,
+                None => return,
+            },
+            dns::Answer::Drop => return,
+        };
+        if let Some(d) = decided {
+            let (answered, addr) = dns::summary(&reply);
+            let decision = match &d.verdict {
+                Some(v) => Decision::from(v),
+                None if answered => Decision {
+                    verdict: "allow",
+                    rule: "reverse lookup of a synthetic address".into(),
+                },
+                None => Decision {
+                    verdict: "deny",
+                    rule: "not a synthetic address or not a host name".into(),
+                },
+            };
+            self.log.write(&Record::Dns {
+                at_ms: now_ms(),
+                name: d.name,
+                record_type: d.record_type,
+                decision,
+                answer: addr.map(IpAddr::V4),
+            });
+        }
+        if let Some(f) = stack::udp_reply(frame, &reply) {
+            self.stack.push_output(f);
+        }
+    }
+
+    /// A SYN opening a connection: held while its destination is judged and dialled.
+    fn open(&mut self, frame: Vec<u8>, target: Target) {
+        let Some(syn) = Syn::parse(&frame) else {
+            return;
+        };
+        if let Some(id) = self.by_syn.get(&syn) {
+            // A retransmitted SYN: still dialling (wait), or answered (the socket has it).
+            if let Some(Flow {
+                state: State::Open { .. },
+                ..
+            }) = self.flows.get(id)
+            {
+                self.stack.input(frame);
+            }
+            return;
+        }
+        let name = match &target {
+            Target::Name(n) => Some(n.clone()),
+            Target::Literal(_) => None,
+        };
+        if self.flows.len() >= self.cfg.max_tcp_connections {
+            let decision = Decision {
+                verdict: "deny",
+                rule: format!(
+                    "connection cap ({} live connections)",
+                    self.cfg.max_tcp_connections
+                ),
+            };
+            self.refuse(&frame, name, decision, "cap");
+            return;
+        }
+        if name.is_some() {
+            self.pool.hold(*syn.dst.ip());
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.by_syn.insert(syn, id);
+        self.flows.insert(
+            id,
+            Flow {
+                syn,
+                name,
+                inbound: false,
+                started: std::time::Instant::now(),
+                decision: Decision {
+                    verdict: "deny",
+                    rule: "undecided".into(),
+                },
+                upstream: None,
+                state: State::Held(frame),
+            },
+        );
+        let dial = Dial {
+            policy: self.policy.clone(),
+            host: self.host.clone(),
+            resolver: self.resolver.clone(),
+            dialer: self.dialer.clone(),
+        };
+        let tx = self.dialed.0.clone();
+        tokio::spawn(async move {
+            let outcome = flow::connect(target, syn.dst, dial).await;
+            let _ = tx.send((id, outcome));
+        });
+    }
+
+    /// A dial ended: answer the held SYN.
+    fn settle(&mut self, id: u64, outcome: Outcome) {
+        let Some(mut f) = self.flows.remove(&id) else {
+            return;
+        };
+        let State::Held(frame) = std::mem::replace(&mut f.state, State::Held(Vec::new())) else {
+            self.flows.insert(id, f);
+            return;
+        };
+        match outcome {
+            Outcome::Connected {
+                upstream,
+                addr,
+                rule,
+            } => {
+                f.decision = Decision::from(&crate::Verdict::Allow(rule.clone()));
+                f.upstream = Some(addr);
+                match self.stack.accept_held(frame.clone(), f.syn) {
+                    Ok(socket) => {
+                        let (pipe, box_side) = Pipe::new();
+                        let meta = FlowMeta {
+                            id,
+                            src: f.syn.src,
+                            dst: f.syn.dst,
+                            name: f.name.clone(),
+                            upstream: addr,
+                            rule,
+                        };
+                        let task = self.handler.handle(box_side, upstream, meta);
+                        let tx = self.handled.0.clone();
+                        tokio::spawn(async move {
+                            let r = task.await;
+                            let _ = tx.send((id, r));
+                        });
+                        f.state = State::Open { socket, pipe };
+                        self.flows.insert(id, f);
+                    }
+                    Err(e) => {
+                        let decision = Decision {
+                            verdict: "deny",
+                            rule: e.to_string(),
+                        };
+                        self.end(f);
+                        self.refuse(&frame, None, decision, "refused");
+                    }
+                }
+            }
+            Outcome::Refused {
+                decision,
+                upstream,
+                end,
+            } => {
+                f.decision = decision;
+                f.upstream = upstream;
+                if let Some(rst) = stack::reset_for(&frame) {
+                    self.stack.push_output(rst);
+                }
+                self.log_end(&f, 0, 0, &end);
+                self.end(f);
+            }
+            Outcome::TimedOut { decision, upstream } => {
+                f.decision = decision;
+                f.upstream = upstream;
+                self.log_end(&f, 0, 0, "upstream timed out");
+                self.end(f);
+            }
+        }
+    }
+
+    /// Forgets a flow that was already taken out of `flows`.
+    fn end(&mut self, f: Flow) {
+        if f.inbound {
+            return;
+        }
+        self.by_syn.remove(&f.syn);
+        if f.name.is_some() {
+            self.pool.release(*f.syn.dst.ip());
+        }
+    }
+
+    fn log_end(&mut self, f: &Flow, bytes_out: u64, bytes_in: u64, end: &str) {
+        self.log.write(&Record::Flow {
+            at_ms: now_ms(),
+            proto: "tcp",
+            name: f.name.as_ref().map(|n| n.to_string()),
+            dst: if f.inbound { f.syn.src } else { f.syn.dst }.into(),
+            upstream: f.upstream,
+            decision: f.decision.clone(),
+            bytes_out,
+            bytes_in,
+            duration_ms: u64::try_from(f.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            end: end.into(),
+        });
+    }
+
+    fn pump(&mut self, cx: &mut Context<'_>) -> bool {
+        let mut moved = false;
+        for f in self.flows.values_mut() {
+            if let State::Open { socket, pipe } = &mut f.state {
+                moved |= pipe.pump(self.stack.tcp(*socket), cx);
+            }
+        }
+        moved
+    }
+
+    /// Drops the connections whose box side is over, logging each.
+    fn reap(&mut self) {
+        let done: Vec<u64> = self
+            .flows
+            .iter_mut()
+            .filter_map(|(id, f)| match &f.state {
+                State::Open { socket, .. } if flow::over(self.stack.tcp(*socket)) => Some(*id),
+                _ => None,
+            })
+            .collect();
+        for id in done {
+            let Some(f) = self.flows.remove(&id) else {
+                continue;
+            };
+            if let State::Open { socket, pipe } = &f.state {
+                self.stack.remove(*socket);
+                let (o, i) = (pipe.bytes_out, pipe.bytes_in);
+                self.log_end(&f, o, i, "closed");
+            }
+            self.end(f);
+        }
+    }
+
+    fn flush(&mut self, cx: &mut Context<'_>) {
+        while let Some(f) = self.stack.output() {
+            if self.outbox.len() < OUTBOX {
+                self.outbox.push_back(f);
+            }
+        }
+        while let Some(f) = self.outbox.front() {
+            match self.link.poll_send(cx, f) {
+                // A frame the link refused is lost, as on a wire; TCP resends.
+                Poll::Ready(_) => {
+                    self.outbox.pop_front();
+                }
+                Poll::Pending => break,
+            }
+        }
+    }
+
+    /// A host connection to a published port: a connection from the gateway into the box.
+    fn inbound(&mut self, port: u16, stream: tokio::net::TcpStream, peer: SocketAddr) {
+        let to = SocketAddrV4::new(self.cfg.identity.ip, port);
+        if self.flows.len() >= self.cfg.max_tcp_connections {
+            self.log.write(&Record::Flow {
+                at_ms: now_ms(),
+                proto: "tcp",
+                name: None,
+                dst: to.into(),
+                upstream: Some(peer),
+                decision: Decision {
+                    verdict: "deny",
+                    rule: format!(
+                        "connection cap ({} live connections)",
+                        self.cfg.max_tcp_connections
+                    ),
+                },
+                bytes_out: 0,
+                bytes_in: 0,
+                duration_ms: 0,
+                end: "cap".into(),
+            });
+            return;
+        }
+        let local = self.ports.local_port();
+        let Some(socket) = self.stack.connect(to, local) else {
+            return;
+        };
+        let (pipe, box_side) = Pipe::new();
+        let id = self.next_id;
+        self.next_id += 1;
+        tokio::spawn(async move {
+            let (mut a, mut b) = (box_side, stream);
+            let _ = tokio::io::copy_bidirectional(&mut a, &mut b).await;
+        });
+        self.flows.insert(
+            id,
+            Flow {
+                syn: Syn {
+                    src: to,
+                    dst: SocketAddrV4::new(ingress::GATEWAY, local),
+                },
+                name: None,
+                inbound: true,
+                started: std::time::Instant::now(),
+                decision: Decision {
+                    verdict: "allow",
+                    rule: format!("published port {port}"),
+                },
+                upstream: Some(peer),
+                state: State::Open { socket, pipe },
+            },
+        );
+    }
+}
