@@ -52,6 +52,9 @@ enum Command {
     /// One file operation of a named sandbox as its user (run by the keeper; not for people).
     #[command(name = "__files", hide = true)]
     Files(named::files_ns::FilesArgs),
+    /// A box's network gateway (started by the box's supervisor; not for people).
+    #[command(name = "__net", hide = true)]
+    Net,
 }
 
 /// `hull run ARGS` alone: clap builds only the run subcommand's flags, not every subcommand's
@@ -117,6 +120,7 @@ fn main() {
         Command::Template(args) => named::template_main(&args),
         Command::Keeper(args) => named::keeper_main(&args),
         Command::Files(args) => named::files_ns::main(&args),
+        Command::Net => hull_cli::net::gateway::main(),
     };
     std::process::exit(code);
 }

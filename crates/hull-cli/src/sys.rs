@@ -250,6 +250,251 @@ pub fn join_user_namespace(cmd: &mut std::process::Command, ns: std::os::fd::Own
     }
 }
 
+/// What [`isolate_self`] could not do: the step and the kernel's answer.
+#[derive(Debug, thiserror::Error)]
+#[error("{step}")]
+pub struct IsolateError {
+    pub step: &'static str,
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// Turns this single-threaded process into one that can reach no host file, no other process
+/// and no privilege: host root first becomes `ids` (no supplementary groups); then new user,
+/// mount, ipc and uts namespaces (the network namespace is kept: the caller dials out), this
+/// user mapped to root there; an empty read-only tmpfs as the root (the host's tree detached);
+/// not dumpable; every capability dropped; `no_new_privs`. Must run before the process starts
+/// a thread (the kernel refuses a new user namespace to a multi-threaded process).
+pub fn isolate_self(ids: Option<(u32, u32)>) -> Result<(), IsolateError> {
+    let step = |step: &'static str, ret: libc::c_int| {
+        if ret == 0 {
+            Ok(())
+        } else {
+            Err(IsolateError {
+                step,
+                source: std::io::Error::last_os_error(),
+            })
+        }
+    };
+    if let Some((uid, gid)) = ids {
+        // SAFETY: an empty list (a null pointer with a zero count) is valid for setgroups.
+        step("drop supplementary groups", unsafe {
+            libc::setgroups(0, std::ptr::null())
+        })?;
+        // SAFETY: plain integer arguments; they only change this process's credentials.
+        step("become the gateway's group", unsafe {
+            libc::setresgid(gid, gid, gid)
+        })?;
+        // SAFETY: as above.
+        step("become the gateway's user", unsafe {
+            libc::setresuid(uid, uid, uid)
+        })?;
+        // The id change made the process non-dumpable, which makes its /proc files root's: it
+        // could not write its own namespace's maps below. Made non-dumpable again at the end.
+        // SAFETY: PR_SET_DUMPABLE takes an integer and no pointer.
+        step("write its own id maps", unsafe {
+            libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0)
+        })?;
+    }
+    let (uid, gid) = (
+        rustix::process::geteuid().as_raw(),
+        rustix::process::getegid().as_raw(),
+    );
+    // SAFETY: unshare takes flags only; the process is single-threaded (documented contract;
+    // the kernel refuses CLONE_NEWUSER otherwise).
+    step("unshare user, mount, ipc and uts namespaces", unsafe {
+        libc::unshare(
+            libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS,
+        )
+    })?;
+    let write = |path: &'static str, text: String| {
+        std::fs::write(path, text).map_err(|source| IsolateError { step: path, source })
+    };
+    write("/proc/self/setgroups", "deny".into())?;
+    write("/proc/self/uid_map", format!("0 {uid} 1"))?;
+    write("/proc/self/gid_map", format!("0 {gid} 1"))?;
+    // SAFETY: a valid NUL-terminated target; null source, type and data are allowed for a
+    // propagation change.
+    step("make mounts private", unsafe {
+        libc::mount(
+            std::ptr::null(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        )
+    })?;
+    // SAFETY: valid NUL-terminated strings; tmpfs reads `size` and `mode` from the data.
+    step("mount an empty root", unsafe {
+        libc::mount(
+            c"hull-net".as_ptr(),
+            c"/tmp".as_ptr(),
+            c"tmpfs".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            c"size=16k,mode=0755".as_ptr().cast(),
+        )
+    })?;
+    // SAFETY: a valid NUL-terminated path and a mode.
+    step("make the old root's mount point", unsafe {
+        libc::mkdir(c"/tmp/old".as_ptr(), 0o700)
+    })?;
+    // SAFETY: pivot_root has no libc wrapper; two valid NUL-terminated paths, the second
+    // beneath the first, as it requires.
+    let pivoted =
+        unsafe { libc::syscall(libc::SYS_pivot_root, c"/tmp".as_ptr(), c"/tmp/old".as_ptr()) };
+    step("pivot to the empty root", if pivoted == 0 { 0 } else { -1 })?;
+    // SAFETY: a valid NUL-terminated path.
+    step("enter the empty root", unsafe {
+        libc::chdir(c"/".as_ptr())
+    })?;
+    // SAFETY: a valid NUL-terminated path; MNT_DETACH takes the whole old tree away.
+    step("detach the host's tree", unsafe {
+        libc::umount2(c"/old".as_ptr(), libc::MNT_DETACH)
+    })?;
+    // SAFETY: a valid NUL-terminated path.
+    step("remove the old root's mount point", unsafe {
+        libc::rmdir(c"/old".as_ptr())
+    })?;
+    // SAFETY: a remount of "/" with flags only.
+    step("make the root read-only", unsafe {
+        libc::mount(
+            std::ptr::null(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REMOUNT
+                | libc::MS_BIND
+                | libc::MS_RDONLY
+                | libc::MS_NOSUID
+                | libc::MS_NODEV
+                | libc::MS_NOEXEC,
+            std::ptr::null(),
+        )
+    })?;
+    // SAFETY: PR_SET_DUMPABLE takes an integer and no pointer.
+    step("make the process non-dumpable", unsafe {
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0)
+    })?;
+    // Every capability, in the namespace it owns too: effective, permitted, inheritable.
+    let head = libc_cap_header();
+    let data = [CapData::default(); 2];
+    // SAFETY: capset reads a version-3 header and two data structs, both valid for the call.
+    let dropped = unsafe { libc::syscall(libc::SYS_capset, &head, data.as_ptr()) };
+    step("drop every capability", if dropped == 0 { 0 } else { -1 })?;
+    // SAFETY: PR_SET_NO_NEW_PRIVS takes integers only.
+    step("set no_new_privs", unsafe {
+        libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    })
+}
+
+/// `struct __user_cap_header_struct`.
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+/// `struct __user_cap_data_struct`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+fn libc_cap_header() -> CapHeader {
+    // _LINUX_CAPABILITY_VERSION_3: 64-bit sets in two data structs.
+    CapHeader {
+        version: 0x2008_0522,
+        pid: 0,
+    }
+}
+
+/// Installs the compiled seccomp `program` on this thread (and the threads and children it
+/// starts later); `no_new_privs` must be set.
+pub fn install_seccomp(program: &hull_seccomp::Program) -> std::io::Result<()> {
+    let fprog = program.as_fprog();
+    // SAFETY: `fprog` points into `program`, which outlives the call.
+    unsafe { hull_seccomp::install_raw(&fprog, false) }
+        .map(|_| ())
+        .map_err(std::io::Error::from_raw_os_error)
+}
+
+/// Takes ownership of descriptor `fd`, inherited from our parent, if it is open; `None` when
+/// it is not (so no other owner's descriptor is ever adopted: only numbers the parent set up
+/// and nothing in this process opened yet are asked for, at start).
+pub fn take_inherited_fd(fd: std::os::fd::RawFd) -> Option<std::os::fd::OwnedFd> {
+    // SAFETY: F_GETFD only reads the descriptor's flags; it fails with EBADF when not open.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        return None;
+    }
+    // SAFETY: the descriptor is open, and the caller asks only for numbers its parent handed
+    // it at exec, which nothing else in this process owns.
+    Some(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+}
+
+/// The addresses of the host's own interfaces (`getifaddrs`), IPv4 and IPv6.
+pub fn host_addrs() -> std::io::Result<Vec<std::net::IpAddr>> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs writes a list head we free below with freeifaddrs.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut out = Vec::new();
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs made, alive until freeifaddrs.
+        let ifa = unsafe { &*cur };
+        if !ifa.ifa_addr.is_null() {
+            // SAFETY: a non-null ifa_addr points to a sockaddr whose family says its shape.
+            let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
+            if family == libc::AF_INET {
+                // SAFETY: an AF_INET address is a sockaddr_in.
+                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+                out.push(std::net::IpAddr::V4(std::net::Ipv4Addr::from(
+                    u32::from_be(sin.sin_addr.s_addr),
+                )));
+            } else if family == libc::AF_INET6 {
+                // SAFETY: an AF_INET6 address is a sockaddr_in6.
+                let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
+                out.push(std::net::IpAddr::V6(std::net::Ipv6Addr::from(
+                    sin6.sin6_addr.s6_addr,
+                )));
+            }
+        }
+        cur = ifa.ifa_next;
+    }
+    // SAFETY: the head getifaddrs returned, freed once.
+    unsafe { libc::freeifaddrs(head) };
+    Ok(out)
+}
+
+/// Has `cmd`'s process get `fd` as descriptor `at` (dup2 between fork and exec; the dup is not
+/// close-on-exec). `fd` must stay open until the spawn.
+pub fn give_fd(cmd: &mut std::process::Command, fd: std::os::fd::RawFd, at: std::os::fd::RawFd) {
+    let hook = move || {
+        if fd == at {
+            // dup2 onto itself changes nothing: clear close-on-exec instead.
+            // SAFETY: F_SETFD with flags 0 on a descriptor the parent keeps open.
+            if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            return Ok(());
+        }
+        // SAFETY: dup2 of a descriptor the parent keeps open until the spawn returns; `at`
+        // is a number of the child's own table.
+        if unsafe { libc::dup2(fd, at) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    };
+    // SAFETY: the hook runs in the child between fork and exec and makes only dup2 or fcntl, which are
+    // async-signal-safe, allocating nothing.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(cmd, hook);
+    }
+}
+
 /// Lets a write to a closed pipe end the process quietly (`SIGPIPE`'s default action), as
 /// `ls | head` does, instead of Rust's ignored signal making every `println!` panic on `EPIPE`.
 /// Only for commands that print a report and own nothing that must be cleaned up on exit.

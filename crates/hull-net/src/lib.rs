@@ -18,6 +18,7 @@ pub mod log;
 pub mod name;
 pub mod policy;
 pub mod ports;
+pub mod resolve;
 pub mod stack;
 pub mod synth;
 mod sys;

@@ -27,7 +27,8 @@ use crate::ingress::GATEWAY;
 /// The gateway's MAC on every box's link (locally administered).
 pub const GATEWAY_MAC: EthernetAddress = EthernetAddress([0x02, 0x68, 0x75, 0x6c, 0x6c, 0x02]);
 /// The MAC a box's interface is given unless its link says otherwise.
-pub const BOX_MAC: EthernetAddress = EthernetAddress([0x02, 0x68, 0x75, 0x6c, 0x6c, 0x64]);
+/// (hull-box's TAP is made with it: `02:48:55:4c:4c:01`, "HULL".)
+pub const BOX_MAC: EthernetAddress = EthernetAddress([0x02, 0x48, 0x55, 0x4c, 0x4c, 0x01]);
 
 /// Buffer sizes of one TCP connection's socket, each way.
 const SOCKET_BUFFER: usize = 64 * 1024;

@@ -1,0 +1,189 @@
+//! `hull __net`: one box's gateway process. It reads its [`Start`] (stdin's first line) and
+//! takes the box's TAP (fd 3) and its connection log (fd 4, optional); reads what it needs of
+//! the host (the resolver's configuration, the host's own addresses); confines itself
+//! ([`super::confine`]); then serves the box with `hull_net::Gateway` on a current-thread tokio
+//! runtime, answers `ready` with the published ports, and takes [`Control`] lines until its
+//! stdin ends (the supervisor is done with the box, or died): then it stops, and the box has
+//! no network (the TAP goes with its last descriptor, ours).
+
+use std::io::{BufRead, Write};
+use std::sync::Arc;
+
+use tokio::io::AsyncBufReadExt;
+
+use super::wire::{Answer, Control, Start};
+
+/// The TAP's descriptor number in the gateway.
+pub const TAP_FD: i32 = 3;
+/// The connection log's descriptor number in the gateway, when there is one.
+pub const LOG_FD: i32 = 4;
+
+/// Why the gateway could not start serving.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("read the start line")]
+    Read(#[source] std::io::Error),
+    #[error("a malformed start line")]
+    Parse(#[source] serde_json::Error),
+    #[error("no TAP descriptor (fd {TAP_FD})")]
+    NoTap,
+    #[error("the network policy")]
+    Policy(#[source] hull_net::PolicyError),
+    #[error("list the host's addresses")]
+    HostAddrs(#[source] std::io::Error),
+    #[error(transparent)]
+    Resolver(#[from] hull_net::resolve::ResolverSetupError),
+    #[error(transparent)]
+    Confine(#[from] super::confine::ConfineError),
+    #[error("start the event loop")]
+    Runtime(#[source] std::io::Error),
+    #[error("take the TAP")]
+    Tap(#[source] std::io::Error),
+    #[error("publish the box's port")]
+    Publish(#[source] hull_net::PortError),
+}
+
+/// Writes one answer line to stdout.
+fn answer(a: &Answer) {
+    let mut out = std::io::stdout().lock();
+    if let Ok(line) = serde_json::to_string(a) {
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    }
+}
+
+/// The process's entry: its exit code.
+pub fn main() -> i32 {
+    match serve() {
+        Ok(()) => 0,
+        Err(e) => {
+            answer(&Answer::Error {
+                message: hull_api::Chain(&e).to_string(),
+            });
+            1
+        }
+    }
+}
+
+fn serve() -> Result<(), StartError> {
+    let mut line = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .map_err(StartError::Read)?;
+    let start: Start = serde_json::from_str(&line).map_err(StartError::Parse)?;
+    let policy = start.policy.policy().map_err(StartError::Policy)?;
+    let tap = crate::sys::take_inherited_fd(TAP_FD).ok_or(StartError::NoTap)?;
+    let log = crate::sys::take_inherited_fd(LOG_FD).map(std::fs::File::from);
+    let host_addrs = crate::sys::host_addrs().map_err(StartError::HostAddrs)?;
+    let resolver = if start.dns.is_empty() {
+        hull_net::resolve::HostResolver::from_system()?
+    } else {
+        hull_net::resolve::HostResolver::with_servers(&start.dns)
+    };
+    super::confine::confine()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(StartError::Runtime)?;
+    rt.block_on(run(start, policy, tap, log, host_addrs, resolver))
+}
+
+async fn run(
+    start: Start,
+    policy: hull_net::Policy,
+    tap: std::os::fd::OwnedFd,
+    log: Option<std::fs::File>,
+    host_addrs: Vec<std::net::IpAddr>,
+    resolver: hull_net::resolve::HostResolver,
+) -> Result<(), StartError> {
+    let link = hull_net::TapLink::new(tap, start.mtu).map_err(StartError::Tap)?;
+    let sink: Box<dyn hull_net::LogSink> = match log {
+        Some(f) => Box::new(hull_net::log::Lines(f)),
+        None => Box::new(hull_net::log::Lines(std::io::sink())),
+    };
+    let cfg = hull_net::Config {
+        identity: identity(),
+        host_addrs,
+        max_tcp_connections: start.max_tcp_connections,
+        ..hull_net::Config::default()
+    };
+    let gateway = hull_net::Gateway::new(
+        Box::new(link),
+        policy,
+        Arc::new(resolver),
+        Arc::new(hull_net::TcpDialer::default()),
+        sink,
+    )
+    .with_config(cfg);
+    let handle = gateway.handle();
+    let running = tokio::spawn(gateway.run());
+    let mut ports = Vec::new();
+    for p in &start.ports {
+        let host = handle.publish(*p).await.map_err(StartError::Publish)?;
+        ports.push((*p, host));
+    }
+    answer(&Answer::Ready { ports });
+    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        answer(&control(&handle, &line).await);
+    }
+    handle.stop();
+    let _ = running.await;
+    Ok(())
+}
+
+/// Who the box is on its link: hull-box's TAP is made with this MAC and address.
+fn identity() -> hull_net::ingress::Identity {
+    hull_net::ingress::Identity {
+        mac: hull_net::stack::BOX_MAC,
+        ip: hull_box::tap::BOX_ADDR,
+    }
+}
+
+/// Does one control request.
+async fn control(handle: &hull_net::Handle, line: &str) -> Answer {
+    let req: Control = match serde_json::from_str(line) {
+        Ok(r) => r,
+        Err(e) => {
+            return Answer::Error {
+                message: format!("a malformed control line: {e}"),
+            }
+        }
+    };
+    match req {
+        Control::SetPolicy { policy } => match policy.policy() {
+            Ok(p) => {
+                handle.set_policy(p);
+                Answer::Ok { value: None }
+            }
+            Err(e) => Answer::Error {
+                message: hull_api::Chain(&e).to_string(),
+            },
+        },
+        Control::Publish { port } => match handle.publish(port).await {
+            Ok(host) => Answer::Ok {
+                value: Some(host.into()),
+            },
+            Err(e) => Answer::Error {
+                message: hull_api::Chain(&e).to_string(),
+            },
+        },
+        Control::Withdraw { port } => Answer::Ok {
+            value: Some(handle.withdraw(port).await.into()),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The box's side (hull-box makes the TAP) and the gateway's (hull-net serves it) agree on
+    /// the link's addresses.
+    #[test]
+    fn the_box_and_its_gateway_agree_on_the_link() {
+        assert_eq!(hull_box::tap::BOX_ADDR, hull_net::ingress::BOX);
+        assert_eq!(hull_box::tap::GATEWAY_ADDR, hull_net::ingress::GATEWAY);
+        assert_eq!(hull_box::tap::BOX_MAC, hull_net::stack::BOX_MAC.0);
+        assert_eq!(super::identity().ip, hull_net::ingress::BOX);
+    }
+}

@@ -1,0 +1,74 @@
+//! What a supervisor and its box's gateway process (`hull __net`) say to each other: JSON lines
+//! on the gateway's stdin (the [`Start`] first, then [`Control`]s) and stdout ([`Answer`]s, one
+//! per line received). The TAP descriptor travels as the gateway's fd 3, its connection log as
+//! fd 4 when there is one; nothing of either is ever on a command line.
+
+use serde::{Deserialize, Serialize};
+
+/// An egress policy as the caller spelled it (`hull_net::Policy::new` judges each entry).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicySpec {
+    /// `deny-all`, `allow-all` or `custom`.
+    pub mode: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_hosts: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_cidrs: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny_cidrs: Vec<String>,
+}
+
+impl PolicySpec {
+    /// The policy it names, or why not (naming the entry).
+    pub fn policy(&self) -> Result<hull_net::Policy, hull_net::PolicyError> {
+        hull_net::Policy::new(
+            hull_net::Mode::parse(&self.mode)?,
+            &self.allow_hosts,
+            &self.allow_cidrs,
+            &self.deny_cidrs,
+        )
+    }
+}
+
+/// The gateway's first line: everything it needs before it confines itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Start {
+    pub policy: PolicySpec,
+    /// The box's TCP ports to publish on the host's 127.0.0.1.
+    #[serde(default)]
+    pub ports: Vec<u16>,
+    /// Live connections at most (held SYNs, open and published-port ones).
+    pub max_tcp_connections: usize,
+    /// The TAP's IP MTU.
+    pub mtu: usize,
+    /// Name servers the gateway resolves through instead of the host's `/etc/resolv.conf`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dns: Vec<std::net::SocketAddr>,
+}
+
+/// A request to a running gateway.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Control {
+    /// Replace the policy: new connections and DNS queries are judged by it.
+    SetPolicy { policy: PolicySpec },
+    /// Publish one more box port; answered with its host port.
+    Publish { port: u16 },
+    /// Withdraw a published port; answered with whether it was published.
+    Withdraw { port: u16 },
+}
+
+/// One answer line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Answer {
+    /// The gateway serves the box: each published port as (box port, host port).
+    Ready { ports: Vec<(u16, u16)> },
+    /// A control request done: its value (a host port, whether a port was withdrawn), if any.
+    Ok {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        value: Option<serde_json::Value>,
+    },
+    /// Why the start or the request failed (the whole cause chain).
+    Error { message: String },
+}
