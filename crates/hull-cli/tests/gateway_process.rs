@@ -139,6 +139,19 @@ fn run_served(
     flag: Option<&std::path::Path>,
     during: Option<Box<dyn FnOnce(GatewayProcess) -> GatewayProcess + Send>>,
 ) -> RunResult {
+    run_published(code, policy, dns, max, flag, &[], during)
+}
+
+/// [`run_served`] with the box's `ports` published.
+fn run_published(
+    code: &str,
+    policy: PolicySpec,
+    dns: &Dns,
+    max: usize,
+    flag: Option<&std::path::Path>,
+    ports: &[u16],
+    during: Option<Box<dyn FnOnce(GatewayProcess) -> GatewayProcess + Send>>,
+) -> RunResult {
     let rt = Runtime::new().expect("runtime");
     let mut spec = BoxSpec::new(vec!["python3".into(), "-c".into(), code.into()]);
     spec.network = Network::Gateway;
@@ -152,7 +165,7 @@ fn run_served(
     }
     let start = Start {
         policy,
-        ports: Vec::new(),
+        ports: ports.to_vec(),
         max_tcp_connections: max,
         mtu: hull_box::tap::MTU as usize,
         dns: vec![dns.addr],
@@ -464,4 +477,69 @@ fn a_box_whose_gateway_dies_has_no_network() {
     assert_eq!(lines.len(), 2, "{r:?}");
     assert!(!lines[1].contains("GOT"), "{r:?}");
     assert_eq!(echo.accepted(), 1);
+}
+
+/// The local address (`"0100007F"` is 127.0.0.1) of the host's listening TCP socket on `port`.
+fn listening_address(port: u16) -> Option<String> {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    table.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let (addr, p) = f.get(1)?.split_once(':')?;
+        (u16::from_str_radix(p, 16).ok()? == port && f.get(3) == Some(&"0A"))
+            .then(|| addr.to_string())
+    })
+}
+
+#[test]
+fn published_ports_listen_on_loopback_only_reach_the_box_and_close_with_it() {
+    use std::io::BufRead;
+    let dns = Dns::start(&[]);
+    let flag = tempfile::tempdir().expect("a directory");
+    // The box serves 8000 and 8001 (on every address of its own), says so, waits to be told.
+    let code = "import socket, os, time\nls = []\nfor p in (8000, 8001):\n    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('0.0.0.0', p)); s.listen(); ls.append(s)\nopen('/flag/up', 'w').close()\nfor s in ls:\n    c, peer = s.accept(); c.sendall(('box %d from %s' % (s.getsockname()[1], peer[0])).encode() + b'\\n'); c.close()\n";
+    let dir = flag.path().to_path_buf();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = seen.clone();
+    let r = run_published(
+        code,
+        PolicySpec {
+            mode: "deny-all".into(),
+            ..PolicySpec::default()
+        },
+        &dns,
+        1024,
+        Some(flag.path()),
+        &[8000, 8001],
+        Some(Box::new(move |g| {
+            wait_for(&dir.join("up"));
+            let mut got = keep.lock().unwrap();
+            for (inner, host) in g.ports.clone() {
+                let bound = listening_address(host);
+                let c = std::net::TcpStream::connect(("127.0.0.1", host)).expect("connect");
+                let mut line = String::new();
+                std::io::BufReader::new(c).read_line(&mut line).unwrap();
+                got.push((inner, host, bound, line));
+            }
+            g
+        })),
+    );
+    assert!(r.success, "{r:?}");
+    let got = seen.lock().unwrap().clone();
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_ne!(got[0].1, got[1].1, "two ports, two host ports");
+    for (inner, host, bound, line) in &got {
+        // Only the host's loopback, never another interface.
+        assert_eq!(bound.as_deref(), Some("0100007F"), "{inner} -> {host}");
+        // The box saw the gateway's address as the peer.
+        assert_eq!(line, &format!("box {inner} from 10.0.2.2\n"));
+        // Gone with the box (its gateway ends when the box's supervisor lets go).
+        let t0 = Instant::now();
+        while listening_address(*host).is_some() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "{host} still listens"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
 }
