@@ -351,3 +351,73 @@ fn a_gateway_box_keeping_net_admin_or_net_raw_is_refused() {
     let r = run_taking(&rt, &spec, &mut |_tap: Tap| Ok(())).expect("runs");
     assert!(r.stdout.contains("RAN"), "{r:?}");
 }
+
+/// A resident box (a named sandbox's) gets its TAP the same way: the handler runs before the
+/// box is reported ready, and the programs it starts later see the configured link.
+#[test]
+fn a_resident_gateway_box_hands_its_tap_over_before_it_is_ready() {
+    let rt = Runtime::new().expect("runtime");
+    let mut spec = BoxSpec::new(vec!["true".into()]);
+    spec.network = Network::Gateway;
+    let mut taps = Vec::new();
+    let resident = rt
+        .start_resident_with(
+            &spec,
+            Handoff {
+                fuse: None,
+                tap: Some(&mut |tap: Tap| {
+                    taps.push(tap);
+                    Ok(())
+                }),
+            },
+        )
+        .expect("resident box starts");
+    assert_eq!(taps.len(), 1);
+    assert_eq!(taps[0].pid, resident.pid());
+    let dir = tempfile::tempdir().expect("dir");
+    let out_path = dir.path().join("out");
+    let out = std::fs::File::create(&out_path).expect("out");
+    let null = std::fs::File::open("/dev/null").expect("null");
+    let argv: Vec<String> = ["python3", "-c", SHOW_LINK]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let env = vec![("PATH".to_string(), "/usr/bin:/bin".to_string())];
+    resident
+        .send(
+            &hull_box::ResidentProgram {
+                argv: &argv,
+                env: &env,
+                cwd: "/",
+                ids: None,
+            },
+            [null.as_fd(), out.as_fd(), out.as_fd()],
+        )
+        .expect("send");
+    let end = Instant::now() + Duration::from_secs(20);
+    let mut status = None;
+    while status.is_none() && Instant::now() < end {
+        let mut fds = [libc::pollfd {
+            fd: resident.channel_fd().as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        // SAFETY: one pollfd that lives for the call.
+        if unsafe { libc::poll(fds.as_mut_ptr(), 1, 200) } <= 0 {
+            continue;
+        }
+        match resident.recv().expect("event") {
+            hull_box::ResidentEvent::Exited { status: s, .. } => status = Some(s),
+            hull_box::ResidentEvent::Closed => break,
+            _ => {}
+        }
+    }
+    let shown = std::fs::read_to_string(&out_path).unwrap_or_default();
+    assert_eq!(status, Some(0), "{shown}");
+    assert!(shown.contains("ADDR 10.0.2.100\n"), "{shown}");
+    assert!(
+        shown.contains("ROUTE eth0 0.0.0.0 10.0.2.2 0003\n"),
+        "{shown}"
+    );
+    drop(resident);
+}
