@@ -644,7 +644,8 @@ mod tests {
 
     /// The gateway network's TAP: the device opened before host root's box becomes its own
     /// root (with host root's rights on a 0600 node) and before any mount, the TAP made after
-    /// `lo` and before the capabilities drop; such a plan is built whole (never templated).
+    /// `lo` and before the capabilities drop; entering a template, it waits for the gateway
+    /// instead (the pool made its TAP).
     #[test]
     fn a_gateway_plan_opens_the_device_early_and_makes_the_tap_before_dropping_caps() {
         use crate::plan::Step;
@@ -689,7 +690,26 @@ mod tests {
             s,
             Step::WriteFile { path, data } if path.shown == "/etc/resolv.conf" && data == b"nameserver 10.0.2.2\n"
         )));
-        assert!(plan.split_template().is_err());
+        // Entering a template (with a network namespace and TAP its pool made), the box opens
+        // no device and waits for the gateway instead of making the TAP.
+        let (_, entry) = plan.split_template().map_err(|_| "not split").unwrap();
+        let entered = entry.enter(&crate::split::TemplateFds {
+            user: 905,
+            host: 906,
+            root: 907,
+            net: Some(908),
+            own: None,
+        });
+        let shown = crate::split::LaunchPlan::Templated(entered.clone()).to_string();
+        assert!(!shown.contains("/dev/net/tun"), "{shown}");
+        assert!(entered.pid1.contains(&Step::AwaitGateway), "{shown}");
+        assert!(
+            !entered
+                .pid1
+                .iter()
+                .any(|s| matches!(s, Step::Tap { .. } | Step::LoopbackUp)),
+            "{shown}"
+        );
         // No other network has either step.
         for network in [Network::None, Network::Host] {
             spec.network = network;
