@@ -642,6 +642,85 @@ mod tests {
         assert!(!env.iter().any(|(k, _)| k == "SSH_AUTH_SOCK"));
     }
 
+    /// The gateway network's TAP: the device opened before host root's box becomes its own
+    /// root (with host root's rights on a 0600 node) and before any mount, the TAP made after
+    /// `lo` and before the capabilities drop; entering a template, it waits for the gateway
+    /// instead (the pool made its TAP).
+    #[test]
+    fn a_gateway_plan_opens_the_device_early_and_makes_the_tap_before_dropping_caps() {
+        use crate::plan::Step;
+        let d = tempfile::tempdir().unwrap();
+        let ctx = Context {
+            uid: 0,
+            gid: 0,
+            cgroup_procs: &[],
+            workspace: d.path(),
+            seccomp_rules: 1,
+            listener: true,
+            keep_caps: 0,
+            stage: "/tmp/hull-tmpl-x",
+            remap: Some(Remap {
+                uid: 2_000_000,
+                gid: 2_000_000,
+                count: 1,
+            }),
+            temporary_workspace: true,
+        };
+        let mut spec = BoxSpec::new(vec!["true".into()]);
+        spec.network = Network::Gateway;
+        let plan = build(&spec, &ctx).unwrap();
+        assert_ne!(plan.clone_flags & libc::CLONE_NEWNET, 0);
+        let names: Vec<&str> = plan.steps.iter().map(Step::name).collect();
+        let at = |name: &str| {
+            names
+                .iter()
+                .position(|n| *n == name)
+                .unwrap_or_else(|| panic!("{name} missing: {names:?}"))
+        };
+        assert!(at("open bind source") < at("open /dev/net/tun"));
+        assert!(at("open /dev/net/tun") < at("become root of the box's user namespace"));
+        assert!(at("open /dev/net/tun") < at("make mounts private"));
+        assert!(at("bring up loopback") < at("make the gateway network's TAP and hand it over"));
+        assert!(at("make the gateway network's TAP and hand it over") < at("drop capabilities"));
+        assert!(
+            plan.to_string().contains("default route via 10.0.2.2"),
+            "{plan}"
+        );
+        assert!(plan.steps.iter().any(|s| matches!(
+            s,
+            Step::WriteFile { path, data } if path.shown == "/etc/resolv.conf" && data == b"nameserver 10.0.2.2\n"
+        )));
+        // Entering a template (with a network namespace and TAP its pool made), the box opens
+        // no device and waits for the gateway instead of making the TAP.
+        let (_, entry) = plan.split_template().map_err(|_| "not split").unwrap();
+        let entered = entry.enter(&crate::split::TemplateFds {
+            user: 905,
+            host: 906,
+            root: 907,
+            net: Some(908),
+            own: None,
+        });
+        let shown = crate::split::LaunchPlan::Templated(entered.clone()).to_string();
+        assert!(!shown.contains("/dev/net/tun"), "{shown}");
+        assert!(entered.pid1.contains(&Step::AwaitGateway), "{shown}");
+        assert!(
+            !entered
+                .pid1
+                .iter()
+                .any(|s| matches!(s, Step::Tap { .. } | Step::LoopbackUp)),
+            "{shown}"
+        );
+        // No other network has either step.
+        for network in [Network::None, Network::Host] {
+            spec.network = network;
+            let plan = build(&spec, &ctx).unwrap();
+            assert!(!plan
+                .steps
+                .iter()
+                .any(|s| matches!(s, Step::OpenTun { .. } | Step::Tap { .. })));
+        }
+    }
+
     #[test]
     fn a_host_skeleton_splits_into_a_template_and_a_rootfs_one_does_not() {
         use crate::plan::Step;

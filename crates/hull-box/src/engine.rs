@@ -251,13 +251,15 @@ impl Engine {
         };
         // Holds the template's namespaces (and a pooled network namespace) until the box has
         // entered them.
-        let (plan, _entered) = match &self.templates {
+        let (plan, mut entered) = match &self.templates {
             Some(t) => t.prepare(plan)?,
             None => (LaunchPlan::Fresh(plan), None),
         };
+        let pooled_tap = entered.as_mut().and_then(|e| e.tap.take());
         marks.mark("plan prepared");
         let prepared = Prepared { plan, resources };
         marks.mark("launch");
+        let handoff = (handoff, pooled_tap);
         let watched = self.launch_and_watch(spec, &prepared.plan, opts, sink, tracing, handoff);
         marks.mark("result known");
         let (outcome, pid) = watched?;
@@ -272,7 +274,7 @@ impl Engine {
         opts: RunOptions,
         sink: &mut dyn OutputSink,
         tracing: bool,
-        mut handoff: Handoff<'_>,
+        (mut handoff, pooled_tap): (Handoff<'_>, Option<std::os::fd::OwnedFd>),
     ) -> Result<(crate::outcome::Outcome, libc::pid_t), BoxError> {
         let trace = if tracing { TraceMap::new() } else { None };
         let sigfd = sys::block_signals_fd(&FORWARDED).map_err(|errno| BoxError::Sys {
@@ -297,7 +299,7 @@ impl Engine {
         let pid = started.pid;
         Marks::new(tracing).mark("box cloned");
         let timeout = i32::try_from(spec.timeout.as_millis()).unwrap_or(i32::MAX);
-        if let Err(e) = hand_over(&started, plan, timeout, &mut handoff) {
+        if let Err(e) = hand_over(&started, plan, timeout, &mut handoff, pooled_tap) {
             launch::end_unreaped(pid);
             sys::unblock_signals(&FORWARDED);
             return Err(e);
@@ -540,7 +542,7 @@ impl Engine {
         };
         let started = launch.start()?;
         let timeout = i32::try_from(spec.timeout.as_millis()).unwrap_or(i32::MAX);
-        if let Err(e) = hand_over(&started, &plan, timeout, &mut handoff) {
+        if let Err(e) = hand_over(&started, &plan, timeout, &mut handoff, None) {
             launch::end_unreaped(started.pid);
             return Err(e);
         }
@@ -638,13 +640,33 @@ fn gateway_possible(spec: &BoxSpec, keep: u64, handoff: &Handoff<'_>) -> Result<
 /// Hands the descriptors a started box's setup sends, in the plan's order, to the caller's
 /// `handoff`: a FUSE root's device (its daemon must answer before pid 1's setup goes on) and a
 /// gateway box's TAP (pid 1 waits for `GatewayReady`, sent once the handler returned, so the
-/// program never starts without its gateway). An error leaves ending the box to the caller.
+/// program never starts without its gateway), or, for a box in a pooled network namespace
+/// (`AwaitGateway`), the TAP the pool made there (`pooled_tap`). An error leaves ending the box
+/// to the caller.
 fn hand_over(
     started: &Started,
     plan: &LaunchPlan,
     timeout_ms: i32,
     handoff: &mut Handoff<'_>,
+    mut pooled_tap: Option<std::os::fd::OwnedFd>,
 ) -> Result<(), BoxError> {
+    let mut give = |fd| -> Result<(), BoxError> {
+        let Some(take) = handoff.tap.as_mut() else {
+            return Err(BoxError::NoTapHandler);
+        };
+        take(Tap {
+            fd,
+            pid: started.pid,
+        })
+        .map_err(|error| BoxError::Gateway { error })?;
+        started
+            .channel
+            .send(Message::GatewayReady)
+            .map_err(|errno| BoxError::Sys {
+                what: "tell the box its gateway is ready",
+                errno,
+            })
+    };
     for step in plan.pid1_steps() {
         match step {
             Step::MountFuse { .. } => match started.channel.wait(timeout_ms)? {
@@ -662,24 +684,16 @@ fn hand_over(
                 (m, _) => return Err(crate::channel::unexpected(plan, "FuseDevice", m)),
             },
             Step::Tap { .. } => match started.channel.wait(timeout_ms)? {
-                (Message::TapDevice, Some(fd)) => {
-                    let Some(take) = handoff.tap.as_mut() else {
-                        return Err(BoxError::NoTapHandler);
-                    };
-                    take(Tap {
-                        fd,
-                        pid: started.pid,
-                    })
-                    .map_err(|error| BoxError::Gateway { error })?;
-                    started
-                        .channel
-                        .send(Message::GatewayReady)
-                        .map_err(|errno| BoxError::Sys {
-                            what: "tell the box its gateway is ready",
-                            errno,
-                        })?;
-                }
+                (Message::TapDevice, Some(fd)) => give(fd)?,
                 (m, _) => return Err(crate::channel::unexpected(plan, "TapDevice", m)),
+            },
+            Step::AwaitGateway => match pooled_tap.take() {
+                Some(fd) => give(fd)?,
+                None => {
+                    return Err(BoxError::Internal(
+                        "a box in a pooled network namespace came without its TAP",
+                    ))
+                }
             },
             _ => {}
         }

@@ -286,6 +286,10 @@ pub enum Step {
     Tap {
         fd: i32,
     },
+    /// A templated box entering a pooled network namespace whose TAP a pool helper made (see
+    /// `template.rs`; the supervisor holds the TAP): wait for the supervisor's `GatewayReady`
+    /// (the caller has taken the TAP) before going on, as `Tap` does after making its own.
+    AwaitGateway,
     Chdir {
         path: BoxPath,
     },
@@ -361,6 +365,7 @@ impl Step {
             Step::Hostname { .. } => "set hostname",
             Step::LoopbackUp => "bring up loopback",
             Step::Tap { .. } => "make the gateway network's TAP and hand it over",
+            Step::AwaitGateway => "wait for the gateway to take the TAP",
             Step::Chdir { .. } => "enter working directory",
             Step::DropCaps { .. } => "drop capabilities",
             Step::NoNewPrivs => "set no_new_privs",
@@ -488,6 +493,7 @@ impl fmt::Display for Step {
             Step::Hostname { name } => write!(f, "sethostname {name}"),
             Step::LoopbackUp => write!(f, "bring up lo"),
             Step::OpenTun { fd } => write!(f, "open {} (read-write) as fd {fd}, in the box's network namespace", crate::tap::TUN_DEVICE),
+            Step::AwaitGateway => write!(f, "wait until the caller has taken the TAP of this pooled network namespace ({} up, made by the pool)", crate::tap::TAP_NAME),
             Step::Tap { fd } => write!(
                 f,
                 "TUNSETIFF fd {fd}: tap {} (IFF_TAP|IFF_NO_PI), mac {}, mtu {}, {}/{}, up, default route via {}; send the fd to the supervisor, close it, wait until the caller has taken it",
@@ -622,6 +628,11 @@ impl BoxPlan {
             }
         }
         self.steps = steps;
+    }
+
+    /// Whether the box makes the gateway network's TAP (`Network::Gateway`).
+    pub(crate) fn makes_tap(&self) -> bool {
+        self.steps.iter().any(|s| matches!(s, Step::Tap { .. }))
     }
 
     /// Who maps the box's ids, when the box cannot map them itself.

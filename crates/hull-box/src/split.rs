@@ -401,15 +401,6 @@ impl BoxPlan {
     /// once the template (and what its pools hold) is known, so no step ever carries a
     /// descriptor to fill in.
     pub fn split_template(self) -> Result<(TemplatePlan, EntryPlan), BoxPlan> {
-        // A gateway box is built whole: its pid 1 opens /dev/net/tun by the host's path in its
-        // own network namespace (see `Step::OpenTun`), which a templated pid 1 cannot reach.
-        if self
-            .steps
-            .iter()
-            .any(|s| matches!(s, Step::OpenTun { .. } | Step::Tap { .. }))
-        {
-            return Err(self);
-        }
         // A template's user namespace maps one id; a box with sub-ids is built whole.
         let become_root = match self.id_maps() {
             None => false,
@@ -464,6 +455,9 @@ impl BoxPlan {
                 }
                 // After the template is entered: it needs the box's own user namespace.
                 Step::UnshareCgroupNs => {}
+                // A gateway box enters a pooled network namespace whose TAP the pool made (see
+                // `EntryPlan::enter`): it opens no device.
+                Step::OpenTun { .. } => {}
                 Step::OpenSource { path, fd } => sources.push((path, fd)),
                 // Cgroup joins run first, from the host's namespaces.
                 other => head.push(other),
@@ -575,7 +569,9 @@ impl EntryPlan {
 
     /// The plan the box runs to enter the template whose descriptors are `fds`: a pooled
     /// network namespace comes with its loopback up, and the box has no capability to
-    /// configure it, so its own `LoopbackUp` step goes.
+    /// configure it, so its own `LoopbackUp` step goes; for a gateway box it comes with its TAP
+    /// made (the supervisor holds it), so `Tap` becomes `AwaitGateway`. (A gateway box enters
+    /// only with one: `Templates::prepare` builds it whole otherwise.)
     pub fn enter(self, fds: &TemplateFds) -> TemplatedPlan {
         let mut entry: Vec<EntryStep> = self.head.into_iter().map(EntryStep::Box).collect();
         entry.push(EntryStep::JoinTemplate {
@@ -599,6 +595,10 @@ impl EntryPlan {
             .pid1
             .into_iter()
             .filter(|s| fds.net.is_none() || !matches!(s, Step::LoopbackUp))
+            .map(|s| match s {
+                Step::Tap { .. } if fds.net.is_some() => Step::AwaitGateway,
+                other => other,
+            })
             .collect();
         TemplatedPlan { entry, pid1 }
     }

@@ -60,7 +60,8 @@ pub type TapHandler<'a> = dyn FnMut(Tap) -> std::io::Result<()> + 'a;
 pub struct Handoff<'a> {
     /// Serves a writable root's FUSE file system mounted by the box (`WritableRoot::fuse_in_box`;
     /// resident boxes only).
-    pub fuse: Option<&'a mut crate::spec::FuseServer<'a>>,
+    /// (The type of [`crate::spec::FuseServer`], written out so this leaf module needs no other.)
+    pub fuse: Option<&'a mut (dyn FnMut(libc::pid_t, OwnedFd) -> std::io::Result<()> + 'a)>,
     /// Takes the TAP of a box with [`crate::Network::Gateway`].
     pub tap: Option<&'a mut TapHandler<'a>>,
 }

@@ -53,6 +53,15 @@ pub(crate) struct Template {
     /// A copy of it pivoted into the sealed root, with the host's tree detached (what boxes copy).
     mnt: OwnedFd,
     nets: Mutex<Vec<OwnedFd>>,
+    /// For a gateway skeleton (see [`crate::tap`]): network namespaces with the TAP already
+    /// made in them, each with the TAP's descriptor (the pool's; never in a box).
+    taps: Mutex<Vec<PooledTap>>,
+    /// Boxes of the gateway network use this template: its pool makes TAPs, not loopback-only
+    /// network namespaces.
+    gateway: AtomicBool,
+    /// Making a pooled TAP failed once (`/dev/net/tun` not openable as the template's root):
+    /// gateway boxes are built whole from then on.
+    tap_failed: AtomicBool,
     /// Ready namespaces of a box's own: a user namespace below `user` with uid and gid 0 mapped,
     /// and ipc and uts namespaces it owns (one set per box).
     users: Mutex<Vec<OwnNs>>,
@@ -61,6 +70,23 @@ pub(crate) struct Template {
     /// Its root is not the caller's (host root, see [`crate::remap`]): whoever joins its user
     /// namespace becomes that root before making namespaces below it.
     remapped: bool,
+}
+
+/// A network namespace with the gateway network's TAP made in it, and the TAP.
+pub(crate) struct PooledTap {
+    net: OwnedFd,
+    tap: OwnedFd,
+}
+
+impl Drop for Template {
+    /// Closing a TAP's last descriptor unregisters it, ~23 ms each: the pooled ones go on a
+    /// helper thread, off whatever dropped the template (a Runtime going, a template replaced).
+    fn drop(&mut self) {
+        let taps = std::mem::take(&mut *lock(&self.taps));
+        if !taps.is_empty() {
+            let _ = crate::ending::spawn_helper("hull-tap-close", move || drop(taps));
+        }
+    }
 }
 
 /// A box's own user namespace (ids mapped) with the ipc and uts namespaces it owns.
@@ -78,6 +104,9 @@ impl Template {
             None
         } else if lock(&self.users).len() < POOL {
             Some(Pooled::User)
+        } else if self.gateway.load(Ordering::Relaxed) {
+            (!self.tap_failed.load(Ordering::Relaxed) && lock(&self.taps).len() < POOL)
+                .then_some(Pooled::Tap)
         } else if lock(&self.nets).len() < POOL {
             Some(Pooled::Net)
         } else {
@@ -91,6 +120,8 @@ pub(crate) struct Entered {
     _template: Arc<Template>,
     _net: Option<OwnedFd>,
     _own: Option<OwnNs>,
+    /// A gateway box's pooled TAP, for the caller (`engine::hand_over` takes it).
+    pub(crate) tap: Option<OwnedFd>,
 }
 
 /// The Runtime's templates, by skeleton, and the thread that fills their network pools.
@@ -159,7 +190,12 @@ impl Templates {
     /// Splits `plan` and enters it into the template for its skeleton, building that template
     /// the first time, with a pooled network namespace when one is ready. A plan whose skeleton
     /// cannot be shared comes back whole (a fresh box's), with nothing entered.
+    ///
+    /// A gateway box enters only with a pooled TAP (its network namespace and TAP made ahead by
+    /// the pool: the box's own pid 1 could not reach `/dev/net/tun` in the template's root);
+    /// while the pool has none it is built whole, as a fresh box that makes its own.
     pub fn prepare(&self, plan: BoxPlan) -> Result<(LaunchPlan, Option<Entered>), BoxError> {
+        let whole = plan.makes_tap().then(|| plan.clone());
         let (skeleton, entry_plan) = match plan.split_template() {
             Ok(split) => split,
             Err(whole) => return Ok((LaunchPlan::Fresh(whole), None)),
@@ -179,7 +215,21 @@ impl Templates {
                 }
             }
         };
-        let net = if entry_plan.can_share_pooled_net() {
+        let mut tap = None;
+        let net = if let Some(whole) = whole {
+            template.gateway.store(true, Ordering::Relaxed);
+            let pooled = lock(&template.taps).pop();
+            self.start_filler();
+            self.pool.worker.wake();
+            // A box keeping NET_BIND_SERVICE needs a network namespace its own user namespace
+            // owns: it makes its own TAP.
+            let pooled = pooled.filter(|_| entry_plan.can_share_pooled_net());
+            let Some(PooledTap { net, tap: t }) = pooled else {
+                return Ok((LaunchPlan::Fresh(whole), None));
+            };
+            tap = Some(t);
+            Some(net)
+        } else if entry_plan.can_share_pooled_net() {
             lock(&template.nets).pop()
         } else {
             None
@@ -208,6 +258,7 @@ impl Templates {
                 _template: template,
                 _net: net,
                 _own: own,
+                tap,
             }),
         ))
     }
@@ -237,9 +288,13 @@ fn keep_namespaces_ready(pool: &TemplatePool) {
             .iter()
             .find_map(|(_, t)| t.wants().map(|k| (Arc::clone(t), k)));
         match wanting {
+            Some((t, Pooled::Tap)) => match make_pooled_tap(&t, stack.get()) {
+                Ok(pooled) => lock(&t.taps).push(pooled),
+                Err(_) => t.tap_failed.store(true, Ordering::Relaxed),
+            },
             Some((t, kind)) => match make_pooled(&t, kind, stack.get()) {
                 Ok(fds) => match kind {
-                    Pooled::Net => lock(&t.nets).extend(fds),
+                    Pooled::Net | Pooled::Tap => lock(&t.nets).extend(fds),
                     Pooled::User => {
                         if let Ok([user, ipc, uts]) = <[OwnedFd; 3]>::try_from(fds) {
                             lock(&t.users).push(OwnNs { user, ipc, uts });
@@ -287,7 +342,7 @@ fn make_pooled(t: &Template, kind: Pooled, stack: &mut [u8]) -> Result<Vec<Owned
             });
         }
         let kinds: &[&str] = match kind {
-            Pooled::Net => &["net"],
+            Pooled::Net | Pooled::Tap => &["net"],
             Pooled::User => &["user", "ipc", "uts"],
         };
         kinds
@@ -302,6 +357,47 @@ fn make_pooled(t: &Template, kind: Pooled, stack: &mut [u8]) -> Result<Vec<Owned
                     })
             })
             .collect()
+    })
+    .map_err(sysf("start the namespace pool helper"))?
+}
+
+/// A network namespace with the gateway network's TAP in it (see [`Pooled::Tap`]), made by a
+/// pool helper that sends the TAP's descriptor over a socket with its report.
+fn make_pooled_tap(t: &Template, stack: &mut [u8]) -> Result<PooledTap, BoxError> {
+    let sysf = |what: &'static str| move |errno: Errno| BoxError::Sys { what, errno };
+    let (ours, theirs) = sys::seqpacket_pair().map_err(sysf("create the pool socket"))?;
+    let args = PoolHelper {
+        user: t.user.as_raw_fd(),
+        ready: theirs.as_raw_fd(),
+        kind: Pooled::Tap,
+        become_root: t.remapped,
+        parent: sys::getpid(),
+    };
+    child::with_pool_helper(stack, &args, |pid| {
+        drop(theirs);
+        let mut fds = [sys::poll_in(ours.as_fd())];
+        let mut b = [0u8; 1];
+        let tap = match sys::poll(&mut fds, 5000) {
+            Ok(1) => match sys::recv_with_fd(ours.as_fd(), &mut b) {
+                Ok((1, Some(tap))) => Some(tap),
+                _ => None,
+            },
+            _ => None,
+        };
+        let Some(tap) = tap else {
+            return Err(BoxError::Sys {
+                what: "make a pooled TAP",
+                errno: Errno(libc::EIO),
+            });
+        };
+        let path = format!("/proc/{pid}/ns/net");
+        let net = std::fs::File::open(&path)
+            .map(OwnedFd::from)
+            .map_err(|error| BoxError::Io {
+                what: format!("open {path}"),
+                error,
+            })?;
+        Ok(PooledTap { net, tap })
     })
     .map_err(sysf("start the namespace pool helper"))?
 }
@@ -398,6 +494,9 @@ fn open_ns(pid: libc::pid_t, host: OwnedFd, remapped: bool) -> Result<Template, 
         host,
         mnt: open("mnt")?,
         nets: Mutex::new(Vec::new()),
+        taps: Mutex::new(Vec::new()),
+        gateway: AtomicBool::new(false),
+        tap_failed: AtomicBool::new(false),
         users: Mutex::new(Vec::new()),
         pool_failed: AtomicBool::new(false),
         remapped,

@@ -351,3 +351,147 @@ fn a_gateway_box_keeping_net_admin_or_net_raw_is_refused() {
     let r = run_taking(&rt, &spec, &mut |_tap: Tap| Ok(())).expect("runs");
     assert!(r.stdout.contains("RAN"), "{r:?}");
 }
+
+/// A resident box (a named sandbox's) gets its TAP the same way: the handler runs before the
+/// box is reported ready, and the programs it starts later see the configured link.
+#[test]
+fn a_resident_gateway_box_hands_its_tap_over_before_it_is_ready() {
+    let rt = Runtime::new().expect("runtime");
+    let mut spec = BoxSpec::new(vec!["true".into()]);
+    spec.network = Network::Gateway;
+    let mut taps = Vec::new();
+    let resident = rt
+        .start_resident_with(
+            &spec,
+            Handoff {
+                fuse: None,
+                tap: Some(&mut |tap: Tap| {
+                    taps.push(tap);
+                    Ok(())
+                }),
+            },
+        )
+        .expect("resident box starts");
+    assert_eq!(taps.len(), 1);
+    assert_eq!(taps[0].pid, resident.pid());
+    let dir = tempfile::tempdir().expect("dir");
+    let out_path = dir.path().join("out");
+    let out = std::fs::File::create(&out_path).expect("out");
+    let null = std::fs::File::open("/dev/null").expect("null");
+    let argv: Vec<String> = ["python3", "-c", SHOW_LINK]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let env = vec![("PATH".to_string(), "/usr/bin:/bin".to_string())];
+    resident
+        .send(
+            &hull_box::ResidentProgram {
+                argv: &argv,
+                env: &env,
+                cwd: "/",
+                ids: None,
+            },
+            [null.as_fd(), out.as_fd(), out.as_fd()],
+        )
+        .expect("send");
+    let end = Instant::now() + Duration::from_secs(20);
+    let mut status = None;
+    while status.is_none() && Instant::now() < end {
+        let mut fds = [libc::pollfd {
+            fd: resident.channel_fd().as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        // SAFETY: one pollfd that lives for the call.
+        if unsafe { libc::poll(fds.as_mut_ptr(), 1, 200) } <= 0 {
+            continue;
+        }
+        match resident.recv().expect("event") {
+            hull_box::ResidentEvent::Exited { status: s, .. } => status = Some(s),
+            hull_box::ResidentEvent::Closed => break,
+            _ => {}
+        }
+    }
+    let shown = std::fs::read_to_string(&out_path).unwrap_or_default();
+    assert_eq!(status, Some(0), "{shown}");
+    assert!(shown.contains("ADDR 10.0.2.100\n"), "{shown}");
+    assert!(
+        shown.contains("ROUTE eth0 0.0.0.0 10.0.2.2 0003\n"),
+        "{shown}"
+    );
+    drop(resident);
+}
+
+/// In a long-lived Runtime (every warm pool on) a gateway box enters its template with a
+/// network namespace and TAP the pool made ahead (owned by the template's user namespace, so
+/// the box has no capability over it at all); the first, before the pool has one, is built
+/// whole. Both kinds have the same link, hand over a TAP that is theirs, and keep the same
+/// boundary; and the pool never hands a gateway box a loopback-only namespace.
+#[test]
+fn a_templated_gateway_box_enters_a_pooled_namespace_with_its_tap_and_keeps_every_property() {
+    let rt = Runtime::with_warm(hull_box::WarmOptions::ALL).expect("runtime");
+    let code = format!(
+        "{SHOW_LINK}\n{TRY_ESCAPE}\nsocket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('10.0.2.2', 9))"
+    );
+    let spec = python(&code);
+    let mut pooled_runs = 0;
+    let mut fresh_runs = 0;
+    for _ in 0..40 {
+        let before = rt.warm_stats().pooled_nets;
+        let (tx, rx) = mpsc::channel();
+        let (r, teardown) = rt
+            .run_detached_with(
+                &spec,
+                RunOptions { capture: true },
+                &mut NoSink,
+                None,
+                Handoff {
+                    fuse: None,
+                    tap: Some(&mut |tap: Tap| {
+                        let tx = tx.clone();
+                        std::thread::spawn(move || {
+                            let _ = tx.send(arp_for_gateway(&tap.fd, Duration::from_secs(10)));
+                        });
+                        Ok(())
+                    }),
+                },
+            )
+            .expect("box runs");
+        let frame = rx.recv_timeout(Duration::from_secs(15)).expect("reader");
+        drop(teardown);
+        let out = &r.stdout;
+        assert!(r.success, "{r:?}");
+        for want in [
+            "IFS ['eth0', 'lo']",
+            "ADDR 10.0.2.100\n",
+            "MASK 255.255.255.0\n",
+            "MTU 65520\n",
+            "MAC 02:48:55:4c:4c:01\n",
+            "ROUTE eth0 0.0.0.0 10.0.2.2 0003\n",
+            "RESOLV nameserver 10.0.2.2\n",
+            "DOWN EPERM\n",
+            "ADDR EPERM\n",
+            "MTU EPERM\n",
+            "RAW EPERM\n",
+            "PACKET EAFNOSUPPORT\n",
+            "TUN ENOENT\n",
+            "TUNFDS 0 ",
+            "CAPEFF 0000000000000000\n",
+        ] {
+            assert!(out.contains(want), "{want:?} missing: {out}");
+        }
+        assert!(frame.is_some(), "no ARP request from the box on its TAP");
+        if rt.warm_stats().pooled_nets > before {
+            pooled_runs += 1;
+            if pooled_runs >= 2 {
+                break;
+            }
+        } else {
+            fresh_runs += 1;
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    assert!(fresh_runs >= 1, "the first gateway box is built whole");
+    assert_eq!(pooled_runs, 2, "no gateway box entered a pooled TAP");
+    assert_eq!(rt.warm_stats().templates, 1);
+}

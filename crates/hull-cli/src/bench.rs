@@ -42,6 +42,12 @@ pub struct BenchArgs {
     /// spawn to first output, stop and start.
     #[arg(long, conflicts_with_all = ["image", "sdk", "peers", "back_to_back"])]
     pub named: bool,
+    /// Measure the gateway network instead (`--network deny-all|allow-all|custom`), interleaved
+    /// round by round beside the host's network and slirp4netns (root, when installed): connect
+    /// latency, one-byte round trips on an open connection and a 64 MiB upload from a box to a
+    /// server on this host, and the start of a box with the gateway beside one with no network.
+    #[arg(long = "network", conflicts_with_all = ["image", "sdk", "peers", "named", "back_to_back"])]
+    pub network: bool,
     /// With --named: the big template's size in MiB (written by its setup as 1 MiB files).
     #[arg(long, value_name = "MB", default_value_t = 256, requires = "named")]
     pub template_mb: u64,
@@ -93,6 +99,9 @@ pub fn main(args: &BenchArgs) -> i32 {
     }
     if args.named {
         return crate::bench_named::main(args.runs, args.template_mb, args.json);
+    }
+    if args.network {
+        return crate::bench_net::main(args.runs.min(50), args.json);
     }
     if args.peers {
         return crate::bench_peers::main(args.runs, args.back_to_back, args.json);

@@ -6,6 +6,7 @@
 pub mod bench;
 mod bench_driver;
 mod bench_named;
+mod bench_net;
 pub mod bench_peers;
 mod bench_report;
 pub mod bench_sdk;

@@ -514,6 +514,7 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
         Step::Hostname { name } => sys::sethostname(name.as_bytes()),
         Step::LoopbackUp => sys::loopback_up(),
         Step::Tap { fd } => make_tap(ctx, *fd),
+        Step::AwaitGateway => await_gateway(ctx),
         Step::Chdir { path } => sys::chdir(&path.c),
         Step::DropCaps { keep, own } => drop_caps(*keep, *own),
         Step::NoNewPrivs => sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1).map(drop),
@@ -704,6 +705,11 @@ fn make_tap(ctx: &ChildContext<'_>, fd: RawFd) -> SysResult<()> {
     // network namespace).
     sys::close_raw(fd);
     made?;
+    await_gateway(ctx)
+}
+
+/// Waits for the supervisor's `GatewayReady`; a hangup means it gave up, and we leave.
+fn await_gateway(ctx: &ChildContext<'_>) -> SysResult<()> {
     let mut m = [0u8; crate::proto::LEN];
     // SAFETY: the channel is ours for the life of the process.
     let sock = unsafe { BorrowedFd::borrow_raw(ctx.sock) };
@@ -1211,6 +1217,10 @@ pub(crate) enum Pooled {
     /// A user namespace below the template's, uid and gid 0 mapped, with the ipc and uts
     /// namespaces it owns.
     User,
+    /// A network namespace owned by the template's user namespace with loopback up and the
+    /// gateway network's TAP made and configured in it (see [`crate::tap`]); the TAP's
+    /// descriptor is sent over `ready` (a socket for this kind) with the report.
+    Tap,
 }
 
 /// What a pool helper is told: the template's user namespace, the pipe end it reports on,
@@ -1280,6 +1290,9 @@ extern "C" fn pool_helper(arg: *mut libc::c_void) -> libc::c_int {
     // (another thread's box pipes among them, whose end of output we would otherwise delay;
     // the owner lock, which would keep our maker's leftovers from a sweep).
     sys::close_all_except(&mut [user, ready]);
+    if let Pooled::Tap = kind {
+        pool_tap(user, ready, become_root, parent);
+    }
     let joined = sys::setns(user, libc::CLONE_NEWUSER).and_then(|()| {
         if !become_root {
             return Ok(());
@@ -1298,6 +1311,7 @@ extern "C" fn pool_helper(arg: *mut libc::c_void) -> libc::c_int {
             map_root_in(proc_self.as_raw_fd())?;
             sys::unshare(libc::CLONE_NEWIPC | libc::CLONE_NEWUTS)
         }),
+        Pooled::Tap => Err(Errno(libc::EINVAL)),
     });
     if made.is_err() {
         sys::exit_now(1);
@@ -1305,6 +1319,39 @@ extern "C" fn pool_helper(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `ready` is our copy of the pipe's write end.
     let w = unsafe { BorrowedFd::borrow_raw(ready) };
     let _ = sys::write_all(w, b"r");
+    pause_forever()
+}
+
+/// A pool helper making a [`Pooled::Tap`]: joins the template's user namespace, makes a network
+/// namespace owned by it, opens `/dev/net/tun` there before becoming the template's root (as a
+/// fresh box does, with our maker's rights on the device node), brings up loopback, makes and
+/// configures the TAP, sends its descriptor over `ready` with the report, closes ours and pauses.
+fn pool_tap(user: RawFd, ready: RawFd, become_root: bool, parent: libc::pid_t) -> ! {
+    let made = sys::setns(user, libc::CLONE_NEWUSER)
+        .and_then(|()| sys::unshare(libc::CLONE_NEWNET))
+        .and_then(|()| sys::open_rdwr(c"/dev/net/tun"))
+        .and_then(|tun| {
+            if become_root {
+                sys::become_ns_root(true)?;
+                // The id change cleared the death signal until become_ns_root set it again.
+                if sys::getppid() != parent {
+                    sys::exit_now(1);
+                }
+            }
+            sys::loopback_up()?;
+            let link = sys::tap::link();
+            sys::tap::set_tap(tun.as_raw_fd(), &link)?;
+            sys::tap::configure(&link)?;
+            Ok(tun)
+        });
+    match made {
+        Ok(tun) => {
+            let _ = sys::send_with_fd(ready, b"r", Some(tun.as_raw_fd()));
+            // Only the pool holds the TAP from here on; our copy goes before we pause.
+            drop(tun);
+        }
+        Err(_) => sys::exit_now(1),
+    }
     pause_forever()
 }
 
