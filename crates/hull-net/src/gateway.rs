@@ -21,7 +21,7 @@ use std::task::{Context, Poll};
 use smoltcp::iface::SocketHandle;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::dns;
+use crate::dnsd::{self, TcpDns};
 use crate::flow::{self, Dial, FlowHandler, FlowMeta, Outcome, Pipe, Splice, Target};
 use crate::ingress::{self, Identity, Ingress, BOX};
 use crate::link::Link;
@@ -127,6 +127,11 @@ enum State {
     Open {
         socket: SocketHandle,
         pipe: Pipe,
+    },
+    /// A DNS connection the gateway answers itself.
+    Dns {
+        socket: SocketHandle,
+        dns: TcpDns,
     },
 }
 
@@ -349,16 +354,7 @@ impl Gateway {
         match verdict {
             Ingress::Stack => self.stack.input(frame),
             Ingress::Dns => self.dns_udp(&frame),
-            // DNS over TCP is not served yet: refused, so resolvers retry over UDP.
-            Ingress::DnsTcp => self.refuse(
-                &frame,
-                None,
-                Decision {
-                    verdict: "deny",
-                    rule: "DNS over TCP (not served yet; UDP is)".into(),
-                },
-                "refused",
-            ),
+            Ingress::DnsTcp => self.open_dns(frame),
             Ingress::ConnectName { name, .. } => self.open(frame, Target::Name(name)),
             Ingress::ConnectLiteral { rule, .. } => self.open(frame, Target::Literal(rule)),
             Ingress::Reset(r) => self.refuse(&frame, None, Decision::from(&r), "refused"),
@@ -391,40 +387,69 @@ impl Gateway {
         let Some((_, _, query)) = stack::udp_payload(frame) else {
             return;
         };
-        let (answer, decided) = dns::answer(query, &self.policy, &mut self.pool);
-        let reply = match answer {
-            dns::Answer::Reply(b) => b,
-            // Other record types of an allowed name are not forwarded yet: REFUSED.
-            dns::Answer::Forward { .. } => match dns::refused(query) {
-                Some(b) => b,
-                None => return,
-            },
-            dns::Answer::Drop => return,
+        let Some(reply) = dnsd::respond(query, &self.policy, &mut self.pool, &mut *self.log) else {
+            return;
         };
-        if let Some(d) = decided {
-            let (answered, addr) = dns::summary(&reply);
-            let decision = match &d.verdict {
-                Some(v) => Decision::from(v),
-                None if answered => Decision {
-                    verdict: "allow",
-                    rule: "reverse lookup of a synthetic address".into(),
-                },
-                None => Decision {
-                    verdict: "deny",
-                    rule: "not a synthetic address or not a host name".into(),
-                },
-            };
-            self.log.write(&Record::Dns {
-                at_ms: now_ms(),
-                name: d.name,
-                record_type: d.record_type,
-                decision,
-                answer: addr.map(IpAddr::V4),
-            });
-        }
         if let Some(f) = stack::udp_reply(frame, &reply) {
             self.stack.push_output(f);
         }
+    }
+
+    /// True (and the SYN reset and logged) when the box has as many connections as it may.
+    fn at_cap(&mut self, frame: &[u8], name: Option<Name>) -> bool {
+        if self.flows.len() < self.cfg.max_tcp_connections {
+            return false;
+        }
+        let decision = Decision {
+            verdict: "deny",
+            rule: format!(
+                "connection cap ({} live connections)",
+                self.cfg.max_tcp_connections
+            ),
+        };
+        self.refuse(frame, name, decision, "cap");
+        true
+    }
+
+    /// A DNS connection over TCP: the gateway answers it itself, at once.
+    fn open_dns(&mut self, frame: Vec<u8>) {
+        let Some(syn) = Syn::parse(&frame) else {
+            return;
+        };
+        if self.by_syn.contains_key(&syn) {
+            self.stack.input(frame);
+            return;
+        }
+        if self.at_cap(&frame, None) {
+            return;
+        }
+        let Ok(socket) = self.stack.accept_held(frame.clone(), syn) else {
+            if let Some(rst) = stack::reset_for(&frame) {
+                self.stack.push_output(rst);
+            }
+            return;
+        };
+        let id = self.next_id;
+        self.next_id += 1;
+        self.by_syn.insert(syn, id);
+        self.flows.insert(
+            id,
+            Flow {
+                syn,
+                name: None,
+                inbound: false,
+                started: std::time::Instant::now(),
+                decision: Decision {
+                    verdict: "allow",
+                    rule: "DNS to the gateway".into(),
+                },
+                upstream: None,
+                state: State::Dns {
+                    socket,
+                    dns: TcpDns::default(),
+                },
+            },
+        );
     }
 
     /// A SYN opening a connection: held while its destination is judged and dialled.
@@ -435,7 +460,7 @@ impl Gateway {
         if let Some(id) = self.by_syn.get(&syn) {
             // A retransmitted SYN: still dialling (wait), or answered (the socket has it).
             if let Some(Flow {
-                state: State::Open { .. },
+                state: State::Open { .. } | State::Dns { .. },
                 ..
             }) = self.flows.get(id)
             {
@@ -447,15 +472,7 @@ impl Gateway {
             Target::Name(n) => Some(n.clone()),
             Target::Literal(_) => None,
         };
-        if self.flows.len() >= self.cfg.max_tcp_connections {
-            let decision = Decision {
-                verdict: "deny",
-                rule: format!(
-                    "connection cap ({} live connections)",
-                    self.cfg.max_tcp_connections
-                ),
-            };
-            self.refuse(&frame, name, decision, "cap");
+        if self.at_cap(&frame, name.clone()) {
             return;
         }
         if name.is_some() {
@@ -590,8 +607,13 @@ impl Gateway {
     fn pump(&mut self, cx: &mut Context<'_>) -> bool {
         let mut moved = false;
         for f in self.flows.values_mut() {
-            if let State::Open { socket, pipe } = &mut f.state {
-                moved |= pipe.pump(self.stack.tcp(*socket), cx);
+            match &mut f.state {
+                State::Open { socket, pipe } => moved |= pipe.pump(self.stack.tcp(*socket), cx),
+                State::Dns { socket, dns } => {
+                    let sock = self.stack.tcp(*socket);
+                    moved |= dns.pump(sock, &self.policy, &mut self.pool, &mut *self.log);
+                }
+                State::Held(_) => {}
             }
         }
         moved
@@ -603,7 +625,11 @@ impl Gateway {
             .flows
             .iter_mut()
             .filter_map(|(id, f)| match &f.state {
-                State::Open { socket, .. } if flow::over(self.stack.tcp(*socket)) => Some(*id),
+                State::Open { socket, .. } | State::Dns { socket, .. }
+                    if flow::over(self.stack.tcp(*socket)) =>
+                {
+                    Some(*id)
+                }
                 _ => None,
             })
             .collect();
@@ -611,11 +637,13 @@ impl Gateway {
             let Some(f) = self.flows.remove(&id) else {
                 continue;
             };
-            if let State::Open { socket, pipe } = &f.state {
-                self.stack.remove(*socket);
-                let (o, i) = (pipe.bytes_out, pipe.bytes_in);
-                self.log_end(&f, o, i, "closed");
-            }
+            let (socket, o, i) = match &f.state {
+                State::Open { socket, pipe } => (*socket, pipe.bytes_out, pipe.bytes_in),
+                State::Dns { socket, dns } => (*socket, dns.bytes_out, dns.bytes_in),
+                State::Held(_) => continue,
+            };
+            self.stack.remove(socket);
+            self.log_end(&f, o, i, "closed");
             self.end(f);
         }
     }

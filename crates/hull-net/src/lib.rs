@@ -10,6 +10,7 @@
 
 pub mod class;
 pub mod dns;
+pub mod dnsd;
 pub mod flow;
 pub mod gateway;
 pub mod ingress;

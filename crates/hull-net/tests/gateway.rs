@@ -888,3 +888,79 @@ async fn a_handler_sees_the_connection_it_was_given() {
     handle.stop();
     run.await.unwrap().unwrap();
 }
+
+#[tokio::test]
+async fn dns_over_tcp_is_answered_by_the_gateway_and_other_types_are_refused() {
+    let mut w = start(
+        custom(&["api.example.test"], &[], &[]),
+        TestResolver::default(),
+        TestDialer::default(),
+        None,
+    );
+    // Two queries on one connection to an arbitrary resolver address, then the box closes.
+    let h = w.net.connect(Ipv4Addr::new(8, 8, 4, 4), 53);
+    assert_eq!(w.net.opened(h).await, tcp::State::Established);
+    let mut wire = Vec::new();
+    for (id, name) in [(1u16, "api.example.test."), (2, "other.example.test.")] {
+        let mut m = Message::new();
+        m.set_id(id).set_message_type(MessageType::Query);
+        m.add_query(Query::query(
+            hickory_proto::rr::Name::from_str(name).unwrap(),
+            RecordType::A,
+        ));
+        let b = m.to_vec().unwrap();
+        wire.extend_from_slice(&u16::try_from(b.len()).unwrap().to_be_bytes());
+        wire.extend_from_slice(&b);
+    }
+    let s = w.net.sockets.get_mut::<tcp::Socket>(h);
+    s.send_slice(&wire).unwrap();
+    s.close();
+    let mut got = Vec::new();
+    w.net
+        .until(
+            "both replies and the close",
+            Duration::from_secs(5),
+            |set| {
+                let s = set.get_mut::<tcp::Socket>(h);
+                while s.can_recv() {
+                    s.recv(|b| {
+                        got.extend_from_slice(b);
+                        (b.len(), ())
+                    })
+                    .unwrap();
+                }
+                (!s.may_recv()).then_some(())
+            },
+        )
+        .await;
+    let mut replies = Vec::new();
+    let mut rest = &got[..];
+    while rest.len() >= 2 {
+        let n = usize::from(u16::from_be_bytes([rest[0], rest[1]]));
+        replies.push(Message::from_vec(&rest[2..2 + n]).unwrap());
+        rest = &rest[2 + n..];
+    }
+    assert_eq!(replies.len(), 2);
+    assert_eq!(
+        (replies[0].id(), replies[0].response_code()),
+        (1, ResponseCode::NoError)
+    );
+    assert!(matches!(replies[0].answers()[0].data(), RData::A(a) if a.0.octets()[0] == 198));
+    assert_eq!(
+        (replies[1].id(), replies[1].response_code()),
+        (2, ResponseCode::NXDomain)
+    );
+    // Over UDP, a TXT query of an allowed name is not forwarded yet: REFUSED.
+    let m = w
+        .net
+        .query(GATEWAY, "api.example.test.", RecordType::TXT)
+        .await;
+    assert_eq!(m.response_code(), ResponseCode::Refused);
+    let dns: Vec<Value> = w
+        .records()
+        .into_iter()
+        .filter(|r| r["kind"] == "dns")
+        .collect();
+    assert_eq!(dns.len(), 3, "{dns:?}");
+    assert_eq!(dns[0]["answer"].as_str().unwrap()[..7], *"198.18.");
+}
