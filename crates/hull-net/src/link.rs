@@ -106,19 +106,9 @@ impl MemLink {
         )
     }
 
-    /// A frame if one is waiting, without a runtime (the test's box stack polls this way).
-    pub fn try_recv(&mut self) -> Option<Vec<u8>> {
-        self.rx.try_recv().ok()
-    }
-
     /// Sends a frame; false when the other end is gone.
     pub fn send(&self, frame: Vec<u8>) -> bool {
         self.tx.send(frame).is_ok()
-    }
-
-    /// Waits for the next frame (None when the other end is gone).
-    pub async fn recv(&mut self) -> Option<Vec<u8>> {
-        self.rx.recv().await
     }
 }
 

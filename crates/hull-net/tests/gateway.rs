@@ -9,6 +9,7 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::str::FromStr;
 use std::sync::{mpsc, Arc, Mutex};
+use std::task::Poll;
 use std::time::Duration;
 
 use hickory_proto::op::{Message, MessageType, Query, ResponseCode};
@@ -18,7 +19,7 @@ use hull_net::ingress::{BOX, GATEWAY};
 use hull_net::name::Name;
 use hull_net::stack::BOX_MAC;
 use hull_net::upstream::{Boxed, Upstream};
-use hull_net::{Dialer, Gateway, Handle, MemLink, Mode, Policy, Record, Resolver};
+use hull_net::{Dialer, Gateway, Handle, Link, MemLink, Mode, Policy, Record, Resolver, TapLink};
 use serde_json::Value;
 use smoltcp::iface::{Config as IfaceConfig, Interface, SocketHandle, SocketSet};
 use smoltcp::phy::{self, Device, DeviceCapabilities, Medium};
@@ -76,13 +77,13 @@ struct BoxNet {
     iface: Interface,
     dev: Queues,
     sockets: SocketSet<'static>,
-    link: MemLink,
+    link: Box<dyn Link>,
     start: std::time::Instant,
     next_port: u16,
 }
 
 impl BoxNet {
-    fn new(link: MemLink) -> BoxNet {
+    fn new(link: impl Link + 'static) -> BoxNet {
         let mut dev = Queues::default();
         let mut iface = Interface::new(
             IfaceConfig::new(HardwareAddress::Ethernet(BOX_MAC)),
@@ -95,7 +96,7 @@ impl BoxNet {
             iface,
             dev,
             sockets: SocketSet::new(Vec::new()),
-            link,
+            link: Box::new(link),
             start: std::time::Instant::now(),
             next_port: 40000,
         }
@@ -105,15 +106,42 @@ impl BoxNet {
         Instant::from_micros(i64::try_from(self.start.elapsed().as_micros()).unwrap())
     }
 
-    fn step(&mut self) {
-        while let Some(f) = self.link.try_recv() {
-            self.dev.rx.push_back(f);
-        }
+    /// Takes every frame waiting on the link, runs the box's stack, sends what it made.
+    async fn step(&mut self) {
+        let (link, dev) = (&mut self.link, &mut self.dev);
+        std::future::poll_fn(|cx| {
+            let mut buf = vec![0; MAX_FRAME];
+            while let Poll::Ready(r) = link.poll_recv(cx, &mut buf) {
+                let n = r.unwrap();
+                dev.rx.push_back(buf[..n].to_vec());
+            }
+            Poll::Ready(())
+        })
+        .await;
         let now = self.now();
         self.iface.poll(now, &mut self.dev, &mut self.sockets);
         while let Some(f) = self.dev.tx.pop_front() {
-            self.link.send(f);
+            std::future::poll_fn(|cx| self.link.poll_send(cx, &f))
+                .await
+                .unwrap();
         }
+    }
+
+    /// Waits up to `d` for the link to have a frame.
+    async fn wait(&mut self, d: Duration) {
+        let link = &mut self.link;
+        let dev = &mut self.dev;
+        let _ = tokio::time::timeout(
+            d,
+            std::future::poll_fn(|cx| {
+                let mut buf = vec![0; MAX_FRAME];
+                link.poll_recv(cx, &mut buf).map(|r| {
+                    let n = r.unwrap();
+                    dev.rx.push_back(buf[..n].to_vec());
+                })
+            }),
+        )
+        .await;
     }
 
     /// Runs the box (and, by waiting, the gateway) until `f` returns Some, or panics after
@@ -126,18 +154,14 @@ impl BoxNet {
     ) -> T {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
-            self.step();
+            self.step().await;
             if let Some(t) = f(&mut self.sockets) {
                 return t;
             }
             if tokio::time::Instant::now() > deadline {
                 panic!("timed out waiting for {what}");
             }
-            if let Ok(Some(frame)) =
-                tokio::time::timeout(Duration::from_millis(5), self.link.recv()).await
-            {
-                self.dev.rx.push_back(frame);
-            }
+            self.wait(Duration::from_millis(5)).await;
         }
     }
 
@@ -338,6 +362,17 @@ fn allow_all() -> Policy {
 
 fn start(policy: Policy, resolver: TestResolver, dialer: TestDialer, cfg: Option<Config>) -> World {
     let (gw_end, box_end) = MemLink::pair(MAX_FRAME);
+    start_on(gw_end, box_end, policy, resolver, dialer, cfg)
+}
+
+fn start_on(
+    gw_end: impl Link + 'static,
+    box_end: impl Link + 'static,
+    policy: Policy,
+    resolver: TestResolver,
+    dialer: TestDialer,
+    cfg: Option<Config>,
+) -> World {
     let (tx, log) = mpsc::channel();
     let dialled = dialer.dialled.clone();
     let mut gw = Gateway::new(
@@ -532,17 +567,24 @@ async fn an_upstream_that_times_out_leaves_the_syn_unanswered() {
 
 #[tokio::test]
 async fn an_allowed_name_resolving_to_denied_addresses_is_refused_and_logged() {
+    // The host's own (public) address, as the gateway's config names it.
+    let host: IpAddr = "93.184.216.99".parse().unwrap();
     for (answer, rule) in [
         ("127.0.0.1", "always denied: loopback"),
         ("10.0.0.1", "always denied: private"),
         ("169.254.169.254", "always denied: cloud metadata"),
         ("::ffff:127.0.0.1", "always denied: loopback"),
+        ("93.184.216.99", "always denied: the host's own address"),
     ] {
+        let cfg = Config {
+            host_addrs: vec![host],
+            ..Config::default()
+        };
         let mut w = start(
             custom(&["api.example.test"], &[], &[]),
             resolver(&[("api.example.test", &[answer.parse().unwrap()])]),
             TestDialer::default(),
-            None,
+            Some(cfg),
         );
         let addr = w.net.resolve("api.example.test.").await;
         let h = w.net.connect(addr, 443);
@@ -963,4 +1005,31 @@ async fn dns_over_tcp_is_answered_by_the_gateway_and_other_types_are_refused() {
         .collect();
     assert_eq!(dns.len(), 3, "{dns:?}");
     assert_eq!(dns[0]["answer"].as_str().unwrap()[..7], *"198.18.");
+}
+
+#[tokio::test]
+async fn the_gateway_runs_over_a_tap_links_fd() {
+    // A datagram socket pair stands in for the TAP device: one frame per read and write, a
+    // real fd made non-blocking and registered with the reactor.
+    let (a, b) = std::os::unix::net::UnixDatagram::pair().unwrap();
+    let gw_end = TapLink::new(std::os::fd::OwnedFd::from(a), MAX_FRAME - 14).unwrap();
+    let box_end = TapLink::new(std::os::fd::OwnedFd::from(b), MAX_FRAME - 14).unwrap();
+    let echo = echo_server().await;
+    let dialer = TestDialer {
+        map: HashMap::from([(public(443), echo)]),
+        ..Default::default()
+    };
+    let mut w = start_on(
+        gw_end,
+        box_end,
+        custom(&["api.example.test"], &[], &[]),
+        resolver(&[("api.example.test", &[IpAddr::V4(PUBLIC)])]),
+        dialer,
+        None,
+    );
+    let addr = w.net.resolve("api.example.test.").await;
+    let h = w.net.connect(addr, 443);
+    assert_eq!(w.net.opened(h).await, tcp::State::Established);
+    let data: Vec<u8> = (0..100_000u32).map(|i| (i % 253) as u8).collect();
+    assert_eq!(exchange(&mut w.net, h, &data, data.len()).await, data);
 }
