@@ -77,7 +77,10 @@ fn fix_up(f: &mut [u8]) {
     };
     ip.set_src_addr(BOX);
     ip.fill_checksum();
-    let (src, dst) = (IpAddress::Ipv4(ip.src_addr()), IpAddress::Ipv4(ip.dst_addr()));
+    let (src, dst) = (
+        IpAddress::Ipv4(ip.src_addr()),
+        IpAddress::Ipv4(ip.dst_addr()),
+    );
     match ip.next_header() {
         IpProtocol::Tcp => {
             if let Ok(mut t) = TcpPacket::new_checked(ip.payload_mut()) {
@@ -142,13 +145,13 @@ fuzz_target!(|data: &[u8]| {
             tokio::task::yield_now().await;
         }
         handle.stop();
-        run.await.expect("no panic").expect("the in-memory link never fails");
+        run.await
+            .expect("no panic")
+            .expect("the in-memory link never fails");
         let mut sent = Vec::new();
         let mut buf = vec![0; 2048];
-        while let std::task::Poll::Ready(Ok(n)) = std::future::poll_fn(|cx| {
-            std::task::Poll::Ready(box_end.poll_recv(cx, &mut buf))
-        })
-        .await
+        while let std::task::Poll::Ready(Ok(n)) =
+            std::future::poll_fn(|cx| std::task::Poll::Ready(box_end.poll_recv(cx, &mut buf))).await
         {
             if n == 0 {
                 break;
