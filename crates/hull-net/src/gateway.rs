@@ -144,6 +144,8 @@ struct Flow {
     decision: Decision,
     upstream: Option<SocketAddr>,
     state: State,
+    /// Why the gateway ended it, when it did (the log's `end`; else `closed`).
+    ended: Option<String>,
 }
 
 /// Both ends of a channel from a connection's task back to the loop, keyed by connection.
@@ -293,15 +295,11 @@ impl Gateway {
             busy = true;
         }
         while let Poll::Ready(Some((id, result))) = self.handled.1.poll_recv(cx) {
-            if let (
-                Err(_),
-                Some(Flow {
-                    state: State::Open { socket, .. },
-                    ..
-                }),
-            ) = (result, self.flows.get(&id))
-            {
-                self.stack.tcp(*socket).abort();
+            if let (Err(e), Some(f)) = (result, self.flows.get_mut(&id)) {
+                if let State::Open { socket, .. } = &f.state {
+                    self.stack.tcp(*socket).abort();
+                    f.ended = Some(format!("reset (the handler failed: {e})"));
+                }
             }
             busy = true;
         }
@@ -448,6 +446,7 @@ impl Gateway {
                     socket,
                     dns: TcpDns::default(),
                 },
+                ended: None,
             },
         );
     }
@@ -494,6 +493,7 @@ impl Gateway {
                 },
                 upstream: None,
                 state: State::Held(frame),
+                ended: None,
             },
         );
         let dial = Dial {
@@ -637,13 +637,20 @@ impl Gateway {
             let Some(f) = self.flows.remove(&id) else {
                 continue;
             };
-            let (socket, o, i) = match &f.state {
-                State::Open { socket, pipe } => (*socket, pipe.bytes_out, pipe.bytes_in),
-                State::Dns { socket, dns } => (*socket, dns.bytes_out, dns.bytes_in),
+            let (socket, o, i, reset) = match &f.state {
+                State::Open { socket, pipe } => {
+                    (*socket, pipe.bytes_out, pipe.bytes_in, pipe.reset)
+                }
+                State::Dns { socket, dns } => (*socket, dns.bytes_out, dns.bytes_in, false),
                 State::Held(_) => continue,
             };
             self.stack.remove(socket);
-            self.log_end(&f, o, i, "closed");
+            let end = match (&f.ended, reset) {
+                (Some(e), _) => e.clone(),
+                (None, true) => "reset (the handler's side closed)".into(),
+                (None, false) => "closed".into(),
+            };
+            self.log_end(&f, o, i, &end);
             self.end(f);
         }
     }
@@ -716,6 +723,7 @@ impl Gateway {
                 },
                 upstream: Some(peer),
                 state: State::Open { socket, pipe },
+                ended: None,
             },
         );
     }

@@ -1033,3 +1033,53 @@ async fn the_gateway_runs_over_a_tap_links_fd() {
     let data: Vec<u8> = (0..100_000u32).map(|i| (i % 253) as u8).collect();
     assert_eq!(exchange(&mut w.net, h, &data, data.len()).await, data);
 }
+
+#[tokio::test]
+async fn a_failing_handler_resets_the_box_and_the_log_says_why() {
+    struct Refuser;
+    impl hull_net::FlowHandler for Refuser {
+        fn handle(
+            &self,
+            _box_side: tokio::io::DuplexStream,
+            _upstream: Box<dyn Upstream>,
+            _meta: hull_net::FlowMeta,
+        ) -> Boxed<io::Result<()>> {
+            Box::pin(async { Err(io::Error::other("SNI mismatch")) })
+        }
+    }
+    let echo = echo_server().await;
+    let dialer = TestDialer {
+        map: HashMap::from([(public(443), echo)]),
+        ..Default::default()
+    };
+    let (gw_end, box_end) = MemLink::pair(MAX_FRAME);
+    let (tx, log) = mpsc::channel();
+    let gw = Gateway::new(
+        Box::new(gw_end),
+        custom(&["api.example.test"], &[], &[]),
+        Arc::new(resolver(&[("api.example.test", &[IpAddr::V4(PUBLIC)])])),
+        Arc::new(dialer),
+        Box::new(tx),
+    )
+    .with_handler(Arc::new(Refuser));
+    tokio::spawn(gw.run());
+    let mut net = BoxNet::new(box_end);
+    let addr = net.resolve("api.example.test.").await;
+    let h = net.connect(addr, 443);
+    net.until("the reset", Duration::from_secs(5), |set| {
+        (set.get::<tcp::Socket>(h).state() == tcp::State::Closed).then_some(())
+    })
+    .await;
+    let mut end = None;
+    net.until("the flow's record", Duration::from_secs(5), |_| {
+        for r in log.try_iter() {
+            let v: Value = serde_json::from_str(&r.line()).unwrap();
+            if v["kind"] == "flow" {
+                end = Some(v["end"].as_str().unwrap().to_string());
+            }
+        }
+        end.clone()
+    })
+    .await;
+    assert_eq!(end.unwrap(), "reset (the handler failed: SNI mismatch)");
+}
