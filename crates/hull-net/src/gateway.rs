@@ -174,7 +174,8 @@ pub struct Gateway {
     handle: Handle,
     dialed: Channel<Outcome>,
     handled: Channel<io::Result<()>>,
-    timer: Pin<Box<tokio::time::Sleep>>,
+    /// smoltcp's next deadline (made on the first one: no runtime is needed to build a gateway).
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
     outbox: std::collections::VecDeque<Vec<u8>>,
     buf: Vec<u8>,
 }
@@ -193,9 +194,10 @@ impl std::fmt::Debug for Gateway {
 const OUTBOX: usize = 4096;
 
 impl Gateway {
-    /// A gateway for the box behind `link`, judging by `policy`, resolving and dialling
-    /// through `resolver` and `dialer`, logging to `log`; connections are spliced
-    /// ([`Splice`]) unless [`Gateway::with_handler`] says otherwise.
+    /// A gateway for the box behind `link` (built anywhere; run inside a tokio runtime),
+    /// judging by `policy`, resolving and dialling through `resolver` and `dialer`, logging to
+    /// `log`; connections are spliced ([`Splice`]) unless [`Gateway::with_handler`] says
+    /// otherwise.
     pub fn new(
         link: Box<dyn Link>,
         policy: Policy,
@@ -225,7 +227,7 @@ impl Gateway {
             handle: Handle { tx },
             dialed: mpsc::unbounded_channel(),
             handled: mpsc::unbounded_channel(),
-            timer: Box::pin(tokio::time::sleep(std::time::Duration::ZERO)),
+            timer: None,
             outbox: std::collections::VecDeque::new(),
             buf: vec![0; max_frame.max(1514)],
         }
@@ -320,8 +322,11 @@ impl Gateway {
         if let Some(d) = self.stack.poll_delay() {
             let at =
                 tokio::time::Instant::now() + std::time::Duration::from_micros(d.total_micros());
-            self.timer.as_mut().reset(at);
-            if self.timer.as_mut().poll(cx).is_ready() {
+            let timer = self
+                .timer
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+            timer.as_mut().reset(at);
+            if timer.as_mut().poll(cx).is_ready() {
                 return Poll::Ready(None);
             }
         }
@@ -726,5 +731,31 @@ impl Gateway {
                 ended: None,
             },
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::link::MemLink;
+    use crate::upstream::{SystemResolver, TcpDialer};
+
+    #[test]
+    fn a_gateway_is_built_outside_a_runtime_and_stops_when_told() {
+        let (link, _box_end) = MemLink::pair(1514);
+        let gw = Gateway::new(
+            Box::new(link),
+            Policy::deny_all(),
+            Arc::new(SystemResolver),
+            Arc::new(TcpDialer::default()),
+            Box::new(crate::log::Lines(std::io::sink())),
+        );
+        let handle = gw.handle();
+        handle.stop();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(gw.run()).unwrap();
     }
 }
