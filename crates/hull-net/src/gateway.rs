@@ -626,6 +626,7 @@ impl Gateway {
 
     /// Drops the connections whose box side is over, logging each.
     fn reap(&mut self) {
+        self.stack.sweep();
         let done: Vec<u64> = self
             .flows
             .iter_mut()
@@ -649,7 +650,7 @@ impl Gateway {
                 State::Dns { socket, dns } => (*socket, dns.bytes_out, dns.bytes_in, false),
                 State::Held(_) => continue,
             };
-            self.stack.remove(socket);
+            self.stack.retire(socket);
             let end = match (&f.ended, reset) {
                 (Some(e), _) => e.clone(),
                 (None, true) => "reset (the handler's side closed)".into(),

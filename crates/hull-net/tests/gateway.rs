@@ -1083,3 +1083,70 @@ async fn a_failing_handler_resets_the_box_and_the_log_says_why() {
     .await;
     assert_eq!(end.unwrap(), "reset (the handler failed: SNI mismatch)");
 }
+
+#[tokio::test]
+async fn an_upstream_that_closes_first_still_hears_the_box() {
+    // Half-close the other way: the server sends a banner and shuts its side; the box reads
+    // the banner and EOF, then still sends, and the server reads it before the box closes.
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = l.local_addr().unwrap();
+    let heard = tokio::spawn(async move {
+        let (mut s, _) = l.accept().await.unwrap();
+        s.write_all(b"banner").await.unwrap();
+        s.shutdown().await.unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).await.unwrap();
+        got
+    });
+    let dialer = TestDialer {
+        map: HashMap::from([(public(25), server)]),
+        ..Default::default()
+    };
+    let mut w = start(
+        custom(&["mail.example.test"], &[], &[]),
+        resolver(&[("mail.example.test", &[IpAddr::V4(PUBLIC)])]),
+        dialer,
+        None,
+    );
+    let addr = w.net.resolve("mail.example.test.").await;
+    let h = w.net.connect(addr, 25);
+    assert_eq!(w.net.opened(h).await, tcp::State::Established);
+    let mut banner = Vec::new();
+    w.net
+        .until(
+            "the banner and the server's FIN",
+            Duration::from_secs(5),
+            |set| {
+                let s = set.get_mut::<tcp::Socket>(h);
+                while s.can_recv() {
+                    s.recv(|b| {
+                        banner.extend_from_slice(b);
+                        (b.len(), ())
+                    })
+                    .unwrap();
+                }
+                (s.state() == tcp::State::CloseWait).then_some(())
+            },
+        )
+        .await;
+    assert_eq!(banner, b"banner");
+    let s = w.net.sockets.get_mut::<tcp::Socket>(h);
+    s.send_slice(b"late words").unwrap();
+    s.close();
+    let t = std::time::Instant::now();
+    w.net
+        .until("the box's close", Duration::from_secs(5), |set| {
+            (set.get::<tcp::Socket>(h).state() == tcp::State::Closed).then_some(())
+        })
+        .await;
+    assert!(
+        t.elapsed() < Duration::from_millis(300),
+        "the box's FIN is acknowledged at once, not left to a retransmission ({:?})",
+        t.elapsed()
+    );
+    let got = tokio::time::timeout(Duration::from_secs(5), heard)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got, b"late words");
+}
