@@ -226,7 +226,7 @@ impl Stack {
         self.sockets.remove(h);
     }
 
-    /// Lets go of a finished connection's socket: at once, or after [`LINGER`] when it is in
+    /// Lets go of a finished connection's socket: at once, or after `LINGER` (2 s) when it is in
     /// TIME-WAIT (it still owes the box an ACK). Also drops the lingering sockets whose time
     /// is up.
     pub fn retire(&mut self, h: SocketHandle) {
