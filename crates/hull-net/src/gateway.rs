@@ -77,7 +77,8 @@ pub enum GatewayError {
 
 #[derive(Debug)]
 enum Control {
-    SetPolicy(Policy),
+    /// The new policy, and whether open connections it no longer allows are reset.
+    SetPolicy(Policy, bool),
     Publish(u16, oneshot::Sender<Result<u16, PortError>>),
     Withdraw(u16, oneshot::Sender<bool>),
     Stop,
@@ -93,7 +94,14 @@ impl Handle {
     /// Replaces the policy: every connection and DNS query from now on is judged by it (open
     /// connections stay open).
     pub fn set_policy(&self, policy: Policy) {
-        let _ = self.tx.send(Control::SetPolicy(policy));
+        let _ = self.tx.send(Control::SetPolicy(policy, false));
+    }
+
+    /// Replaces the policy as [`Handle::set_policy`] does, and resets every open connection
+    /// the new policy would refuse now (its name or literal judged again; a name's dialled
+    /// address through the CIDR rules and classes), logging each with the rule.
+    pub fn set_policy_resetting(&self, policy: Policy) {
+        let _ = self.tx.send(Control::SetPolicy(policy, true));
     }
 
     /// Publishes the box's TCP `port` on `127.0.0.1:<free port>` of the host, returning it.
@@ -335,7 +343,12 @@ impl Gateway {
 
     fn control(&mut self, c: Control) {
         match c {
-            Control::SetPolicy(p) => self.policy = Arc::new(p),
+            Control::SetPolicy(p, reset) => {
+                self.policy = Arc::new(p);
+                if reset {
+                    self.revoke();
+                }
+            }
             Control::Publish(port, reply) => {
                 let _ = reply.send(self.ports.publish(port));
             }
@@ -343,6 +356,34 @@ impl Gateway {
                 let _ = reply.send(self.ports.withdraw(port));
             }
             Control::Stop => {}
+        }
+    }
+
+    /// Resets the open outbound connections the current policy refuses.
+    fn revoke(&mut self) {
+        for f in self.flows.values_mut() {
+            let (State::Open { socket, .. }, false) = (&f.state, f.inbound) else {
+                continue;
+            };
+            let verdict = match (&f.name, f.upstream) {
+                (Some(name), Some(up)) => {
+                    match self.policy.judge_connect(name, &[up.ip()], &self.host) {
+                        Ok(_) => continue,
+                        Err(v) => v,
+                    }
+                }
+                _ => self
+                    .policy
+                    .judge_literal(IpAddr::V4(*f.syn.dst.ip()), &self.host),
+            };
+            if verdict.allowed() {
+                continue;
+            }
+            self.stack.tcp(*socket).abort();
+            f.ended = Some(format!(
+                "reset (the policy was replaced: {})",
+                verdict.rule()
+            ));
         }
     }
 

@@ -1150,3 +1150,65 @@ async fn an_upstream_that_closes_first_still_hears_the_box() {
         .unwrap();
     assert_eq!(got, b"late words");
 }
+
+#[tokio::test]
+async fn a_policy_replaced_resetting_closes_the_open_connections_it_no_longer_allows() {
+    let echo = echo_server().await;
+    let literal = Ipv4Addr::new(192, 0, 2, 3);
+    let dialer = TestDialer {
+        map: HashMap::from([
+            (public(80), echo),
+            (SocketAddr::new(IpAddr::V4(literal), 80), echo),
+        ]),
+        ..Default::default()
+    };
+    let mut w = start(
+        custom(&["api.example.test"], &["192.0.2.0/28"], &[]),
+        resolver(&[("api.example.test", &[IpAddr::V4(PUBLIC)])]),
+        dialer,
+        None,
+    );
+    let addr = w.net.resolve("api.example.test.").await;
+    let named = w.net.connect(addr, 80);
+    assert_eq!(w.net.opened(named).await, tcp::State::Established);
+    let lit = w.net.connect(literal, 80);
+    assert_eq!(w.net.opened(lit).await, tcp::State::Established);
+
+    // The CIDR goes: the literal's connection is reset, the name's stays.
+    w.handle
+        .set_policy_resetting(custom(&["api.example.test"], &[], &[]));
+    w.net
+        .until("the literal's reset", Duration::from_secs(5), |set| {
+            (set.get::<tcp::Socket>(lit).state() == tcp::State::Closed).then_some(())
+        })
+        .await;
+    assert_eq!(exchange(&mut w.net, named, b"one", 3).await, b"one");
+    // Replaced without resetting: the open one stays even under deny-all.
+    w.handle.set_policy(Policy::deny_all());
+    assert_eq!(exchange(&mut w.net, named, b"two", 3).await, b"two");
+    w.handle.set_policy_resetting(Policy::deny_all());
+    w.net
+        .until("the name's reset", Duration::from_secs(5), |set| {
+            (set.get::<tcp::Socket>(named).state() == tcp::State::Closed).then_some(())
+        })
+        .await;
+    let mut ends = Vec::new();
+    w.net
+        .until("both records", Duration::from_secs(5), |_| {
+            for r in w.log.try_iter() {
+                let v: Value = serde_json::from_str(&r.line()).unwrap();
+                if v["kind"] == "flow" {
+                    ends.push(v["end"].as_str().unwrap().to_string());
+                }
+            }
+            (ends.len() == 2).then_some(())
+        })
+        .await;
+    assert_eq!(
+        ends,
+        [
+            "reset (the policy was replaced: always denied: documentation)",
+            "reset (the policy was replaced: mode deny-all)"
+        ]
+    );
+}
