@@ -7,8 +7,9 @@
 //! published port, a control message or smoltcp's next timer wakes it.
 //!
 //! A caller builds one with [`Gateway::new`] (link, policy, resolver, dialer, log sink),
-//! optionally [`Gateway::with_handler`] and [`Gateway::with_config`], keeps its [`Handle`]
-//! (replace the policy, publish or withdraw a port, stop) and awaits [`Gateway::run`].
+//! optionally [`Gateway::with_handler`] and [`Gateway::with_config`] ([`Config`]), keeps its
+//! [`Handle`] (replace the policy, publish or withdraw a port, stop: `control.rs`) and awaits
+//! [`Gateway::run`].
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -19,114 +20,31 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use smoltcp::iface::SocketHandle;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
+use crate::control::{Config, Control, Handle};
 use crate::dnsd::{self, TcpDns};
 use crate::flow::{self, Dial, FlowHandler, FlowMeta, Outcome, Pipe, Splice, Target};
-use crate::ingress::{self, Identity, Ingress, BOX};
+use crate::ingress::{self, Ingress};
 use crate::link::Link;
 use crate::log::{now_ms, Decision, LogSink, Record};
 use crate::name::Name;
 use crate::policy::Policy;
-use crate::ports::{PortError, Ports};
-use crate::stack::{self, Stack, Syn, BOX_MAC};
+use crate::ports::Ports;
+use crate::stack::{self, Stack, Syn};
 use crate::synth::Pool;
 use crate::upstream::{Dialer, Resolver};
-
-/// The default cap on a box's live connections (held SYNs, open and published-port ones).
-pub const MAX_TCP_CONNECTIONS: usize = 1024;
 
 /// Frames read from the link in one go before the rest of a turn runs.
 const FRAMES_PER_TURN: usize = 256;
 /// Turns run back to back before the loop yields to the runtime's other tasks.
 const TURNS_BEFORE_YIELD: usize = 64;
 
-/// A gateway's settings.
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// The box's MAC and address on the link (frames from anything else are dropped).
-    pub identity: Identity,
-    /// The host's own interface addresses (always denied unless an allowed CIDR names them).
-    pub host_addrs: Vec<IpAddr>,
-    /// Live connections at most; past it a SYN is reset and logged.
-    pub max_tcp_connections: usize,
-    /// Names holding a synthetic address at most.
-    pub pool_capacity: usize,
-}
-
-impl Default for Config {
-    fn default() -> Config {
-        Config {
-            identity: Identity {
-                mac: BOX_MAC,
-                ip: BOX,
-            },
-            host_addrs: Vec::new(),
-            max_tcp_connections: MAX_TCP_CONNECTIONS,
-            pool_capacity: 64 * 1024,
-        }
-    }
-}
-
 /// Why a gateway stopped other than by [`Handle::stop`].
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
     #[error("reading the box's link failed")]
     Link(#[source] io::Error),
-}
-
-#[derive(Debug)]
-enum Control {
-    /// The new policy, and whether open connections it no longer allows are reset.
-    SetPolicy(Policy, bool),
-    Publish(u16, oneshot::Sender<Result<u16, PortError>>),
-    Withdraw(u16, oneshot::Sender<bool>),
-    Stop,
-}
-
-/// Controls a running gateway; cheap to clone. Dropping every handle stops nothing.
-#[derive(Debug, Clone)]
-pub struct Handle {
-    tx: mpsc::UnboundedSender<Control>,
-}
-
-impl Handle {
-    /// Replaces the policy: every connection and DNS query from now on is judged by it (open
-    /// connections stay open).
-    pub fn set_policy(&self, policy: Policy) {
-        let _ = self.tx.send(Control::SetPolicy(policy, false));
-    }
-
-    /// Replaces the policy as [`Handle::set_policy`] does, and resets every open connection
-    /// the new policy would refuse now (its name or literal judged again; a name's dialled
-    /// address through the CIDR rules and classes), logging each with the rule.
-    pub fn set_policy_resetting(&self, policy: Policy) {
-        let _ = self.tx.send(Control::SetPolicy(policy, true));
-    }
-
-    /// Publishes the box's TCP `port` on `127.0.0.1:<free port>` of the host, returning it.
-    pub async fn publish(&self, port: u16) -> Result<u16, PortError> {
-        let (tx, rx) = oneshot::channel();
-        self.tx
-            .send(Control::Publish(port, tx))
-            .map_err(|_| PortError::Stopped)?;
-        rx.await.map_err(|_| PortError::Stopped)?
-    }
-
-    /// Withdraws a published port (its listener closes; open connections stay); false when
-    /// it was not published.
-    pub async fn withdraw(&self, port: u16) -> bool {
-        let (tx, rx) = oneshot::channel();
-        if self.tx.send(Control::Withdraw(port, tx)).is_err() {
-            return false;
-        }
-        rx.await.unwrap_or(false)
-    }
-
-    /// Stops the gateway: [`Gateway::run`] returns, every connection of the box ends.
-    pub fn stop(&self) {
-        let _ = self.tx.send(Control::Stop);
-    }
 }
 
 enum State {
@@ -214,7 +132,7 @@ impl Gateway {
         log: Box<dyn LogSink>,
     ) -> Gateway {
         let cfg = Config::default();
-        let (tx, control) = mpsc::unbounded_channel();
+        let (handle, control) = Handle::new();
         let max_frame = link.max_frame();
         Gateway {
             stack: Stack::new(max_frame),
@@ -232,7 +150,7 @@ impl Gateway {
             next_id: 1,
             ports: Ports::default(),
             control,
-            handle: Handle { tx },
+            handle,
             dialed: mpsc::unbounded_channel(),
             handled: mpsc::unbounded_channel(),
             timer: None,

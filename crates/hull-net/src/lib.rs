@@ -9,6 +9,7 @@
 //! runs on any link, in-memory ones in tests (see `ARCHITECTURE.md` and `docs/network.md`).
 
 pub mod class;
+pub mod control;
 pub mod dns;
 pub mod dnsd;
 pub mod flow;
@@ -25,8 +26,9 @@ mod sys;
 pub mod upstream;
 
 pub use class::Class;
+pub use control::{Config, Handle};
 pub use flow::{FlowHandler, FlowMeta, Splice};
-pub use gateway::{Config, Gateway, GatewayError, Handle};
+pub use gateway::{Gateway, GatewayError};
 pub use link::{Link, MemLink, TapLink};
 pub use log::{LogSink, Record};
 pub use name::{HostPattern, Name, NameError};

@@ -14,12 +14,13 @@ use std::time::Duration;
 
 use hickory_proto::op::{Message, MessageType, Query, ResponseCode};
 use hickory_proto::rr::{RData, RecordType};
-use hull_net::gateway::Config;
 use hull_net::ingress::{BOX, GATEWAY};
 use hull_net::name::Name;
 use hull_net::stack::BOX_MAC;
 use hull_net::upstream::{Boxed, Upstream};
-use hull_net::{Dialer, Gateway, Handle, Link, MemLink, Mode, Policy, Record, Resolver, TapLink};
+use hull_net::{
+    Config, Dialer, Gateway, Handle, Link, MemLink, Mode, Policy, Record, Resolver, TapLink,
+};
 use serde_json::Value;
 use smoltcp::iface::{Config as IfaceConfig, Interface, SocketHandle, SocketSet};
 use smoltcp::phy::{self, Device, DeviceCapabilities, Medium};
