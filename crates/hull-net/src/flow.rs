@@ -248,6 +248,8 @@ pub struct Pipe {
     /// Bytes from the box to the handler, and back.
     pub bytes_out: u64,
     pub bytes_in: u64,
+    /// The box's connection was reset because the handler's side broke.
+    pub reset: bool,
 }
 
 /// True once the box has sent its FIN (or the connection is gone).
@@ -269,6 +271,7 @@ impl Pipe {
                 fin: false,
                 bytes_out: 0,
                 bytes_in: 0,
+                reset: false,
             },
             b,
         )
@@ -304,6 +307,7 @@ impl Pipe {
                     // closed socket would answer.
                     sock.abort();
                     self.end = None;
+                    self.reset = true;
                     return true;
                 }
             }
@@ -345,6 +349,7 @@ impl Pipe {
                 Ok(Poll::Ready(Err(_))) => {
                     sock.abort();
                     self.end = None;
+                    self.reset = true;
                     return true;
                 }
                 Ok(Poll::Pending) | Err(_) => break,

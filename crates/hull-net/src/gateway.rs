@@ -7,8 +7,9 @@
 //! published port, a control message or smoltcp's next timer wakes it.
 //!
 //! A caller builds one with [`Gateway::new`] (link, policy, resolver, dialer, log sink),
-//! optionally [`Gateway::with_handler`] and [`Gateway::with_config`], keeps its [`Handle`]
-//! (replace the policy, publish or withdraw a port, stop) and awaits [`Gateway::run`].
+//! optionally [`Gateway::with_handler`] and [`Gateway::with_config`] ([`Config`]), keeps its
+//! [`Handle`] (replace the policy, publish or withdraw a port, stop: `control.rs`) and awaits
+//! [`Gateway::run`].
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -19,54 +20,25 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use smoltcp::iface::SocketHandle;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
-use crate::dns;
+use crate::control::{Config, Control, Handle};
+use crate::dnsd::{self, TcpDns};
 use crate::flow::{self, Dial, FlowHandler, FlowMeta, Outcome, Pipe, Splice, Target};
-use crate::ingress::{self, Identity, Ingress, BOX};
+use crate::ingress::{self, Ingress};
 use crate::link::Link;
 use crate::log::{now_ms, Decision, LogSink, Record};
 use crate::name::Name;
 use crate::policy::Policy;
-use crate::ports::{PortError, Ports};
-use crate::stack::{self, Stack, Syn, BOX_MAC};
+use crate::ports::Ports;
+use crate::stack::{self, Stack, Syn};
 use crate::synth::Pool;
 use crate::upstream::{Dialer, Resolver};
-
-/// The default cap on a box's live connections (held SYNs, open and published-port ones).
-pub const MAX_TCP_CONNECTIONS: usize = 1024;
 
 /// Frames read from the link in one go before the rest of a turn runs.
 const FRAMES_PER_TURN: usize = 256;
 /// Turns run back to back before the loop yields to the runtime's other tasks.
 const TURNS_BEFORE_YIELD: usize = 64;
-
-/// A gateway's settings.
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// The box's MAC and address on the link (frames from anything else are dropped).
-    pub identity: Identity,
-    /// The host's own interface addresses (always denied unless an allowed CIDR names them).
-    pub host_addrs: Vec<IpAddr>,
-    /// Live connections at most; past it a SYN is reset and logged.
-    pub max_tcp_connections: usize,
-    /// Names holding a synthetic address at most.
-    pub pool_capacity: usize,
-}
-
-impl Default for Config {
-    fn default() -> Config {
-        Config {
-            identity: Identity {
-                mac: BOX_MAC,
-                ip: BOX,
-            },
-            host_addrs: Vec::new(),
-            max_tcp_connections: MAX_TCP_CONNECTIONS,
-            pool_capacity: 64 * 1024,
-        }
-    }
-}
 
 /// Why a gateway stopped other than by [`Handle::stop`].
 #[derive(Debug, thiserror::Error)]
@@ -75,58 +47,17 @@ pub enum GatewayError {
     Link(#[source] io::Error),
 }
 
-#[derive(Debug)]
-enum Control {
-    SetPolicy(Policy),
-    Publish(u16, oneshot::Sender<Result<u16, PortError>>),
-    Withdraw(u16, oneshot::Sender<bool>),
-    Stop,
-}
-
-/// Controls a running gateway; cheap to clone. Dropping every handle stops nothing.
-#[derive(Debug, Clone)]
-pub struct Handle {
-    tx: mpsc::UnboundedSender<Control>,
-}
-
-impl Handle {
-    /// Replaces the policy: every connection and DNS query from now on is judged by it (open
-    /// connections stay open).
-    pub fn set_policy(&self, policy: Policy) {
-        let _ = self.tx.send(Control::SetPolicy(policy));
-    }
-
-    /// Publishes the box's TCP `port` on `127.0.0.1:<free port>` of the host, returning it.
-    pub async fn publish(&self, port: u16) -> Result<u16, PortError> {
-        let (tx, rx) = oneshot::channel();
-        self.tx
-            .send(Control::Publish(port, tx))
-            .map_err(|_| PortError::Stopped)?;
-        rx.await.map_err(|_| PortError::Stopped)?
-    }
-
-    /// Withdraws a published port (its listener closes; open connections stay); false when
-    /// it was not published.
-    pub async fn withdraw(&self, port: u16) -> bool {
-        let (tx, rx) = oneshot::channel();
-        if self.tx.send(Control::Withdraw(port, tx)).is_err() {
-            return false;
-        }
-        rx.await.unwrap_or(false)
-    }
-
-    /// Stops the gateway: [`Gateway::run`] returns, every connection of the box ends.
-    pub fn stop(&self) {
-        let _ = self.tx.send(Control::Stop);
-    }
-}
-
 enum State {
     /// The SYN, held until the dial ends.
     Held(Vec<u8>),
     Open {
         socket: SocketHandle,
         pipe: Pipe,
+    },
+    /// A DNS connection the gateway answers itself.
+    Dns {
+        socket: SocketHandle,
+        dns: TcpDns,
     },
 }
 
@@ -139,6 +70,8 @@ struct Flow {
     decision: Decision,
     upstream: Option<SocketAddr>,
     state: State,
+    /// Why the gateway ended it, when it did (the log's `end`; else `closed`).
+    ended: Option<String>,
 }
 
 /// Both ends of a channel from a connection's task back to the loop, keyed by connection.
@@ -167,7 +100,8 @@ pub struct Gateway {
     handle: Handle,
     dialed: Channel<Outcome>,
     handled: Channel<io::Result<()>>,
-    timer: Pin<Box<tokio::time::Sleep>>,
+    /// smoltcp's next deadline (made on the first one: no runtime is needed to build a gateway).
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
     outbox: std::collections::VecDeque<Vec<u8>>,
     buf: Vec<u8>,
 }
@@ -186,9 +120,10 @@ impl std::fmt::Debug for Gateway {
 const OUTBOX: usize = 4096;
 
 impl Gateway {
-    /// A gateway for the box behind `link`, judging by `policy`, resolving and dialling
-    /// through `resolver` and `dialer`, logging to `log`; connections are spliced
-    /// ([`Splice`]) unless [`Gateway::with_handler`] says otherwise.
+    /// A gateway for the box behind `link` (built anywhere; run inside a tokio runtime),
+    /// judging by `policy`, resolving and dialling through `resolver` and `dialer`, logging to
+    /// `log`; connections are spliced ([`Splice`]) unless [`Gateway::with_handler`] says
+    /// otherwise.
     pub fn new(
         link: Box<dyn Link>,
         policy: Policy,
@@ -197,7 +132,7 @@ impl Gateway {
         log: Box<dyn LogSink>,
     ) -> Gateway {
         let cfg = Config::default();
-        let (tx, control) = mpsc::unbounded_channel();
+        let (handle, control) = Handle::new();
         let max_frame = link.max_frame();
         Gateway {
             stack: Stack::new(max_frame),
@@ -215,10 +150,10 @@ impl Gateway {
             next_id: 1,
             ports: Ports::default(),
             control,
-            handle: Handle { tx },
+            handle,
             dialed: mpsc::unbounded_channel(),
             handled: mpsc::unbounded_channel(),
-            timer: Box::pin(tokio::time::sleep(std::time::Duration::ZERO)),
+            timer: None,
             outbox: std::collections::VecDeque::new(),
             buf: vec![0; max_frame.max(1514)],
         }
@@ -288,15 +223,11 @@ impl Gateway {
             busy = true;
         }
         while let Poll::Ready(Some((id, result))) = self.handled.1.poll_recv(cx) {
-            if let (
-                Err(_),
-                Some(Flow {
-                    state: State::Open { socket, .. },
-                    ..
-                }),
-            ) = (result, self.flows.get(&id))
-            {
-                self.stack.tcp(*socket).abort();
+            if let (Err(e), Some(f)) = (result, self.flows.get_mut(&id)) {
+                if let State::Open { socket, .. } = &f.state {
+                    self.stack.tcp(*socket).abort();
+                    f.ended = Some(format!("reset (the handler failed: {e})"));
+                }
             }
             busy = true;
         }
@@ -317,8 +248,11 @@ impl Gateway {
         if let Some(d) = self.stack.poll_delay() {
             let at =
                 tokio::time::Instant::now() + std::time::Duration::from_micros(d.total_micros());
-            self.timer.as_mut().reset(at);
-            if self.timer.as_mut().poll(cx).is_ready() {
+            let timer = self
+                .timer
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+            timer.as_mut().reset(at);
+            if timer.as_mut().poll(cx).is_ready() {
                 return Poll::Ready(None);
             }
         }
@@ -327,7 +261,12 @@ impl Gateway {
 
     fn control(&mut self, c: Control) {
         match c {
-            Control::SetPolicy(p) => self.policy = Arc::new(p),
+            Control::SetPolicy(p, reset) => {
+                self.policy = Arc::new(p);
+                if reset {
+                    self.revoke();
+                }
+            }
             Control::Publish(port, reply) => {
                 let _ = reply.send(self.ports.publish(port));
             }
@@ -335,6 +274,34 @@ impl Gateway {
                 let _ = reply.send(self.ports.withdraw(port));
             }
             Control::Stop => {}
+        }
+    }
+
+    /// Resets the open outbound connections the current policy refuses.
+    fn revoke(&mut self) {
+        for f in self.flows.values_mut() {
+            let (State::Open { socket, .. }, false) = (&f.state, f.inbound) else {
+                continue;
+            };
+            let verdict = match (&f.name, f.upstream) {
+                (Some(name), Some(up)) => {
+                    match self.policy.judge_connect(name, &[up.ip()], &self.host) {
+                        Ok(_) => continue,
+                        Err(v) => v,
+                    }
+                }
+                _ => self
+                    .policy
+                    .judge_literal(IpAddr::V4(*f.syn.dst.ip()), &self.host),
+            };
+            if verdict.allowed() {
+                continue;
+            }
+            self.stack.tcp(*socket).abort();
+            f.ended = Some(format!(
+                "reset (the policy was replaced: {})",
+                verdict.rule()
+            ));
         }
     }
 
@@ -349,16 +316,7 @@ impl Gateway {
         match verdict {
             Ingress::Stack => self.stack.input(frame),
             Ingress::Dns => self.dns_udp(&frame),
-            // DNS over TCP is not served yet: refused, so resolvers retry over UDP.
-            Ingress::DnsTcp => self.refuse(
-                &frame,
-                None,
-                Decision {
-                    verdict: "deny",
-                    rule: "DNS over TCP (not served yet; UDP is)".into(),
-                },
-                "refused",
-            ),
+            Ingress::DnsTcp => self.open_dns(frame),
             Ingress::ConnectName { name, .. } => self.open(frame, Target::Name(name)),
             Ingress::ConnectLiteral { rule, .. } => self.open(frame, Target::Literal(rule)),
             Ingress::Reset(r) => self.refuse(&frame, None, Decision::from(&r), "refused"),
@@ -391,40 +349,70 @@ impl Gateway {
         let Some((_, _, query)) = stack::udp_payload(frame) else {
             return;
         };
-        let (answer, decided) = dns::answer(query, &self.policy, &mut self.pool);
-        let reply = match answer {
-            dns::Answer::Reply(b) => b,
-            // Other record types of an allowed name are not forwarded yet: REFUSED.
-            dns::Answer::Forward { .. } => match dns::refused(query) {
-                Some(b) => b,
-                None => return,
-            },
-            dns::Answer::Drop => return,
+        let Some(reply) = dnsd::respond(query, &self.policy, &mut self.pool, &mut *self.log) else {
+            return;
         };
-        if let Some(d) = decided {
-            let (answered, addr) = dns::summary(&reply);
-            let decision = match &d.verdict {
-                Some(v) => Decision::from(v),
-                None if answered => Decision {
-                    verdict: "allow",
-                    rule: "reverse lookup of a synthetic address".into(),
-                },
-                None => Decision {
-                    verdict: "deny",
-                    rule: "not a synthetic address or not a host name".into(),
-                },
-            };
-            self.log.write(&Record::Dns {
-                at_ms: now_ms(),
-                name: d.name,
-                record_type: d.record_type,
-                decision,
-                answer: addr.map(IpAddr::V4),
-            });
-        }
         if let Some(f) = stack::udp_reply(frame, &reply) {
             self.stack.push_output(f);
         }
+    }
+
+    /// True (and the SYN reset and logged) when the box has as many connections as it may.
+    fn at_cap(&mut self, frame: &[u8], name: Option<Name>) -> bool {
+        if self.flows.len() < self.cfg.max_tcp_connections {
+            return false;
+        }
+        let decision = Decision {
+            verdict: "deny",
+            rule: format!(
+                "connection cap ({} live connections)",
+                self.cfg.max_tcp_connections
+            ),
+        };
+        self.refuse(frame, name, decision, "cap");
+        true
+    }
+
+    /// A DNS connection over TCP: the gateway answers it itself, at once.
+    fn open_dns(&mut self, frame: Vec<u8>) {
+        let Some(syn) = Syn::parse(&frame) else {
+            return;
+        };
+        if self.by_syn.contains_key(&syn) {
+            self.stack.input(frame);
+            return;
+        }
+        if self.at_cap(&frame, None) {
+            return;
+        }
+        let Ok(socket) = self.stack.accept_held(frame.clone(), syn) else {
+            if let Some(rst) = stack::reset_for(&frame) {
+                self.stack.push_output(rst);
+            }
+            return;
+        };
+        let id = self.next_id;
+        self.next_id += 1;
+        self.by_syn.insert(syn, id);
+        self.flows.insert(
+            id,
+            Flow {
+                syn,
+                name: None,
+                inbound: false,
+                started: std::time::Instant::now(),
+                decision: Decision {
+                    verdict: "allow",
+                    rule: "DNS to the gateway".into(),
+                },
+                upstream: None,
+                state: State::Dns {
+                    socket,
+                    dns: TcpDns::default(),
+                },
+                ended: None,
+            },
+        );
     }
 
     /// A SYN opening a connection: held while its destination is judged and dialled.
@@ -435,7 +423,7 @@ impl Gateway {
         if let Some(id) = self.by_syn.get(&syn) {
             // A retransmitted SYN: still dialling (wait), or answered (the socket has it).
             if let Some(Flow {
-                state: State::Open { .. },
+                state: State::Open { .. } | State::Dns { .. },
                 ..
             }) = self.flows.get(id)
             {
@@ -447,15 +435,7 @@ impl Gateway {
             Target::Name(n) => Some(n.clone()),
             Target::Literal(_) => None,
         };
-        if self.flows.len() >= self.cfg.max_tcp_connections {
-            let decision = Decision {
-                verdict: "deny",
-                rule: format!(
-                    "connection cap ({} live connections)",
-                    self.cfg.max_tcp_connections
-                ),
-            };
-            self.refuse(&frame, name, decision, "cap");
+        if self.at_cap(&frame, name.clone()) {
             return;
         }
         if name.is_some() {
@@ -477,6 +457,7 @@ impl Gateway {
                 },
                 upstream: None,
                 state: State::Held(frame),
+                ended: None,
             },
         );
         let dial = Dial {
@@ -590,8 +571,13 @@ impl Gateway {
     fn pump(&mut self, cx: &mut Context<'_>) -> bool {
         let mut moved = false;
         for f in self.flows.values_mut() {
-            if let State::Open { socket, pipe } = &mut f.state {
-                moved |= pipe.pump(self.stack.tcp(*socket), cx);
+            match &mut f.state {
+                State::Open { socket, pipe } => moved |= pipe.pump(self.stack.tcp(*socket), cx),
+                State::Dns { socket, dns } => {
+                    let sock = self.stack.tcp(*socket);
+                    moved |= dns.pump(sock, &self.policy, &mut self.pool, &mut *self.log);
+                }
+                State::Held(_) => {}
             }
         }
         moved
@@ -599,11 +585,16 @@ impl Gateway {
 
     /// Drops the connections whose box side is over, logging each.
     fn reap(&mut self) {
+        self.stack.sweep();
         let done: Vec<u64> = self
             .flows
             .iter_mut()
             .filter_map(|(id, f)| match &f.state {
-                State::Open { socket, .. } if flow::over(self.stack.tcp(*socket)) => Some(*id),
+                State::Open { socket, .. } | State::Dns { socket, .. }
+                    if flow::over(self.stack.tcp(*socket)) =>
+                {
+                    Some(*id)
+                }
                 _ => None,
             })
             .collect();
@@ -611,11 +602,20 @@ impl Gateway {
             let Some(f) = self.flows.remove(&id) else {
                 continue;
             };
-            if let State::Open { socket, pipe } = &f.state {
-                self.stack.remove(*socket);
-                let (o, i) = (pipe.bytes_out, pipe.bytes_in);
-                self.log_end(&f, o, i, "closed");
-            }
+            let (socket, o, i, reset) = match &f.state {
+                State::Open { socket, pipe } => {
+                    (*socket, pipe.bytes_out, pipe.bytes_in, pipe.reset)
+                }
+                State::Dns { socket, dns } => (*socket, dns.bytes_out, dns.bytes_in, false),
+                State::Held(_) => continue,
+            };
+            self.stack.retire(socket);
+            let end = match (&f.ended, reset) {
+                (Some(e), _) => e.clone(),
+                (None, true) => "reset (the handler's side closed)".into(),
+                (None, false) => "closed".into(),
+            };
+            self.log_end(&f, o, i, &end);
             self.end(f);
         }
     }
@@ -688,7 +688,34 @@ impl Gateway {
                 },
                 upstream: Some(peer),
                 state: State::Open { socket, pipe },
+                ended: None,
             },
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::link::MemLink;
+    use crate::upstream::{SystemResolver, TcpDialer};
+
+    #[test]
+    fn a_gateway_is_built_outside_a_runtime_and_stops_when_told() {
+        let (link, _box_end) = MemLink::pair(1514);
+        let gw = Gateway::new(
+            Box::new(link),
+            Policy::deny_all(),
+            Arc::new(SystemResolver),
+            Arc::new(TcpDialer::default()),
+            Box::new(crate::log::Lines(std::io::sink())),
+        );
+        let handle = gw.handle();
+        handle.stop();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(gw.run()).unwrap();
     }
 }

@@ -4,12 +4,15 @@
 //! answers ([`dns`], with the synthetic addresses of [`synth`]), the first look at a box's
 //! frames ([`ingress`]) and the connection log's records ([`log`]). And the gateway's data
 //! path that applies them to one box: its [`link`], its TCP/IP [`stack`], connect-first
-//! connections ([`flow`], dialled through [`upstream`]), published [`ports`], and the event
-//! loop that owns them ([`gateway`]). It forks nothing and needs no namespace: the gateway
+//! connections ([`flow`], dialled through [`upstream`]), its DNS service ([`dnsd`]), published
+//! [`ports`], and the event loop that owns them ([`gateway`], set and steered through
+//! [`control`]). It forks nothing and needs no namespace: the gateway
 //! runs on any link, in-memory ones in tests (see `ARCHITECTURE.md` and `docs/network.md`).
 
 pub mod class;
+pub mod control;
 pub mod dns;
+pub mod dnsd;
 pub mod flow;
 pub mod gateway;
 pub mod ingress;
@@ -25,8 +28,9 @@ mod sys;
 pub mod upstream;
 
 pub use class::Class;
+pub use control::{Config, Handle};
 pub use flow::{FlowHandler, FlowMeta, Splice};
-pub use gateway::{Config, Gateway, GatewayError, Handle};
+pub use gateway::{Gateway, GatewayError};
 pub use link::{Link, MemLink, TapLink};
 pub use log::{LogSink, Record};
 pub use name::{HostPattern, Name, NameError};

@@ -106,33 +106,27 @@ impl MemLink {
         )
     }
 
-    /// A frame if one is waiting, without a runtime (the test's box stack polls this way).
-    pub fn try_recv(&mut self) -> Option<Vec<u8>> {
-        self.rx.try_recv().ok()
-    }
-
     /// Sends a frame; false when the other end is gone.
     pub fn send(&self, frame: Vec<u8>) -> bool {
         self.tx.send(frame).is_ok()
-    }
-
-    /// Waits for the next frame (None when the other end is gone).
-    pub async fn recv(&mut self) -> Option<Vec<u8>> {
-        self.rx.recv().await
     }
 }
 
 impl Link for MemLink {
     fn poll_recv(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
-        match self.rx.poll_recv(cx) {
-            Poll::Ready(Some(f)) => {
-                // A frame longer than the buffer is cut, as a device would refuse it.
-                let n = f.len().min(buf.len());
-                buf[..n].copy_from_slice(&f[..n]);
-                Poll::Ready(Ok(n))
-            }
-            Poll::Ready(None) => Poll::Ready(Ok(0)),
-            Poll::Pending => Poll::Pending,
+        loop {
+            return match self.rx.poll_recv(cx) {
+                // An empty frame is no frame (`Ok(0)` would say the link is gone).
+                Poll::Ready(Some(f)) if f.is_empty() => continue,
+                Poll::Ready(Some(f)) => {
+                    // A frame longer than the buffer is cut, as a device would refuse it.
+                    let n = f.len().min(buf.len());
+                    buf[..n].copy_from_slice(&f[..n]);
+                    Poll::Ready(Ok(n))
+                }
+                Poll::Ready(None) => Poll::Ready(Ok(0)),
+                Poll::Pending => Poll::Pending,
+            };
         }
     }
 
@@ -146,5 +140,27 @@ impl Link for MemLink {
 
     fn max_frame(&self) -> usize {
         self.max_frame
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_empty_frame_on_a_memory_link_is_skipped_not_taken_for_its_end() {
+        let (mut a, b) = MemLink::pair(64);
+        assert!(b.send(Vec::new()));
+        assert!(b.send(vec![1, 2, 3]));
+        let mut buf = [0u8; 64];
+        let n = std::future::poll_fn(|cx| a.poll_recv(cx, &mut buf))
+            .await
+            .unwrap();
+        assert_eq!(&buf[..n], &[1, 2, 3]);
+        drop(b);
+        let n = std::future::poll_fn(|cx| a.poll_recv(cx, &mut buf))
+            .await
+            .unwrap();
+        assert_eq!(n, 0, "the other end is gone");
     }
 }

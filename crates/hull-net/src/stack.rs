@@ -65,6 +65,13 @@ pub enum AcceptError {
     NotTaken,
 }
 
+/// How long a socket that ended in TIME-WAIT is kept after its connection is over: smoltcp
+/// delays the ACK of the peer's FIN (10 ms) and the peer may resend the FIN once, so dropping
+/// the socket at once would leave the box's close to a retransmission and a reset.
+const LINGER: std::time::Duration = std::time::Duration::from_secs(2);
+/// Sockets kept lingering at most (past it the oldest goes at once).
+const LINGER_MAX: usize = 1024;
+
 /// The frame queues smoltcp reads and writes: the event loop fills `rx` with classified
 /// frames and sends what lands in `tx` to the link.
 #[derive(Debug)]
@@ -121,6 +128,8 @@ pub struct Stack {
     dev: Queues,
     sockets: SocketSet<'static>,
     start: std::time::Instant,
+    /// Sockets of finished connections kept for [`LINGER`], oldest first.
+    lingering: VecDeque<(SocketHandle, std::time::Instant)>,
 }
 
 impl std::fmt::Debug for Stack {
@@ -172,6 +181,7 @@ impl Stack {
             dev,
             sockets: SocketSet::new(Vec::new()),
             start,
+            lingering: VecDeque::new(),
         }
     }
 
@@ -217,6 +227,52 @@ impl Stack {
         self.sockets.remove(h);
     }
 
+    /// Lets go of a finished connection's socket: at once, or after `LINGER` (2 s) when it is in
+    /// TIME-WAIT (it still owes the box an ACK). Also drops the lingering sockets whose time
+    /// is up.
+    pub fn retire(&mut self, h: SocketHandle) {
+        if self.tcp(h).state() == tcp::State::TimeWait {
+            if self.lingering.len() >= LINGER_MAX {
+                if let Some((old, _)) = self.lingering.pop_front() {
+                    self.sockets.remove(old);
+                }
+            }
+            self.lingering
+                .push_back((h, std::time::Instant::now() + LINGER));
+        } else {
+            self.sockets.remove(h);
+        }
+        self.sweep();
+    }
+
+    /// Drops the lingering sockets whose time is up.
+    pub fn sweep(&mut self) {
+        let now = std::time::Instant::now();
+        while let Some(&(h, until)) = self.lingering.front() {
+            if until > now {
+                break;
+            }
+            self.lingering.pop_front();
+            self.sockets.remove(h);
+        }
+    }
+
+    /// Drops a lingering socket of the connection a new SYN reopens (the same endpoints),
+    /// which would otherwise take the SYN.
+    fn unlinger(&mut self, syn: Syn) {
+        let local = IpEndpoint::new(IpAddress::Ipv4(*syn.dst.ip()), syn.dst.port());
+        let remote = IpEndpoint::new(IpAddress::Ipv4(*syn.src.ip()), syn.src.port());
+        let sockets = &mut self.sockets;
+        self.lingering.retain(|&(h, _)| {
+            let s = sockets.get::<tcp::Socket>(h);
+            let same = s.local_endpoint() == Some(local) && s.remote_endpoint() == Some(remote);
+            if same {
+                sockets.remove(h);
+            }
+            !same
+        });
+    }
+
     /// A connection socket with the gateway's buffers and settings.
     fn socket() -> tcp::Socket<'static> {
         let mut s = tcp::Socket::new(
@@ -237,6 +293,7 @@ impl Stack {
         syn: Syn,
     ) -> Result<SocketHandle, AcceptError> {
         self.poll();
+        self.unlinger(syn);
         let mut s = Self::socket();
         s.listen(IpEndpoint::new(
             IpAddress::Ipv4(*syn.dst.ip()),

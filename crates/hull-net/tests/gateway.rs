@@ -9,16 +9,18 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::str::FromStr;
 use std::sync::{mpsc, Arc, Mutex};
+use std::task::Poll;
 use std::time::Duration;
 
 use hickory_proto::op::{Message, MessageType, Query, ResponseCode};
 use hickory_proto::rr::{RData, RecordType};
-use hull_net::gateway::Config;
 use hull_net::ingress::{BOX, GATEWAY};
 use hull_net::name::Name;
 use hull_net::stack::BOX_MAC;
 use hull_net::upstream::{Boxed, Upstream};
-use hull_net::{Dialer, Gateway, Handle, MemLink, Mode, Policy, Record, Resolver};
+use hull_net::{
+    Config, Dialer, Gateway, Handle, Link, MemLink, Mode, Policy, Record, Resolver, TapLink,
+};
 use serde_json::Value;
 use smoltcp::iface::{Config as IfaceConfig, Interface, SocketHandle, SocketSet};
 use smoltcp::phy::{self, Device, DeviceCapabilities, Medium};
@@ -76,13 +78,13 @@ struct BoxNet {
     iface: Interface,
     dev: Queues,
     sockets: SocketSet<'static>,
-    link: MemLink,
+    link: Box<dyn Link>,
     start: std::time::Instant,
     next_port: u16,
 }
 
 impl BoxNet {
-    fn new(link: MemLink) -> BoxNet {
+    fn new(link: impl Link + 'static) -> BoxNet {
         let mut dev = Queues::default();
         let mut iface = Interface::new(
             IfaceConfig::new(HardwareAddress::Ethernet(BOX_MAC)),
@@ -95,7 +97,7 @@ impl BoxNet {
             iface,
             dev,
             sockets: SocketSet::new(Vec::new()),
-            link,
+            link: Box::new(link),
             start: std::time::Instant::now(),
             next_port: 40000,
         }
@@ -105,15 +107,42 @@ impl BoxNet {
         Instant::from_micros(i64::try_from(self.start.elapsed().as_micros()).unwrap())
     }
 
-    fn step(&mut self) {
-        while let Some(f) = self.link.try_recv() {
-            self.dev.rx.push_back(f);
-        }
+    /// Takes every frame waiting on the link, runs the box's stack, sends what it made.
+    async fn step(&mut self) {
+        let (link, dev) = (&mut self.link, &mut self.dev);
+        std::future::poll_fn(|cx| {
+            let mut buf = vec![0; MAX_FRAME];
+            while let Poll::Ready(r) = link.poll_recv(cx, &mut buf) {
+                let n = r.unwrap();
+                dev.rx.push_back(buf[..n].to_vec());
+            }
+            Poll::Ready(())
+        })
+        .await;
         let now = self.now();
         self.iface.poll(now, &mut self.dev, &mut self.sockets);
         while let Some(f) = self.dev.tx.pop_front() {
-            self.link.send(f);
+            std::future::poll_fn(|cx| self.link.poll_send(cx, &f))
+                .await
+                .unwrap();
         }
+    }
+
+    /// Waits up to `d` for the link to have a frame.
+    async fn wait(&mut self, d: Duration) {
+        let link = &mut self.link;
+        let dev = &mut self.dev;
+        let _ = tokio::time::timeout(
+            d,
+            std::future::poll_fn(|cx| {
+                let mut buf = vec![0; MAX_FRAME];
+                link.poll_recv(cx, &mut buf).map(|r| {
+                    let n = r.unwrap();
+                    dev.rx.push_back(buf[..n].to_vec());
+                })
+            }),
+        )
+        .await;
     }
 
     /// Runs the box (and, by waiting, the gateway) until `f` returns Some, or panics after
@@ -126,18 +155,14 @@ impl BoxNet {
     ) -> T {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
-            self.step();
+            self.step().await;
             if let Some(t) = f(&mut self.sockets) {
                 return t;
             }
             if tokio::time::Instant::now() > deadline {
                 panic!("timed out waiting for {what}");
             }
-            if let Ok(Some(frame)) =
-                tokio::time::timeout(Duration::from_millis(5), self.link.recv()).await
-            {
-                self.dev.rx.push_back(frame);
-            }
+            self.wait(Duration::from_millis(5)).await;
         }
     }
 
@@ -338,6 +363,17 @@ fn allow_all() -> Policy {
 
 fn start(policy: Policy, resolver: TestResolver, dialer: TestDialer, cfg: Option<Config>) -> World {
     let (gw_end, box_end) = MemLink::pair(MAX_FRAME);
+    start_on(gw_end, box_end, policy, resolver, dialer, cfg)
+}
+
+fn start_on(
+    gw_end: impl Link + 'static,
+    box_end: impl Link + 'static,
+    policy: Policy,
+    resolver: TestResolver,
+    dialer: TestDialer,
+    cfg: Option<Config>,
+) -> World {
     let (tx, log) = mpsc::channel();
     let dialled = dialer.dialled.clone();
     let mut gw = Gateway::new(
@@ -532,17 +568,24 @@ async fn an_upstream_that_times_out_leaves_the_syn_unanswered() {
 
 #[tokio::test]
 async fn an_allowed_name_resolving_to_denied_addresses_is_refused_and_logged() {
+    // The host's own (public) address, as the gateway's config names it.
+    let host: IpAddr = "93.184.216.99".parse().unwrap();
     for (answer, rule) in [
         ("127.0.0.1", "always denied: loopback"),
         ("10.0.0.1", "always denied: private"),
         ("169.254.169.254", "always denied: cloud metadata"),
         ("::ffff:127.0.0.1", "always denied: loopback"),
+        ("93.184.216.99", "always denied: the host's own address"),
     ] {
+        let cfg = Config {
+            host_addrs: vec![host],
+            ..Config::default()
+        };
         let mut w = start(
             custom(&["api.example.test"], &[], &[]),
             resolver(&[("api.example.test", &[answer.parse().unwrap()])]),
             TestDialer::default(),
-            None,
+            Some(cfg),
         );
         let addr = w.net.resolve("api.example.test.").await;
         let h = w.net.connect(addr, 443);
@@ -887,4 +930,286 @@ async fn a_handler_sees_the_connection_it_was_given() {
     assert_eq!(meta.src.ip(), &BOX);
     handle.stop();
     run.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn dns_over_tcp_is_answered_by_the_gateway_and_other_types_are_refused() {
+    let mut w = start(
+        custom(&["api.example.test"], &[], &[]),
+        TestResolver::default(),
+        TestDialer::default(),
+        None,
+    );
+    // Two queries on one connection to an arbitrary resolver address, then the box closes.
+    let h = w.net.connect(Ipv4Addr::new(8, 8, 4, 4), 53);
+    assert_eq!(w.net.opened(h).await, tcp::State::Established);
+    let mut wire = Vec::new();
+    for (id, name) in [(1u16, "api.example.test."), (2, "other.example.test.")] {
+        let mut m = Message::new();
+        m.set_id(id).set_message_type(MessageType::Query);
+        m.add_query(Query::query(
+            hickory_proto::rr::Name::from_str(name).unwrap(),
+            RecordType::A,
+        ));
+        let b = m.to_vec().unwrap();
+        wire.extend_from_slice(&u16::try_from(b.len()).unwrap().to_be_bytes());
+        wire.extend_from_slice(&b);
+    }
+    let s = w.net.sockets.get_mut::<tcp::Socket>(h);
+    s.send_slice(&wire).unwrap();
+    s.close();
+    let mut got = Vec::new();
+    w.net
+        .until(
+            "both replies and the close",
+            Duration::from_secs(5),
+            |set| {
+                let s = set.get_mut::<tcp::Socket>(h);
+                while s.can_recv() {
+                    s.recv(|b| {
+                        got.extend_from_slice(b);
+                        (b.len(), ())
+                    })
+                    .unwrap();
+                }
+                (!s.may_recv()).then_some(())
+            },
+        )
+        .await;
+    let mut replies = Vec::new();
+    let mut rest = &got[..];
+    while rest.len() >= 2 {
+        let n = usize::from(u16::from_be_bytes([rest[0], rest[1]]));
+        replies.push(Message::from_vec(&rest[2..2 + n]).unwrap());
+        rest = &rest[2 + n..];
+    }
+    assert_eq!(replies.len(), 2);
+    assert_eq!(
+        (replies[0].id(), replies[0].response_code()),
+        (1, ResponseCode::NoError)
+    );
+    assert!(matches!(replies[0].answers()[0].data(), RData::A(a) if a.0.octets()[0] == 198));
+    assert_eq!(
+        (replies[1].id(), replies[1].response_code()),
+        (2, ResponseCode::NXDomain)
+    );
+    // Over UDP, a TXT query of an allowed name is not forwarded yet: REFUSED.
+    let m = w
+        .net
+        .query(GATEWAY, "api.example.test.", RecordType::TXT)
+        .await;
+    assert_eq!(m.response_code(), ResponseCode::Refused);
+    let dns: Vec<Value> = w
+        .records()
+        .into_iter()
+        .filter(|r| r["kind"] == "dns")
+        .collect();
+    assert_eq!(dns.len(), 3, "{dns:?}");
+    assert_eq!(dns[0]["answer"].as_str().unwrap()[..7], *"198.18.");
+}
+
+#[tokio::test]
+async fn the_gateway_runs_over_a_tap_links_fd() {
+    // A datagram socket pair stands in for the TAP device: one frame per read and write, a
+    // real fd made non-blocking and registered with the reactor.
+    let (a, b) = std::os::unix::net::UnixDatagram::pair().unwrap();
+    let gw_end = TapLink::new(std::os::fd::OwnedFd::from(a), MAX_FRAME - 14).unwrap();
+    let box_end = TapLink::new(std::os::fd::OwnedFd::from(b), MAX_FRAME - 14).unwrap();
+    let echo = echo_server().await;
+    let dialer = TestDialer {
+        map: HashMap::from([(public(443), echo)]),
+        ..Default::default()
+    };
+    let mut w = start_on(
+        gw_end,
+        box_end,
+        custom(&["api.example.test"], &[], &[]),
+        resolver(&[("api.example.test", &[IpAddr::V4(PUBLIC)])]),
+        dialer,
+        None,
+    );
+    let addr = w.net.resolve("api.example.test.").await;
+    let h = w.net.connect(addr, 443);
+    assert_eq!(w.net.opened(h).await, tcp::State::Established);
+    let data: Vec<u8> = (0..100_000u32).map(|i| (i % 253) as u8).collect();
+    assert_eq!(exchange(&mut w.net, h, &data, data.len()).await, data);
+}
+
+#[tokio::test]
+async fn a_failing_handler_resets_the_box_and_the_log_says_why() {
+    struct Refuser;
+    impl hull_net::FlowHandler for Refuser {
+        fn handle(
+            &self,
+            _box_side: tokio::io::DuplexStream,
+            _upstream: Box<dyn Upstream>,
+            _meta: hull_net::FlowMeta,
+        ) -> Boxed<io::Result<()>> {
+            Box::pin(async { Err(io::Error::other("SNI mismatch")) })
+        }
+    }
+    let echo = echo_server().await;
+    let dialer = TestDialer {
+        map: HashMap::from([(public(443), echo)]),
+        ..Default::default()
+    };
+    let (gw_end, box_end) = MemLink::pair(MAX_FRAME);
+    let (tx, log) = mpsc::channel();
+    let gw = Gateway::new(
+        Box::new(gw_end),
+        custom(&["api.example.test"], &[], &[]),
+        Arc::new(resolver(&[("api.example.test", &[IpAddr::V4(PUBLIC)])])),
+        Arc::new(dialer),
+        Box::new(tx),
+    )
+    .with_handler(Arc::new(Refuser));
+    tokio::spawn(gw.run());
+    let mut net = BoxNet::new(box_end);
+    let addr = net.resolve("api.example.test.").await;
+    let h = net.connect(addr, 443);
+    net.until("the reset", Duration::from_secs(5), |set| {
+        (set.get::<tcp::Socket>(h).state() == tcp::State::Closed).then_some(())
+    })
+    .await;
+    let mut end = None;
+    net.until("the flow's record", Duration::from_secs(5), |_| {
+        for r in log.try_iter() {
+            let v: Value = serde_json::from_str(&r.line()).unwrap();
+            if v["kind"] == "flow" {
+                end = Some(v["end"].as_str().unwrap().to_string());
+            }
+        }
+        end.clone()
+    })
+    .await;
+    assert_eq!(end.unwrap(), "reset (the handler failed: SNI mismatch)");
+}
+
+#[tokio::test]
+async fn an_upstream_that_closes_first_still_hears_the_box() {
+    // Half-close the other way: the server sends a banner and shuts its side; the box reads
+    // the banner and EOF, then still sends, and the server reads it before the box closes.
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = l.local_addr().unwrap();
+    let heard = tokio::spawn(async move {
+        let (mut s, _) = l.accept().await.unwrap();
+        s.write_all(b"banner").await.unwrap();
+        s.shutdown().await.unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).await.unwrap();
+        got
+    });
+    let dialer = TestDialer {
+        map: HashMap::from([(public(25), server)]),
+        ..Default::default()
+    };
+    let mut w = start(
+        custom(&["mail.example.test"], &[], &[]),
+        resolver(&[("mail.example.test", &[IpAddr::V4(PUBLIC)])]),
+        dialer,
+        None,
+    );
+    let addr = w.net.resolve("mail.example.test.").await;
+    let h = w.net.connect(addr, 25);
+    assert_eq!(w.net.opened(h).await, tcp::State::Established);
+    let mut banner = Vec::new();
+    w.net
+        .until(
+            "the banner and the server's FIN",
+            Duration::from_secs(5),
+            |set| {
+                let s = set.get_mut::<tcp::Socket>(h);
+                while s.can_recv() {
+                    s.recv(|b| {
+                        banner.extend_from_slice(b);
+                        (b.len(), ())
+                    })
+                    .unwrap();
+                }
+                (s.state() == tcp::State::CloseWait).then_some(())
+            },
+        )
+        .await;
+    assert_eq!(banner, b"banner");
+    let s = w.net.sockets.get_mut::<tcp::Socket>(h);
+    s.send_slice(b"late words").unwrap();
+    s.close();
+    let t = std::time::Instant::now();
+    w.net
+        .until("the box's close", Duration::from_secs(5), |set| {
+            (set.get::<tcp::Socket>(h).state() == tcp::State::Closed).then_some(())
+        })
+        .await;
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "the box's FIN is acknowledged at once, not left to a retransmission ({:?})",
+        t.elapsed()
+    );
+    let got = tokio::time::timeout(Duration::from_secs(5), heard)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got, b"late words");
+}
+
+#[tokio::test]
+async fn a_policy_replaced_resetting_closes_the_open_connections_it_no_longer_allows() {
+    let echo = echo_server().await;
+    let literal = Ipv4Addr::new(192, 0, 2, 3);
+    let dialer = TestDialer {
+        map: HashMap::from([
+            (public(80), echo),
+            (SocketAddr::new(IpAddr::V4(literal), 80), echo),
+        ]),
+        ..Default::default()
+    };
+    let mut w = start(
+        custom(&["api.example.test"], &["192.0.2.0/28"], &[]),
+        resolver(&[("api.example.test", &[IpAddr::V4(PUBLIC)])]),
+        dialer,
+        None,
+    );
+    let addr = w.net.resolve("api.example.test.").await;
+    let named = w.net.connect(addr, 80);
+    assert_eq!(w.net.opened(named).await, tcp::State::Established);
+    let lit = w.net.connect(literal, 80);
+    assert_eq!(w.net.opened(lit).await, tcp::State::Established);
+
+    // The CIDR goes: the literal's connection is reset, the name's stays.
+    w.handle
+        .set_policy_resetting(custom(&["api.example.test"], &[], &[]));
+    w.net
+        .until("the literal's reset", Duration::from_secs(5), |set| {
+            (set.get::<tcp::Socket>(lit).state() == tcp::State::Closed).then_some(())
+        })
+        .await;
+    assert_eq!(exchange(&mut w.net, named, b"one", 3).await, b"one");
+    // Replaced without resetting: the open one stays even under deny-all.
+    w.handle.set_policy(Policy::deny_all());
+    assert_eq!(exchange(&mut w.net, named, b"two", 3).await, b"two");
+    w.handle.set_policy_resetting(Policy::deny_all());
+    w.net
+        .until("the name's reset", Duration::from_secs(5), |set| {
+            (set.get::<tcp::Socket>(named).state() == tcp::State::Closed).then_some(())
+        })
+        .await;
+    let mut ends = Vec::new();
+    w.net
+        .until("both records", Duration::from_secs(5), |_| {
+            for r in w.log.try_iter() {
+                let v: Value = serde_json::from_str(&r.line()).unwrap();
+                if v["kind"] == "flow" {
+                    ends.push(v["end"].as_str().unwrap().to_string());
+                }
+            }
+            (ends.len() == 2).then_some(())
+        })
+        .await;
+    assert_eq!(
+        ends,
+        [
+            "reset (the policy was replaced: always denied: documentation)",
+            "reset (the policy was replaced: mode deny-all)"
+        ]
+    );
 }
