@@ -16,6 +16,7 @@ pub mod image_bench;
 pub mod images;
 pub mod mcp;
 pub mod named;
+pub mod net_args;
 pub mod pull;
 pub mod run;
 pub mod serve;

@@ -124,6 +124,13 @@ pub struct Config {
     /// run as root); None: root. Resolved in the sandbox's `/etc/passwd` at every start.
     #[serde(default)]
     pub user: Option<String>,
+    /// The network (`--network` and its flags; none in configs older than it).
+    #[serde(default)]
+    pub network: hull_api::Network,
+    /// Secrets for the gateway, as references to the environment only (`env`): serializing a
+    /// secret that holds its value fails, so none is ever written here.
+    #[serde(default)]
+    pub secrets: Vec<hull_api::Secret>,
 }
 
 /// One sandbox's state directory.
