@@ -292,6 +292,12 @@ fn serve_takes_network_as_a_string_or_an_object_and_names_bad_ones() {
         .as_str()
         .unwrap()
         .contains("deny_cidrs: CIDR `x`"));
+    assert_eq!(
+        (&e(7)["kind"], &e(7)["mode"]),
+        (&json!("network_unavailable"), &json!("custom")),
+        "{}",
+        a[7]
+    );
     assert!(
         e(7)["message"]
             .as_str()
