@@ -148,6 +148,15 @@ impl Part {
         }
     }
 
+    /// A request's own key: `network` for the mode (a name, or the object's `mode`), else
+    /// [`Part::key`] (for refusals about two of a request's parameters, `network` and `secrets`).
+    pub fn param(self) -> &'static str {
+        match self {
+            Part::Mode => "network",
+            p => p.key(),
+        }
+    }
+
     /// The `hull run`/`hull create` flag.
     pub fn flag(self) -> &'static str {
         match self {

@@ -123,7 +123,7 @@ impl RunRequest {
             ));
         }
         network::check_secrets_with(&r.network, &r.secrets)
-            .map_err(|e| RequestError::new("secrets", e.spelled(Part::key)))?;
+            .map_err(|e| RequestError::new("secrets", e.spelled(Part::param)))?;
         Ok(r)
     }
 
@@ -291,7 +291,7 @@ impl SandboxRequest {
     pub fn from_json(params: &Value) -> Result<SandboxRequest, RequestError> {
         let r: SandboxRequest = parse(params)?;
         network::check_secrets_with(&r.network, &r.secrets)
-            .map_err(|e| RequestError::new("secrets", e.spelled(Part::key)))?;
+            .map_err(|e| RequestError::new("secrets", e.spelled(Part::param)))?;
         Ok(r)
     }
 }
@@ -496,7 +496,7 @@ mod tests {
         assert!(e.arg == "network" && e.why.contains("`a..b`"), "{e}");
         let e = refused_run(json!({"secrets": [{"name": "K", "env": "X", "hosts": ["a.com"]}]}));
         assert!(
-            e.arg == "secrets" && e.why.starts_with("mode none with secrets"),
+            e.arg == "secrets" && e.why.starts_with("network none with secrets"),
             "{e}"
         );
         assert_eq!(refused_run(json!({"secrets": {"K": "v"}})).arg, "secrets");

@@ -268,7 +268,7 @@ fn named_network(p: &Map<String, Value>) -> Result<(hull_api::Network, Value), V
         ));
     }
     hull_api::network::check_secrets_with(&network, &secrets)
-        .map_err(|e| invalid("secrets", e.spelled(hull_api::network::Part::key)))?;
+        .map_err(|e| invalid("secrets", e.spelled(hull_api::network::Part::param)))?;
     let secrets = serde_json::to_value(&secrets).map_err(|e| invalid("secrets", e.to_string()))?;
     Ok((network, secrets))
 }

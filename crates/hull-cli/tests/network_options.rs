@@ -286,7 +286,7 @@ fn serve_takes_network_as_a_string_or_an_object_and_names_bad_ones() {
     assert!(e(4)["message"]
         .as_str()
         .unwrap()
-        .contains("mode host with secrets"));
+        .contains("network host with secrets"));
     assert_eq!(e(6)["arg"], "network", "{}", a[6]);
     assert!(e(6)["message"]
         .as_str()
