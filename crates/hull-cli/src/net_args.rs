@@ -20,7 +20,6 @@ fn network_parser() -> impl TypedValueParser<Value = NetworkMode> {
 }
 
 #[derive(Args, Debug, Clone, Default, PartialEq)]
-#[command(next_help_heading = "Network")]
 pub struct NetworkArgs {
     /// Network: none (loopback only; the default), host, or a gateway mode (deny-all,
     /// allow-all, custom). This build refuses the gateway modes: hull-net's gateway is not

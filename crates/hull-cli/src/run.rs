@@ -59,6 +59,7 @@ pub struct RunArgs {
     /// Bind a host path into the box: SRC:DST[:ro|rw] (default rw). Repeatable.
     #[arg(long, value_name = "SRC:DST[:ro]")]
     pub mount: Vec<String>,
+    /// `--network` and the gateway's flags.
     #[command(flatten)]
     pub net: crate::net_args::NetworkArgs,
     /// Keep a capability inside the box's user namespace (all are dropped by default). Repeatable; ALL allowed.
