@@ -42,6 +42,14 @@ export class SandboxError extends HullError {
 /** A mount was refused (a sensitive host source, or a target hull sets up itself). */
 export class MountRefused extends SandboxError {}
 
+/** The network asked for cannot be given by this hull: a gateway mode (`deny-all`,
+ * `allow-all`, `custom`) before hull-net's gateway is wired. `mode` is the refused mode. */
+export class NetworkUnavailable extends SandboxError {
+  get mode(): string | undefined {
+    return typeof this.detail.mode === "string" ? this.detail.mode : undefined;
+  }
+}
+
 /** A workspace file operation was refused (a symlink, FIFO, device, `..`) or failed. */
 export class FileOperationError extends HullError {}
 
@@ -72,6 +80,8 @@ export function fromServerError(err: ServerError): Error {
     case "path_refused":
     case "io":
       return new FileOperationError(msg, kind, err);
+    case "network_unavailable":
+      return new NetworkUnavailable(msg, kind, err);
     case "kernel_dead":
       return new KernelDied(msg, kind, err);
     default:

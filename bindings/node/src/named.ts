@@ -8,6 +8,7 @@ import { resolve as resolvePath } from "node:path";
 import { SandboxError } from "./errors.js";
 import { ExecutionResult } from "./result.js";
 import { findHull, Server, type EventHandler } from "./server.js";
+import { networkParam, secretsParam, type Network, type SecretSpec } from "./network.js";
 
 /** What a named sandbox is made with. */
 export interface NamedSandboxOptions {
@@ -37,6 +38,11 @@ export interface NamedSandboxOptions {
   /** A saved template (`hull template save`) to start from: its disk and configuration, these
    * options over them (another image or a workspace is refused). */
   template?: string;
+  /** As a Sandbox's `network` (a gateway mode is refused by a hull without the gateway). */
+  network?: Network;
+  /** As a Sandbox's `secrets`, but only `env` references: a named sandbox's configuration is
+   * kept on disk, where a value is never written. */
+  secrets?: SecretSpec[];
 }
 
 /** How one command runs. */
@@ -67,6 +73,8 @@ const OPTION_NAMES: Record<string, string> = {
   maxDurationS: "max_duration_s",
   user: "user",
   template: "template",
+  network: "network",
+  secrets: "secrets",
 };
 
 function createParams(o: NamedSandboxOptions): Record<string, unknown> {
@@ -82,6 +90,8 @@ function createParams(o: NamedSandboxOptions): Record<string, unknown> {
     else if (k === "roWorkspaces") p[wire] = (v as string[]).map((d) => resolvePath(d));
     else if (k === "setup") p[wire] = typeof v === "string" ? [v] : v;
     else if (k === "pids" && v === null) p[wire] = 0;
+    else if (k === "network") p[wire] = networkParam(k, v);
+    else if (k === "secrets") p[wire] = secretsParam(k, v);
     else p[wire] = v;
   }
   return p;

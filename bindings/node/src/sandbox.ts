@@ -6,6 +6,7 @@ import { resolve as resolvePath } from "node:path";
 
 import { InvalidArgument, SandboxError } from "./errors.js";
 import { NamedSandbox, type NamedSandboxOptions } from "./named.js";
+import { networkParam, secretsParam, type Network, type SecretSpec } from "./network.js";
 import { ExecutionResult, type FileEntry } from "./result.js";
 import { Server, findHull, type EventHandler } from "./server.js";
 
@@ -29,8 +30,12 @@ export interface SandboxOptions {
   pids?: number | null;
   /** Each call's deadline in seconds. Default 30. */
   timeoutS?: number;
-  /** Network for calls (setup always has it). Default false. */
-  network?: boolean;
+  /** Network for calls (setup always has it): false/`none` (default), true/`host`, or a
+   * gateway mode or policy (`deny-all`, `allow-all`, `custom`, `{mode, allowHosts, ...}`),
+   * which a hull without the gateway refuses with NetworkUnavailable. */
+  network?: Network;
+  /** Secrets the gateway brokers (a gateway mode only). */
+  secrets?: SecretSpec[];
   /** "SRC:DST[:ro]" host binds. Sensitive sources are refused (MountRefused). */
   mounts?: string[];
   /** {path: size} tmpfs mounts; size as "8m" or a number of MiB. */
@@ -119,7 +124,8 @@ const OPTIONS: Record<string, [Check, string]> = {
   ],
   pids: [intOrNull(1, ""), "pids"],
   timeoutS: [positive, "timeout_s"],
-  network: [bool, "network"],
+  network: [(n, v) => void networkParam(n, v), "network"],
+  secrets: [(n, v) => void secretsParam(n, v), "secrets"],
   mounts: [strList, "mounts"],
   tmpfs: [
     (n, v) => {
@@ -163,7 +169,11 @@ function createParams(opts: SandboxOptions): Record<string, unknown> {
     }
     if (value === undefined) continue;
     spec[0](name, value);
-    if (spec[1]) params[spec[1]] = name === "workspace" ? resolvePath(value as string) : value;
+    if (!spec[1]) continue;
+    if (name === "workspace") params[spec[1]] = resolvePath(value as string);
+    else if (name === "network") params[spec[1]] = networkParam(name, value);
+    else if (name === "secrets") params[spec[1]] = secretsParam(name, value);
+    else params[spec[1]] = value;
   }
   return params;
 }

@@ -16,7 +16,7 @@ test("bad options are refused at construction, naming the option", () => {
     [{ memoryMb: 1.5 }, TypeError, /memoryMb/],
     [{ timeoutS: 0 }, RangeError, /timeoutS/],
     [{ timeoutS: "10" }, TypeError, /timeoutS/],
-    [{ network: "yes" }, TypeError, /network must be true or false/],
+    [{ network: "yes" }, TypeError, /network must be true\/false or one of none, host, deny-all, allow-all, custom/],
     [{ mounts: "/a:/b" }, TypeError, /mounts must be an array of strings/],
     [{ env: { A: 1 } }, TypeError, /env/],
     [{ tmpfs: ["/cache"] }, TypeError, /tmpfs/],

@@ -157,8 +157,8 @@ def test_kill_ends_the_whole_tree_and_is_idempotent(sandboxes):
 
 
 def test_arguments_of_fresh_box_sessions_are_refused_with_a_name(sandboxes):
-    with pytest.raises(TypeError, match="network"):
-        Sandbox(name="x", network=True)
+    with pytest.raises(TypeError, match="prewarm"):
+        Sandbox(name="x", prewarm=2)
     with pytest.raises(TypeError, match="name="):
         Sandbox(persist=True)
     with pytest.raises(ValueError, match="name"):

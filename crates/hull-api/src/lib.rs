@@ -12,10 +12,12 @@ pub mod duration;
 pub mod error;
 pub mod language;
 pub mod mount;
+pub mod network;
 pub mod request;
 pub mod size;
 
 pub use error::{Chain, RequestError};
 pub use language::Language;
 pub use mount::{Mount, Tmpfs};
-pub use request::{Network, RunRequest, SandboxRequest};
+pub use network::{Network, NetworkMode, Secret};
+pub use request::{RunRequest, SandboxRequest};

@@ -17,55 +17,8 @@ use serde_json::{Map, Value};
 use crate::error::RequestError;
 use crate::language::Language;
 use crate::mount::{Mount, Tmpfs};
+use crate::network::{self, Network, Part, Secret};
 use crate::{duration, size};
-
-/// The box's network.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum Network {
-    /// A private network namespace with loopback only.
-    #[default]
-    None,
-    /// The host's network: an explicit relaxation of the box.
-    Host,
-}
-
-/// Why a network name was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("`{0}`: use none or host")]
-pub struct UnknownNetwork(pub String);
-
-impl Network {
-    pub fn parse(s: &str) -> Result<Network, UnknownNetwork> {
-        match s {
-            "none" => Ok(Network::None),
-            "host" => Ok(Network::Host),
-            other => Err(UnknownNetwork(other.to_string())),
-        }
-    }
-}
-
-/// `"none"` or `"host"` (`null`: none).
-fn network_text<'de, D: Deserializer<'de>>(d: D) -> Result<Network, D::Error> {
-    match Option::<String>::deserialize(d)
-        .map_err(|_| D::Error::custom("expected \"none\" or \"host\""))?
-    {
-        None => Ok(Network::None),
-        Some(s) => Network::parse(&s).map_err(D::Error::custom),
-    }
-}
-
-/// `true`/`false`, or `"host"`/`"none"` (the SDKs' `network=`).
-fn network_flag<'de, D: Deserializer<'de>>(d: D) -> Result<Network, D::Error> {
-    match Value::deserialize(d)? {
-        Value::Bool(true) => Ok(Network::Host),
-        Value::Bool(false) => Ok(Network::None),
-        Value::String(s) if s == "host" => Ok(Network::Host),
-        Value::String(s) if s == "none" => Ok(Network::None),
-        v => Err(D::Error::custom(format!(
-            "expected true/false (or \"host\"/\"none\"), got {v}"
-        ))),
-    }
-}
 
 /// The defaults of `hull run` (and of the engine's `BoxSpec::new`, which a test in `hull`
 /// checks they match).
@@ -100,8 +53,12 @@ pub struct RunRequest {
     pub tmp_size: u64,
     pub tmpfs: Vec<Tmpfs>,
     pub mounts: Vec<Mount>,
-    #[serde(deserialize_with = "network_text")]
+    /// `none`, `host`, or a gateway mode with its policy (a name or an object on the wire).
+    #[serde(deserialize_with = "network::network_field")]
     pub network: Network,
+    /// Secrets the gateway brokers (a gateway mode only).
+    #[serde(deserialize_with = "network::secrets_field")]
+    pub secrets: Vec<Secret>,
     pub cap_add: Vec<String>,
     pub cap_drop: Vec<String>,
     #[serde(deserialize_with = "size::opt_text")]
@@ -138,6 +95,7 @@ impl Default for RunRequest {
             tmpfs: Vec::new(),
             mounts: Vec::new(),
             network: Network::None,
+            secrets: Vec::new(),
             cap_add: Vec::new(),
             cap_drop: Vec::new(),
             memory: None,
@@ -164,6 +122,8 @@ impl RunRequest {
                 "give either `code` or `argv`, not both",
             ));
         }
+        network::check_secrets_with(&r.network, &r.secrets)
+            .map_err(|e| RequestError::new("secrets", e.spelled(Part::param)))?;
         Ok(r)
     }
 
@@ -270,8 +230,12 @@ pub struct SandboxRequest {
     pub pids: Option<u64>,
     #[serde(rename = "timeout_s", deserialize_with = "duration::seconds")]
     pub timeout: Duration,
-    #[serde(deserialize_with = "network_flag")]
+    /// `true`/`false` (host/none), or as `run`'s `network`.
+    #[serde(deserialize_with = "network::network_flag_field")]
     pub network: Network,
+    /// Secrets the gateway brokers (a gateway mode only).
+    #[serde(deserialize_with = "network::secrets_field")]
+    pub secrets: Vec<Secret>,
     #[serde(deserialize_with = "or_default")]
     pub mounts: Vec<Mount>,
     #[serde(deserialize_with = "crate::mount::tmpfs_map_or_list")]
@@ -306,6 +270,7 @@ impl Default for SandboxRequest {
             pids: Some(defaults::PIDS),
             timeout: defaults::TIMEOUT,
             network: Network::None,
+            secrets: Vec::new(),
             mounts: Vec::new(),
             tmpfs: Vec::new(),
             env: Vec::new(),
@@ -324,7 +289,10 @@ impl SandboxRequest {
     /// Parses `sandbox.create` parameters (`null` is every default), naming the argument at
     /// fault.
     pub fn from_json(params: &Value) -> Result<SandboxRequest, RequestError> {
-        parse(params)
+        let r: SandboxRequest = parse(params)?;
+        network::check_secrets_with(&r.network, &r.secrets)
+            .map_err(|e| RequestError::new("secrets", e.spelled(Part::param)))?;
+        Ok(r)
     }
 }
 
@@ -513,6 +481,37 @@ mod tests {
             "params"
         );
         assert_eq!(refused_run(json!([1])).arg, "params");
+    }
+
+    #[test]
+    fn network_and_secrets_are_read_and_refused_by_key() {
+        let r = RunRequest::from_json(&json!({
+            "network": {"mode": "custom", "allow_hosts": ["*.example.com"]},
+            "secrets": [{"name": "K", "env": "HOME", "hosts": ["api.example.com"]}],
+        }))
+        .unwrap();
+        assert_eq!(r.network.mode().to_string(), "custom");
+        assert_eq!(r.secrets[0].name, "K");
+        let e = refused_run(json!({"network": {"allow_hosts": ["a..b"]}}));
+        assert!(e.arg == "network" && e.why.contains("`a..b`"), "{e}");
+        let e = refused_run(json!({"secrets": [{"name": "K", "env": "X", "hosts": ["a.com"]}]}));
+        assert!(
+            e.arg == "secrets" && e.why.starts_with("network none with secrets"),
+            "{e}"
+        );
+        assert_eq!(refused_run(json!({"secrets": {"K": "v"}})).arg, "secrets");
+        let c = SandboxRequest::from_json(&json!({"network": "allow-all"})).unwrap();
+        assert_eq!(c.network.mode().to_string(), "allow-all");
+        assert_eq!(
+            refused(json!({"network": {"mode": "host", "ports": [80]}})),
+            "network"
+        );
+        assert_eq!(
+            refused(
+                json!({"network": true, "secrets": [{"name": "K", "value": "v", "hosts": ["a.com"]}]})
+            ),
+            "secrets"
+        );
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub mod images;
 pub mod mcp;
 pub mod named;
 pub mod net;
+pub mod net_args;
 pub mod pull;
 pub mod run;
 pub mod serve;

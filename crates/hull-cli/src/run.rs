@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::Args;
 use hull::error::Named;
-use hull_api::{duration, size, Chain, Language, Mount, Network, RunRequest, Tmpfs};
+use hull_api::{duration, size, Chain, Language, Mount, RunRequest, Tmpfs};
 use hull_box::spec::DEFAULT_PIDS;
 use hull_box::{BoxError, OutputSink, RunOptions, Runtime, SpecField, Stream};
 
@@ -22,15 +22,6 @@ fn language_parser() -> impl TypedValueParser<Value = Language> {
         s.parse::<Language>()
             .expect("every listed name is a language")
     })
-}
-
-/// `--network`, with what each value means for `--help`.
-fn network_parser() -> impl TypedValueParser<Value = Network> {
-    PossibleValuesParser::new([
-        PossibleValue::new("none").help("A private network namespace with loopback only."),
-        PossibleValue::new("host").help("The host's network: an explicit relaxation of the box."),
-    ])
-    .map(|s| Network::parse(&s).expect("every listed name is a network"))
 }
 
 #[derive(Args, Debug)]
@@ -68,9 +59,9 @@ pub struct RunArgs {
     /// Bind a host path into the box: SRC:DST[:ro|rw] (default rw). Repeatable.
     #[arg(long, value_name = "SRC:DST[:ro]")]
     pub mount: Vec<String>,
-    /// Network: none (loopback only, the default) or host.
-    #[arg(long, default_value = "none", value_parser = network_parser())]
-    pub network: Network,
+    /// `--network` and the gateway's flags.
+    #[command(flatten)]
+    pub net: crate::net_args::NetworkArgs,
     /// Keep a capability inside the box's user namespace (all are dropped by default). Repeatable; ALL allowed.
     #[arg(long, value_name = "CAP")]
     pub cap_add: Vec<String>,
@@ -125,7 +116,6 @@ pub fn request_from(args: &RunArgs) -> Result<RunRequest, String> {
         rootfs: args.rootfs.clone(),
         workspace: args.workspace.clone(),
         tmp_size: size("--tmp-size", &args.tmp_size)?,
-        network: args.network,
         cap_add: args.cap_add.clone(),
         cap_drop: args.cap_drop.clone(),
         memory: args
@@ -142,6 +132,7 @@ pub fn request_from(args: &RunArgs) -> Result<RunRequest, String> {
         inherit_stdin: args.interactive,
         ..RunRequest::default()
     };
+    (r.network, r.secrets) = args.net.request()?;
     for t in &args.tmpfs {
         r.tmpfs.push(
             t.parse::<Tmpfs>()
@@ -349,9 +340,13 @@ fn run(args: RunArgs, ahead: Option<hull_box::WorkspaceAhead>) -> i32 {
     };
     let built = match hull::boxspec::run_spec(&req) {
         Ok(b) => b,
-        Err(error) => {
+        Err(hull::boxspec::BuildError::Image(error)) => {
             let arg = flag(SpecField::Root, &req);
             return report(&args, "invalid_argument", &Named { arg, error });
+        }
+        Err(hull::boxspec::BuildError::Network(error)) => {
+            let arg = "--network";
+            return report(&args, "network_unavailable", &Named { arg, error });
         }
     };
     for w in &built.warnings {
@@ -477,8 +472,106 @@ mod tests {
         );
         assert_eq!(
             req(&["--network", "host", "--", "true"]).unwrap().network,
-            Network::Host
+            hull_api::Network::Host
         );
+    }
+
+    #[test]
+    fn network_flags_become_the_request_and_contradictions_name_both_flags() {
+        use hull_api::NetworkMode;
+        let r = req(&[
+            "--allow-host",
+            "*.pypi.org",
+            "--publish",
+            "8080",
+            "--",
+            "true",
+        ])
+        .unwrap();
+        assert_eq!(r.network.mode().to_string(), "custom");
+        let hull_api::Network::Gateway(g) = &r.network else {
+            panic!("{:?}", r.network)
+        };
+        assert_eq!(
+            (g.allow_hosts(), g.ports()),
+            (&["*.pypi.org".to_string()][..], &[8080][..])
+        );
+        assert_eq!(
+            req(&["--network", "deny-all", "--", "true"])
+                .unwrap()
+                .network
+                .mode(),
+            NetworkMode::Gateway(hull_api::network::GatewayMode::DenyAll)
+        );
+        assert_eq!(
+            req(&["--", "true"]).unwrap().network,
+            hull_api::Network::None
+        );
+        for (args, said) in [
+            (
+                &["--network", "none", "--allow-host", "x.com", "--", "true"][..],
+                "--network none with --allow-host: ",
+            ),
+            (
+                &["--network", "host", "--publish", "80", "--", "true"],
+                "--network host with --publish: ",
+            ),
+            (
+                &["--deny-cidr", "10.0.0.0/8", "--", "true"],
+                "--network none with --deny-cidr: ",
+            ),
+            (
+                &[
+                    "--network",
+                    "deny-all",
+                    "--allow-cidr",
+                    "1.2.3.4",
+                    "--",
+                    "true",
+                ],
+                "--network deny-all with --allow-cidr: ",
+            ),
+            (
+                &["--allow-host", "a..b", "--", "true"],
+                "--allow-host: allowed host `a..b`",
+            ),
+            (
+                &[
+                    "--network",
+                    "allow-all",
+                    "--max-tcp-connections",
+                    "0",
+                    "--",
+                    "true",
+                ],
+                "--max-tcp-connections: 0",
+            ),
+            (
+                &[
+                    "--network",
+                    "custom",
+                    "--secret",
+                    "K=sk-1@a.com",
+                    "--",
+                    "true",
+                ],
+                "--secret: `K=...`",
+            ),
+            (
+                &[
+                    "--network",
+                    "custom",
+                    "--secret",
+                    "K=env:HULL_TEST_UNSET_VAR_1@a.com",
+                    "--",
+                    "true",
+                ],
+                "--secret: secret K: no variable HULL_TEST_UNSET_VAR_1",
+            ),
+        ] {
+            let e = req(args).unwrap_err();
+            assert!(e.starts_with(said), "{args:?}: {e}");
+        }
     }
 
     #[test]

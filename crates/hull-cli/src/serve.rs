@@ -182,11 +182,31 @@ pub fn run_spec(params: Value) -> Result<(RunRequest, hull::boxspec::Built, bool
         }
     };
     let req = RunRequest::from_json(&params).map_err(|e| invalid(&e))?;
-    let built = hull::boxspec::run_spec(&req).map_err(|error| {
-        let arg = run_key(SpecField::Root, &req);
-        error_json("invalid_argument", &Named { arg, error }, Some(arg))
+    let built = hull::boxspec::run_spec(&req).map_err(|e| match e {
+        hull::boxspec::BuildError::Image(error) => {
+            let arg = run_key(SpecField::Root, &req);
+            error_json("invalid_argument", &Named { arg, error }, Some(arg))
+        }
+        hull::boxspec::BuildError::Network(error) => {
+            let v = error_json(
+                "network_unavailable",
+                &Named {
+                    arg: "network",
+                    error: error.clone(),
+                },
+                Some("network"),
+            );
+            with_mode(v, &error)
+        }
     })?;
     Ok((req, built, stream))
+}
+
+/// A refused network's answer also says which mode was refused (`mode`), for callers that
+/// branch on it.
+pub fn with_mode(mut v: Value, e: &hull::boxspec::NetworkUnavailable) -> Value {
+    v["mode"] = json!(e.mode.to_string());
+    v
 }
 
 /// Adds every image in the local store (pulled or imported) after the embedded ones in a

@@ -214,6 +214,8 @@ fn config_of(name: &str, p: &Map<String, Value>) -> Result<Config, Value> {
         "adopt",
         "user",
         "template",
+        "network",
+        "secrets",
     ];
     if let Some(k) = p.keys().find(|k| !KNOWN.contains(&k.as_str())) {
         return Err(invalid(k, "unknown parameter"));
@@ -223,6 +225,7 @@ fn config_of(name: &str, p: &Map<String, Value>) -> Result<Config, Value> {
     let ms = |k: &str| -> Result<Option<u64>, Value> {
         Ok(number(p, k)?.map(|s| whole((s * 1000.0).round())))
     };
+    let (network, secrets) = named_network(p)?;
     let pids = match number(p, "pids")? {
         None => Some(1024),
         Some(n) => (n >= 1.0).then(|| whole(n)),
@@ -241,8 +244,33 @@ fn config_of(name: &str, p: &Map<String, Value>) -> Result<Config, Value> {
         "max_duration_ms": ms("max_duration_s")?,
         "created": state::now_secs(),
         "user": string(p, "user")?,
+        "network": hull_api::network::to_value(&network),
+        "secrets": secrets,
     });
     serde_json::from_value(v).map_err(|e| invalid("params", e.to_string()))
+}
+
+/// `named.create`'s `network` and `secrets`: as `run`'s, but a secret only as a reference
+/// (`env`): a sandbox's configuration lives on disk, and a value is never written there.
+fn named_network(p: &Map<String, Value>) -> Result<(hull_api::Network, Value), Value> {
+    let null = Value::Null;
+    let network = hull_api::network::from_value(p.get("network").unwrap_or(&null), false)
+        .map_err(|e| invalid("network", e))?;
+    let secrets = hull_api::network::secrets_from_value(p.get("secrets").unwrap_or(&null))
+        .map_err(|e| invalid("secrets", e))?;
+    if let Some(s) = secrets
+        .iter()
+        .find(|s| matches!(s.value, hull_api::network::SecretValue::Value(_)))
+    {
+        return Err(invalid(
+            "secrets",
+            format!("secret {}: a named sandbox keeps its configuration on disk, where a value is never written: give `env` (a variable of hull serve's environment) instead of `value`", s.name),
+        ));
+    }
+    hull_api::network::check_secrets_with(&network, &secrets)
+        .map_err(|e| invalid("secrets", e.spelled(hull_api::network::Part::param)))?;
+    let secrets = serde_json::to_value(&secrets).map_err(|e| invalid("secrets", e.to_string()))?;
+    Ok((network, secrets))
 }
 
 /// The first field where `have` differs from `want` (creation time and name aside).
@@ -287,6 +315,7 @@ fn create(p: &Map<String, Value>) -> Result<Value, Value> {
             workspace: p.contains_key("workspace"),
             pids: p.contains_key("pids"),
             user: p.contains_key("user"),
+            network: p.contains_key("network") || p.contains_key("secrets"),
         };
         cfg = crate::named::over_template(&base, &name, cfg, given).map_err(|e| {
             // Its messages name the CLI's flags; the SDKs spell them as parameters.
@@ -300,6 +329,19 @@ fn create(p: &Map<String, Value>) -> Result<Value, Value> {
             invalid(arg, said)
         })?;
     }
+    // A network this build cannot give is refused as `run`'s is (kind, `mode`), before
+    // anything is made (the keeper would refuse the same, as text).
+    hull::boxspec::network(&cfg.network, &cfg.secrets).map_err(|error| {
+        let v = crate::serve_out::error_json(
+            "network_unavailable",
+            &hull::error::Named {
+                arg: "network",
+                error: error.clone(),
+            },
+            Some("network"),
+        );
+        crate::serve::with_mode(v, &error)
+    })?;
     let adopt = boolean(p, "adopt")?;
     if !(adopt && dir.path.exists()) {
         match crate::named::create_with(&dir, &cfg, store.take()) {

@@ -73,6 +73,7 @@ fn error_json(e: &SandboxError) -> Value {
             v["path"] = json!(path);
         }
         SandboxError::Member { member, .. } => v["member"] = json!(member),
+        SandboxError::Network(n) => v["mode"] = json!(n.error.mode.to_string()),
         _ => {}
     }
     v

@@ -2822,3 +2822,28 @@ fn a_planted_fuse_stage_symlink_is_never_swept_through() {
         "the planted symlink itself is another user's: left alone"
     );
 }
+
+/// `hull create --network host` keeps the host's network namespace through a stop and start
+/// (it is in the configuration); without it the sandbox has one of its own, as before.
+#[test]
+fn the_network_asked_at_create_is_kept_across_starts() {
+    let s = Sandboxes::new();
+    let host_ns = std::fs::read_link("/proc/self/ns/net").unwrap();
+    let host_ns = host_ns.to_string_lossy();
+    s.ok(&["create", "nethost", "--network", "host"]);
+    s.ok(&["create", "netnone"]);
+    let ns = |name: &str| {
+        s.ok(&["exec", name, "--", "readlink", "/proc/self/ns/net"])
+            .trim()
+            .to_string()
+    };
+    assert_eq!(ns("nethost"), host_ns);
+    assert_ne!(ns("netnone"), host_ns);
+    s.ok(&["stop", "nethost"]);
+    s.ok(&["start", "nethost"]);
+    assert_eq!(ns("nethost"), host_ns);
+    let cfg = std::fs::read_to_string(s.root().join("nethost/config.json")).unwrap();
+    assert!(cfg.contains(r#""network": "host""#), "{cfg}");
+    s.ok(&["rm", "nethost"]);
+    s.ok(&["rm", "netnone"]);
+}

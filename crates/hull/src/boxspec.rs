@@ -7,7 +7,8 @@
 
 use std::path::Path;
 
-use hull_api::{Mount, Network as ApiNetwork, RunRequest, SandboxRequest, Tmpfs};
+use hull_api::network::GatewayMode;
+use hull_api::{Mount, Network as ApiNetwork, RunRequest, SandboxRequest, Secret, Tmpfs};
 use hull_box::{BindMount, BoxSpec, Network, RootSpec, Stdin, TmpfsMount};
 use hull_image::{ImageError, ImageInfo};
 
@@ -38,10 +39,48 @@ fn bind(m: &Mount) -> BindMount {
     }
 }
 
-fn network(n: ApiNetwork) -> Network {
+/// A gateway mode asked of a build that cannot give a box one yet. Never answered by running
+/// the box with no network or the host's: the caller asked for a policy, and gets a refusal.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("network mode `{mode}` needs the hull-net gateway, which this build does not run yet: use `none` (loopback only) or `host` (the host's network) until it does (docs/network.md)")]
+pub struct NetworkUnavailable {
+    pub mode: GatewayMode,
+}
+
+/// Why a request could not become a box spec.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// The image could not be found or opened (the request's `image`).
+    #[error(transparent)]
+    Image(#[from] ImageError),
+    /// The request's network cannot be given (its `network`).
+    #[error(transparent)]
+    Network(#[from] NetworkUnavailable),
+}
+
+impl BuildError {
+    /// A stable word for JSON front ends.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            BuildError::Image(_) => "invalid_argument",
+            BuildError::Network(_) => "network_unavailable",
+        }
+    }
+}
+
+/// The one place a request's network becomes the box's: `none` and `host` map to the engine's
+/// own, a gateway mode (its policy, ports, cap and `secrets`) is refused until hull-net's
+/// gateway is wired. Wiring the gateway replaces this function's `Gateway` arm, and nothing
+/// else: every front end (`hull run`, `hull serve`'s `run` and `sandbox.create`, named
+/// sandboxes, the SDKs) reaches the box through here.
+pub fn network(n: &ApiNetwork, secrets: &[Secret]) -> Result<Network, NetworkUnavailable> {
     match n {
-        ApiNetwork::None => Network::None,
-        ApiNetwork::Host => Network::Host,
+        ApiNetwork::None => Ok(Network::None),
+        ApiNetwork::Host => Ok(Network::Host),
+        ApiNetwork::Gateway(g) => {
+            let _ = secrets;
+            Err(NetworkUnavailable { mode: g.mode() })
+        }
     }
 }
 
@@ -61,8 +100,11 @@ fn tmpfs(spec: &mut BoxSpec, list: &[Tmpfs]) {
 
 /// One box (`hull run`, `hull serve`'s `run`). An image's config supplies the command when none
 /// is given, its environment (before the request's), and its working directory. The spec is
-/// checked when it runs ([`BoxSpec::validate`]); the only error here is the image's.
-pub fn run_spec(r: &RunRequest) -> Result<Built, ImageError> {
+/// checked when it runs ([`BoxSpec::validate`]); the errors here are the image's and a network
+/// this build cannot give ([`network`]).
+pub fn run_spec(r: &RunRequest) -> Result<Built, BuildError> {
+    // Before the image: a request the build cannot serve opens nothing.
+    let net = network(&r.network, &r.secrets)?;
     let mut spec = BoxSpec::new(r.command());
     let mut warnings = Vec::new();
     let mut config = None;
@@ -105,7 +147,7 @@ pub fn run_spec(r: &RunRequest) -> Result<Built, ImageError> {
     spec.tmp_size = r.tmp_size;
     tmpfs(&mut spec, &r.tmpfs);
     spec.mounts = r.mounts.iter().map(bind).collect();
-    spec.network = network(r.network);
+    spec.network = net;
     spec.cap_add = r.cap_add.clone();
     spec.cap_drop = r.cap_drop.clone();
     spec.memory = r.memory;
@@ -134,7 +176,8 @@ pub fn sandbox_base(
     r: &SandboxRequest,
     workspace: &Path,
     deps: &Path,
-) -> Result<BoxSpec, ImageError> {
+) -> Result<BoxSpec, BuildError> {
+    let net = network(&r.network, &r.secrets)?;
     let mut base = BoxSpec::new(vec!["true".into()]);
     match r.image.as_deref() {
         None | Some("host") => {}
@@ -157,7 +200,7 @@ pub fn sandbox_base(
     }
     tmpfs(&mut base, &r.tmpfs);
     base.mounts = r.mounts.iter().map(bind).collect();
-    base.network = network(r.network);
+    base.network = net;
     base.cap_drop.clone_from(&r.cap_drop);
     base.pids = r.pids;
     base.cpus = r.cpus;
@@ -216,6 +259,35 @@ mod tests {
         assert_eq!(built.spec, BoxSpec::new(vec!["true".into()]));
         assert_eq!(hull_api::request::defaults::PIDS, spec::DEFAULT_PIDS);
         assert_eq!(hull_api::request::defaults::TIMEOUT, spec::DEFAULT_TIMEOUT);
+    }
+
+    /// A gateway mode is refused where the box would be built, naming the mode; it never runs
+    /// with no network or the host's. `none` and `host` are the engine's own.
+    #[test]
+    fn a_gateway_mode_is_refused_until_the_gateway_is_wired() {
+        for mode in ["deny-all", "allow-all", "custom"] {
+            let r = RunRequest::from_json(&serde_json::json!({"argv": ["true"], "network": mode}))
+                .unwrap();
+            let e = run_spec(&r).unwrap_err();
+            assert!(
+                matches!(&e, BuildError::Network(n) if n.mode.to_string() == mode),
+                "{e:?}"
+            );
+            assert_eq!(e.kind(), "network_unavailable");
+            assert!(
+                e.to_string()
+                    .contains(&format!("network mode `{mode}` needs the hull-net gateway")),
+                "{e}"
+            );
+            let c = SandboxRequest::from_json(&serde_json::json!({"network": mode})).unwrap();
+            assert!(matches!(
+                sandbox_base(&c, Path::new("/w"), Path::new("/d")),
+                Err(BuildError::Network(_))
+            ));
+        }
+        let host = RunRequest::from_json(&serde_json::json!({"argv": ["true"], "network": "host"}))
+            .unwrap();
+        assert_eq!(run_spec(&host).unwrap().spec.network, Network::Host);
     }
 
     #[test]

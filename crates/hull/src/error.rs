@@ -23,6 +23,10 @@ pub enum SandboxError {
     /// The image could not be found or opened.
     #[error(transparent)]
     Image(Named<hull_image::ImageError>),
+    /// The network asked for cannot be given by this build (a gateway mode before hull-net's
+    /// gateway is wired).
+    #[error(transparent)]
+    Network(Named<crate::boxspec::NetworkUnavailable>),
     /// The box could not be built or started.
     #[error(transparent)]
     Box(#[from] BoxError),
@@ -153,6 +157,7 @@ impl SandboxError {
             SandboxError::Invalid { arg, .. } => Some(arg),
             SandboxError::Refused(n) => Some(n.arg),
             SandboxError::Image(n) => Some(n.arg),
+            SandboxError::Network(n) => Some(n.arg),
             _ => None,
         }
     }
@@ -161,6 +166,7 @@ impl SandboxError {
     pub fn kind(&self) -> &'static str {
         match self {
             SandboxError::Invalid { .. } | SandboxError::Image(_) => "invalid_argument",
+            SandboxError::Network(_) => "network_unavailable",
             SandboxError::Refused(n) => match &n.error {
                 BoxError::Spec(
                     hull_box::spec::SpecError::DuplicateTarget(_)

@@ -229,11 +229,15 @@ impl Sandbox {
             path: deps.clone(),
             error: e,
         })?;
-        let base = crate::boxspec::sandbox_base(&cfg, &ws_path, &deps).map_err(|error| {
-            SandboxError::Image(Named {
+        let base = crate::boxspec::sandbox_base(&cfg, &ws_path, &deps).map_err(|e| match e {
+            crate::boxspec::BuildError::Image(error) => SandboxError::Image(Named {
                 arg: "image",
                 error,
-            })
+            }),
+            crate::boxspec::BuildError::Network(error) => SandboxError::Network(Named {
+                arg: "network",
+                error,
+            }),
         })?;
         backend.check(&base).map_err(SandboxError::from_box)?;
         let workspace = backend.files(&ws_path)?;

@@ -1,8 +1,14 @@
 // Compiled (never run) by `npm run build` against the emitted dist/*.d.ts: the shipped types
 // accept the documented API and reject misuse (each @ts-expect-error must be an error, or tsc fails).
-import { ExecutionResult, FileOperationError, Kernel, MountRefused, Result, Sandbox, SandboxError, runCode, type Fault, type SandboxOptions } from "../../dist/index.js";
+import { ExecutionResult, FileOperationError, Kernel, MountRefused, NetworkUnavailable, Result, Sandbox, SandboxError, runCode, type Fault, type NetworkPolicy, type SandboxOptions, type SecretSpec } from "../../dist/index.js";
 
 export async function documentedUse(): Promise<void> {
+  const policy: NetworkPolicy = { mode: "custom", allowHosts: ["*.example.com"], denyCidrs: ["10.0.0.0/8"], ports: [8080], maxTcpConnections: 64 };
+  const secret: SecretSpec = { name: "API_KEY", env: "MY_KEY", hosts: ["api.example.com"] };
+  await Sandbox.create({ network: policy, secrets: [secret] }).catch((e: unknown) => {
+    if (e instanceof NetworkUnavailable) void e.mode;
+  });
+  await Sandbox.create({ network: "deny-all" }).catch(() => undefined);
   const opts: SandboxOptions = { image: "host", memoryMb: 256, cpus: 1.5, pids: null, timeoutS: 5, network: false, env: { A: "b" }, tmpfs: { "/cache": "64m" }, onStdout: (s: string) => void s };
   const sb: Sandbox = await Sandbox.create(opts);
   const r: ExecutionResult = await sb.runCode("1", { language: "python" });
@@ -34,8 +40,10 @@ export async function documentedUse(): Promise<void> {
 export async function misuse(sb: Sandbox): Promise<void> {
   // @ts-expect-error snake_case names are not options
   new Sandbox({ memory_mb: 64 });
-  // @ts-expect-error network is a boolean
+  // @ts-expect-error network is a boolean, a mode or a policy
   new Sandbox({ network: "yes" });
+  // @ts-expect-error policy keys are camelCase
+  new Sandbox({ network: { allow_hosts: ["a.com"] } });
   // @ts-expect-error not a language
   await sb.runCode("1", { language: "ruby" });
   // @ts-expect-error argv is an array
@@ -69,5 +77,5 @@ export async function namedUse(): Promise<void> {
   const again: NamedSandbox = await resume("dev");
   await again.stop();
   // @ts-expect-error a named sandbox has no session options
-  await Sandbox.create({ name: "x", network: true });
+  await Sandbox.create({ name: "x", prewarm: 2 });
 }

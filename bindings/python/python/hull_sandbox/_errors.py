@@ -28,6 +28,16 @@ class MountRefused(SandboxError, ValueError):
     """A mount was refused (a sensitive host source, or a target hull sets up itself)."""
 
 
+class NetworkUnavailable(SandboxError):
+    """The network asked for cannot be given by this hull: a gateway mode (`deny-all`,
+    `allow-all`, `custom`) before hull-net's gateway is wired. `mode` is the refused mode. The
+    sandbox is never started with no network or the host's instead."""
+
+    @property
+    def mode(self):
+        return self.detail.get("mode")
+
+
 class FileOperationError(HullError, OSError):
     """A workspace file operation was refused (a symlink, FIFO, device, `..`) or failed."""
 
@@ -54,6 +64,8 @@ def from_error(err):
         return MountRefused(msg, kind, chain, err)
     if kind in ("path_refused", "io"):
         return FileOperationError(msg, kind, chain, err)
+    if kind == "network_unavailable":
+        return NetworkUnavailable(msg, kind, chain, err)
     if kind == "kernel_dead":
         return KernelDied(msg, kind, chain, err)
     return SandboxError(msg, kind, chain, err)

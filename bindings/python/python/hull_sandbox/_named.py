@@ -13,7 +13,7 @@ from ._result import ExecutionResult
 
 #: The arguments a named sandbox is made with (by their SDK names). Sandbox's other arguments
 #: belong to sessions of fresh boxes and are refused with `name=`.
-NAMED_ARGS = ("image", "setup", "workspace", "ro_workspaces", "memory_mb", "cpus", "pids", "env", "idle_timeout_s", "max_duration_s", "user", "template")
+NAMED_ARGS = ("image", "setup", "workspace", "ro_workspaces", "memory_mb", "cpus", "pids", "env", "idle_timeout_s", "max_duration_s", "user", "template", "network", "secrets")
 
 
 def command_params(cmd, env, cwd, timeout_s=None, user=None):

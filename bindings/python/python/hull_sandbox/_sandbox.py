@@ -272,6 +272,48 @@ def _check(name, value, types, what):
         raise TypeError("%s must be %s, got %r" % (name, what, value))
 
 
+_MODES = ("none", "host", "deny-all", "allow-all", "custom")
+
+
+def _network(network, egress_allow):
+    """`network=` (True/False, a mode's name, or a dict {mode, allow_hosts, allow_cidrs,
+    deny_cidrs, ports, max_tcp_connections}) and kern's `egress_allow=[hosts]` (a custom host
+    list, added to network's) as `hull serve`'s `network` parameter; None when neither asks for
+    anything. hull checks the entries; a gateway mode is refused by a hull that cannot give it
+    (NetworkUnavailable), never run with no network or the host's."""
+    if network is None or isinstance(network, bool):
+        value = "host" if network else None
+    elif isinstance(network, str):
+        if network not in _MODES:
+            raise TypeError("network must be True/False or one of %s, got %r" % (", ".join(_MODES), network))
+        value = network
+    elif isinstance(network, dict):
+        value = dict(network)
+    else:
+        raise TypeError("network must be True/False, a mode (%s) or a dict {mode, allow_hosts, allow_cidrs, deny_cidrs, ports, max_tcp_connections}, got %r" % (", ".join(_MODES), network))
+    if egress_allow is None:
+        return value
+    if isinstance(egress_allow, str) or not isinstance(egress_allow, (list, tuple)) or not all(isinstance(h, str) for h in egress_allow):
+        raise TypeError("egress_allow must be a list of host names ('api.example.com', '*.example.com'), got %r" % (egress_allow,))
+    if value is None or value == "custom":
+        return {"mode": "custom", "allow_hosts": list(egress_allow)}
+    if isinstance(value, dict) and value.get("mode") in (None, "custom"):
+        value["mode"] = "custom"
+        value["allow_hosts"] = list(value.get("allow_hosts") or []) + list(egress_allow)
+        return value
+    raise ValueError("egress_allow is a custom host list: it does not go with network=%r (leave network out, or use network='custom')" % (network,))
+
+
+def _secrets(secrets):
+    """`secrets=`: a list of {name, value or env, hosts, headers} dicts, as given (hull checks
+    them; a value is never echoed back)."""
+    if secrets is None:
+        return None
+    if not isinstance(secrets, (list, tuple)) or not all(isinstance(s, dict) for s in secrets):
+        raise TypeError("secrets must be a list of {name, value or env, hosts, headers} dicts")
+    return [dict(s) for s in secrets]
+
+
 def _path(name, path):
     """A workspace path parameter: `name` as text, or `name_b64` for bytes that are not UTF-8
     (as `FileEntry.path_bytes` gives them), so every name the workspace holds can be named."""
@@ -305,10 +347,14 @@ class Sandbox:
     `template=` (named only) starts from a saved template (`hull template save`): its disk and
     configuration, the arguments given here over them."""
 
-    def __init__(self, image=None, setup=None, workspace=None, memory_mb=512, cpus=None, pids=256, timeout_s=30, network=False, mounts=None, tmpfs=None, env=None, max_output_bytes=None, deps_readonly=True, security_profile=None, require_limits=False, cap_drop=None, track_files=True, on_stdout=None, on_stderr=None, prewarm=0, setup_timeout_s=600, name=None, persist=False, ro_workspaces=None, idle_timeout_s=None, max_duration_s=None, user=None, template=None):
+    def __init__(self, image=None, setup=None, workspace=None, memory_mb=512, cpus=None, pids=256, timeout_s=30, network=False, mounts=None, tmpfs=None, env=None, max_output_bytes=None, deps_readonly=True, security_profile=None, require_limits=False, cap_drop=None, track_files=True, on_stdout=None, on_stderr=None, prewarm=0, setup_timeout_s=600, name=None, persist=False, ro_workspaces=None, idle_timeout_s=None, max_duration_s=None, user=None, template=None, egress_allow=None, secrets=None):
+        net = _network(network, egress_allow)
+        secrets = _secrets(secrets)
         if name is not None:
             args = dict(locals())
-            del args["self"], args["name"], args["persist"]
+            del args["self"], args["name"], args["persist"], args["net"], args["egress_allow"]
+            # named.create takes no boolean: `False` is the default (not sent), `True` is host.
+            args["network"] = net
             self._init_named(name, persist, args)
             return
         for k, v in (("persist", persist), ("ro_workspaces", ro_workspaces), ("idle_timeout_s", idle_timeout_s), ("max_duration_s", max_duration_s), ("user", user), ("template", template)):
@@ -322,7 +368,6 @@ class Sandbox:
         _check("cpus", cpus, (int, float), "a number or None")
         _check("pids", pids, int, "an int or None")
         _check("timeout_s", timeout_s, (int, float), "a number of seconds")
-        _check("network", network, bool, "True or False")
         _check("mounts", mounts, (list, tuple), "a list of 'SRC:DST[:ro]' strings")
         _check("tmpfs", tmpfs, (dict, list, tuple), "a {path: size} dict")
         _check("env", env, dict, "a dict of strings")
@@ -345,7 +390,7 @@ class Sandbox:
             raise ValueError("prewarm must be 0 or more, got %r" % (prewarm,))
         params = {
             "image": image, "setup": setup, "workspace": os.path.abspath(os.fspath(workspace)) if workspace is not None else None,
-            "memory_mb": memory_mb, "cpus": cpus, "pids": pids, "timeout_s": timeout_s, "network": network,
+            "memory_mb": memory_mb, "cpus": cpus, "pids": pids, "timeout_s": timeout_s, "network": net if net is not None else False, "secrets": secrets,
             "mounts": list(mounts) if mounts is not None else None, "tmpfs": tmpfs, "env": env,
             "max_output_bytes": max_output_bytes, "deps_readonly": deps_readonly, "security_profile": security_profile,
             "require_limits": require_limits, "cap_drop": list(cap_drop) if cap_drop is not None else None,

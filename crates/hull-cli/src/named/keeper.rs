@@ -210,6 +210,8 @@ pub fn spec_of(dir: &Dir, cfg: &Config) -> Result<BoxSpec, String> {
         cpus: cfg.cpus,
         env: cfg.env.clone(),
         timeout: SETUP_TIMEOUT,
+        network: cfg.network.clone(),
+        secrets: cfg.secrets.clone(),
         ..RunRequest::default()
     };
     let built = hull::boxspec::run_spec(&req).map_err(|e| chain(&e))?;

@@ -86,6 +86,8 @@ pub struct CreateArgs {
     /// made the user's. Default: root.
     #[arg(long, value_name = "USER")]
     pub user: Option<String>,
+    #[command(flatten)]
+    pub net: crate::net_args::NetworkArgs,
 }
 
 #[derive(Args, Debug)]
@@ -194,6 +196,7 @@ fn config_of(a: &CreateArgs, base: Option<&template::Template>) -> Result<Config
                 workspace: a.workspace.is_some(),
                 pids: a.pids.is_some(),
                 user: a.user.is_some(),
+                network: a.net != crate::net_args::NetworkArgs::default(),
             },
         ),
     }
@@ -206,6 +209,8 @@ pub struct Given {
     pub workspace: bool,
     pub pids: bool,
     pub user: bool,
+    /// The network or secrets (given, they replace the template's).
+    pub network: bool,
 }
 
 /// The configuration of sandbox `name` made from template `t` with the options of `c` that the
@@ -251,6 +256,10 @@ pub fn over_template(
     if given.user {
         b.user = c.user;
     }
+    if given.network {
+        b.network = c.network;
+        b.secrets = c.secrets;
+    }
     Ok(b)
 }
 
@@ -260,6 +269,7 @@ fn config_of_args(a: &CreateArgs) -> Result<Config, String> {
         .as_deref()
         .map(|m| size::parse_size(m).map_err(|e| format!("--memory: {e}")))
         .transpose()?;
+    let (network, secrets) = a.net.request()?;
     let abs = |p: &PathBuf, flag: &str| {
         std::fs::canonicalize(p).map_err(|e| format!("{flag} {}: {e}", p.display()))
     };
@@ -288,6 +298,8 @@ fn config_of_args(a: &CreateArgs) -> Result<Config, String> {
         layers: Vec::new(),
         template: None,
         user: a.user.clone(),
+        network,
+        secrets,
     })
 }
 

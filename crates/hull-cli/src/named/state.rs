@@ -124,6 +124,13 @@ pub struct Config {
     /// run as root); None: root. Resolved in the sandbox's `/etc/passwd` at every start.
     #[serde(default)]
     pub user: Option<String>,
+    /// The network (`--network` and its flags; none in configs older than it).
+    #[serde(default)]
+    pub network: hull_api::Network,
+    /// Secrets for the gateway, as references to the environment only (`env`): serializing a
+    /// secret that holds its value fails, so none is ever written here.
+    #[serde(default)]
+    pub secrets: Vec<hull_api::Secret>,
 }
 
 /// One sandbox's state directory.
@@ -380,5 +387,47 @@ mod tests {
             let e = check_name(bad).unwrap_err();
             assert!(e.contains(NAME_RULE), "{e}");
         }
+    }
+
+    /// A configuration persists the network as asked and a secret only as its reference; one
+    /// holding a secret's value cannot be written at all; one older than the network reads as
+    /// `none`.
+    #[test]
+    fn the_network_persists_and_a_secrets_value_never_does() {
+        let old = serde_json::json!({
+            "name": "a", "image": "host", "workspace": null, "ro_workspaces": [], "memory": null,
+            "cpus": null, "pids": 1024, "env": [], "setup": [], "idle_timeout_ms": null,
+            "max_duration_ms": null, "created": 1,
+        });
+        let mut c: Config = serde_json::from_value(old).unwrap();
+        assert_eq!((&c.network, c.secrets.len()), (&hull_api::Network::None, 0));
+        c.network = hull_api::network::from_value(
+            &serde_json::json!({"mode": "custom", "allow_hosts": ["*.example.com"]}),
+            false,
+        )
+        .unwrap();
+        c.secrets = hull_api::network::secrets_from_value(&serde_json::json!([
+            {"name": "K", "env": "MY_KEY", "hosts": ["api.example.com"]}
+        ]))
+        .unwrap();
+        let text = serde_json::to_string(&c).unwrap();
+        let back: Config = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, c);
+        assert!(text.contains(r#""env":"MY_KEY""#), "{text}");
+        c.secrets = hull_api::network::secrets_from_value(&serde_json::json!([
+            {"name": "K", "value": "sk-on-disk", "hosts": ["api.example.com"]}
+        ]))
+        .unwrap();
+        let e = serde_json::to_string(&c).unwrap_err().to_string();
+        assert!(!e.contains("sk-on-disk"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let d = Dir {
+            name: "a".into(),
+            path: dir.path().join("a"),
+        };
+        std::fs::create_dir(&d.path).unwrap();
+        assert!(d.write_config(&c).is_err());
+        let on_disk = std::fs::read_to_string(d.file("config.json")).unwrap_or_default();
+        assert!(!on_disk.contains("sk-on-disk"));
     }
 }
