@@ -113,7 +113,10 @@ fn parse(out: &str) -> Result<Figures, String> {
         .ok_or_else(|| format!("the client printed {out:?}"))?;
     Ok(Figures {
         connect_us,
-        rtt_us: trips.iter().map(|t| num(Some(t))).collect::<Result<_, _>>()?,
+        rtt_us: trips
+            .iter()
+            .map(|t| num(Some(t)))
+            .collect::<Result<_, _>>()?,
         upload_s: num(Some(last))?,
     })
 }
@@ -148,7 +151,10 @@ fn run(
         .run_with(spec, RunOptions { capture: true }, &mut NoSink, handoff)
         .map_err(|e| hull_api::Chain(&e).to_string())?;
     if !r.success {
-        return Err(format!("the client failed ({:?}, {:?}): {}{}", r.exit_code, r.fault, r.stdout, r.stderr));
+        return Err(format!(
+            "the client failed ({:?}, {:?}): {}{}",
+            r.exit_code, r.fault, r.stdout, r.stderr
+        ));
     }
     parse(&r.stdout)
 }
@@ -174,7 +180,7 @@ fn gateway_start(host: IpAddr) -> Start {
 fn slirp(tap: Tap) -> std::io::Result<std::process::Child> {
     drop(tap.fd);
     let (ready_r, ready_w) = rustix::pipe::pipe()?;
-    let ready_w = OwnedFd::from(ready_w);
+    let ready_w: OwnedFd = ready_w;
     let mut cmd = Command::new("slirp4netns");
     crate::sys::give_fd(&mut cmd, std::os::fd::AsRawFd::as_raw_fd(&ready_w), 5);
     cmd.args(["--configure", "--mtu=65520", "--ready-fd=5"])
@@ -186,7 +192,7 @@ fn slirp(tap: Tap) -> std::io::Result<std::process::Child> {
     let child = cmd.spawn()?;
     drop(ready_w);
     let mut b = [0u8; 1];
-    std::fs::File::from(OwnedFd::from(ready_r)).read_exact(&mut b)?;
+    std::fs::File::from(ready_r).read_exact(&mut b)?;
     Ok(child)
 }
 
@@ -237,7 +243,10 @@ fn measure(runs: usize) -> Result<Value, String> {
     serve(l);
     // slirp4netns maps 10.0.2.2 to the host's loopback: a listener there on the same port.
     let slirp_ok = rustix::process::geteuid().is_root()
-        && Command::new("slirp4netns").arg("--version").output().is_ok()
+        && Command::new("slirp4netns")
+            .arg("--version")
+            .output()
+            .is_ok()
         && TcpListener::bind(("127.0.0.1", port)).map(serve).is_ok();
     let why_no_slirp = if slirp_ok {
         None
@@ -251,7 +260,11 @@ fn measure(runs: usize) -> Result<Value, String> {
     let (mut start_none, mut start_gateway) = (Vec::new(), Vec::new());
     for round in 0..runs.max(1) + 1 {
         let keep = round > 0; // the first round warms up
-        let h = run(&rt, &client_spec(python, &host_s, port, Network::Host), None)?;
+        let h = run(
+            &rt,
+            &client_spec(python, &host_s, port, Network::Host),
+            None,
+        )?;
         let mut gw = None;
         let start = gateway_start(host);
         let mut take = |tap: Tap| {
@@ -324,7 +337,10 @@ fn measure(runs: usize) -> Result<Value, String> {
             start_gateway.push(gw_ms);
         }
     }
-    let mut sides = vec![summary("host network", &on_host), summary("hull gateway", &on_gateway)];
+    let mut sides = vec![
+        summary("host network", &on_host),
+        summary("hull gateway", &on_gateway),
+    ];
     if on_slirp.is_empty() {
         sides.push(json!({"side": "slirp4netns", "skipped": why_no_slirp}));
     } else {

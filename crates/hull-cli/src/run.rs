@@ -378,9 +378,34 @@ fn run(args: RunArgs, ahead: Option<hull_box::WorkspaceAhead>) -> i32 {
     // for before hull exits. The result is printed as soon as it is known; the box's teardown
     // (reaping, cgroup and workspace removal) finishes before hull exits.
     let sweep = runtime.sweep_leftovers_in_background();
-    let run = |opts: RunOptions, sink: &mut dyn hull_box::OutputSink| match ahead {
-        Some(a) => runtime.run_detached_ahead(&spec, opts, sink, a),
-        None => runtime.run_detached(&spec, opts, sink),
+    // A gateway network: the box's TAP is served by its gateway process, started before the
+    // program runs; its published ports are said on stderr (and in --json's result) at once.
+    let gateway_start = match &req.network {
+        hull_api::network::Network::Gateway(g) => match crate::net::plan::start_of(g) {
+            Ok(s) => Some(s),
+            Err(msg) => return report_invalid(&args, &msg),
+        },
+        _ => None,
+    };
+    let mut gateway = None;
+    let mut published: Vec<(u16, u16)> = Vec::new();
+    let json = args.json;
+    let mut take = gateway_start.as_ref().map(|s| {
+        crate::net::plan::handler(s, None, &mut gateway, |g| {
+            published.clone_from(&g.ports);
+            if !json {
+                for (inner, host) in &g.ports {
+                    eprintln!("hull: the box's port {inner} is published at 127.0.0.1:{host}");
+                }
+            }
+        })
+    });
+    let run = |opts: RunOptions, sink: &mut dyn hull_box::OutputSink| {
+        let handoff = hull_box::Handoff {
+            fuse: None,
+            tap: take.as_mut().map(|t| t as &mut hull_box::TapHandler<'_>),
+        };
+        runtime.run_detached_with(&spec, opts, sink, ahead, handoff)
     };
     let result = if args.json {
         run(RunOptions { capture: true }, &mut hull_box::NoSink)
@@ -395,12 +420,16 @@ fn run(args: RunArgs, ahead: Option<hull_box::WorkspaceAhead>) -> i32 {
     match result {
         Ok((r, teardown)) => {
             step("run: result returned");
+            drop(take);
             if args.json {
-                let _ = writeln!(
-                    std::io::stdout(),
-                    "{}",
-                    serde_json::to_string(&r).unwrap_or_default()
-                );
+                let mut v = serde_json::to_value(&r).unwrap_or_default();
+                if gateway_start.is_some() {
+                    v["ports"] = published
+                        .iter()
+                        .map(|(inner, host)| serde_json::json!({"port": inner, "host_port": host}))
+                        .collect();
+                }
+                let _ = writeln!(std::io::stdout(), "{v}");
             } else {
                 for w in &r.warnings {
                     eprintln!("hull: warning: {w}");
@@ -411,6 +440,8 @@ fn run(args: RunArgs, ahead: Option<hull_box::WorkspaceAhead>) -> i32 {
             }
             let _ = std::io::stdout().flush();
             step("run: result printed");
+            // The gateway ends with its stdin (its TAP's close, ~23 ms, is its own exit's).
+            drop(gateway);
             teardown.finish();
             step("run: teardown finished");
             sweep.finish();

@@ -47,15 +47,39 @@ fn run(rt: &Runtime, out: &Out, id: &Value, params: Value) -> Result<Value, Valu
     // Through the Sandbox layer's backend seam, like every box of a sandbox.
     let backend: &dyn Backend = rt;
     let mut sink = EventSink::new(out.clone(), id.clone());
-    let res = if stream {
-        backend.run(&built.spec, &mut sink)
+    let sink: &mut dyn hull_box::OutputSink = if stream {
+        &mut sink
     } else {
-        backend.run(&built.spec, &mut hull_box::NoSink)
+        &mut hull_box::NoSink
+    };
+    // A gateway network: the box's gateway serves its TAP from before its program starts,
+    // until the result is sent; its published ports are in the result.
+    let start = match &req.network {
+        hull_api::network::Network::Gateway(g) => Some(
+            crate::net::plan::start_of(g).map_err(|e| crate::serve_named::invalid("network", e))?,
+        ),
+        _ => None,
+    };
+    let mut gateway = None;
+    let res = match &start {
+        Some(s) => {
+            let mut take = crate::net::plan::handler(s, None, &mut gateway, |_| {});
+            backend.run_served(&built.spec, sink, &mut take)
+        }
+        None => backend.run(&built.spec, sink),
     };
     match res {
         Ok((r, destroy)) => {
-            let v = serde_json::to_value(&r).unwrap_or(Value::Null);
+            let mut v = serde_json::to_value(&r).unwrap_or(Value::Null);
+            if let Some(g) = &gateway {
+                v["ports"] = g
+                    .ports
+                    .iter()
+                    .map(|(inner, host)| json!({"port": inner, "host_port": host}))
+                    .collect();
+            }
             out.send(&json!({ "id": id, "result": v }));
+            drop(gateway);
             destroy();
             Ok(Value::Null)
         }

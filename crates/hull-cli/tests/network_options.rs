@@ -81,51 +81,93 @@ fn run_help_lists_the_network_flags_and_modes() {
     assert!(out.contains("--allow-host <HOST>") && out.contains("--publish <PORT>"));
 }
 
-/// A gateway mode is accepted by the parser and refused at build, naming the mode, with exit
-/// 125 and no output of a program: the box did not run without its policy.
+/// Python that tries the box's network without sending anything off the host: a name lookup
+/// (answered by the gateway itself) and a connection to the gateway's own address (10/8: in
+/// an always-denied class, so the gateway resets it without a dial).
+const PROBE: &str = "import socket\ntry:\n    print('name', socket.gethostbyname('api.example.test'))\nexcept OSError as e:\n    print('name refused', e.errno)\ntry:\n    socket.create_connection(('10.0.2.2', 9), timeout=5)\n    print('connected')\nexcept ConnectionRefusedError:\n    print('connect refused')\nprint(open('/etc/resolv.conf').read().strip())";
+
+/// A gateway mode runs the box behind its gateway: names are judged by the policy (refused
+/// here, answered by the gateway without asking the host), a refused connection is reset at
+/// once, the box's DNS server is the gateway, and published ports come back in the result.
 #[test]
-fn run_refuses_a_gateway_mode_at_build_naming_it() {
-    for (args, mode) in [
-        (&["--network", "deny-all"][..], "deny-all"),
-        (
-            &["--network", "allow-all", "--deny-cidr", "10.0.0.0/8"],
-            "allow-all",
-        ),
-        (
-            &["--allow-host", "*.pypi.org", "--publish", "8080"],
-            "custom",
-        ),
+fn run_puts_a_box_behind_its_gateway_in_every_gateway_mode() {
+    for args in [
+        &["--network", "deny-all"][..],
+        &["--network", "allow-all", "--deny-cidr", "10.0.0.0/8"],
+        &["--allow-host", "*.pypi.org", "--publish", "8080"],
     ] {
         let mut full = vec!["run", "--json"];
         full.extend_from_slice(args);
-        full.extend_from_slice(&["--", "sh", "-c", "echo RAN"]);
-        let (code, out, _) = hull_env(&full, &[]);
-        assert_eq!(code, 125, "{args:?}: {out}");
-        assert!(!out.contains("RAN"));
+        full.extend_from_slice(&["--", "/usr/bin/python3", "-c", PROBE]);
+        let (code, out, err) = hull_env(&full, &[]);
+        assert_eq!(code, 0, "{args:?}: {out} {err}");
         let v: Value = serde_json::from_str(out.trim()).unwrap();
-        assert_eq!(v["error"]["kind"], "network_unavailable", "{v}");
-        let msg = v["error"]["message"].as_str().unwrap();
-        assert!(
-            msg.starts_with(&format!(
-                "--network: network mode `{mode}` needs the hull-net gateway"
-            )),
-            "{msg}"
-        );
-        // And on stderr without --json.
-        let (code, _, err) = hull_env(
-            &full[0..1]
-                .iter()
-                .chain(&full[2..])
-                .copied()
-                .collect::<Vec<_>>(),
-            &[],
-        );
-        assert_eq!(code, 125);
-        assert!(err.contains("needs the hull-net gateway"), "{err}");
+        let stdout = v["stdout"].as_str().unwrap_or_default();
+        if args.contains(&"allow-all") {
+            // allow-all resolves names on the host: not asked here (no traffic off the host).
+        } else {
+            assert!(stdout.contains("name refused"), "{args:?}: {v}");
+        }
+        assert!(stdout.contains("connect refused\n"), "{args:?}: {v}");
+        assert!(stdout.ends_with("nameserver 10.0.2.2\n"), "{args:?}: {v}");
+        let ports = v["ports"].as_array().expect("ports in the result");
+        if args.contains(&"--publish") {
+            assert_eq!(ports.len(), 1, "{v}");
+            assert_eq!(ports[0]["port"], 8080);
+            assert!(ports[0]["host_port"].as_u64().is_some_and(|p| p > 0), "{v}");
+        } else {
+            assert!(ports.is_empty(), "{v}");
+        }
     }
+    // Published ports are said on stderr without --json.
+    let (code, _, err) = hull_env(
+        &[
+            "run",
+            "--network",
+            "deny-all",
+            "--publish",
+            "8080",
+            "--",
+            "true",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("the box's port 8080 is published at 127.0.0.1:"),
+        "{err}"
+    );
+    // Secrets are refused until the gateway brokers them: never run without.
+    let (code, out, _) = hull_env(
+        &[
+            "run",
+            "--json",
+            "--allow-host",
+            "api.example.test",
+            "--secret",
+            "HOME@api.example.test",
+            "--",
+            "sh",
+            "-c",
+            "echo RAN",
+        ],
+        &[],
+    );
+    assert_eq!(code, 125, "{out}");
+    assert!(!out.contains("RAN"));
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["error"]["kind"], "network_unavailable", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("secrets need the gateway's credential brokering"),
+        "{v}"
+    );
     // `none` and `host` are as before.
     let v = common::run_json(&["--network", "none", "--", "true"]);
     assert_eq!(v["exit_code"], 0, "{v}");
+    assert!(v.get("ports").is_none(), "{v}");
 }
 
 #[test]
@@ -182,12 +224,13 @@ fn contradictions_and_bad_entries_are_refused_naming_the_flags() {
 }
 
 #[test]
-fn create_refuses_a_gateway_mode_and_leaves_nothing() {
+fn create_makes_a_sandbox_behind_its_gateway_and_refuses_secrets_leaving_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let env = [
         ("HULL_SANDBOXES", dir.path().to_str().unwrap()),
         ("HULL_NET_API_TEST_KEY", "sk-never-on-disk"),
     ];
+    // Secrets: refused (no brokering yet), nothing left, the value never on disk.
     let (code, _, err) = hull_env(
         &[
             "create",
@@ -195,21 +238,52 @@ fn create_refuses_a_gateway_mode_and_leaves_nothing() {
             "--network",
             "custom",
             "--allow-host",
-            "api.example.com",
+            "api.example.test",
             "--secret",
-            "KEY=env:HULL_NET_API_TEST_KEY@api.example.com",
+            "KEY=env:HULL_NET_API_TEST_KEY@api.example.test",
         ],
         &env,
     );
     assert_eq!(code, 125, "{err}");
     assert!(
-        err.contains("network mode `custom` needs the hull-net gateway"),
+        err.contains("secrets need the gateway's credential brokering"),
         "{err}"
     );
     assert!(
         !dir.path().join("netbox").exists(),
         "a refused sandbox was left"
     );
+    // Without: the sandbox runs behind its gateway, which logs what it decided.
+    let (code, _, err) = hull_env(
+        &[
+            "create",
+            "netbox",
+            "--network",
+            "custom",
+            "--allow-host",
+            "api.example.test",
+            "--publish",
+            "8080",
+        ],
+        &env,
+    );
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = hull_env(
+        &["exec", "netbox", "--", "/usr/bin/python3", "-c", PROBE],
+        &env,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("connect refused\n"), "{out}");
+    assert!(out.ends_with("nameserver 10.0.2.2\n"), "{out}");
+    let log = std::fs::read_to_string(dir.path().join("netbox/net.log")).unwrap_or_default();
+    assert!(log.contains("\"kind\":\"flow\""), "{log}");
+    let ports: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("netbox/ports.json")).expect("ports.json"),
+    )
+    .unwrap();
+    assert_eq!(ports[0]["port"], 8080, "{ports}");
+    let (code, _, err) = hull_env(&["rm", "netbox"], &env);
+    assert_eq!(code, 0, "{err}");
     let (code, _, err) = hull_env(
         &["create", "netbox", "--network", "none", "--publish", "80"],
         &env,
@@ -251,17 +325,19 @@ fn serve_takes_network_as_a_string_or_an_object_and_names_bad_ones() {
         &env,
     );
     let e = |i: usize| &a[i]["error"];
-    for (i, mode) in [(0, "deny-all"), (1, "custom"), (5, "allow-all")] {
-        assert_eq!(e(i)["kind"], "network_unavailable", "{}", a[i]);
-        assert_eq!(
-            (&e(i)["arg"], &e(i)["mode"]),
-            (&json!("network"), &json!(mode))
-        );
-        assert!(e(i)["message"]
-            .as_str()
-            .unwrap()
-            .contains(&format!("network mode `{mode}` needs the hull-net gateway")));
+    // `run` puts its box behind a gateway; a Sandbox session does not get one yet.
+    for i in [0, 1] {
+        assert_eq!(a[i]["result"]["exit_code"], 0, "{}", a[i]);
     }
+    assert_eq!(a[1]["result"]["ports"][0]["port"], 8080, "{}", a[1]);
+    assert_eq!(e(5)["kind"], "network_unavailable", "{}", a[5]);
+    assert_eq!(
+        (&e(5)["arg"], &e(5)["mode"]),
+        (&json!("network"), &json!("allow-all"))
+    );
+    assert!(e(5)["message"].as_str().unwrap().contains(
+        "network mode `allow-all`: a Sandbox session's boxes do not get the gateway yet"
+    ));
     assert_eq!(
         (&e(2)["kind"], &e(2)["arg"]),
         (&json!("invalid_argument"), &json!("network"))
@@ -302,7 +378,7 @@ fn serve_takes_network_as_a_string_or_an_object_and_names_bad_ones() {
         e(7)["message"]
             .as_str()
             .unwrap()
-            .contains("network mode `custom` needs the hull-net gateway"),
+            .contains("secrets need the gateway's credential brokering"),
         "{}",
         a[7]
     );

@@ -10,7 +10,9 @@
 
 use std::path::Path;
 
-use hull_box::{BoxError, BoxSpec, OutputSink, RunOptions, RunResult, Runtime};
+use hull_box::{
+    BoxError, BoxSpec, Handoff, OutputSink, RunOptions, RunResult, Runtime, TapHandler,
+};
 
 use crate::error::SandboxError;
 use crate::files::Confined;
@@ -32,6 +34,16 @@ pub trait Backend: Send + Sync {
         sink: &mut dyn OutputSink,
     ) -> Result<(RunResult, Destroy), BoxError>;
 
+    /// [`Backend::run`] for a box with the gateway network (`Network::Gateway`): `tap` takes
+    /// the box's link (here a TAP) before its program starts, typically handing it to the
+    /// box's gateway process; an error from it ends the box.
+    fn run_served(
+        &self,
+        spec: &BoxSpec,
+        sink: &mut dyn OutputSink,
+        tap: &mut TapHandler<'_>,
+    ) -> Result<(RunResult, Destroy), BoxError>;
+
     /// Host-side access to `workspace`, the directory this backend's boxes see at /workspace.
     fn files(&self, workspace: &Path) -> Result<Confined, SandboxError>;
 }
@@ -48,6 +60,21 @@ impl Backend for Runtime {
         sink: &mut dyn OutputSink,
     ) -> Result<(RunResult, Destroy), BoxError> {
         let (result, teardown) = self.run_detached(spec, RunOptions { capture: true }, sink)?;
+        Ok((result, Box::new(move || teardown.finish())))
+    }
+
+    fn run_served(
+        &self,
+        spec: &BoxSpec,
+        sink: &mut dyn OutputSink,
+        tap: &mut TapHandler<'_>,
+    ) -> Result<(RunResult, Destroy), BoxError> {
+        let handoff = Handoff {
+            fuse: None,
+            tap: Some(tap),
+        };
+        let (result, teardown) =
+            self.run_detached_with(spec, RunOptions { capture: true }, sink, None, handoff)?;
         Ok((result, Box::new(move || teardown.finish())))
     }
 

@@ -39,13 +39,20 @@ fn bind(m: &Mount) -> BindMount {
     }
 }
 
-/// A gateway mode asked of a build that cannot give a box one yet. Never answered by running
-/// the box with no network or the host's: the caller asked for a policy, and gets a refusal.
+/// A gateway network asked where this build cannot give it yet. Never answered by running the
+/// box with no network or the host's: the caller asked for a policy, and gets a refusal.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("network mode `{mode}` needs the hull-net gateway, which this build does not run yet: use `none` (loopback only) or `host` (the host's network) until it does (docs/network.md)")]
+#[error("network mode `{mode}`: {why} (docs/network.md)")]
 pub struct NetworkUnavailable {
     pub mode: GatewayMode,
+    /// What is missing, and what to use meanwhile.
+    pub why: &'static str,
 }
+
+/// Why secrets are refused: the gateway does not broker credentials yet.
+const NO_BROKER: &str = "secrets need the gateway's credential brokering, which this build does not have yet: leave `secrets` out";
+/// Why a Sandbox session's gateway network is refused.
+const NO_SESSION_GATEWAY: &str = "a Sandbox session's boxes do not get the gateway yet: use `run` (one box) or a named sandbox, or `none`/`host` here";
 
 /// Why a request could not become a box spec.
 #[derive(Debug, thiserror::Error)]
@@ -69,18 +76,18 @@ impl BuildError {
 }
 
 /// The one place a request's network becomes the box's: `none` and `host` map to the engine's
-/// own, a gateway mode (its policy, ports, cap and `secrets`) is refused until hull-net's
-/// gateway is wired. Wiring the gateway replaces this function's `Gateway` arm, and nothing
-/// else: every front end (`hull run`, `hull serve`'s `run` and `sandbox.create`, named
-/// sandboxes, the SDKs) reaches the box through here.
+/// own; a gateway mode becomes [`Network::Gateway`], a box with a TAP whose other end the
+/// front end serves with the request's gateway (`hull __net`, given the policy, ports and cap
+/// of [`ApiNetwork::Gateway`]). Secrets are refused until the gateway brokers them.
 pub fn network(n: &ApiNetwork, secrets: &[Secret]) -> Result<Network, NetworkUnavailable> {
     match n {
         ApiNetwork::None => Ok(Network::None),
         ApiNetwork::Host => Ok(Network::Host),
-        ApiNetwork::Gateway(g) => {
-            let _ = secrets;
-            Err(NetworkUnavailable { mode: g.mode() })
-        }
+        ApiNetwork::Gateway(g) if !secrets.is_empty() => Err(NetworkUnavailable {
+            mode: g.mode(),
+            why: NO_BROKER,
+        }),
+        ApiNetwork::Gateway(_) => Ok(Network::Gateway),
     }
 }
 
@@ -178,6 +185,12 @@ pub fn sandbox_base(
     deps: &Path,
 ) -> Result<BoxSpec, BuildError> {
     let net = network(&r.network, &r.secrets)?;
+    if let ApiNetwork::Gateway(g) = &r.network {
+        return Err(BuildError::Network(NetworkUnavailable {
+            mode: g.mode(),
+            why: NO_SESSION_GATEWAY,
+        }));
+    }
     let mut base = BoxSpec::new(vec!["true".into()]);
     match r.image.as_deref() {
         None | Some("host") => {}
@@ -261,29 +274,34 @@ mod tests {
         assert_eq!(hull_api::request::defaults::TIMEOUT, spec::DEFAULT_TIMEOUT);
     }
 
-    /// A gateway mode is refused where the box would be built, naming the mode; it never runs
-    /// with no network or the host's. `none` and `host` are the engine's own.
+    /// A gateway mode makes a gateway box; what this build cannot give yet (secrets, a
+    /// Sandbox session's gateway) is refused naming the mode, never run with no network or the
+    /// host's. `none` and `host` are the engine's own.
     #[test]
-    fn a_gateway_mode_is_refused_until_the_gateway_is_wired() {
+    fn a_gateway_mode_makes_a_gateway_box_and_what_is_not_wired_is_refused() {
         for mode in ["deny-all", "allow-all", "custom"] {
             let r = RunRequest::from_json(&serde_json::json!({"argv": ["true"], "network": mode}))
                 .unwrap();
-            let e = run_spec(&r).unwrap_err();
-            assert!(
-                matches!(&e, BuildError::Network(n) if n.mode.to_string() == mode),
-                "{e:?}"
-            );
-            assert_eq!(e.kind(), "network_unavailable");
+            assert_eq!(run_spec(&r).unwrap().spec.network, Network::Gateway);
+            let with_secret = RunRequest::from_json(&serde_json::json!({
+                "argv": ["true"], "network": mode,
+                "secrets": [{"name": "K", "env": "HOME", "hosts": ["api.example.test"]}],
+            }));
+            if let Ok(r) = with_secret {
+                let e = run_spec(&r).unwrap_err();
+                assert!(
+                    matches!(&e, BuildError::Network(n) if n.mode.to_string() == mode && n.why == NO_BROKER),
+                    "{e:?}"
+                );
+                assert_eq!(e.kind(), "network_unavailable");
+            }
+            let c = SandboxRequest::from_json(&serde_json::json!({"network": mode})).unwrap();
+            let e = sandbox_base(&c, Path::new("/w"), Path::new("/d")).unwrap_err();
             assert!(
                 e.to_string()
-                    .contains(&format!("network mode `{mode}` needs the hull-net gateway")),
+                    .contains(&format!("network mode `{mode}`: a Sandbox session")),
                 "{e}"
             );
-            let c = SandboxRequest::from_json(&serde_json::json!({"network": mode})).unwrap();
-            assert!(matches!(
-                sandbox_base(&c, Path::new("/w"), Path::new("/d")),
-                Err(BuildError::Network(_))
-            ));
         }
         let host = RunRequest::from_json(&serde_json::json!({"argv": ["true"], "network": "host"}))
             .unwrap();

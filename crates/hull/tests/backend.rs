@@ -37,6 +37,17 @@ impl Backend for Recorder {
         Ok(())
     }
 
+    /// A gateway box is refused as the engine refuses one without a link to hand out: this
+    /// backend has none.
+    fn run_served(
+        &self,
+        _spec: &BoxSpec,
+        _sink: &mut dyn OutputSink,
+        _tap: &mut hull_box::TapHandler<'_>,
+    ) -> Result<(RunResult, Destroy), BoxError> {
+        Err(BoxError::NoTapHandler)
+    }
+
     fn run(
         &self,
         spec: &BoxSpec,

@@ -59,6 +59,10 @@ struct Pending {
 /// What every thread of the keeper shares.
 struct Keeper {
     resident: Resident,
+    /// The box's network gateway (a gateway network only), for the keeper's life: dropped,
+    /// it ends, and the box has no network. Held, never read (its drop is what counts).
+    #[allow(dead_code)]
+    gateway: Mutex<Option<crate::net::spawn::GatewayProcess>>,
     /// The sandbox's environment (the image's, the box defaults, `--env`), in order.
     env: Vec<(String, String)>,
     cwd: String,
@@ -357,15 +361,46 @@ fn start(dir: &Dir) -> Result<(Arc<Keeper>, mpsc::Receiver<()>), String> {
     // opened while its pid 1 still lets us: it turns non-dumpable only at the end of its setup,
     // which waits for the daemon started here after the open.
     let mut box_userns: Option<OwnedFd> = None;
-    let resident = match &in_box {
-        Some(w) => runtime.start_resident_serving(&spec, &mut |pid, dev| {
-            let ns: OwnedFd = File::open(format!("/proc/{pid}/ns/user"))?.into();
-            box_userns = Some(ns.try_clone()?);
-            super::fuse::serve_in_box(ns, dev, w, image.as_deref(), staged.as_ref())
-        }),
-        None => runtime.start_resident(&spec),
+    // A gateway network: its gateway serves the box's TAP from before the box is ready, for the
+    // keeper's life; its connection log is the state directory's `net.log`.
+    let gateway_start = match &cfg.network {
+        hull_api::network::Network::Gateway(g) => Some(crate::net::plan::start_of(g)?),
+        _ => None,
+    };
+    let mut gateway = None;
+    let net_log = dir.file("net.log");
+    let mut take = gateway_start
+        .as_ref()
+        .map(|s| crate::net::plan::handler(s, Some(&net_log), &mut gateway, |_| {}));
+    let mut serve_fuse = |pid: libc::pid_t, dev: OwnedFd| -> std::io::Result<()> {
+        let Some(w) = &in_box else {
+            return Err(std::io::Error::other("no FUSE root was asked for"));
+        };
+        let ns: OwnedFd = File::open(format!("/proc/{pid}/ns/user"))?.into();
+        box_userns = Some(ns.try_clone()?);
+        super::fuse::serve_in_box(ns, dev, w, image.as_deref(), staged.as_ref())
+    };
+    let handoff = hull_box::Handoff {
+        fuse: in_box
+            .is_some()
+            .then_some(&mut serve_fuse as &mut hull_box::FuseServer<'_>),
+        tap: take.as_mut().map(|t| t as &mut hull_box::TapHandler<'_>),
+    };
+    let resident = runtime
+        .start_resident_with(&spec, handoff)
+        .map_err(|e| chain(&e))?;
+    drop(take);
+    if let Some(g) = &gateway {
+        let ports: Vec<serde_json::Value> = g
+            .ports
+            .iter()
+            .map(|(inner, host)| serde_json::json!({"port": inner, "host_port": host}))
+            .collect();
+        super::state::write_atomic(
+            &dir.file("ports.json"),
+            serde_json::Value::Array(ports).to_string().as_bytes(),
+        )?;
     }
-    .map_err(|e| chain(&e))?;
     for w in resident.warnings() {
         eprintln!("hull keeper: warning: {w}");
     }
@@ -396,6 +431,7 @@ fn start(dir: &Dir) -> Result<(Arc<Keeper>, mpsc::Receiver<()>), String> {
         None
     };
     let keeper = Arc::new(Keeper {
+        gateway: Mutex::new(gateway),
         files,
         fuse_in_box: box_userns,
         subid_ranges,

@@ -6,5 +6,6 @@
 
 pub mod confine;
 pub mod gateway;
+pub mod plan;
 pub mod spawn;
 pub mod wire;
