@@ -6,12 +6,16 @@
 //! ([`ingress`]), and the connection log's records ([`log`]). It forks nothing, opens nothing and needs no
 //! namespace (see `ARCHITECTURE.md` and `docs/network.md` for the gateway built on it).
 
+pub mod ca;
 pub mod class;
 pub mod dns;
 pub mod ingress;
 pub mod log;
 pub mod name;
 pub mod policy;
+pub mod rules;
+pub mod scrub;
+pub mod secret;
 pub mod synth;
 
 pub use class::Class;
