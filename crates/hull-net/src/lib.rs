@@ -6,6 +6,7 @@
 //! ([`ingress`]), and the connection log's records ([`log`]). It forks nothing, opens nothing and needs no
 //! namespace (see `ARCHITECTURE.md` and `docs/network.md` for the gateway built on it).
 
+pub mod broker;
 pub mod ca;
 pub mod class;
 pub mod dns;
@@ -13,10 +14,13 @@ pub mod ingress;
 pub mod log;
 pub mod name;
 pub mod policy;
+pub mod reqlog;
+pub mod rewrite;
 pub mod rules;
 pub mod scrub;
 pub mod secret;
 pub mod synth;
+pub mod tls;
 
 pub use class::Class;
 pub use name::{HostPattern, Name, NameError};

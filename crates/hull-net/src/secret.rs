@@ -205,6 +205,16 @@ impl Secret {
             Zeroizing::new(percent(v, b"0123456789abcdef", false)),
             Zeroizing::new(percent(v, b"0123456789ABCDEF", true)),
         ];
+        // Inside a longer base64 text (`Basic` credentials, an echo of `Bearer <value>`) the
+        // value starts at any of three alignments; the characters that depend on the value
+        // alone are a fixed run for each.
+        for engine in [&b64, &b64url] {
+            for lead in 0..3 {
+                if let Some(run) = aligned_run(engine, v, lead) {
+                    forms.push(run);
+                }
+            }
+        }
         let mut seen: Vec<Zeroizing<Vec<u8>>> = Vec::new();
         for f in forms.drain(..) {
             if !seen.iter().any(|s| **s == *f) {
@@ -213,6 +223,22 @@ impl Secret {
         }
         seen
     }
+}
+
+/// The base64 characters that encode `v` alone when `lead` bytes (0 to 2) of something else
+/// come before it: character `j` covers bits `6j..6j+6` of the stream, and the value holds
+/// bits `8*lead..8*(lead+len)`. `None` when the run is too short to be told from chance.
+fn aligned_run(
+    engine: &base64::engine::GeneralPurpose,
+    v: &[u8],
+    lead: usize,
+) -> Option<Zeroizing<Vec<u8>>> {
+    let mut stream = Zeroizing::new(vec![0u8; lead]);
+    stream.extend_from_slice(v);
+    let text = Zeroizing::new(engine.encode(&*stream).into_bytes());
+    let first = (8 * lead).div_ceil(6);
+    let end = (8 * (lead + v.len())) / 6;
+    (end >= first + 8).then(|| Zeroizing::new(text[first..end].to_vec()))
 }
 
 /// Percent-encodes every byte outside RFC 3986's unreserved set (`plus` writes spaces as `+`).
