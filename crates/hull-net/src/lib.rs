@@ -5,6 +5,10 @@
 //! with the synthetic addresses of [`synth`]), and the first look at a box's frames
 //! ([`ingress`]), and the connection log's records ([`log`]). It forks nothing, opens nothing and needs no
 //! namespace (see `ARCHITECTURE.md` and `docs/network.md` for the gateway built on it).
+//!
+//! The credential broker is async and does I/O on the connections it is handed: [`broker`]
+//! (intercepting a connection), with [`ca`] and [`tls`] for its TLS ends, [`secret`],
+//! [`rules`] and [`rewrite`] for requests, [`scrub`] for responses and [`reqlog`] for its log.
 
 pub mod broker;
 pub mod ca;

@@ -5,6 +5,7 @@
 
 use http::request::Parts;
 use http::{HeaderName, HeaderValue};
+use zeroize::Zeroizing;
 
 use crate::name::Name;
 use crate::rules::{Action, Transform, Value};
@@ -40,7 +41,8 @@ pub fn rewrite(parts: &mut Parts, host: &Name, secrets: &[Secret], rules: &[Tran
         let mut changed = false;
         let mut new_values = Vec::with_capacity(values.len());
         for v in values {
-            let mut bytes = v.as_bytes().to_vec();
+            // Holds the real value once substituted: wiped when dropped.
+            let mut bytes = Zeroizing::new(v.as_bytes().to_vec());
             for (i, s) in secrets.iter().enumerate() {
                 if !contains(&bytes, s.placeholder().as_bytes()) {
                     continue;
@@ -56,7 +58,11 @@ pub fn rewrite(parts: &mut Parts, host: &Name, secrets: &[Secret], rules: &[Tran
                         s.name()
                     ));
                 } else {
-                    bytes = replace(&bytes, s.placeholder().as_bytes(), s.value().as_bytes());
+                    bytes = Zeroizing::new(replace(
+                        &bytes,
+                        s.placeholder().as_bytes(),
+                        s.value().as_bytes(),
+                    ));
                     push_once(&mut out.substituted, i);
                     changed = true;
                 }

@@ -82,8 +82,6 @@ pub enum SecretError {
     BadHeader { name: String, header: String },
     #[error("secret `{0}`: the value is empty, longer than {MAX_VALUE_LEN} bytes, or not valid in a header")]
     BadValue(String),
-    #[error("secret `{0}` is given twice")]
-    Duplicate(String),
     #[error("no randomness from the kernel")]
     Random(#[source] getrandom::Error),
 }

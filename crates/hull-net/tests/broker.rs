@@ -532,7 +532,7 @@ async fn curl_through_the_broker_over_h2_and_http11() {
         .output()
         .is_err()
     {
-        eprintln!("curl not installed: skipped");
+        hull_testkit::skip("curl is not installed (scripts/setup.sh installs it)");
         return;
     }
     let up = upstream().await;
