@@ -183,12 +183,13 @@ where
     } else {
         hello.alpn.clone()
     };
-    let up_tls = broker
-        .0
-        .upstream
-        .connect(upstream, name, &offer)
-        .await
-        .map_err(refuse)?;
+    let up_tls = tokio::time::timeout(
+        tls::FIRST_FLIGHT,
+        broker.0.upstream.connect(upstream, name, &offer),
+    )
+    .await
+    .map_err(|_| refuse(TlsError::UpstreamTimeout(name.to_string())))?
+    .map_err(refuse)?;
     let is_h2 = up_tls.get_ref().1.alpn_protocol() == Some(H2);
     let box_alpn = (!hello.alpn.is_empty()).then_some(if is_h2 { H2 } else { HTTP11 });
     let box_tls = tls::accept_box(hello, &broker.0.ca, name, box_alpn)
@@ -311,6 +312,8 @@ fn strip_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
     }
 }
 
+/// The broker's own response; `close` (h1 only: h2 has no `Connection`) ends the connection
+/// after it.
 fn full(status: StatusCode, text: &'static str, close: bool) -> Response<Body> {
     let mut r = Response::new(
         Full::new(Bytes::from_static(text.as_bytes()))
@@ -584,7 +587,7 @@ async fn handle(req: Request<Incoming>, flow: Arc<Flow>) -> Result<Response<Body
         return Ok(full(
             StatusCode::BAD_GATEWAY,
             "hull: the upstream sent a response it could not scrub\n",
-            true,
+            flow.protocol != "h2",
         ));
     }
     if !(is_head

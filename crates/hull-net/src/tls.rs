@@ -21,7 +21,7 @@ use crate::name::Name;
 pub const H2: &[u8] = b"h2";
 pub const HTTP11: &[u8] = b"http/1.1";
 
-/// How long a box has to send its ClientHello.
+/// How long a box has to send its ClientHello, and the real host to finish its handshake.
 pub const FIRST_FLIGHT: Duration = Duration::from_secs(10);
 
 /// Why a TLS end failed.
@@ -44,6 +44,8 @@ pub enum TlsError {
         #[source]
         source: std::io::Error,
     },
+    #[error("TLS to {0} did not complete in time")]
+    UpstreamTimeout(String),
     #[error("a leaf for {name}")]
     Leaf {
         name: String,

@@ -476,20 +476,29 @@ async fn a_request_for_another_host_on_the_connection_gets_421() {
 async fn an_encoded_response_that_cannot_be_scrubbed_is_refused() {
     let up = upstream().await;
     let (b, log) = broker(&up, default_spec());
-    let (tls, flow) = open_box(&up, &b, API, api(), &[b"http/1.1"]).await;
-    let mut c = BoxClient::new(tls.unwrap()).await;
-    let resp = c
-        .send(
-            c.request(API, "/gzip")
-                .body(Full::new(Bytes::new()))
-                .unwrap(),
-        )
-        .await;
-    assert_eq!(resp.status(), StatusCode::BAD_GATEWAY);
-    let body = resp.into_body().collect().await.unwrap().to_bytes();
-    assert!(!String::from_utf8_lossy(&body).contains("sk-REAL"));
-    drop(c);
-    let _ = flow.await.unwrap();
+    for alpn in [&b"h2"[..], b"http/1.1"] {
+        let (tls, flow) = open_box(&up, &b, API, api(), &[alpn]).await;
+        let mut c = BoxClient::new(tls.unwrap()).await;
+        let resp = c
+            .send(
+                c.request(API, "/gzip")
+                    .body(Full::new(Bytes::new()))
+                    .unwrap(),
+            )
+            .await;
+        assert_eq!(resp.status(), StatusCode::BAD_GATEWAY);
+        let h1 = alpn == b"http/1.1";
+        assert_eq!(
+            resp.headers().get("connection").is_some(),
+            h1,
+            "h1 is closed"
+        );
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        assert!(!String::from_utf8_lossy(&body).contains("sk-REAL"));
+        drop(c);
+        let stats = flow.await.unwrap().unwrap();
+        assert_eq!(stats.violations, 1);
+    }
     assert!(log_text(&log).contains("encoded as gzip cannot be scrubbed"));
 }
 
@@ -585,4 +594,28 @@ async fn curl_through_the_broker_over_h2_and_http11() {
             "{flag}"
         );
     }
+}
+
+#[tokio::test]
+async fn a_real_host_whose_chain_does_not_verify_gets_nothing() {
+    let up = upstream().await;
+    let spec: BrokerSpec = serde_json::from_value(default_spec()).unwrap();
+    let log: Log = Arc::new(Mutex::new(Vec::new()));
+    let log2 = log.clone();
+    // Public roots only: the loopback server's test CA is not among them.
+    let b = Broker::new(
+        spec,
+        Arc::new(Ca::in_memory().unwrap()),
+        UpstreamTls::new(&UpstreamTrust::default()).unwrap(),
+        Arc::new(move |r: &Record| log2.lock().unwrap().push(r.clone())),
+    )
+    .unwrap();
+    let (tls, flow) = open_box(&up, &b, API, api(), &[b"http/1.1"]).await;
+    assert!(tls.is_err(), "the box's handshake is never finished");
+    assert!(matches!(
+        flow.await.unwrap(),
+        Err(BrokerError::Tls(TlsError::Upstream { .. }))
+    ));
+    assert!(up.seen.lock().unwrap().is_empty(), "no request reached it");
+    assert!(log_text(&log).contains("TLS to api.example.test"));
 }
