@@ -489,6 +489,45 @@ mod tests {
     }
 
     #[test]
+    fn the_ca_and_its_leaves_have_the_designed_fields() {
+        use x509_parser::prelude::*;
+        let ca = Ca::in_memory().unwrap();
+        let now = OffsetDateTime::now_utc().unix_timestamp();
+        let (_, c) = X509Certificate::from_der(ca.cert_der()).unwrap();
+        let cn = c
+            .subject()
+            .iter_common_name()
+            .next()
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(cn.starts_with("hull gateway CA "), "{cn}");
+        assert_eq!(cn.rsplit(' ').next().unwrap().len(), 8, "{cn}");
+        let bc = c.basic_constraints().unwrap().unwrap().value;
+        assert!(bc.ca);
+        assert_eq!(bc.path_len_constraint, Some(0));
+        assert!(c.key_usage().unwrap().unwrap().value.key_cert_sign());
+        let life = c.validity().not_after.timestamp() - now;
+        assert!((3649 * 86400..=3650 * 86400).contains(&life), "{life}");
+
+        let leaf = ca.leaf(&n("API.example.test")).unwrap();
+        let (_, l) = X509Certificate::from_der(&leaf.cert[0]).unwrap();
+        let san = l.subject_alternative_name().unwrap().unwrap().value;
+        assert_eq!(
+            san.general_names,
+            vec![GeneralName::DNSName("api.example.test")]
+        );
+        assert!(!l.is_ca());
+        assert!(l.extended_key_usage().unwrap().unwrap().value.server_auth);
+        let back = now - l.validity().not_before.timestamp();
+        assert!((59..=70).contains(&back), "backdated a minute: {back}");
+        let ahead = l.validity().not_after.timestamp() - now;
+        assert!((86300..=86400).contains(&ahead), "{ahead}");
+        assert_eq!(l.issuer(), c.subject());
+    }
+
+    #[test]
     fn leaves_are_cached_per_name_and_the_least_recently_used_goes_first() {
         let ca = Ca::in_memory().unwrap().with_leaf_capacity(2);
         let a1 = ca.leaf(&n("a.example.test")).unwrap();

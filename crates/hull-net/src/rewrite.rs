@@ -52,6 +52,13 @@ pub fn rewrite(parts: &mut Parts, host: &Name, secrets: &[Secret], rules: &[Tran
                         "placeholder of secret {} sent to {host}, not a host it is for (left as is)",
                         s.name()
                     ));
+                } else if !s.allows(&parts.method, parts.uri.path()) {
+                    out.violations.push(format!(
+                        "placeholder of secret {} sent with {} {}, not a request it is for (left as is)",
+                        s.name(),
+                        parts.method,
+                        parts.uri.path()
+                    ));
                 } else if !s.in_header(&h) {
                     out.violations.push(format!(
                         "placeholder of secret {} in header {h}, not a header it is for (left as is)",
@@ -86,9 +93,9 @@ pub fn rewrite(parts: &mut Parts, host: &Name, secrets: &[Secret], rules: &[Tran
                 Value::Literal(v) => v.clone(),
                 Value::Secret(i, prefix) => {
                     let Some(s) = secrets.get(*i) else { continue };
-                    if !s.is_for(host) {
+                    if !s.is_for(host) || !s.allows(&parts.method, parts.uri.path()) {
                         out.violations.push(format!(
-                            "transformation {n} puts secret {} into a request to {host}, not a host it is for (skipped)",
+                            "transformation {n} puts secret {} into a request to {host}, not a request it is for (skipped)",
                             s.name()
                         ));
                         continue;
@@ -177,6 +184,33 @@ mod tests {
         assert_eq!(r.violations.len(), 2, "{:?}", r.violations);
         assert!(r.violations.iter().all(|v| !v.contains("REAL")));
 
+        let scoped = vec![secret(
+            serde_json::json!({"name":"k","value":"REAL","hosts":["api.test"],
+            "path_prefix":"/v1/","methods":["post"]}),
+        )];
+        let sp = scoped[0].placeholder().to_string();
+        for (method, path, real) in [
+            ("POST", "/v1/chat", true),
+            ("GET", "/v1/chat", false),
+            ("POST", "/v2/x", false),
+        ] {
+            let mut parts = http::Request::builder()
+                .method(method)
+                .uri(path)
+                .header("authorization", sp.as_str())
+                .body(())
+                .unwrap()
+                .into_parts()
+                .0;
+            let r = rewrite(&mut parts, &host, &scoped, &[]);
+            assert_eq!(
+                parts.headers["authorization"] == "REAL",
+                real,
+                "{method} {path}"
+            );
+            assert_eq!(r.violations.is_empty(), real, "{:?}", r.violations);
+        }
+
         let other = Name::parse("evil.test").unwrap();
         let mut parts = http::Request::builder()
             .header("authorization", format!("Bearer {p}"))
@@ -242,6 +276,6 @@ mod tests {
             parts.headers.get("x-api-key").is_none(),
             "secret not for other.test"
         );
-        assert!(r.violations[0].contains("not a host it is for"));
+        assert!(r.violations[0].contains("not a request it is for"));
     }
 }

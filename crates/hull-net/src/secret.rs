@@ -58,6 +58,12 @@ pub struct SecretSpec {
     /// response): pass such responses instead of closing the connection.
     #[serde(default)]
     pub reflect_ok: bool,
+    /// Only requests whose path starts with this get the value (`/v1/`).
+    #[serde(default)]
+    pub path_prefix: Option<String>,
+    /// Only requests with one of these methods get the value (any when empty).
+    #[serde(default)]
+    pub methods: Vec<String>,
 }
 
 fn default_headers() -> Vec<String> {
@@ -80,6 +86,8 @@ pub enum SecretError {
     NoHosts(String),
     #[error("secret `{name}`: `{header}` is not a header name")]
     BadHeader { name: String, header: String },
+    #[error("secret `{name}`: `{method}` is not a method")]
+    BadMethod { name: String, method: String },
     #[error("secret `{0}`: the value is empty, longer than {MAX_VALUE_LEN} bytes, or not valid in a header")]
     BadValue(String),
     #[error("no randomness from the kernel")]
@@ -95,6 +103,8 @@ pub struct Secret {
     hosts: Vec<HostPattern>,
     headers: Vec<HeaderName>,
     reflect_ok: bool,
+    path_prefix: Option<String>,
+    methods: Vec<http::Method>,
 }
 
 impl fmt::Debug for Secret {
@@ -105,6 +115,8 @@ impl fmt::Debug for Secret {
             .field("hosts", &self.hosts)
             .field("headers", &self.headers)
             .field("reflect_ok", &self.reflect_ok)
+            .field("path_prefix", &self.path_prefix)
+            .field("methods", &self.methods)
             .finish_non_exhaustive()
     }
 }
@@ -149,6 +161,18 @@ impl Secret {
         if v.is_empty() || v.len() > MAX_VALUE_LEN || http::HeaderValue::from_str(v).is_err() {
             return Err(SecretError::BadValue(name));
         }
+        let methods = spec
+            .methods
+            .iter()
+            .map(|m| {
+                http::Method::from_bytes(m.to_ascii_uppercase().as_bytes()).map_err(|_| {
+                    SecretError::BadMethod {
+                        name: name.clone(),
+                        method: m.clone(),
+                    }
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let mut rand = [0u8; 16];
         getrandom::fill(&mut rand).map_err(SecretError::Random)?;
         Ok(Secret {
@@ -158,6 +182,8 @@ impl Secret {
             hosts,
             headers,
             reflect_ok: spec.reflect_ok,
+            path_prefix: spec.path_prefix,
+            methods,
         })
     }
 
@@ -177,6 +203,14 @@ impl Secret {
     /// Whether the real value may go to `host`.
     pub fn is_for(&self, host: &Name) -> bool {
         self.hosts.iter().any(|p| p.matches(host))
+    }
+
+    /// Whether the value may go with this request (its path prefix and methods, if given).
+    pub fn allows(&self, method: &http::Method, path: &str) -> bool {
+        self.path_prefix
+            .as_deref()
+            .is_none_or(|p| path.starts_with(p))
+            && (self.methods.is_empty() || self.methods.contains(method))
     }
 
     /// Whether the placeholder is replaced in request header `h`.
