@@ -268,11 +268,14 @@ async fn the_real_value_goes_upstream_and_never_back_over_h2_and_http11() {
     for (alpn, want) in [
         (&[&b"h2"[..], b"http/1.1"][..], "h2"),
         (&[&b"http/1.1"[..]][..], "http/1.1"),
+        // No ALPN at all: http/1.1 upstream, and none announced to the box.
+        (&[][..], "http/1.1"),
     ] {
         up.seen.lock().unwrap().clear();
         let (tls, flow) = open_box(&up, &b, API, api(), alpn).await;
         let tls = tls.expect("the box trusts the hull CA's leaf");
-        assert_eq!(tls.get_ref().1.alpn_protocol(), Some(want.as_bytes()));
+        let announced = (!alpn.is_empty()).then_some(want.as_bytes());
+        assert_eq!(tls.get_ref().1.alpn_protocol(), announced);
         let mut c = BoxClient::new(tls).await;
         let req = c
             .request(API, "/v1/chat?k=1")
@@ -344,7 +347,7 @@ async fn the_real_value_goes_upstream_and_never_back_over_h2_and_http11() {
     let text = log_text(&log);
     assert!(!text.contains("sk-REAL"), "no value in the log:\n{text}");
     let recs = log.lock().unwrap().clone();
-    assert_eq!(recs.len(), 2);
+    assert_eq!(recs.len(), 3);
     for r in recs {
         let Record::Http {
             path,
