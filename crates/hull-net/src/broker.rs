@@ -70,7 +70,7 @@ pub enum BrokerError {
 /// What one intercepted connection carried.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FlowStats {
-    /// `h2` or `http/1.1`.
+    /// `h2` or `http/1.1`, as the box spoke it.
     pub protocol: &'static str,
     pub requests: u64,
     /// Requests into which at least one real value was put.
@@ -178,11 +178,13 @@ where
         BrokerError::Tls(e)
     };
     let hello = tls::read_hello(box_side, name).await.map_err(refuse)?;
-    let offer: Vec<&[u8]> = if hello.alpn.is_empty() {
-        vec![HTTP11]
-    } else {
-        hello.alpn.clone()
-    };
+    // The box's offer, with http/1.1 added when it offered only h2 so a host without h2 still
+    // answers (hyper relays between them); never h2 added to an http/1.1 box, whose `Upgrade`
+    // needs http/1.1 on both sides.
+    let mut offer: Vec<&[u8]> = hello.alpn.clone();
+    if !offer.contains(&HTTP11) {
+        offer.push(HTTP11);
+    }
     let up_tls = tokio::time::timeout(
         tls::FIRST_FLIGHT,
         broker.0.upstream.connect(upstream, name, &offer),
@@ -191,7 +193,15 @@ where
     .map_err(|_| refuse(TlsError::UpstreamTimeout(name.to_string())))?
     .map_err(refuse)?;
     let is_h2 = up_tls.get_ref().1.alpn_protocol() == Some(H2);
-    let box_alpn = (!hello.alpn.is_empty()).then_some(if is_h2 { H2 } else { HTTP11 });
+    let up_proto = if is_h2 { H2 } else { HTTP11 };
+    // The box gets the host's protocol when it offered it, else its own first choice (hyper
+    // relays h2 to http/1.1 and back).
+    let box_alpn = match hello.alpn.first() {
+        None => None,
+        Some(_) if hello.alpn.contains(&up_proto) => Some(up_proto),
+        Some(first) => Some(*first),
+    };
+    let box_h2 = box_alpn == Some(H2);
     let box_tls = tls::accept_box(hello, &broker.0.ca, name, box_alpn)
         .await
         .map_err(refuse)?;
@@ -217,17 +227,17 @@ where
     let flow = Arc::new(Flow {
         broker: broker.clone(),
         name: name.clone(),
-        protocol: if is_h2 { "h2" } else { "http/1.1" },
+        protocol: if box_h2 { "h2" } else { "http/1.1" },
         sender,
         stats: Mutex::new(FlowStats {
-            protocol: if is_h2 { "h2" } else { "http/1.1" },
+            protocol: if box_h2 { "h2" } else { "http/1.1" },
             ..FlowStats::default()
         }),
         splices: Mutex::new(Vec::new()),
     });
     let mut server = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     server.http1().timer(TokioTimer::new());
-    let server = if is_h2 {
+    let server = if box_h2 {
         server.http2_only()
     } else {
         server.http1_only()

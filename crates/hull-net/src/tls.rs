@@ -203,7 +203,7 @@ fn check_sni(hello: &ClientHello<'_>, name: &Name) -> Result<(), TlsError> {
 }
 
 /// Finishes the box's handshake with the CA's leaf for `name`, offering only `alpn` (the
-/// protocol the upstream chose, so both sides speak the same one).
+/// protocol the upstream chose when the box offered it, so both sides speak the same one).
 pub async fn accept_box<IO>(
     hello: BoxHello<IO>,
     ca: &Ca,

@@ -103,6 +103,10 @@ async fn echo(
 }
 
 async fn upstream() -> Upstream {
+    upstream_speaking(&[b"h2", b"http/1.1"]).await
+}
+
+async fn upstream_speaking(alpn: &[&[u8]]) -> Upstream {
     let ca_key = KeyPair::generate().unwrap();
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -123,7 +127,7 @@ async fn upstream() -> Upstream {
         PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
     )
     .unwrap();
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -621,4 +625,31 @@ async fn a_real_host_whose_chain_does_not_verify_gets_nothing() {
     ));
     assert!(up.seen.lock().unwrap().is_empty(), "no request reached it");
     assert!(log_text(&log).contains("TLS to api.example.test"));
+}
+
+#[tokio::test]
+async fn an_h2_only_box_reaches_an_http11_only_host() {
+    let up = upstream_speaking(&[b"http/1.1"]).await;
+    let (b, _log) = broker(&up, default_spec());
+    let placeholder = b.secrets()[0].placeholder().to_string();
+    let (tls, flow) = open_box(&up, &b, API, api(), &[b"h2"]).await;
+    let tls = tls.unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let mut c = BoxClient::new(tls).await;
+    let resp = c
+        .send(
+            c.request(API, "/mixed")
+                .header("authorization", format!("Bearer {placeholder}"))
+                .body(Full::new(Bytes::new()))
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(resp.status(), 200);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    assert!(!String::from_utf8_lossy(&body).contains("sk-REAL"));
+    let seen = up.seen.lock().unwrap().pop().unwrap();
+    assert_eq!(seen["authorization"], format!("Bearer {REAL}").as_str());
+    assert_eq!(seen["host"], API, "h1 upstream gets Host from :authority");
+    drop(c);
+    assert_eq!(flow.await.unwrap().unwrap().protocol, "h2");
 }
