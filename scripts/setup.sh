@@ -20,6 +20,8 @@ PKGS="$PKGS bubblewrap"
 # Named sandboxes' writable root where the kernel refuses overlayfs in a user namespace, and the
 # test that forces it (HULL_OVERLAY=fuse).
 PKGS="$PKGS fuse-overlayfs"
+# hull-net's broker test drives curl (h2 and http/1.1) through an intercepted loopback connection.
+PKGS="$PKGS curl"
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done

@@ -8,7 +8,13 @@
 //! [`ports`], and the event loop that owns them ([`gateway`], set and steered through
 //! [`control`]). It forks nothing and needs no namespace: the gateway
 //! runs on any link, in-memory ones in tests (see `ARCHITECTURE.md` and `docs/network.md`).
+//!
+//! The credential broker is async and does I/O on the connections it is handed: [`broker`]
+//! (intercepting a connection), with [`ca`] and [`tls`] for its TLS ends, [`secret`],
+//! [`rules`] and [`rewrite`] for requests, [`scrub`] for responses and [`reqlog`] for its log.
 
+pub mod broker;
+pub mod ca;
 pub mod class;
 pub mod control;
 pub mod dns;
@@ -21,10 +27,16 @@ pub mod log;
 pub mod name;
 pub mod policy;
 pub mod ports;
+pub mod reqlog;
 pub mod resolve;
+pub mod rewrite;
+pub mod rules;
+pub mod scrub;
+pub mod secret;
 pub mod stack;
 pub mod synth;
 mod sys;
+pub mod tls;
 pub mod upstream;
 
 pub use class::Class;
