@@ -1,7 +1,7 @@
-// The network options reach hull serve: a gateway mode comes back as NetworkUnavailable naming
-// the mode (this hull does not run the gateway yet), never as a sandbox with no network or the
-// host's; a policy object's camelCase keys reach hull as its snake_case ones (a bad entry is
-// named by hull); `none` and `host` are as before.
+// The network options reach hull serve: a gateway mode puts the box behind its gateway (names
+// judged by the policy, refusals at once, the gateway as DNS server); secrets are refused until
+// the gateway brokers them; a policy object's camelCase keys reach hull as its snake_case ones
+// (a bad entry is named by hull); `none` and `host` are as before. Nothing leaves the host.
 import assert from "node:assert/strict";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -11,16 +11,34 @@ import { test } from "node:test";
 import "./helpers.mjs";
 import { InvalidArgument, NetworkUnavailable, Sandbox, runCode } from "../dist/index.js";
 
-test("a gateway mode reaches hull and is refused naming it", async () => {
-  for (const network of ["deny-all", "allow-all", "custom", { allowHosts: ["api.example.com"], ports: [8080], maxTcpConnections: 8 }]) {
-    const mode = typeof network === "string" ? network : "custom";
-    await assert.rejects(runCode("print('RAN')", { network }), (e) => {
-      assert.ok(e instanceof NetworkUnavailable, String(e));
-      assert.equal(e.mode, mode);
-      assert.match(e.message, new RegExp(`network mode \`${mode}\` needs the hull-net gateway`));
-      return true;
-    });
+const PROBE = [
+  "import socket",
+  "try:",
+  "    print('name', socket.gethostbyname('api.example.test'))",
+  "except OSError:",
+  "    print('name refused')",
+  "try:",
+  "    socket.create_connection(('10.0.2.2', 9), timeout=5)",
+  "    print('connected')",
+  "except ConnectionRefusedError:",
+  "    print('connect refused')",
+  "print(open('/etc/resolv.conf').read().strip())",
+].join("\n");
+
+test("a gateway mode puts the box behind its gateway", async () => {
+  for (const network of ["deny-all", "custom", { allowHosts: ["api.other.test"], ports: [8080], maxTcpConnections: 8 }]) {
+    const r = await runCode(PROBE, { network });
+    assert.equal(r.stdout, "name refused\nconnect refused\nnameserver 10.0.2.2\n", JSON.stringify(r));
   }
+  await assert.rejects(
+    runCode("print('RAN')", { network: "custom", secrets: [{ name: "K", env: "HOME", hosts: ["api.example.test"] }] }),
+    (e) => {
+      assert.ok(e instanceof NetworkUnavailable, String(e));
+      assert.equal(e.mode, "custom");
+      assert.match(e.message, /secrets need the gateway's credential brokering/);
+      return true;
+    },
+  );
 });
 
 test("bad policy entries are named by hull, unknown keys by the SDK", async () => {

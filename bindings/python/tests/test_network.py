@@ -1,6 +1,8 @@
-"""The network options reach hull serve: a gateway mode comes back as NetworkUnavailable naming
-the mode (this hull does not run the gateway yet), never as a sandbox with no network or the
-host's; kern's egress_allow=[...] is a custom host list; bad entries are named by hull."""
+"""The network options reach hull serve: a gateway mode puts the sandbox's boxes behind their
+gateway (names judged by the policy, refusals at once, the gateway as their DNS server), secrets
+are refused until the gateway brokers them (never run without); kern's egress_allow=[...] is a
+custom host list; bad entries are named by hull. Nothing leaves the host: names are refused
+without the host resolving them, and the one connection tried is to the gateway itself."""
 
 import pytest
 
@@ -9,13 +11,34 @@ from hull_sandbox._errors import InvalidArgument
 from hull_sandbox._sandbox import _network
 
 
-@pytest.mark.parametrize("network", ["deny-all", "allow-all", "custom", {"mode": "custom", "allow_hosts": ["api.example.com"], "ports": [8080]}])
-def test_a_gateway_mode_reaches_hull_and_is_refused_naming_it(network):
+PROBE = """
+import socket
+try:
+    print('name', socket.gethostbyname('api.example.test'))
+except OSError as e:
+    print('name refused')
+try:
+    socket.create_connection(('10.0.2.2', 9), timeout=5)
+    print('connected')
+except ConnectionRefusedError:
+    print('connect refused')
+print(open('/etc/resolv.conf').read().strip())
+"""
+
+
+@pytest.mark.parametrize("network", ["deny-all", "custom", {"mode": "custom", "allow_hosts": ["api.other.test"], "ports": [8080]}])
+def test_a_gateway_mode_puts_the_box_behind_its_gateway(network):
+    r = run_code(PROBE, network=network)
+    assert r.stdout == "name refused\nconnect refused\nnameserver 10.0.2.2\n", r
+    with Sandbox(network=network) as sb:
+        assert sb.run_code(PROBE).stdout.endswith("connect refused\nnameserver 10.0.2.2\n")
+
+
+def test_secrets_are_refused_until_the_gateway_brokers_them():
     with pytest.raises(NetworkUnavailable) as e:
-        run_code("print('RAN')", network=network)
-    mode = network if isinstance(network, str) else network["mode"]
-    assert e.value.mode == mode and e.value.kind == "network_unavailable"
-    assert "network mode `%s` needs the hull-net gateway" % mode in str(e.value)
+        run_code("print('RAN')", network="custom", secrets=[{"name": "K", "env": "HOME", "hosts": ["api.example.test"]}])
+    assert e.value.mode == "custom" and e.value.kind == "network_unavailable"
+    assert "secrets need the gateway's credential brokering" in str(e.value)
 
 
 def test_egress_allow_is_a_custom_host_list():
@@ -26,10 +49,10 @@ def test_egress_allow_is_a_custom_host_list():
         _network(True, ["a.com"])
     with pytest.raises(TypeError, match="egress_allow"):
         _network(False, "a.com")
-    # Through hull: the custom mode comes back refused (the gateway is not wired yet).
-    with pytest.raises(NetworkUnavailable) as e:
-        Sandbox(egress_allow=["api.example.com"])
-    assert e.value.mode == "custom"
+    # Through hull: api.example.test is allowed, any other name is not.
+    with Sandbox(egress_allow=["api.example.test"]) as sb:
+        out = sb.run_code("import socket\nfor n in ('api.example.test', 'other.example.test'):\n    try:\n        print(n, socket.gethostbyname(n).startswith('198.1'))\n    except OSError:\n        print(n, 'refused')").stdout
+    assert out == "api.example.test True\nother.example.test refused\n", out
 
 
 def test_bad_entries_are_named_by_hull():

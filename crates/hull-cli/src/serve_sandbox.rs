@@ -187,7 +187,19 @@ impl Sessions {
                 let cfg = SandboxRequest::from_json(&params)?;
                 let n = self.next.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
                 let sid = format!("sb{n}");
-                let sb = Sandbox::create(Arc::<Runtime>::clone(rt), sid.clone(), cfg)?;
+                // A gateway network: each of the session's boxes is served by a gateway.
+                let backend: Arc<dyn hull::backend::Backend> = match &cfg.network {
+                    hull_api::network::Network::Gateway(g) => {
+                        let start =
+                            crate::net::plan::start_of(g).map_err(|e| bad("network", &e))?;
+                        Arc::new(crate::net::backend::Served::new(
+                            Arc::<Runtime>::clone(rt),
+                            start,
+                        ))
+                    }
+                    _ => Arc::<Runtime>::clone(rt),
+                };
+                let sb = Sandbox::create(backend, sid.clone(), cfg)?;
                 let setup = sb.setup.as_ref().map(|r| json!({ "stdout": r.stdout, "stderr": r.stderr, "exit_code": r.exit_code, "duration_ms": r.duration_ms }));
                 let ws = sb.workspace_path().display().to_string();
                 if let Ok(mut m) = self.map.lock() {

@@ -51,8 +51,6 @@ pub struct NetworkUnavailable {
 
 /// Why secrets are refused: the gateway does not broker credentials yet.
 const NO_BROKER: &str = "secrets need the gateway's credential brokering, which this build does not have yet: leave `secrets` out";
-/// Why a Sandbox session's gateway network is refused.
-const NO_SESSION_GATEWAY: &str = "a Sandbox session's boxes do not get the gateway yet: use `run` (one box) or a named sandbox, or `none`/`host` here";
 
 /// Why a request could not become a box spec.
 #[derive(Debug, thiserror::Error)]
@@ -185,12 +183,6 @@ pub fn sandbox_base(
     deps: &Path,
 ) -> Result<BoxSpec, BuildError> {
     let net = network(&r.network, &r.secrets)?;
-    if let ApiNetwork::Gateway(g) = &r.network {
-        return Err(BuildError::Network(NetworkUnavailable {
-            mode: g.mode(),
-            why: NO_SESSION_GATEWAY,
-        }));
-    }
     let mut base = BoxSpec::new(vec!["true".into()]);
     match r.image.as_deref() {
         None | Some("host") => {}
@@ -296,12 +288,8 @@ mod tests {
                 assert_eq!(e.kind(), "network_unavailable");
             }
             let c = SandboxRequest::from_json(&serde_json::json!({"network": mode})).unwrap();
-            let e = sandbox_base(&c, Path::new("/w"), Path::new("/d")).unwrap_err();
-            assert!(
-                e.to_string()
-                    .contains(&format!("network mode `{mode}`: a Sandbox session")),
-                "{e}"
-            );
+            let base = sandbox_base(&c, Path::new("/w"), Path::new("/d")).unwrap();
+            assert_eq!(base.network, Network::Gateway);
         }
         let host = RunRequest::from_json(&serde_json::json!({"argv": ["true"], "network": "host"}))
             .unwrap();

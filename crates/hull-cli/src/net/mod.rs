@@ -4,6 +4,7 @@
 //! ([`confine`]) before it reads a frame. The supervisor starts and controls it ([`spawn`]) over
 //! JSON lines ([`wire`]). The policy, the userspace TCP/IP stack and the flows are hull-net's.
 
+pub mod backend;
 pub mod confine;
 pub mod gateway;
 pub mod plan;
