@@ -20,6 +20,14 @@ pub struct Served {
     start: Start,
 }
 
+impl std::fmt::Debug for Served {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Served")
+            .field("start", &self.start)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Served {
     pub fn new(inner: Arc<dyn Backend>, start: Start) -> Served {
         Served { inner, start }
