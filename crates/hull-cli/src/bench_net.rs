@@ -29,7 +29,7 @@ const CLIENT: &str = r#"
 import socket, sys, time, os
 host, port = sys.argv[1], int(sys.argv[2])
 if host == 'wait-tap0':
-    while not os.path.exists('/sys/class/net/tap0'): time.sleep(0.001)
+    while 'tap0:' not in open('/proc/net/dev').read(): time.sleep(0.001)
     time.sleep(0.05)
     host = '10.0.2.2'
 t = time.perf_counter(); s = socket.create_connection((host, port), timeout=20); c = time.perf_counter() - t
@@ -278,7 +278,8 @@ fn measure(runs: usize) -> Result<Value, String> {
             &rt,
             &client_spec(python, &host_s, port, Network::Gateway),
             Some(&mut take),
-        )?;
+        )
+        .map_err(|e| format!("hull gateway: {e}"))?;
         drop(gw);
         let s = if slirp_ok {
             let mut child = None;
@@ -290,7 +291,8 @@ fn measure(runs: usize) -> Result<Value, String> {
                 &rt,
                 &client_spec(python, "wait-tap0", port, Network::Gateway),
                 Some(&mut take),
-            )?;
+            )
+            .map_err(|e| format!("slirp4netns: {e}"))?;
             if let Some(mut c) = child {
                 let _ = c.kill();
                 let _ = c.wait();
