@@ -206,6 +206,16 @@ export class NamedSandbox {
     return (await this.call("named.logs", p)).logs;
   }
 
+  /** @internal One call on a server of its own (listing, templates). */
+  static async once(method: string, params: Record<string, unknown>): Promise<any> {
+    const server = await NamedSandbox.open("");
+    try {
+      return await server.call(method, params);
+    } finally {
+      await server.close();
+    }
+  }
+
   /** @internal Every named sandbox (`hull ps`). */
   static async list(): Promise<SandboxListing[]> {
     const server = await NamedSandbox.open("");
@@ -291,6 +301,14 @@ export class NamedSandbox {
   /** Removes a path (a directory with what it holds); false when it was missing. */
   async delete(path: string): Promise<boolean> {
     return (await this.call("named.delete", { path: textPath(path) })).deleted;
+  }
+
+  /** Freezes this stopped sandbox's disk and configuration as template `name` (`hull template
+   * save`): `Sandbox.create({ name, template })` then starts from it without copying. A running
+   * sandbox is refused (kind `sandbox_running`), a taken name is a `conflict`. */
+  async saveTemplate(name: string): Promise<void> {
+    if (typeof name !== "string") throw new TypeError("name must be a string");
+    await this.call("named.template_save", { name });
   }
 
   /** Ends every process; the disk stays (the next exec, or `resume`, starts it again). */
@@ -442,4 +460,39 @@ export function listSandboxes(): Promise<SandboxListing[]> {
 /** The named sandbox `name`, started again if it was stopped. */
 export function resume(name: string): Promise<NamedSandbox> {
   return NamedSandbox.resume(name);
+}
+
+/** One saved template as `listTemplates()` reports it (`hull template ls`). */
+export interface TemplateListing {
+  name: string;
+  /** The sandbox it was saved from. */
+  from: string;
+  image: string;
+  user: string;
+  age_s: number;
+  size_bytes: number;
+  layers: number;
+}
+
+/** Every saved template of this user (`hull template ls`). */
+export async function listTemplates(): Promise<TemplateListing[]> {
+  return (await NamedSandbox.once("named.template_list", {})).templates;
+}
+
+/** Removes template `name` (`hull template rm`); false when there was none. Sandboxes made
+ * from it keep working (its layers go with the last of them). */
+export async function removeTemplate(name: string): Promise<boolean> {
+  if (typeof name !== "string") throw new TypeError("name must be a string");
+  return (await NamedSandbox.once("named.template_rm", { name })).removed;
+}
+
+/** Removes the templates saved at least `olderThanS` seconds ago (all without it; `hull
+ * template prune`); their names. */
+export async function pruneTemplates(options: { olderThanS?: number } = {}): Promise<string[]> {
+  const p: Record<string, unknown> = {};
+  if (options.olderThanS !== undefined) {
+    if (typeof options.olderThanS !== "number" || !(options.olderThanS >= 0)) throw new RangeError(`olderThanS must be 0 or more seconds, got ${options.olderThanS}`);
+    p.older_than_s = options.olderThanS;
+  }
+  return (await NamedSandbox.once("named.template_prune", p)).removed;
 }
