@@ -92,14 +92,10 @@ function missingUser(e: unknown, user: string): boolean {
   return e instanceof SandboxError && e.message.includes(`no user \`${user}\``);
 }
 
-/** HOME of `user` from the sandbox's /etc/passwd (a file operation: nothing runs). */
-async function homeOf(sb: NamedSandbox, user: string): Promise<string> {
-  const passwd = (await sb.readText("/etc/passwd").catch(() => null)) ?? "";
-  for (const line of passwd.split("\n")) {
-    const f = line.split(":");
-    if (f.length >= 6 && (f[0] === user || f[2] === user)) return f[5] || "/";
-  }
-  return user === "root" ? "/root" : "/";
+/** HOME as the sandbox's commands see it (what an agent is told, and what adapters use). */
+async function homeOf(sb: NamedSandbox): Promise<string> {
+  const r = await sb.exec('printf "%s" "$HOME"');
+  return r.exitCode === 0 && r.stdout.startsWith("/") ? r.stdout : "/";
 }
 
 /** hull's refusal of a failed setup command as a HullCommandError (hull has removed the
@@ -173,7 +169,7 @@ export async function createHullNetworkSandboxSession(options: HullNetworkSandbo
 
   if (options.template === undefined) {
     const { sb, user } = await makeSandbox(id, options, image);
-    return new HullNetworkSandboxSession(sb, facts(user, await homeOf(sb, user)));
+    return new HullNetworkSandboxSession(sb, facts(user, await homeOf(sb)));
   }
 
   const template = options.template;
@@ -183,7 +179,7 @@ export async function createHullNetworkSandboxSession(options: HullNetworkSandbo
     // A throwaway sandbox: setup, prepare on its restricted session, stop, save, remove.
     const { sb, user } = await makeSandbox(builderId(name), { ...options, readOnlyWorkspaces: undefined }, image);
     try {
-      const builder = new HullNetworkSandboxSession(sb, { ...facts(user, await homeOf(sb, user)), id: sb.name });
+      const builder = new HullNetworkSandboxSession(sb, { ...facts(user, await homeOf(sb)), id: sb.name });
       await template.prepare({ session: builder.restricted(), ...(options.abortSignal ? { abortSignal: options.abortSignal } : {}) });
       throwIfAborted(options.abortSignal);
       await sb.stop();
@@ -199,7 +195,7 @@ export async function createHullNetworkSandboxSession(options: HullNetworkSandbo
     throw abortReason(options.abortSignal);
   }
   const user = (await listSandboxes()).find((s) => s.name === id)?.user ?? "root";
-  return new HullNetworkSandboxSession(sb, facts(user, await homeOf(sb, user), name));
+  return new HullNetworkSandboxSession(sb, facts(user, await homeOf(sb), name));
 }
 
 /** Reattaches to sandbox `sandboxId` from this or another process, starting it again if it
@@ -223,7 +219,7 @@ export async function resumeHullNetworkSandboxSession(options: { sandboxId: stri
     id,
     image: listed?.image ?? "unknown",
     user,
-    home: await homeOf(sb, user),
+    home: await homeOf(sb),
     readOnlyWorkspaces: [],
     brokerCredentials: options.brokerCredentials !== false,
   });

@@ -5,7 +5,7 @@
 import { spawn as spawnChild } from "node:child_process";
 import { Readable, Writable } from "node:stream";
 
-import { findHull, type NamedSandbox, type Process } from "hull-sandbox";
+import { SandboxError, findHull, type NamedSandbox, type Process } from "hull-sandbox";
 
 import { abortReason } from "./errors.js";
 
@@ -87,6 +87,8 @@ export async function spawnInSandbox(sb: NamedSandbox, spec: CommandSpec): Promi
   const done = proc.wait().then(
     (r) => r.exitCode,
     (e) => {
+      // Stopping the sandbox ends every process in it with SIGKILL: as a kill, 137.
+      if (e instanceof SandboxError && /sandbox stopped/.test(e.message)) return 137;
       throw e;
     },
   );

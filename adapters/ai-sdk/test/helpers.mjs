@@ -27,8 +27,10 @@ export async function withSandboxes(t) {
   const root = mkdtempSync(join(tmpdir(), "hull-ai-sdk-"));
   const before = process.env.HULL_SANDBOXES;
   process.env.HULL_SANDBOXES = join(root, "sandboxes");
+  let failed = true;
   try {
     await t(process.env.HULL_SANDBOXES);
+    failed = false;
   } finally {
     let left = [];
     try {
@@ -43,7 +45,8 @@ export async function withSandboxes(t) {
     if (before === undefined) delete process.env.HULL_SANDBOXES;
     else process.env.HULL_SANDBOXES = before;
     rmSync(root, { recursive: true, force: true });
-    assert.deepEqual(left, [], "a test left sandboxes behind");
+    // (A failing test's own error is the one to see.)
+    if (!failed) assert.deepEqual(left, [], "a test left sandboxes behind");
   }
 }
 
