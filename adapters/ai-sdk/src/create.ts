@@ -102,7 +102,7 @@ async function homeOf(sb: NamedSandbox): Promise<string> {
  * sandbox already); anything else unchanged. */
 function setupFailure(e: unknown): unknown {
   if (!(e instanceof SandboxError)) return e;
-  const m = /setup command `([\s\S]*)` failed with exit code (\d+)(?:; its stderr:\n([\s\S]*))?$/.exec(e.message);
+  const m = /setup command `([\s\S]*)` failed with exit code (\d+)(?:; its stderr:\n?([\s\S]*))?$/.exec(e.message);
   if (m === null) return e;
   const stderr = (m[3] ?? "").replace(/^ {2}/gm, "");
   return new HullCommandError({ command: m[1], exitCode: Number(m[2]), stderr: stderr === "" ? "" : stderr + "\n" });
