@@ -7,7 +7,7 @@ import { NamedSandbox, Sandbox, SandboxError, listSandboxes, resume, type NamedS
 
 import { HullCommandError, HullSandboxNotFoundError, abortReason, sandboxNotFound, throwIfAborted } from "./errors.js";
 import { HullNetworkSandboxSession, type SandboxFacts } from "./session.js";
-import { builderId, ensureTemplate, templateName, type HullSandboxTemplate } from "./templates.js";
+import { builderId, ensureTemplate, findTemplate, templateName, type HullSandboxTemplate } from "./templates.js";
 import { checkNetworkOptions } from "./unsupported.js";
 
 export const DEFAULT_IMAGE = "node:24";
@@ -175,7 +175,9 @@ export async function createHullNetworkSandboxSession(options: HullNetworkSandbo
   const template = options.template;
   const setup = options.setup ?? [];
   const name = templateName(template.identity, image, options.user, setup);
-  await ensureTemplate(name, async () => {
+  // Built already (the usual case): no lock, one listing.
+  let listed = await findTemplate(name);
+  if (listed === undefined) await ensureTemplate(name, async () => {
     // A throwaway sandbox: setup, prepare on its restricted session, stop, save, remove.
     const { sb, user } = await makeSandbox(builderId(name), { ...options, readOnlyWorkspaces: undefined }, image);
     try {
@@ -188,13 +190,14 @@ export async function createHullNetworkSandboxSession(options: HullNetworkSandbo
       await sb.destroy().catch(() => {});
     }
   });
+  listed ??= await findTemplate(name);
   throwIfAborted(options.abortSignal);
   const sb = await Sandbox.create({ name: id, template: name, ...resources(options) });
   if (options.abortSignal?.aborted) {
     await sb.destroy().catch(() => {});
     throw abortReason(options.abortSignal);
   }
-  const user = (await listSandboxes()).find((s) => s.name === id)?.user ?? "root";
+  const user = listed?.user ?? "root";
   return new HullNetworkSandboxSession(sb, facts(user, await homeOf(sb), name));
 }
 

@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 import type { Experimental_SandboxSession } from "@ai-sdk/provider-utils";
-import { listTemplates, removeTemplate } from "hull-sandbox";
+import { listTemplates, removeTemplate, type TemplateListing } from "hull-sandbox";
 
 export const TEMPLATE_PREFIX = "ai-sdk-harness-template-";
 
@@ -27,8 +27,9 @@ export function templateName(identity: string, image: string, user: string | und
   return TEMPLATE_PREFIX + digest.slice(0, 24);
 }
 
-export async function templateExists(name: string): Promise<boolean> {
-  return (await listTemplates()).some((t) => t.name === name);
+/** Template `name` as hull lists it, or undefined. */
+export async function findTemplate(name: string): Promise<TemplateListing | undefined> {
+  return (await listTemplates()).find((t) => t.name === name);
 }
 
 const building = new Map<string, Promise<void>>();
@@ -38,7 +39,7 @@ export function ensureTemplate(name: string, build: () => Promise<void>): Promis
   let p = building.get(name);
   if (p === undefined) {
     p = withLock(name, async () => {
-      if (!(await templateExists(name))) await build();
+      if ((await findTemplate(name)) === undefined) await build();
     }).finally(() => building.delete(name));
     building.set(name, p);
   }
