@@ -188,9 +188,15 @@ export class HullNetworkSandboxSession implements HarnessV1NetworkSandboxSession
     if (endLine !== undefined && !(Number.isInteger(endLine) && endLine >= (startLine ?? 1))) throw new RangeError(`endLine must be a line number from startLine on, got ${endLine}`);
     return this.op(o.abortSignal, async () => {
       // The keeper cuts the range: only those lines cross the socket.
-      if (startLine === undefined && endLine === undefined) {
+      const ranged = startLine !== undefined || endLine !== undefined;
+      if (!ranged || encoding === "utf16le") {
         const r = await this.sb.readFile(path, { maxBytes: MAX_READ });
-        return r === null ? null : r.toString(encoding);
+        if (r === null) return null;
+        const text = r.toString(encoding);
+        if (!ranged) return text;
+        // The keeper cuts at "\n" bytes, which UTF-16 does not have: cut the text here.
+        const lines = text.split(/(?<=\n)/);
+        return lines.slice((startLine ?? 1) - 1, endLine ?? lines.length).join("");
       }
       return this.sb.readText(path, { lines: [startLine ?? 1, endLine ?? null], encoding });
     });

@@ -138,6 +138,10 @@ test("files: text, bytes and streams, line ranges, parents made, overwrite, null
   await s.writeTextFile({ path: "f/latin", content: "é", encoding: "latin1" });
   assert.deepEqual([...(await s.readBinaryFile({ path: "f/latin" }))], [0xe9]);
   assert.equal(await s.readTextFile({ path: "f/latin", encoding: "latin1" }), "é");
+  await s.writeTextFile({ path: "f/utf16", content: "α\nβ\nγ\n", encoding: "utf-16le" });
+  assert.equal((await s.readBinaryFile({ path: "f/utf16" })).length, 12);
+  assert.equal(await s.readTextFile({ path: "f/utf16", encoding: "utf-16le", startLine: 2, endLine: 2 }), "β\n");
+  await assert.rejects(s.readTextFile({ path: "f/utf16", encoding: "ebcdic" }), RangeError);
   for (const m of ["readFile", "readBinaryFile", "readTextFile"]) assert.equal(await s[m]({ path: "nope/missing" }), null);
   await assert.rejects(s.readTextFile({ path: "f" }), (e) => e.kind === "is_a_directory");
   await assert.rejects(s.writeTextFile({ path: "f", content: "x" }), (e) => e.kind === "is_a_directory");
