@@ -27,13 +27,13 @@ MATURIN_PEP517_ARGS="--profile dev" "$venv/bin/python" -m pip install -q --force
 mkdir -p "$stage/py" "$stage/node"
 cp bindings/python/tests/conftest.py bindings/python/tests/test_named.py bindings/python/tests/test_langchain_shell.py "$stage/py/"
 cp -r bindings/node/dist bindings/node/test bindings/node/package.json "$stage/node/"
-chmod -R a+rX "$stage"
 # The AI SDK adapter's tests: its built package with its dependencies (the hull-sandbox link
 # resolved), and its node image imported into the user's own store from the layout
 # adapters/ai-sdk/scripts/node-image.sh left readable.
 mkdir -p "$stage/ai-sdk"
 cp -r adapters/ai-sdk/dist adapters/ai-sdk/test adapters/ai-sdk/package.json adapters/ai-sdk/scripts/node-image.sh "$stage/ai-sdk/"
 cp -rL adapters/ai-sdk/node_modules "$stage/ai-sdk/node_modules"
+chmod -R a+rX "$stage"
 for suite in pytest-sdk-named node-sdk-named node-ai-sdk; do install -m 666 /dev/null "$skips/$suite.rootless.xml"; done
 status=0
 as_user() {
