@@ -1006,3 +1006,74 @@ fn templates_are_saved_listed_removed_and_pruned_through_serve() {
     s.call("named.rm", json!({ "sandbox": "base" }));
     s.close();
 }
+
+#[test]
+fn a_spawn_made_with_stdin_reads_what_is_written_until_eof() {
+    let sbs = Sandboxes::new();
+    let mut s = sbs.serve();
+    s.call("named.create", json!({ "name": "in" }));
+    let p = s.call(
+        "named.spawn",
+        json!({ "sandbox": "in", "shell": "while read l; do echo \"got $l\"; done; echo eof", "stdin": true }),
+    )["process"]
+        .clone();
+    let w = s.call(
+        "named.write_stdin",
+        json!({ "sandbox": "in", "process": p, "text": "a\n" }),
+    );
+    assert_eq!(w["written"], json!(2));
+    // Bytes too; a later server writes to the same stdin (the keeper holds it).
+    s.close();
+    let mut s = sbs.serve();
+    s.call(
+        "named.write_stdin",
+        json!({ "sandbox": "in", "process": p, "data_b64": "Ygo=", "eof": true }),
+    );
+    let r = s.call("named.wait", json!({ "sandbox": "in", "process": p }));
+    assert_eq!(
+        (r["exit_code"].clone(), r["stdout"].clone()),
+        (json!(0), json!("got a\ngot b\neof\n")),
+        "{r}"
+    );
+    // Closed: nothing more is taken; a spawn without stdin has none; an unknown one is named.
+    let e = s.error(
+        "named.write_stdin",
+        json!({ "sandbox": "in", "process": p, "text": "late" }),
+    );
+    assert!(e["message"].as_str().unwrap().contains("no stdin"), "{e}");
+    let plain =
+        s.call("named.spawn", json!({ "sandbox": "in", "shell": "cat" }))["process"].clone();
+    let r = s.call("named.wait", json!({ "sandbox": "in", "process": plain }));
+    assert_eq!(r["exit_code"], json!(0), "{r}");
+    let e = s.error(
+        "named.write_stdin",
+        json!({ "sandbox": "in", "process": plain, "text": "x" }),
+    );
+    assert!(e["message"].as_str().unwrap().contains("no stdin"), "{e}");
+    let e = s.error(
+        "named.write_stdin",
+        json!({ "sandbox": "in", "process": "s1n999", "text": "x" }),
+    );
+    assert_eq!(e["kind"], json!("not_found"), "{e}");
+    // A process waiting on its stdin is killed with its tree as any spawn.
+    let q = s.call(
+        "named.spawn",
+        json!({ "sandbox": "in", "shell": "cat > /dev/null; echo never", "stdin": true }),
+    )["process"]
+        .clone();
+    s.call(
+        "named.write_stdin",
+        json!({ "sandbox": "in", "process": q, "text": "x\n" }),
+    );
+    assert_eq!(
+        s.call("named.kill", json!({ "sandbox": "in", "process": q }))["killed"],
+        json!(true)
+    );
+    let r = s.call("named.wait", json!({ "sandbox": "in", "process": q }));
+    assert_eq!(
+        (r["exit_code"].clone(), r["stdout"].clone()),
+        (json!(137), json!(""))
+    );
+    s.call("named.rm", json!({ "sandbox": "in" }));
+    s.close();
+}
