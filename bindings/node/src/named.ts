@@ -240,8 +240,14 @@ export class NamedSandbox {
 
   /** Starts a background process and resolves at once with its Process; it runs on across
    * later execs and after this process exits, until `kill()` or `stop()`. */
-  async spawn(cmd: string | string[], options: Omit<ExecOptions, "timeoutS"> = {}): Promise<Process> {
-    const p = commandParams(cmd, options);
+  async spawn(cmd: string | string[], options: Omit<ExecOptions, "timeoutS"> & { stdin?: boolean } = {}): Promise<Process> {
+    const { stdin, ...rest } = options;
+    const p = commandParams(cmd, rest);
+    if (stdin !== undefined) {
+      if (typeof stdin !== "boolean") throw new TypeError("stdin must be true or false");
+      // Its stdin is a pipe the keeper holds: `process.write()`, then `process.closeStdin()`.
+      p.stdin = stdin;
+    }
     const r = await this.call("named.spawn", p);
     return new Process(this, r.process, options);
   }
@@ -432,6 +438,19 @@ export class Process {
   /** The exit code, or null while it runs. */
   poll(): number | null {
     return this.result ? this.result.exitCode : null;
+  }
+
+  /** Writes to the process's stdin (a spawn made with `stdin: true`); resolves once the keeper
+   * has written it all (a process that does not read holds it). `closeStdin()` ends it. */
+  async write(data: string | Uint8Array): Promise<void> {
+    const bytes = typeof data === "string" ? Buffer.from(data, "utf8") : Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+    await this.sandbox.call("named.write_stdin", { process: this.id, data_b64: bytes.toString("base64") });
+  }
+
+  /** Closes the process's stdin (it reads end of file); `data` is written first. */
+  async closeStdin(data: string | Uint8Array = ""): Promise<void> {
+    const bytes = typeof data === "string" ? Buffer.from(data, "utf8") : Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+    await this.sandbox.call("named.write_stdin", { process: this.id, data_b64: bytes.toString("base64"), eof: true });
   }
 
   /** Kills the process and everything it started, daemons that left its session included (its

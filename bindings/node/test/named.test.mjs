@@ -327,3 +327,21 @@ test("templates are saved, listed, removed and pruned through the SDK", () =>
       rmSync(join(root, ".templates"), { recursive: true, force: true });
     }
   }));
+
+test("a spawn with stdin reads what is written, until closeStdin", () =>
+  withSandboxes(async () => {
+    const sb = await Sandbox.create({ name: "stdin" });
+    try {
+      const p = await sb.spawn("while read l; do echo \"got $l\"; done; echo eof", { stdin: true });
+      await p.write("a\n");
+      await p.write(new Uint8Array([0x62, 0x0a]));
+      await p.closeStdin("c\n");
+      assert.equal((await p.wait()).stdout, "got a\ngot b\ngot c\neof\n");
+      await assert.rejects(p.write("late"), (e) => e instanceof SandboxError && /no stdin/.test(e.message));
+      const q = await sb.spawn("cat");
+      assert.equal((await q.wait()).exitCode, 0);
+      await assert.rejects(sb.spawn("cat", { stdin: "yes" }), TypeError);
+    } finally {
+      await sb.destroy();
+    }
+  }));
