@@ -1,11 +1,8 @@
-// Processes started by the session's `spawn`: a hull spawn (`named.spawn`, owned by the sandbox's
-// keeper, killed with its whole tree through its own cgroup) streamed into web ReadableStreams;
-// or, with `stdin: true`, a `hull exec -i` child of this process (the keeper's spawns have no
-// stdin), killed by killing that client: the keeper then SIGKILLs the command's process group.
-import { spawn as spawnChild } from "node:child_process";
-import { Readable, Writable } from "node:stream";
-
-import { SandboxError, findHull, type NamedSandbox, type Process } from "hull-sandbox";
+// Processes started by the session's `spawn`: hull spawns (`named.spawn`), owned by the
+// sandbox's keeper (they outlive this process, are killed with their whole tree through their own
+// cgroup), their output streamed into web ReadableStreams; with `stdin: true` the keeper holds a
+// pipe as their stdin, written through `named.write_stdin`.
+import { SandboxError, type NamedSandbox, type Process } from "hull-sandbox";
 
 import { abortReason } from "./errors.js";
 
@@ -15,6 +12,7 @@ export interface CommandSpec {
   cwd: string;
   env?: Record<string, string>;
   abortSignal?: AbortSignal;
+  stdin?: boolean;
 }
 
 /** A spawned process as the harness sees it. */
@@ -81,6 +79,7 @@ export async function spawnInSandbox(sb: NamedSandbox, spec: CommandSpec): Promi
   const proc: Process = await sb.spawn(spec.command, {
     cwd: spec.cwd,
     ...(spec.env !== undefined ? { env: spec.env } : {}),
+    ...(spec.stdin === true ? { stdin: true } : {}),
     onStdout: out.push,
     onStderr: err.push,
   });
@@ -106,50 +105,13 @@ export async function spawnInSandbox(sb: NamedSandbox, spec: CommandSpec): Promi
     return killed;
   };
   const wait = withAbort(spec.abortSignal, kill, done);
-  return { stdout: out.stream, stderr: err.stream, wait, kill };
-}
-
-/** Variables `hull exec` itself reads: given to it with their value on its command line
- * (visible in the host's `ps`), every other one by name only, its value in hull's environment. */
-const HULLS_OWN = /^(HULL_|XDG_)|^(PATH|HOME|TMPDIR|LD_[A-Z_]+)$/;
-
-/** A command with a writable stdin: `hull exec -i` as a child of this process. */
-export function spawnWithStdin(sandboxId: string, spec: CommandSpec): SpawnedProcess {
-  const args = ["exec", "-i", "-w", spec.cwd];
-  const env: Record<string, string | undefined> = { ...process.env };
-  for (const [k, v] of Object.entries(spec.env ?? {})) {
-    if (HULLS_OWN.test(k)) args.push("-e", `${k}=${v}`);
-    else {
-      args.push("-e", k);
-      env[k] = v;
-    }
-  }
-  args.push("--shell", sandboxId, "--", spec.command);
-  const child = spawnChild(findHull(), args, { env, stdio: ["pipe", "pipe", "pipe"] });
-  const done = new Promise<number>((resolve, reject) => {
-    child.on("error", reject);
-    child.on("close", (code, signal) => resolve(code ?? 128 + (signal === "SIGKILL" ? 9 : 15)));
+  if (spec.stdin !== true) return { stdout: out.stream, stderr: err.stream, wait, kill };
+  // Each write is one keeper call, in order (a WritableStream writes one chunk at a time);
+  // close is end of file; an abort of the stream closes it too.
+  const stdin = new WritableStream<Uint8Array>({
+    write: (chunk) => proc.write(chunk),
+    close: () => proc.closeStdin(),
+    abort: () => proc.closeStdin().catch(() => {}),
   });
-  done.catch(() => {});
-  child.stdin.on("error", () => {});
-  let killed: Promise<void> | undefined;
-  const kill = (): Promise<void> => {
-    // The client going away is what makes the keeper kill the command's process group.
-    if (killed === undefined) {
-      if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
-      killed = done.then(
-        () => {},
-        () => {},
-      );
-    }
-    return killed;
-  };
-  const wait = withAbort(spec.abortSignal, kill, done);
-  return {
-    stdout: Readable.toWeb(child.stdout) as ReadableStream<Uint8Array>,
-    stderr: Readable.toWeb(child.stderr) as ReadableStream<Uint8Array>,
-    stdin: Writable.toWeb(child.stdin) as WritableStream<Uint8Array>,
-    wait,
-    kill,
-  };
+  return { stdout: out.stream, stderr: err.stream, stdin, wait, kill };
 }

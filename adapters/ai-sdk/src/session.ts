@@ -18,7 +18,7 @@ import type {
 import { SandboxError, type NamedSandbox } from "hull-sandbox";
 
 import { raceAbort, sandboxNotFound, throwIfAborted } from "./errors.js";
-import { spawnInSandbox, spawnWithStdin, type SpawnedProcess } from "./process.js";
+import { spawnInSandbox, type SpawnedProcess } from "./process.js";
 import * as unsupported from "./unsupported.js";
 
 /** The directory commands start in and relative paths resolve against; never changes. */
@@ -147,7 +147,7 @@ export class HullNetworkSandboxSession implements HarnessV1NetworkSandboxSession
     throwIfAborted(o.abortSignal);
     let p: SpawnedProcess;
     try {
-      p = o.stdin === true ? spawnWithStdin(this.id, { command, cwd, env, abortSignal: o.abortSignal }) : await spawnInSandbox(this.sb, { command, cwd, env, abortSignal: o.abortSignal });
+      p = await spawnInSandbox(this.sb, { command, cwd, env, abortSignal: o.abortSignal, stdin: o.stdin === true });
     } catch (e) {
       throw sandboxNotFound(e, this.id);
     }

@@ -109,12 +109,16 @@ test("spawn with stdin: true: writes reach the command, close is EOF, kill ends 
   await w.write(new TextEncoder().encode("a\nb\n"));
   await w.close();
   assert.deepEqual([await text(p.stdout), await p.wait()], ["got a v\ngot b v\neof\n", { exitCode: 0 }]);
-  const q = await s.spawn({ command: "cat > /dev/null; sleep 304", stdin: true });
-  await new Promise((r) => setTimeout(r, 200));
+  // A process fed by its stdin is still the keeper's: its whole tree dies with it.
+  const q = await s.spawn({ command: "setsid sh -c 'sleep 304 &'; cat > /dev/null", stdin: true });
+  const qw = q.stdin.getWriter();
+  await qw.write(new TextEncoder().encode("x\n"));
+  assert.equal(await running("sleep 304"), 1);
   await q.kill();
   assert.deepEqual(await q.wait(), { exitCode: 137 });
   await q.kill();
   assert.equal(await running("sleep 304"), 0);
+  await assert.rejects(qw.write(new TextEncoder().encode("late")));
   assert.equal(p.stdin !== undefined && (await s.spawn({ command: "true" })).stdin, undefined);
 });
 
