@@ -698,17 +698,23 @@ fn write_stdin(p: &Map<String, Value>) -> Result<Value, Value> {
         eof: boolean(p, "eof")?,
     };
     let fail = |e: String| err("sandbox_error", e);
-    let mut conn = client::open(&dir, false, &req)
+    let conn = client::open(&dir, false, &req)
         .map_err(fail)?
         .ok_or_else(|| no_process(&h))?;
     let key = track(&conn, false);
+    let written = data.len();
     let r = (|| {
-        for chunk in data.chunks(wire::MAX_FRAME as usize) {
-            wire::write_frame(&mut conn, wire::STDIN, chunk)
-                .map_err(|e| format!("talk to the keeper: {e}"))?;
-        }
-        wire::write_frame(&mut conn, wire::STDIN_END, &[])
-            .map_err(|e| format!("talk to the keeper: {e}"))?;
+        // From a thread: the keeper may answer (an unknown handle) before it reads the data;
+        // then what the thread could not write is moot (EXIT comes only after all of it).
+        let mut w = conn.try_clone().map_err(|e| e.to_string())?;
+        std::thread::spawn(move || {
+            for chunk in data.chunks(wire::MAX_FRAME as usize) {
+                if wire::write_frame(&mut w, wire::STDIN, chunk).is_err() {
+                    return;
+                }
+            }
+            let _ = wire::write_frame(&mut w, wire::STDIN_END, &[]);
+        });
         let mut r = BufReader::new(conn.try_clone().map_err(|e| e.to_string())?);
         match wire::read_frame(&mut r).map_err(|e| format!("read from the keeper: {e}"))? {
             Some((wire::EXIT, _)) => Ok(None),
@@ -721,7 +727,7 @@ fn write_stdin(p: &Map<String, Value>) -> Result<Value, Value> {
     untrack(key);
     match r.map_err(fail)? {
         Some(missing) => Err(missing),
-        None => Ok(json!({ "written": data.len() })),
+        None => Ok(json!({ "written": written })),
     }
 }
 
