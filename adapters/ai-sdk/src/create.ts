@@ -189,7 +189,7 @@ export async function createHullNetworkSandboxSession(options: HullNetworkSandbo
     } finally {
       await sb.destroy().catch(() => {});
     }
-  });
+  }, options.abortSignal);
   listed ??= await findTemplate(name);
   throwIfAborted(options.abortSignal);
   const sb = await Sandbox.create({ name: id, template: name, ...resources(options) });

@@ -107,10 +107,20 @@ export async function spawnInSandbox(sb: NamedSandbox, spec: CommandSpec): Promi
   const wait = withAbort(spec.abortSignal, kill, done);
   if (spec.stdin !== true) return { stdout: out.stream, stderr: err.stream, wait, kill };
   // Each write is one keeper call, in order (a WritableStream writes one chunk at a time);
-  // close is end of file; an abort of the stream closes it too.
+  // close is end of file, moot once the process has ended (the keeper dropped its stdin then);
+  // an abort of the stream closes it too.
   const stdin = new WritableStream<Uint8Array>({
     write: (chunk) => proc.write(chunk),
-    close: () => proc.closeStdin(),
+    close: async () => {
+      try {
+        await proc.closeStdin();
+      } catch (e) {
+        // Refused because the process ended (its exit may reach this client a moment after the
+        // keeper dropped the pipe): nothing to close. Refused while it runs: say so.
+        const ended = await Promise.race([done.then(() => true, () => true), new Promise<boolean>((r) => setTimeout(() => r(false), 1000).unref())]);
+        if (!ended) throw e;
+      }
+    },
     abort: () => proc.closeStdin().catch(() => {}),
   });
   return { stdout: out.stream, stderr: err.stream, stdin, wait, kill };

@@ -11,6 +11,8 @@ import { join } from "node:path";
 import type { Experimental_SandboxSession } from "@ai-sdk/provider-utils";
 import { listTemplates, removeTemplate, type TemplateListing } from "hull-sandbox";
 
+import { raceAbort, throwIfAborted } from "./errors.js";
+
 export const TEMPLATE_PREFIX = "ai-sdk-harness-template-";
 
 /** What `template` takes: `agent.getSandboxTemplate()` in newer harness versions, or any
@@ -35,15 +37,15 @@ export async function findTemplate(name: string): Promise<TemplateListing | unde
 const building = new Map<string, Promise<void>>();
 
 /** Builds template `name` with `build` unless it exists; once per name however many callers. */
-export function ensureTemplate(name: string, build: () => Promise<void>): Promise<void> {
+export function ensureTemplate(name: string, build: () => Promise<void>, signal?: AbortSignal): Promise<void> {
   let p = building.get(name);
   if (p === undefined) {
     p = withLock(name, async () => {
       if ((await findTemplate(name)) === undefined) await build();
-    }).finally(() => building.delete(name));
+    }, signal).finally(() => building.delete(name));
     building.set(name, p);
   }
-  return p;
+  return raceAbort(p, signal);
 }
 
 function alive(pid: number): boolean {
@@ -57,7 +59,7 @@ function alive(pid: number): boolean {
 
 /** Runs `f` holding a lock directory for `name` (per user and per sandboxes directory); a lock
  * whose holder died is taken over. */
-async function withLock(name: string, f: () => Promise<void>): Promise<void> {
+async function withLock(name: string, f: () => Promise<void>, signal?: AbortSignal): Promise<void> {
   const uid = process.getuid?.() ?? 0;
   const scope = createHash("sha256").update(process.env.HULL_SANDBOXES ?? "").digest("hex").slice(0, 12);
   const dir = join(tmpdir(), `ai-sdk-sandbox-hull-${uid}`);
@@ -77,7 +79,11 @@ async function withLock(name: string, f: () => Promise<void>): Promise<void> {
         // being written: wait
       }
       if (Number.isInteger(holder) && !alive(holder)) rmSync(lock, { recursive: true, force: true });
-      else await new Promise((r) => setTimeout(r, 100));
+      else {
+        // Another process builds it: wait (an abort ends the wait, not that build).
+        throwIfAborted(signal);
+        await new Promise((r) => setTimeout(r, 100));
+      }
     }
   }
   try {

@@ -8,7 +8,7 @@ import { test } from "node:test";
 import { HarnessCapabilityUnsupportedError } from "@ai-sdk/harness";
 import { SandboxError } from "hull-sandbox";
 
-import { IMAGE, hull, otherProcess, withSandboxes } from "./helpers.mjs";
+import { IMAGE, hull, otherProcess, text, withSandboxes } from "./helpers.mjs";
 import { HullCommandError, HullSandboxNotFoundError, createHullNetworkSandboxSession, resumeHullNetworkSandboxSession } from "../dist/index.js";
 
 const refusedBecause = (re) => (e) => HarnessCapabilityUnsupportedError.isInstance(e) && re.test(e.message);
@@ -127,5 +127,36 @@ test("workspace is the host directory read-write; readOnlyWorkspaces refuse writ
     } finally {
       rmSync(rw, { recursive: true, force: true });
       rmSync(ro, { recursive: true, force: true });
+    }
+  }));
+
+test("an aborted creation makes nothing; per-command variables never reach a host command line", () =>
+  withSandboxes(async () => {
+    const ac = new AbortController();
+    ac.abort(new Error("not now"));
+    await assert.rejects(createHullNetworkSandboxSession({ image: IMAGE, sandboxId: "aborted", abortSignal: ac.signal }), /not now/);
+    await assert.rejects(createHullNetworkSandboxSession({ image: IMAGE, sandboxId: "aborted", abortSignal: ac.signal, template: { identity: "t", async prepare() {} } }), /not now/);
+    assert.deepEqual([hull(["ps", "--json"]).trim(), hull(["template", "ls", "--json"]).trim()], ["", ""]);
+    const s = await createHullNetworkSandboxSession({ image: IMAGE, sandboxId: "env" });
+    try {
+      const secret = "s3cret-" + Math.random().toString(36).slice(2);
+      const p = await s.spawn({ command: 'read -r line; [ "$line" = "$TOKEN" ] && echo same', env: { TOKEN: secret }, stdin: true });
+      const r = await s.run({ command: "sleep 0.2; echo $TOKEN", env: { TOKEN: secret } });
+      assert.equal(r.stdout, secret + "\n");
+      // Every process of this host, the keeper and the box's included: no command line holds it.
+      const { readdirSync, readFileSync } = await import("node:fs");
+      for (const pid of readdirSync("/proc").filter((d) => /^\d+$/.test(d))) {
+        let cmdline = "";
+        try {
+          cmdline = readFileSync(`/proc/${pid}/cmdline`, "latin1");
+        } catch {}
+        assert.ok(!cmdline.includes(secret), `pid ${pid}: ${cmdline}`);
+      }
+      const w = p.stdin.getWriter();
+      await w.write(new TextEncoder().encode(secret + "\n"));
+      await w.close();
+      assert.equal(await text(p.stdout), "same\n");
+    } finally {
+      await s.destroy();
     }
   }));
