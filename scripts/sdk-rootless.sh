@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The SDKs' named-sandbox tests as the unprivileged user (scripts/test.sh runs it after the Rust
 # rootless pass; it can run alone too): bindings/python's test_named.py and
-# test_langchain_shell.py, bindings/node's named.test.mjs, against the hull in STAGE.
+# test_langchain_shell.py, bindings/node's named.test.mjs, and the AI SDK adapter's tests
+# (adapters/ai-sdk, built and its image made first by scripts/test.sh), against the hull in STAGE.
 #
 #   scripts/sdk-rootless.sh STAGE SKIPS [USER]
 #
@@ -26,8 +27,14 @@ MATURIN_PEP517_ARGS="--profile dev" "$venv/bin/python" -m pip install -q --force
 mkdir -p "$stage/py" "$stage/node"
 cp bindings/python/tests/conftest.py bindings/python/tests/test_named.py bindings/python/tests/test_langchain_shell.py "$stage/py/"
 cp -r bindings/node/dist bindings/node/test bindings/node/package.json "$stage/node/"
+# The AI SDK adapter's tests: its built package with its dependencies (the hull-sandbox link
+# resolved), and its node image imported into the user's own store from the layout
+# adapters/ai-sdk/scripts/node-image.sh left readable.
+mkdir -p "$stage/ai-sdk"
+cp -r adapters/ai-sdk/dist adapters/ai-sdk/test adapters/ai-sdk/package.json adapters/ai-sdk/scripts/node-image.sh "$stage/ai-sdk/"
+cp -rL adapters/ai-sdk/node_modules "$stage/ai-sdk/node_modules"
 chmod -R a+rX "$stage"
-for suite in pytest-sdk-named node-sdk-named; do install -m 666 /dev/null "$skips/$suite.rootless.xml"; done
+for suite in pytest-sdk-named node-sdk-named node-ai-sdk; do install -m 666 /dev/null "$skips/$suite.rootless.xml"; done
 status=0
 as_user() {
     su "$user" -s /bin/bash -c "cd $1 && HULL_BIN=$stage/hull HULL_CGROUP_PARENT=hull-$user $2" || status=1
@@ -37,4 +44,8 @@ as_user "$stage/py" "$venv/bin/python -m pytest -q -rs -p no:cacheprovider --jun
 echo "-- Node SDK named sandboxes as $user"
 junit="--test-reporter=spec --test-reporter-destination=stdout --test-reporter=junit --test-reporter-destination=$skips/node-sdk-named.rootless.xml"
 as_user "$stage/node" "NODE_OPTIONS='$junit' node --test --test-concurrency=1 test/named.test.mjs"
+echo "-- AI SDK adapter as $user"
+as_user /tmp "HULL_BIN=$stage/hull bash $stage/ai-sdk/node-image.sh --import-only"
+junit="--test-reporter=spec --test-reporter-destination=stdout --test-reporter=junit --test-reporter-destination=$skips/node-ai-sdk.rootless.xml"
+as_user "$stage/ai-sdk" "NODE_OPTIONS='$junit' node --test --test-concurrency=1 test/*.test.mjs"
 exit $status

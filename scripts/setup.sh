@@ -75,6 +75,14 @@ if ! command -v npm >/dev/null; then
 fi
 (cd "$(dirname "$0")/../tests/mcp/node" && npm ci --no-audit --no-fund --loglevel=error)
 
+# The AI SDK adapter (adapters/ai-sdk): its npm dependencies (@ai-sdk/harness, from the lock
+# file; hull-sandbox is bindings/node by path), and what its test image is built from: Debian's
+# bash, coreutils, procps, git and curl beside this host's node (adapters/ai-sdk/scripts/node-image.sh).
+(cd "$(dirname "$0")/../adapters/ai-sdk" && npm ci --no-audit --no-fund --loglevel=error)
+for p in bash coreutils procps git curl; do
+    dpkg -s "$p" >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q --no-install-recommends bash coreutils procps git curl; break; }
+done
+
 # The unprivileged user the rootless test pass runs as.
 TEST_USER="${HULL_TEST_USER:-hulltest}"
 id "$TEST_USER" >/dev/null 2>&1 || useradd -m "$TEST_USER"

@@ -40,6 +40,11 @@ python3 -m pytest -q -rs --junitxml="$skips/pytest-sdk.xml" bindings/python/test
 echo "== Node SDK: npm ci, build (tsc), node --test against the debug hull"
 (cd bindings/node && npm ci --no-audit --no-fund && npm run build && HULL_BIN="$PWD/../../target/debug/hull" NODE_OPTIONS="$(junit node-sdk)" npm test)
 
+echo "== AI SDK adapter (adapters/ai-sdk): its node image, npm ci, build (tsc), node --test against the debug hull"
+# The image is built from this host's node and Debian packages (no download) and imported.
+HULL_BIN="$PWD/target/debug/hull" bash adapters/ai-sdk/scripts/node-image.sh
+(cd adapters/ai-sdk && npm ci --no-audit --no-fund --loglevel=error && npm run build && HULL_BIN="$PWD/../../target/debug/hull" NODE_OPTIONS="$(junit node-ai-sdk)" npm test)
+
 echo "== tests as the unprivileged user $TEST_USER"
 # The test binaries and hull are copied where the user can read them (the checkout may sit
 # under /root); tests find hull through HULL_BIN.

@@ -4,4 +4,16 @@ export { NETWORK_MODES, type Network, type NetworkMode, type NetworkPolicy, type
 export { ExecutionResult, Result, type Fault, type FileEntry } from "./result.js";
 export { Kernel, LANGUAGES, PROTOCOL, Sandbox, runCode, type Language, type RunCodeOptions, type SandboxOptions } from "./sandbox.js";
 export { findHull } from "./server.js";
-export { NamedSandbox, Process, listSandboxes, resume, type ExecOptions, type NamedSandboxOptions, type SandboxListing } from "./named.js";
+export {
+  NamedSandbox,
+  Process,
+  listSandboxes,
+  listTemplates,
+  pruneTemplates,
+  removeTemplate,
+  resume,
+  type ExecOptions,
+  type NamedSandboxOptions,
+  type SandboxListing,
+  type TemplateListing,
+} from "./named.js";

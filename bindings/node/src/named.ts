@@ -216,6 +216,16 @@ export class NamedSandbox {
     return (await this.call("named.logs", p)).logs;
   }
 
+  /** @internal One call on a server of its own (listing, templates). */
+  static async once(method: string, params: Record<string, unknown>): Promise<any> {
+    const server = await NamedSandbox.open("");
+    try {
+      return await server.call(method, params);
+    } finally {
+      await server.close();
+    }
+  }
+
   /** @internal Every named sandbox (`hull ps`). */
   static async list(): Promise<SandboxListing[]> {
     const server = await NamedSandbox.open("");
@@ -240,8 +250,14 @@ export class NamedSandbox {
 
   /** Starts a background process and resolves at once with its Process; it runs on across
    * later execs and after this process exits, until `kill()` or `stop()`. */
-  async spawn(cmd: string | string[], options: Omit<ExecOptions, "timeoutS"> = {}): Promise<Process> {
-    const p = commandParams(cmd, options);
+  async spawn(cmd: string | string[], options: Omit<ExecOptions, "timeoutS"> & { stdin?: boolean } = {}): Promise<Process> {
+    const { stdin, ...rest } = options;
+    const p = commandParams(cmd, rest);
+    if (stdin !== undefined) {
+      if (typeof stdin !== "boolean") throw new TypeError("stdin must be true or false");
+      // Its stdin is a pipe the keeper holds: `process.write()`, then `process.closeStdin()`.
+      p.stdin = stdin;
+    }
     const r = await this.call("named.spawn", p);
     return new Process(this, r.process, options);
   }
@@ -301,6 +317,14 @@ export class NamedSandbox {
   /** Removes a path (a directory with what it holds); false when it was missing. */
   async delete(path: string): Promise<boolean> {
     return (await this.call("named.delete", { path: textPath(path) })).deleted;
+  }
+
+  /** Freezes this stopped sandbox's disk and configuration as template `name` (`hull template
+   * save`): `Sandbox.create({ name, template })` then starts from it without copying. A running
+   * sandbox is refused (kind `sandbox_running`), a taken name is a `conflict`. */
+  async saveTemplate(name: string): Promise<void> {
+    if (typeof name !== "string") throw new TypeError("name must be a string");
+    await this.call("named.template_save", { name });
   }
 
   /** Ends every process; the disk stays (the next exec, or `resume`, starts it again). */
@@ -426,6 +450,19 @@ export class Process {
     return this.result ? this.result.exitCode : null;
   }
 
+  /** Writes to the process's stdin (a spawn made with `stdin: true`); resolves once the keeper
+   * has written it all (a process that does not read holds it). `closeStdin()` ends it. */
+  async write(data: string | Uint8Array): Promise<void> {
+    const bytes = typeof data === "string" ? Buffer.from(data, "utf8") : Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+    await this.sandbox.call("named.write_stdin", { process: this.id, data_b64: bytes.toString("base64") });
+  }
+
+  /** Closes the process's stdin (it reads end of file); `data` is written first. */
+  async closeStdin(data: string | Uint8Array = ""): Promise<void> {
+    const bytes = typeof data === "string" ? Buffer.from(data, "utf8") : Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+    await this.sandbox.call("named.write_stdin", { process: this.id, data_b64: bytes.toString("base64"), eof: true });
+  }
+
   /** Kills the process and everything it started, daemons that left its session included (its
    * own cgroup; exit 137); one that ended already keeps its code. Idempotent. */
   async kill(): Promise<ExecutionResult> {
@@ -452,4 +489,39 @@ export function listSandboxes(): Promise<SandboxListing[]> {
 /** The named sandbox `name`, started again if it was stopped. */
 export function resume(name: string): Promise<NamedSandbox> {
   return NamedSandbox.resume(name);
+}
+
+/** One saved template as `listTemplates()` reports it (`hull template ls`). */
+export interface TemplateListing {
+  name: string;
+  /** The sandbox it was saved from. */
+  from: string;
+  image: string;
+  user: string;
+  age_s: number;
+  size_bytes: number;
+  layers: number;
+}
+
+/** Every saved template of this user (`hull template ls`). */
+export async function listTemplates(): Promise<TemplateListing[]> {
+  return (await NamedSandbox.once("named.template_list", {})).templates;
+}
+
+/** Removes template `name` (`hull template rm`); false when there was none. Sandboxes made
+ * from it keep working (its layers go with the last of them). */
+export async function removeTemplate(name: string): Promise<boolean> {
+  if (typeof name !== "string") throw new TypeError("name must be a string");
+  return (await NamedSandbox.once("named.template_rm", { name })).removed;
+}
+
+/** Removes the templates saved at least `olderThanS` seconds ago (all without it; `hull
+ * template prune`); their names. */
+export async function pruneTemplates(options: { olderThanS?: number } = {}): Promise<string[]> {
+  const p: Record<string, unknown> = {};
+  if (options.olderThanS !== undefined) {
+    if (typeof options.olderThanS !== "number" || !(options.olderThanS >= 0)) throw new RangeError(`olderThanS must be 0 or more seconds, got ${options.olderThanS}`);
+    p.older_than_s = options.olderThanS;
+  }
+  return (await NamedSandbox.once("named.template_prune", p)).removed;
 }

@@ -10,7 +10,7 @@ import { fileURLToPath } from "node:url";
 import { test } from "node:test";
 
 import "./helpers.mjs";
-import { NamedSandbox, Sandbox, SandboxError, listSandboxes, resume } from "../dist/index.js";
+import { NamedSandbox, Sandbox, SandboxError, listSandboxes, listTemplates, pruneTemplates, removeTemplate, resume } from "../dist/index.js";
 
 const dist = resolve(dirname(fileURLToPath(import.meta.url)), "../dist/index.js");
 
@@ -296,5 +296,52 @@ test("a sandbox from a template, its logs, and the list of sandboxes", () =>
       await base.destroy();
       execFileSync(process.env.HULL_BIN, ["template", "rm", "t1"], { env: process.env });
       rmSync(join(root, ".templates"), { recursive: true, force: true });
+    }
+  }));
+
+test("templates are saved, listed, removed and pruned through the SDK", () =>
+  withSandboxes(async (root) => {
+    const base = await Sandbox.create({ name: "base" });
+    try {
+      assert.equal((await base.exec("echo baked > /workspace/baked")).exitCode, 0);
+      await assert.rejects(base.saveTemplate("t1"), (e) => e instanceof SandboxError && e.kind === "sandbox_running");
+      await base.stop();
+      await base.saveTemplate("t1");
+      await assert.rejects(base.saveTemplate("t1"), (e) => e instanceof SandboxError && e.kind === "conflict");
+      const [t] = await listTemplates();
+      assert.deepEqual([t.name, t.from, t.image, t.user, t.layers], ["t1", "base", "host", "root", 1]);
+      const child = await Sandbox.create({ name: "child", template: "t1" });
+      try {
+        assert.equal(await removeTemplate("t1"), true);
+        assert.equal(await removeTemplate("t1"), false);
+        assert.equal(await child.readText("/workspace/baked"), "baked\n");
+      } finally {
+        await child.destroy();
+      }
+      await base.saveTemplate("t2");
+      assert.deepEqual(await pruneTemplates({ olderThanS: 3600 }), []);
+      assert.deepEqual(await pruneTemplates(), ["t2"]);
+      assert.deepEqual(await listTemplates(), []);
+    } finally {
+      await base.destroy();
+      rmSync(join(root, ".templates"), { recursive: true, force: true });
+    }
+  }));
+
+test("a spawn with stdin reads what is written, until closeStdin", () =>
+  withSandboxes(async () => {
+    const sb = await Sandbox.create({ name: "stdin" });
+    try {
+      const p = await sb.spawn("while read l; do echo \"got $l\"; done; echo eof", { stdin: true });
+      await p.write("a\n");
+      await p.write(new Uint8Array([0x62, 0x0a]));
+      await p.closeStdin("c\n");
+      assert.equal((await p.wait()).stdout, "got a\ngot b\ngot c\neof\n");
+      await assert.rejects(p.write("late"), (e) => e instanceof SandboxError && /no stdin/.test(e.message));
+      const q = await sb.spawn("cat");
+      assert.equal((await q.wait()).exitCode, 0);
+      await assert.rejects(sb.spawn("cat", { stdin: "yes" }), TypeError);
+    } finally {
+      await sb.destroy();
     }
   }));

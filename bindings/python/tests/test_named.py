@@ -298,6 +298,20 @@ def test_kill_by_another_client_ends_a_setsid_daemon_and_twice_is_fine(sandboxes
         sb.destroy()
 
 
+def test_a_spawn_with_stdin_reads_what_is_written_until_close_stdin(sandboxes):
+    with Sandbox(name="stdin") as sb:
+        p = sb.spawn('while read l; do echo "got $l"; done; echo eof', stdin=True)
+        p.write("a\n")
+        p.write(b"b\n")
+        p.close_stdin("c\n")
+        assert p.wait(30).stdout == "got a\ngot b\ngot c\neof\n"
+        with pytest.raises(SandboxError) as e:
+            p.write("late")
+        assert "no stdin" in str(e.value)
+        with pytest.raises(TypeError):
+            sb.spawn("cat", stdin="yes")
+
+
 def test_a_spawns_output_is_in_hull_logs(sandboxes):
     with Sandbox(name="logs") as sb:
         sb.spawn("echo sdk-$((2+3))-marker; sleep 60")

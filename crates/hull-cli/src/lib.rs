@@ -25,6 +25,7 @@ pub mod serve;
 mod serve_loop;
 mod serve_named;
 mod serve_named_files;
+mod serve_named_templates;
 mod serve_out;
 mod serve_request;
 pub mod serve_sandbox;

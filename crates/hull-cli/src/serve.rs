@@ -122,7 +122,7 @@ fn handle(
         "hello" => reply(Ok(with_store_images(json!({
             "protocol": PROTOCOL_VERSION,
             "hull": env!("CARGO_PKG_VERSION"),
-            "methods": (["hello", "run", "shutdown"].iter().chain(crate::serve_sandbox::METHODS).chain(crate::serve_named::METHODS).chain(crate::serve_named_files::METHODS).collect::<Vec<&&str>>()),
+            "methods": (["hello", "run", "shutdown"].iter().chain(crate::serve_sandbox::METHODS).chain(crate::serve_named::METHODS).chain(crate::serve_named_files::METHODS).chain(crate::serve_named_templates::METHODS).collect::<Vec<&&str>>()),
             "images": ["host"],
         })))),
         "run" => {
@@ -139,6 +139,10 @@ fn handle(
         m if crate::serve_named_files::METHODS.contains(&m) => reply(
             crate::serve_named::object(params)
                 .and_then(|p| crate::serve_named_files::handle(m, &p)),
+        ),
+        m if crate::serve_named_templates::METHODS.contains(&m) => reply(
+            crate::serve_named::object(params)
+                .and_then(|p| crate::serve_named_templates::handle(m, &p)),
         ),
         m if m.starts_with("named.") => reply(crate::serve_named::handle(out, &id, m, params)),
         other => reply(Err(

@@ -30,6 +30,7 @@ pub const METHODS: &[&str] = &[
     "named.spawn",
     "named.wait",
     "named.kill",
+    "named.write_stdin",
 ];
 
 /// Output kept per stream in an answer; more is cut (and said: `truncated`).
@@ -616,6 +617,7 @@ fn spawn(p: &Map<String, Value>) -> Result<Value, Value> {
         cwd: string(p, "cwd")?,
         shell,
         user: string(p, "user")?,
+        stdin: boolean(p, "stdin")?,
     };
     let fail = |e: String| {
         err(
@@ -719,6 +721,58 @@ fn wait(out: &Out, id: &Value, p: &Map<String, Value>) -> Result<Value, Value> {
     }
 }
 
+/// `named.write_stdin`: bytes (`data_b64` or `text`) to the stdin of a spawn made with
+/// `stdin`, then its close with `eof`; answered once the keeper has written them all.
+fn write_stdin(p: &Map<String, Value>) -> Result<Value, Value> {
+    use base64::Engine;
+    let dir = existing(p)?;
+    let h = handle_of(p)?;
+    let data = match (string(p, "data_b64")?, string(p, "text")?) {
+        (Some(b), None) => base64::engine::general_purpose::STANDARD
+            .decode(b)
+            .map_err(|e| invalid("data_b64", format!("not base64: {e}")))?,
+        (None, Some(t)) => t.into_bytes(),
+        (None, None) => Vec::new(),
+        (Some(_), Some(_)) => return Err(invalid("text", "give `data_b64` or `text`, not both")),
+    };
+    let req = wire::Request::Stdin {
+        id: h.clone(),
+        eof: boolean(p, "eof")?,
+    };
+    let fail = |e: String| err("sandbox_error", e);
+    let conn = client::open(&dir, false, &req)
+        .map_err(fail)?
+        .ok_or_else(|| no_process(&h))?;
+    let key = track(&conn, false);
+    let written = data.len();
+    let r = (|| {
+        // From a thread: the keeper may answer (an unknown handle) before it reads the data;
+        // then what the thread could not write is moot (EXIT comes only after all of it).
+        let mut w = conn.try_clone().map_err(|e| e.to_string())?;
+        std::thread::spawn(move || {
+            for chunk in data.chunks(wire::MAX_FRAME as usize) {
+                if wire::write_frame(&mut w, wire::STDIN, chunk).is_err() {
+                    return;
+                }
+            }
+            let _ = wire::write_frame(&mut w, wire::STDIN_END, &[]);
+        });
+        let mut r = BufReader::new(conn.try_clone().map_err(|e| e.to_string())?);
+        match wire::read_frame(&mut r).map_err(|e| format!("read from the keeper: {e}"))? {
+            Some((wire::EXIT, _)) => Ok(None),
+            Some((wire::MISSING, _)) => Ok(Some(no_process(&h))),
+            Some((wire::ERROR, e)) => Err(String::from_utf8_lossy(&e).into_owned()),
+            Some((k, _)) => Err(format!("an unknown frame kind {k} from the keeper")),
+            None => Err("the sandbox stopped".into()),
+        }
+    })();
+    untrack(key);
+    match r.map_err(fail)? {
+        Some(missing) => Err(missing),
+        None => Ok(json!({ "written": written })),
+    }
+}
+
 /// `named.kill`: the spawn's whole process tree is killed; idempotent.
 fn kill(p: &Map<String, Value>) -> Result<Value, Value> {
     let dir = existing(p)?;
@@ -758,6 +812,7 @@ pub(crate) fn handle(out: &Out, id: &Value, method: &str, params: Value) -> Resu
         "named.spawn" => spawn(&p),
         "named.wait" => wait(out, id, &p),
         "named.kill" => kill(&p),
+        "named.write_stdin" => write_stdin(&p),
         other => Err(err(
             "unknown_method",
             format!("unknown method `{other}`; see `hello` for the list"),

@@ -902,3 +902,178 @@ fn create_from_a_template_logs_and_list_through_serve() {
     s.call("named.rm", json!({ "sandbox": "base" }));
     s.close();
 }
+
+#[test]
+fn templates_are_saved_listed_removed_and_pruned_through_serve() {
+    let sbs = Sandboxes::new();
+    let mut s = sbs.serve();
+    s.call("named.create", json!({ "name": "base" }));
+    assert_eq!(
+        sh(&mut s, "base", "echo baked > /workspace/baked")["exit_code"],
+        json!(0)
+    );
+    // A running sandbox is refused, and no template is made.
+    let e = s.error(
+        "named.template_save",
+        json!({ "sandbox": "base", "name": "t1" }),
+    );
+    assert_eq!(e["kind"], json!("sandbox_running"), "{e}");
+    assert_eq!(
+        s.call("named.template_list", json!({}))["templates"],
+        json!([])
+    );
+    s.call("named.stop", json!({ "sandbox": "base" }));
+    let saved = s.call(
+        "named.template_save",
+        json!({ "sandbox": "base", "name": "t1" }),
+    );
+    assert_eq!(saved["template"], json!("t1"));
+    // The same name again is a conflict; a bad name and a missing sandbox are named.
+    let e = s.error(
+        "named.template_save",
+        json!({ "sandbox": "base", "name": "t1" }),
+    );
+    assert_eq!(e["kind"], json!("conflict"), "{e}");
+    let e = s.error(
+        "named.template_save",
+        json!({ "sandbox": "base", "name": "Bad/Name" }),
+    );
+    assert_eq!(
+        (e["kind"].as_str(), e["arg"].as_str()),
+        (Some("invalid_argument"), Some("name")),
+        "{e}"
+    );
+    let e = s.error(
+        "named.template_save",
+        json!({ "sandbox": "ghost", "name": "t2" }),
+    );
+    assert_eq!(e["kind"], json!("not_found"), "{e}");
+    // Listed as `hull template ls` lists it, and the CLI sees it.
+    let list = s.call("named.template_list", json!({}));
+    let t = &list["templates"][0];
+    assert_eq!(
+        (
+            &t["name"],
+            &t["from"],
+            &t["image"],
+            &t["user"],
+            &t["layers"]
+        ),
+        (
+            &json!("t1"),
+            &json!("base"),
+            &json!("host"),
+            &json!("root"),
+            &json!(1)
+        ),
+        "{list}"
+    );
+    assert!(t["size_bytes"].as_u64().unwrap() >= 6, "{list}");
+    let ls = sbs.hull(&["template", "ls"]);
+    assert!(String::from_utf8_lossy(&ls.stdout).contains("t1"), "{ls:?}");
+    // A sandbox made from it keeps working after the template is removed.
+    s.call("named.create", json!({ "name": "child", "template": "t1" }));
+    assert_eq!(
+        s.call("named.template_rm", json!({ "name": "t1" }))["removed"],
+        json!(true)
+    );
+    assert_eq!(
+        s.call("named.template_rm", json!({ "name": "t1" }))["removed"],
+        json!(false)
+    );
+    assert_eq!(
+        sh(&mut s, "child", "cat /workspace/baked")["stdout"],
+        json!("baked\n")
+    );
+    // Prune: a young template stays under a long age, goes with age 0.
+    s.call(
+        "named.template_save",
+        json!({ "sandbox": "base", "name": "t2" }),
+    );
+    assert_eq!(
+        s.call("named.template_prune", json!({ "older_than_s": 3600 }))["removed"],
+        json!([])
+    );
+    assert_eq!(
+        s.call("named.template_prune", json!({}))["removed"],
+        json!(["t2"])
+    );
+    assert_eq!(
+        s.call("named.template_list", json!({}))["templates"],
+        json!([])
+    );
+    s.call("named.rm", json!({ "sandbox": "child" }));
+    s.call("named.rm", json!({ "sandbox": "base" }));
+    s.close();
+}
+
+#[test]
+fn a_spawn_made_with_stdin_reads_what_is_written_until_eof() {
+    let sbs = Sandboxes::new();
+    let mut s = sbs.serve();
+    s.call("named.create", json!({ "name": "in" }));
+    let p = s.call(
+        "named.spawn",
+        json!({ "sandbox": "in", "shell": "while read l; do echo \"got $l\"; done; echo eof", "stdin": true }),
+    )["process"]
+        .clone();
+    let w = s.call(
+        "named.write_stdin",
+        json!({ "sandbox": "in", "process": p, "text": "a\n" }),
+    );
+    assert_eq!(w["written"], json!(2));
+    // Bytes too; a later server writes to the same stdin (the keeper holds it).
+    s.close();
+    let mut s = sbs.serve();
+    s.call(
+        "named.write_stdin",
+        json!({ "sandbox": "in", "process": p, "data_b64": "Ygo=", "eof": true }),
+    );
+    let r = s.call("named.wait", json!({ "sandbox": "in", "process": p }));
+    assert_eq!(
+        (r["exit_code"].clone(), r["stdout"].clone()),
+        (json!(0), json!("got a\ngot b\neof\n")),
+        "{r}"
+    );
+    // Closed: nothing more is taken; a spawn without stdin has none; an unknown one is named.
+    let e = s.error(
+        "named.write_stdin",
+        json!({ "sandbox": "in", "process": p, "text": "late" }),
+    );
+    assert!(e["message"].as_str().unwrap().contains("no stdin"), "{e}");
+    let plain =
+        s.call("named.spawn", json!({ "sandbox": "in", "shell": "cat" }))["process"].clone();
+    let r = s.call("named.wait", json!({ "sandbox": "in", "process": plain }));
+    assert_eq!(r["exit_code"], json!(0), "{r}");
+    let e = s.error(
+        "named.write_stdin",
+        json!({ "sandbox": "in", "process": plain, "text": "x" }),
+    );
+    assert!(e["message"].as_str().unwrap().contains("no stdin"), "{e}");
+    let e = s.error(
+        "named.write_stdin",
+        json!({ "sandbox": "in", "process": "s1n999", "text": "x" }),
+    );
+    assert_eq!(e["kind"], json!("not_found"), "{e}");
+    // A process waiting on its stdin is killed with its tree as any spawn.
+    let q = s.call(
+        "named.spawn",
+        json!({ "sandbox": "in", "shell": "cat > /dev/null; echo never", "stdin": true }),
+    )["process"]
+        .clone();
+    s.call(
+        "named.write_stdin",
+        json!({ "sandbox": "in", "process": q, "text": "x\n" }),
+    );
+    assert_eq!(
+        s.call("named.kill", json!({ "sandbox": "in", "process": q }))["killed"],
+        json!(true)
+    );
+    let r = s.call("named.wait", json!({ "sandbox": "in", "process": q }));
+    assert_eq!(
+        (r["exit_code"].clone(), r["stdout"].clone()),
+        (json!(137), json!(""))
+    );
+    s.call("named.rm", json!({ "sandbox": "in" }));
+    s.close();
+}

@@ -5,6 +5,7 @@ A named Sandbox keeps a `hull serve` process of its own only to talk to the sand
 closing it (or this process exiting) leaves the sandbox and what `spawn` started running.
 """
 
+import base64
 import os
 import threading
 
@@ -162,6 +163,25 @@ class Process:
     def poll(self):
         """The exit code, or None while it runs."""
         return self._result.exit_code if self._done.is_set() and self._result is not None else None
+
+    def write(self, data):
+        """Writes to the stdin of a process spawned with stdin=True (str as UTF-8, or bytes);
+        returns once the keeper has written it all (a process that does not read holds it)."""
+        self._write_stdin(data, False)
+
+    def close_stdin(self, data=b""):
+        """Closes the process's stdin (it reads end of file), after writing `data`."""
+        self._write_stdin(data, True)
+
+    def _write_stdin(self, data, eof):
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError("data must be str or bytes, got %s" % type(data).__name__)
+        p = {"sandbox": self._sb.name, "process": self.id, "data_b64": base64.b64encode(bytes(data)).decode("ascii")}
+        if eof:
+            p["eof"] = True
+        self._sb._server.call("named.write_stdin", p)
 
     def kill(self):
         """Kills the process and everything it started, daemons that left its session

@@ -476,13 +476,18 @@ class Sandbox:
             on_event = _named._Collect(on_stdout, on_stderr)
         return ExecutionResult.from_json(self._server.call("named.exec", p, on_event))
 
-    def spawn(self, cmd, env=None, cwd=None, on_stdout=None, on_stderr=None, user=None):
+    def spawn(self, cmd, env=None, cwd=None, on_stdout=None, on_stderr=None, user=None, stdin=False):
         """Starts a background process and returns its Process at once. It runs on across
-        later execs and after this process exits, until kill() or stop()."""
+        later execs and after this process exits, until kill() or stop(). With stdin=True its
+        stdin is a pipe the keeper holds: Process.write(data), then Process.close_stdin()."""
         if self.name is None:
             raise _named.not_named("spawn")
+        if not isinstance(stdin, bool):
+            raise TypeError("stdin must be True or False, got %r" % (stdin,))
         p = _named.command_params(cmd, env, cwd, user=user)
         p["sandbox"] = self.name
+        if stdin:
+            p["stdin"] = True
         r = self._server.call("named.spawn", p)
         return _named.Process(self, r["process"], on_stdout, on_stderr)
 

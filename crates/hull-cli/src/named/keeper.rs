@@ -928,9 +928,16 @@ impl Keeper {
                 cwd,
                 shell,
                 user,
+                stdin,
             }) => {
                 self.last_activity.store(self.now_ms(), Ordering::SeqCst);
-                let r = self.spawn_one(&mut w, reader, &argv, &env, cwd, shell, user.as_deref());
+                let how = SpawnHow {
+                    cwd,
+                    shell,
+                    user: user.as_deref(),
+                    stdin,
+                };
+                let r = self.spawn_one(&mut w, reader, &argv, &env, how);
                 if let Err(e) = r {
                     let _ = wire::write_frame(&mut w, wire::ERROR, e.as_bytes());
                 }
@@ -980,6 +987,20 @@ impl Keeper {
                 self.wait_one(&mut w, &id, output);
                 self.last_activity.store(self.now_ms(), Ordering::SeqCst);
                 self.active.fetch_sub(1, Ordering::SeqCst);
+            }
+            Ok(Request::Stdin { id, eof }) => {
+                self.last_activity.store(self.now_ms(), Ordering::SeqCst);
+                match self.spawns.get(&id) {
+                    None => {
+                        let _ = wire::write_frame(&mut w, wire::MISSING, id.as_bytes());
+                    }
+                    Some(sp) => {
+                        let _ = match write_stdin(&sp, reader, eof) {
+                            Ok(()) => wire::write_frame(&mut w, wire::EXIT, &0i32.to_le_bytes()),
+                            Err(e) => wire::write_frame(&mut w, wire::ERROR, e.as_bytes()),
+                        };
+                    }
+                }
             }
             Ok(Request::Kill { id }) => {
                 self.last_activity.store(self.now_ms(), Ordering::SeqCst);
@@ -1047,15 +1068,20 @@ impl Keeper {
         mut reader: BufReader<UnixStream>,
         argv: &[String],
         env: &[(String, String)],
-        cwd: Option<String>,
-        shell: bool,
-        user: Option<&str>,
+        how: SpawnHow<'_>,
     ) -> Result<(), String> {
-        let ((argv, merged, cwd), ids) = self.command_of(argv, env, cwd, shell, user)?;
-        let null: OwnedFd = File::open("/dev/null")
-            .map_err(|e| format!("open /dev/null: {e}"))?
-            .into();
+        let ((argv, merged, cwd), ids) =
+            self.command_of(argv, env, how.cwd, how.shell, how.user)?;
+        // Its stdin: /dev/null, or a pipe whose write end the keeper keeps for `Stdin` requests.
+        let (null, writer): (OwnedFd, _) = if how.stdin {
+            let (r, w) = std::io::pipe().map_err(|e| format!("create the stdin pipe: {e}"))?;
+            (r.into(), Some(w))
+        } else {
+            let null = File::open("/dev/null").map_err(|e| format!("open /dev/null: {e}"))?;
+            (null.into(), None)
+        };
         let sp = self.spawns.add()?;
+        *lock(&sp.stdin) = writer;
         let shown = serde_json::to_string(&argv).unwrap_or_default();
         self.log.write(
             format!(
@@ -1114,6 +1140,8 @@ impl Keeper {
         std::thread::spawn(move || {
             if let Ok(status) = exit.recv() {
                 sp.exited(status);
+                // Nobody reads it any more.
+                lock(&sp.stdin).take();
                 // Its cgroup goes once empty (rmdir refuses one that still holds what it left
                 // running: that stays for a kill, until the sandbox stops).
                 if let Some(g) = &sp.group {
@@ -1396,6 +1424,50 @@ impl Read for StdinFrames {
             }
         }
     }
+}
+
+/// How a spawn is started (beside its argv and environment).
+struct SpawnHow<'a> {
+    cwd: Option<String>,
+    shell: bool,
+    user: Option<&'a str>,
+    stdin: bool,
+}
+
+/// A `Stdin` request: the client's frames into the spawn's stdin pipe, then its close with
+/// `eof`. The pipe is taken out of the spawn while written, so a write blocked on a process that
+/// does not read holds no lock (a second writer meanwhile is told the stdin is busy).
+fn write_stdin(sp: &Spawned, mut reader: BufReader<UnixStream>, eof: bool) -> Result<(), String> {
+    let mut pipe = lock(&sp.stdin).take();
+    // The data is read to its end either way, so the client's frames are never refused mid-way.
+    let mut result = match pipe {
+        Some(_) => Ok(()),
+        None => Err(format!(
+            "spawn {} has no stdin to write to (made without `stdin`, closed, busy with another write, or ended)",
+            sp.id
+        )),
+    };
+    loop {
+        match wire::read_frame(&mut reader) {
+            Ok(Some((wire::STDIN, data))) => {
+                if let (Ok(()), Some(p)) = (&result, pipe.as_mut()) {
+                    if let Err(e) = p.write_all(&data) {
+                        result = Err(format!("write to the stdin of spawn {}: {e}", sp.id));
+                    }
+                }
+            }
+            Ok(Some((wire::STDIN_END, _))) => break,
+            _ => {
+                result = Err("the client went away before the end of the data".to_string());
+                break;
+            }
+        }
+    }
+    // Kept for the next write unless closed (a process that closed its end will not read).
+    if !eof && result.is_ok() {
+        *lock(&sp.stdin) = pipe;
+    }
+    result
 }
 
 /// Copies the client's stdin frames into the command's stdin until their end.

@@ -62,6 +62,9 @@ pub struct Spawned {
     pub pid: Mutex<i32>,
     /// Its cgroup, where the box has a cgroup v2 directory.
     pub group: Option<PathBuf>,
+    /// The write end of its stdin, for a spawn made with `stdin` until it is closed (by the
+    /// client's `eof`, or the process's exit).
+    pub stdin: Mutex<Option<std::io::PipeWriter>>,
     out: Mutex<Output>,
     changed: Condvar,
 }
@@ -82,6 +85,7 @@ impl Spawned {
             id,
             pid: Mutex::new(0),
             group,
+            stdin: Mutex::new(None),
             out: Mutex::new(Output {
                 open: 2,
                 ..Output::default()

@@ -41,6 +41,18 @@ pub enum Request {
         /// The user it runs as, as for [`Request::Exec`].
         #[serde(default, skip_serializing_if = "Option::is_none")]
         user: Option<String>,
+        /// Its stdin is a pipe the keeper holds, written by [`Request::Stdin`] (else /dev/null).
+        #[serde(default)]
+        stdin: bool,
+    },
+    /// Write to the stdin of a spawn made with `stdin`: the data follows the request as
+    /// [`STDIN`] frames and their [`STDIN_END`]; with `eof` the keeper then closes that stdin.
+    /// Answered by [`EXIT`] with 0 once written, [`ERROR`] when the spawn has no stdin (any
+    /// more) or its process closed it, [`MISSING`] for an unknown id.
+    Stdin {
+        id: String,
+        #[serde(default)]
+        eof: bool,
     },
     /// Wait for a spawned process: with `output`, what it printed from its start (the last
     /// [`super::spawns::HELD`] bytes of it; a [`DROPPED`] frame says how much came before) and

@@ -1,0 +1,34 @@
+// The Claude Code adapter of the AI SDK harness in a hull sandbox, the way a user with an
+// Anthropic key would run it:
+//
+//   npm install @ai-sdk/harness-claude-code
+//   ANTHROPIC_API_KEY=... node examples/claude-code.mjs
+//
+// NOT RUNNABLE IN THIS BUILD: Claude Code's adapter reaches its bridge in the sandbox over a port
+// (`ports`, `getPortEndpoint`), installs its CLI with pnpm from registry.npmjs.org and calls
+// api.anthropic.com, brokered with `addRequestTransformations`. All of that needs hull's sandbox
+// network (issue 16), so creation with `ports` is refused today with
+// HarnessCapabilityUnsupportedError ("needs hull's sandbox network, not in this build"). The
+// example is kept as it will run once the network lands.
+import { HarnessAgent } from "@ai-sdk/harness/agent";
+import { createClaudeCode } from "@ai-sdk/harness-claude-code";
+
+import { createHullNetworkSandboxSession } from "../dist/index.js";
+
+const agent = new HarnessAgent({ harness: createClaudeCode() });
+
+const sandboxSession = await createHullNetworkSandboxSession({
+  image: "node:24",
+  ports: [4000], // the bridge's port
+  networkPolicy: { mode: "custom", allowedHosts: ["registry.npmjs.org", "api.anthropic.com"] },
+  setup: ["npm install -g pnpm"],
+  template: agent.getSandboxTemplate?.(),
+});
+try {
+  const session = await agent.createSession({ sandboxSession });
+  const result = await agent.generate({ session, prompt: "Write hello.js that prints the date, run it, and tell me what it printed." });
+  console.log(result.text);
+  console.log(await sandboxSession.readTextFile({ path: "hello.js" }));
+} finally {
+  await sandboxSession.destroy();
+}
