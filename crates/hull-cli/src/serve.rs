@@ -224,17 +224,10 @@ pub fn run_spec(params: Value) -> Result<(RunRequest, hull::boxspec::Built, bool
                 },
                 Some("network"),
             );
-            with_mode(v, &error)
+            crate::serve_out::with_mode(v, &error)
         }
     })?;
     Ok((req, built, stream))
-}
-
-/// A refused network's answer also says which mode was refused (`mode`), for callers that
-/// branch on it.
-pub fn with_mode(mut v: Value, e: &hull::boxspec::NetworkUnavailable) -> Value {
-    v["mode"] = json!(e.mode.to_string());
-    v
 }
 
 /// Adds every image in the local store (pulled or imported) after the embedded ones in a

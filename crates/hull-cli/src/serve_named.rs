@@ -341,7 +341,7 @@ fn create(p: &Map<String, Value>) -> Result<Value, Value> {
             },
             Some("network"),
         );
-        crate::serve::with_mode(v, &error)
+        crate::serve_out::with_mode(v, &error)
     })?;
     let adopt = boolean(p, "adopt")?;
     if !(adopt && dir.path.exists()) {

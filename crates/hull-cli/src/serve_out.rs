@@ -303,3 +303,10 @@ mod tests {
         assert_eq!(super::incomplete_tail(&[0xff]), 0);
     }
 }
+
+/// A refused network's answer also says which mode was refused (`mode`), for callers that
+/// branch on it.
+pub(crate) fn with_mode(mut v: Value, e: &hull::boxspec::NetworkUnavailable) -> Value {
+    v["mode"] = serde_json::json!(e.mode.to_string());
+    v
+}
