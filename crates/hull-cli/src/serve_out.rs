@@ -293,6 +293,13 @@ impl OutputSink for EventSink {
     }
 }
 
+/// A refused network's answer also says which mode was refused (`mode`), for callers that
+/// branch on it.
+pub(crate) fn with_mode(mut v: Value, e: &hull::boxspec::NetworkUnavailable) -> Value {
+    v["mode"] = json!(e.mode.to_string());
+    v
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -302,11 +309,4 @@ mod tests {
         assert_eq!(super::incomplete_tail("aé".as_bytes()), 0);
         assert_eq!(super::incomplete_tail(&[0xff]), 0);
     }
-}
-
-/// A refused network's answer also says which mode was refused (`mode`), for callers that
-/// branch on it.
-pub(crate) fn with_mode(mut v: Value, e: &hull::boxspec::NetworkUnavailable) -> Value {
-    v["mode"] = serde_json::json!(e.mode.to_string());
-    v
 }
