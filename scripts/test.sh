@@ -58,11 +58,11 @@ for l in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         print(m["target"]["name"], m["executable"])' \
     | while read -r name exe; do
-        case "$name" in boundary|kernel|notify|policy_matches_file|templates|gateway|gateway_process|serve_sandbox|serve|leaks|named|serve_named) cp "$exe" "$stage/$name" ;; esac
+        case "$name" in boundary|kernel|notify|policy_matches_file|templates|gateway|gateway_process|brokering|serve_sandbox|serve|leaks|named|serve_named) cp "$exe" "$stage/$name" ;; esac
     done
 chmod -R a+rX "$stage"
 status=0
-for t in "$stage"/boundary "$stage"/kernel "$stage"/notify "$stage"/policy_matches_file "$stage"/templates "$stage"/gateway "$stage"/gateway_process "$stage"/serve_sandbox "$stage"/serve "$stage"/leaks "$stage"/named "$stage"/serve_named; do
+for t in "$stage"/boundary "$stage"/kernel "$stage"/notify "$stage"/policy_matches_file "$stage"/templates "$stage"/gateway "$stage"/gateway_process "$stage"/brokering "$stage"/serve_sandbox "$stage"/serve "$stage"/leaks "$stage"/named "$stage"/serve_named; do
     [ -x "$t" ] || continue
     echo "-- $(basename "$t") as $TEST_USER"
     su "$TEST_USER" -s /bin/bash -c "cd /tmp && HULL_SKIP_LOG=$HULL_SKIP_LOG HULL_BIN=$stage/hull HULL_CGROUP_PARENT=hull-$TEST_USER $t" || status=1

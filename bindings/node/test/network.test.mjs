@@ -35,7 +35,7 @@ test("a gateway mode puts the box behind its gateway", async () => {
     (e) => {
       assert.ok(e instanceof NetworkUnavailable, String(e));
       assert.equal(e.mode, "custom");
-      assert.match(e.message, /secrets need the gateway's credential brokering/);
+      assert.match(e.message, /secrets are brokered for one-shot boxes \(`run`\) only/);
       return true;
     },
   );

@@ -38,7 +38,7 @@ def test_secrets_are_refused_until_the_gateway_brokers_them():
     with pytest.raises(NetworkUnavailable) as e:
         run_code("print('RAN')", network="custom", secrets=[{"name": "K", "env": "HOME", "hosts": ["api.example.test"]}])
     assert e.value.mode == "custom" and e.value.kind == "network_unavailable"
-    assert "secrets need the gateway's credential brokering" in str(e.value)
+    assert "secrets are brokered for one-shot boxes (`run`) only" in str(e.value)
 
 
 def test_egress_allow_is_a_custom_host_list():

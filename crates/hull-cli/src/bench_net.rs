@@ -172,6 +172,9 @@ fn gateway_start(host: IpAddr) -> Start {
         max_tcp_connections: 1024,
         mtu: hull_box::tap::MTU as usize,
         dns: Vec::new(),
+        broker: None,
+        ca_dir: None,
+        upstream_bundles: Vec::new(),
     }
 }
 

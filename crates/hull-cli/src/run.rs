@@ -352,7 +352,7 @@ fn run(args: RunArgs, ahead: Option<hull_box::WorkspaceAhead>) -> i32 {
     for w in &built.warnings {
         eprintln!("hull: warning: {w}");
     }
-    let spec = built.spec;
+    let mut spec = built.spec;
     step("run: spec built");
     if spec.argv.is_empty() {
         return report_invalid(&args, "no command given: pass one after `--` (e.g. `hull run -- python3 -c 'print(1)'`) or use --code");
@@ -380,12 +380,25 @@ fn run(args: RunArgs, ahead: Option<hull_box::WorkspaceAhead>) -> i32 {
     let sweep = runtime.sweep_leftovers_in_background();
     // A gateway network: the box's TAP is served by its gateway process, started before the
     // program runs; its published ports are said on stderr (and in --json's result) at once.
-    let gateway_start = match &req.network {
-        hull_api::network::Network::Gateway(g) => match crate::net::plan::start_of(g) {
-            Ok(s) => Some(s),
-            Err(msg) => return report_invalid(&args, &msg),
-        },
-        _ => None,
+    // With secrets, the box gets their placeholders and the gateway CA (`trust`, kept until
+    // the box is done), and the gateway their values.
+    let (gateway_start, _trust) = match &req.network {
+        hull_api::network::Network::Gateway(g) => {
+            let made = crate::net::plan::start_of(g).and_then(|mut s| {
+                let t = crate::net::plan::brokered(&mut s, &req.secrets)?;
+                Ok((s, t))
+            });
+            match made {
+                Ok((s, t)) => {
+                    if let Some(t) = &t {
+                        t.apply(&mut spec);
+                    }
+                    (Some(s), t)
+                }
+                Err(msg) => return report_invalid(&args, &msg),
+            }
+        }
+        _ => (None, None),
     };
     let mut gateway = None;
     let mut published: Vec<(u16, u16)> = Vec::new();

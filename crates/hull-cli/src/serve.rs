@@ -54,19 +54,27 @@ fn run(rt: &Runtime, out: &Out, id: &Value, params: Value) -> Result<Value, Valu
     };
     // A gateway network: the box's gateway serves its TAP from before its program starts,
     // until the result is sent; its published ports are in the result.
-    let start = match &req.network {
-        hull_api::network::Network::Gateway(g) => Some(
-            crate::net::plan::start_of(g).map_err(|e| crate::serve_named::invalid("network", e))?,
-        ),
-        _ => None,
+    let mut spec = built.spec;
+    let (start, _trust) = match &req.network {
+        hull_api::network::Network::Gateway(g) => {
+            let mut s = crate::net::plan::start_of(g)
+                .map_err(|e| crate::serve_named::invalid("network", e))?;
+            let t = crate::net::plan::brokered(&mut s, &req.secrets)
+                .map_err(|e| crate::serve_named::invalid("secrets", e))?;
+            if let Some(t) = &t {
+                t.apply(&mut spec);
+            }
+            (Some(s), t)
+        }
+        _ => (None, None),
     };
     let mut gateway = None;
     let res = match &start {
         Some(s) => {
             let mut take = crate::net::plan::handler(s, None, &mut gateway, |_| {});
-            backend.run_served(&built.spec, sink, &mut take)
+            backend.run_served(&spec, sink, &mut take)
         }
-        None => backend.run(&built.spec, sink),
+        None => backend.run(&spec, sink),
     };
     match res {
         Ok((r, destroy)) => {

@@ -137,32 +137,26 @@ fn run_puts_a_box_behind_its_gateway_in_every_gateway_mode() {
         err.contains("the box's port 8080 is published at 127.0.0.1:"),
         "{err}"
     );
-    // Secrets are refused until the gateway brokers them: never run without.
-    let (code, out, _) = hull_env(
+    // A secret: the box holds its placeholder, never its value (brokering itself is tested
+    // end to end in brokering.rs).
+    let (code, out, err) = hull_env(
         &[
             "run",
-            "--json",
             "--allow-host",
             "api.example.test",
             "--secret",
-            "HOME@api.example.test",
+            "HULL_NET_OPTIONS_KEY@api.example.test",
             "--",
             "sh",
             "-c",
-            "echo RAN",
+            "echo $HULL_NET_OPTIONS_KEY",
         ],
-        &[],
+        &[("HULL_NET_OPTIONS_KEY", "sk-options-value")],
     );
-    assert_eq!(code, 125, "{out}");
-    assert!(!out.contains("RAN"));
-    let v: Value = serde_json::from_str(out.trim()).unwrap();
-    assert_eq!(v["error"]["kind"], "network_unavailable", "{v}");
+    assert_eq!(code, 0, "{err}");
     assert!(
-        v["error"]["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("secrets need the gateway's credential brokering"),
-        "{v}"
+        out.starts_with("hull-secret-HULL_NET_OPTIONS_KEY-") && !out.contains("sk-options"),
+        "{out}"
     );
     // `none` and `host` are as before.
     let v = common::run_json(&["--network", "none", "--", "true"]);
@@ -246,7 +240,7 @@ fn create_makes_a_sandbox_behind_its_gateway_and_refuses_secrets_leaving_nothing
     );
     assert_eq!(code, 125, "{err}");
     assert!(
-        err.contains("secrets need the gateway's credential brokering"),
+        err.contains("secrets are brokered for one-shot boxes (`run`) only"),
         "{err}"
     );
     assert!(
@@ -371,7 +365,7 @@ fn serve_takes_network_as_a_string_or_an_object_and_names_bad_ones() {
         e(7)["message"]
             .as_str()
             .unwrap()
-            .contains("secrets need the gateway's credential brokering"),
+            .contains("secrets are brokered for one-shot boxes (`run`) only"),
         "{}",
         a[7]
     );

@@ -64,6 +64,10 @@ pub struct SecretSpec {
     /// Only requests with one of these methods get the value (any when empty).
     #[serde(default)]
     pub methods: Vec<String>,
+    /// The placeholder, when the caller made it (it put it in the box's environment before
+    /// the gateway started): `hull-secret-<name>-<32 hex>`. Made here when not given.
+    #[serde(default)]
+    pub placeholder: Option<String>,
 }
 
 fn default_headers() -> Vec<String> {
@@ -92,6 +96,23 @@ pub enum SecretError {
     BadValue(String),
     #[error("no randomness from the kernel")]
     Random(#[source] getrandom::Error),
+    #[error("secret `{0}`: a given placeholder must be hull-secret-<name>-<32 hex digits>")]
+    BadPlaceholder(String),
+}
+
+/// A fresh placeholder for the secret `name`: `hull-secret-<name>-<32 hex>` (128 random bits).
+pub fn placeholder(name: &str) -> Result<String, SecretError> {
+    let mut rand = [0u8; 16];
+    getrandom::fill(&mut rand).map_err(SecretError::Random)?;
+    Ok(format!("hull-secret-{name}-{}", crate::ca::hex(&rand)))
+}
+
+/// Whether `p` is a placeholder of the shape [`placeholder`] makes, for `name`.
+fn is_placeholder(name: &str, p: &str) -> bool {
+    p.strip_prefix("hull-secret-")
+        .and_then(|r| r.strip_prefix(name))
+        .and_then(|r| r.strip_prefix('-'))
+        .is_some_and(|hex| hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// A secret ready for the broker (see the module comment).
@@ -173,10 +194,13 @@ impl Secret {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let mut rand = [0u8; 16];
-        getrandom::fill(&mut rand).map_err(SecretError::Random)?;
+        let placeholder = match spec.placeholder {
+            Some(p) if is_placeholder(&name, &p) => p,
+            Some(_) => return Err(SecretError::BadPlaceholder(name)),
+            None => placeholder(&name)?,
+        };
         Ok(Secret {
-            placeholder: format!("hull-secret-{name}-{}", crate::ca::hex(&rand)),
+            placeholder,
             name,
             value: spec.value,
             hosts,

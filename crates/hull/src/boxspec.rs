@@ -49,8 +49,9 @@ pub struct NetworkUnavailable {
     pub why: &'static str,
 }
 
-/// Why secrets are refused: the gateway does not broker credentials yet.
-const NO_BROKER: &str = "secrets need the gateway's credential brokering, which this build does not have yet: leave `secrets` out";
+/// Why a Sandbox session's or a named sandbox's secrets are refused: only one-shot boxes
+/// (`run`) are brokered yet.
+pub const NO_BROKER: &str = "secrets are brokered for one-shot boxes (`run`) only in this build, not yet for a Sandbox session or a named sandbox: leave `secrets` out here";
 
 /// Why a request could not become a box spec.
 #[derive(Debug, thiserror::Error)]
@@ -81,11 +82,22 @@ pub fn network(n: &ApiNetwork, secrets: &[Secret]) -> Result<Network, NetworkUna
     match n {
         ApiNetwork::None => Ok(Network::None),
         ApiNetwork::Host => Ok(Network::Host),
+        ApiNetwork::Gateway(_) => {
+            let _ = secrets;
+            Ok(Network::Gateway)
+        }
+    }
+}
+
+/// Refuses secrets where they are not brokered yet (a Sandbox session, a named sandbox):
+/// never a box that would run with a placeholder nobody replaces.
+pub fn unbrokered(n: &ApiNetwork, secrets: &[Secret]) -> Result<(), NetworkUnavailable> {
+    match n {
         ApiNetwork::Gateway(g) if !secrets.is_empty() => Err(NetworkUnavailable {
             mode: g.mode(),
             why: NO_BROKER,
         }),
-        ApiNetwork::Gateway(_) => Ok(Network::Gateway),
+        _ => Ok(()),
     }
 }
 
@@ -183,6 +195,7 @@ pub fn sandbox_base(
     deps: &Path,
 ) -> Result<BoxSpec, BuildError> {
     let net = network(&r.network, &r.secrets)?;
+    unbrokered(&r.network, &r.secrets)?;
     let mut base = BoxSpec::new(vec!["true".into()]);
     match r.image.as_deref() {
         None | Some("host") => {}
@@ -275,12 +288,12 @@ mod tests {
             let r = RunRequest::from_json(&serde_json::json!({"argv": ["true"], "network": mode}))
                 .unwrap();
             assert_eq!(run_spec(&r).unwrap().spec.network, Network::Gateway);
-            let with_secret = RunRequest::from_json(&serde_json::json!({
-                "argv": ["true"], "network": mode,
+            let with_secret = serde_json::json!({
+                "network": mode,
                 "secrets": [{"name": "K", "env": "HOME", "hosts": ["api.example.test"]}],
-            }));
-            if let Ok(r) = with_secret {
-                let e = run_spec(&r).unwrap_err();
+            });
+            if let Ok(c) = SandboxRequest::from_json(&with_secret) {
+                let e = sandbox_base(&c, Path::new("/w"), Path::new("/d")).unwrap_err();
                 assert!(
                     matches!(&e, BuildError::Network(n) if n.mode.to_string() == mode && n.why == NO_BROKER),
                     "{e:?}"

@@ -218,6 +218,7 @@ pub fn spec_of(dir: &Dir, cfg: &Config) -> Result<BoxSpec, String> {
         secrets: cfg.secrets.clone(),
         ..RunRequest::default()
     };
+    hull::boxspec::unbrokered(&req.network, &req.secrets).map_err(|e| chain(&e))?;
     let built = hull::boxspec::run_spec(&req).map_err(|e| chain(&e))?;
     let mut spec = built.spec;
     for ro in &cfg.ro_workspaces {

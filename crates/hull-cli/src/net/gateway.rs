@@ -41,6 +41,10 @@ pub enum StartError {
     Tap(#[source] std::io::Error),
     #[error("publish the box's port")]
     Publish(#[source] hull_net::PortError),
+    #[error("credential brokering")]
+    Brokering(#[from] super::brokering::BrokeringError),
+    #[error("share the connection log")]
+    Log(#[source] std::io::Error),
 }
 
 /// Writes one answer line to stdout.
@@ -81,12 +85,18 @@ fn serve() -> Result<(), StartError> {
     } else {
         hull_net::resolve::HostResolver::with_servers(&start.dns)
     };
+    // The broker's CA, host bundle and log, before the host's files are gone.
+    let broker_log = match &log {
+        Some(f) => Some(f.try_clone().map_err(StartError::Log)?),
+        None => None,
+    };
+    let broker = super::brokering::broker_of(&start, broker_log)?;
     super::confine::confine()?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(StartError::Runtime)?;
-    rt.block_on(run(start, policy, tap, log, host_addrs, resolver))
+    rt.block_on(run(start, policy, tap, log, host_addrs, resolver, broker))
 }
 
 async fn run(
@@ -96,6 +106,7 @@ async fn run(
     log: Option<std::fs::File>,
     host_addrs: Vec<std::net::IpAddr>,
     resolver: hull_net::resolve::HostResolver,
+    broker: Option<hull_net::broker::Broker>,
 ) -> Result<(), StartError> {
     let link = hull_net::TapLink::new(tap, start.mtu).map_err(StartError::Tap)?;
     let sink: Box<dyn hull_net::LogSink> = match log {
@@ -116,6 +127,10 @@ async fn run(
         sink,
     )
     .with_config(cfg);
+    let gateway = match broker {
+        Some(b) => gateway.with_handler(Arc::new(super::brokering::Brokering(b))),
+        None => gateway,
+    };
     let handle = gateway.handle();
     let running = tokio::spawn(gateway.run());
     let mut ports = Vec::new();

@@ -5,6 +5,7 @@
 //! JSON lines ([`wire`]). The policy, the userspace TCP/IP stack and the flows are hull-net's.
 
 pub mod backend;
+pub mod brokering;
 pub mod confine;
 pub mod gateway;
 pub mod plan;

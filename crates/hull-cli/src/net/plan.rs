@@ -29,15 +29,127 @@ pub fn dns_override() -> Result<Vec<SocketAddr>, String> {
         .collect()
 }
 
-/// The gateway start of a request's gateway network.
+/// PEM bundles the gateway trusts upstream besides the public roots and the host's bundle
+/// (colon-separated paths): a private CA's, and tests' loopback servers'.
+pub const UPSTREAM_CA_ENV: &str = "HULL_NET_UPSTREAM_CA";
+
+/// The gateway start of a request's gateway network (without secrets: see [`brokered`]).
 pub fn start_of(g: &hull_api::network::Gateway) -> Result<Start, String> {
+    let upstream_bundles = std::env::var_os(UPSTREAM_CA_ENV)
+        .map(|v| std::env::split_paths(&v).collect())
+        .unwrap_or_default();
     Ok(Start {
         policy: policy_of(g),
         ports: g.ports().to_vec(),
         max_tcp_connections: usize::try_from(g.max_tcp_connections()).unwrap_or(usize::MAX),
         mtu: hull_box::tap::MTU as usize,
         dns: dns_override()?,
+        broker: None,
+        ca_dir: None,
+        upstream_bundles,
     })
+}
+
+/// Where a brokered box finds the gateway CA: `ca.pem` alone, and `bundle.pem` (the host's
+/// bundle with it appended), bound read-only from a directory of the supervisor's.
+pub const TRUST_DIR: &str = "/run/hull";
+
+/// A brokered box's side of its secrets: each secret's placeholder in its environment, the
+/// gateway CA in its trust. The trust directory on the host goes when this is dropped.
+#[derive(Debug)]
+pub struct BoxTrust {
+    env: Vec<(String, String)>,
+    dir: std::path::PathBuf,
+}
+
+impl BoxTrust {
+    /// Puts the placeholders and the CA's environment in `spec`, and binds the trust there.
+    pub fn apply(&self, spec: &mut hull_box::BoxSpec) {
+        spec.env.extend(self.env.iter().cloned());
+        spec.mounts.push(hull_box::BindMount {
+            source: self.dir.clone(),
+            target: TRUST_DIR.into(),
+            read_only: true,
+        });
+    }
+}
+
+impl Drop for BoxTrust {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Credential brokering for `secrets` (none: `None`): the broker spec `start` carries to the
+/// gateway (each secret's value, read now from its `env` reference or as given, and the
+/// placeholder made here, so the box's environment holds it before the gateway starts), and
+/// what the box gets ([`BoxTrust`]). The CA is the installation's (`$HULL_HOME/ca`, made on
+/// first use); its key stays with the gateway, which loads it itself.
+pub fn brokered(
+    start: &mut Start,
+    secrets: &[hull_api::network::Secret],
+) -> Result<Option<BoxTrust>, String> {
+    if secrets.is_empty() {
+        return Ok(None);
+    }
+    let ca_dir = hull_image::default_home().join("ca");
+    let ca = hull_net::ca::Ca::load_or_create(&ca_dir).map_err(|e| {
+        format!(
+            "the gateway CA in {}: {}",
+            ca_dir.display(),
+            hull_api::Chain(&e)
+        )
+    })?;
+    let mut specs = Vec::new();
+    let mut env = Vec::new();
+    for s in secrets {
+        let value = s.resolve()?;
+        let placeholder =
+            hull_net::secret::placeholder(&s.name).map_err(|e| hull_api::Chain(&e).to_string())?;
+        specs.push(serde_json::json!({
+            "name": s.name,
+            "value": value.expose(),
+            "hosts": s.hosts,
+            "headers": s.headers,
+            "placeholder": placeholder,
+        }));
+        env.push((s.name.clone(), placeholder));
+    }
+    for var in [
+        "SSL_CERT_FILE",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "GIT_SSL_CAINFO",
+        "PIP_CERT",
+    ] {
+        env.push((var.into(), format!("{TRUST_DIR}/bundle.pem")));
+    }
+    env.push(("NODE_EXTRA_CA_CERTS".into(), format!("{TRUST_DIR}/ca.pem")));
+    let dir = trust_dir(ca.cert_pem())?;
+    start.broker = Some(serde_json::json!({ "secrets": specs }));
+    start.ca_dir = Some(ca_dir);
+    Ok(Some(BoxTrust { env, dir }))
+}
+
+/// A fresh directory (0755) with `ca.pem` and `bundle.pem` (the host's bundle, then the CA).
+fn trust_dir(ca_pem: &str) -> Result<std::path::PathBuf, String> {
+    use std::os::unix::fs::DirBuilderExt;
+    // A name nobody can guess ahead (the shared temporary directory): made, never reused.
+    let random =
+        hull_net::secret::placeholder("trust").map_err(|e| hull_api::Chain(&e).to_string())?;
+    let dir = std::env::temp_dir().join(random.replacen("hull-secret-", "hull-", 1));
+    std::fs::DirBuilder::new()
+        .mode(0o755)
+        .create(&dir)
+        .map_err(|e| format!("create {}: {e}", dir.display()))?;
+    let host = std::fs::read_to_string("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default();
+    let write = |name: &str, text: String| {
+        std::fs::write(dir.join(name), text)
+            .map_err(|e| format!("write {}: {e}", dir.join(name).display()))
+    };
+    write("ca.pem", ca_pem.to_string())?;
+    write("bundle.pem", format!("{host}\n{ca_pem}"))?;
+    Ok(dir)
 }
 
 /// The policy of a request's gateway network, as the gateway process takes it.

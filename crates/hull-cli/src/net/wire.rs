@@ -30,8 +30,9 @@ impl PolicySpec {
     }
 }
 
-/// The gateway's first line: everything it needs before it confines itself.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// The gateway's first line: everything it needs before it confines itself. Its `broker`
+/// holds secrets' values (it crosses only the gateway's stdin pipe): never printed.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Start {
     pub policy: PolicySpec,
     /// The box's TCP ports to publish on the host's 127.0.0.1.
@@ -44,6 +45,30 @@ pub struct Start {
     /// Name servers the gateway resolves through instead of the host's `/etc/resolv.conf`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dns: Vec<std::net::SocketAddr>,
+    /// Credential brokering (`hull_net::broker::BrokerSpec`, values and placeholders included):
+    /// connections to the hosts it names are intercepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub broker: Option<serde_json::Value>,
+    /// The CA's directory (`$HULL_HOME/ca`), read by the gateway before it confines itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_dir: Option<std::path::PathBuf>,
+    /// PEM bundles the gateway trusts upstream besides the public roots and the host's bundle.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub upstream_bundles: Vec<std::path::PathBuf>,
+}
+
+impl std::fmt::Debug for Start {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Start")
+            .field("policy", &self.policy)
+            .field("ports", &self.ports)
+            .field("max_tcp_connections", &self.max_tcp_connections)
+            .field("mtu", &self.mtu)
+            .field("dns", &self.dns)
+            .field("broker", &self.broker.as_ref().map(|_| "<secrets>"))
+            .field("ca_dir", &self.ca_dir)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A request to a running gateway.

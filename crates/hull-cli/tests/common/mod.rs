@@ -1,6 +1,8 @@
 //! Helpers for the black-box tests: run the real `hull` binary and parse its JSON.
 #![allow(dead_code)]
 
+pub mod net;
+
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 

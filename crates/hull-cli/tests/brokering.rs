@@ -1,0 +1,198 @@
+//! Credential brokering through `hull run`, end to end and on loopback only: an HTTPS server
+//! on 127.0.0.12 (its own test CA, given to the gateway's upstream trust) stands for an API,
+//! a loopback DNS server maps its names there, and the box holds a placeholder where the real
+//! value would be. Root and unprivileged.
+
+mod common;
+
+use std::io::BufRead;
+use std::net::Ipv4Addr;
+use std::process::{Child, Command, Stdio};
+
+use common::net::Dns;
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType, IsCa, KeyPair,
+};
+
+const REAL: &str = "sk-REAL-0123456789abcdef";
+const SERVER: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 12);
+
+/// The HTTPS server: records `Host` and `Authorization` of each request in `log`, and answers
+/// the `Authorization` it got (an API that echoes what it was sent).
+const SERVER_PY: &str = r#"
+import http.server, ssl, sys
+ip, cert, key, log = sys.argv[1:5]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        auth = self.headers.get('Authorization', '')
+        with open(log, 'a') as f:
+            f.write('%s %s\n' % (self.headers.get('Host', ''), auth))
+        body = ('auth=%s' % auth).encode()
+        self.send_response(200)
+        self.send_header('Content-Length', str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+srv = http.server.ThreadingHTTPServer((ip, 0), H)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(cert, key)
+srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+print(srv.server_address[1], flush=True)
+srv.serve_forever()
+"#;
+
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A test CA (PEM in `dir/test-ca.pem`) and the server's certificate for the names.
+fn certs(dir: &std::path::Path) {
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    // Distinct names: OpenSSL (curl) takes a leaf whose issuer is its own subject for a
+    // self-signed one.
+    ca_params.distinguished_name = DistinguishedName::new();
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "hull brokering test CA");
+    let ca = CertifiedIssuer::self_signed(ca_params, ca_key).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(vec![
+        "api.example.test".to_string(),
+        "other.example.test".to_string(),
+    ])
+    .unwrap();
+    params.distinguished_name = DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "api.example.test");
+    let cert = params.signed_by(&key, &ca).unwrap();
+    std::fs::write(dir.join("test-ca.pem"), ca.pem()).unwrap();
+    std::fs::write(dir.join("server.pem"), cert.pem()).unwrap();
+    std::fs::write(dir.join("server.key"), key.serialize_pem()).unwrap();
+}
+
+fn server(dir: &std::path::Path) -> Server {
+    let python = if std::path::Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    };
+    let mut child = Command::new(python)
+        .args(["-c", SERVER_PY, &SERVER.to_string()])
+        .arg(dir.join("server.pem"))
+        .arg(dir.join("server.key"))
+        .arg(dir.join("seen.log"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the HTTPS server");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port = line.trim().parse().expect("the server's port");
+    Server { child, port }
+}
+
+#[test]
+fn a_brokered_secret_reaches_its_host_and_never_the_box() {
+    if Command::new("curl").arg("--version").output().is_err() {
+        hull_testkit::skip("curl is not installed (scripts/setup.sh installs it)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // The box's user (host root's box: the range's root) reads the test CA through --mount.
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    certs(dir.path());
+    let srv = server(dir.path());
+    let dns = Dns::start(&[("api.example.test", SERVER), ("other.example.test", SERVER)]);
+    let home = tempfile::tempdir().unwrap();
+    let port = srv.port;
+    // The box: the placeholder is all it has; curl trusts the gateway's CA through the
+    // environment hull sets; another allowed host (no secret) is reached untouched, checked
+    // with the test CA itself.
+    let script = format!(
+        "echo \"env $KEY\"\n\
+         curl -sS https://api.example.test:{port}/a -H \"Authorization: Bearer $KEY\"; echo\n\
+         curl -sS --cacert /ca/test-ca.pem https://other.example.test:{port}/b -H \"Authorization: Bearer $KEY\"; echo\n\
+         if cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -q {REAL}; then echo LEAKED; else echo clean; fi\n"
+    );
+    let out = Command::new(common::bin())
+        .args([
+            "run",
+            "--allow-host",
+            "api.example.test",
+            "--allow-host",
+            "other.example.test",
+            "--allow-cidr",
+            "127.0.0.12/32",
+            "--secret",
+            "KEY=env:HULL_TEST_REAL_KEY@api.example.test",
+            "--mount",
+        ])
+        .arg(format!("{}:/ca:ro", dir.path().display()))
+        .args(["--", "sh", "-c", &script])
+        .env("HULL_TEST_REAL_KEY", REAL)
+        .env("HULL_NET_DNS", dns.addr.to_string())
+        .env("HULL_NET_UPSTREAM_CA", dir.path().join("test-ca.pem"))
+        .env("HULL_HOME", home.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run hull");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{stdout}\n{stderr}");
+    let placeholder = lines[0].strip_prefix("env ").unwrap_or_default();
+    assert!(placeholder.starts_with("hull-secret-KEY-"), "{stdout}");
+    assert!(
+        !stdout.contains(REAL),
+        "the real value reached the box: {stdout}"
+    );
+    // The API echoed what it got: the box reads the placeholder back (scrubbed).
+    assert_eq!(
+        lines[1],
+        format!("auth=Bearer {placeholder}"),
+        "{stdout}\n{stderr}"
+    );
+    // The host without the secret got the placeholder as the box sent it.
+    assert_eq!(
+        lines[2],
+        format!("auth=Bearer {placeholder}"),
+        "{stdout}\n{stderr}"
+    );
+    assert_eq!(lines[3], "clean");
+    // Upstream: the real value for the secret's host, the placeholder for the other.
+    let seen = std::fs::read_to_string(dir.path().join("seen.log")).unwrap_or_default();
+    assert!(
+        seen.lines()
+            .any(|l| l.starts_with("api.example.test") && l.ends_with(&format!("Bearer {REAL}"))),
+        "{seen}"
+    );
+    assert!(
+        seen.lines().any(|l| l.starts_with("other.example.test")
+            && l.ends_with(&format!("Bearer {placeholder}"))),
+        "{seen}"
+    );
+    // The CA was made for the installation, its key private.
+    let key = home.path().join("ca/ca.key");
+    let mode = std::fs::metadata(&key)
+        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777);
+    assert_eq!(mode.ok(), Some(0o600), "{}", key.display());
+    drop(srv);
+}
