@@ -31,6 +31,7 @@ pub const METHODS: &[&str] = &[
     "named.wait",
     "named.kill",
     "named.write_stdin",
+    "named.set_network",
 ];
 
 /// Output kept per stream in an answer; more is cut (and said: `truncated`).
@@ -789,6 +790,73 @@ fn kill(p: &Map<String, Value>) -> Result<Value, Value> {
     Ok(json!({ "killed": d.code == Some(1) }))
 }
 
+/// `named.set_network`: replaces a gateway sandbox's policy (`network`: a gateway mode's name or
+/// `{mode, allow_hosts, allow_cidrs, deny_cidrs}`): its running gateway judges the next DNS
+/// queries and connections by it, and its next starts keep it (ports and the connection cap
+/// stay as created). A sandbox made without the gateway network is refused.
+fn set_network(p: &Map<String, Value>) -> Result<Value, Value> {
+    use hull_api::network::{Network, NetworkMode, NetworkParts};
+    let dir = existing(p)?;
+    let v = p
+        .get("network")
+        .ok_or_else(|| invalid("network", "missing"))?;
+    let new = hull_api::network::from_value(v, false).map_err(|e| invalid("network", e))?;
+    let Network::Gateway(g) = &new else {
+        return Err(invalid(
+            "network",
+            "expected a gateway mode (deny-all, allow-all or custom): a sandbox's network kind is set when it is created",
+        ));
+    };
+    if !g.ports().is_empty() {
+        return Err(invalid(
+            "network",
+            "ports are published when the sandbox is created",
+        ));
+    }
+    let mut cfg = dir.config().map_err(|e| err("sandbox_error", e))?;
+    let Network::Gateway(old) = &cfg.network else {
+        return Err(invalid(
+            "network",
+            format!("`{}` was created without the gateway network", dir.name),
+        ));
+    };
+    let parts = NetworkParts {
+        mode: Some(NetworkMode::Gateway(g.mode())),
+        allow_hosts: g.allow_hosts().to_vec(),
+        allow_cidrs: g.allow_cidrs().to_vec(),
+        deny_cidrs: g.deny_cidrs().to_vec(),
+        ports: old.ports().iter().map(|&p| u64::from(p)).collect(),
+        max_tcp_connections: Some(u64::from(old.max_tcp_connections())),
+    };
+    cfg.network = parts
+        .build(!cfg.secrets.is_empty())
+        .map_err(|e| invalid("network", e.to_string()))?;
+    dir.write_config(&cfg)
+        .map_err(|e| err("sandbox_error", e))?;
+    let req = wire::Request::SetNetwork {
+        policy: crate::net::plan::policy_of(g),
+    };
+    let running = match client::open(&dir, false, &req).map_err(|e| err("sandbox_error", e))? {
+        None => false,
+        Some(conn) => {
+            let mut r = BufReader::new(conn);
+            match wire::read_frame(&mut r) {
+                Ok(Some((wire::EXIT, _))) => true,
+                Ok(Some((wire::ERROR, e))) => {
+                    return Err(err("sandbox_error", String::from_utf8_lossy(&e)))
+                }
+                other => {
+                    return Err(err(
+                        "sandbox_error",
+                        format!("the keeper answered {other:?}"),
+                    ))
+                }
+            }
+        }
+    };
+    Ok(json!({ "running": running }))
+}
+
 /// One `named.*` call; `Ok(Value)` is the result to send.
 pub(crate) fn handle(out: &Out, id: &Value, method: &str, params: Value) -> Result<Value, Value> {
     let p = object(params)?;
@@ -798,6 +866,7 @@ pub(crate) fn handle(out: &Out, id: &Value, method: &str, params: Value) -> Resu
             start(&existing(&p)?)?;
             Ok(json!({}))
         }
+        "named.set_network" => set_network(&p),
         "named.stop" => {
             client::stop(&existing(&p)?).map_err(|e| err("sandbox_error", e))?;
             Ok(json!({}))

@@ -381,3 +381,81 @@ fn serve_takes_network_as_a_string_or_an_object_and_names_bad_ones() {
         assert!(!v.to_string().contains("sk-zzz"), "{v}");
     }
 }
+
+/// A named sandbox's policy replaced while it runs: its next connection is judged by the new
+/// one, and a later start keeps it. Loopback only (a DNS and an echo server of the test's).
+#[test]
+fn a_named_sandboxs_policy_is_replaced_while_it_runs_and_kept() {
+    use std::net::Ipv4Addr;
+    let server = Ipv4Addr::new(127, 0, 0, 13);
+    let echo = common::net::Echo::start(server);
+    let dns = common::net::Dns::start(&[("api.example.test", server)]);
+    let dir = tempfile::tempdir().unwrap();
+    let dns_addr = dns.addr.to_string();
+    let env = [
+        ("HULL_SANDBOXES", dir.path().to_str().unwrap()),
+        ("HULL_NET_DNS", dns_addr.as_str()),
+    ];
+    let (code, _, err) = hull_env(
+        &[
+            "create",
+            "live",
+            "--allow-host",
+            "api.example.test",
+            "--allow-cidr",
+            "127.0.0.13/32",
+        ],
+        &env,
+    );
+    assert_eq!(code, 0, "{err}");
+    let connect = format!(
+        "import socket\ntry:\n    s = socket.create_connection(('api.example.test', {}), timeout=10)\n    s.sendall(b'hi\\n'); print(s.makefile().readline().strip())\nexcept OSError as e:\n    print('refused', type(e).__name__)",
+        echo.addr.port()
+    );
+    let exec = || {
+        let (code, out, err) = hull_env(
+            &["exec", "live", "--", "/usr/bin/python3", "-c", &connect],
+            &env,
+        );
+        assert_eq!(code, 0, "{err}");
+        out
+    };
+    assert_eq!(exec(), "echo: hi\n");
+    let a = serve(
+        &[
+            json!({"id": 1, "method": "named.set_network", "params": {"sandbox": "live", "network": "deny-all"}}),
+            json!({"id": 2, "method": "named.set_network", "params": {"sandbox": "live", "network": "host"}}),
+            json!({"id": 3, "method": "named.set_network", "params": {"sandbox": "live", "network": {"mode": "custom", "ports": [80]}}}),
+        ],
+        &env,
+    );
+    assert_eq!(a[0]["result"]["running"], true, "{}", a[0]);
+    assert_eq!(a[1]["error"]["arg"], "network", "{}", a[1]);
+    assert_eq!(a[2]["error"]["arg"], "network", "{}", a[2]);
+    assert_eq!(exec(), "refused gaierror\n");
+    // Kept across a stop and a start.
+    let (code, _, err) = hull_env(&["stop", "live"], &env);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(exec(), "refused gaierror\n");
+    assert_eq!(echo.accepted(), 1);
+    // A sandbox without the gateway network has no policy to replace.
+    let (code, _, err) = hull_env(&["create", "plain"], &env);
+    assert_eq!(code, 0, "{err}");
+    let a = serve(
+        &[
+            json!({"id": 1, "method": "named.set_network", "params": {"sandbox": "plain", "network": "deny-all"}}),
+        ],
+        &env,
+    );
+    assert!(
+        a[0]["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("was created without the gateway network"),
+        "{}",
+        a[0]
+    );
+    for n in ["live", "plain"] {
+        let _ = hull_env(&["rm", n], &env);
+    }
+}

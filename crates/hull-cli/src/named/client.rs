@@ -20,6 +20,8 @@ const KEPT_ENV: &[&str] = &[
     "HULL_SANDBOXES",
     "HULL_LOG_CAP",
     "HULL_OVERLAY",
+    "HULL_NET_DNS",
+    "HULL_NET_UPSTREAM_CA",
     "XDG_STATE_HOME",
     "XDG_DATA_HOME",
 ];

@@ -60,8 +60,7 @@ struct Pending {
 struct Keeper {
     resident: Resident,
     /// The box's network gateway (a gateway network only), for the keeper's life: dropped,
-    /// it ends, and the box has no network. Held, never read (its drop is what counts).
-    #[allow(dead_code)]
+    /// it ends, and the box has no network. Its policy is replaced through it.
     gateway: Mutex<Option<crate::net::spawn::GatewayProcess>>,
     /// The sandbox's environment (the image's, the box defaults, `--env`), in order.
     env: Vec<(String, String)>,
@@ -1002,6 +1001,18 @@ impl Keeper {
                         };
                     }
                 }
+            }
+            Ok(Request::SetNetwork { policy }) => {
+                let done = match lock(&self.gateway).as_mut() {
+                    None => Err("the sandbox has no gateway network (create it with --network deny-all, allow-all or custom)".to_string()),
+                    Some(g) => g
+                        .set_policy(&policy)
+                        .map_err(|e| hull_api::Chain(&e).to_string()),
+                };
+                let _ = match done {
+                    Ok(()) => wire::write_frame(&mut w, wire::EXIT, &0i32.to_le_bytes()),
+                    Err(e) => wire::write_frame(&mut w, wire::ERROR, e.as_bytes()),
+                };
             }
             Ok(Request::Kill { id }) => {
                 self.last_activity.store(self.now_ms(), Ordering::SeqCst);

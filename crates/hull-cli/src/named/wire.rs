@@ -71,6 +71,11 @@ pub enum Request {
     /// frame (a read's bytes come before it as [`STDOUT`] frames; a write's data follows the
     /// request as [`STDIN`] frames and their [`STDIN_END`]).
     File { file: super::files::FileOp },
+    /// Replace the gateway's policy (a sandbox with the gateway network): its next DNS queries
+    /// and connections are judged by it. Answered by [`EXIT`] 0 or [`ERROR`].
+    SetNetwork {
+        policy: crate::net::wire::PolicySpec,
+    },
     /// End every process and the keeper; the disk stays.
     Stop,
 }
