@@ -216,6 +216,14 @@ export class NamedSandbox {
     return (await this.call("named.logs", p)).logs;
   }
 
+  /** Replaces the sandbox's network policy while it runs (it was created with a gateway mode):
+   * its next DNS queries and connections are judged by `network` (a gateway mode or a
+   * `NetworkPolicy` without ports), and later starts keep it. Ports and the connection cap stay
+   * as created. Resolves to whether the sandbox was running. */
+  async setNetworkPolicy(network: Network): Promise<boolean> {
+    return (await this.call("named.set_network", { network: networkParam("network", network) })).running;
+  }
+
   /** @internal One call on a server of its own (listing, templates). */
   static async once(method: string, params: Record<string, unknown>): Promise<any> {
     const server = await NamedSandbox.open("");

@@ -82,3 +82,25 @@ test("a named sandbox takes the network and refuses a secret's value", async () 
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test("a named sandbox's policy is replaced while it runs", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "hull-node-live-"));
+  const before = process.env.HULL_SANDBOXES;
+  process.env.HULL_SANDBOXES = dir;
+  const probe = "import socket\ntry:\n    print(socket.gethostbyname('api.example.test').startswith('198.1'))\nexcept OSError:\n    print('refused')";
+  try {
+    const sb = await Sandbox.create({ name: "livenode", network: { allowHosts: ["api.example.test"] } });
+    try {
+      assert.equal((await sb.exec(["python3", "-c", probe])).stdout, "True\n");
+      assert.equal(await sb.setNetworkPolicy("deny-all"), true);
+      assert.equal((await sb.exec(["python3", "-c", probe])).stdout, "refused\n");
+      await assert.rejects(sb.setNetworkPolicy("host"), (e) => e instanceof InvalidArgument && e.arg === "network");
+    } finally {
+      await sb.destroy();
+    }
+  } finally {
+    if (before === undefined) delete process.env.HULL_SANDBOXES;
+    else process.env.HULL_SANDBOXES = before;
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

@@ -83,3 +83,20 @@ def test_a_named_sandbox_takes_the_network_and_refuses_a_value(tmp_path, monkeyp
         Sandbox(name="netpy", network="custom", secrets=[{"name": "K", "value": "sk-py-secret", "hosts": ["api.example.com"]}])
     assert e.value.arg == "secrets" and "give `env`" in str(e.value)
     assert not (tmp_path / "netpy").exists()
+
+
+def test_a_named_sandboxs_policy_is_replaced_while_it_runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("HULL_SANDBOXES", str(tmp_path))
+    probe = "import socket\ntry:\n    print(socket.gethostbyname('api.example.test').startswith('198.1'))\nexcept OSError:\n    print('refused')"
+    sb = Sandbox(name="livepy", egress_allow=["api.example.test"])
+    try:
+        assert sb.exec(["python3", "-c", probe]).stdout == "True\n"
+        assert sb.set_network_policy("deny-all") is True
+        assert sb.exec(["python3", "-c", probe]).stdout == "refused\n"
+        assert sb.set_network_policy(egress_allow=["api.example.test"]) is True
+        assert sb.exec(["python3", "-c", probe]).stdout == "True\n"
+        with pytest.raises(InvalidArgument) as e:
+            sb.set_network_policy("host")
+        assert e.value.arg == "network"
+    finally:
+        sb.destroy()

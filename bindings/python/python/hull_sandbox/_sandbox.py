@@ -512,6 +512,19 @@ class Sandbox:
             p["max_bytes"] = max_bytes
         return self._server.call("named.logs", p)["logs"]
 
+    def set_network_policy(self, network=None, egress_allow=None):
+        """Replaces a named sandbox's network policy while it runs (it was created with a
+        gateway mode): its next DNS queries and connections are judged by `network` (a gateway
+        mode's name or a dict {mode, allow_hosts, allow_cidrs, deny_cidrs}; `egress_allow` as in
+        the constructor), and later starts keep it. Ports and the connection cap stay as
+        created. Returns whether the sandbox was running."""
+        if self.name is None:
+            raise _named.not_named("set_network_policy")
+        value = _network(network, egress_allow)
+        if value is None:
+            raise ValueError("set_network_policy needs a gateway mode (deny-all, allow-all or custom) or egress_allow")
+        return self._server.call("named.set_network", {"sandbox": self.name, "network": value})["running"]
+
     def stat(self, path):
         """A named sandbox's path: {type, size, mtime_s, mode}, or None when it is missing."""
         if self.name is None:
