@@ -33,7 +33,7 @@ use crate::policy::{Policy, Rule, Verdict};
 use crate::upstream::{Boxed, Dialer, Resolver, Upstream};
 
 /// Bytes a [`DuplexStream`] between the box's socket and a handler buffers each way.
-pub const PIPE_BUFFER: usize = 64 * 1024;
+pub const PIPE_BUFFER: usize = 256 * 1024;
 
 /// What a handler knows about its connection.
 #[derive(Debug, Clone)]
