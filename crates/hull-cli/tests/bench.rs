@@ -376,3 +376,63 @@ fn named_reports_every_case_with_positive_figures_and_ratios_and_leaves_nothing(
         assert!(keepers.is_empty(), "keepers left behind: {keepers:?}");
     }
 }
+
+/// `hull bench --network`: the host network and the gateway are measured side by side (every
+/// figure present and ordered), slirp4netns is measured or its absence named; the box-start
+/// figures are there. Traffic goes only to this host's own address.
+#[test]
+fn network_reports_the_gateway_beside_the_host_network_and_names_a_missing_slirp() {
+    let out = Command::new(common::bin())
+        .args(["bench", "--network", "--runs", "1", "--json"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run hull bench --network");
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success()
+        && String::from_utf8_lossy(&out.stderr).contains("no non-loopback IPv4 address")
+    {
+        skip("this host has no non-loopback IPv4 address for the gateway to dial");
+        return;
+    }
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_str(text.trim()).expect("JSON");
+    let sides = v["sides"].as_array().expect("sides");
+    let side = |n: &str| {
+        sides
+            .iter()
+            .find(|s| s["side"] == n)
+            .cloned()
+            .unwrap_or_default()
+    };
+    for n in ["host network", "hull gateway"] {
+        let s = side(n);
+        for f in ["connect_us", "rtt_us"] {
+            let (p50, p90) = (s[f]["p50"].as_f64(), s[f]["p90"].as_f64());
+            assert!(
+                matches!((p50, p90), (Some(a), Some(b)) if a > 0.0 && a <= b),
+                "{n} {f}: {s}"
+            );
+        }
+        assert!(
+            s["upload_mb_s"]["p50"].as_f64().is_some_and(|m| m > 0.0),
+            "{n}: {s}"
+        );
+    }
+    let slirp = side("slirp4netns");
+    assert!(
+        slirp["upload_mb_s"]["p50"].as_f64().is_some() || slirp["skipped"].is_string(),
+        "{slirp}"
+    );
+    for k in ["no network", "gateway network"] {
+        assert!(
+            v["box_start_ms"][k]["p50"]
+                .as_f64()
+                .is_some_and(|m| m > 0.0),
+            "{v}"
+        );
+    }
+}
