@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
@@ -28,25 +27,7 @@ fn hull_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
 
 /// `hull serve` with `env`: each request's answer, in order.
 fn serve(requests: &[Value], env: &[(&str, &str)]) -> Vec<Value> {
-    let mut child = Command::new(common::bin())
-        .arg("serve")
-        .envs(env.iter().copied())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        let mut stdin = child.stdin.take().unwrap();
-        for r in requests {
-            writeln!(stdin, "{r}").unwrap();
-        }
-        writeln!(stdin, "{}", json!({"id": "end", "method": "shutdown"})).unwrap();
-    }
-    let lines: Vec<Value> = BufReader::new(child.stdout.take().unwrap())
-        .lines()
-        .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
-        .collect();
-    assert!(child.wait().unwrap().success());
+    let lines = common::serve_session(requests, env);
     requests
         .iter()
         .map(|r| {

@@ -15,26 +15,7 @@ fn session(requests: &[Value]) -> Vec<Value> {
 
 /// [`session`] with a server started with `env` set.
 fn session_env(requests: &[Value], env: &[(&str, &str)]) -> Vec<Value> {
-    let mut child = Command::new(common::bin())
-        .arg("serve")
-        .envs(env.iter().copied())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        let mut stdin = child.stdin.take().unwrap();
-        for r in requests {
-            writeln!(stdin, "{r}").unwrap();
-        }
-        writeln!(stdin, "{}", json!({"id": "end", "method": "shutdown"})).unwrap();
-    }
-    let lines: Vec<Value> = BufReader::new(child.stdout.take().unwrap())
-        .lines()
-        .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
-        .collect();
-    assert!(child.wait().unwrap().success());
-    lines
+    common::serve_session(requests, env)
 }
 
 fn answer(lines: &[Value], id: i64) -> &Value {

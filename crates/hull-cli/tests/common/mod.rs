@@ -79,3 +79,36 @@ pub fn cap_enforced(controller: &str) -> bool {
         }
     }
 }
+
+/// `hull serve` with `env` set, given `requests` then a shutdown: every line it wrote, in order.
+pub fn serve_session(
+    requests: &[serde_json::Value],
+    env: &[(&str, &str)],
+) -> Vec<serde_json::Value> {
+    use std::io::{BufRead, Write};
+    let mut child = Command::new(bin())
+        .arg("serve")
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        let mut stdin = child.stdin.take().unwrap();
+        for r in requests {
+            writeln!(stdin, "{r}").unwrap();
+        }
+        writeln!(
+            stdin,
+            "{}",
+            serde_json::json!({"id": "end", "method": "shutdown"})
+        )
+        .unwrap();
+    }
+    let lines: Vec<serde_json::Value> = std::io::BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
+        .collect();
+    assert!(child.wait().unwrap().success());
+    lines
+}
