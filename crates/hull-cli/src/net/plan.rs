@@ -51,8 +51,10 @@ pub fn start_of(g: &hull_api::network::Gateway) -> Result<Start, String> {
 }
 
 /// Where a brokered box finds the gateway CA: `ca.pem` alone, and `bundle.pem` (the host's
-/// bundle with it appended), bound read-only from a directory of the supervisor's.
-pub const TRUST_DIR: &str = "/run/hull";
+/// bundle with it appended), bound read-only from a directory of the supervisor's. A top-level
+/// directory of hull's own: an image's `/etc` or `/run` may not be covered (they are the
+/// image's), and `/run/hull` is a Sandbox cell's I/O directory.
+pub const TRUST_DIR: &str = "/.hull-ca";
 
 /// A brokered box's side of its secrets: each secret's placeholder in its environment, the
 /// gateway CA in its trust. The trust directory on the host goes when this is dropped.
