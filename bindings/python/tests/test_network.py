@@ -34,11 +34,14 @@ def test_a_gateway_mode_puts_the_box_behind_its_gateway(network):
         assert sb.run_code(PROBE).stdout.endswith("connect refused\nnameserver 10.0.2.2\n")
 
 
-def test_secrets_are_refused_until_the_gateway_brokers_them():
-    with pytest.raises(NetworkUnavailable) as e:
-        run_code("print('RAN')", network="custom", secrets=[{"name": "K", "env": "HOME", "hosts": ["api.example.test"]}])
-    assert e.value.mode == "custom" and e.value.kind == "network_unavailable"
-    assert "secrets are brokered for one-shot boxes (`run`) only" in str(e.value)
+def test_a_brokered_secret_is_only_a_placeholder_in_the_box(monkeypatch):
+    # (Brokering's data path, the real value upstream and the scrubbed echo, is tested end
+    # to end in crates/hull-cli/tests/brokering.rs.)
+    monkeypatch.setenv("HULL_PY_NET_KEY", "sk-py-real-value")
+    code = "import os, glob\nprint(os.environ['HULL_PY_NET_KEY'])\nprint(os.environ['SSL_CERT_FILE'])\ndef env_of(p):\n    try:\n        return open(p, 'rb').read()\n    except OSError:\n        return b''\nprint(any(b'sk-py-real' in env_of(p) for p in glob.glob('/proc/[0-9]*/environ')))"
+    r = run_code(code, network="custom", secrets=[{"name": "HULL_PY_NET_KEY", "env": "HULL_PY_NET_KEY", "hosts": ["api.example.test"]}])
+    key, bundle, leaked = r.stdout.splitlines()
+    assert key.startswith("hull-secret-HULL_PY_NET_KEY-") and bundle == "/.hull-ca/bundle.pem" and leaked == "False", r
 
 
 def test_egress_allow_is_a_custom_host_list():

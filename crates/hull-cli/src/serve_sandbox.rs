@@ -187,14 +187,22 @@ impl Sessions {
                 let cfg = SandboxRequest::from_json(&params)?;
                 let n = self.next.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
                 let sid = format!("sb{n}");
-                // A gateway network: each of the session's boxes is served by a gateway.
+                // A gateway network: each of the session's boxes is served by a gateway; with
+                // secrets, every box holds their placeholders and trusts the gateway CA.
+                let mut cfg = cfg;
                 let backend: Arc<dyn hull::backend::Backend> = match &cfg.network {
                     hull_api::network::Network::Gateway(g) => {
-                        let start =
+                        let mut start =
                             crate::net::plan::start_of(g).map_err(|e| bad("network", &e))?;
+                        let trust = crate::net::plan::brokered(&mut start, &cfg.secrets)
+                            .map_err(|e| bad("secrets", &e))?;
+                        if let Some(t) = &trust {
+                            t.apply_to_request(&mut cfg);
+                        }
                         Arc::new(crate::net::backend::Served::new(
                             Arc::<Runtime>::clone(rt),
                             start,
+                            trust,
                         ))
                     }
                     _ => Arc::<Runtime>::clone(rt),

@@ -220,10 +220,7 @@ fn create_makes_a_sandbox_behind_its_gateway_and_refuses_secrets_leaving_nothing
         &env,
     );
     assert_eq!(code, 125, "{err}");
-    assert!(
-        err.contains("secrets are brokered for one-shot boxes (`run`) only"),
-        "{err}"
-    );
+    assert!(err.contains("not yet for a named sandbox"), "{err}");
     assert!(
         !dir.path().join("netbox").exists(),
         "a refused sandbox was left"
@@ -346,7 +343,7 @@ fn serve_takes_network_as_a_string_or_an_object_and_names_bad_ones() {
         e(7)["message"]
             .as_str()
             .unwrap()
-            .contains("secrets are brokered for one-shot boxes (`run`) only"),
+            .contains("not yet for a named sandbox"),
         "{}",
         a[7]
     );

@@ -18,6 +18,8 @@ use super::wire::Start;
 pub struct Served {
     inner: Arc<dyn Backend>,
     start: Start,
+    /// A brokered session's CA directory on the host, for the session's life.
+    _trust: Option<super::plan::BoxTrust>,
 }
 
 impl std::fmt::Debug for Served {
@@ -29,8 +31,16 @@ impl std::fmt::Debug for Served {
 }
 
 impl Served {
-    pub fn new(inner: Arc<dyn Backend>, start: Start) -> Served {
-        Served { inner, start }
+    pub fn new(
+        inner: Arc<dyn Backend>,
+        start: Start,
+        trust: Option<super::plan::BoxTrust>,
+    ) -> Served {
+        Served {
+            inner,
+            start,
+            _trust: trust,
+        }
     }
 }
 

@@ -76,6 +76,18 @@ impl BoxTrust {
     }
 }
 
+impl BoxTrust {
+    /// The same for every box of a Sandbox session: its request's environment and mounts.
+    pub fn apply_to_request(&self, r: &mut hull_api::SandboxRequest) {
+        r.env.extend(self.env.iter().cloned());
+        r.mounts.push(hull_api::mount::Mount {
+            source: self.dir.clone(),
+            target: TRUST_DIR.into(),
+            read_only: true,
+        });
+    }
+}
+
 impl Drop for BoxTrust {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
