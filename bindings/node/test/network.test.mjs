@@ -69,10 +69,15 @@ test("a named sandbox takes the network and refuses a secret's value", async () 
   const before = process.env.HULL_SANDBOXES;
   process.env.HULL_SANDBOXES = dir;
   try {
-    await assert.rejects(
-      Sandbox.create({ name: "netnode", network: { allowHosts: ["api.example.com"] }, secrets: [{ name: "K", env: "HOME", hosts: ["api.example.com"] }] }),
-      (e) => e instanceof NetworkUnavailable && e.mode === "custom",
-    );
+    process.env.HULL_NODE_NAMED_KEY = "sk-node-named-value";
+    const sb = await Sandbox.create({ name: "netsec", network: { allowHosts: ["api.example.test"] }, secrets: [{ name: "K", env: "HULL_NODE_NAMED_KEY", hosts: ["api.example.test"] }] });
+    try {
+      const out = (await sb.exec(["sh", "-c", "echo $K"])).stdout;
+      assert.match(out, /^hull-secret-K-[0-9a-f]{32}\n$/);
+    } finally {
+      await sb.destroy();
+      delete process.env.HULL_NODE_NAMED_KEY;
+    }
     await assert.rejects(
       Sandbox.create({ name: "netnode", network: "custom", secrets: [{ name: "K", value: "sk-node-secret", hosts: ["api.example.com"] }] }),
       (e) => /give `env`/.test(e.message) && !e.message.includes("sk-node-secret"),

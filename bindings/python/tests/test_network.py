@@ -79,9 +79,13 @@ def test_none_and_host_run_as_before():
 
 def test_a_named_sandbox_takes_the_network_and_refuses_a_value(tmp_path, monkeypatch):
     monkeypatch.setenv("HULL_SANDBOXES", str(tmp_path))
-    with pytest.raises(NetworkUnavailable) as e:
-        Sandbox(name="netpy", egress_allow=["api.example.com"], secrets=[{"name": "K", "env": "HOME", "hosts": ["api.example.com"]}])
-    assert e.value.mode == "custom"
+    monkeypatch.setenv("HULL_PY_NAMED_KEY", "sk-py-named-value")
+    sb = Sandbox(name="netsec", egress_allow=["api.example.test"], secrets=[{"name": "K", "env": "HULL_PY_NAMED_KEY", "hosts": ["api.example.test"]}])
+    try:
+        out = sb.exec(["sh", "-c", "echo $K"]).stdout
+        assert out.startswith("hull-secret-K-") and "sk-py" not in out, out
+    finally:
+        sb.destroy()
     with pytest.raises(InvalidArgument) as e:
         Sandbox(name="netpy", network="custom", secrets=[{"name": "K", "value": "sk-py-secret", "hosts": ["api.example.com"]}])
     assert e.value.arg == "secrets" and "give `env`" in str(e.value)

@@ -457,6 +457,12 @@ impl<'de> Deserialize<'de> for Network {
 pub struct Hidden(String);
 
 impl Hidden {
+    /// A value read elsewhere (a named sandbox's keeper gets its secrets' values from the
+    /// process that starts it).
+    pub fn new(value: String) -> Hidden {
+        Hidden(value)
+    }
+
     pub fn expose(&self) -> &str {
         &self.0
     }

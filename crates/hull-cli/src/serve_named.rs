@@ -333,19 +333,17 @@ fn create(p: &Map<String, Value>) -> Result<Value, Value> {
     }
     // A network this build cannot give is refused as `run`'s is (kind, `mode`), before
     // anything is made (the keeper would refuse the same, as text).
-    hull::boxspec::network(&cfg.network, &cfg.secrets)
-        .and_then(|_| hull::boxspec::unbrokered(&cfg.network, &cfg.secrets))
-        .map_err(|error| {
-            let v = crate::serve_out::error_json(
-                "network_unavailable",
-                &hull::error::Named {
-                    arg: "network",
-                    error: error.clone(),
-                },
-                Some("network"),
-            );
-            crate::serve_out::with_mode(v, &error)
-        })?;
+    hull::boxspec::network(&cfg.network, &cfg.secrets).map_err(|error| {
+        let v = crate::serve_out::error_json(
+            "network_unavailable",
+            &hull::error::Named {
+                arg: "network",
+                error: error.clone(),
+            },
+            Some("network"),
+        );
+        crate::serve_out::with_mode(v, &error)
+    })?;
     let adopt = boolean(p, "adopt")?;
     if !(adopt && dir.path.exists()) {
         match crate::named::create_with(&dir, &cfg, store.take()) {

@@ -199,17 +199,18 @@ fn contradictions_and_bad_entries_are_refused_naming_the_flags() {
 }
 
 #[test]
-fn create_makes_a_sandbox_behind_its_gateway_and_refuses_secrets_leaving_nothing() {
+fn create_makes_a_sandbox_behind_its_gateway_with_secrets_read_by_each_starter() {
     let dir = tempfile::tempdir().unwrap();
     let env = [
         ("HULL_SANDBOXES", dir.path().to_str().unwrap()),
         ("HULL_NET_API_TEST_KEY", "sk-never-on-disk"),
     ];
-    // Secrets: refused (no brokering yet), nothing left, the value never on disk.
+    // Secrets: the box holds a placeholder; the value is on no disk (config.json keeps the
+    // reference), and a process starting the sandbox without the variable is refused.
     let (code, _, err) = hull_env(
         &[
             "create",
-            "netbox",
+            "sec",
             "--network",
             "custom",
             "--allow-host",
@@ -219,12 +220,31 @@ fn create_makes_a_sandbox_behind_its_gateway_and_refuses_secrets_leaving_nothing
         ],
         &env,
     );
-    assert_eq!(code, 125, "{err}");
-    assert!(err.contains("not yet for a named sandbox"), "{err}");
-    assert!(
-        !dir.path().join("netbox").exists(),
-        "a refused sandbox was left"
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = hull_env(&["exec", "sec", "--", "sh", "-c", "echo $KEY"], &env);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("hull-secret-KEY-"), "{out}");
+    let mut on_disk = Vec::new();
+    for e in walk(&dir.path().join("sec")) {
+        if std::fs::read(&e).is_ok_and(|b| b.windows(16).any(|w| w == b"sk-never-on-disk")) {
+            on_disk.push(e);
+        }
+    }
+    assert!(on_disk.is_empty(), "the value is on disk: {on_disk:?}");
+    let (code, _, err) = hull_env(&["stop", "sec"], &env);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = hull_env(
+        &["exec", "sec", "--", "true"],
+        &[("HULL_SANDBOXES", dir.path().to_str().unwrap())],
     );
+    assert_eq!(code, 125, "{err}");
+    assert!(
+        err.contains("no variable HULL_NET_API_TEST_KEY")
+            && err.contains("the process that starts it"),
+        "{err}"
+    );
+    let (code, _, err) = hull_env(&["rm", "sec"], &env);
+    assert_eq!(code, 0, "{err}");
     // Without: the sandbox runs behind its gateway, which logs what it decided.
     let (code, _, err) = hull_env(
         &[
@@ -333,24 +353,8 @@ fn serve_takes_network_as_a_string_or_an_object_and_names_bad_ones() {
         .as_str()
         .unwrap()
         .contains("deny_cidrs: CIDR `x`"));
-    assert_eq!(
-        (&e(7)["kind"], &e(7)["mode"]),
-        (&json!("network_unavailable"), &json!("custom")),
-        "{}",
-        a[7]
-    );
-    assert!(
-        e(7)["message"]
-            .as_str()
-            .unwrap()
-            .contains("not yet for a named sandbox"),
-        "{}",
-        a[7]
-    );
-    assert!(
-        !dir.path().join("n1").exists(),
-        "a refused sandbox was left"
-    );
+    assert_eq!(a[7]["result"]["created"], true, "{}", a[7]);
+    let _ = hull_env(&["rm", "n1"], &env);
     assert_eq!(e(8)["arg"], "secrets", "{}", a[8]);
     assert!(e(8)["message"].as_str().unwrap().contains("give `env`"));
     assert_eq!(a[9]["result"]["exit_code"], 0, "{}", a[9]);
@@ -436,4 +440,20 @@ fn a_named_sandboxs_policy_is_replaced_while_it_runs_and_kept() {
     for n in ["live", "plain"] {
         let _ = hull_env(&["rm", n], &env);
     }
+}
+
+/// Every file below `dir` (not following links).
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            match e.file_type() {
+                Ok(t) if t.is_dir() => todo.push(e.path()),
+                Ok(t) if t.is_file() => out.push(e.path()),
+                _ => {}
+            }
+        }
+    }
+    out
 }

@@ -49,10 +49,6 @@ pub struct NetworkUnavailable {
     pub why: &'static str,
 }
 
-/// Why a named sandbox's secrets are refused: a keeper started later has no environment of its
-/// creator's to read their values from.
-pub const NO_BROKER: &str = "secrets are brokered for `run` and Sandbox sessions, not yet for a named sandbox (a later start has no environment to read their values from): leave `secrets` out here";
-
 /// Why a request could not become a box spec.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
@@ -86,18 +82,6 @@ pub fn network(n: &ApiNetwork, secrets: &[Secret]) -> Result<Network, NetworkUna
             let _ = secrets;
             Ok(Network::Gateway)
         }
-    }
-}
-
-/// Refuses secrets where they are not brokered yet (a named sandbox):
-/// never a box that would run with a placeholder nobody replaces.
-pub fn unbrokered(n: &ApiNetwork, secrets: &[Secret]) -> Result<(), NetworkUnavailable> {
-    match n {
-        ApiNetwork::Gateway(g) if !secrets.is_empty() => Err(NetworkUnavailable {
-            mode: g.mode(),
-            why: NO_BROKER,
-        }),
-        _ => Ok(()),
     }
 }
 
@@ -293,8 +277,6 @@ mod tests {
             });
             if let Ok(c) = SandboxRequest::from_json(&with_secret) {
                 assert!(sandbox_base(&c, Path::new("/w"), Path::new("/d")).is_ok());
-                let e = unbrokered(&c.network, &c.secrets).unwrap_err();
-                assert!(e.mode.to_string() == mode && e.why == NO_BROKER, "{e:?}");
             }
             let c = SandboxRequest::from_json(&serde_json::json!({"network": mode})).unwrap();
             let base = sandbox_base(&c, Path::new("/w"), Path::new("/d")).unwrap();

@@ -36,12 +36,16 @@ pub fn launch(dir: &Dir) -> Result<(), String> {
         .append(true)
         .open(dir.file("keeper.log"))
         .map_err(|e| format!("open {}: {e}", dir.file("keeper.log").display()))?;
+    // A gateway sandbox's secrets: their values are read here, in the environment of the
+    // process that starts the sandbox, and handed to the keeper on its stdin (never its
+    // environment, command line or disk).
+    let values = secret_values(dir)?;
     let mut cmd = Command::new(exe);
     cmd.arg("__keeper")
         .arg("--launch")
         .arg(&dir.path)
         .env_clear()
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(log);
     for k in KEPT_ENV {
@@ -50,6 +54,10 @@ pub fn launch(dir: &Dir) -> Result<(), String> {
         }
     }
     let mut child = cmd.spawn().map_err(|e| format!("start the keeper: {e}"))?;
+    if let Some(mut input) = child.stdin.take() {
+        // A keeper that needs none reads nothing; a failed write shows as its own error.
+        let _ = writeln!(input, "{values}");
+    }
     let mut said = String::new();
     if let Some(out) = child.stdout.take() {
         let _ = BufReader::new(out).read_to_string(&mut said);
@@ -81,6 +89,25 @@ pub fn launcher(path: &std::path::Path) -> i32 {
             1
         }
     }
+}
+
+/// The values of the sandbox's secrets (`{name: value}`), read from this process's
+/// environment; `{}` when it has none.
+fn secret_values(dir: &Dir) -> Result<serde_json::Value, String> {
+    let Ok(cfg) = dir.config() else {
+        return Ok(serde_json::json!({}));
+    };
+    let mut m = serde_json::Map::new();
+    for s in &cfg.secrets {
+        let v = s.resolve().map_err(|e| {
+            format!("{e} (a named sandbox's secrets are read from the environment of the process that starts it)")
+        })?;
+        m.insert(
+            s.name.clone(),
+            serde_json::Value::String(v.expose().to_string()),
+        );
+    }
+    Ok(serde_json::Value::Object(m))
 }
 
 /// A connection to the running keeper, starting it first when the sandbox is stopped.

@@ -62,6 +62,8 @@ struct Keeper {
     /// The box's network gateway (a gateway network only), for the keeper's life: dropped,
     /// it ends, and the box has no network. Its policy is replaced through it.
     gateway: Mutex<Option<crate::net::spawn::GatewayProcess>>,
+    /// A brokered sandbox's CA directory on the host (bound into the box), for the keeper's life.
+    _trust: Option<crate::net::plan::BoxTrust>,
     /// The sandbox's environment (the image's, the box defaults, `--env`), in order.
     env: Vec<(String, String)>,
     cwd: String,
@@ -147,7 +149,12 @@ pub fn main(path: &std::path::Path) -> i32 {
     if !still_named(&dir, &lock_file) {
         return answer(Err(format!("the sandbox `{}` was removed", dir.name)));
     }
-    match start(&dir) {
+    // The secrets' values, from whoever started us (see `client::launch`); stdin is then closed.
+    let mut values = String::new();
+    let _ = std::io::BufRead::read_line(&mut std::io::stdin().lock(), &mut values);
+    let values: std::collections::HashMap<String, String> =
+        serde_json::from_str(values.trim()).unwrap_or_default();
+    match start(&dir, &values) {
         Ok((keeper, stop_rx)) => {
             answer(Ok(()));
             // Only now may a sweep run: our own box is up and its cgroup is ours.
@@ -217,7 +224,6 @@ pub fn spec_of(dir: &Dir, cfg: &Config) -> Result<BoxSpec, String> {
         secrets: cfg.secrets.clone(),
         ..RunRequest::default()
     };
-    hull::boxspec::unbrokered(&req.network, &req.secrets).map_err(|e| chain(&e))?;
     let built = hull::boxspec::run_spec(&req).map_err(|e| chain(&e))?;
     let mut spec = built.spec;
     for ro in &cfg.ro_workspaces {
@@ -326,7 +332,10 @@ fn watch_starter(keeper: &Arc<Keeper>) -> StarterWatch {
 }
 
 /// Starts the box, runs the setup commands, opens the control socket and the threads.
-fn start(dir: &Dir) -> Result<(Arc<Keeper>, mpsc::Receiver<()>), String> {
+fn start(
+    dir: &Dir,
+    values: &std::collections::HashMap<String, String>,
+) -> Result<(Arc<Keeper>, mpsc::Receiver<()>), String> {
     let cfg = dir.config()?;
     let mut spec = spec_of(dir, &cfg)?;
     // Before any thread starts: host root's fallback takes a mount namespace of the keeper's
@@ -363,8 +372,29 @@ fn start(dir: &Dir) -> Result<(Arc<Keeper>, mpsc::Receiver<()>), String> {
     let mut box_userns: Option<OwnedFd> = None;
     // A gateway network: its gateway serves the box's TAP from before the box is ready, for the
     // keeper's life; its connection log is the state directory's `net.log`.
+    // Its secrets are brokered with the values the starter handed over (placeholders made
+    // anew at each start: the box's processes start anew too).
+    let mut trust = None;
     let gateway_start = match &cfg.network {
-        hull_api::network::Network::Gateway(g) => Some(crate::net::plan::start_of(g)?),
+        hull_api::network::Network::Gateway(g) => {
+            let mut s = crate::net::plan::start_of(g)?;
+            let mut secrets = Vec::new();
+            for sec in &cfg.secrets {
+                let v = values.get(&sec.name).ok_or_else(|| {
+                    format!("secret {}: its value was not handed to the keeper (start the sandbox with hull create, start or exec)", sec.name)
+                })?;
+                let mut given = sec.clone();
+                given.value = hull_api::network::SecretValue::Value(
+                    hull_api::network::Hidden::new(v.clone()),
+                );
+                secrets.push(given);
+            }
+            trust = crate::net::plan::brokered(&mut s, &secrets)?;
+            if let Some(t) = &trust {
+                t.apply(&mut spec);
+            }
+            Some(s)
+        }
         _ => None,
     };
     let mut gateway = None;
@@ -432,6 +462,7 @@ fn start(dir: &Dir) -> Result<(Arc<Keeper>, mpsc::Receiver<()>), String> {
     };
     let keeper = Arc::new(Keeper {
         gateway: Mutex::new(gateway),
+        _trust: trust,
         files,
         fuse_in_box: box_userns,
         subid_ranges,

@@ -270,7 +270,6 @@ fn config_of_args(a: &CreateArgs) -> Result<Config, String> {
         .map(|m| size::parse_size(m).map_err(|e| format!("--memory: {e}")))
         .transpose()?;
     let (network, secrets) = a.net.request()?;
-    hull::boxspec::unbrokered(&network, &secrets).map_err(|e| format!("--secret: {e}"))?;
     let abs = |p: &PathBuf, flag: &str| {
         std::fs::canonicalize(p).map_err(|e| format!("{flag} {}: {e}", p.display()))
     };
