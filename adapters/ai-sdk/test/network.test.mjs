@@ -108,3 +108,41 @@ test("a sandbox made without a network option has none: deny-all is what it has,
       await s.destroy();
     }
   }));
+
+test("a WebSocket server on a published port is reached through getPortEndpoint({ protocol: 'ws' })", () =>
+  withSandboxes(async () => {
+    const { readdirSync, readFileSync } = await import("node:fs");
+    const { dirname, join } = await import("node:path");
+    const { createRequire } = await import("node:module");
+    const { default: WebSocket } = await import("ws");
+    const s = await createHullNetworkSandboxSession({ image: IMAGE, sandboxId: "wsport", ports: [8080] });
+    try {
+      // The ws package (pure JS) copied into the sandbox for its server.
+      const root = dirname(createRequire(import.meta.url).resolve("ws/package.json"));
+      for (const f of ["package.json", "index.js", ...readdirSync(join(root, "lib")).map((n) => `lib/${n}`)]) {
+        await s.writeBinaryFile({ path: `/workspace/ws/${f}`, content: readFileSync(join(root, f)) });
+      }
+      const code = `const { WebSocketServer } = require("/workspace/ws"); const w = new WebSocketServer({ host: "0.0.0.0", port: 8080 }, () => console.log("ready")); w.on("connection", (c) => c.on("message", (m) => c.send("echo: " + m)));`;
+      const p = await s.spawn({ command: `node -e '${code}'` });
+      const reader = p.stdout.getReader();
+      let seen = "";
+      while (!seen.includes("ready")) {
+        const { done, value } = await reader.read();
+        assert.ok(!done, `the server ended before it was ready: ${seen}`);
+        seen += new TextDecoder().decode(value);
+      }
+      reader.releaseLock();
+      const { url } = await s.getPortEndpoint({ port: 8080, protocol: "ws" });
+      assert.match(url, /^ws:\/\/127\.0\.0\.1:\d+$/);
+      const ws = new WebSocket(url);
+      const reply = await new Promise((resolve, reject) => {
+        ws.on("open", () => ws.send("hi"));
+        ws.on("message", (m) => resolve(String(m)));
+        ws.on("error", reject);
+      });
+      ws.close();
+      assert.equal(reply, "echo: hi");
+    } finally {
+      await s.destroy();
+    }
+  }));
