@@ -350,7 +350,9 @@ fn create(p: &Map<String, Value>) -> Result<Value, Value> {
     if !(adopt && dir.path.exists()) {
         match crate::named::create_with(&dir, &cfg, store.take()) {
             Ok(()) => {
-                return Ok(json!({ "sandbox": name, "created": true, "ports": published(&dir) }))
+                return Ok(
+                    json!({ "sandbox": name, "created": true, "ports": published(&dir, true) }),
+                )
             }
             Err(e) if !(adopt && e.contains("(conflict)")) => {
                 let kind = if e.contains("(conflict)") {
@@ -384,14 +386,15 @@ fn create(p: &Map<String, Value>) -> Result<Value, Value> {
         return Err(v);
     }
     start(&dir)?;
-    Ok(json!({ "sandbox": name, "created": false, "ports": published(&dir) }))
+    Ok(json!({ "sandbox": name, "created": false, "ports": published(&dir, true) }))
 }
 
 /// The published ports of the running keeper, `[{port, host_port}]` (`[]` when the sandbox is
 /// stopped or publishes none): read from its `ports.json`, which each keeper removes as it
 /// starts and stops and writes once its gateway answered (a restart gets new host ports).
-/// A keeper still starting (another client's) is waited for, up to 30 s.
-fn published(dir: &Dir) -> Value {
+/// With `wait`, a keeper still starting (another client's) is waited for, up to 30 s; a listing
+/// does not wait (a sandbox still starting lists `[]`).
+fn published(dir: &Dir, wait: bool) -> Value {
     let wanted = dir
         .config()
         .map(|c| match &c.network {
@@ -407,7 +410,7 @@ fn published(dir: &Dir) -> Value {
         {
             return Value::Array(ports);
         }
-        if Instant::now() > deadline {
+        if !wait || Instant::now() > deadline {
             break;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -437,7 +440,7 @@ fn list() -> Value {
                 "name": d.name, "state": st, "image": cfg.image,
                 "user": cfg.user.as_deref().unwrap_or("root"),
                 "age_s": state::now_secs().saturating_sub(cfg.created), "size_bytes": d.size(),
-                "ports": if d.running() { published(&d) } else { json!([]) },
+                "ports": published(&d, false),
             }))
         })
         .collect();
@@ -896,7 +899,7 @@ pub(crate) fn handle(out: &Out, id: &Value, method: &str, params: Value) -> Resu
         "named.start" => {
             let dir = existing(&p)?;
             start(&dir)?;
-            Ok(json!({ "ports": published(&dir) }))
+            Ok(json!({ "ports": published(&dir, true) }))
         }
         "named.set_network" => set_network(&p),
         "named.stop" => {
