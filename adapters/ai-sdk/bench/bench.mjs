@@ -1,5 +1,7 @@
 // A small bench of the adapter over hull: create-to-ready (from the image, and restored from a
-// prepared template), the run('true') round trip, and writeTextFile/readTextFile round trips.
+// prepared template, and behind hull's gateway with a published port), the run('true') round
+// trip, writeTextFile/readTextFile round trips, and getPortEndpoint to the first byte of a
+// server in the sandbox (fetched from the host's 127.0.0.1).
 // Medians (and p90) of N runs; sandboxes live in a directory of their own, removed at the end.
 //
 //   node bench/bench.mjs [N]          (HULL_BIN, HULL_AI_SDK_IMAGE as for the tests)
@@ -60,6 +62,36 @@ try {
     read.push(await time(() => s.readTextFile({ path: "f.txt" })));
   }
   await s.destroy();
+  // Behind the gateway: creation with a published port, then getPortEndpoint + a fetch's first
+  // byte from a node HTTP server in the sandbox.
+  const gated = [];
+  for (let i = 0; i < N; i++) {
+    let g;
+    gated.push(await time(async () => {
+      g = await createHullNetworkSandboxSession({ image: IMAGE, ports: [8080] });
+      await g.run({ command: "true" });
+    }));
+    await g.destroy();
+  }
+  const g = await createHullNetworkSandboxSession({ image: IMAGE, ports: [8080] });
+  const server = await g.spawn({ command: `node -e 'require("http").createServer((q, r) => r.end("x")).listen(8080, "0.0.0.0", () => console.log("ready"))'` });
+  const reader = server.stdout.getReader();
+  for (let seen = ""; !seen.includes("ready"); ) {
+    const { done, value } = await reader.read();
+    if (done) throw new Error("the bench's server ended");
+    seen += new TextDecoder().decode(value);
+  }
+  reader.releaseLock();
+  const port = [];
+  for (let i = 0; i < N * 5; i++) {
+    port.push(await time(async () => {
+      const { url } = await g.getPortEndpoint({ port: 8080 });
+      const body = (await fetch(url)).body.getReader();
+      await body.read();
+      await body.cancel();
+    }));
+  }
+  await g.destroy();
   const hull = execFileSync(process.env.HULL_BIN ?? "hull", ["--version"], { encoding: "utf8" }).trim();
   console.log(`${hull}, image ${IMAGE}, node ${process.version}`);
   console.log(`create to first run('true'), from the image:     ${stats(fresh)}`);
@@ -67,6 +99,8 @@ try {
   console.log(`run({ command: 'true' }) round trip:              ${stats(run)}`);
   console.log(`writeTextFile 1 KiB round trip:                   ${stats(write)}`);
   console.log(`readTextFile 1 KiB round trip:                    ${stats(read)}`);
+  console.log(`create to first run('true'), gateway + 1 port:   ${stats(gated)}`);
+  console.log(`getPortEndpoint + fetch to first byte:            ${stats(port)}`);
 } finally {
   await pruneHullTemplates().catch(() => {});
   rmSync(root, { recursive: true, force: true });

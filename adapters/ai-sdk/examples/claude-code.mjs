@@ -4,12 +4,12 @@
 //   npm install @ai-sdk/harness-claude-code
 //   ANTHROPIC_API_KEY=... node examples/claude-code.mjs
 //
-// NOT RUNNABLE IN THIS BUILD: Claude Code's adapter reaches its bridge in the sandbox over a port
-// (`ports`, `getPortEndpoint`), installs its CLI with pnpm from registry.npmjs.org and calls
-// api.anthropic.com, brokered with `addRequestTransformations`. All of that needs hull's sandbox
-// network (issue 16), so creation with `ports` is refused today with
-// HarnessCapabilityUnsupportedError ("needs hull's sandbox network, not in this build"). The
-// example is kept as it will run once the network lands.
+// Claude Code's adapter reaches its bridge in the sandbox over a published port (`ports`,
+// `getPortEndpoint`), installs its CLI with pnpm from registry.npmjs.org and calls
+// api.anthropic.com: the `custom` policy allows those two names only. hull does not broker
+// credentials for named sandboxes yet, so `brokerCredentials: false`: the adapter then puts the
+// real key into the sandbox's environment. Not run by this project's tests (it needs a key and
+// traffic off this machine).
 import { HarnessAgent } from "@ai-sdk/harness/agent";
 import { createClaudeCode } from "@ai-sdk/harness-claude-code";
 
@@ -21,6 +21,7 @@ const sandboxSession = await createHullNetworkSandboxSession({
   image: "node:24",
   ports: [4000], // the bridge's port
   networkPolicy: { mode: "custom", allowedHosts: ["registry.npmjs.org", "api.anthropic.com"] },
+  brokerCredentials: false,
   setup: ["npm install -g pnpm"],
   template: agent.getSandboxTemplate?.(),
 });

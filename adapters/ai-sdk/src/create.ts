@@ -8,7 +8,8 @@ import { NamedSandbox, Sandbox, SandboxError, listSandboxes, resume, type NamedS
 import { HullCommandError, HullSandboxNotFoundError, abortReason, sandboxNotFound, throwIfAborted } from "./errors.js";
 import { HullNetworkSandboxSession, type SandboxFacts } from "./session.js";
 import { builderId, ensureTemplate, findTemplate, templateName, type HullSandboxTemplate } from "./templates.js";
-import { checkNetworkOptions } from "./unsupported.js";
+import { networkOption } from "./network.js";
+import { checkBrokering } from "./unsupported.js";
 
 export const DEFAULT_IMAGE = "node:24";
 
@@ -37,10 +38,17 @@ export interface HullNetworkSandboxSessionOptions {
   /** Every hull sandbox is `restricted` (no_new_privs, no setuid path to root, no mount
    * capability): both values are accepted and give the same sandbox. */
   security?: "restricted" | "default";
-  /** Needs hull's sandbox network: refused but for none / `deny-all` / `false`. */
+  /** Box ports published on the host's 127.0.0.1 (at free ports: `getPortEndpoint`). A server
+   * must listen on 0.0.0.0 in the sandbox. */
   ports?: number[];
+  /** Egress through hull's gateway (`allow-all`: the public internet; `deny-all`; `custom`:
+   * `allowedHosts` incl. `*.domain`, `allowedCIDRs`, `deniedCIDRs` winning). Without it, nor
+   * `ports` or `maxTcpConnections`, the sandbox has no network at all (`deny-all` otherwise). */
   networkPolicy?: HarnessV1NetworkPolicy;
+  /** Credential brokering: not wired to hull by this adapter yet, `true` is refused; the
+   * default leaves the request-transformation members present, refusing. */
   brokerCredentials?: boolean;
+  /** The most TCP connections open at once through the gateway (hull's default 1024). */
   maxTcpConnections?: number;
   /** Docker in the sandbox: not on this tier (refused). */
   docker?: boolean;
@@ -69,7 +77,8 @@ function checkOptions(o: HullNetworkSandboxSessionOptions): void {
     const v = o[k];
     if (v !== undefined && !(typeof v === "number" && v > 0 && Number.isFinite(v))) throw new RangeError(`${k} must be a number above 0, got ${String(v)}`);
   }
-  checkNetworkOptions(o);
+  networkOption(o);
+  checkBrokering(o);
   if (o.docker === true) throw refuse("`docker: true` needs hull's microVM tier, not in this build");
   if (o.workspace !== undefined && o.user !== undefined && o.user !== "root") {
     throw refuse(`\`workspace\` with \`user: ${o.user}\`: hull cannot hand a host directory to a user of the sandbox (its files would belong to unmapped ids on the host); leave \`user\` unset or "root"`);
@@ -85,6 +94,8 @@ function resources(o: HullNetworkSandboxSessionOptions): Partial<NamedSandboxOpt
   if (o.maxDuration !== undefined) r.maxDurationS = o.maxDuration / 1000;
   if (o.idleTimeout !== undefined) r.idleTimeoutS = o.idleTimeout / 1000;
   if (o.readOnlyWorkspaces !== undefined) r.roWorkspaces = [...o.readOnlyWorkspaces];
+  const network = networkOption(o);
+  if (network !== undefined) r.network = network;
   return r;
 }
 
@@ -142,7 +153,24 @@ async function makeSandbox(id: string, o: HullNetworkSandboxSessionOptions, imag
     await sb.destroy().catch(() => {});
     throw abortReason(o.abortSignal);
   }
+  if (networkOption(o) !== undefined) {
+    try {
+      await gatewayResolver(sb);
+    } catch (e) {
+      await sb.destroy().catch(() => {});
+      throw e;
+    }
+  }
   return { sb, user };
+}
+
+/** The gateway answers DNS at 10.0.2.2, and hull writes `/etc/resolv.conf` saying so for a
+ * box of the host's root only: an image without its own (most container images: their
+ * runtime provides it) would ask 127.0.0.1. Written as root on the sandbox's own disk when
+ * the image has no name server line (kept across stops, and in templates made from it). */
+async function gatewayResolver(sb: NamedSandbox): Promise<void> {
+  const r = await sb.exec("grep -qs '^nameserver' /etc/resolv.conf || printf 'nameserver 10.0.2.2\\n' > /etc/resolv.conf", { user: "root" });
+  if (r.exitCode !== 0) throw new HullCommandError({ command: "write /etc/resolv.conf", exitCode: r.exitCode ?? 1, stderr: r.stderr });
 }
 
 function randomId(): string {
@@ -165,6 +193,7 @@ export async function createHullNetworkSandboxSession(options: HullNetworkSandbo
     ...(options.workspace !== undefined ? { workspace: options.workspace } : {}),
     readOnlyWorkspaces: [...(options.readOnlyWorkspaces ?? [])],
     brokerCredentials: options.brokerCredentials !== false,
+    network: networkOption(options) ?? null,
   });
 
   if (options.template === undefined) {
@@ -197,6 +226,14 @@ export async function createHullNetworkSandboxSession(options: HullNetworkSandbo
     await sb.destroy().catch(() => {});
     throw abortReason(options.abortSignal);
   }
+  if (networkOption(options) !== undefined) {
+    try {
+      await gatewayResolver(sb);
+    } catch (e) {
+      await sb.destroy().catch(() => {});
+      throw e;
+    }
+  }
   const user = listed?.user ?? "root";
   return new HullNetworkSandboxSession(sb, facts(user, await homeOf(sb), name));
 }
@@ -206,7 +243,7 @@ export async function createHullNetworkSandboxSession(options: HullNetworkSandbo
 export async function resumeHullNetworkSandboxSession(options: { sandboxId: string; abortSignal?: AbortSignal; brokerCredentials?: boolean }): Promise<HullNetworkSandboxSession> {
   if (options === null || typeof options !== "object" || typeof options.sandboxId !== "string") throw new TypeError("sandboxId must be a string");
   for (const k of Object.keys(options)) if (!["sandboxId", "abortSignal", "brokerCredentials"].includes(k)) throw new TypeError(`\`${k}\` is not an option of resumeHullNetworkSandboxSession`);
-  checkNetworkOptions({ brokerCredentials: options.brokerCredentials });
+  checkBrokering({ brokerCredentials: options.brokerCredentials });
   throwIfAborted(options.abortSignal);
   const id = options.sandboxId;
   if (!NAME.test(id)) throw new HullSandboxNotFoundError(id);

@@ -15,10 +15,11 @@ import type {
   Experimental_SandboxSpawnOptionsWithoutStdin,
   Experimental_SandboxWriteFileOptions,
 } from "@ai-sdk/provider-utils";
-import { SandboxError, type NamedSandbox } from "hull-sandbox";
+import { SandboxError, type NamedSandbox, type NetworkPolicy } from "hull-sandbox";
 
 import { raceAbort, sandboxNotFound, throwIfAborted } from "./errors.js";
 import { spawnInSandbox, type SpawnedProcess } from "./process.js";
+import { checkPorts, describeNetwork, hullPolicy } from "./network.js";
 import * as unsupported from "./unsupported.js";
 
 /** The directory commands start in and relative paths resolve against; never changes. */
@@ -40,6 +41,8 @@ export interface SandboxFacts {
   workspace?: string;
   readOnlyWorkspaces: string[];
   brokerCredentials: boolean;
+  /** The network it was made with: null for none at all, undefined when not known (resumed). */
+  network?: NetworkPolicy | null;
 }
 
 function checkEnv(env: unknown): Record<string, string> | undefined {
@@ -73,8 +76,9 @@ function encodingOf(encoding: string | undefined): BufferEncoding {
 export class HullNetworkSandboxSession implements HarnessV1NetworkSandboxSession {
   readonly id: string;
   readonly defaultWorkingDirectory = WORKSPACE;
-  readonly ports: ReadonlyArray<number> = Object.freeze([]);
   readonly description: string;
+  /** The published box ports this session resolves (`setPorts` narrows them). */
+  private exposed: ReadonlyArray<number>;
   /** Present unless made with `brokerCredentials: false`; refused until hull's network exists. */
   readonly setRequestTransformations?: (t: ReadonlyArray<HarnessV1RequestTransformation>) => Promise<void>;
   readonly addRequestTransformations?: (t: ReadonlyArray<HarnessV1RequestTransformation>) => Promise<void>;
@@ -86,7 +90,8 @@ export class HullNetworkSandboxSession implements HarnessV1NetworkSandboxSession
     readonly facts: SandboxFacts,
   ) {
     this.id = facts.id;
-    this.description = describe(facts);
+    this.exposed = Object.freeze(sb.ports.map((p) => p.port));
+    this.description = describe(facts, this.exposed);
     if (facts.brokerCredentials) {
       this.setRequestTransformations = () => unsupported.requestTransformations("setRequestTransformations");
       this.addRequestTransformations = () => unsupported.requestTransformations("addRequestTransformations");
@@ -314,33 +319,66 @@ export class HullNetworkSandboxSession implements HarnessV1NetworkSandboxSession
     }) as Experimental_SandboxSession;
   }
 
-  // ---- the network (refused until hull's sandbox network is built: unsupported.ts) ----
+  // ---- the network (hull's gateway: published ports, the policy replaced live) ----
 
-  getPortEndpoint(o: { port: number; protocol?: "http" | "https" | "ws" }): Promise<HarnessV1PortEndpoint> {
-    return unsupported.portEndpoint(o.port);
+  /** Box ports published on the host's 127.0.0.1 (as created, or as `setPorts` narrowed). */
+  get ports(): ReadonlyArray<number> {
+    return this.exposed;
   }
 
-  getPortUrl(o: { port: number; protocol?: "http" | "https" | "ws" }): Promise<string> {
-    return unsupported.portEndpoint(o.port);
+  /** `http|https|ws://127.0.0.1:<host port>` of a published port (a stopped sandbox starts:
+   * every start publishes new host ports, so the running sandbox's are asked for). */
+  async getPortEndpoint(o: { port: number; protocol?: "http" | "https" | "ws" }): Promise<HarnessV1PortEndpoint> {
+    const protocol = o.protocol ?? "http";
+    if (!["http", "https", "ws"].includes(protocol)) throw new TypeError(`protocol must be http, https or ws, got ${String(protocol)}`);
+    if (!this.exposed.includes(o.port)) return unsupported.unexposedPort(o.port, this.exposed);
+    const live = await this.op(undefined, () => this.sb.start());
+    const found = live.find((p) => p.port === o.port);
+    if (found === undefined) return unsupported.unexposedPort(o.port, live.map((p) => p.port));
+    return { url: `${protocol}://127.0.0.1:${found.hostPort}` };
   }
 
-  setPorts(ports: ReadonlyArray<number>, options?: { abortSignal?: AbortSignal }): Promise<void> {
+  async getPortUrl(o: { port: number; protocol?: "http" | "https" | "ws" }): Promise<string> {
+    return (await this.getPortEndpoint(o)).url;
+  }
+
+  /** Narrows the ports this session resolves; a port not published at creation is refused
+   * (hull publishes at creation; a narrowed port's host port stays open until the sandbox
+   * stops). */
+  async setPorts(ports: ReadonlyArray<number>, options?: { abortSignal?: AbortSignal }): Promise<void> {
     throwIfAborted(options?.abortSignal);
-    return unsupported.setPorts(ports);
+    const want = checkPorts("ports", ports);
+    const created = this.sb.ports.map((p) => p.port);
+    const extra = want.filter((p) => !created.includes(p));
+    if (extra.length > 0) return unsupported.portsAfterCreation(extra);
+    this.exposed = Object.freeze(want);
   }
 
-  setNetworkPolicy(policy: HarnessV1NetworkPolicy): Promise<void> {
-    return unsupported.setNetworkPolicy(policy);
+  /** Replaces the policy while the sandbox runs: its next name lookups and connections are
+   * judged by it (and later starts keep it). */
+  async setNetworkPolicy(policy: HarnessV1NetworkPolicy): Promise<void> {
+    const hull = hullPolicy(policy);
+    try {
+      await this.op(undefined, () => this.sb.setNetworkPolicy(hull));
+    } catch (e) {
+      if (e instanceof RangeError && (e as { arg?: unknown }).arg === "network" && /created without the gateway network/.test(e.message)) {
+        // No network at all is already what deny-all asks for.
+        if (hull.mode === "deny-all") return;
+        return unsupported.policyWithoutGateway(String(hull.mode));
+      }
+      throw e;
+    }
   }
 }
 
 /** The text an agent reads about its sandbox. */
-function describe(f: SandboxFacts): string {
+function describe(f: SandboxFacts, ports: ReadonlyArray<number>): string {
   const lines = [
     `This is a hull sandbox (\`${f.id}\`, image \`${f.image}\`${f.template ? `, from a prepared template` : ""}): a Linux box of its own with a persistent disk.`,
     `Commands run with bash as the user \`${f.user}\` (HOME ${f.home}), without root's privileges; the working directory is ${WORKSPACE}${f.workspace ? ", a directory of the host mounted read-write" : ", on the sandbox's own disk"}.`,
   ];
   if (f.readOnlyWorkspaces.length > 0) lines.push(`Read-only directories of the host: ${f.readOnlyWorkspaces.join(", ")} (writes there fail).`);
-  lines.push("The sandbox has no network access (no internet, no DNS) and exposes no ports: do not try to download packages or reach servers.");
+  if (f.network !== undefined) lines.push(describeNetwork(f.network ?? undefined));
+  if (ports.length > 0) lines.push(`Ports published to the host: ${ports.join(", ")} (a server there must listen on 0.0.0.0).`);
   return lines.join("\n");
 }

@@ -1,50 +1,37 @@
-// Everything that needs hull's sandbox network (issue 16: published ports, the egress policy,
-// credential brokering through the gateway), refused in this one place until that network is in
-// hull. Each refusal is a HarnessCapabilityUnsupportedError naming what was asked and why; wiring
-// one later means replacing its function here and the call that uses it, nothing else.
+// What hull cannot do for a named sandbox yet, refused in this one place: credential brokering
+// (this adapter does not hand hull its credentials yet), ports not published at creation, and
+// a live policy for a sandbox made without the gateway network. Each refusal is a
+// HarnessCapabilityUnsupportedError naming what was asked and why.
 import { HarnessCapabilityUnsupportedError } from "@ai-sdk/harness";
-import type { HarnessV1NetworkPolicy } from "@ai-sdk/harness";
 
-const WHY = "needs hull's sandbox network, not in this build";
-
-export function networkUnsupported(what: string): HarnessCapabilityUnsupportedError {
-  return new HarnessCapabilityUnsupportedError({ message: `ai-sdk-sandbox-hull: ${what} ${WHY}` });
+function refused(what: string, why: string): HarnessCapabilityUnsupportedError {
+  return new HarnessCapabilityUnsupportedError({ message: `ai-sdk-sandbox-hull: ${what} ${why}` });
 }
 
-/** A creation option the network would honour: refused up front (nothing is made). */
-export function checkNetworkOptions(o: {
-  ports?: readonly number[];
-  networkPolicy?: HarnessV1NetworkPolicy;
-  brokerCredentials?: boolean;
-  maxTcpConnections?: number;
-}): void {
-  if (o.ports !== undefined && o.ports.length > 0) throw networkUnsupported(`\`ports\` (${o.ports.join(", ")}: published on 127.0.0.1)`);
-  // Without the network a sandbox has no interface but loopback: `deny-all` is what it gets.
-  if (o.networkPolicy !== undefined && o.networkPolicy.mode !== "deny-all") {
-    throw networkUnsupported(`\`networkPolicy\` \`${o.networkPolicy.mode}\` (a sandbox of this build has no network at all, which \`deny-all\` asks for)`);
-  }
-  if (o.brokerCredentials === true) throw networkUnsupported("`brokerCredentials: true` (credential brokering)");
-  if (o.maxTcpConnections !== undefined) throw networkUnsupported("`maxTcpConnections`");
-}
+const NO_BROKERING = "needs credential brokering, which this adapter does not wire to hull yet (hull brokers named sandboxes' secrets: give them with the Node SDK's secrets)";
 
-/** `getPortEndpoint` / `getPortUrl`: no port is published. */
-export function portEndpoint(port: number): Promise<never> {
-  return Promise.reject(networkUnsupported(`reaching sandbox port ${port} from the host (\`getPortEndpoint\`)`));
-}
-
-/** `setPorts`: none can be published; an empty list is what the sandbox has. */
-export function setPorts(ports: readonly number[]): Promise<void> {
-  if (ports.length === 0) return Promise.resolve();
-  return Promise.reject(networkUnsupported(`\`setPorts\` (${ports.join(", ")})`));
-}
-
-/** `setNetworkPolicy`: only `deny-all`, which the sandbox already has. */
-export function setNetworkPolicy(policy: HarnessV1NetworkPolicy): Promise<void> {
-  if (policy.mode === "deny-all") return Promise.resolve();
-  return Promise.reject(networkUnsupported(`\`setNetworkPolicy\` \`${policy.mode}\``));
+/** A creation (or resume) option hull cannot honour: refused up front (nothing is made). */
+export function checkBrokering(o: { brokerCredentials?: boolean }): void {
+  if (o.brokerCredentials === true) throw refused("`brokerCredentials: true`", NO_BROKERING);
 }
 
 /** `setRequestTransformations` / `addRequestTransformations`: credential brokering. */
 export function requestTransformations(member: string): Promise<never> {
-  return Promise.reject(networkUnsupported(`\`${member}\` (credential brokering)`));
+  return Promise.reject(refused(`\`${member}\``, NO_BROKERING));
+}
+
+/** `getPortEndpoint` / `getPortUrl` for a port the sandbox does not publish. */
+export function unexposedPort(port: number, ports: readonly number[]): Promise<never> {
+  const have = ports.length > 0 ? `it publishes ${ports.join(", ")}` : "it publishes none";
+  return Promise.reject(refused(`reaching sandbox port ${port} from the host:`, `the port is not published (${have}; give \`ports\` at creation)`));
+}
+
+/** `setPorts` with a port not published at creation. */
+export function portsAfterCreation(ports: readonly number[]): Promise<never> {
+  return Promise.reject(refused(`\`setPorts\` (${ports.join(", ")}):`, "hull publishes ports when the sandbox is created; setPorts can only narrow them"));
+}
+
+/** `setNetworkPolicy` on a sandbox made without a network option (it has no network at all). */
+export function policyWithoutGateway(mode: string): Promise<never> {
+  return Promise.reject(refused(`\`setNetworkPolicy\` \`${mode}\`:`, "the sandbox was made without hull's gateway network (give `networkPolicy` at creation to change it later)"));
 }

@@ -1,10 +1,16 @@
 // The real HarnessAgent of @ai-sdk/harness over a hull session, with a model-free harness
 // adapter written for this test in the shape of the Claude Code adapter: a bootstrap recipe
 // (files, a command, the marker), a Node bridge spawned in the sandbox that prints a ready line,
-// and turns answered by that bridge. Without hull's network (ports) the bridge is reached over
-// the spawn's stdin and stdout (`spawn({ stdin: true })`) instead of a WebSocket.
+// and turns answered by that bridge: a WebSocket server (the ws package, shipped in the
+// bootstrap's files) on `ports[0]`, reached from the host through
+// `getPortEndpoint({ protocol: 'ws' })` as the Claude Code adapter reaches its bridge.
 import assert from "node:assert/strict";
+import { readFileSync, readdirSync } from "node:fs";
+import { createRequire } from "node:module";
+import { dirname, join } from "node:path";
 import { test } from "node:test";
+
+import WebSocket from "ws";
 
 import { HarnessAgent } from "@ai-sdk/harness/agent";
 
@@ -14,16 +20,24 @@ import { createHullNetworkSandboxSession } from "../dist/index.js";
 const BRIDGE = `
 import { appendFileSync, writeFileSync } from "node:fs";
 import { userInfo } from "node:os";
-import { createInterface } from "node:readline";
+import { WebSocketServer } from "ws";
 appendFileSync(process.env.BRIDGE_LOG, "started\\n");
-console.log(JSON.stringify({ type: "bridge-ready", user: userInfo().username, token: process.env.BRIDGE_TOKEN }));
 let n = 0;
-for await (const line of createInterface({ input: process.stdin })) {
-  const { prompt, workDir } = JSON.parse(line);
+const server = new WebSocketServer({ host: "0.0.0.0", port: Number(process.env.BRIDGE_PORT) }, () =>
+  console.log(JSON.stringify({ type: "bridge-ready", user: userInfo().username, token: process.env.BRIDGE_TOKEN })));
+server.on("connection", (ws) => ws.on("message", (m) => {
+  const { prompt, workDir } = JSON.parse(String(m));
   writeFileSync(workDir + "/turn-" + ++n + ".txt", prompt);
-  console.log(JSON.stringify({ type: "reply", text: prompt.toUpperCase() + " (turn " + n + " as " + userInfo().username + " in " + process.cwd() + ")" }));
-}
+  ws.send(JSON.stringify({ type: "reply", text: prompt.toUpperCase() + " (turn " + n + " as " + userInfo().username + " in " + process.cwd() + ")" }));
+}));
 `;
+
+/** The ws package's files (pure JS) as bootstrap files next to the bridge. */
+function wsFiles(dir) {
+  const root = dirname(createRequire(import.meta.url).resolve("ws/package.json"));
+  const names = ["package.json", "index.js", "wrapper.mjs", ...readdirSync(join(root, "lib")).map((n) => `lib/${n}`)];
+  return names.map((n) => ({ path: `${dir}/node_modules/ws/${n}`, content: readFileSync(join(root, n), "utf8") }));
+}
 
 /** Lines of a byte stream, one at a time. */
 function lineReader(stream) {
@@ -54,7 +68,7 @@ function echoHarness(counts) {
       return {
         harnessId: "hull-echo",
         bootstrapDir: ".harness-bootstrap/hull-echo",
-        files: [{ path: ".harness-bootstrap/hull-echo/bridge.mjs", content: BRIDGE }],
+        files: [{ path: ".harness-bootstrap/hull-echo/bridge.mjs", content: BRIDGE }, ...wsFiles(".harness-bootstrap/hull-echo")],
         commands: [{ command: "node --check bridge.mjs && echo built >> bootstrap-runs" }],
       };
     },
@@ -65,22 +79,36 @@ function echoHarness(counts) {
       const proc = await sandboxSession.spawn({
         command: `node ${dwd}/.harness-bootstrap/hull-echo/bridge.mjs`,
         workingDirectory: sessionWorkDir,
-        env: { BRIDGE_TOKEN: "token-" + sessionId, BRIDGE_LOG: `${home}/bridge.log` },
-        stdin: true,
+        env: { BRIDGE_TOKEN: "token-" + sessionId, BRIDGE_LOG: `${home}/bridge.log`, BRIDGE_PORT: String(sandboxSession.ports[0]) },
       });
-      const next = lineReader(proc.stdout);
-      const ready = JSON.parse(await next());
+      const ready = JSON.parse(await lineReader(proc.stdout)());
       assert.equal(ready.type, "bridge-ready");
       counts.ready = ready;
-      const writer = proc.stdin.getWriter();
+      const { url } = await sandboxSession.getPortEndpoint({ port: sandboxSession.ports[0], protocol: "ws" });
+      counts.url = url;
+      const ws = new WebSocket(url);
+      await new Promise((resolve, reject) => {
+        ws.once("open", resolve);
+        ws.once("error", reject);
+      });
+      const replies = [];
+      let waiting = null;
+      ws.on("message", (m) => {
+        replies.push(JSON.parse(String(m)));
+        waiting?.();
+      });
+      const next = async () => {
+        while (replies.length === 0) await new Promise((r) => (waiting = r));
+        return replies.shift();
+      };
       return {
         sessionId,
         isResume: false,
         async doPromptTurn({ prompt, emit }) {
           const text = typeof prompt === "string" ? prompt : prompt.content.map((p) => p.text ?? "").join("");
-          await writer.write(new TextEncoder().encode(JSON.stringify({ prompt: text, workDir: sessionWorkDir }) + "\n"));
+          ws.send(JSON.stringify({ prompt: text, workDir: sessionWorkDir }));
           const done = (async () => {
-            const reply = JSON.parse(await next());
+            const reply = await next();
             emit({ type: "stream-start", warnings: [] });
             emit({ type: "text-start", id: "t" });
             emit({ type: "text-delta", id: "t", delta: reply.text });
@@ -102,11 +130,13 @@ function echoHarness(counts) {
           return {};
         },
         async doStop() {
+          ws.close();
           await proc.kill();
           counts.exit = await proc.wait();
           return {};
         },
         async doDestroy() {
+          ws.close();
           await proc.kill();
         },
       };
@@ -117,12 +147,13 @@ function echoHarness(counts) {
 test("HarnessAgent bootstraps a hull sandbox, starts a bridge in it and runs turns through it", () =>
   withSandboxes(async () => {
     const counts = { starts: 0 };
-    const sandbox = await createHullNetworkSandboxSession({ image: IMAGE, sandboxId: "agent" });
+    const sandbox = await createHullNetworkSandboxSession({ image: IMAGE, sandboxId: "agent", ports: [4000] });
     try {
       const agent = new HarnessAgent({ harness: echoHarness(counts) });
       const session = await agent.createSession({ sandboxSession: sandbox });
       assert.equal(counts.starts, 1);
       assert.deepEqual([counts.ready.user, counts.ready.token.startsWith("token-")], ["node", true]);
+      assert.match(counts.url, /^ws:\/\/127\.0\.0\.1:\d+$/);
       const first = await agent.generate({ session, prompt: "hello sandbox" });
       const second = await agent.generate({ session, prompt: "again" });
       const workDir = (await sandbox.run({ command: "ls -d /workspace/hull-echo-*" })).stdout.trim();

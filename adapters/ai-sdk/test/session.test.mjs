@@ -186,15 +186,16 @@ test("stat follows links, listDirectory lists one level, deleteFile removes file
   await s.run({ command: "rm -rf d" });
 });
 
-test("the network members are refused, naming why; restricted() has files and commands only", async () => {
+test("without a network option: no port is reachable, a policy other than deny-all and brokering are refused; restricted() has files and commands only", async () => {
   const { HarnessCapabilityUnsupportedError } = await import("@ai-sdk/harness");
-  const refused = (e) => HarnessCapabilityUnsupportedError.isInstance(e) && /needs hull's sandbox network, not in this build/.test(e.message);
-  await assert.rejects(s.getPortEndpoint({ port: 4000 }), refused);
-  await assert.rejects(s.getPortUrl({ port: 4000, protocol: "ws" }), refused);
-  await assert.rejects(s.setPorts([4000]), refused);
-  await assert.rejects(s.setNetworkPolicy({ mode: "allow-all" }), refused);
-  await assert.rejects(s.addRequestTransformations([{ match: { host: "api.example.test" }, transform: { headers: { "x-api-key": "k" } } }]), refused);
-  await assert.rejects(s.setRequestTransformations([]), refused);
+  const refused = (re) => (e) => HarnessCapabilityUnsupportedError.isInstance(e) && re.test(e.message);
+  await assert.rejects(s.getPortEndpoint({ port: 4000 }), refused(/port 4000 .*not published \(it publishes none/));
+  await assert.rejects(s.getPortUrl({ port: 4000, protocol: "ws" }), refused(/not published/));
+  await assert.rejects(s.setPorts([4000]), refused(/when the sandbox is created/));
+  await assert.rejects(s.setNetworkPolicy({ mode: "allow-all" }), refused(/made without hull's gateway network/));
+  const brokering = refused(/credential brokering, which this adapter does not wire to hull yet/);
+  await assert.rejects(s.addRequestTransformations([{ match: { host: "api.example.test" }, transform: { headers: { "x-api-key": "k" } } }]), brokering);
+  await assert.rejects(s.setRequestTransformations([]), brokering);
   await s.setPorts([]);
   await s.setNetworkPolicy({ mode: "deny-all" });
   assert.deepEqual(s.ports, []);

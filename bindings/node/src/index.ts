@@ -14,6 +14,7 @@ export {
   resume,
   type ExecOptions,
   type NamedSandboxOptions,
+  type PublishedPort,
   type SandboxListing,
   type TemplateListing,
 } from "./named.js";

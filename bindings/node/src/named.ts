@@ -148,9 +148,24 @@ function textPath(path: unknown): string {
   return path;
 }
 
+/** A published box port and the `127.0.0.1` port it is reached at on the host. */
+export interface PublishedPort {
+  port: number;
+  hostPort: number;
+}
+
+function publishedPorts(r: any): PublishedPort[] {
+  if (!Array.isArray(r?.ports)) return [];
+  return r.ports.map((p: any) => ({ port: Number(p.port), hostPort: Number(p.host_port) }));
+}
+
 /** A named sandbox: `exec`, `spawn`, files, `stop`, `destroy`. */
 export class NamedSandbox {
   private closed = false;
+  /** The published ports (`network: {ports}`) as the running sandbox publishes them on the
+   * host's `127.0.0.1`: set by creation, `resume` and `start()` (every start publishes new
+   * host ports), emptied by `stop()`. */
+  ports: PublishedPort[] = [];
 
   private constructor(
     readonly name: string,
@@ -178,26 +193,32 @@ export class NamedSandbox {
   static async create(options: NamedSandboxOptions): Promise<NamedSandbox> {
     const params = createParams(options);
     const server = await NamedSandbox.open(options.name);
+    let made;
     try {
-      await server.call("named.create", params);
+      made = await server.call("named.create", params);
     } catch (e) {
       await server.close();
       throw optionName(e);
     }
-    return new NamedSandbox(options.name, server, options.persist === true);
+    const sb = new NamedSandbox(options.name, server, options.persist === true);
+    sb.ports = publishedPorts(made);
+    return sb;
   }
 
   /** @internal */
   static async resume(name: string): Promise<NamedSandbox> {
     if (typeof name !== "string") throw new TypeError("name must be a string");
     const server = await NamedSandbox.open(name);
+    let started;
     try {
-      await server.call("named.start", { sandbox: name });
+      started = await server.call("named.start", { sandbox: name });
     } catch (e) {
       await server.close();
       throw e;
     }
-    return new NamedSandbox(name, server, true);
+    const sb = new NamedSandbox(name, server, true);
+    sb.ports = publishedPorts(started);
+    return sb;
   }
 
   /** @internal */
@@ -338,10 +359,13 @@ export class NamedSandbox {
   /** Ends every process; the disk stays (the next exec, or `resume`, starts it again). */
   async stop(): Promise<void> {
     await this.call("named.stop", {});
+    this.ports = [];
   }
 
-  async start(): Promise<void> {
-    await this.call("named.start", {});
+  /** Starts a stopped sandbox (nothing when it runs); resolves with its published ports. */
+  async start(): Promise<PublishedPort[]> {
+    this.ports = publishedPorts(await this.call("named.start", {}));
+    return this.ports;
   }
 
   /** Removes the sandbox for good (running or stopped) and lets go of it. Idempotent. */
@@ -487,6 +511,8 @@ export interface SandboxListing {
   user: string;
   age_s: number;
   size_bytes: number;
+  /** The published ports of a running sandbox (`[]` while stopped). */
+  ports?: { port: number; host_port: number }[];
 }
 
 /** Every named sandbox of this user (`hull ps`). */

@@ -9,7 +9,8 @@ import { join } from "node:path";
 import { test } from "node:test";
 
 import "./helpers.mjs";
-import { InvalidArgument, NetworkUnavailable, Sandbox, runCode } from "../dist/index.js";
+import { InvalidArgument, NetworkUnavailable, Sandbox, listSandboxes, resume, runCode } from "../dist/index.js";
+import { connect } from "node:net";
 
 const PROBE = [
   "import socket",
@@ -104,6 +105,65 @@ test("a named sandbox's policy is replaced while it runs", async () => {
       await assert.rejects(sb.setNetworkPolicy("host"), (e) => e instanceof InvalidArgument && e.arg === "network");
     } finally {
       await sb.destroy();
+    }
+  } finally {
+    if (before === undefined) delete process.env.HULL_SANDBOXES;
+    else process.env.HULL_SANDBOXES = before;
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+/** The first line a loopback server at `port` sends (retrying while the box's server starts). */
+async function lineFrom(port) {
+  for (let i = 0; i < 100; i++) {
+    const got = await new Promise((resolve) => {
+      const c = connect({ host: "127.0.0.1", port });
+      let data = "";
+      c.on("data", (d) => (data += d));
+      c.on("end", () => resolve(data));
+      c.on("error", () => resolve(""));
+    });
+    if (got) return got;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return "nothing";
+}
+
+test("a named sandbox's published ports reach its server from the host's loopback", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "hull-node-ports-"));
+  const before = process.env.HULL_SANDBOXES;
+  process.env.HULL_SANDBOXES = dir;
+  const server = "import socket\ns = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\ns.bind(('0.0.0.0', 8080)); s.listen(8)\nwhile True:\n    c, _ = s.accept(); c.sendall(b'from the box\\n'); c.close()\n";
+  try {
+    const sb = await Sandbox.create({ name: "portsnode", network: { mode: "deny-all", ports: [8080] } });
+    try {
+      assert.equal(sb.ports.length, 1);
+      assert.equal(sb.ports[0].port, 8080);
+      assert.ok(sb.ports[0].hostPort > 0, JSON.stringify(sb.ports));
+      await sb.spawn(["python3", "-c", server]);
+      assert.equal(await lineFrom(sb.ports[0].hostPort), "from the box\n");
+      const listed = (await listSandboxes()).find((s) => s.name === "portsnode");
+      assert.deepEqual(listed.ports, [{ port: 8080, host_port: sb.ports[0].hostPort }]);
+      // Stopped, nothing is published; resumed, the ports are the new keeper's.
+      await sb.stop();
+      assert.deepEqual(sb.ports, []);
+      const again = await resume("portsnode");
+      try {
+        assert.equal(again.ports.length, 1);
+        assert.equal(again.ports[0].port, 8080);
+        await again.spawn(["python3", "-c", server]);
+        assert.equal(await lineFrom(again.ports[0].hostPort), "from the box\n");
+      } finally {
+        await again.close();
+      }
+    } finally {
+      await sb.destroy();
+    }
+    const plain = await Sandbox.create({ name: "plainnode" });
+    try {
+      assert.deepEqual(plain.ports, []);
+    } finally {
+      await plain.destroy();
     }
   } finally {
     if (before === undefined) delete process.env.HULL_SANDBOXES;

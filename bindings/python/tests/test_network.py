@@ -6,7 +6,7 @@ without the host resolving them, and the one connection tried is to the gateway 
 
 import pytest
 
-from hull_sandbox import NetworkUnavailable, Sandbox, run_code
+from hull_sandbox import NetworkUnavailable, Sandbox, resume, run_code
 from hull_sandbox._errors import InvalidArgument
 from hull_sandbox._sandbox import _network
 
@@ -107,3 +107,47 @@ def test_a_named_sandboxs_policy_is_replaced_while_it_runs(tmp_path, monkeypatch
         assert e.value.arg == "network"
     finally:
         sb.destroy()
+
+
+def _line_from(port):
+    """The first line a loopback server at `port` sends (retrying while the box's server starts)."""
+    import socket
+    import time
+
+    for _ in range(100):
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=2) as c:
+                got = c.makefile().readline()
+                if got:
+                    return got
+        except OSError:
+            pass
+        time.sleep(0.05)
+    return "nothing"
+
+
+def test_a_named_sandboxs_published_ports_reach_its_server_from_the_hosts_loopback(tmp_path, monkeypatch):
+    monkeypatch.setenv("HULL_SANDBOXES", str(tmp_path))
+    server = "import socket\ns = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\ns.bind(('0.0.0.0', 8080)); s.listen(8)\nwhile True:\n    c, _ = s.accept(); c.sendall(b'from the box\\n'); c.close()\n"
+    sb = Sandbox(name="portspy", network={"mode": "deny-all", "ports": [8080]})
+    try:
+        assert [p["port"] for p in sb.ports] == [8080]
+        assert sb.ports[0]["host_port"] > 0
+        sb.spawn(["python3", "-c", server])
+        assert _line_from(sb.ports[0]["host_port"]) == "from the box\n"
+        sb.stop()
+        assert sb.ports == []
+        again = resume("portspy")
+        try:
+            assert [p["port"] for p in again.ports] == [8080]
+            again.spawn(["python3", "-c", server])
+            assert _line_from(again.ports[0]["host_port"]) == "from the box\n"
+        finally:
+            again.close()
+    finally:
+        sb.destroy()
+    plain = Sandbox(name="plainpy")
+    try:
+        assert plain.ports == []
+    finally:
+        plain.destroy()

@@ -347,7 +347,11 @@ fn create(p: &Map<String, Value>) -> Result<Value, Value> {
     let adopt = boolean(p, "adopt")?;
     if !(adopt && dir.path.exists()) {
         match crate::named::create_with(&dir, &cfg, store.take()) {
-            Ok(()) => return Ok(json!({ "sandbox": name, "created": true })),
+            Ok(()) => {
+                return Ok(
+                    json!({ "sandbox": name, "created": true, "ports": published(&dir, true) }),
+                )
+            }
             Err(e) if !(adopt && e.contains("(conflict)")) => {
                 let kind = if e.contains("(conflict)") {
                     "conflict"
@@ -380,7 +384,36 @@ fn create(p: &Map<String, Value>) -> Result<Value, Value> {
         return Err(v);
     }
     start(&dir)?;
-    Ok(json!({ "sandbox": name, "created": false }))
+    Ok(json!({ "sandbox": name, "created": false, "ports": published(&dir, true) }))
+}
+
+/// The published ports of the running keeper, `[{port, host_port}]` (`[]` when the sandbox is
+/// stopped or publishes none): read from its `ports.json`, which each keeper removes as it
+/// starts and stops and writes once its gateway answered (a restart gets new host ports).
+/// With `wait`, a keeper still starting (another client's) is waited for, up to 30 s; a listing
+/// does not wait (a sandbox still starting lists `[]`).
+fn published(dir: &Dir, wait: bool) -> Value {
+    let wanted = dir
+        .config()
+        .map(|c| match &c.network {
+            hull_api::Network::Gateway(g) => !g.ports().is_empty(),
+            _ => false,
+        })
+        .unwrap_or(false);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while wanted && dir.running() {
+        if let Ok(Value::Array(ports)) = std::fs::read(dir.file("ports.json"))
+            .map_err(|e| e.to_string())
+            .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+        {
+            return Value::Array(ports);
+        }
+        if !wait || Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    json!([])
 }
 
 fn start(dir: &Dir) -> Result<(), Value> {
@@ -405,6 +438,7 @@ fn list() -> Value {
                 "name": d.name, "state": st, "image": cfg.image,
                 "user": cfg.user.as_deref().unwrap_or("root"),
                 "age_s": state::now_secs().saturating_sub(cfg.created), "size_bytes": d.size(),
+                "ports": published(&d, false),
             }))
         })
         .collect();
@@ -861,8 +895,9 @@ pub(crate) fn handle(out: &Out, id: &Value, method: &str, params: Value) -> Resu
     match method {
         "named.create" => create(&p),
         "named.start" => {
-            start(&existing(&p)?)?;
-            Ok(json!({}))
+            let dir = existing(&p)?;
+            start(&dir)?;
+            Ok(json!({ "ports": published(&dir, true) }))
         }
         "named.set_network" => set_network(&p),
         "named.stop" => {

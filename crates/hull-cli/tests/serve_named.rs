@@ -1077,3 +1077,75 @@ fn a_spawn_made_with_stdin_reads_what_is_written_until_eof() {
     s.call("named.rm", json!({ "sandbox": "in" }));
     s.close();
 }
+
+/// Connects to `127.0.0.1:port` (retrying while the box's server starts) and reads its line.
+fn read_from_host(port: u16) -> String {
+    use std::io::Read;
+    for _ in 0..100 {
+        if let Ok(mut c) = std::net::TcpStream::connect_timeout(
+            &([127, 0, 0, 1], port).into(),
+            Duration::from_secs(2),
+        ) {
+            c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut got = String::new();
+            if c.read_to_string(&mut got).is_ok() && !got.is_empty() {
+                return got;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    "nothing".into()
+}
+
+/// The published ports' host ports come back from `named.create`, `named.start` and
+/// `named.list`, and a server in the box on a published port is reached through its host port
+/// on the host's loopback; a restart publishes new host ports, and the answers follow it.
+#[test]
+fn published_ports_are_answered_and_reach_the_boxs_server_from_the_host() {
+    let sbs = Sandboxes::new();
+    let mut s = sbs.serve();
+    let made = s.call(
+        "named.create",
+        json!({ "name": "pub", "network": {"mode": "deny-all", "ports": [8080]} }),
+    );
+    let ports = made["ports"]
+        .as_array()
+        .expect("ports in the answer")
+        .clone();
+    assert_eq!(ports.len(), 1, "{made}");
+    assert_eq!(ports[0]["port"], json!(8080));
+    let host_port = |v: &Value| u16::try_from(v["host_port"].as_u64().expect("host_port")).unwrap();
+    assert!(host_port(&ports[0]) > 0);
+    let server = "import socket\ns = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\ns.bind(('0.0.0.0', 8080)); s.listen(8)\nwhile True:\n    c, _ = s.accept(); c.sendall(b'from the box\\n'); c.close()\n";
+    let serve_in_box = |s: &mut Server| {
+        s.call(
+            "named.spawn",
+            json!({ "sandbox": "pub", "argv": ["python3", "-c", server] }),
+        );
+    };
+    serve_in_box(&mut s);
+    assert_eq!(read_from_host(host_port(&ports[0])), "from the box\n");
+    let listed = s.call("named.list", json!({}));
+    let entry = listed["sandboxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "pub")
+        .cloned()
+        .expect("listed");
+    assert_eq!(entry["ports"], json!(ports), "{listed}");
+    // Stopped: nothing is published. Started again: the answer gives the new keeper's ports.
+    s.call("named.stop", json!({ "sandbox": "pub" }));
+    let listed = s.call("named.list", json!({}));
+    assert_eq!(listed["sandboxes"][0]["ports"], json!([]), "{listed}");
+    let started = s.call("named.start", json!({ "sandbox": "pub" }));
+    let again = started["ports"].as_array().expect("ports").clone();
+    assert_eq!(again.len(), 1, "{started}");
+    assert_eq!(again[0]["port"], json!(8080));
+    serve_in_box(&mut s);
+    assert_eq!(read_from_host(host_port(&again[0])), "from the box\n");
+    // A sandbox without published ports answers an empty list.
+    let plain = s.call("named.create", json!({ "name": "plain" }));
+    assert_eq!(plain["ports"], json!([]), "{plain}");
+    s.close();
+}

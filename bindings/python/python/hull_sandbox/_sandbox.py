@@ -37,6 +37,12 @@ _PIPE_BUFFER = 1 << 20
 _TRACE = os.environ.get("HULL_TRACE_CALLS", "0") not in ("", "0")
 
 
+def _published(result):
+    """`ports` of a named.create / named.start result as [{"port", "host_port"}]."""
+    ports = result.get("ports") if isinstance(result, dict) else None
+    return [{"port": int(p["port"]), "host_port": int(p["host_port"])} for p in ports or []]
+
+
 def find_hull():
     """The `hull` binary: $HULL_BIN, else the one this package's wheel installed, else PATH."""
     env = os.environ.get("HULL_BIN")
@@ -423,7 +429,8 @@ class Sandbox:
         _check("env", args.get("env"), dict, "a dict of strings")
         self._open_named(name)
         try:
-            self._server.call("named.create", _named.create_params(name, persist, args))
+            made = self._server.call("named.create", _named.create_params(name, persist, args))
+            self.ports = _published(made)
         except BaseException:
             self._close_server()
             raise
@@ -437,6 +444,10 @@ class Sandbox:
         self._streamer = None
         self._destroyed = False
         self._persist = True
+        # The published ports of the running sandbox, [{"port", "host_port"}] (127.0.0.1 on the
+        # host): set by creation, resume and start() (every start publishes new host ports),
+        # emptied by stop().
+        self.ports = []
         binary = find_hull()
         self._server = _Server(binary)
         self._finalizer = weakref.finalize(self, _shutdown, self._server.proc)
@@ -453,7 +464,7 @@ class Sandbox:
         sb = cls.__new__(cls)
         sb._open_named(name)
         try:
-            sb._server.call("named.start", {"sandbox": name})
+            sb.ports = _published(sb._server.call("named.start", {"sandbox": name}))
         except BaseException:
             sb._close_server()
             raise
@@ -543,11 +554,14 @@ class Sandbox:
         if self.name is None:
             raise _named.not_named("stop")
         self._server.call("named.stop", {"sandbox": self.name})
+        self.ports = []
 
     def start(self):
+        """Starts a stopped named sandbox (nothing when it runs); returns its published ports."""
         if self.name is None:
             raise _named.not_named("start")
-        self._server.call("named.start", {"sandbox": self.name})
+        self.ports = _published(self._server.call("named.start", {"sandbox": self.name}))
+        return self.ports
 
     def close(self):
         """Lets go of a named sandbox without stopping it (its server ends; the sandbox and

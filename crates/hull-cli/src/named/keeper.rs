@@ -168,6 +168,7 @@ pub fn main(path: &std::path::Path) -> i32 {
             super::fuse::stop();
             let _ = std::fs::remove_file(dir.file("control.sock"));
             let _ = std::fs::remove_file(dir.file("keeper.pid"));
+            let _ = std::fs::remove_file(dir.file("ports.json"));
             drop(lock_file);
             std::process::exit(0)
         }
@@ -336,6 +337,8 @@ fn start(
     dir: &Dir,
     values: &std::collections::HashMap<String, String>,
 ) -> Result<(Arc<Keeper>, mpsc::Receiver<()>), String> {
+    // The last keeper's host ports are not this one's (serve answers what this file says).
+    let _ = std::fs::remove_file(dir.file("ports.json"));
     let cfg = dir.config()?;
     let mut spec = spec_of(dir, &cfg)?;
     // Before any thread starts: host root's fallback takes a mount namespace of the keeper's
