@@ -69,12 +69,12 @@ pub fn main(name: &str, runs: usize, json: bool) -> i32 {
         },
         Err(e) => {
             eprintln!("hull: error: {e}");
-            return 2;
+            return 125;
         }
     };
     if !rootfs.join("bin/sh").exists() {
         eprintln!("hull: error: --image `{name}`: the image has no /bin/sh, which the benchmark runs (`/bin/sh -c :`)");
-        return 2;
+        return 125;
     }
     let with_rootfs = || {
         let mut spec = BoxSpec::new(argv());

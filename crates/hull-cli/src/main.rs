@@ -67,6 +67,17 @@ struct RunOnly {
     run: run::RunArgs,
 }
 
+/// Bad arguments exit 125, as every hull error does (docker's convention: the program's own
+/// codes stay its own), not clap's 2; `--help` and `--version` print and exit 0.
+fn exit_on_parse_error(e: &clap::Error) -> ! {
+    use clap::error::ErrorKind;
+    let _ = e.print();
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => std::process::exit(0),
+        _ => std::process::exit(125),
+    }
+}
+
 fn main() {
     hull_box::trace::step("main: entered");
     let mut argv = std::env::args_os().skip(1).peekable();
@@ -82,7 +93,10 @@ fn main() {
             Err(_) => drop(ahead),
         }
     }
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => exit_on_parse_error(&e),
+    };
     hull_box::trace::step("main: arguments parsed");
     // Reports end quietly on a closed stdout (`hull doctor | head`); the servers, the keeper
     // and `run` handle EPIPE themselves (they have boxes to end first).

@@ -146,7 +146,7 @@ pub fn main(args: &PullArgs) -> i32 {
         Ok(o) => o,
         Err(msg) => {
             eprintln!("hull: error: {msg}");
-            return 2;
+            return 125;
         }
     };
     let store = match Store::open(&default_home()) {

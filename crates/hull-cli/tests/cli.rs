@@ -28,3 +28,31 @@ fn reports_end_quietly_when_their_reader_goes_away() {
         );
     }
 }
+
+/// Bad arguments exit 125 like every other hull error (docker's convention: a program's own
+/// exit codes are never hull's), naming the flag; `--help` exits 0.
+#[test]
+fn bad_arguments_exit_125_and_help_exits_0() {
+    for args in [
+        &["run", "--no-such-flag", "--", "true"][..],
+        &["run", "--network", "maybe", "--", "true"],
+        &["doctor", "--no-such-flag"],
+        &[],
+    ] {
+        let out = Command::new(common::bin())
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("spawn hull");
+        assert_eq!(out.status.code(), Some(125), "hull {args:?}: {out:?}");
+        assert!(!out.stderr.is_empty(), "hull {args:?} said nothing");
+    }
+    for args in [&["--help"][..], &["run", "--help"], &["--version"]] {
+        let out = Command::new(common::bin())
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("spawn hull");
+        assert_eq!(out.status.code(), Some(0), "hull {args:?}: {out:?}");
+    }
+}

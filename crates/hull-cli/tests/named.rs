@@ -2184,7 +2184,7 @@ fn a_missing_template_is_built_once_by_concurrent_creators_and_restores_do_not_r
     assert_eq!(count.take(), "");
     // Without --template the flag means nothing: refused by the parser.
     let out = s.hull(&["create", "c4", "--template-setup", "true"]);
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
     assert!(text(&out.stderr).contains("--template"), "{out:?}");
 }
 

@@ -191,7 +191,7 @@ fn contradictions_and_bad_entries_are_refused_naming_the_flags() {
         assert!(!err.contains("sk-123"), "{err}");
     }
     let (code, _, err) = hull_env(&["run", "--network", "maybe", "--", "true"], &[]);
-    assert_eq!(code, 2);
+    assert_eq!(code, 125);
     assert!(
         err.contains("--network <MODE>") && err.contains("deny-all"),
         "{err}"

@@ -321,7 +321,7 @@ fn a_multi_platform_index_picks_the_platform() {
         "{err}"
     );
     let out = hull_in(h.path(), &["pull", &image, "--platform", "s390x"]);
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(125));
     assert!(
         text(&out.stderr).contains("--platform `s390x`"),
         "{}",
@@ -511,7 +511,7 @@ fn bad_arguments_name_the_flag() {
         ),
     ] {
         let out = hull_in(h.path(), &args);
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert_eq!(out.status.code(), Some(125), "{args:?}");
         assert!(
             text(&out.stderr).contains(needle),
             "{args:?}: {}",
