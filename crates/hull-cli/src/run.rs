@@ -153,9 +153,41 @@ pub fn request_from(args: &RunArgs) -> Result<RunRequest, String> {
         let (k, v) = e
             .split_once('=')
             .ok_or_else(|| format!("--env: `{e}`: write it as NAME=VALUE"))?;
+        if !env_name_ok(k) {
+            return Err(format!(
+                "--env: `{k}` is not an environment variable's name: letters, digits and `_`, not starting with a digit"
+            ));
+        }
         r.env.push((k.to_string(), v.to_string()));
     }
+    if let Some(p) = r.pids {
+        let max = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+            .ok()
+            .and_then(|t| t.trim().parse::<u64>().ok());
+        if let Some(max) = max.filter(|&m| p > m) {
+            return Err(format!(
+                "--pids {p}: more than this kernel's pid_max ({max}), so no cap at all: give at most {max}, or 0 for no cap"
+            ));
+        }
+    }
+    if let Some(c) = r.cpus {
+        let host = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        #[allow(clippy::cast_precision_loss)] // a CPU count
+        let host_f = host as f64;
+        if c > host_f {
+            return Err(format!(
+                "--cpus {c}: this host has {host} CPU(s) for hull: give at most {host}"
+            ));
+        }
+    }
     Ok(r)
+}
+
+/// A portable environment variable name: letters, digits and `_`, not starting with a digit.
+fn env_name_ok(k: &str) -> bool {
+    !k.is_empty()
+        && !k.starts_with(|c: char| c.is_ascii_digit())
+        && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// How `hull run` spells a field of the box's spec: the flag that sets it.

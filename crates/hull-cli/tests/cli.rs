@@ -56,3 +56,42 @@ fn bad_arguments_exit_125_and_help_exits_0() {
         assert_eq!(out.status.code(), Some(0), "hull {args:?}: {out:?}");
     }
 }
+
+/// Limits and environment names a box could not honour are refused when parsed, naming the
+/// flag and the fix: a `--pids` beyond the kernel's pid_max (the cap would not be set at
+/// all), `--cpus` beyond the host's, an `-e` name that is not a variable's name.
+#[test]
+fn limits_and_env_names_a_box_cannot_honour_are_refused_naming_the_flag() {
+    let pid_max: u64 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .expect("pid_max")
+        .trim()
+        .parse()
+        .expect("a number");
+    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let pids = (pid_max + 1).to_string();
+    let too_many = (cpus + 1).to_string();
+    for (args, said) in [
+        (vec!["--pids", pids.as_str()], "--pids"),
+        (vec!["--cpus", too_many.as_str()], "--cpus"),
+        (vec!["-e", "1BAD=x"], "--env: `1BAD`"),
+        (vec!["-e", "A-B=x"], "--env: `A-B`"),
+    ] {
+        let mut full = vec!["run"];
+        full.extend(args.iter().copied());
+        full.extend(["--", "true"]);
+        let out = Command::new(common::bin())
+            .args(&full)
+            .stdin(Stdio::null())
+            .output()
+            .expect("spawn hull");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{full:?}: {err}");
+        assert!(err.contains(said), "{full:?}: {err}");
+    }
+    let out = Command::new(common::bin())
+        .args(["run", "-e", "GOOD_1=x", "--", "sh", "-c", "echo $GOOD_1"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn hull");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "x\n");
+}
