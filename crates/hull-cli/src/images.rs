@@ -69,7 +69,17 @@ pub fn images(args: &ImagesArgs) -> i32 {
     match store.list() {
         Ok(list) => {
             if args.json {
-                println!("{}", serde_json::to_string(&list).unwrap_or_default());
+                // The embedded `host` image first, as in the table: every name `--image` takes.
+                let mut all = vec![serde_json::json!({
+                    "name": "host",
+                    "digest": null,
+                    "embedded": true,
+                })];
+                all.extend(
+                    list.iter()
+                        .map(|i| serde_json::to_value(i).unwrap_or_default()),
+                );
+                println!("{}", serde_json::Value::Array(all));
             } else {
                 println!("{:<40} {:<20} {:>10}", "NAME", "DIGEST", "SIZE");
                 println!("{:<40} {:<20} {:>10}", "host", "(embedded)", "-");

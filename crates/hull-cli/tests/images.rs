@@ -145,7 +145,10 @@ fn import_an_oci_layout_run_it_reimport_and_remove() {
     );
     let list: Value =
         serde_json::from_str(&ok(&hull_in(home.path(), &["images", "--json"]))).unwrap();
-    assert_eq!(list[0]["name"], "test/bb:v1");
+    // The embedded `host` first, then the store's.
+    assert_eq!(list[0]["name"], "host");
+    assert_eq!(list[0]["embedded"], true);
+    assert_eq!(list[1]["name"], "test/bb:v1");
 
     // The image config is applied: Cmd, Env and WorkingDir.
     let run = ok(&hull_in(home.path(), &["run", "--image", "test/bb:v1"]));
@@ -230,7 +233,10 @@ fn a_corrupted_blob_is_refused_and_nothing_is_published() {
     assert_eq!(roots(home.path()), 0);
     let list: Value =
         serde_json::from_str(&ok(&hull_in(home.path(), &["images", "--json"]))).unwrap();
-    assert_eq!(list, json!([]));
+    assert_eq!(
+        list,
+        json!([{"name": "host", "digest": null, "embedded": true}])
+    );
 }
 
 #[test]

@@ -83,8 +83,10 @@ fn home() -> tempfile::TempDir {
         .unwrap()
 }
 
+/// The store's images (`hull images --json` without the embedded `host`).
 fn images(home: &Path) -> Vec<Value> {
-    serde_json::from_str(&ok(&hull_in(home, &["images", "--json"]))).unwrap()
+    let all: Vec<Value> = serde_json::from_str(&ok(&hull_in(home, &["images", "--json"]))).unwrap();
+    all.into_iter().filter(|i| i["embedded"] != true).collect()
 }
 
 /// Nothing was published: no reference, no root, no partial left behind.
