@@ -12,9 +12,9 @@ fn network_parser() -> impl TypedValueParser<Value = NetworkMode> {
     PossibleValuesParser::new([
         PossibleValue::new("none").help("A private network namespace with loopback only (the default)."),
         PossibleValue::new("host").help("The host's network: an explicit relaxation of the box."),
-        PossibleValue::new("deny-all").help("The gateway, reaching nothing (--publish still works). Needs the hull-net gateway."),
-        PossibleValue::new("allow-all").help("The gateway to the public internet only (private, loopback, metadata and this host's addresses denied). Needs the hull-net gateway."),
-        PossibleValue::new("custom").help("The gateway to --allow-host names and --allow-cidr blocks only. Needs the hull-net gateway."),
+        PossibleValue::new("deny-all").help("The gateway, reaching nothing (--publish still works)."),
+        PossibleValue::new("allow-all").help("The gateway to the public internet only (private, loopback, metadata and this host's addresses denied)."),
+        PossibleValue::new("custom").help("The gateway to --allow-host names and --allow-cidr blocks only."),
     ])
     .map(|s| NetworkMode::parse(&s).expect("every listed name is a network"))
 }
@@ -22,8 +22,8 @@ fn network_parser() -> impl TypedValueParser<Value = NetworkMode> {
 #[derive(Args, Debug, Clone, Default, PartialEq)]
 pub struct NetworkArgs {
     /// Network: none (loopback only; the default), host, or a gateway mode (deny-all,
-    /// allow-all, custom). This build refuses the gateway modes: hull-net's gateway is not
-    /// wired yet (docs/network.md).
+    /// allow-all, custom): the box's own TAP, served by a confined gateway process that answers
+    /// DNS and judges every name and connection by the policy (docs/network.md).
     #[arg(long, value_name = "MODE", value_parser = network_parser())]
     pub network: Option<NetworkMode>,
     /// A host the box may reach: an exact name, or `*.example.com` for every name below it
