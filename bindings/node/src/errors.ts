@@ -42,8 +42,8 @@ export class SandboxError extends HullError {
 /** A mount was refused (a sensitive host source, or a target hull sets up itself). */
 export class MountRefused extends SandboxError {}
 
-/** The network asked for cannot be given by this hull: a gateway mode (`deny-all`,
- * `allow-all`, `custom`) before hull-net's gateway is wired. `mode` is the refused mode. */
+/** The network asked for cannot be given by this hull (a gateway mode a build or host cannot
+ * serve). `mode` is the refused mode; the sandbox never starts with another network. */
 export class NetworkUnavailable extends SandboxError {
   get mode(): string | undefined {
     return typeof this.detail.mode === "string" ? this.detail.mode : undefined;

@@ -29,9 +29,9 @@ class MountRefused(SandboxError, ValueError):
 
 
 class NetworkUnavailable(SandboxError):
-    """The network asked for cannot be given by this hull: a gateway mode (`deny-all`,
-    `allow-all`, `custom`) before hull-net's gateway is wired. `mode` is the refused mode. The
-    sandbox is never started with no network or the host's instead."""
+    """The network asked for cannot be given by this hull (a gateway mode a build or host cannot
+    serve). `mode` is the refused mode. The sandbox is never started with no network or the
+    host's instead."""
 
     @property
     def mode(self):
