@@ -56,8 +56,14 @@ pub struct RunArgs {
     /// An extra tmpfs, PATH=SIZE (e.g. /cache=128m). Repeatable.
     #[arg(long, value_name = "PATH=SIZE")]
     pub tmpfs: Vec<String>,
-    /// Bind a host path into the box: SRC:DST[:ro|rw] (default rw). Repeatable.
-    #[arg(long, value_name = "SRC:DST[:ro]")]
+    /// Bind a host path into the box: SRC:DST[:ro|rw] (default rw). Repeatable. `-v`/`--volume`
+    /// is docker's spelling of the same.
+    #[arg(
+        long,
+        short = 'v',
+        visible_alias = "volume",
+        value_name = "SRC:DST[:ro]"
+    )]
     pub mount: Vec<String>,
     /// `--network` and the gateway's flags.
     #[command(flatten)]
@@ -95,8 +101,12 @@ pub struct RunArgs {
     #[arg(long, short = 'e', value_name = "NAME=VALUE")]
     pub env: Vec<String>,
     /// Working directory in the box (default: the image's WorkingDir, else /workspace).
-    #[arg(long)]
+    /// `-w`/`--workdir` is docker's spelling of the same.
+    #[arg(long, short = 'w', visible_alias = "workdir")]
     pub cwd: Option<String>,
+    /// Accepted for docker's spelling: every box is removed when its program ends.
+    #[arg(long)]
+    pub rm: bool,
     /// Give the box this process's standard input (default: /dev/null).
     #[arg(long, short = 'i')]
     pub interactive: bool,

@@ -95,3 +95,31 @@ fn limits_and_env_names_a_box_cannot_honour_are_refused_naming_the_flag() {
         .expect("spawn hull");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "x\n");
 }
+
+/// docker's spellings beside hull's own: `-v`/`--volume` for `--mount`, `-w`/`--workdir` for
+/// `--cwd`, and `--rm` accepted (every box is removed).
+#[test]
+fn dockers_spellings_of_mount_workdir_and_rm_are_taken() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f"), "hi\n").unwrap();
+    let vol = format!("{}:/data:ro", dir.path().display());
+    for args in [
+        ["--rm", "-v", vol.as_str(), "-w", "/data"],
+        ["--rm", "--volume", vol.as_str(), "--workdir", "/data"],
+    ] {
+        let mut full = vec!["run"];
+        full.extend(args);
+        full.extend(["--", "sh", "-c", "pwd; cat f"]);
+        let out = Command::new(common::bin())
+            .args(&full)
+            .stdin(Stdio::null())
+            .output()
+            .expect("spawn hull");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "/data\nhi\n",
+            "{full:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
