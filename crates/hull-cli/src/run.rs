@@ -107,6 +107,13 @@ pub struct RunArgs {
     /// Accepted for docker's spelling: every box is removed when its program ends.
     #[arg(long)]
     pub rm: bool,
+    /// The box's hostname (default `hull`).
+    #[arg(long, value_name = "NAME")]
+    pub hostname: Option<String>,
+    /// Read environment variables from a file: NAME=VALUE lines (blank lines and `#` comments
+    /// skipped), before the `-e`s. Repeatable.
+    #[arg(long, value_name = "FILE")]
+    pub env_file: Vec<std::path::PathBuf>,
     /// Give the box this process's standard input (default: /dev/null).
     #[arg(long, short = 'i')]
     pub interactive: bool,
@@ -159,6 +166,33 @@ pub fn request_from(args: &RunArgs) -> Result<RunRequest, String> {
         r.timeout =
             duration::parse_duration(&args.timeout).map_err(|e| format!("--timeout: {e}"))?;
     }
+    let mut from_files = Vec::new();
+    for f in &args.env_file {
+        let text =
+            std::fs::read_to_string(f).map_err(|e| format!("--env-file {}: {e}", f.display()))?;
+        for (n, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let (k, v) = line.split_once('=').ok_or_else(|| {
+                format!(
+                    "--env-file {} line {}: write it as NAME=VALUE",
+                    f.display(),
+                    n + 1
+                )
+            })?;
+            if !env_name_ok(k) {
+                return Err(format!(
+                    "--env-file {} line {}: `{k}` is not an environment variable's name",
+                    f.display(),
+                    n + 1
+                ));
+            }
+            from_files.push((k.to_string(), v.to_string()));
+        }
+    }
+    r.env.extend(from_files);
     for e in &args.env {
         let (k, v) = e
             .split_once('=')
@@ -395,6 +429,9 @@ fn run(args: RunArgs, ahead: Option<hull_box::WorkspaceAhead>) -> i32 {
         eprintln!("hull: warning: {w}");
     }
     let mut spec = built.spec;
+    if let Some(h) = &args.hostname {
+        spec.hostname.clone_from(h);
+    }
     step("run: spec built");
     if spec.argv.is_empty() {
         return report_invalid(&args, "no command given: pass one after `--` (e.g. `hull run -- python3 -c 'print(1)'`) or use --code");

@@ -123,3 +123,47 @@ fn dockers_spellings_of_mount_workdir_and_rm_are_taken() {
         );
     }
 }
+
+/// `--hostname` names the box; `--env-file` reads NAME=VALUE lines (comments and blank lines
+/// skipped) before the `-e`s, which win; a bad line is refused naming the file and line.
+#[test]
+fn hostname_and_env_file_are_taken_and_a_bad_line_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("env");
+    std::fs::write(&f, "A=1\n# a comment\n\nB=two words\n").unwrap();
+    let f = f.display().to_string();
+    let out = Command::new(common::bin())
+        .args([
+            "run",
+            "--hostname",
+            "box7",
+            "--env-file",
+            &f,
+            "-e",
+            "B=override",
+        ])
+        .args(["--", "sh", "-c", "hostname; echo $A; echo $B"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn hull");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "box7\n1\noverride\n",
+        "{out:?}"
+    );
+    let bad = dir.path().join("bad");
+    std::fs::write(&bad, "OK=1\nnot a pair\n").unwrap();
+    let out = Command::new(common::bin())
+        .args(["run", "--env-file"])
+        .arg(&bad)
+        .args(["--", "true"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn hull");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(
+        err.contains("--env-file") && err.contains("line 2"),
+        "{err}"
+    );
+}
