@@ -97,7 +97,8 @@ pub struct RunArgs {
     /// Output cap per stream, with a unit; past it bytes are discarded and `truncated` is set.
     #[arg(long, value_name = "SIZE", default_value = "64m")]
     pub max_output: String,
-    /// Set an environment variable in the box, NAME=VALUE. Repeatable. The host's environment is never passed.
+    /// Set an environment variable in the box, NAME=VALUE (NAME alone: this process's value, as
+    /// docker's `-e NAME`). Repeatable. The host's environment is never passed whole.
     #[arg(long, short = 'e', value_name = "NAME=VALUE")]
     pub env: Vec<String>,
     /// Working directory in the box (default: the image's WorkingDir, else /workspace).
@@ -194,15 +195,22 @@ pub fn request_from(args: &RunArgs) -> Result<RunRequest, String> {
     }
     r.env.extend(from_files);
     for e in &args.env {
-        let (k, v) = e
-            .split_once('=')
-            .ok_or_else(|| format!("--env: `{e}`: write it as NAME=VALUE"))?;
+        // `-e NAME` passes this process's value, as docker's does (never the whole environment).
+        let (k, v) = match e.split_once('=') {
+            Some((k, v)) => (k, v.to_string()),
+            None => (
+                e.as_str(),
+                std::env::var(e).map_err(|_| {
+                    format!("--env: `{e}` is not set in this environment (write NAME=VALUE, or export {e})")
+                })?,
+            ),
+        };
         if !env_name_ok(k) {
             return Err(format!(
                 "--env: `{k}` is not an environment variable's name: letters, digits and `_`, not starting with a digit"
             ));
         }
-        r.env.push((k.to_string(), v.to_string()));
+        r.env.push((k.to_string(), v));
     }
     if let Some(p) = r.pids {
         let max = std::fs::read_to_string("/proc/sys/kernel/pid_max")

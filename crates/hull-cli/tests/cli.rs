@@ -142,15 +142,31 @@ fn hostname_and_env_file_are_taken_and_a_bad_line_is_named() {
             "-e",
             "B=override",
         ])
-        .args(["--", "sh", "-c", "hostname; echo $A; echo $B"])
+        .args(["-e", "HULL_CLI_PASSED"])
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "hostname; echo $A; echo $B; echo $HULL_CLI_PASSED",
+        ])
+        .env("HULL_CLI_PASSED", "from-caller")
         .stdin(Stdio::null())
         .output()
         .expect("spawn hull");
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
-        "box7\n1\noverride\n",
+        "box7\n1\noverride\nfrom-caller\n",
         "{out:?}"
     );
+    // `-e NAME` of a variable the caller does not have is refused, naming it.
+    let out = Command::new(common::bin())
+        .args(["run", "-e", "HULL_CLI_NOT_SET_9", "--", "true"])
+        .env_remove("HULL_CLI_NOT_SET_9")
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn hull");
+    assert_eq!(out.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("`HULL_CLI_NOT_SET_9` is not set"));
     let bad = dir.path().join("bad");
     std::fs::write(&bad, "OK=1\nnot a pair\n").unwrap();
     let out = Command::new(common::bin())
