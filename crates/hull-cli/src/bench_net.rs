@@ -294,13 +294,13 @@ fn measure(runs: usize) -> Result<Value, String> {
                 &rt,
                 &client_spec(python, "wait-tap0", port, Network::Gateway),
                 Some(&mut take),
-            )
-            .map_err(|e| format!("slirp4netns: {e}"))?;
+            );
+            // Ended whether the box succeeded or not (it outlives its namespace otherwise).
             if let Some(mut c) = child {
                 let _ = c.kill();
                 let _ = c.wait();
             }
-            Some(s)
+            Some(s.map_err(|e| format!("slirp4netns: {e}"))?)
         } else {
             None
         };
