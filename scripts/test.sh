@@ -45,6 +45,21 @@ echo "== AI SDK adapter (adapters/ai-sdk): its node image, npm ci, build (tsc), 
 HULL_BIN="$PWD/target/debug/hull" bash adapters/ai-sdk/scripts/node-image.sh
 (cd adapters/ai-sdk && npm ci --no-audit --no-fund --loglevel=error && npm run build && HULL_BIN="$PWD/../../target/debug/hull" NODE_OPTIONS="$(junit node-ai-sdk)" npm test)
 
+echo "== the static binary (scripts/build-static.sh): the boundary, leak, serve and pull tests against it"
+# One static executable (no loader, no shared library, no NSS module) must behave as the
+# dynamic build does; its pull pass names the registries (localhost:5055), so hull resolves them.
+static_bin="$PWD/$(bash scripts/build-static.sh)"
+cargo test -p hull-cli --test boundary --test leaks --test serve --test pull --no-run --message-format=json 2>/dev/null \
+    | python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["target"]["name"], m["executable"])' \
+    | while read -r name exe; do
+        echo "-- $name against $static_bin"
+        HULL_BIN="$static_bin" HULL_TEST_REGISTRY=localhost:5055 HULL_TEST_AUTH_REGISTRY=localhost:5056 "$exe" || exit 1
+    done
+
 echo "== tests as the unprivileged user $TEST_USER"
 # The test binaries and hull are copied where the user can read them (the checkout may sit
 # under /root); tests find hull through HULL_BIN.

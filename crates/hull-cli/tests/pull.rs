@@ -112,12 +112,12 @@ fn assert_nothing_stored(home: &Path) {
 
 fn up(var: &str, default: &str) -> Option<String> {
     let addr = std::env::var(var).unwrap_or_else(|_| default.into());
-    if TcpStream::connect_timeout(
-        &addr.parse().expect("registry address"),
-        Duration::from_secs(1),
-    )
-    .is_ok()
-    {
+    // A name too (`localhost:5055`): the static binary's pass asks hull to resolve it.
+    let target = std::net::ToSocketAddrs::to_socket_addrs(addr.as_str())
+        .ok()
+        .and_then(|mut a| a.next())
+        .unwrap_or_else(|| panic!("{var}={addr}: not a HOST:PORT this machine resolves"));
+    if TcpStream::connect_timeout(&target, Duration::from_secs(1)).is_ok() {
         return Some(addr);
     }
     assert!(
