@@ -5,7 +5,7 @@
 
 import { resolve as resolvePath } from "node:path";
 
-import { SandboxError } from "./errors.js";
+import { InvalidArgument, SandboxError } from "./errors.js";
 import { ExecutionResult } from "./result.js";
 import { findHull, Server, type EventHandler } from "./server.js";
 import { networkParam, secretsParam, type Network, type SecretSpec } from "./network.js";
@@ -299,10 +299,17 @@ export class NamedSandbox {
   }
 
   /** Reads a file of the sandbox's root (a relative path is below /workspace); null when it is
-   * missing; a directory rejects (kind `is_a_directory`). */
+   * missing; a directory rejects (kind `is_a_directory`); a file larger than `maxBytes` rejects
+   * (InvalidArgument), never cut short. */
   async readFile(path: string, options: { maxBytes?: number } = {}): Promise<Buffer | null> {
-    const r = await this.call("named.read_file", { path: textPath(path), ...(options.maxBytes !== undefined ? { max_bytes: options.maxBytes } : {}) });
-    return r === null ? null : Buffer.from(r.data_b64, "base64");
+    const { maxBytes } = options;
+    if (maxBytes !== undefined && (!Number.isInteger(maxBytes) || maxBytes < 0)) throw new TypeError(`maxBytes must be a non-negative integer, got ${maxBytes}`);
+    // One byte more than allowed tells a larger file apart: it is refused, never cut short.
+    const r = await this.call("named.read_file", { path: textPath(path), ...(maxBytes !== undefined ? { max_bytes: maxBytes + 1 } : {}) });
+    if (r === null) return null;
+    const data = Buffer.from(r.data_b64, "base64");
+    if (maxBytes !== undefined && data.length > maxBytes) throw new InvalidArgument(`${path} is larger than maxBytes=${maxBytes}; raise maxBytes, or read a range of lines with readText`, "maxBytes");
+    return data;
   }
 
   /** A file as text (null when it is missing). `lines: [first, last]` keeps lines first to last,

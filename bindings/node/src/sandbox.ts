@@ -65,6 +65,11 @@ type Check = (name: string, v: unknown) => void;
 
 const isInt = (v: unknown): v is number => typeof v === "number" && Number.isInteger(v);
 
+/** A workspace path as an error message shows it. */
+function shownPath(path: string | Uint8Array): string {
+  return typeof path === "string" ? path : Buffer.from(path).toString("utf8");
+}
+
 function typeErr(name: string, what: string, v: unknown): TypeError {
   return new TypeError(`${name} must be ${what}, got ${describe(v)}`);
 }
@@ -320,7 +325,8 @@ export class Sandbox {
     await this.call("sandbox.write_file", { ...at, data_b64: bytes.toString("base64") });
   }
 
-  /** Reads a regular workspace file (at most `maxBytes` of it). Symlinks, FIFOs and paths
+  /** Reads a regular workspace file; a file larger than `maxBytes` is refused (InvalidArgument
+   * naming its size). Symlinks, FIFOs and paths
    * leaving the workspace are refused (FileOperationError). `path` is a string, or the bytes
    * of a name that is not UTF-8 (`FileEntry.pathBytes`). */
   async readFile(path: string | Uint8Array, options: { maxBytes?: number } = {}): Promise<Buffer> {
@@ -328,6 +334,8 @@ export class Sandbox {
     const { maxBytes } = options;
     if (maxBytes !== undefined && (!isInt(maxBytes) || maxBytes < 0)) throw typeErr("maxBytes", "a non-negative integer", maxBytes);
     const r = await this.call("sandbox.read_file", { ...at, ...(maxBytes !== undefined ? { max_bytes: maxBytes } : {}) });
+    // A larger file is refused naming its size, never returned as a silent prefix.
+    if (r.truncated) throw new InvalidArgument(`${shownPath(path)} is ${r.size} bytes, more than maxBytes=${maxBytes}; raise maxBytes, or read a range of lines with readText`, "maxBytes");
     return Buffer.from(r.data_b64, "base64");
   }
 

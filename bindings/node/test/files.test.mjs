@@ -6,7 +6,7 @@ import { join } from "node:path";
 import { after, before, test } from "node:test";
 
 import { targz } from "./helpers.mjs";
-import { FileOperationError, Sandbox } from "../dist/index.js";
+import { FileOperationError, InvalidArgument, Sandbox } from "../dist/index.js";
 
 let sb;
 let tmp;
@@ -24,7 +24,9 @@ test("write, read, list", async () => {
   await sb.writeFile("/workspace/text.txt", "héllo");
   assert.deepEqual(await sb.readFile("dir/sub/data.bin"), Buffer.from([0, 1, 2, 255]));
   assert.equal((await sb.readFile("text.txt")).toString("utf8"), "héllo");
-  assert.deepEqual(await sb.readFile("dir/sub/data.bin", { maxBytes: 2 }), Buffer.from([0, 1]));
+  assert.deepEqual(await sb.readFile("dir/sub/data.bin", { maxBytes: 4 }), Buffer.from([0, 1, 2, 255]));
+  // A larger file is refused naming its size, never returned cut short.
+  await assert.rejects(sb.readFile("dir/sub/data.bin", { maxBytes: 2 }), (e) => e instanceof InvalidArgument && e.arg === "maxBytes" && /dir\/sub\/data\.bin is 4 bytes, more than maxBytes=2/.test(e.message));
   const entries = Object.fromEntries((await sb.listFiles()).map((e) => [e.path, e]));
   assert.equal(entries["dir/sub/data.bin"].type, "file");
   assert.equal(entries["dir/sub/data.bin"].size, 4);

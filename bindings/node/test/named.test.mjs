@@ -10,7 +10,7 @@ import { fileURLToPath } from "node:url";
 import { test } from "node:test";
 
 import "./helpers.mjs";
-import { NamedSandbox, Sandbox, SandboxError, listSandboxes, listTemplates, pruneTemplates, removeTemplate, resume } from "../dist/index.js";
+import { InvalidArgument, NamedSandbox, Sandbox, SandboxError, listSandboxes, listTemplates, pruneTemplates, removeTemplate, resume } from "../dist/index.js";
 
 const dist = resolve(dirname(fileURLToPath(import.meta.url)), "../dist/index.js");
 
@@ -125,6 +125,8 @@ test("files of a named sandbox are read, written, listed and deleted in its root
       assert.equal((await sb.exec("cat /workspace/a/b.txt")).stdout, "hi\n");
       assert.equal((await sb.readFile("/workspace/a/b.txt")).toString(), "hi\n");
       assert.equal(await sb.readFile("a/missing"), null);
+      assert.equal((await sb.readFile("a/b.txt", { maxBytes: 3 })).toString(), "hi\n");
+      await assert.rejects(sb.readFile("a/b.txt", { maxBytes: 2 }), (e) => e instanceof InvalidArgument && /larger than maxBytes=2/.test(e.message));
       await assert.rejects(sb.readFile("a"), (e) => e instanceof SandboxError && e.kind === "is_a_directory");
       assert.equal((await sb.stat("a/b.txt")).size, 3);
       assert.deepEqual((await sb.listFiles("a")).map((e) => e.name), ["b.txt"]);

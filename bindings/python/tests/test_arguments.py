@@ -5,7 +5,8 @@ import threading
 
 import pytest
 
-from hull_sandbox import MountRefused, Sandbox
+import hull_sandbox
+from hull_sandbox import FileOperationError, InvalidArgument, InvalidArgumentType, MountRefused, Sandbox, SandboxError
 
 
 def test_env_tmpfs_and_mounts(tmp_path):
@@ -128,3 +129,57 @@ def test_a_refused_mount_reads_once_down_its_chain(tmp_path):
     assert len(chain) >= 2 and str(e.value) == ": ".join(chain), chain
     for parent, cause in zip(chain, chain[1:]):
         assert cause not in parent, chain
+
+
+@pytest.mark.parametrize(
+    "make, builtin",
+    [
+        (lambda: Sandbox(timeout_s=0), ValueError),
+        (lambda: Sandbox(memory_mb="lots"), TypeError),
+        (lambda: Sandbox(network="everywhere"), TypeError),
+        (lambda: Sandbox(user="root"), TypeError),
+        (lambda: Sandbox(cap_drop=["FLY"]), ValueError),
+        (lambda: hull_sandbox.run_code(5), TypeError),
+        (lambda: hull_sandbox.run_code("1", language="cobol"), ValueError),
+    ],
+)
+def test_every_refused_argument_is_a_sandbox_error_and_still_its_builtin(make, builtin):
+    # `except SandboxError` sees every refusal (the SDK's own checks and the server's), and code
+    # written against ValueError/TypeError keeps working.
+    with pytest.raises(SandboxError) as e:
+        make()
+    assert isinstance(e.value, InvalidArgument) and isinstance(e.value, builtin), type(e.value).__mro__
+
+
+def test_refusals_of_calls_on_an_open_sandbox_are_sandbox_errors():
+    with Sandbox() as sb:
+        for call, builtin in [
+            (lambda: sb.run(["ls", 5]), TypeError),
+            (lambda: sb.read_file("x", max_bytes="all"), TypeError),
+            (lambda: sb.read_text("x", lines=(0, 1)), ValueError),
+            (lambda: sb.write_file("x", 5), TypeError),
+        ]:
+            with pytest.raises(SandboxError) as e:
+                call()
+            assert isinstance(e.value, builtin), e.value
+        assert issubclass(InvalidArgumentType, InvalidArgument)
+        with pytest.raises(SandboxError) as e:
+            sb.read_file("../outside")
+        assert isinstance(e.value, FileOperationError) and isinstance(e.value, OSError)
+
+
+def test_the_configuration_reads_back_and_cannot_be_changed():
+    with Sandbox(timeout_s=7, memory_mb=128, pids=64, env={"A": "1"}, network=False) as sb:
+        assert (sb.timeout_s, sb.memory_mb, sb.pids, sb.image, sb.network) == (7, 128, 64, None, False)
+        sb.env["A"] = "2"  # a copy: the sandbox's own stays as made
+        assert sb.env == {"A": "1"}
+        with pytest.raises(AttributeError):
+            sb.timeout_s = 60
+        assert sb.timeout_s == 7
+
+
+def test_a_result_is_true_exactly_when_the_call_succeeded():
+    with Sandbox() as sb:
+        ok, failed = sb.run_code("print(1)"), sb.run_code("raise SystemExit(3)")
+        assert ok and ok.success
+        assert not failed and failed.exit_code == 3

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from hull_sandbox import FileOperationError, Sandbox
+from hull_sandbox import FileOperationError, InvalidArgument, Sandbox, SandboxError
 
 
 @pytest.fixture
@@ -21,7 +21,11 @@ def test_write_read_list(sb):
     sb.write_file("/workspace/text.txt", "héllo")
     assert sb.read_file("dir/sub/data.bin") == b"\x00\x01\x02\xff"
     assert sb.read_file("text.txt").decode() == "héllo"
-    assert sb.read_file("dir/sub/data.bin", max_bytes=2) == b"\x00\x01"
+    assert sb.read_file("dir/sub/data.bin", max_bytes=4) == b"\x00\x01\x02\xff"
+    # A file larger than max_bytes raises naming its size: never a silent prefix.
+    with pytest.raises(InvalidArgument, match=r"dir/sub/data.bin is 4 bytes, more than max_bytes=2") as e:
+        sb.read_file("dir/sub/data.bin", max_bytes=2)
+    assert isinstance(e.value, SandboxError) and e.value.arg == "max_bytes"
     entries = {e.path: e for e in sb.list_files()}
     assert entries["dir/sub/data.bin"].type == "file" and entries["dir/sub/data.bin"].size == 4
     assert entries["dir"].type == "dir"

@@ -11,7 +11,7 @@ import time
 import pytest
 
 import hull_sandbox
-from hull_sandbox import Sandbox, SandboxError, find_hull
+from hull_sandbox import InvalidArgument, Sandbox, SandboxError, find_hull
 
 
 @pytest.fixture
@@ -171,6 +171,9 @@ def test_files_of_a_named_sandbox(sandboxes):
         sb.write_file("a/b.txt", "hi\n")
         assert sb.exec("cat /workspace/a/b.txt").stdout == "hi\n"
         assert sb.read_file("/workspace/a/b.txt") == b"hi\n"
+        assert sb.read_file("a/b.txt", max_bytes=3) == b"hi\n"
+        with pytest.raises(InvalidArgument, match="larger than max_bytes=2"):
+            sb.read_file("a/b.txt", max_bytes=2)
         assert sb.read_file("a/missing") is None
         with pytest.raises(SandboxError) as e:
             sb.read_file("a")

@@ -1,4 +1,7 @@
-"""Exceptions. Bad arguments raise ValueError/TypeError naming the argument."""
+"""Exceptions. Every error this package raises is a HullError, and every refusal of an argument
+or a call a SandboxError: bad arguments raise InvalidArgument (also a ValueError) or
+InvalidArgumentType (also a TypeError), naming the argument, so `except SandboxError` sees them
+all while `except ValueError`/`except TypeError` keep working."""
 
 
 class HullError(Exception):
@@ -38,7 +41,7 @@ class NetworkUnavailable(SandboxError):
         return self.detail.get("mode")
 
 
-class FileOperationError(HullError, OSError):
+class FileOperationError(SandboxError, OSError):
     """A workspace file operation was refused (a symlink, FIFO, device, `..`) or failed."""
 
 
@@ -46,12 +49,17 @@ class KernelDied(SandboxError):
     """The kernel's interpreter is gone (a timeout or crash ended it)."""
 
 
-class InvalidArgument(ValueError):
-    """An argument was refused by the server; the message names it."""
+class InvalidArgument(SandboxError, ValueError):
+    """An argument was refused, by this package or by the server; the message names it (`arg`
+    too when the server named it)."""
 
-    def __init__(self, message, arg=None):
-        super().__init__(message)
+    def __init__(self, message, arg=None, kind="invalid_argument", chain=None, detail=None):
+        SandboxError.__init__(self, message, kind, chain, detail)
         self.arg = arg
+
+
+class InvalidArgumentType(InvalidArgument, TypeError):
+    """An argument of the wrong type (an InvalidArgument that is also a TypeError)."""
 
 
 def from_error(err):
@@ -59,7 +67,7 @@ def from_error(err):
     msg = err.get("message", "hull error")
     chain = err.get("chain")
     if kind == "invalid_argument":
-        return InvalidArgument(msg, err.get("arg"))
+        return InvalidArgument(msg, err.get("arg"), kind, chain, err)
     if kind == "mount_refused":
         return MountRefused(msg, kind, chain, err)
     if kind in ("path_refused", "io"):

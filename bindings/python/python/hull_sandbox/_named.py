@@ -9,7 +9,7 @@ import base64
 import os
 import threading
 
-from ._errors import SandboxError
+from ._errors import InvalidArgument, InvalidArgumentType, SandboxError
 from ._result import ExecutionResult
 
 #: The arguments a named sandbox is made with (by their SDK names). Sandbox's other arguments
@@ -24,20 +24,20 @@ def command_params(cmd, env, cwd, timeout_s=None, user=None):
     elif isinstance(cmd, (list, tuple)) and cmd and all(isinstance(a, str) for a in cmd):
         p = {"argv": list(cmd)}
     else:
-        raise TypeError("cmd must be a shell string or a non-empty list of strings, got %r" % (cmd,))
+        raise InvalidArgumentType("cmd must be a shell string or a non-empty list of strings, got %r" % (cmd,))
     if env is not None:
         if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-            raise TypeError("env must be a dict of strings, got %r" % (env,))
+            raise InvalidArgumentType("env must be a dict of strings, got %r" % (env,))
         p["env"] = env
     if cwd is not None:
         p["cwd"] = os.fspath(cwd)
     if user is not None:
         if not isinstance(user, str):
-            raise TypeError("user must be a string (NAME, UID, NAME:GROUP or UID:GID), got %r" % (user,))
+            raise InvalidArgumentType("user must be a string (NAME, UID, NAME:GROUP or UID:GID), got %r" % (user,))
         p["user"] = user
     if timeout_s is not None:
         if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool) or timeout_s <= 0:
-            raise ValueError("timeout_s must be a number of seconds more than 0, got %r" % (timeout_s,))
+            raise InvalidArgument("timeout_s must be a number of seconds more than 0, got %r" % (timeout_s,))
         p["timeout_s"] = timeout_s
     return p
 
@@ -130,7 +130,7 @@ class Process:
         """Iterates over the lines (with their newline; a last one without) one stream printed,
         as they come, ending when the process ends."""
         if stream not in ("stdout", "stderr"):
-            raise ValueError("stream must be 'stdout' or 'stderr', got %r" % (stream,))
+            raise InvalidArgument("stream must be 'stdout' or 'stderr', got %r" % (stream,))
         rest = ""
         for s, text in self.output():
             if s != stream:
@@ -177,7 +177,7 @@ class Process:
         if isinstance(data, str):
             data = data.encode("utf-8")
         if not isinstance(data, (bytes, bytearray, memoryview)):
-            raise TypeError("data must be str or bytes, got %s" % type(data).__name__)
+            raise InvalidArgumentType("data must be str or bytes, got %s" % type(data).__name__)
         p = {"sandbox": self._sb.name, "process": self.id, "data_b64": base64.b64encode(bytes(data)).decode("ascii")}
         if eof:
             p["eof"] = True
@@ -198,7 +198,7 @@ def check_named_args(given, defaults):
     """Refuses a session-only argument given with `name=` (its value differs from the default)."""
     for k, v in given.items():
         if k not in NAMED_ARGS and k not in ("on_stdout", "on_stderr", "timeout_s") and v != defaults.get(k):
-            raise TypeError("%s is not an argument of a named sandbox (those are: %s)" % (k, ", ".join(NAMED_ARGS)))
+            raise InvalidArgumentType("%s is not an argument of a named sandbox (those are: %s)" % (k, ", ".join(NAMED_ARGS)))
 
 
 def create_params(name, persist, args):

@@ -100,6 +100,10 @@ class ExecutionResult:
     #: Output chunks the streaming callbacks did not get because they were too slow.
     dropped_chunks: int = 0
 
+    def __bool__(self):
+        # `if sb.run_code(...):` asks whether the call succeeded (kern's results read the same).
+        return self.success
+
     @classmethod
     def from_json(cls, r, dropped_chunks=0):
         f = r.get("fault")

@@ -8,6 +8,7 @@ stalling the reader, the server or the box.
 """
 
 import base64
+import copy
 import inspect
 import json
 import os
@@ -21,7 +22,7 @@ import time
 import weakref
 
 from . import _named
-from ._errors import SandboxError, from_error
+from ._errors import InvalidArgument, InvalidArgumentType, SandboxError, from_error
 from ._result import ExecutionResult, FileEntry
 
 _LANGUAGES = ("python", "bash", "sh", "node")
@@ -83,7 +84,7 @@ def _request_line(method, params):
     except UnicodeEncodeError as e:
         bad = e.object[e.start]
         names = [k for k, v in (params or {}).items() if not _encodable(v)]
-        raise ValueError("%s holds U+%04X, a lone surrogate: not valid Unicode text, so it cannot be sent (encode binary data as bytes, e.g. write_file)" % (names[0] if names else "an argument", ord(bad))) from None
+        raise InvalidArgument("%s holds U+%04X, a lone surrogate: not valid Unicode text, so it cannot be sent (encode binary data as bytes, e.g. write_file)" % (names[0] if names else "an argument", ord(bad))) from None
 
 
 def _encodable(v):
@@ -273,9 +274,14 @@ class _Streamer:
             pass
 
 
+def _shown(path):
+    """A workspace path as an error message shows it."""
+    return path.decode("utf-8", "backslashreplace") if isinstance(path, bytes) else str(path)
+
+
 def _check(name, value, types, what):
     if value is not None and (not isinstance(value, types) or (isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)))):
-        raise TypeError("%s must be %s, got %r" % (name, what, value))
+        raise InvalidArgumentType("%s must be %s, got %r" % (name, what, value))
 
 
 _MODES = ("none", "host", "deny-all", "allow-all", "custom")
@@ -291,23 +297,23 @@ def _network(network, egress_allow):
         value = "host" if network else None
     elif isinstance(network, str):
         if network not in _MODES:
-            raise TypeError("network must be True/False or one of %s, got %r" % (", ".join(_MODES), network))
+            raise InvalidArgumentType("network must be True/False or one of %s, got %r" % (", ".join(_MODES), network))
         value = network
     elif isinstance(network, dict):
         value = dict(network)
     else:
-        raise TypeError("network must be True/False, a mode (%s) or a dict {mode, allow_hosts, allow_cidrs, deny_cidrs, ports, max_tcp_connections}, got %r" % (", ".join(_MODES), network))
+        raise InvalidArgumentType("network must be True/False, a mode (%s) or a dict {mode, allow_hosts, allow_cidrs, deny_cidrs, ports, max_tcp_connections}, got %r" % (", ".join(_MODES), network))
     if egress_allow is None:
         return value
     if isinstance(egress_allow, str) or not isinstance(egress_allow, (list, tuple)) or not all(isinstance(h, str) for h in egress_allow):
-        raise TypeError("egress_allow must be a list of host names ('api.example.com', '*.example.com'), got %r" % (egress_allow,))
+        raise InvalidArgumentType("egress_allow must be a list of host names ('api.example.com', '*.example.com'), got %r" % (egress_allow,))
     if value is None or value == "custom":
         return {"mode": "custom", "allow_hosts": list(egress_allow)}
     if isinstance(value, dict) and value.get("mode") in (None, "custom"):
         value["mode"] = "custom"
         value["allow_hosts"] = list(value.get("allow_hosts") or []) + list(egress_allow)
         return value
-    raise ValueError("egress_allow is a custom host list: it does not go with network=%r (leave network out, or use network='custom')" % (network,))
+    raise InvalidArgument("egress_allow is a custom host list: it does not go with network=%r (leave network out, or use network='custom')" % (network,))
 
 
 def _secrets(secrets):
@@ -316,7 +322,7 @@ def _secrets(secrets):
     if secrets is None:
         return None
     if not isinstance(secrets, (list, tuple)) or not all(isinstance(s, dict) for s in secrets):
-        raise TypeError("secrets must be a list of {name, value or env, hosts, headers} dicts")
+        raise InvalidArgumentType("secrets must be a list of {name, value or env, hosts, headers} dicts")
     return [dict(s) for s in secrets]
 
 
@@ -337,7 +343,7 @@ def _text_path(path):
     if isinstance(path, bytes):
         path = path.decode("utf-8")
     if not isinstance(path, str) or not path:
-        raise TypeError("path must be a non-empty str, got %r" % (path,))
+        raise InvalidArgumentType("path must be a non-empty str, got %r" % (path,))
     return path
 
 
@@ -354,6 +360,7 @@ class Sandbox:
     configuration, the arguments given here over them."""
 
     def __init__(self, image=None, setup=None, workspace=None, memory_mb=512, cpus=None, pids=256, timeout_s=30, network=False, mounts=None, tmpfs=None, env=None, max_output_bytes=None, deps_readonly=True, security_profile=None, require_limits=False, cap_drop=None, track_files=True, on_stdout=None, on_stderr=None, prewarm=0, setup_timeout_s=600, name=None, persist=False, ro_workspaces=None, idle_timeout_s=None, max_duration_s=None, user=None, template=None, egress_allow=None, secrets=None):
+        self._config = {k: v for k, v in locals().items() if k in _CONFIG}
         net = _network(network, egress_allow)
         secrets = _secrets(secrets)
         if name is not None:
@@ -365,7 +372,7 @@ class Sandbox:
             return
         for k, v in (("persist", persist), ("ro_workspaces", ro_workspaces), ("idle_timeout_s", idle_timeout_s), ("max_duration_s", max_duration_s), ("user", user), ("template", template)):
             if v not in (None, False):
-                raise TypeError("%s is an argument of a named sandbox: give name= too" % k)
+                raise InvalidArgumentType("%s is an argument of a named sandbox: give name= too" % k)
         self.name = None
         _check("image", image, str, "a string")
         _check("setup", setup, str, "a shell command string")
@@ -387,13 +394,13 @@ class Sandbox:
         _check("setup_timeout_s", setup_timeout_s, (int, float), "a number of seconds")
         for name, cb in (("on_stdout", on_stdout), ("on_stderr", on_stderr)):
             if cb is not None and not callable(cb):
-                raise TypeError("%s must be callable, got %r" % (name, cb))
+                raise InvalidArgumentType("%s must be callable, got %r" % (name, cb))
         if timeout_s is None or timeout_s <= 0:
-            raise ValueError("timeout_s must be more than 0, got %r" % (timeout_s,))
+            raise InvalidArgument("timeout_s must be more than 0, got %r" % (timeout_s,))
         if memory_mb is not None and memory_mb < 16:
-            raise ValueError("memory_mb must be at least 16 (or None for no cap), got %r" % (memory_mb,))
+            raise InvalidArgument("memory_mb must be at least 16 (or None for no cap), got %r" % (memory_mb,))
         if prewarm < 0:
-            raise ValueError("prewarm must be 0 or more, got %r" % (prewarm,))
+            raise InvalidArgument("prewarm must be 0 or more, got %r" % (prewarm,))
         params = {
             "image": image, "setup": setup, "workspace": os.path.abspath(os.fspath(workspace)) if workspace is not None else None,
             "memory_mb": memory_mb, "cpus": cpus, "pids": pids, "timeout_s": timeout_s, "network": net if net is not None else False, "secrets": secrets,
@@ -423,7 +430,7 @@ class Sandbox:
 
     def _init_named(self, name, persist, args):
         if not isinstance(name, str):
-            raise TypeError("name must be a string, got %r" % (name,))
+            raise InvalidArgumentType("name must be a string, got %r" % (name,))
         _named.check_named_args(args, _SANDBOX_DEFAULTS)
         _check("setup", args.get("setup"), (str, list, tuple), "a shell command string or a list of them")
         _check("env", args.get("env"), dict, "a dict of strings")
@@ -462,6 +469,8 @@ class Sandbox:
     @classmethod
     def _resume(cls, name):
         sb = cls.__new__(cls)
+        # A resumed sandbox's configuration is its creator's; these attributes read None.
+        sb._config = {}
         sb._open_named(name)
         try:
             sb.ports = _published(sb._server.call("named.start", {"sandbox": name}))
@@ -494,7 +503,7 @@ class Sandbox:
         if self.name is None:
             raise _named.not_named("spawn")
         if not isinstance(stdin, bool):
-            raise TypeError("stdin must be True or False, got %r" % (stdin,))
+            raise InvalidArgumentType("stdin must be True or False, got %r" % (stdin,))
         p = _named.command_params(cmd, env, cwd, user=user)
         p["sandbox"] = self.name
         if stdin:
@@ -509,7 +518,7 @@ class Sandbox:
         if self.name is None:
             raise _named.not_named("process")
         if not isinstance(handle, str):
-            raise TypeError("handle must be a str (a Process's id), got %r" % (handle,))
+            raise InvalidArgumentType("handle must be a str (a Process's id), got %r" % (handle,))
         return _named.Process(self, handle)
 
     def logs(self, max_bytes=None):
@@ -533,7 +542,7 @@ class Sandbox:
             raise _named.not_named("set_network_policy")
         value = _network(network, egress_allow)
         if value is None:
-            raise ValueError("set_network_policy needs a gateway mode (deny-all, allow-all or custom) or egress_allow")
+            raise InvalidArgument("set_network_policy needs a gateway mode (deny-all, allow-all or custom) or egress_allow")
         return self._server.call("named.set_network", {"sandbox": self.name, "network": value})["running"]
 
     def stat(self, path):
@@ -591,16 +600,16 @@ class Sandbox:
     def run_code(self, code, language="python"):
         """Runs code in a fresh box. Python returns rich `results`."""
         if not isinstance(code, str):
-            raise TypeError("code must be a string, got %r" % (type(code).__name__,))
+            raise InvalidArgumentType("code must be a string, got %r" % (type(code).__name__,))
         if language not in _LANGUAGES:
-            raise ValueError("language must be one of %s, got %r" % (", ".join(_LANGUAGES), language))
+            raise InvalidArgument("language must be one of %s, got %r" % (", ".join(_LANGUAGES), language))
         params = self._p(code=code, language=language)
         return self._result(self._server.call("sandbox.run_code", params, self._streaming(params)))
 
     def run(self, argv):
         """Runs a command (a list of strings) in a fresh box."""
         if isinstance(argv, str) or not all(isinstance(a, str) for a in argv):
-            raise TypeError("argv must be a list of strings, e.g. ['ls', '-l']")
+            raise InvalidArgumentType("argv must be a list of strings, e.g. ['ls', '-l']")
         params = self._p(argv=list(argv))
         return self._result(self._server.call("sandbox.run", params, self._streaming(params)))
 
@@ -610,7 +619,7 @@ class Sandbox:
         if isinstance(data, str):
             data = data.encode()
         if not isinstance(data, (bytes, bytearray, memoryview)):
-            raise TypeError("data must be str or bytes")
+            raise InvalidArgumentType("data must be str or bytes")
         if self.name is not None:
             # A named sandbox: any path of its root (relative: below /workspace), parents made.
             self._server.call("named.write_file", {"sandbox": self.name, "path": _text_path(path), "data_b64": base64.b64encode(bytes(data)).decode()})
@@ -618,14 +627,26 @@ class Sandbox:
         self._server.call("sandbox.write_file", self._p(data_b64=base64.b64encode(bytes(data)).decode(), **_path("path", path)))
 
     def read_file(self, path, max_bytes=None):
-        """Reads a regular file of the workspace (at most max_bytes of it) as bytes. `path` is str,
-        or bytes for a name that is not UTF-8 (`FileEntry.path_bytes`)."""
+        """Reads a regular file of the workspace as bytes. `path` is str, or bytes for a name that
+        is not UTF-8 (`FileEntry.path_bytes`). `max_bytes` bounds what is read: a larger file
+        raises InvalidArgument naming its size (never a silent prefix)."""
         _check("max_bytes", max_bytes, int, "an int or None")
+        if max_bytes is not None and max_bytes < 0:
+            raise InvalidArgument("max_bytes must be 0 or more, got %r" % (max_bytes,), "max_bytes")
         if self.name is not None:
             # A named sandbox: None for a missing file; a directory raises (kind is_a_directory).
-            r = self._server.call("named.read_file", {"sandbox": self.name, "path": _text_path(path), "max_bytes": max_bytes})
-            return None if r is None else base64.b64decode(r["data_b64"])
+            # One byte more than allowed tells a larger file apart.
+            ask = None if max_bytes is None else max_bytes + 1
+            r = self._server.call("named.read_file", {"sandbox": self.name, "path": _text_path(path), "max_bytes": ask})
+            if r is None:
+                return None
+            data = base64.b64decode(r["data_b64"])
+            if max_bytes is not None and len(data) > max_bytes:
+                raise InvalidArgument("%s is larger than max_bytes=%d; raise max_bytes, or read a range of lines with read_text(lines=...)" % (_shown(path), max_bytes), "max_bytes")
+            return data
         r = self._server.call("sandbox.read_file", self._p(max_bytes=max_bytes, **_path("path", path)))
+        if r.get("truncated"):
+            raise InvalidArgument("%s is %d bytes, more than max_bytes=%d; raise max_bytes, or read a range of lines with read_text(lines=...)" % (_shown(path), r.get("size", 0), max_bytes), "max_bytes")
         return base64.b64decode(r["data_b64"])
 
     def read_text(self, path, lines=None, encoding="utf-8", errors="strict"):
@@ -636,7 +657,7 @@ class Sandbox:
         if lines is not None:
             if not (isinstance(lines, (tuple, list)) and len(lines) == 2 and isinstance(lines[0], int) and not isinstance(lines[0], bool) and lines[0] >= 1
                     and (lines[1] is None or (isinstance(lines[1], int) and not isinstance(lines[1], bool) and lines[1] >= lines[0]))):
-                raise ValueError("lines must be (first, last): line numbers from 1, first <= last (last None: to the end), got %r" % (lines,))
+                raise InvalidArgument("lines must be (first, last): line numbers from 1, first <= last (last None: to the end), got %r" % (lines,))
         if self.name is not None:
             # A named sandbox: its keeper cuts the range (only those lines cross the socket).
             p = {"sandbox": self.name, "path": _text_path(path)}
@@ -742,6 +763,23 @@ def resume(name):
     return Sandbox._resume(name)
 
 
+#: The arguments a Sandbox exposes as read-only attributes (`sb.timeout_s`, `sb.image`, ...),
+#: as they were given (`secrets` is left out: it can hold values).
+_CONFIG = ("image", "setup", "memory_mb", "cpus", "pids", "timeout_s", "network", "mounts", "tmpfs", "env", "max_output_bytes", "deps_readonly", "security_profile", "require_limits", "cap_drop", "track_files", "prewarm", "setup_timeout_s", "persist", "ro_workspaces", "idle_timeout_s", "max_duration_s", "user", "template", "egress_allow")
+
+
+def _config_property(name):
+    def get(self):
+        return copy.copy(self._config.get(name))
+
+    return property(get, doc="The `%s` this sandbox was made with (read-only)." % name)
+
+
+for _name in _CONFIG:
+    setattr(Sandbox, _name, _config_property(_name))
+del _name
+
+
 class Kernel:
     """One warm interpreter (a long-lived box): cells share globals. Use as a context manager."""
 
@@ -751,7 +789,7 @@ class Kernel:
 
     def run_code(self, code):
         if not isinstance(code, str):
-            raise TypeError("code must be a string")
+            raise InvalidArgumentType("code must be a string")
         params = self._sb._p(kernel=self.id, code=code)
         return self._sb._result(self._sb._server.call("kernel.run_code", params, self._sb._streaming(params)))
 

@@ -31,6 +31,7 @@ except ImportError as e:  # pragma: no cover - exercised by a subprocess test
         "(or pip install langchain-core)"
     ) from e
 
+from ._errors import InvalidArgument, InvalidArgumentType
 from ._sandbox import Sandbox, find_hull
 
 __all__ = ["hull_code_tool", "HullCodeTool", "format_result", "hull_execution_policy"]
@@ -170,7 +171,7 @@ def hull_code_tool(name="run_code", description=None, max_chars=DEFAULT_MAX_CHAR
     arguments: timeout_s, memory_mb, setup, image, ...). The sandbox starts now, so a bad argument
     raises here; `tool.close()` (or `with`) destroys it."""
     if not isinstance(max_chars, int) or isinstance(max_chars, bool) or max_chars < 100:
-        raise ValueError("max_chars must be an int of at least 100, got %r" % (max_chars,))
+        raise InvalidArgument("max_chars must be an int of at least 100, got %r" % (max_chars,))
     fields = {"name": name, "max_chars": max_chars}
     if description is not None:
         fields["description"] = description
@@ -259,16 +260,16 @@ def _check_policy(p):
     """The policy's own fields, checked when it is made (not at the agent's first command)."""
     def number(field, v, least, kind=(int, float)):
         if v is not None and (not isinstance(v, kind) or isinstance(v, bool) or v < least):
-            raise ValueError("%s must be %s of at least %s or None, got %r" % (field, "an int" if kind is int else "a number", least, v))
+            raise InvalidArgument("%s must be %s of at least %s or None, got %r" % (field, "an int" if kind is int else "a number", least, v))
 
     if p.name is not None and (not isinstance(p.name, str) or not _NAME.fullmatch(p.name)):
-        raise ValueError("name must be 1 to 63 of a-z, 0-9, _, ., - starting with a letter or digit, got %r" % (p.name,))
+        raise InvalidArgument("name must be 1 to 63 of a-z, 0-9, _, ., - starting with a letter or digit, got %r" % (p.name,))
     if p.persist and p.name is None:
-        raise ValueError("persist=True needs name=: the sandbox later agent runs come back to")
+        raise InvalidArgument("persist=True needs name=: the sandbox later agent runs come back to")
     if p.setup is not None and not isinstance(p.setup, str) and not (isinstance(p.setup, (list, tuple)) and all(isinstance(c, str) for c in p.setup)):
-        raise TypeError("setup must be a shell command string or a list of them, got %r" % (p.setup,))
+        raise InvalidArgumentType("setup must be a shell command string or a list of them, got %r" % (p.setup,))
     if p.image is not None and not isinstance(p.image, str):
-        raise TypeError("image must be a string, got %r" % (p.image,))
+        raise InvalidArgumentType("image must be a string, got %r" % (p.image,))
     number("memory_mb", p.memory_mb, 16, int)
     number("pids", p.pids, 0, int)
     number("cpus", p.cpus, 0.01)
