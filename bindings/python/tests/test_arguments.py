@@ -183,3 +183,17 @@ def test_a_result_is_true_exactly_when_the_call_succeeded():
         ok, failed = sb.run_code("print(1)"), sb.run_code("raise SystemExit(3)")
         assert ok and ok.success
         assert not failed and failed.exit_code == 3
+
+
+def test_a_workspace_that_does_not_exist_yet_is_made_private_and_kept(tmp_path):
+    ws = tmp_path / "new" / "deeper"
+    with Sandbox(workspace=str(ws)) as sb:
+        r = sb.run_code("open('made.txt', 'w').write('kept')")
+        assert r.success, r
+    assert (ws / "made.txt").read_text() == "kept"
+    for d in (ws, ws.parent):
+        assert d.stat().st_mode & 0o777 == 0o700, oct(d.stat().st_mode)
+    # An existing file there is still refused, naming the argument.
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(SandboxError, match="workspace"):
+        Sandbox(workspace=str(tmp_path / "file"))

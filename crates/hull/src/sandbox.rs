@@ -180,6 +180,25 @@ fn remove_tree(p: &Path) {
     hull_box::leftovers::remove_tree(p);
 }
 
+/// A `workspace` that does not exist yet is made (0700, with any missing parents, as the
+/// caller's) and kept after the session, as kern does; an existing path is left to the usual
+/// checks (a file or a symlink there is refused by them, naming `workspace`).
+fn make_missing_workspace(w: &Path) -> Result<(), SandboxError> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::symlink_metadata(w) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(w)
+            .map_err(|error| SandboxError::Io {
+                what: "create the workspace",
+                path: w.to_path_buf(),
+                error,
+            }),
+        _ => Ok(()),
+    }
+}
+
 impl Sandbox {
     /// Creates the session: checks every argument, makes the workspace, runs `setup` if given
     /// (the only box with a network), probes that a box can start, and fills the prewarm pool.
@@ -212,7 +231,10 @@ impl Sandbox {
         session: &Path,
     ) -> Result<Arc<Sandbox>, SandboxError> {
         let ws_path = match &cfg.workspace {
-            Some(w) => w.clone(),
+            Some(w) => {
+                make_missing_workspace(w)?;
+                w.clone()
+            }
             None => {
                 let w = session.join("workspace");
                 private_dir(&w).map_err(|e| SandboxError::Io {
