@@ -132,10 +132,13 @@ pub(crate) fn verdict(spec: &BoxSpec, mut o: Outcome, ev: &Evidence) -> RunResul
     } else {
         None
     };
-    let exit_code = if o.exec_failed.is_some() {
-        127
-    } else {
-        exit_code
+    // The shells' codes (and docker's): 127 for a program that is not there, 126 for one that
+    // is there but cannot be executed (no permission, not an executable format, too many
+    // arguments).
+    let exit_code = match o.exec_failed {
+        Some(e) if e.0 == libc::ENOENT => 127,
+        Some(_) => 126,
+        None => exit_code,
     };
     RunResult {
         stdout: String::from_utf8_lossy(&o.stdout.data).into_owned(),
@@ -371,7 +374,7 @@ mod tests {
                     workspace_full: true,
                     ..none()
                 },
-                exit: 127,
+                exit: 126,
                 success: false,
                 fault: Some((FaultType::Timeout, "wall-clock deadline")),
             },
@@ -423,7 +426,7 @@ mod tests {
                     ..program(exited(127))
                 },
                 evidence: none(),
-                exit: 127,
+                exit: 126,
                 success: false,
                 fault: Some((FaultType::ExecFailed, "cannot be executed in image `host`")),
             },

@@ -26,7 +26,7 @@ fn language_parser() -> impl TypedValueParser<Value = Language> {
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Exit status: the program's own exit code (128+N if it died of signal N; 127 if it could not be executed); 125 if the box could not be built.\n\nExamples:\n  hull run -- python3 -c 'print(1)'\n  hull run --code 'import sys; print(sys.version)'\n  hull run --json --memory 64m --timeout 2s --code 'x = bytearray(200 << 20)'"
+    after_help = "Exit status: the program's own exit code (128+N if it died of signal N; 127 if it was not found, 126 if it could not be executed); 125 if the box could not be built.\n\nExamples:\n  hull run -- python3 -c 'print(1)'\n  hull run --code 'import sys; print(sys.version)'\n  hull run --json --memory 64m --timeout 2s --code 'x = bytearray(200 << 20)'"
 )]
 pub struct RunArgs {
     /// Code to run with --language's interpreter instead of a command.

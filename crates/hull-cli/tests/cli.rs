@@ -183,3 +183,25 @@ fn hostname_and_env_file_are_taken_and_a_bad_line_is_named() {
         "{err}"
     );
 }
+
+/// The shells' exit codes for a program that did not run: 127 when it is not there, 126 when it
+/// is there but cannot be executed (here a file without execute permission), as bash and
+/// docker give them; the fault names which.
+#[test]
+fn a_program_not_found_exits_127_and_one_that_cannot_run_126() {
+    for (argv, code, says) in [
+        (&["no-such-program"][..], 127, "not found"),
+        (&["/etc/passwd"][..], 126, "cannot be executed"),
+    ] {
+        let out = Command::new(common::bin())
+            .arg("run")
+            .arg("--")
+            .args(argv)
+            .stdin(Stdio::null())
+            .output()
+            .expect("spawn hull");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{argv:?}: {err}");
+        assert!(err.contains(says), "{argv:?}: {err}");
+    }
+}

@@ -209,10 +209,13 @@ fn a_sandbox_made_by_one_process_runs_commands_for_another() {
         text(&out.stderr).contains("-w/--workdir: `src` is not an absolute path"),
         "{out:?}"
     );
-    // A command that cannot run: 127, said once on stderr.
+    // A command that is not there: 127, said once on stderr; one that cannot run: 126.
     let out = s.hull(&["exec", "one", "--", "no-such-program"]);
     assert_eq!(out.status.code(), Some(127), "{out:?}");
     assert!(text(&out.stderr).contains("no-such-program"), "{out:?}");
+    let out = s.hull(&["exec", "one", "--", "/etc/passwd"]);
+    assert_eq!(out.status.code(), Some(126), "{out:?}");
+    assert!(text(&out.stderr).contains("Permission denied"), "{out:?}");
     // Piped stdin reaches the command; without it the command's stdin is closed.
     let mut c = s.cmd(&["exec", "one", "--", "tr", "a-z", "A-Z"]);
     c.stdin(Stdio::piped()).stdout(Stdio::piped());

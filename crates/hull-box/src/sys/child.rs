@@ -1199,7 +1199,8 @@ fn exec_program(ctx: &ChildContext<'_>, program: &Program<'_>) -> ! {
             .for_each(|&c| try_one(unsafe { std::ffi::CStr::from_ptr(c) })),
     }
     send(ctx.sock, Message::ExecFailed { errno: worst.0 }, None);
-    sys::exit_now(127)
+    // The shells' codes: 127 when nothing was found, 126 when it was but cannot run.
+    sys::exit_now(if worst.0 == libc::ENOENT { 127 } else { 126 })
 }
 
 /// A NUL-terminated pointer array over C strings, for execve.

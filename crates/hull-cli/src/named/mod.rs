@@ -92,7 +92,7 @@ pub struct CreateArgs {
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Exit status: the command's (128+N if it died of signal N, 127 if it could not be executed); 125 if hull could not run it.\n\nExamples:\n  hull exec dev -- python3 -c 'print(1)'\n  hull exec dev -e TOKEN=x -w /tmp --shell -- 'echo $TOKEN > f && cat f'"
+    after_help = "Exit status: the command's (128+N if it died of signal N, 127 if it was not found, 126 if it could not be executed); 125 if hull could not run it.\n\nExamples:\n  hull exec dev -- python3 -c 'print(1)'\n  hull exec dev -e TOKEN=x -w /tmp --shell -- 'echo $TOKEN > f && cat f'"
 )]
 pub struct ExecArgs {
     pub name: String,
