@@ -74,8 +74,12 @@ export interface FileEntry {
 export class ExecutionResult {
   stdout = "";
   stderr = "";
+  /** The exact bytes of stdout (`stdout` shows bytes that are not UTF-8 as U+FFFD). */
+  stdoutBytes: Buffer = Buffer.alloc(0);
+  /** The exact bytes of stderr. */
+  stderrBytes: Buffer = Buffer.alloc(0);
   exitCode = -1;
-  /** True when the program exited 0 without a fault. */
+  /** True when the program exited 0 without a fault (any fault, `output_limit` included). */
   success = false;
   fault: Fault | null = null;
   truncated = false;
@@ -90,6 +94,9 @@ export class ExecutionResult {
     const out = new ExecutionResult();
     out.stdout = typeof r.stdout === "string" ? r.stdout : "";
     out.stderr = typeof r.stderr === "string" ? r.stderr : "";
+    // The server sends the exact bytes (base64) only when a stream is not UTF-8.
+    out.stdoutBytes = typeof r.stdout_b64 === "string" ? Buffer.from(r.stdout_b64, "base64") : Buffer.from(out.stdout, "utf8");
+    out.stderrBytes = typeof r.stderr_b64 === "string" ? Buffer.from(r.stderr_b64, "base64") : Buffer.from(out.stderr, "utf8");
     out.exitCode = typeof r.exit_code === "number" ? r.exit_code : -1;
     out.success = Boolean(r.success);
     const f = r.fault;

@@ -97,3 +97,20 @@ test("text with a lone surrogate is refused naming the argument, not sent to han
     await sb.destroy();
   }
 });
+
+test("binary output comes back intact and a cut output is no success", async () => {
+  const sb = new Sandbox({ maxOutputBytes: 1000 });
+  try {
+    const r = await sb.run(["sh", "-c", "printf 'ok\\377\\000'; printf 'err' >&2"]);
+    assert.deepEqual(r.stdoutBytes, Buffer.from([0x6f, 0x6b, 0xff, 0x00]));
+    assert.equal(r.stdout, "ok\ufffd\u0000");
+    assert.deepEqual(r.stderrBytes, Buffer.from("err"));
+    assert.equal(r.success, true);
+    const cut = await sb.runCode("print('x' * 5000)");
+    assert.equal(cut.truncated, true);
+    assert.equal(cut.fault?.type, "output_limit");
+    assert.equal(cut.success, false);
+  } finally {
+    await sb.destroy();
+  }
+});

@@ -197,3 +197,13 @@ def test_a_workspace_that_does_not_exist_yet_is_made_private_and_kept(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(SandboxError, match="workspace"):
         Sandbox(workspace=str(tmp_path / "file"))
+
+
+def test_binary_output_comes_back_intact_and_a_cut_output_is_no_success():
+    with Sandbox(max_output_bytes=1000) as sb:
+        r = sb.run(["sh", "-c", "printf 'ok\\377\\000'; printf 'err' >&2"])
+        assert r.stdout_bytes == b"ok\xff\x00" and r.stdout == "ok\ufffd\x00", r
+        assert r.stderr_bytes == b"err" and r.success, r
+        cut = sb.run_code("print('x' * 5000)")
+        assert cut.truncated and cut.exit_code == 0 and cut.fault.type == "output_limit"
+        assert not cut.success, cut

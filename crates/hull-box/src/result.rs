@@ -64,4 +64,26 @@ pub struct RunResult {
     pub warnings: Vec<String>,
     /// Bytes discarded past --max-output, per stream.
     pub dropped_bytes: u64,
+    /// The exact bytes of stdout as base64, only when they are not valid UTF-8 (`stdout` then
+    /// shows each invalid sequence as U+FFFD): binary output comes back intact.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stdout_b64: Option<String>,
+    /// The same for stderr.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stderr_b64: Option<String>,
+}
+
+/// A stream's bytes as a result carries them: the text (invalid UTF-8 shown as U+FFFD), and the
+/// exact bytes as base64 when the text is not them.
+pub fn stream_text(bytes: &[u8]) -> (String, Option<String>) {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => (s.to_owned(), None),
+        Err(_) => (
+            String::from_utf8_lossy(bytes).into_owned(),
+            Some(base64::Engine::encode(
+                &base64::engine::general_purpose::STANDARD,
+                bytes,
+            )),
+        ),
+    }
 }

@@ -140,14 +140,17 @@ pub(crate) fn verdict(spec: &BoxSpec, mut o: Outcome, ev: &Evidence) -> RunResul
         Some(_) => 126,
         None => exit_code,
     };
+    let (stdout, stdout_b64) = crate::result::stream_text(&o.stdout.data);
+    let (stderr, stderr_b64) = crate::result::stream_text(&o.stderr.data);
     RunResult {
-        stdout: String::from_utf8_lossy(&o.stdout.data).into_owned(),
-        stderr: String::from_utf8_lossy(&o.stderr.data).into_owned(),
+        stdout,
+        stderr,
+        stdout_b64,
+        stderr_b64,
         exit_code,
-        success: exit_code == 0
-            && fault
-                .as_ref()
-                .is_none_or(|f| f.kind == FaultType::OutputLimit),
+        // A fault is never a success, output cut at the cap included: the caller did not get
+        // what the program printed.
+        success: exit_code == 0 && fault.is_none(),
         fault,
         truncated,
         duration_ms: o.duration_ms,
@@ -459,7 +462,7 @@ mod tests {
                 fault: Some((FaultType::WorkspaceFull, "file system is full")),
             },
             Row {
-                name: "output past the cap does not fail a clean exit",
+                name: "output past the cap keeps the exit code but is not a success",
                 outcome: || Outcome {
                     stdout: truncated(),
                     stderr: truncated(),
@@ -467,7 +470,7 @@ mod tests {
                 },
                 evidence: none(),
                 exit: 0,
-                success: true,
+                success: false,
                 fault: Some((
                     FaultType::OutputLimit,
                     "1 KiB cap per stream; 5.9 KiB discarded",

@@ -345,8 +345,12 @@ impl OutputSink for Passthrough {
     }
 }
 
+/// The version of `hull run --json`'s output (a result or an error object), documented in
+/// docs/json.md: raised when a field changes meaning or goes away, not when one is added.
+pub const JSON_SCHEMA_VERSION: u32 = 1;
+
 fn json_error(kind: &str, err: &(dyn std::error::Error + 'static)) -> serde_json::Value {
-    serde_json::json!({ "error": { "kind": kind, "message": Chain(err).to_string(), "chain": hull_api::error::chain(err) } })
+    serde_json::json!({ "schema_version": JSON_SCHEMA_VERSION, "error": { "kind": kind, "message": Chain(err).to_string(), "chain": hull_api::error::chain(err) } })
 }
 
 /// Prints an error once: as JSON with `--json`, else on stderr with its causes.
@@ -393,7 +397,7 @@ fn report_invalid(args: &RunArgs, msg: &str) -> i32 {
     if args.json {
         println!(
             "{}",
-            serde_json::json!({ "error": { "kind": "invalid_argument", "message": msg, "chain": [msg] } })
+            serde_json::json!({ "schema_version": JSON_SCHEMA_VERSION, "error": { "kind": "invalid_argument", "message": msg, "chain": [msg] } })
         );
     } else {
         eprintln!("hull: error: {msg}");
@@ -523,6 +527,7 @@ fn run(args: RunArgs, ahead: Option<hull_box::WorkspaceAhead>) -> i32 {
             drop(take);
             if args.json {
                 let mut v = serde_json::to_value(&r).unwrap_or_default();
+                v["schema_version"] = serde_json::json!(JSON_SCHEMA_VERSION);
                 if gateway_start.is_some() {
                     v["ports"] = published
                         .iter()

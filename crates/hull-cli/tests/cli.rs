@@ -205,3 +205,46 @@ fn a_program_not_found_exits_127_and_one_that_cannot_run_126() {
         assert!(err.contains(says), "{argv:?}: {err}");
     }
 }
+
+/// `--json` is versioned (docs/json.md): a result and an error object both carry
+/// `schema_version`; a stream that is not UTF-8 comes back exactly as `stdout_b64`; a fault
+/// (output cut at the cap) is never a success.
+#[test]
+fn json_output_is_versioned_carries_binary_output_and_a_fault_is_no_success() {
+    let run = |args: &[&str]| -> serde_json::Value {
+        let out = Command::new(common::bin())
+            .args(["run", "--json"])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("spawn hull");
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {out:?}"))
+    };
+    let v = run(&["--", "sh", "-c", "printf 'ok\\377'; printf err >&2"]);
+    assert_eq!(v["schema_version"], 1, "{v}");
+    assert_eq!(v["stdout_b64"], "b2v/", "{v}");
+    assert_eq!(v["stdout"], "ok\u{fffd}", "{v}");
+    assert!(
+        v.get("stderr_b64").is_none(),
+        "UTF-8 stderr needs no copy: {v}"
+    );
+    assert_eq!(v["success"], true, "{v}");
+    let v = run(&[
+        "--max-output",
+        "1k",
+        "--",
+        "head",
+        "-c",
+        "5000",
+        "/dev/zero",
+    ]);
+    assert_eq!(v["fault"]["type"], "output_limit", "{v}");
+    assert_eq!(
+        (v["exit_code"].as_i64(), v["success"].as_bool()),
+        (Some(0), Some(false)),
+        "{v}"
+    );
+    let v = run(&["--memory", "1k", "--", "true"]);
+    assert_eq!(v["schema_version"], 1, "{v}");
+    assert_eq!(v["error"]["kind"], "invalid_argument", "{v}");
+}

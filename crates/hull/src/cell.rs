@@ -530,15 +530,15 @@ impl RunnerBox {
         };
         let ms = || u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
         let [stdout, stderr] = out;
-        let text = |b: Vec<u8>| {
-            String::from_utf8(b)
-                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
-        };
         match end {
             FrameEnd::Done { exit_code, results } => {
+                let (stdout, stdout_b64) = hull_box::result::stream_text(&stdout);
+                let (stderr, stderr_b64) = hull_box::result::stream_text(&stderr);
                 let run = RunResult {
-                    stdout: text(stdout),
-                    stderr: text(stderr),
+                    stdout,
+                    stderr,
+                    stdout_b64,
+                    stderr_b64,
                     exit_code,
                     success: exit_code == 0,
                     fault: None,
@@ -558,8 +558,8 @@ impl RunnerBox {
                     run.fault = Some(timeout_fault(timeout));
                 }
                 run.success = false;
-                run.stdout = text(stdout);
-                run.stderr = text(stderr);
+                (run.stdout, run.stdout_b64) = hull_box::result::stream_text(&stdout);
+                (run.stderr, run.stderr_b64) = hull_box::result::stream_text(&stderr);
                 run.truncated |= dropped > 0;
                 run.duration_ms = ms();
                 if let FrameEnd::Broken(why) = end {

@@ -67,6 +67,8 @@ impl Backend for Recorder {
             stats: Stats::default(),
             warnings: Vec::new(),
             dropped_bytes: 0,
+            stdout_b64: None,
+            stderr_b64: None,
         };
         let seen = Arc::clone(&self.seen);
         Ok((

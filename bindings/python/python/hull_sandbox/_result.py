@@ -89,6 +89,7 @@ class ExecutionResult:
     stdout: str
     stderr: str
     exit_code: int
+    #: exit_code == 0 and no fault (any fault, output_limit included, is not a success).
     success: bool
     fault: Optional[Fault]
     truncated: bool
@@ -99,6 +100,10 @@ class ExecutionResult:
     warnings: List[str] = field(default_factory=list)
     #: Output chunks the streaming callbacks did not get because they were too slow.
     dropped_chunks: int = 0
+    #: The exact bytes of stdout and stderr (`stdout`/`stderr` show bytes that are not UTF-8 as
+    #: U+FFFD).
+    stdout_bytes: bytes = field(default=b"", repr=False)
+    stderr_bytes: bytes = field(default=b"", repr=False)
 
     def __bool__(self):
         # `if sb.run_code(...):` asks whether the call succeeded (kern's results read the same).
@@ -120,4 +125,7 @@ class ExecutionResult:
             stats=dict(r.get("stats") or {}),
             warnings=list(r.get("warnings") or []),
             dropped_chunks=dropped_chunks,
+            # The server sends the exact bytes (base64) only when a stream is not UTF-8.
+            stdout_bytes=base64.b64decode(r["stdout_b64"]) if r.get("stdout_b64") else r.get("stdout", "").encode("utf-8", "surrogatepass"),
+            stderr_bytes=base64.b64decode(r["stderr_b64"]) if r.get("stderr_b64") else r.get("stderr", "").encode("utf-8", "surrogatepass"),
         )

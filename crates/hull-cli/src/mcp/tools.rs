@@ -411,6 +411,8 @@ mod tests {
                 stats: Stats::default(),
                 warnings: Vec::new(),
                 dropped_bytes: 0,
+                stdout_b64: None,
+                stderr_b64: None,
             },
             results: text
                 .map(|t| json!({ "text/plain": t }))
