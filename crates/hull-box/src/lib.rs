@@ -11,6 +11,7 @@ pub mod assemble;
 pub mod budgets;
 pub mod caps;
 mod channel;
+mod cputime;
 mod ending;
 mod engine;
 pub mod error;

@@ -16,6 +16,8 @@ pub(crate) struct Outcome {
     pub(crate) pid1_status: i32,
     /// The box's CPU time from pid 1's rusage, or the program's when that is all we have.
     pub(crate) rusage_cpu_ms: u64,
+    /// The box's CPU just before we killed it (see [`crate::cputime`]).
+    pub(crate) killed_cpu_ms: u64,
     pub(crate) timed_out: bool,
     /// A forwarded signal (`crate::ending::FORWARDED`) the supervisor received.
     pub(crate) interrupted: Option<i32>,

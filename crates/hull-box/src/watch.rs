@@ -105,6 +105,15 @@ impl Watch<'_> {
     }
 }
 
+/// User plus system CPU time in a wait's resource usage (pid 1's own and every process it
+/// reaped), in milliseconds.
+fn rusage_ms(ru: &libc::rusage) -> u64 {
+    let ms = |t: libc::timeval| {
+        u64::try_from(t.tv_sec).unwrap_or(0) * 1000 + u64::try_from(t.tv_usec).unwrap_or(0) / 1000
+    };
+    ms(ru.ru_utime) + ms(ru.ru_stime)
+}
+
 /// Where each descriptor of one poll is (one not watched now is -1, which poll skips).
 const CHANNEL: usize = 0;
 const STDOUT: usize = 1;
@@ -237,6 +246,8 @@ impl<'a> Watching<'a> {
     fn kill(&mut self) {
         if !self.killed {
             self.killed = true;
+            // What the killed processes used would be lost with them.
+            self.o.killed_cpu_ms = crate::cputime::tree_ms(self.pid);
             let _ = sys::kill(self.pid, libc::SIGKILL);
         }
     }
@@ -373,12 +384,7 @@ impl<'a> Watching<'a> {
         if let Ok(Some(w)) = sys::wait4(self.pid, true) {
             self.exited = true;
             self.o.pid1_status = w.status;
-            let ru = &w.rusage;
-            let ms = |t: libc::timeval| {
-                u64::try_from(t.tv_sec).unwrap_or(0) * 1000
-                    + u64::try_from(t.tv_usec).unwrap_or(0) / 1000
-            };
-            self.o.rusage_cpu_ms = ms(ru.ru_utime) + ms(ru.ru_stime);
+            self.o.rusage_cpu_ms = rusage_ms(&w.rusage);
             if self.o.duration_ms == 0 {
                 self.o.duration_ms = (sys::monotonic_ns() - self.start) / 1_000_000;
             }
@@ -398,12 +404,17 @@ impl<'a> Watching<'a> {
                 if let Ok(Some(w)) = sys::wait4(self.pid, false) {
                     o.pid1_status = w.status;
                     o.exited = true;
+                    // Pid 1 reaped every process of its namespace as it died, so its usage
+                    // holds the CPU of a program killed at the deadline (its own report never
+                    // came).
+                    o.rusage_cpu_ms = rusage_ms(&w.rusage);
                 }
             }
         }
         if !o.exited || o.rusage_cpu_ms == 0 {
             o.rusage_cpu_ms = o.rusage_cpu_ms.max(o.main_cpu_ms);
         }
+        o.rusage_cpu_ms = o.rusage_cpu_ms.max(o.killed_cpu_ms);
         if let Some(e) = self.setup_error {
             return Err(e);
         }

@@ -489,6 +489,13 @@ fn timeout_kills_the_whole_box_including_daemons() {
     );
     let ms = v["duration_ms"].as_u64().unwrap();
     assert!(ms >= 1900, "the deadline fired after {ms} ms");
+    // The killed program's CPU is counted (read before the kill: the kernel drops the times of
+    // processes a dying pid 1 reaps); it spun for 2 s, so even a loaded machine gave it 200 ms.
+    let cpu = v["stats"]["cpu_ms"].as_u64().unwrap();
+    assert!(
+        cpu >= 200,
+        "cpu_ms {cpu} for a program that spun until its deadline"
+    );
     assert!(
         !process_with(&marker),
         "a daemonized process outlived the box"
