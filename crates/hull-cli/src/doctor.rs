@@ -83,8 +83,13 @@ fn tun_check(probe: std::io::Result<()>, meta: Option<std::fs::Metadata>) -> Che
     }
 }
 
+/// The caps every box gets unless told otherwise (`--pids` 256 in `hull run`, `memory_mb` 512 in
+/// the SDKs): a host that cannot enforce them fails the doctor.
+const DEFAULT_CAPS: [&str; 2] = ["pids", "memory"];
+
 pub fn main(args: &DoctorArgs) -> i32 {
     let mut checks = Vec::new();
+    let mut missing_caps: Vec<&'static str> = Vec::new();
     let max_ns = read("/proc/sys/user/max_user_namespaces")
         .and_then(|s| s.parse::<u64>().ok())
         .unwrap_or(0);
@@ -125,6 +130,9 @@ pub fn main(args: &DoctorArgs) -> i32 {
                     checks.push(check("cgroup backend", true, format!("{:?}", host.kind()), None));
                     for r in host.report() {
                         let ok = r.usable;
+                        if !ok && DEFAULT_CAPS.contains(&r.controller.name()) {
+                            missing_caps.push(r.controller.name());
+                        }
                         checks.push(Check {
                             name: format!("cgroup {:?} cap", r.controller),
                             status: if ok { "enforced" } else { "not enforced" },
@@ -147,13 +155,17 @@ pub fn main(args: &DoctorArgs) -> i32 {
         let swept = rt.sweep_leftovers();
         checks.push(check("leftovers", true, format!("removed {} cgroup(s) and {} temporary workspace(s) left by hull processes that were killed", swept.cgroups, swept.workspaces), None));
     }
+    // Said for what it is: hull does not use landlock, so its absence is no gap.
     let ll = landlock_abi();
-    checks.push(check(
-        "landlock",
-        ll.is_some(),
-        ll.map_or("not available".into(), |v| format!("ABI version {v}")),
-        Some("boot with lsm=...,landlock (optional: hull's boundary does not depend on it)"),
-    ));
+    checks.push(Check {
+        name: "landlock".into(),
+        status: "not used",
+        detail: format!(
+            "{}; hull does not use it: a box's boundary is its namespaces, seccomp allowlist, dropped capabilities and cgroup caps",
+            ll.map_or("not available".into(), |v| format!("ABI version {v} available"))
+        ),
+        fix: None,
+    });
     let fs = read("/proc/filesystems").unwrap_or_default();
     // Named sandboxes mount their writable root as overlayfs in the box's user namespace, which
     // kernels allow from 5.11 on; elsewhere (or with HULL_OVERLAY=fuse) the keeper runs
@@ -259,7 +271,13 @@ pub fn main(args: &DoctorArgs) -> i32 {
             }
         }
     }
-    if ok_box {
+    if !missing_caps.is_empty() && !args.json {
+        println!(
+            "\nhull doctor: the default caps are not enforced here ({}): boxes run without them, each result saying so; the fix lines above say how",
+            missing_caps.join(", ")
+        );
+    }
+    if ok_box && missing_caps.is_empty() {
         0
     } else {
         1

@@ -372,6 +372,47 @@ fn report_with(
     125
 }
 
+/// The warnings as a terminal shows them: the caps this host does not enforce in one short
+/// line (each with its reason, without the long fix `hull doctor` gives), the rest as they are.
+/// A rootless run without a delegated cgroup would otherwise print ~350 characters per cap on
+/// every run; `--json` keeps every warning whole.
+fn terminal_warnings(warnings: &[String]) -> Vec<String> {
+    let mut caps = Vec::new();
+    let mut whys: Vec<String> = Vec::new();
+    let mut rest = Vec::new();
+    for w in warnings {
+        match w.split_once(" cap not enforced: ") {
+            Some((cap, why)) if !cap.contains(' ') => {
+                caps.push(cap.to_lowercase());
+                let why = why.split_once("; fix: ").map_or(why, |(why, _)| why);
+                // The same refusal in each hierarchy is said once, without the paths.
+                let why = match why.strip_prefix("cannot create cgroups in ") {
+                    Some(tail) => tail.split_once(": ").map_or(why.to_string(), |(_, e)| {
+                        format!("cannot create cgroups: {e}")
+                    }),
+                    None => why.to_string(),
+                };
+                if !whys.contains(&why) {
+                    whys.push(why);
+                }
+            }
+            _ => rest.push(w.clone()),
+        }
+    }
+    if !caps.is_empty() {
+        rest.insert(
+            0,
+            format!(
+                "{} cap{} not enforced here ({}); `hull doctor` says how to fix it",
+                caps.join(", "),
+                if caps.len() > 1 { "s" } else { "" },
+                whys.join("; ")
+            ),
+        );
+    }
+    rest
+}
+
 /// A box error, named by its flag; in JSON with the caps it could not enforce, when that is
 /// why (`unenforced`, as `hull serve` lists them).
 fn report_box(args: &RunArgs, r: &RunRequest, e: BoxError) -> i32 {
@@ -536,7 +577,7 @@ fn run(args: RunArgs, ahead: Option<hull_box::WorkspaceAhead>) -> i32 {
                 }
                 let _ = writeln!(std::io::stdout(), "{v}");
             } else {
-                for w in &r.warnings {
+                for w in terminal_warnings(&r.warnings) {
                     eprintln!("hull: warning: {w}");
                 }
                 if let Some(f) = &r.fault {
@@ -559,6 +600,25 @@ fn run(args: RunArgs, ahead: Option<hull_box::WorkspaceAhead>) -> i32 {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn unenforced_caps_are_one_short_line_and_other_warnings_stay_whole() {
+        let fix = "; fix: run hull as root, or have root create a cgroup owned by your user in each v1 hierarchy";
+        let warnings = vec![
+            format!("Memory cap not enforced: cannot create cgroups in /sys/fs/cgroup/memory/a: Permission denied (os error 13){fix}"),
+            format!("Pids cap not enforced: cannot create cgroups in /sys/fs/cgroup/pids: Permission denied (os error 13){fix}"),
+            "something else: said as it is".to_string(),
+        ];
+        let shown = terminal_warnings(&warnings);
+        assert_eq!(
+            shown,
+            [
+                "memory, pids caps not enforced here (cannot create cgroups: Permission denied (os error 13)); `hull doctor` says how to fix it",
+                "something else: said as it is",
+            ]
+        );
+        assert!(shown[0].len() < 130, "{}", shown[0]);
+    }
     use super::*;
     use clap::Parser;
 
