@@ -356,6 +356,83 @@ fn bad_import_input_is_explained() {
         ],
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("not valid"));
+    // A file that is no archive at all is said to be none, without its bytes quoted back
+    // (the tar reader's error used to print them).
+    let files = tempfile::tempdir().unwrap();
+    let junk = files.path().join("junk.bin");
+    let mut bytes = b"secret-looking text ".repeat(20);
+    bytes.extend((0..=255u8).cycle().take(3000));
+    std::fs::write(&junk, &bytes).unwrap();
+    let out = hull_in(home.path(), &["import", junk.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("junk.bin is not an OCI image layout")
+            && err.contains("nor a docker or OCI archive"),
+        "{err}"
+    );
+    assert!(!err.contains("secret-looking") && err.len() < 300, "{err}");
+}
+
+/// An archive names its image itself: an OCI archive's `ref.name` when it is a whole name
+/// (`ocibb:7`; a bare tag stays `imported:TAG`), a docker archive's tag; and a Docker Hub name
+/// stored in full (`docker.io/library/hubbb:3`) is found as the user types it (`hubbb:3`).
+#[test]
+fn imports_take_the_archives_own_names_and_hub_names_resolve_short() {
+    let Some(bb) = busybox() else { return };
+    let home = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let layout = tempfile::tempdir().unwrap();
+    oci_layout(layout.path(), &bb, "named-by-ref", false);
+    let index = layout.path().join("index.json");
+    let mut v: Value = serde_json::from_slice(&std::fs::read(&index).unwrap()).unwrap();
+    v["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"] = json!("ocibb:7");
+    std::fs::write(&index, serde_json::to_vec(&v).unwrap()).unwrap();
+    let oci_tar = work.path().join("oci.tar");
+    let mut t = tar::Builder::new(std::fs::File::create(&oci_tar).unwrap());
+    t.append_dir_all(".", layout.path()).unwrap();
+    t.into_inner().unwrap().flush().unwrap();
+    let out = ok(&hull_in(
+        home.path(),
+        &["import", oci_tar.to_str().unwrap()],
+    ));
+    assert!(out.starts_with("imported ocibb:7 "), "{out}");
+    let run = |image: &str| {
+        ok(&hull_in(
+            home.path(),
+            &[
+                "run",
+                "--image",
+                image,
+                "--",
+                "/bin/busybox",
+                "cat",
+                "/marker",
+            ],
+        ))
+    };
+    assert_eq!(run("ocibb:7"), "named-by-ref");
+
+    // The same image under a Hub name in full, as docker archives write their tags.
+    let gz = layer(&bb, "from-the-hub");
+    let mut raw = Vec::new();
+    std::io::copy(&mut flate2::read::GzDecoder::new(gz.as_slice()), &mut raw).unwrap();
+    std::fs::create_dir(work.path().join("abc")).unwrap();
+    std::fs::write(work.path().join("abc/layer.tar"), &raw).unwrap();
+    std::fs::write(work.path().join("cfg.json"), config()).unwrap();
+    std::fs::write(work.path().join("manifest.json"), serde_json::to_vec(&json!([{"Config": "cfg.json", "RepoTags": ["docker.io/library/hubbb:3"], "Layers": ["abc/layer.tar"]}])).unwrap()).unwrap();
+    let archive = work.path().join("image.tar");
+    let mut t = tar::Builder::new(std::fs::File::create(&archive).unwrap());
+    for f in ["manifest.json", "cfg.json", "abc/layer.tar"] {
+        t.append_path_with_name(work.path().join(f), f).unwrap();
+    }
+    t.into_inner().unwrap().flush().unwrap();
+    ok(&hull_in(
+        home.path(),
+        &["import", archive.to_str().unwrap()],
+    ));
+    assert_eq!(run("hubbb:3"), "from-the-hub");
+    assert_eq!(run("docker.io/library/hubbb:3"), "from-the-hub");
 }
 
 /// A gzip layer holding `files` (name, contents); a name `.wh.NAME` is a whiteout.

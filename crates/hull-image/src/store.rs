@@ -91,6 +91,27 @@ pub struct Store {
     pub(crate) dir: PathBuf,
 }
 
+/// Whether `path` starts as an image archive can: gzip or zstd (a compressed tar), or a tar
+/// header (`ustar` at byte 257).
+fn looks_like_archive(path: &Path) -> Result<bool, ImageError> {
+    use std::io::Read;
+    let mut head = [0u8; 512];
+    let mut f = fs::File::open(path).map_err(io_at(format!("open {}", path.display())))?;
+    let mut n = 0;
+    while n < head.len() {
+        match f.read(&mut head[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(io_at(format!("read {}", path.display()))(e)),
+        }
+    }
+    let head = &head[..n];
+    Ok(head.starts_with(&[0x1f, 0x8b])
+        || head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd])
+        || head.get(257..262) == Some(b"ustar"))
+}
+
 impl Store {
     /// Opens (creating) the store under `home/images`.
     pub fn open(home: &Path) -> Result<Store, ImageError> {
@@ -175,7 +196,12 @@ impl Store {
         if path.is_dir() {
             return self.import_dir(path, name);
         }
-        // An archive: unpack it (through the same hostile-safe extractor) and look inside.
+        // An archive: unpack it (through the same hostile-safe extractor) and look inside. A
+        // file that is no tar (plain or compressed) is said to be none, before the extractor
+        // can quote its bytes back in an error.
+        if !looks_like_archive(path)? {
+            return Err(ImageError::UnknownFormat(path.to_path_buf()));
+        }
         let tmp = self.tmp_dir("archive")?;
         let result = (|| {
             let f = fs::File::open(path).map_err(io_at(format!("open {}", path.display())))?;
@@ -288,10 +314,21 @@ impl Store {
             let (_, p) = self.put_blob(&mut f, Some(&d), &what)?;
             layers.push((d, p, size));
         }
+        // The archive's own name when its ref.name is one (`bb:7`, `registry/x:1`, as docker
+        // archives carry them); a bare tag (`latest`) is only a tag: `imported:TAG`.
         let name = name
             .map(str::to_string)
-            .or(ref_name.map(|r| format!("imported:{r}")))
+            .or(ref_name.map(|r| {
+                if r.contains(':') || r.contains('/') {
+                    r
+                } else {
+                    format!("imported:{r}")
+                }
+            }))
             .unwrap_or_else(|| format!("sha256:{}", &digest.hex()[..12]));
+        if !valid_name(&name) {
+            return Err(ImageError::BadName(name));
+        }
         self.publish(&name, &digest, &layers, config.config)
     }
 
@@ -451,21 +488,36 @@ impl Store {
 
     /// The image `name` (a reference, or a digest or its prefix of 12+ hex digits).
     pub fn resolve(&self, name: &str) -> Result<ImageInfo, ImageError> {
-        let path = self.dir.join("refs").join(ref_file(name));
-        if let Ok(r) = Self::read_json::<RefFile>(&path, "reference") {
-            if let Some(d) = Digest::parse(&r.digest) {
-                return self.info(&r.name, &d);
-            }
+        // `busybox` means `busybox:latest`, as `hull pull busybox` stores it; and a Docker Hub
+        // name is found however it was stored: docker archives carry `docker.io/library/bb:7`
+        // where a user types `bb:7`.
+        let untagged =
+            !name[name.rfind('/').map_or(0, |i| i + 1)..].contains(':') && !name.contains('@');
+        let mut names = vec![name.to_string()];
+        if untagged {
+            names.push(format!("{name}:latest"));
         }
-        // `busybox` means `busybox:latest`, as `hull pull busybox` stores it.
-        if !name[name.rfind('/').map_or(0, |i| i + 1)..].contains(':') && !name.contains('@') {
-            if let Ok(r) = Self::read_json::<RefFile>(
-                &self
-                    .dir
-                    .join("refs")
-                    .join(ref_file(&format!("{name}:latest"))),
-                "reference",
-            ) {
+        // A first component names a registry only when more follow (`bb:7` is a tag's colon).
+        let on_hub = match name.split_once('/') {
+            None => true,
+            Some((first, _)) => {
+                !first.contains('.') && !first.contains(':') && first != "localhost"
+            }
+        };
+        if on_hub && !name.contains('@') {
+            let hub = if name.contains('/') {
+                format!("docker.io/{name}")
+            } else {
+                format!("docker.io/library/{name}")
+            };
+            if untagged {
+                names.push(format!("{hub}:latest"));
+            }
+            names.push(hub);
+        }
+        for n in &names {
+            let path = self.dir.join("refs").join(ref_file(n));
+            if let Ok(r) = Self::read_json::<RefFile>(&path, "reference") {
                 if let Some(d) = Digest::parse(&r.digest) {
                     return self.info(&r.name, &d);
                 }
