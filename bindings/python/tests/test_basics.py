@@ -23,6 +23,16 @@ def test_languages():
     assert run_code("console.log(6 * 7)", language="node").stdout == "42\n"
 
 
+def test_cells_longer_than_a_command_line_argument_run():
+    # The kernel refuses one argument over 128 KiB (E2BIG: exec_failed before); such a cell
+    # runs from a read-only file instead, in every language.
+    with Sandbox() as sb:
+        for lang, filler, last in [("bash", "# filler\n", "echo done $((6 * 7))"), ("sh", ": filler\n", "echo done 42"), ("node", "// filler\n", "console.log('done', 6 * 7)"), ("python", "# filler\n", "print('done', 6 * 7)")]:
+            code = filler * (200_000 // len(filler)) + last
+            r = sb.run_code(code, language=lang)
+            assert (r.exit_code, r.stdout, r.fault) == (0, "done 42\n", None), (lang, r)
+
+
 def test_python_exception_is_not_a_fault():
     r = run_code("def f():\n    raise ValueError('bad value')\nf()")
     assert r.exit_code != 0 and not r.success

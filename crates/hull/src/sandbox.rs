@@ -180,6 +180,12 @@ fn remove_tree(p: &Path) {
     hull_box::leftovers::remove_tree(p);
 }
 
+/// The longest bash, sh or node code passed on the interpreter's command line; longer code
+/// runs from a file (the kernel refuses one argument over 128 KiB with E2BIG).
+const ARGV_CODE_MAX: usize = 64 << 10;
+/// Where a long cell's code is bound (read-only), a top-level directory of hull's own.
+const CODE_DIR: &str = "/.hull-code";
+
 /// A `workspace` that does not exist yet is made (0700, with any missing parents, as the
 /// caller's) and kept after the session, as kern does; an existing path is left to the usual
 /// checks (a file or a symlink there is refused by them, naming `workspace`).
@@ -465,7 +471,10 @@ impl Sandbox {
             return answer(Err(e));
         }
         if language != Language::Python {
-            return answer(self.run(language.argv(code), sink));
+            if code.len() <= ARGV_CODE_MAX {
+                return answer(self.run(language.argv(code), sink));
+            }
+            return answer(self.run_code_file(code, language, sink));
         }
         let mut trace = CallTrace::start("sandbox.run_code");
         let _slot = self.slots.take();
@@ -519,15 +528,59 @@ impl Sandbox {
                 "give the command and its arguments, e.g. [\"ls\", \"-l\"]",
             ));
         }
-        let _slot = self.slots.take();
         let mut spec = self.base.clone();
         spec.argv = argv;
+        self.run_spec(&spec, sink)
+    }
+
+    /// Runs bash, sh or node code too long for a command line (the kernel takes at most
+    /// 128 KiB per argument): the code goes in a file of a private directory, bound read-only
+    /// at [`CODE_DIR`], and the interpreter runs that file.
+    fn run_code_file(
+        &self,
+        code: &str,
+        language: Language,
+        sink: Box<dyn OutputSink + Send>,
+    ) -> Result<ExecResult, SandboxError> {
+        self.check_alive()?;
+        let dir = tempfile::Builder::new()
+            .prefix(&leftover_prefix("code"))
+            .permissions(private_dir_mode())
+            .tempdir()
+            .map_err(|e| SandboxError::Io {
+                what: "create a directory for the cell's code in",
+                path: std::env::temp_dir(),
+                error: e,
+            })?;
+        let file = dir.path().join("cell");
+        std::fs::write(&file, code).map_err(|error| SandboxError::Io {
+            what: "write the cell's code to",
+            path: file,
+            error,
+        })?;
+        let mut spec = self.base.clone();
+        spec.mounts.push(hull_box::BindMount {
+            source: dir.path().to_path_buf(),
+            target: CODE_DIR.into(),
+            read_only: true,
+        });
+        spec.argv = vec![language.interpreter().into(), format!("{CODE_DIR}/cell")];
+        self.run_spec(&spec, sink)
+    }
+
+    /// Runs `spec` in a fresh box of this session.
+    fn run_spec(
+        &self,
+        spec: &BoxSpec,
+        sink: Box<dyn OutputSink + Send>,
+    ) -> Result<ExecResult, SandboxError> {
+        let _slot = self.slots.take();
         let mut sink = sink;
         let mut trace = CallTrace::start("sandbox.run");
         let ((), r) = self.track(&mut trace, |_| {
             let (run, destroy) = self
                 .backend
-                .run(&spec, &mut *sink)
+                .run(spec, &mut *sink)
                 .map_err(SandboxError::from_box)?;
             self.reaper.give(destroy);
             Ok(((), run, Vec::new()))
