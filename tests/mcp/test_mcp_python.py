@@ -310,8 +310,11 @@ def test_lifecycle_errors_and_notifications():
         assert r["id"] is None and r["error"]["code"] == -32700
         raw.send("[]")
         assert raw.recv()["error"]["code"] == -32600
-        r = raw.ask(6, "resources/list")
-        assert r["error"]["code"] == -32601
+        # Clients that list everything get empty lists; an unknown method is still not found.
+        assert raw.ask(6, "resources/list")["result"] == {"resources": []}
+        assert raw.ask("6p", "prompts/list")["result"] == {"prompts": []}
+        assert raw.ask("6t", "resources/templates/list")["result"] == {"resourceTemplates": []}
+        assert raw.ask("6x", "sampling/whatever")["error"]["code"] == -32601
         r = raw.ask(7, "tools/call", {"arguments": {}})
         assert r["error"]["code"] == -32602 and "name" in r["error"]["message"]
         r = raw.ask(8, "tools/call", {"name": "run_code", "arguments": "print(1)"})
@@ -330,11 +333,60 @@ def test_a_line_that_is_not_utf8_gets_a_parse_error_and_the_server_goes_on():
         assert raw.ask(1, "initialize", init_params("2025-06-18"))["result"]["protocolVersion"] == "2025-06-18"
         raw.send_bytes(b'{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "run_code", "arguments": {"code": "print(\'\xff\')"}}}')
         r = raw.recv()
-        assert r["id"] is None and r["error"]["code"] == -32700 and "UTF-8" in r["error"]["message"], r
+        # Its id is still readable: the client waiting on request 2 is answered.
+        assert r["id"] == 2 and r["error"]["code"] == -32700 and "UTF-8" in r["error"]["message"], r
         # The same server still answers, and still runs code.
         assert raw.ask(3, "ping") == {"jsonrpc": "2.0", "id": 3, "result": {}}
         r = raw.ask(4, "tools/call", {"name": "run_code", "arguments": {"code": "print('after the bad line')"}})
         assert "after the bad line" in r["result"]["content"][0]["text"], r
+    finally:
+        rest, code = raw.close()
+    assert rest == "" and code == 0
+
+
+def test_a_broken_message_is_answered_with_its_id_and_a_flood_with_the_limit():
+    raw = Raw()
+    try:
+        assert raw.ask(1, "initialize", init_params("2025-06-18"))["result"]["protocolVersion"] == "2025-06-18"
+        raw.send('{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "run_code"')
+        r = raw.recv()
+        assert r["id"] == 7 and r["error"]["code"] == -32700, r
+        # A line of 40 MiB without a newline until its end: read in bounded chunks, dropped,
+        # answered with the limit; the server's memory stays far below the line's size.
+        head = b'{"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {"name": "write_file", "arguments": {"path": "f", "content": "'
+        raw.p.stdin.flush()
+        raw.p.stdin.buffer.write(head)
+        chunk = b"x" * (1 << 20)
+        for _ in range(40):
+            raw.p.stdin.buffer.write(chunk)
+        raw.p.stdin.buffer.write(b'"}}}\n')
+        raw.p.stdin.buffer.flush()
+        r = raw.recv()
+        assert r["id"] == 8 and "32 MiB" in r["error"]["message"], r
+        with open("/proc/%d/status" % raw.p.pid) as f:
+            hwm = [int(l.split()[1]) for l in f if l.startswith("VmHWM:")][0]
+        assert hwm < 200 * 1024, "the server peaked at %d KiB reading a 40 MiB line" % hwm
+        assert raw.ask(9, "ping") == {"jsonrpc": "2.0", "id": 9, "result": {}}
+    finally:
+        rest, code = raw.close()
+    assert rest == "" and code == 0
+
+
+def test_pipelined_tool_calls_run_in_order():
+    # write_file then read_file sent back to back, without waiting: the read sees the write.
+    raw = Raw()
+    try:
+        assert raw.ask(1, "initialize", init_params("2025-06-18"))["result"]["protocolVersion"] == "2025-06-18"
+        for i in range(20):
+            raw.send({"jsonrpc": "2.0", "id": "w%d" % i, "method": "tools/call", "params": {"name": "write_file", "arguments": {"path": "p%d.txt" % i, "content": "round %d" % i}}})
+            raw.send({"jsonrpc": "2.0", "id": "r%d" % i, "method": "tools/call", "params": {"name": "read_file", "arguments": {"path": "p%d.txt" % i}}})
+        got = {}
+        while len(got) < 40:
+            r = raw.recv()
+            got[r["id"]] = r
+        for i in range(20):
+            r = got["r%d" % i]
+            assert not r["result"].get("isError") and "round %d" % i in r["result"]["content"][0]["text"], r
     finally:
         rest, code = raw.close()
     assert rest == "" and code == 0

@@ -52,7 +52,7 @@ pub fn parse(line: &[u8]) -> Incoming {
         Ok(l) => l,
         Err(e) => {
             return Incoming::Invalid {
-                id: Value::Null,
+                id: readable_id(line),
                 code: PARSE_ERROR,
                 message: format!(
                     "parse error: the line is not UTF-8 (invalid byte at offset {})",
@@ -65,7 +65,7 @@ pub fn parse(line: &[u8]) -> Incoming {
         Ok(v) => v,
         Err(e) => {
             return Incoming::Invalid {
-                id: Value::Null,
+                id: readable_id(line.as_bytes()),
                 code: PARSE_ERROR,
                 message: format!("parse error: not JSON ({e})"),
             }
@@ -133,6 +133,117 @@ pub fn parse(line: &[u8]) -> Incoming {
             message: "a request needs a `method`".into(),
         },
     }
+}
+
+/// The most one message may hold: a longer line is read in bounded chunks, thrown away and
+/// answered with an error naming this limit (an 800 MiB line without a newline held 824 MB).
+pub const MAX_FRAME: usize = 32 << 20;
+
+/// How much of an over-long line is kept to find its id in.
+const KEPT_HEAD: usize = 4 << 10;
+
+/// What one bounded read of a line gave.
+#[derive(Debug, PartialEq)]
+pub enum Frame {
+    /// A line (without its newline) is in the buffer.
+    Line,
+    /// A line over `cap` was read past and dropped; its first bytes are in the buffer.
+    TooLong,
+    /// End of input (a last line without a newline is a `Line` first).
+    Eof,
+}
+
+/// Reads one line of at most `cap` bytes into `buf` (cleared first), through `r`'s own buffer,
+/// never holding more than `cap` bytes of it.
+pub fn read_frame<R: std::io::BufRead>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+    cap: usize,
+) -> std::io::Result<Frame> {
+    buf.clear();
+    let mut too_long = false;
+    loop {
+        let chunk = match r.fill_buf() {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if chunk.is_empty() {
+            return Ok(match (too_long, buf.is_empty()) {
+                (true, _) => Frame::TooLong,
+                (false, true) => Frame::Eof,
+                (false, false) => Frame::Line,
+            });
+        }
+        let (part, done) = match chunk.iter().position(|&b| b == b'\n') {
+            Some(i) => (&chunk[..i], Some(i + 1)),
+            None => (chunk, None),
+        };
+        if !too_long && buf.len() + part.len() > cap {
+            too_long = true;
+            buf.truncate(KEPT_HEAD);
+            buf.shrink_to(KEPT_HEAD);
+        }
+        let room = if too_long {
+            KEPT_HEAD.saturating_sub(buf.len())
+        } else {
+            part.len()
+        };
+        buf.extend_from_slice(&part[..room.min(part.len())]);
+        let used = done.unwrap_or(chunk.len());
+        r.consume(used);
+        if done.is_some() {
+            return Ok(if too_long {
+                Frame::TooLong
+            } else {
+                Frame::Line
+            });
+        }
+    }
+}
+
+/// The id of a message that could not be parsed, when its text still shows one (`"id": 7` or
+/// `"id": "a"`), so the client waiting on it is answered; else null.
+pub fn readable_id(line: &[u8]) -> Value {
+    let mut rest = line;
+    while let Some(at) = find(rest, b"\"id\"") {
+        let after = &rest[at + 4..];
+        let after = trim_start(after);
+        if let Some(after) = after.strip_prefix(b":") {
+            let v = trim_start(after);
+            if let Some(s) = v.strip_prefix(b"\"") {
+                if let Some(end) = s.iter().position(|&b| b == b'"' || b == b'\\') {
+                    if s[end] == b'"' {
+                        if let Ok(t) = std::str::from_utf8(&s[..end]) {
+                            return Value::String(t.to_string());
+                        }
+                    }
+                }
+            } else {
+                let n = v
+                    .iter()
+                    .position(|b| !(b.is_ascii_digit() || *b == b'-'))
+                    .unwrap_or(v.len());
+                if let Some(i) = std::str::from_utf8(&v[..n])
+                    .ok()
+                    .and_then(|t| t.parse::<i64>().ok())
+                {
+                    return json!(i);
+                }
+            }
+        }
+        rest = &rest[at + 4..];
+    }
+    Value::Null
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+fn trim_start(b: &[u8]) -> &[u8] {
+    let n = b.iter().take_while(|c| c.is_ascii_whitespace()).count();
+    &b[n..]
 }
 
 pub fn result(id: &Value, result: Value) -> Value {
@@ -204,10 +315,10 @@ mod tests {
     }
 
     #[test]
-    fn a_line_that_is_not_utf8_is_a_parse_error_with_a_null_id() {
+    fn a_line_that_is_not_utf8_is_a_parse_error_answered_with_its_id() {
         match parse(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"p\xffing\"}") {
             Incoming::Invalid { id, code, message } => {
-                assert_eq!((id, code), (Value::Null, PARSE_ERROR));
+                assert_eq!((id, code), (json!(1), PARSE_ERROR));
                 assert!(
                     message.contains("not UTF-8") && message.contains("offset 35"),
                     "{message}"
@@ -215,5 +326,64 @@ mod tests {
             }
             other => panic!("accepted: {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_broken_message_is_answered_with_the_id_it_shows() {
+        for (line, id) in [
+            (
+                &br#"{"jsonrpc":"2.0","id": 42,"method":"tools/call","params":{"#[..],
+                json!(42),
+            ),
+            (
+                br#"{"id":"abc","jsonrpc":"2.0","method":"x",}"#,
+                json!("abc"),
+            ),
+            (br#"{"jsonrpc":"2.0","method":"x" "#, Value::Null),
+            (br#"{"id":"a\"b" ,"#, Value::Null),
+        ] {
+            match parse(line) {
+                Incoming::Invalid { id: got, code, .. } => {
+                    assert_eq!(
+                        (got, code),
+                        (id, PARSE_ERROR),
+                        "{}",
+                        String::from_utf8_lossy(line)
+                    )
+                }
+                other => panic!("accepted: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_line_over_the_cap_is_read_past_in_bounded_memory() {
+        let mut input = Vec::new();
+        input
+            .extend_from_slice(br#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"x":""#);
+        input.extend(std::iter::repeat_n(b'a', 100_000));
+        input.extend_from_slice(b"\"}}\n{\"jsonrpc\":\"2.0\",\"id\":10,\"method\":\"ping\"}\n");
+        let mut r = std::io::BufReader::with_capacity(1024, input.as_slice());
+        let mut buf = Vec::new();
+        assert_eq!(
+            read_frame(&mut r, &mut buf, 10_000).unwrap(),
+            Frame::TooLong
+        );
+        assert!(
+            buf.len() <= KEPT_HEAD && buf.capacity() <= 16 << 10,
+            "{}",
+            buf.capacity()
+        );
+        assert_eq!(readable_id(&buf), json!(9));
+        assert_eq!(read_frame(&mut r, &mut buf, 10_000).unwrap(), Frame::Line);
+        assert_eq!(
+            parse(&buf),
+            Incoming::Request {
+                id: json!(10),
+                method: "ping".into(),
+                params: Value::Null
+            }
+        );
+        assert_eq!(read_frame(&mut r, &mut buf, 10_000).unwrap(), Frame::Eof);
     }
 }

@@ -12,7 +12,7 @@ mod sanitize;
 mod settings;
 mod tools;
 
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -198,14 +198,37 @@ pub fn main(_args: &McpArgs) -> i32 {
         });
     }
     let mut workers = Vec::new();
+    // Tool calls run one after another on one thread, in the order they came: they share the
+    // workspace, so a pipelined write_file then read_file reads what was written. Pings and
+    // listings are answered beside them.
+    let (calls, queued) = std::sync::mpsc::channel::<(Value, String, Value)>();
+    let tools = {
+        let server = Arc::clone(&server);
+        std::thread::spawn(move || {
+            for (id, method, params) in queued {
+                let reply = handle(&server, &id, &method, &params);
+                server.send(&reply);
+            }
+        })
+    };
     let mut input = std::io::stdin().lock();
     let mut line = Vec::new();
     loop {
-        line.clear();
-        match input.read_until(b'\n', &mut line) {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+        match jsonrpc::read_frame(&mut input, &mut line, jsonrpc::MAX_FRAME) {
+            Ok(jsonrpc::Frame::Eof) => break,
+            Ok(jsonrpc::Frame::Line) => {}
+            Ok(jsonrpc::Frame::TooLong) => {
+                let msg = format!(
+                    "the message is over {} MiB, the most this server reads in one line; it was dropped (send large files in parts)",
+                    jsonrpc::MAX_FRAME >> 20
+                );
+                server.send(&jsonrpc::error(
+                    &jsonrpc::readable_id(&line),
+                    jsonrpc::INVALID_REQUEST,
+                    &msg,
+                ));
+                continue;
+            }
             Err(e) => {
                 log(&format!("cannot read stdin ({e}); stopping"));
                 break;
@@ -224,6 +247,9 @@ pub fn main(_args: &McpArgs) -> i32 {
                     log(&format!("ignored notification `{method}`"));
                 }
             }
+            Incoming::Request { id, method, params } if method == "tools/call" => {
+                let _ = calls.send((id, method, params));
+            }
             Incoming::Request { id, method, params } => {
                 let server = Arc::clone(&server);
                 workers.push(std::thread::spawn(move || {
@@ -234,6 +260,8 @@ pub fn main(_args: &McpArgs) -> i32 {
             }
         }
     }
+    drop(calls);
+    let _ = tools.join();
     for w in workers {
         let _ = w.join();
     }
@@ -277,6 +305,10 @@ fn handle(server: &Server, id: &Value, method: &str, params: &Value) -> Value {
         "ping" => jsonrpc::result(id, json!({})),
         _ if !server.initialized.load(Ordering::SeqCst) => jsonrpc::error(id, jsonrpc::NOT_INITIALIZED, &format!("`{method}` before `initialize`: send initialize first")),
         "tools/list" => jsonrpc::result(id, server.workspace().list()),
+        // Clients that list everything get empty lists, not an error: hull has tools only.
+        "resources/list" => jsonrpc::result(id, json!({ "resources": [] })),
+        "resources/templates/list" => jsonrpc::result(id, json!({ "resourceTemplates": [] })),
+        "prompts/list" => jsonrpc::result(id, json!({ "prompts": [] })),
         "tools/call" => {
             let Some(name) = p.get("name").and_then(Value::as_str) else {
                 return jsonrpc::error(id, jsonrpc::INVALID_PARAMS, "tools/call: `name` (a string) is required");
@@ -291,6 +323,6 @@ fn handle(server: &Server, id: &Value, method: &str, params: &Value) -> Value {
                 Err(msg) => jsonrpc::error(id, jsonrpc::INVALID_PARAMS, &msg),
             }
         }
-        other => jsonrpc::error(id, jsonrpc::METHOD_NOT_FOUND, &format!("method `{}` not found; this server answers initialize, ping, tools/list, tools/call", sanitize::clean(other))),
+        other => jsonrpc::error(id, jsonrpc::METHOD_NOT_FOUND, &format!("method `{}` not found; this server answers initialize, ping, tools/list, tools/call, resources/list, resources/templates/list, prompts/list", sanitize::clean(other))),
     }
 }
