@@ -118,8 +118,10 @@ pub struct RunArgs {
     /// Give the box this process's standard input (default: /dev/null).
     #[arg(long, short = 'i')]
     pub interactive: bool,
-    /// The command and its arguments, after `--`.
-    #[arg(last = true, value_name = "CMD")]
+    /// The command and its arguments: after `--`, or from the first argument that is not one
+    /// of hull's options (as docker's `run IMAGE CMD...`): everything from there is the
+    /// command's, its own `-flags` included.
+    #[arg(trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
 
@@ -487,7 +489,7 @@ fn run(args: RunArgs, ahead: Option<hull_box::WorkspaceAhead>) -> i32 {
     }
     step("run: spec built");
     if spec.argv.is_empty() {
-        return report_invalid(&args, "no command given: pass one after `--` (e.g. `hull run -- python3 -c 'print(1)'`) or use --code");
+        return report_invalid(&args, "no command given: name one after hull's options (e.g. `hull run python3 -c 'print(1)'`, or after `--`) or use --code");
     }
     let runtime = match Runtime::new() {
         Ok(r) => r,

@@ -248,3 +248,35 @@ fn json_output_is_versioned_carries_binary_output_and_a_fault_is_no_success() {
     assert_eq!(v["schema_version"], 1, "{v}");
     assert_eq!(v["error"]["kind"], "invalid_argument", "{v}");
 }
+
+/// A command without `--` runs, as docker's `run IMAGE CMD...` does: hull's options end at the
+/// first argument that is not one, and the command keeps its own flags (`ls -l`, `--json`).
+#[test]
+fn a_command_without_a_double_dash_runs_with_its_own_flags() {
+    let run = |args: &[&str]| {
+        Command::new(common::bin())
+            .arg("run")
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("spawn hull")
+    };
+    let out = run(&["-e", "A=1", "sh", "-c", "echo $A $0", "--json"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "1 --json\n",
+        "{out:?}"
+    );
+    let out = run(&["--json", "echo", "-n", "x"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON result");
+    assert_eq!(v["stdout"], "x", "{v}");
+    // `--` still works, and a mistyped option before the command is still refused.
+    let out = run(&["--", "echo", "dash"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "dash\n", "{out:?}");
+    let out = run(&["--jsn", "echo", "x"]);
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--jsn"),
+        "{out:?}"
+    );
+}
