@@ -65,6 +65,62 @@ type Check = (name: string, v: unknown) => void;
 
 const isInt = (v: unknown): v is number => typeof v === "number" && Number.isInteger(v);
 
+/** Output callbacks of one call (over the sandbox's). */
+interface Streams {
+  onStdout?: (data: string) => void;
+  onStderr?: (data: string) => void;
+}
+
+/** Options of one call, over the sandbox's own. */
+export interface CallOptions extends Streams {
+  /** This call's deadline in seconds. */
+  timeoutS?: number;
+  /** Environment variables added over the sandbox's. */
+  env?: Record<string, string>;
+  /** The working directory: an absolute path in the box. */
+  cwd?: string;
+}
+
+/** `Sandbox.runCode`'s options: the language and a call's own. */
+export interface CodeCallOptions extends CallOptions {
+  language?: Language;
+}
+
+const CALL_OPTIONS = ["timeoutS", "env", "cwd", "onStdout", "onStderr"];
+
+/** Refuses an option the method does not take, instead of dropping it silently. */
+function checkOptionNames(method: string, options: object, known: string[]): void {
+  if (options === null || typeof options !== "object") throw typeErr(`${method}'s options`, "an object", options);
+  for (const k of Object.keys(options)) {
+    if (!known.includes(k)) throw new TypeError(`\`${k}\` is not an option of ${method} (those are: ${known.join(", ")})`);
+  }
+}
+
+/** A call's options as `hull serve` takes them (only those given), checked. */
+function callParams(o: CallOptions): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  if (o.timeoutS !== undefined) {
+    if (typeof o.timeoutS !== "number" || !(o.timeoutS > 0 && o.timeoutS <= 86400)) throw new RangeError(`timeoutS must be a number of seconds more than 0 and at most 86400, got ${describe(o.timeoutS)}`);
+    out.timeout_s = o.timeoutS;
+  }
+  if (o.env !== undefined) {
+    if (o.env === null || typeof o.env !== "object" || !Object.values(o.env).every((v) => typeof v === "string")) throw typeErr("env", "an object of strings", o.env);
+    out.env = { ...o.env };
+  }
+  if (o.cwd !== undefined) {
+    if (typeof o.cwd !== "string") throw typeErr("cwd", "a string (an absolute path in the box)", o.cwd);
+    out.cwd = o.cwd;
+  }
+  for (const k of ["onStdout", "onStderr"] as const) {
+    if (o[k] !== undefined && typeof o[k] !== "function") throw typeErr(k, "a function", o[k]);
+  }
+  return out;
+}
+
+function streams(o: Streams): Streams {
+  return { onStdout: o.onStdout, onStderr: o.onStderr };
+}
+
 /** A workspace path as an error message shows it. */
 function shownPath(path: string | Uint8Array): string {
   return typeof path === "string" ? path : Buffer.from(path).toString("utf8");
@@ -283,36 +339,42 @@ export class Sandbox {
     }
   }
 
-  private async call(method: string, params: Record<string, unknown>, stream = false): Promise<any> {
+  private async call(method: string, params: Record<string, unknown>, stream = false, own: Streams = {}): Promise<any> {
     await this.start();
     const server = this.server!;
     let onEvent: EventHandler | undefined;
-    if (stream && (this.onStdout || this.onStderr)) {
+    const onStdout = own.onStdout ?? this.onStdout;
+    const onStderr = own.onStderr ?? this.onStderr;
+    if (stream && (onStdout || onStderr)) {
       params.stream = true;
       onEvent = (event, data) => {
-        if (event === "stdout") this.onStdout?.(data);
-        else if (event === "stderr") this.onStderr?.(data);
+        if (event === "stdout") onStdout?.(data);
+        else if (event === "stderr") onStderr?.(data);
       };
     }
     return server.call(method, { sandbox: this.id, ...params }, onEvent);
   }
 
-  /** Runs code in a fresh box. Python returns rich `results`. */
-  async runCode(code: string, options: { language?: Language } = {}): Promise<ExecutionResult> {
+  /** Runs code in a fresh box. Python returns rich `results`. `timeoutS`, `env` (over the
+   * sandbox's), `cwd` (an absolute path in the box), `onStdout` and `onStderr` apply to this
+   * call only; an option not listed here is refused. */
+  async runCode(code: string, options: CodeCallOptions = {}): Promise<ExecutionResult> {
     if (typeof code !== "string") throw typeErr("code", "a string", code);
+    checkOptionNames("runCode", options, ["language", ...CALL_OPTIONS]);
     const language = options.language ?? "python";
     if (!LANGUAGES.includes(language)) {
       throw new RangeError(`language must be one of ${LANGUAGES.join(", ")}, got ${describe(language)}`);
     }
-    return ExecutionResult.fromJson(await this.call("sandbox.run_code", { code, language }, true));
+    return ExecutionResult.fromJson(await this.call("sandbox.run_code", { code, language, ...callParams(options) }, true, streams(options)));
   }
 
-  /** Runs a command (an array of strings) in a fresh box. */
-  async run(argv: string[]): Promise<ExecutionResult> {
+  /** Runs a command (an array of strings) in a fresh box, with this call's own options. */
+  async run(argv: string[], options: CallOptions = {}): Promise<ExecutionResult> {
     if (!Array.isArray(argv) || argv.length === 0 || !argv.every((a) => typeof a === "string")) {
       throw typeErr("argv", "a non-empty array of strings, e.g. [\"ls\", \"-l\"]", argv);
     }
-    return ExecutionResult.fromJson(await this.call("sandbox.run", { argv: [...argv] }, true));
+    checkOptionNames("run", options, CALL_OPTIONS);
+    return ExecutionResult.fromJson(await this.call("sandbox.run", { argv: [...argv], ...callParams(options) }, true, streams(options)));
   }
 
   /** Writes a string (UTF-8) or bytes to a workspace path, creating parent directories. */
@@ -365,14 +427,16 @@ export class Sandbox {
   }
 
   /** Starts one warm Python interpreter in a long-lived box; globals persist across its cells. */
-  async kernel(): Promise<Kernel> {
+  async kernel(options: { timeoutS?: number } = {}): Promise<Kernel> {
+    checkOptionNames("kernel", options, ["timeoutS"]);
+    callParams(options);
     const r = await this.call("kernel.start", {});
-    return new Kernel(this, r.kernel);
+    return new Kernel(this, r.kernel, options.timeoutS);
   }
 
   /** @internal */
-  async kernelCall(method: string, params: Record<string, unknown>, stream = false): Promise<any> {
-    return this.call(method, params, stream);
+  async kernelCall(method: string, params: Record<string, unknown>, stream = false, own: Streams = {}): Promise<any> {
+    return this.call(method, params, stream, own);
   }
 
   /** Ends every box of the sandbox, removes its directories and stops its server. Idempotent. */
@@ -409,13 +473,17 @@ export class Kernel {
   constructor(
     private readonly sandbox: Sandbox,
     readonly id: string,
+    /** Each cell's deadline unless the cell gives its own (undefined: the sandbox's). */
+    readonly timeoutS?: number,
   ) {}
 
-  /** Runs one cell. A cell that times out or kills the interpreter ends the kernel: later cells
-   * reject with KernelDied. */
-  async runCode(code: string): Promise<ExecutionResult> {
+  /** Runs one cell (`timeoutS` over the kernel's). A cell that times out or kills the
+   * interpreter ends the kernel: later cells reject with KernelDied. */
+  async runCode(code: string, options: { timeoutS?: number; onStdout?: (data: string) => void; onStderr?: (data: string) => void } = {}): Promise<ExecutionResult> {
     if (typeof code !== "string") throw typeErr("code", "a string", code);
-    return ExecutionResult.fromJson(await this.sandbox.kernelCall("kernel.run_code", { kernel: this.id, code }, true));
+    checkOptionNames("Kernel.runCode", options, ["timeoutS", "onStdout", "onStderr"]);
+    const timeoutS = options.timeoutS ?? this.timeoutS;
+    return ExecutionResult.fromJson(await this.sandbox.kernelCall("kernel.run_code", { kernel: this.id, code, ...callParams({ timeoutS }) }, true, streams(options)));
   }
 
   async close(): Promise<void> {

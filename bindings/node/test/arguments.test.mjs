@@ -114,3 +114,25 @@ test("binary output comes back intact and a cut output is no success", async () 
     await sb.destroy();
   }
 });
+
+test("per-call options apply to that call only, and an unknown option is refused", async () => {
+  const sb = new Sandbox({ timeoutS: 5, env: { A: "session" } });
+  try {
+    let r = await sb.runCode("import os; print(os.environ['A'], os.getcwd())", { env: { A: "call" }, cwd: "/tmp" });
+    assert.equal(r.stdout, "call /tmp\n");
+    assert.equal((await sb.runCode("import os; print(os.environ['A'])")).stdout, "session\n");
+    r = await sb.runCode("import time; time.sleep(10)", { timeoutS: 1 });
+    assert.equal(r.fault?.type, "timeout");
+    r = await sb.run(["sh", "-c", "echo $A $PWD"], { env: { A: "x" }, cwd: "/workspace" });
+    assert.equal(r.stdout, "x /workspace\n");
+    const got = [];
+    await sb.runCode("print('s')", { onStdout: (d) => got.push(d) });
+    assert.equal(got.join(""), "s\n");
+    const k = await sb.kernel({ timeoutS: 1 });
+    assert.equal((await k.runCode("import time; time.sleep(3)")).fault?.type, "timeout");
+    await assert.rejects(sb.runCode("1", { timeout: 3 }), (e) => e instanceof TypeError && /`timeout` is not an option of runCode/.test(e.message));
+    await assert.rejects(sb.run(["true"], { cwd: "rel" }), (e) => e instanceof InvalidArgument && /cwd/.test(e.message));
+  } finally {
+    await sb.destroy();
+  }
+});

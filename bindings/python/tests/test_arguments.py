@@ -207,3 +207,26 @@ def test_binary_output_comes_back_intact_and_a_cut_output_is_no_success():
         cut = sb.run_code("print('x' * 5000)")
         assert cut.truncated and cut.exit_code == 0 and cut.fault.type == "output_limit"
         assert not cut.success, cut
+
+
+def test_per_call_options_apply_to_that_call_only():
+    with Sandbox(prewarm=1, timeout_s=5, env={"A": "session"}) as sb:
+        r = sb.run_code("import os; print(os.environ['A'], os.environ['B'], os.getcwd())", env={"A": "call", "B": "b"}, cwd="/tmp")
+        assert r.stdout == "call b /tmp\n", r
+        # The next call has the sandbox's own again (a prewarmed box serves it).
+        assert sb.run_code("import os; print(os.environ['A'], os.getcwd())").stdout == "session /workspace\n"
+        r = sb.run_code("import time; time.sleep(10)", timeout_s=1)
+        assert r.fault.type == "timeout" and "1.000s" in r.fault.reason, r
+        # A deadline longer than the sandbox's is honoured too (its own box, not a prewarmed one).
+        r = sb.run_code("import time; time.sleep(6); print('slept')", timeout_s=9)
+        assert r.stdout == "slept\n" and r.fault is None, r
+        r = sb.run(["sh", "-c", "echo $A $PWD"], env={"A": "x"}, cwd="/workspace")
+        assert r.stdout == "x /workspace\n", r
+        got = []
+        sb.run_code("print('streamed')", on_stdout=got.append)
+        assert "".join(got) == "streamed\n", got
+        k = sb.kernel(timeout_s=1)
+        assert k.run_code("import time; time.sleep(3)").fault.type == "timeout"
+        for bad in [dict(cwd="rel"), dict(timeout_s=0), dict(env={"A": 1}), dict(env={"A=B": "x"})]:
+            with pytest.raises(InvalidArgument):
+                sb.run_code("1", **bad)

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use base64::Engine;
-use hull::{Language, Sandbox, SandboxError, SandboxRequest};
+use hull::{CallOptions, Language, Sandbox, SandboxError, SandboxRequest};
 use hull_box::{OutputSink, Runtime};
 use serde_json::{json, Map, Value};
 
@@ -98,6 +98,45 @@ fn opt_str<'a>(p: &'a Map<String, Value>, k: &str) -> Result<Option<&'a str>, Sa
         Some(Value::String(s)) => Ok(Some(s)),
         Some(_) => Err(bad(k, "must be a string")),
     }
+}
+
+/// A call's own options: `timeout_s` (seconds), `env` (an object of strings, over the
+/// session's), `cwd` (an absolute path in the box); each absent by default.
+fn call_options(p: &Map<String, Value>) -> Result<CallOptions, SandboxError> {
+    let timeout = match p.get("timeout_s") {
+        None | Some(Value::Null) => None,
+        Some(v) => {
+            let s = v
+                .as_f64()
+                .filter(|s| s.is_finite() && *s > 0.0 && *s <= 86_400.0)
+                .ok_or_else(|| {
+                    bad(
+                        "timeout_s",
+                        "must be a number of seconds more than 0 and at most 86400",
+                    )
+                })?;
+            Some(std::time::Duration::from_secs_f64(s))
+        }
+    };
+    let env = match p.get("env") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Object(m)) => m
+            .iter()
+            .map(|(k, v)| {
+                v.as_str()
+                    .map(|v| (k.clone(), v.to_string()))
+                    .ok_or_else(|| bad("env", &format!("`{k}`'s value must be a string")))
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err(bad("env", "must be an object of strings")),
+    };
+    let opts = CallOptions {
+        timeout,
+        env,
+        cwd: opt_str(p, "cwd")?.map(str::to_string),
+    };
+    opts.check()?;
+    Ok(opts)
 }
 
 /// A workspace path given as `name` (text) or `name_b64` (base64 of its bytes, for names that
@@ -227,7 +266,8 @@ impl Sessions {
                 };
                 // Answered here, before the prewarmed box the call took is replaced.
                 let code = str_param(p, "code")?;
-                sb.run_code_answering(code, language, sink_for(p, out, id), |r| match r {
+                let opts = call_options(p)?;
+                sb.run_code_with(code, language, &opts, sink_for(p, out, id), |r| match r {
                     Ok(r) => out.send(&json!({ "id": id, "result": exec_json(&r) })),
                     Err(e) => out.send(&json!({ "id": id, "error": error_json(&e) })),
                 });
@@ -246,7 +286,8 @@ impl Sessions {
                         .collect::<Result<_, _>>()?,
                     _ => return Err(bad("argv", "a list of strings is required")),
                 };
-                let r = sb.run(argv, sink_for(p, out, id))?;
+                let opts = call_options(p)?;
+                let r = sb.run_with(argv, &opts, sink_for(p, out, id))?;
                 Ok(Some(exec_json(&r)))
             }
             "sandbox.write_file" => {
@@ -326,7 +367,13 @@ impl Sessions {
                     )
                 })?;
                 let mut sink = sink_for(p, out, id);
-                let r = sb.kernel_run(&k, str_param(p, "code")?, &mut *sink)?;
+                let opts = call_options(p)?;
+                if !opts.env.is_empty() || opts.cwd.is_some() {
+                    let arg = if opts.env.is_empty() { "cwd" } else { "env" };
+                    return Err(bad(arg, "a kernel keeps its interpreter's environment and directory; change them in a cell (os.environ, os.chdir)"));
+                }
+                let timeout = opts.timeout;
+                let r = sb.kernel_run_with(&k, str_param(p, "code")?, timeout, &mut *sink)?;
                 Ok(Some(exec_json(&r)))
             }
             "kernel.close" => {

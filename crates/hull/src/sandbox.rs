@@ -180,6 +180,66 @@ fn remove_tree(p: &Path) {
     hull_box::leftovers::remove_tree(p);
 }
 
+/// Options of one call over the session's own (`run_code`, `run`, a kernel cell): a deadline,
+/// environment variables added over the session's, a working directory.
+#[derive(Debug, Clone, Default)]
+pub struct CallOptions {
+    pub timeout: Option<Duration>,
+    pub env: Vec<(String, String)>,
+    /// An absolute path in the box.
+    pub cwd: Option<String>,
+}
+
+impl CallOptions {
+    /// Checks the options, naming the argument a caller gave.
+    pub fn check(&self) -> Result<(), SandboxError> {
+        if let Some(t) = self.timeout {
+            if t.is_zero() || t > Duration::from_secs(24 * 3600) {
+                return Err(SandboxError::invalid(
+                    "timeout_s",
+                    "must be more than 0 and at most 86400 seconds",
+                ));
+            }
+        }
+        for (k, _) in &self.env {
+            if k.is_empty() || k.contains('=') || k.contains('\0') {
+                return Err(SandboxError::invalid(
+                    "env",
+                    format!("`{k}` is not an environment variable name"),
+                ));
+            }
+        }
+        if let Some(c) = &self.cwd {
+            if !c.starts_with('/') || c.contains('\0') {
+                return Err(SandboxError::invalid(
+                    "cwd",
+                    format!("`{c}` is not an absolute path in the box (e.g. /workspace/src)"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a box set up with the session's spec serves this call as it is.
+    fn spec_unchanged(&self) -> bool {
+        self.env.is_empty() && self.cwd.is_none()
+    }
+
+    /// `base` with these options over it.
+    fn apply(&self, base: &BoxSpec, timeout: Duration) -> BoxSpec {
+        let mut spec = base.clone();
+        for (k, v) in &self.env {
+            spec.env.retain(|(n, _)| n != k);
+            spec.env.push((k.clone(), v.clone()));
+        }
+        if let Some(c) = &self.cwd {
+            spec.cwd.clone_from(c);
+        }
+        spec.timeout = timeout;
+        spec
+    }
+}
+
 /// The longest bash, sh or node code passed on the interpreter's command line; longer code
 /// runs from a file (the kernel refuses one argument over 128 KiB with E2BIG).
 const ARGV_CODE_MAX: usize = 64 << 10;
@@ -467,21 +527,38 @@ impl Sandbox {
         sink: Box<dyn OutputSink + Send>,
         answer: impl FnOnce(Result<ExecResult, SandboxError>) -> R,
     ) -> R {
-        if let Err(e) = self.check_alive() {
+        self.run_code_with(code, language, &CallOptions::default(), sink, answer)
+    }
+
+    /// [`run_code_answering`](Self::run_code_answering) with options of this call. A prewarmed
+    /// box serves it when it can (no env or cwd of its own, a deadline within the session's);
+    /// otherwise the call starts a box of its own with the options applied.
+    pub fn run_code_with<R>(
+        &self,
+        code: &str,
+        language: Language,
+        opts: &CallOptions,
+        sink: Box<dyn OutputSink + Send>,
+        answer: impl FnOnce(Result<ExecResult, SandboxError>) -> R,
+    ) -> R {
+        if let Err(e) = self.check_alive().and_then(|()| opts.check()) {
             return answer(Err(e));
         }
         if language != Language::Python {
             if code.len() <= ARGV_CODE_MAX {
-                return answer(self.run(language.argv(code), sink));
+                return answer(self.run_with(language.argv(code), opts, sink));
             }
-            return answer(self.run_code_file(code, language, sink));
+            return answer(self.run_code_file(code, language, opts, sink));
         }
+        let timeout = opts.timeout.unwrap_or(self.cfg.timeout);
+        let own_box = !opts.spec_unchanged() || timeout > self.cfg.timeout;
         let mut trace = CallTrace::start("sandbox.run_code");
         let _slot = self.slots.take();
         let t0 = std::time::Instant::now();
         let mut took_warm = false;
         let r = self.track(&mut trace, |trace| {
-            let rb = match self.take_warm() {
+            let warm = if own_box { None } else { self.take_warm() };
+            let rb = match warm {
                 Some(rb) => {
                     took_warm = true;
                     calltrace::step(trace, "took_warm");
@@ -489,16 +566,16 @@ impl Sandbox {
                 }
                 None => match RunnerBox::start(
                     &self.backend,
-                    &self.base,
+                    &opts.apply(&self.base, self.base.timeout),
                     "once",
-                    self.cfg.timeout + START_MARGIN,
+                    timeout + START_MARGIN,
                     &self.reaper,
                 )? {
                     Started::Ready(rb) => rb,
                     Started::Ended(run) => return Ok(((), run, Vec::new())),
                 },
             };
-            let out = rb.run_once(code, self.cfg.timeout, sink, trace)?;
+            let out = rb.run_once(code, timeout, sink, trace)?;
             Ok(((), out.run, out.results))
         });
         // The call's duration includes starting its box when none was ready.
@@ -521,14 +598,25 @@ impl Sandbox {
         argv: Vec<String>,
         sink: Box<dyn OutputSink + Send>,
     ) -> Result<ExecResult, SandboxError> {
+        self.run_with(argv, &CallOptions::default(), sink)
+    }
+
+    /// [`run`](Self::run) with options of this call.
+    pub fn run_with(
+        &self,
+        argv: Vec<String>,
+        opts: &CallOptions,
+        sink: Box<dyn OutputSink + Send>,
+    ) -> Result<ExecResult, SandboxError> {
         self.check_alive()?;
+        opts.check()?;
         if argv.is_empty() {
             return Err(SandboxError::invalid(
                 "argv",
                 "give the command and its arguments, e.g. [\"ls\", \"-l\"]",
             ));
         }
-        let mut spec = self.base.clone();
+        let mut spec = opts.apply(&self.base, opts.timeout.unwrap_or(self.base.timeout));
         spec.argv = argv;
         self.run_spec(&spec, sink)
     }
@@ -540,6 +628,7 @@ impl Sandbox {
         &self,
         code: &str,
         language: Language,
+        opts: &CallOptions,
         sink: Box<dyn OutputSink + Send>,
     ) -> Result<ExecResult, SandboxError> {
         self.check_alive()?;
@@ -558,7 +647,7 @@ impl Sandbox {
             path: file,
             error,
         })?;
-        let mut spec = self.base.clone();
+        let mut spec = opts.apply(&self.base, opts.timeout.unwrap_or(self.base.timeout));
         spec.mounts.push(hull_box::BindMount {
             source: dir.path().to_path_buf(),
             target: CODE_DIR.into(),
@@ -682,7 +771,25 @@ impl Sandbox {
         code: &str,
         sink: &mut dyn OutputSink,
     ) -> Result<ExecResult, SandboxError> {
+        self.kernel_run_with(k, code, None, sink)
+    }
+
+    /// [`kernel_run`](Self::kernel_run) with a deadline of this cell's (the session's when
+    /// None).
+    pub fn kernel_run_with(
+        &self,
+        k: &Kernel,
+        code: &str,
+        timeout: Option<Duration>,
+        sink: &mut dyn OutputSink,
+    ) -> Result<ExecResult, SandboxError> {
         self.check_alive()?;
+        CallOptions {
+            timeout,
+            ..CallOptions::default()
+        }
+        .check()?;
+        let timeout = timeout.unwrap_or(self.cfg.timeout);
         let max_output = self.base.max_output;
         let mut trace = CallTrace::start("kernel.run_code");
         let ((), r) = self.track(&mut trace, |trace| {
@@ -694,7 +801,7 @@ impl Sandbox {
                 Ok(rb) => rb,
                 Err(why) => return Err(SandboxError::KernelDead(k.id.clone(), why.clone())),
             };
-            let cell = rb.run_kernel_cell(code, self.cfg.timeout, max_output, sink, trace)?;
+            let cell = rb.run_kernel_cell(code, timeout, max_output, sink, trace)?;
             calltrace::step(trace, "done_frame");
             match cell {
                 Ok(out) => Ok(((), out.run, out.results)),

@@ -274,6 +274,26 @@ class _Streamer:
             pass
 
 
+def _call_options(timeout_s, env, cwd):
+    """A call's own options as `hull serve` takes them (only those given)."""
+    out = {}
+    if timeout_s is not None:
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)):
+            raise InvalidArgumentType("timeout_s must be a number of seconds, got %r" % (timeout_s,))
+        if not 0 < timeout_s <= 86400:
+            raise InvalidArgument("timeout_s must be more than 0 and at most 86400, got %r" % (timeout_s,), "timeout_s")
+        out["timeout_s"] = timeout_s
+    if env is not None:
+        if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+            raise InvalidArgumentType("env must be a dict of strings, got %r" % (env,))
+        out["env"] = dict(env)
+    if cwd is not None:
+        if not isinstance(cwd, str):
+            raise InvalidArgumentType("cwd must be a string (an absolute path in the box), got %r" % (cwd,))
+        out["cwd"] = cwd
+    return out
+
+
 def _shown(path):
     """A workspace path as an error message shows it."""
     return path.decode("utf-8", "backslashreplace") if isinstance(path, bytes) else str(path)
@@ -597,21 +617,40 @@ class Sandbox:
     def _result(self, r):
         return ExecutionResult.from_json(r, self._streamer.take_dropped() if self._streamer else 0)
 
-    def run_code(self, code, language="python"):
-        """Runs code in a fresh box. Python returns rich `results`."""
+    def _call_streamed(self, method, params, on_stdout, on_stderr):
+        """One call; `on_stdout`/`on_stderr` of this call (over the sandbox's) get its output."""
+        if on_stdout is None and on_stderr is None:
+            return self._result(self._server.call(method, params, self._streaming(params)))
+        for name, cb in (("on_stdout", on_stdout), ("on_stderr", on_stderr)):
+            if cb is not None and not callable(cb):
+                raise InvalidArgumentType("%s must be callable, got %r" % (name, cb))
+        own = self._streamer.on if self._streamer else {}
+        streamer = _Streamer(on_stdout or own.get("stdout"), on_stderr or own.get("stderr"))
+        params["stream"] = True
+        try:
+            r = self._server.call(method, params, streamer.offer)
+            return ExecutionResult.from_json(r, streamer.take_dropped())
+        finally:
+            streamer.close()
+
+    def run_code(self, code, language="python", timeout_s=None, env=None, cwd=None, on_stdout=None, on_stderr=None):
+        """Runs code in a fresh box. Python returns rich `results`. `timeout_s`, `env` (added
+        over the sandbox's) and `cwd` (an absolute path in the box) apply to this call only, as
+        do `on_stdout`/`on_stderr`."""
         if not isinstance(code, str):
             raise InvalidArgumentType("code must be a string, got %r" % (type(code).__name__,))
         if language not in _LANGUAGES:
             raise InvalidArgument("language must be one of %s, got %r" % (", ".join(_LANGUAGES), language))
-        params = self._p(code=code, language=language)
-        return self._result(self._server.call("sandbox.run_code", params, self._streaming(params)))
+        params = self._p(code=code, language=language, **_call_options(timeout_s, env, cwd))
+        return self._call_streamed("sandbox.run_code", params, on_stdout, on_stderr)
 
-    def run(self, argv):
-        """Runs a command (a list of strings) in a fresh box."""
+    def run(self, argv, timeout_s=None, env=None, cwd=None, on_stdout=None, on_stderr=None):
+        """Runs a command (a list of strings) in a fresh box, with this call's own `timeout_s`,
+        `env` and `cwd` when given."""
         if isinstance(argv, str) or not all(isinstance(a, str) for a in argv):
             raise InvalidArgumentType("argv must be a list of strings, e.g. ['ls', '-l']")
-        params = self._p(argv=list(argv))
-        return self._result(self._server.call("sandbox.run", params, self._streaming(params)))
+        params = self._p(argv=list(argv), **_call_options(timeout_s, env, cwd))
+        return self._call_streamed("sandbox.run", params, on_stdout, on_stderr)
 
     def write_file(self, path, data):
         """Writes str (UTF-8) or bytes to a workspace path (str, or bytes for a name that is not
@@ -697,10 +736,12 @@ class Sandbox:
         """Replaces the workspace's contents with a .tar.gz (hostile members are refused)."""
         return self._server.call("sandbox.restore", self._p(src=os.path.abspath(os.fspath(src))))
 
-    def kernel(self):
-        """Starts one warm interpreter in a long-lived box; state is kept between its cells."""
+    def kernel(self, timeout_s=None):
+        """Starts one warm interpreter in a long-lived box; state is kept between its cells.
+        `timeout_s` is each cell's deadline (the sandbox's by default; a cell may give its own)."""
+        _call_options(timeout_s, None, None)
         r = self._server.call("kernel.start", self._p())
-        return Kernel(self, r["kernel"])
+        return Kernel(self, r["kernel"], timeout_s)
 
     def destroy(self):
         """Ends every box of the sandbox, removes its directories and stops its server."""
@@ -783,15 +824,19 @@ del _name
 class Kernel:
     """One warm interpreter (a long-lived box): cells share globals. Use as a context manager."""
 
-    def __init__(self, sandbox, kernel_id):
+    def __init__(self, sandbox, kernel_id, timeout_s=None):
         self._sb = sandbox
         self.id = kernel_id
+        #: Each cell's deadline unless the cell gives its own (None: the sandbox's).
+        self.timeout_s = timeout_s
 
-    def run_code(self, code):
+    def run_code(self, code, timeout_s=None, on_stdout=None, on_stderr=None):
+        """Runs one cell; `timeout_s` over the kernel's. A cell that passes it ends the kernel."""
         if not isinstance(code, str):
             raise InvalidArgumentType("code must be a string")
-        params = self._sb._p(kernel=self.id, code=code)
-        return self._sb._result(self._sb._server.call("kernel.run_code", params, self._sb._streaming(params)))
+        t = timeout_s if timeout_s is not None else self.timeout_s
+        params = self._sb._p(kernel=self.id, code=code, **_call_options(t, None, None))
+        return self._sb._call_streamed("kernel.run_code", params, on_stdout, on_stderr)
 
     def close(self):
         try:
