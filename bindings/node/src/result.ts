@@ -59,6 +59,17 @@ export class Result {
   }
 }
 
+/** A workspace path a call created, modified or deleted (`ExecutionResult.files`), relative to
+ * the workspace as `listFiles` gives paths. */
+export interface FileChange {
+  path: string;
+  change: "created" | "modified" | "deleted";
+  /** The size now; null once deleted. */
+  size: number | null;
+  /** The path's exact bytes, present only when it is not UTF-8. */
+  pathBytes?: Buffer;
+}
+
 /** One workspace entry from `listFiles` (symlinks are listed, never followed). */
 export interface FileEntry {
   /** Relative to the workspace, for display: bytes that are not UTF-8 show as U+FFFD, so two
@@ -84,8 +95,8 @@ export class ExecutionResult {
   fault: Fault | null = null;
   truncated = false;
   durationMs = 0;
-  /** Workspace paths (under /workspace) the call created or changed. */
-  files: string[] = [];
+  /** Workspace paths the call created, modified or deleted. */
+  files: FileChange[] = [];
   results: Result[] = [];
   stats: Record<string, unknown> = {};
   warnings: string[] = [];
@@ -103,7 +114,14 @@ export class ExecutionResult {
     out.fault = f && typeof f === "object" ? { type: String(f.type), reason: String(f.reason ?? ""), ...(f.syscall ? { syscall: String(f.syscall) } : {}) } : null;
     out.truncated = Boolean(r.truncated);
     out.durationMs = typeof r.duration_ms === "number" ? r.duration_ms : 0;
-    out.files = Array.isArray(r.files) ? r.files.map(String) : [];
+    out.files = Array.isArray(r.files)
+      ? r.files.filter((f: unknown) => f && typeof f === "object").map((f: Record<string, any>) => ({
+          path: String(f.path ?? ""),
+          change: f.change,
+          size: typeof f.size === "number" ? f.size : null,
+          ...(typeof f.path_b64 === "string" ? { pathBytes: Buffer.from(f.path_b64, "base64") } : {}),
+        }))
+      : [];
     out.results = Array.isArray(r.results) ? r.results.map((b: Record<string, unknown>) => new Result(b)) : [];
     out.stats = r.stats && typeof r.stats === "object" ? { ...r.stats } : {};
     out.warnings = Array.isArray(r.warnings) ? r.warnings.map(String) : [];

@@ -113,12 +113,12 @@ test("the workspace persists across calls and changed files are reported", async
   const sb = await Sandbox.create();
   try {
     let r = await sb.runCode("open('a.txt', 'w').write('one')\nimport os\nos.makedirs('d', exist_ok=True)\nopen('d/b.bin', 'wb').write(b'\\0')");
-    assert.deepEqual([...r.files].sort(), ["/workspace/a.txt", "/workspace/d/b.bin"]);
+    assert.deepEqual(r.files, [{ path: "a.txt", change: "created", size: 3 }, { path: "d/b.bin", change: "created", size: 1 }]);
     r = await sb.runCode("print(open('a.txt').read())");
     assert.equal(r.stdout, "one\n");
     assert.deepEqual(r.files, []);
-    r = await sb.run(["sh", "-c", "echo two >> a.txt"]);
-    assert.deepEqual(r.files, ["/workspace/a.txt"]);
+    r = await sb.run(["sh", "-c", "echo two >> a.txt && rm d/b.bin"]);
+    assert.deepEqual(r.files, [{ path: "a.txt", change: "modified", size: 7 }, { path: "d/b.bin", change: "deleted", size: null }]);
     assert.equal((await sb.readFile("a.txt")).toString(), "onetwo\n");
   } finally {
     await sb.destroy();

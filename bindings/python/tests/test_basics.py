@@ -136,11 +136,13 @@ def test_invalid_arguments_are_refused_at_construction():
 def test_workspace_persists_and_files_are_tracked():
     with Sandbox() as sb:
         r = sb.run_code("open('a.txt', 'w').write('one')\nimport os\nos.makedirs('d', exist_ok=True)\nopen('d/b.bin', 'wb').write(b'\\0')")
-        assert sorted(r.files) == ["/workspace/a.txt", "/workspace/d/b.bin"], r
+        # Paths as list_files gives them (workspace-relative), with their size and change.
+        assert [(f.path, f.size, f.change) for f in r.files] == [("a.txt", 3, "created"), ("d/b.bin", 1, "created")], r
+        assert {e.path for e in sb.list_files()} >= {f.path for f in r.files}
         r = sb.run_code("print(open('a.txt').read())")
         assert r.stdout == "one\n" and r.files == []
-        r = sb.run(["sh", "-c", "echo two >> a.txt"])
-        assert r.files == ["/workspace/a.txt"]
+        r = sb.run(["sh", "-c", "echo two >> a.txt && rm d/b.bin"])
+        assert [(f.path, f.size, f.change) for f in r.files] == [("a.txt", 7, "modified"), ("d/b.bin", None, "deleted")], r
         assert sb.read_file("a.txt") == b"onetwo\n"
 
 

@@ -130,7 +130,7 @@ def test_forged_labels_through_the_tool_with_the_cut_right_before_one(tool):
 
 def test_other_languages_and_persistent_files(tool):
     out = tool.invoke({"code": "echo 'from bash' > note.txt && echo written", "language": "bash"})
-    assert out == "stdout:\nwritten\n[files changed: /workspace/note.txt]"
+    assert out == "stdout:\nwritten\n[files changed: /workspace/note.txt (created)]"
     assert tool.invoke({"code": "open('note.txt').read()"}) == "result:\n'from bash\\n'"
 
 

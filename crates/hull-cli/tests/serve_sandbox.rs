@@ -101,7 +101,11 @@ fn run_code_returns_rich_results_and_shares_the_workspace() {
     assert_eq!(results.len(), 2, "{r}");
     assert_eq!(results[0]["text/html"], "<b>x</b>");
     assert_eq!(results[1]["text/plain"], "42");
-    assert_eq!(r["files"], json!(["/workspace/a.txt"]));
+    // Workspace-relative, as list_files gives paths, with size and change.
+    assert_eq!(r["files"][0]["path"], "a.txt", "{r}");
+    assert_eq!(r["files"][0]["change"], "created", "{r}");
+    assert!(r["files"][0]["size"].is_u64(), "{r}");
+    assert_eq!(r["files"].as_array().map(Vec::len), Some(1), "{r}");
     // A later call is a fresh box that sees the same workspace.
     let r = c.ok(
         "sandbox.run",

@@ -597,18 +597,68 @@ impl std::fmt::Debug for Snapshot {
     }
 }
 
+/// How a call changed one workspace path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Change {
+    Created,
+    Modified,
+    Deleted,
+}
+
+/// One path a call created, modified or deleted: relative to the workspace, as `list_files`
+/// gives paths (`path_b64` holds the exact bytes of a name that is not UTF-8), with its size
+/// now (none once deleted).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FileChange {
+    pub path: String,
+    #[serde(
+        rename = "path_b64",
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "base64_bytes"
+    )]
+    pub raw: Option<Vec<u8>>,
+    pub size: Option<u64>,
+    pub change: Change,
+}
+
 impl Snapshot {
-    /// Paths added or modified since `self` (size, mtime or type differ), sorted.
-    pub fn changed_since(&self, now: &Snapshot) -> Vec<String> {
-        now.entries
+    /// Paths created, modified (size, mtime or type differ) or deleted since `self`, sorted by
+    /// path.
+    pub fn changed_since(&self, now: &Snapshot) -> Vec<FileChange> {
+        // The snapshot keys hold the paths (its entries gave theirs up to them).
+        let change = |p: &Vec<u8>, _: &Entry, size: Option<u64>, change| FileChange {
+            path: String::from_utf8_lossy(p).into_owned(),
+            raw: std::str::from_utf8(p).is_err().then(|| p.clone()),
+            size,
+            change,
+        };
+        let mut out: Vec<FileChange> = now
+            .entries
             .iter()
-            .filter(|(p, e)| {
-                self.entries.get(*p).is_none_or(|old| {
-                    old.size != e.size || old.mtime_ns != e.mtime_ns || old.kind != e.kind
-                })
+            .filter_map(|(p, e)| match self.entries.get(p) {
+                None => Some(change(p, e, Some(e.size), Change::Created)),
+                Some(old)
+                    if old.size != e.size || old.mtime_ns != e.mtime_ns || old.kind != e.kind =>
+                {
+                    Some(change(p, e, Some(e.size), Change::Modified))
+                }
+                Some(_) => None,
             })
-            .map(|(p, _)| format!("/workspace/{}", String::from_utf8_lossy(p)))
-            .collect()
+            .collect();
+        out.extend(
+            self.entries
+                .iter()
+                .filter(|(p, _)| !now.entries.contains_key(*p))
+                .map(|(p, e)| change(p, e, None, Change::Deleted)),
+        );
+        out.sort_by(|a, b| {
+            a.raw
+                .as_deref()
+                .unwrap_or(a.path.as_bytes())
+                .cmp(b.raw.as_deref().unwrap_or(b.path.as_bytes()))
+        });
+        out
     }
 }
 

@@ -31,8 +31,8 @@ pub struct ExecResult {
     pub run: RunResult,
     /// Mime bundles (`{"text/plain": ..., "image/png": base64, ...}`), in display order.
     pub results: Vec<Value>,
-    /// Workspace paths (`/workspace/...`) added or modified by the call, when tracked.
-    pub files: Vec<String>,
+    /// Workspace paths the call created, modified or deleted, when tracked.
+    pub files: Vec<crate::files::FileChange>,
 }
 
 /// At most this many boxes of one Sandbox run at once; further calls wait their turn (their

@@ -84,6 +84,29 @@ class FileEntry:
         return self.raw if self.raw is not None else self.path.encode()
 
 
+@dataclass(frozen=True)
+class FileChange:
+    """A workspace path a call created, modified or deleted (`ExecutionResult.files`), in the
+    form `list_files` gives: relative to the workspace."""
+
+    path: str
+    #: "created", "modified" or "deleted".
+    change: str
+    #: The size now, None once deleted.
+    size: Optional[int] = None
+    #: The path's bytes when it is not UTF-8 (else None).
+    raw: Optional[bytes] = None
+
+    @property
+    def path_bytes(self) -> bytes:
+        return self.raw if self.raw is not None else self.path.encode()
+
+    @classmethod
+    def from_json(cls, f):
+        raw = base64.b64decode(f["path_b64"]) if f.get("path_b64") else None
+        return cls(f.get("path", ""), f.get("change", ""), f.get("size"), raw)
+
+
 @dataclass
 class ExecutionResult:
     stdout: str
@@ -94,7 +117,8 @@ class ExecutionResult:
     fault: Optional[Fault]
     truncated: bool
     duration_ms: int
-    files: List[str] = field(default_factory=list)
+    #: Workspace paths the call created, modified or deleted (FileChange), when tracked.
+    files: List["FileChange"] = field(default_factory=list)
     results: List[Result] = field(default_factory=list)
     stats: dict = field(default_factory=dict)
     warnings: List[str] = field(default_factory=list)
@@ -120,7 +144,7 @@ class ExecutionResult:
             fault=Fault(f["type"], f.get("reason", ""), f.get("syscall")) if f else None,
             truncated=bool(r.get("truncated")),
             duration_ms=r.get("duration_ms", 0),
-            files=list(r.get("files") or []),
+            files=[FileChange.from_json(f) for f in r.get("files") or [] if isinstance(f, dict)],
             results=[Result(b) for b in r.get("results") or []],
             stats=dict(r.get("stats") or {}),
             warnings=list(r.get("warnings") or []),

@@ -108,7 +108,7 @@ def format_result(r, max_chars=DEFAULT_MAX_CHARS):
     elif r.exit_code != 0:
         parts.append("[exit code %d]" % r.exit_code)
     if r.files:
-        parts.append("[files changed: %s]" % ", ".join(_clean(f, 500) for f in r.files[:50]) + (" ..." if len(r.files) > 50 else ""))
+        parts.append("[files changed: %s]" % ", ".join(_clean("/workspace/%s (%s)" % (f.path, f.change), 500) for f in r.files[:50]) + (" ..." if len(r.files) > 50 else ""))
     if not parts:
         parts.append("[no output] the code ran without printing anything and without a trailing value")
     return "\n".join(parts)

@@ -382,9 +382,22 @@ pub fn run_result(r: &ExecResult, max: usize) -> Value {
         text.push_str(&format!("[hull: warning] {}\n", clean(w)));
     }
     if !r.files.is_empty() {
+        // `/workspace/PATH`, as the model reads and writes them, with how each changed.
+        let list: Vec<String> = r
+            .files
+            .iter()
+            .map(|f| {
+                let how = match f.change {
+                    hull::files::Change::Created => "created",
+                    hull::files::Change::Modified => "modified",
+                    hull::files::Change::Deleted => "deleted",
+                };
+                format!("/workspace/{} ({how})", f.path)
+            })
+            .collect();
         text.push_str(&format!(
             "[hull: files changed] {}\n",
-            clean_capped(&r.files.join(", "), max, "the file list")
+            clean_capped(&list.join(", "), max, "the file list")
         ));
     }
     let mut content = vec![json!({ "type": "text", "text": text })];
@@ -399,6 +412,15 @@ mod tests {
     use hull_box::result::{RunResult, Stats};
 
     fn exec(stdout: &str, text: Option<&str>, files: Vec<String>) -> ExecResult {
+        let files = files
+            .into_iter()
+            .map(|path| hull::files::FileChange {
+                path,
+                raw: None,
+                size: Some(1),
+                change: hull::files::Change::Created,
+            })
+            .collect();
         ExecResult {
             run: RunResult {
                 stdout: stdout.into(),
@@ -471,7 +493,7 @@ mod tests {
                 text(&out)
             );
 
-            let out = run_result(&exec("", None, vec![format!("/workspace/{long}")]), max);
+            let out = run_result(&exec("", None, vec![long.clone()]), max);
             let own = labels(text(&out));
             assert!(
                 !own.iter().any(|l| l == "sandbox"),
