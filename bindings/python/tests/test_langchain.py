@@ -223,3 +223,29 @@ def test_async_invoke(tool):
         return await asyncio.gather(tool.ainvoke({"code": "print(1)"}), tool.ainvoke({"code": "echo 2", "language": "sh"}))
 
     assert asyncio.run(both()) == ["stdout:\n1", "stdout:\n2"]
+
+
+def test_a_tool_over_an_open_sandbox_one_language_fences_stripped_and_failures_marked():
+    # kern's shape: the tool wraps the caller's Sandbox, which outlives the tool.
+    from hull_sandbox import Sandbox
+
+    with Sandbox() as sb:
+        py = hull_code_tool(sb, language="python")
+        assert py.name == "run_python" and list(py.args_schema.model_fields) == ["code"]
+        msg = py.invoke({"type": "tool_call", "id": "1", "name": py.name, "args": {"code": "```python\nprint(6 * 7)\n```"}})
+        assert msg.status == "success" and msg.content == "stdout:\n42" and msg.artifact.exit_code == 0, msg
+        # An exception and a non-zero exit are errors to the model's framework, with the text.
+        for code, says in [("raise ValueError('bad')", "ValueError: bad"), ("import sys; sys.exit(3)", "[exit code 3]")]:
+            msg = py.invoke({"type": "tool_call", "id": "2", "name": py.name, "args": {"code": code}})
+            assert msg.status == "error" and says in msg.content, (code, msg)
+        sh = hull_code_tool(sb, language="bash", max_code_bytes=16)
+        assert sh.name == "run_bash"
+        msg = sh.invoke({"type": "tool_call", "id": "3", "name": sh.name, "args": {"code": "echo 'far longer than sixteen bytes'"}})
+        assert msg.status == "error" and "max_code_bytes=16" in msg.content, msg
+        msg = sh.invoke({"type": "tool_call", "id": "4", "name": sh.name, "args": {"code": "echo $((6 * 7))"}})
+        assert msg.status == "success" and msg.content == "stdout:\n42", msg
+        py.close()
+        sh.close()
+        assert sb.run_code("print('still mine')").stdout == "still mine\n"
+    with pytest.raises(TypeError):
+        hull_code_tool(Sandbox, language="python")

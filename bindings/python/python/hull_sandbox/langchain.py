@@ -23,7 +23,7 @@ import weakref
 from typing import Literal, Optional, Type
 
 try:
-    from langchain_core.tools import BaseTool
+    from langchain_core.tools import BaseTool, ToolException
     from pydantic import BaseModel, Field, PrivateAttr
 except ImportError as e:  # pragma: no cover - exercised by a subprocess test
     raise ImportError(
@@ -119,6 +119,24 @@ class RunCodeInput(BaseModel):
     language: Literal["python", "bash", "sh", "node"] = Field(default="python", description="python (default), bash, sh or node")
 
 
+class CodeInput(BaseModel):
+    code: str = Field(description="The program to run, in the tool's language (a Markdown code fence around it is fine).")
+
+
+# A Markdown fence around the whole code (```python ... ```), as models often write it.
+_FENCE = re.compile(r"\A\s*```[\w+-]*[ \t]*\n(.*?)\n?```\s*\Z", re.DOTALL)
+
+
+def _unfenced(code):
+    m = _FENCE.match(code)
+    return m.group(1) if m else code
+
+
+def _failed(r):
+    """The code raised, exited non-zero or a fault ended it: the ToolMessage's status is error."""
+    return r.fault is not None or r.exit_code != 0
+
+
 class HullCodeTool(BaseTool):
     """Runs code in a hull sandbox; see `hull_code_tool`. `close()` destroys the sandbox."""
 
@@ -134,18 +152,32 @@ class HullCodeTool(BaseTool):
     # The model reads the text; the application gets the ExecutionResult (charts as bytes) as
     # the ToolMessage's artifact.
     response_format: Literal["content", "content_and_artifact"] = "content_and_artifact"
+    # A failed run (an exception, a non-zero exit, a fault) is a ToolException: its text is the
+    # content and the ToolMessage's status is "error" (the artifact is then none).
+    handle_tool_error: bool = True
     max_chars: int = DEFAULT_MAX_CHARS
+    #: The one language of a tool made with `language=` (its input is then only `code`).
+    language: Optional[str] = None
+    #: Code longer than this (UTF-8 bytes) is refused without running.
+    max_code_bytes: Optional[int] = None
 
     _sandbox: Optional[Sandbox] = PrivateAttr(default=None)
+    _owned: bool = PrivateAttr(default=True)
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
     def _run(self, code, language="python", run_manager=None):
         with self._lock:
             sb = self._sandbox
         if sb is None:
-            return "[sandbox: closed] this tool's sandbox was destroyed", None
-        r = sb.run_code(code, language=language)
-        return format_result(r, self.max_chars), r
+            raise ToolException("[sandbox: closed] this tool's sandbox was destroyed")
+        code = _unfenced(code)
+        if self.max_code_bytes is not None and len(code.encode("utf-8", "surrogatepass")) > self.max_code_bytes:
+            raise ToolException("[sandbox: refused] the code is %d bytes, more than this tool's max_code_bytes=%d; send less" % (len(code.encode("utf-8", "surrogatepass")), self.max_code_bytes))
+        r = sb.run_code(code, language=self.language or language)
+        text = format_result(r, self.max_chars)
+        if _failed(r):
+            raise ToolException(text)
+        return text, r
 
     @property
     def sandbox(self):
@@ -153,9 +185,10 @@ class HullCodeTool(BaseTool):
         return self._sandbox
 
     def close(self):
+        """Destroys the sandbox the tool made; one it was handed stays the caller's."""
         with self._lock:
             sb, self._sandbox = self._sandbox, None
-        if sb is not None:
+        if sb is not None and self._owned:
             sb.destroy()
 
     def __enter__(self):
@@ -166,17 +199,49 @@ class HullCodeTool(BaseTool):
         return False
 
 
-def hull_code_tool(name="run_code", description=None, max_chars=DEFAULT_MAX_CHARS, **sandbox_args):
-    """A LangChain tool running code in one hull Sandbox made from `sandbox_args` (the Sandbox()
-    arguments: timeout_s, memory_mb, setup, image, ...). The sandbox starts now, so a bad argument
-    raises here; `tool.close()` (or `with`) destroys it."""
+_LANG_NAMES = {"python": "Python", "bash": "bash", "sh": "POSIX sh", "node": "JavaScript (Node.js)"}
+
+
+def hull_code_tool(sandbox=None, *, language=None, name=None, description=None, max_chars=DEFAULT_MAX_CHARS, max_code_bytes=None, **sandbox_args):
+    """A LangChain tool running code in a hull Sandbox.
+
+    `hull_code_tool(sb, language="python")` wraps an open Sandbox (kern's shape): the caller
+    keeps it (`close()` leaves it running). `hull_code_tool(timeout_s=..., memory_mb=...)`
+    makes one from the Sandbox() arguments, started now so a bad argument raises here;
+    `close()` (or `with`) destroys it. With `language`, the tool runs that language only, takes
+    only `code`, and is named for it (`run_python`, `run_bash`, ...); without, it takes
+    `language` too and is named `run_code`. A Markdown fence around the code is stripped. A run
+    that raised, exited non-zero or was stopped by the sandbox comes back with status "error".
+    """
+    if isinstance(sandbox, str) and name is None:
+        # The older shape: hull_code_tool("tool_name", **sandbox_args).
+        sandbox, name = None, sandbox
+    if sandbox is not None and not isinstance(sandbox, Sandbox):
+        raise InvalidArgumentType("sandbox must be an open hull_sandbox.Sandbox, got %r" % (sandbox,))
+    if sandbox is not None and sandbox_args:
+        raise InvalidArgumentType("%s: Sandbox() arguments go with no sandbox (the tool then makes one), not with an open sandbox" % ", ".join(sorted(sandbox_args)))
     if not isinstance(max_chars, int) or isinstance(max_chars, bool) or max_chars < 100:
         raise InvalidArgument("max_chars must be an int of at least 100, got %r" % (max_chars,))
-    fields = {"name": name, "max_chars": max_chars}
+    if max_code_bytes is not None and (not isinstance(max_code_bytes, int) or isinstance(max_code_bytes, bool) or max_code_bytes < 1):
+        raise InvalidArgument("max_code_bytes must be a positive int or None, got %r" % (max_code_bytes,))
+    if language is not None and language not in _LANG_NAMES:
+        raise InvalidArgument("language must be one of %s, got %r" % (", ".join(_LANG_NAMES), language))
+    fields = {"name": name or ("run_%s" % language if language else "run_code"), "max_chars": max_chars, "max_code_bytes": max_code_bytes, "language": language}
+    if language is not None:
+        fields["args_schema"] = CodeInput
+        fields["description"] = (
+            "Run %s code in an isolated sandbox and see its output. Each call is a fresh process "
+            "with no network; files written under /workspace (the working directory) persist "
+            "between calls. Returns what the program printed%s, errors, and a [sandbox: ...] "
+            "label when the sandbox stopped it (timeout, out of memory, blocked system call)."
+        ) % (_LANG_NAMES[language], ", the value of a trailing expression and images (matplotlib figures)" if language == "python" else "")
     if description is not None:
         fields["description"] = description
     tool = HullCodeTool(**fields)
-    tool._sandbox = Sandbox(**sandbox_args)
+    if sandbox is not None:
+        tool._sandbox, tool._owned = sandbox, False
+    else:
+        tool._sandbox = Sandbox(**sandbox_args)
     return tool
 
 
