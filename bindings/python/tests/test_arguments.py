@@ -230,3 +230,20 @@ def test_per_call_options_apply_to_that_call_only():
         for bad in [dict(cwd="rel"), dict(timeout_s=0), dict(env={"A": 1}), dict(env={"A=B": "x"})]:
             with pytest.raises(InvalidArgument):
                 sb.run_code("1", **bad)
+
+
+def test_cap_drop_is_the_container_default_set_less_those_named():
+    # kern's meaning: cap_drop=() keeps a container's default set inside the user namespace (a
+    # server binds a port below 1024); a name drops that one; no cap_drop keeps none.
+    code = (
+        "import socket\n"
+        "eff = int([l for l in open('/proc/self/status') if l.startswith('CapEff')][0].split()[1], 16)\n"
+        "s = socket.socket()\n"
+        "try:\n    s.bind(('127.0.0.1', 80)); low = 'bound'\n"
+        "except OSError as e:\n    low = e.errno\n"
+        "print(eff != 0, bool(eff & (1 << 10)), low)"
+    )
+    for kw, want in [({}, "False False 13"), ({"cap_drop": ()}, "True True bound"), ({"cap_drop": ["NET_BIND_SERVICE"]}, "True False 13"), ({"cap_drop": ["ALL"]}, "False False 13")]:
+        with Sandbox(**kw) as sb:
+            r = sb.run_code(code)
+            assert r.stdout.strip() == want, (kw, r)

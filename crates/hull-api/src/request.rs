@@ -250,8 +250,11 @@ pub struct SandboxRequest {
     pub security_profile: SecurityProfile,
     #[serde(deserialize_with = "flag")]
     pub require_limits: bool,
-    #[serde(deserialize_with = "cap_names")]
-    pub cap_drop: Vec<String>,
+    /// None (the default): every capability dropped. A list (kern's meaning): the box keeps
+    /// the default set of a container (`hull_box::caps::CONTAINER_DEFAULT`) less these names
+    /// (`ALL` drops them all), inside its user namespace only.
+    #[serde(deserialize_with = "opt_cap_names")]
+    pub cap_drop: Option<Vec<String>>,
     #[serde(deserialize_with = "flag")]
     pub track_files: bool,
     #[serde(deserialize_with = "prewarm")]
@@ -278,7 +281,7 @@ impl Default for SandboxRequest {
             deps_readonly: true,
             security_profile: SecurityProfile,
             require_limits: false,
-            cap_drop: Vec::new(),
+            cap_drop: None,
             track_files: true,
             prewarm: 0,
         }
@@ -373,9 +376,8 @@ fn cpus<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
     }
 }
 
-fn cap_names<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+fn opt_cap_names<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
     Option::<Vec<String>>::deserialize(d)
-        .map(Option::unwrap_or_default)
         .map_err(|_| D::Error::custom("expected a list of capability names"))
 }
 

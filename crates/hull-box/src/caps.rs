@@ -89,6 +89,37 @@ fn parse(field: SpecField, name: &str) -> Result<u64, CapError> {
         })
 }
 
+/// The set a container runtime keeps by default (docker's and kern's): what a box keeps when a
+/// caller asks for the default set less some (an SDK's `cap_drop=[...]`), inside its user
+/// namespace only. `FSETID` and `SETFCAP` are left out of it for host root's boxes
+/// ([`container_default`]).
+pub const CONTAINER_DEFAULT: &[&str] = &[
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "SETGID",
+    "SETUID",
+    "SETPCAP",
+    "NET_BIND_SERVICE",
+    "NET_RAW",
+    "SYS_CHROOT",
+    "MKNOD",
+    "AUDIT_WRITE",
+    "SETFCAP",
+];
+
+/// [`CONTAINER_DEFAULT`] for a box of host root when `host_root` (without what such a box
+/// never keeps), as `cap_add` names.
+pub fn container_default(host_root: bool) -> Vec<String> {
+    CONTAINER_DEFAULT
+        .iter()
+        .filter(|n| !(host_root && (**n == "FSETID" || **n == "SETFCAP")))
+        .map(|n| (*n).to_string())
+        .collect()
+}
+
 /// The capability mask a box keeps: what `--cap-add` names, less what `--cap-drop` names.
 pub fn resolve(add: &[String], drop: &[String]) -> Result<u64, CapError> {
     let mut keep = 0u64;

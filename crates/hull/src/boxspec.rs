@@ -202,7 +202,12 @@ pub fn sandbox_base(
     tmpfs(&mut base, &r.tmpfs);
     base.mounts = r.mounts.iter().map(bind).collect();
     base.network = net;
-    base.cap_drop.clone_from(&r.cap_drop);
+    // A cap_drop list means the container default less those (kern's meaning); none, no
+    // capability at all.
+    if let Some(drop) = &r.cap_drop {
+        base.cap_add = hull_box::caps::container_default(hull_box::remap::box_root().is_some());
+        base.cap_drop.clone_from(drop);
+    }
     base.pids = r.pids;
     base.cpus = r.cpus;
     base.require_limits = r.require_limits;
