@@ -247,3 +247,6 @@ def test_cap_drop_is_the_container_default_set_less_those_named():
         with Sandbox(**kw) as sb:
             r = sb.run_code(code)
             assert r.stdout.strip() == want, (kw, r)
+    # With the gateway network the default set goes without NET_RAW (never kept on that link).
+    with Sandbox(network="deny-all", cap_drop=()) as sb:
+        assert sb.run_code(code).stdout.strip() == "True True bound"
