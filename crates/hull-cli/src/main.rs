@@ -4,8 +4,22 @@ use clap::{Parser, Subcommand};
 use hull_cli::{bench, doctor, images, mcp, named, pull, run, serve};
 
 /// A local sandbox for code nobody has read yet: every call gets a fresh, kernel-enforced box.
+/// The environment variables hull reads, for `--help` and the man page.
+const ENVIRONMENT: &str = "Environment:
+  HULL_HOME             the image store and CA (default ~/.local/share/hull)
+  HULL_SANDBOXES        named sandboxes' state (default /var/lib/hull/sandboxes as root, else ~/.local/state/hull/sandboxes)
+  HULL_CGROUP_PARENT    the cgroup boxes are made under (a delegated subtree for rootless caps)
+  HULL_OVERLAY          named sandboxes' writable root: kernel or fuse (default: kernel where it works)
+  HULL_LOG_CAP          bytes of one named sandbox's exec log file (default 8 MiB)
+  HULL_NET_DNS          name servers the gateway network resolves through (ADDRESS:PORT,...)
+  HULL_NET_UPSTREAM_CA  extra CA bundle a brokering gateway trusts upstream
+  HULL_TRACE_STEPS=1    print the one-shot path's steps with times at exit
+  HULL_TRACE_CALLS=1    print each serve call's steps with times
+  HULL_MCP_*            hull mcp's settings (hull mcp --help)
+  HULL_BIN              the hull the SDKs run (theirs, not hull's)";
+
 #[derive(Parser)]
-#[command(name = "hull", version, about, long_about = None, propagate_version = true)]
+#[command(name = "hull", version, about, long_about = None, propagate_version = true, after_help = ENVIRONMENT)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -55,6 +69,13 @@ enum Command {
     /// A box's network gateway (started by the box's supervisor; not for people).
     #[command(name = "__net", hide = true)]
     Net,
+    /// Print a shell completion script: `hull completions bash > /etc/bash_completion.d/hull`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print hull's man page (roff): `hull man | man -l -`.
+    Man,
 }
 
 /// `hull run ARGS` alone: clap builds only the run subcommand's flags, not every subcommand's
@@ -111,6 +132,8 @@ fn main() {
             | Command::Ps(_)
             | Command::Logs(_)
             | Command::Template(_)
+            | Command::Completions { .. }
+            | Command::Man
     ) {
         hull_cli::end_quietly_on_closed_stdout();
     }
@@ -135,6 +158,21 @@ fn main() {
         Command::Keeper(args) => named::keeper_main(&args),
         Command::Files(args) => named::files_ns::main(&args),
         Command::Net => hull_cli::net::gateway::main(),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "hull", &mut std::io::stdout());
+            0
+        }
+        Command::Man => {
+            let cmd = <Cli as clap::CommandFactory>::command();
+            match clap_mangen::Man::new(cmd).render(&mut std::io::stdout()) {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("hull: error: write the man page: {e}");
+                    125
+                }
+            }
+        }
     };
     std::process::exit(code);
 }

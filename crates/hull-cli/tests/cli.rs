@@ -280,3 +280,45 @@ fn a_command_without_a_double_dash_runs_with_its_own_flags() {
         "{out:?}"
     );
 }
+
+/// Shell completions and a man page come from the same command as `--help`, which lists the
+/// environment variables hull reads.
+#[test]
+fn completions_man_page_and_the_environment_in_help() {
+    let out = |args: &[&str]| {
+        let o = Command::new(common::bin())
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("spawn hull");
+        assert!(o.status.success(), "{args:?}: {o:?}");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    for (shell, mark) in [
+        ("bash", "_hull()"),
+        ("zsh", "#compdef hull"),
+        ("fish", "complete -c hull"),
+    ] {
+        let script = out(&["completions", shell]);
+        assert!(
+            script.contains(mark) && script.contains("pull"),
+            "{shell}: {}",
+            &script[..script.len().min(300)]
+        );
+    }
+    let man = out(&["man"]);
+    assert!(
+        man.contains(".TH hull 1") && man.contains("HULL_HOME"),
+        "{}",
+        &man[..man.len().min(300)]
+    );
+    let help = out(&["--help"]);
+    for var in [
+        "HULL_HOME",
+        "HULL_SANDBOXES",
+        "HULL_CGROUP_PARENT",
+        "HULL_TRACE_STEPS",
+    ] {
+        assert!(help.contains(var), "--help does not name {var}");
+    }
+}
