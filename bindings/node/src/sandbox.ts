@@ -37,7 +37,8 @@ export interface SandboxOptions {
   /** Secrets the gateway brokers (a gateway mode only). */
   secrets?: SecretSpec[];
   /** "SRC:DST[:ro]" host binds. Sensitive sources are refused (MountRefused). */
-  mounts?: string[];
+  /** `["SRC:DST[:ro]", ...]`, or kern's shape `{src: dst}` / `{src: [dst, "ro"]}`. */
+  mounts?: string[] | Record<string, string | [string, "ro" | "rw"]>;
   /** {path: size} tmpfs mounts; size as "8m" or a number of MiB. */
   tmpfs?: Record<string, string | number>;
   env?: Record<string, string>;
@@ -121,6 +122,21 @@ function streams(o: Streams): Streams {
   return { onStdout: o.onStdout, onStderr: o.onStderr };
 }
 
+/** `mounts` as `SRC:DST[:ro]` strings: an array of them, or kern's shape, an object
+ * `{src: dst}` or `{src: [dst, "ro" | "rw"]}`. */
+function mountsParam(n: string, v: unknown): string[] {
+  if (Array.isArray(v)) {
+    if (!v.every((x) => typeof x === "string")) throw typeErr(n, "an array of 'SRC:DST[:ro]' strings or an object {src: dst}", v);
+    return [...v];
+  }
+  if (v === null || typeof v !== "object") throw typeErr(n, "an array of 'SRC:DST[:ro]' strings or an object {src: dst}", v);
+  return Object.entries(v as Record<string, unknown>).map(([src, dst]) => {
+    if (typeof dst === "string") return `${src}:${dst}`;
+    if (Array.isArray(dst) && dst.length === 2 && typeof dst[0] === "string" && (dst[1] === "ro" || dst[1] === "rw")) return `${src}:${dst[0]}:${dst[1]}`;
+    throw typeErr(`${n}[${JSON.stringify(src)}]`, "a target path or [target, \"ro\" | \"rw\"]", dst);
+  });
+}
+
 /** A workspace path as an error message shows it. */
 function shownPath(path: string | Uint8Array): string {
   return typeof path === "string" ? path : Buffer.from(path).toString("utf8");
@@ -187,7 +203,7 @@ const OPTIONS: Record<string, [Check, string]> = {
   timeoutS: [positive, "timeout_s"],
   network: [(n, v) => void networkParam(n, v), "network"],
   secrets: [(n, v) => void secretsParam(n, v), "secrets"],
-  mounts: [strList, "mounts"],
+  mounts: [(n, v) => void mountsParam(n, v), "mounts"],
   tmpfs: [
     (n, v) => {
       if (v === null || typeof v !== "object" || Array.isArray(v) || !Object.values(v).every((x) => typeof x === "string" || isInt(x))) {
@@ -234,6 +250,7 @@ function createParams(opts: SandboxOptions): Record<string, unknown> {
     if (name === "workspace") params[spec[1]] = resolvePath(value as string);
     else if (name === "network") params[spec[1]] = networkParam(name, value);
     else if (name === "secrets") params[spec[1]] = secretsParam(name, value);
+    else if (name === "mounts") params[spec[1]] = mountsParam(name, value);
     else params[spec[1]] = value;
   }
   return params;

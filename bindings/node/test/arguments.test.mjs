@@ -136,3 +136,21 @@ test("per-call options apply to that call only, and an unknown option is refused
     await sb.destroy();
   }
 });
+
+test("mounts take kern's object shape too", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "hull-mounts-"));
+  try {
+    writeFileSync(join(dir, "in.txt"), "mounted");
+    const sb = new Sandbox({ mounts: { [dir]: ["/data", "ro"] } });
+    try {
+      const r = await sb.run(["sh", "-c", "cat /data/in.txt; touch /data/x"]);
+      assert.equal(r.stdout, "mounted");
+      assert.match(r.stderr, /Read-only/);
+    } finally {
+      await sb.destroy();
+    }
+    assert.throws(() => new Sandbox({ mounts: { [dir]: ["/data", "rx"] } }), TypeError);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

@@ -250,3 +250,17 @@ def test_cap_drop_is_the_container_default_set_less_those_named():
     # With the gateway network the default set goes without NET_RAW (never kept on that link).
     with Sandbox(network="deny-all", cap_drop=()) as sb:
         assert sb.run_code(code).stdout.strip() == "True True bound"
+
+
+def test_mounts_take_kerns_dict_shape_too(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "in.txt").write_text("mounted")
+    out = tmp_path / "out"
+    out.mkdir()
+    with Sandbox(mounts={str(data): ("/data", "ro"), str(out): "/out"}) as sb:
+        r = sb.run(["sh", "-c", "cat /data/in.txt; echo written > /out/f; touch /data/x"])
+        assert r.stdout == "mounted" and "Read-only" in r.stderr, r
+    assert (out / "f").read_text() == "written\n" and not (data / "x").exists()
+    with pytest.raises(InvalidArgument, match="mounts"):
+        Sandbox(mounts={str(data): ("/data", "rx")})

@@ -294,6 +294,23 @@ def _call_options(timeout_s, env, cwd):
     return out
 
 
+def _mounts(mounts):
+    """kern's shape too: `{src: dst}` and `{src: (dst, "ro"|"rw")}` as 'SRC:DST[:ro]' strings."""
+    if not isinstance(mounts, dict):
+        return mounts
+    out = []
+    for src, dst in mounts.items():
+        mode = None
+        if isinstance(dst, (tuple, list)):
+            if len(dst) != 2 or dst[1] not in ("ro", "rw"):
+                raise InvalidArgument("mounts: %r: give (dst, 'ro') or (dst, 'rw'), got %r" % (src, dst), "mounts")
+            dst, mode = dst
+        if not isinstance(src, (str, os.PathLike)) or not isinstance(dst, (str, os.PathLike)):
+            raise InvalidArgumentType("mounts: %r: source and target must be paths, got %r" % (src, dst))
+        out.append("%s:%s%s" % (os.fspath(src), os.fspath(dst), ":" + mode if mode else ""))
+    return out
+
+
 def _shown(path):
     """A workspace path as an error message shows it."""
     return path.decode("utf-8", "backslashreplace") if isinstance(path, bytes) else str(path)
@@ -401,7 +418,8 @@ class Sandbox:
         _check("cpus", cpus, (int, float), "a number or None")
         _check("pids", pids, int, "an int or None")
         _check("timeout_s", timeout_s, (int, float), "a number of seconds")
-        _check("mounts", mounts, (list, tuple), "a list of 'SRC:DST[:ro]' strings")
+        _check("mounts", mounts, (list, tuple, dict), "a list of 'SRC:DST[:ro]' strings or a {src: dst} / {src: (dst, 'ro')} dict")
+        mounts = _mounts(mounts)
         _check("tmpfs", tmpfs, (dict, list, tuple), "a {path: size} dict")
         _check("env", env, dict, "a dict of strings")
         _check("max_output_bytes", max_output_bytes, int, "an int or None")
