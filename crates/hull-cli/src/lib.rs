@@ -30,6 +30,7 @@ mod serve_out;
 mod serve_request;
 pub mod serve_sandbox;
 mod sys;
+mod tty_relay;
 
 /// Prints an error with its cause chain, once, at the edge.
 pub fn print_error(err: &(dyn std::error::Error + 'static)) {

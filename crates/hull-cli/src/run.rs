@@ -115,7 +115,8 @@ pub struct RunArgs {
     /// skipped), before the `-e`s. Repeatable.
     #[arg(long, value_name = "FILE")]
     pub env_file: Vec<std::path::PathBuf>,
-    /// Give the box this process's standard input (default: /dev/null).
+    /// Give the box this process's standard input (default: /dev/null). A terminal is relayed
+    /// through a pipe: the box reads what is typed but can never change or resize the terminal.
     #[arg(long, short = 'i')]
     pub interactive: bool,
     /// The command and its arguments: after `--`, or from the first argument that is not one
@@ -482,6 +483,14 @@ fn run(args: RunArgs, ahead: Option<hull_box::WorkspaceAhead>) -> i32 {
     };
     for w in &built.warnings {
         eprintln!("hull: warning: {w}");
+    }
+    if args.interactive {
+        if let Err(e) = crate::tty_relay::start_if_terminal() {
+            return report_invalid(
+                &args,
+                &format!("-i: cannot relay this terminal to the box: {e}"),
+            );
+        }
     }
     let mut spec = built.spec;
     if let Some(h) = &args.hostname {

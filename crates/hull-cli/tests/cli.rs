@@ -322,3 +322,28 @@ fn completions_man_page_and_the_environment_in_help() {
         assert!(help.contains(var), "--help does not name {var}");
     }
 }
+
+/// `hull run -i` on a terminal gives the box a pipe fed from the terminal, never the terminal:
+/// code in the box cannot change the caller's terminal (`stty -echo -icanon` left the user's
+/// shell without echo before), and what the user types still reaches it. Driven through a real
+/// pseudo-terminal (Python's `pty`, the simplest way to get one here).
+#[test]
+fn interactive_input_on_a_terminal_is_relayed_and_the_terminal_left_alone() {
+    let script = r#"
+import os, pty, subprocess, sys, termios
+m, s = pty.openpty()
+p = subprocess.Popen([sys.argv[1], "run", "-i", "--", "sh", "-c", "stty -echo -icanon 2>/dev/null; echo stty:$?; read line; echo got:$line"], stdin=s, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+os.write(m, b"hello\n")
+out, err = p.communicate(timeout=60)
+lflag = termios.tcgetattr(s)[3]
+print(out.decode().replace("\n", " ").strip(), bool(lflag & termios.ECHO), bool(lflag & termios.ICANON), p.returncode)
+"#;
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .arg(common::bin())
+        .stdin(Stdio::null())
+        .output()
+        .expect("python3 drives the pty");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.trim(), "stty:1 got:hello True True 0", "{out:?}");
+}
