@@ -407,3 +407,26 @@ def test_an_engine_refusal_is_named_by_its_variable_not_a_flag():
     assert p.returncode == 2, (p.returncode, p.stderr)
     assert "HULL_MCP_WORKSPACE: source /etc refused" in p.stderr, p.stderr
     assert "--workspace" not in p.stderr and "workspace:" not in p.stderr, p.stderr
+
+
+def test_a_call_waiting_on_a_long_setup_is_told_with_progress():
+    # A tool call with a progressToken made while HULL_MCP_SETUP still runs gets
+    # notifications/progress until the sandbox is ready, then its answer.
+    raw = Raw(HULL_MCP_SETUP="sleep 5")
+    try:
+        assert raw.ask(1, "initialize", init_params("2025-06-18"))["result"]["protocolVersion"] == "2025-06-18"
+        raw.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "run_code", "arguments": {"code": "print('after setup')"}, "_meta": {"progressToken": "t1"}}})
+        progress = []
+        while True:
+            msg = raw.recv()
+            if msg.get("method") == "notifications/progress":
+                progress.append(msg["params"])
+                continue
+            break
+        assert msg["id"] == 2 and "after setup" in msg["result"]["content"][0]["text"], msg
+        assert progress and all(p["progressToken"] == "t1" for p in progress), progress
+        assert "HULL_MCP_SETUP" in progress[0]["message"]
+        assert [p["progress"] for p in progress] == list(range(1, len(progress) + 1))
+    finally:
+        rest, code = raw.close()
+    assert rest == "" and code == 0

@@ -65,6 +65,15 @@ impl Server {
 
     /// Waits for the Sandbox (its setup may still be running).
     fn workspace(&self) -> Arc<Workspace> {
+        self.workspace_telling(None)
+    }
+
+    /// [`Server::workspace`] for a request that gave a `progressToken`: while the sandbox is
+    /// still starting (a `HULL_MCP_SETUP` can take minutes), a `notifications/progress` every
+    /// [`PROGRESS_EVERY`] says so, so the client knows the call is not stuck.
+    fn workspace_telling(&self, token: Option<&Value>) -> Arc<Workspace> {
+        let started = std::time::Instant::now();
+        let mut told = 0u64;
         let mut g = self
             .ready
             .lock()
@@ -73,13 +82,29 @@ impl Server {
             if let Some(w) = g.as_ref() {
                 return Arc::clone(w);
             }
-            g = self
+            let (next, _) = self
                 .ready_cv
-                .wait(g)
+                .wait_timeout(g, PROGRESS_EVERY)
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
+            g = next;
+            if let (Some(token), None) = (token, g.as_ref()) {
+                told += 1;
+                self.send(&json!({
+                    "jsonrpc": "2.0",
+                    "method": "notifications/progress",
+                    "params": {
+                        "progressToken": token,
+                        "progress": told,
+                        "message": format!("setting up the sandbox (HULL_MCP_SETUP): {} s so far", started.elapsed().as_secs()),
+                    },
+                }));
+            }
         }
     }
 }
+
+/// How often a tool call waiting on the sandbox's start says so (with a `progressToken`).
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
 fn log(msg: &str) {
     eprintln!("hull mcp: {msg}");
@@ -318,7 +343,8 @@ fn handle(server: &Server, id: &Value, method: &str, params: &Value) -> Value {
                 Some(Value::Object(m)) => m.clone(),
                 Some(_) => return jsonrpc::error(id, jsonrpc::INVALID_PARAMS, "tools/call: `arguments` must be an object"),
             };
-            match server.workspace().call(name, &args) {
+            let token = p.get("_meta").and_then(|m| m.get("progressToken"));
+            match server.workspace_telling(token).call(name, &args) {
                 Ok(r) => jsonrpc::result(id, r),
                 Err(msg) => jsonrpc::error(id, jsonrpc::INVALID_PARAMS, &msg),
             }
