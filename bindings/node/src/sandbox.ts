@@ -344,7 +344,18 @@ export class Sandbox {
           "protocol",
         );
       }
-      const created = await server.call("sandbox.create", this.params);
+      // The setup's output reaches onStdout/onStderr while it runs.
+      const streamSetup = this.params.setup !== undefined && (this.onStdout !== undefined || this.onStderr !== undefined);
+      const created = await server.call(
+        "sandbox.create",
+        streamSetup ? { ...this.params, stream: true } : this.params,
+        streamSetup
+          ? (event, data) => {
+              if (event === "stdout") this.onStdout?.(data);
+              else if (event === "stderr") this.onStderr?.(data);
+            }
+          : undefined,
+      );
       this.id = created.sandbox;
       this.workspace = created.workspace;
       this.setupResult = created.setup ?? null;

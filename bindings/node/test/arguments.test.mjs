@@ -154,3 +154,17 @@ test("mounts take kern's object shape too", async () => {
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test("setup output streams to onStdout while the setup runs", async () => {
+  const got = [];
+  const t0 = Date.now();
+  const sb = new Sandbox({ setup: "echo one; sleep 1; echo two", onStdout: (d) => got.push([Date.now() - t0, d]) });
+  try {
+    await sb.start();
+    const made = Date.now() - t0;
+    assert.deepEqual(got.map(([, d]) => d), ["one\n", "two\n"]);
+    assert.ok(got[0][0] < made - 500, JSON.stringify({ got, made }));
+  } finally {
+    await sb.destroy();
+  }
+});

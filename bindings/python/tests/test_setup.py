@@ -51,3 +51,18 @@ def test_deps_writable_when_asked():
 def test_failed_setup_raises():
     with pytest.raises(SandboxError, match="setup"):
         Sandbox(setup="echo doomed >&2; exit 3")
+
+
+def test_setup_output_streams_to_the_callbacks_while_it_runs():
+    import time
+
+    from hull_sandbox import Sandbox
+
+    got = []
+    t0 = time.monotonic()
+    with Sandbox(setup="echo one; sleep 1; echo two >&2", on_stdout=lambda d: got.append((time.monotonic() - t0, "out", d)), on_stderr=lambda d: got.append((time.monotonic() - t0, "err", d))) as sb:
+        made = time.monotonic() - t0
+        assert [(k, d) for _, k, d in got] == [("out", "one\n"), ("err", "two\n")], got
+        # "one" came a second before the sandbox was made, not with the setup's result.
+        assert got[0][0] < made - 0.5, (got, made)
+        assert sb.setup_result["stdout"] == "one\n"

@@ -223,6 +223,11 @@ impl Sessions {
         let b64 = base64::engine::general_purpose::STANDARD;
         match method {
             "sandbox.create" => {
+                // `stream` is the call's (the setup's output as events), not the sandbox's.
+                let mut params = params.clone();
+                if let Value::Object(m) = &mut params {
+                    m.remove("stream");
+                }
                 let cfg = SandboxRequest::from_json(&params)?;
                 let n = self.next.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
                 let sid = format!("sb{n}");
@@ -246,7 +251,9 @@ impl Sessions {
                     }
                     _ => Arc::<Runtime>::clone(rt),
                 };
-                let sb = Sandbox::create(backend, sid.clone(), cfg)?;
+                // With `stream`, the setup's output comes as events while it runs.
+                let mut sink = sink_for(p, out, id);
+                let sb = Sandbox::create_streaming(backend, sid.clone(), cfg, &mut *sink)?;
                 let setup = sb.setup.as_ref().map(|r| json!({ "stdout": r.stdout, "stderr": r.stderr, "exit_code": r.exit_code, "duration_ms": r.duration_ms }));
                 let ws = sb.workspace_path().display().to_string();
                 if let Ok(mut m) = self.map.lock() {

@@ -273,6 +273,17 @@ impl Sandbox {
         id: String,
         cfg: SandboxRequest,
     ) -> Result<Arc<Sandbox>, SandboxError> {
+        Self::create_streaming(backend, id, cfg, &mut NoSink)
+    }
+
+    /// [`create`](Self::create), the setup's output going to `setup_output` as it comes (a
+    /// setup can run for minutes: `pip install` progress reaches the caller live).
+    pub fn create_streaming(
+        backend: Arc<dyn Backend>,
+        id: String,
+        cfg: SandboxRequest,
+        setup_output: &mut dyn OutputSink,
+    ) -> Result<Arc<Sandbox>, SandboxError> {
         let session = tempfile::Builder::new()
             .prefix(&leftover_prefix("sb"))
             .permissions(private_dir_mode())
@@ -283,7 +294,7 @@ impl Sandbox {
                 error: e,
             })?
             .keep();
-        let made = Self::create_in(backend, id, cfg, &session);
+        let made = Self::create_in(backend, id, cfg, &session, setup_output);
         if made.is_err() {
             remove_tree(&session);
         }
@@ -295,6 +306,7 @@ impl Sandbox {
         id: String,
         cfg: SandboxRequest,
         session: &Path,
+        setup_output: &mut dyn OutputSink,
     ) -> Result<Arc<Sandbox>, SandboxError> {
         let ws_path = match &cfg.workspace {
             Some(w) => {
@@ -351,7 +363,7 @@ impl Sandbox {
             setup: None,
         };
         if let Some(cmd) = sb.cfg.setup.clone() {
-            sb.setup = Some(sb.run_setup(&cmd, &deps)?);
+            sb.setup = Some(sb.run_setup(&cmd, &deps, setup_output)?);
         } else {
             // A box that cannot start should fail here, at construction, not at the first call.
             let mut probe = sb.base.clone();
@@ -371,7 +383,12 @@ impl Sandbox {
     /// The setup box: the session's only network window. It runs `sh -c SETUP` with the host
     /// network and `/deps` writable; pip installs there (`PIP_TARGET`), byte-code is compiled,
     /// and the box dies when the command ends.
-    fn run_setup(&self, cmd: &str, deps: &Path) -> Result<RunResult, SandboxError> {
+    fn run_setup(
+        &self,
+        cmd: &str,
+        deps: &Path,
+        output: &mut dyn OutputSink,
+    ) -> Result<RunResult, SandboxError> {
         let mut spec = self.base.clone();
         spec.network = Network::Host;
         spec.timeout = self.cfg.setup_timeout;
@@ -396,7 +413,7 @@ impl Sandbox {
         ];
         let (r, destroy) = self
             .backend
-            .run(&spec, &mut NoSink)
+            .run(&spec, output)
             .map_err(SandboxError::from_box)?;
         destroy();
         remove_tree(&deps.join(".tmp"));

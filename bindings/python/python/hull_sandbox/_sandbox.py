@@ -455,7 +455,8 @@ class Sandbox:
             hello = self._server.call("hello", {})
             if hello.get("protocol") != PROTOCOL or "sandbox.create" not in hello.get("methods", []):
                 raise SandboxError("%s speaks protocol %r without sandbox sessions; this package needs protocol %d (reinstall hull-sandbox or point HULL_BIN at a matching hull)" % (binary, hello.get("protocol"), PROTOCOL), "protocol")
-            created = self._server.call("sandbox.create", params)
+            # The setup's output reaches on_stdout/on_stderr while it runs.
+            created = self._server.call("sandbox.create", params, self._streaming(params) if setup else None)
         except BaseException:
             self._close_server()
             raise
