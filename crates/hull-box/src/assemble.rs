@@ -288,7 +288,14 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
 
     // Mount points for user tmpfs and binds: inside a writable mount they are made after that
     // mount exists; elsewhere they are made now, in the root tmpfs, before it is sealed.
-    let mut writable_roots: Vec<String> = vec!["/tmp".into(), "/dev/shm".into()];
+    // /tmp and /dev/shm are the box's scratch tmpfs unless a bind takes their place (then no
+    // mount point is made inside them: that would be in the host directory).
+    let bound = |t: &str| spec.mounts.iter().any(|m| m.target == t);
+    let mut writable_roots: Vec<String> = ["/tmp", "/dev/shm"]
+        .into_iter()
+        .filter(|t| !bound(t))
+        .map(String::from)
+        .collect();
     writable_roots.extend(spec.tmpfs.iter().map(|t| t.target.clone()));
     let mut user_targets: Vec<(&str, bool)> = spec
         .tmpfs
@@ -339,8 +346,12 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
     if overlay.is_some() {
         w.root_writable();
     }
-    w.tmpfs("/tmp", spec.tmp_size, 0o1777);
-    w.tmpfs("/dev/shm", spec.shm_size, 0o1777);
+    if !bound("/tmp") {
+        w.tmpfs("/tmp", spec.tmp_size, 0o1777);
+    }
+    if !bound("/dev/shm") {
+        w.tmpfs("/dev/shm", spec.shm_size, 0o1777);
+    }
     w.devpts("/dev/pts");
     if let Some(ws) = &ws {
         w.bind(

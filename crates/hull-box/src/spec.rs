@@ -278,13 +278,6 @@ impl BoxSpec {
         }
         for m in &self.mounts {
             check_target(SpecField::Mounts, &m.target)?;
-            if m.target == "/tmp" {
-                return Err(SpecError::TargetRefused {
-                    field: SpecField::Mounts,
-                    target: m.target.clone(),
-                    why: "/tmp is the box's private tmpfs; mount under it (e.g. /tmp/data) or at another path".into(),
-                });
-            }
             check_source(SpecField::Mounts, &m.source, m.read_only, homes())?;
             if targets.contains(&m.target.as_str()) {
                 return Err(SpecError::DuplicateTarget(m.target.clone()));
@@ -339,7 +332,8 @@ fn check_target(field: SpecField, target: &str) -> Result<(), SpecError> {
         return Err(refuse("it would replace the box's whole root".into()));
     }
     if let Some(t) = REFUSED_TARGET_TREES.iter().find(|t| is_within(target, t)) {
-        if !(target.starts_with("/dev/shm/")) {
+        // /dev/shm is a scratch tmpfs like /tmp: what is bound there takes its place.
+        if !is_within(target, "/dev/shm") {
             return Err(refuse(format!(
                 "{t} is set up by hull itself and may not be covered"
             )));

@@ -347,3 +347,45 @@ print(out.decode().replace("\n", " ").strip(), bool(lflag & termios.ECHO), bool(
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(text.trim(), "stty:1 got:hello True True 0", "{out:?}");
 }
+
+/// A bind at /tmp or /dev/shm takes the place of the box's scratch tmpfs there (kern's images
+/// read and write those), and nothing is mounted inside it (that would make mount points in a
+/// host directory).
+#[test]
+fn a_bind_at_tmp_or_dev_shm_takes_the_scratch_tmpfs_place() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shm = tempfile::tempdir().unwrap();
+    for d in [tmp.path(), shm.path()] {
+        std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    }
+    let out = Command::new(common::bin())
+        .args(["run", "-v"])
+        .arg(format!("{}:/tmp", tmp.path().display()))
+        .arg("-v")
+        .arg(format!("{}:/dev/shm", shm.path().display()))
+        .args(["--", "sh", "-c", "echo a > /tmp/a && echo b > /dev/shm/b"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn hull");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        std::fs::read_to_string(tmp.path().join("a")).unwrap(),
+        "a\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(shm.path().join("b")).unwrap(),
+        "b\n"
+    );
+    let out = Command::new(common::bin())
+        .args(["run", "-v"])
+        .arg(format!("{}:/tmp", tmp.path().display()))
+        .args(["--tmpfs", "/tmp/c=8m", "--", "true"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn hull");
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("inside the bind mount at /tmp"),
+        "{out:?}"
+    );
+}
