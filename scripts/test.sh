@@ -45,16 +45,21 @@ echo "== AI SDK adapter (adapters/ai-sdk): its node image, npm ci, build (tsc), 
 HULL_BIN="$PWD/target/debug/hull" bash adapters/ai-sdk/scripts/node-image.sh
 (cd adapters/ai-sdk && npm ci --no-audit --no-fund --loglevel=error && npm run build && HULL_BIN="$PWD/../../target/debug/hull" NODE_OPTIONS="$(junit node-ai-sdk)" npm test)
 
+# `NAME PATH` of each test binary in cargo's JSON messages on stdin.
+test_executables() {
+    python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["target"]["name"], m["executable"])'
+}
+
 echo "== the static binary (scripts/build-static.sh): the boundary, leak, serve and pull tests against it"
 # One static executable (no loader, no shared library, no NSS module) must behave as the
 # dynamic build does; its pull pass names the registries (localhost:5055), so hull resolves them.
 static_bin="$PWD/$(bash scripts/build-static.sh)"
 cargo test -p hull-cli --test boundary --test leaks --test serve --test pull --no-run --message-format=json 2>/dev/null \
-    | python3 -c 'import json,sys
-for l in sys.stdin:
-    m = json.loads(l)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
-        print(m["target"]["name"], m["executable"])' \
+    | test_executables \
     | while read -r name exe; do
         echo "-- $name against $static_bin"
         HULL_BIN="$static_bin" HULL_TEST_REGISTRY=localhost:5055 HULL_TEST_AUTH_REGISTRY=localhost:5056 "$exe" || exit 1
@@ -67,11 +72,7 @@ stage=$(mktemp -d /tmp/hull-rootless-XXXXXX)
 trap 'rm -rf "$stage" "$skips"; bash scripts/registry.sh stop' EXIT
 cp target/debug/hull "$stage/hull"
 cargo test --workspace --no-run --message-format=json 2>/dev/null \
-    | python3 -c 'import json,sys
-for l in sys.stdin:
-    m = json.loads(l)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
-        print(m["target"]["name"], m["executable"])' \
+    | test_executables \
     | while read -r name exe; do
         case "$name" in boundary|kernel|notify|policy_matches_file|templates|gateway|gateway_process|brokering|serve_sandbox|serve|leaks|named|serve_named) cp "$exe" "$stage/$name" ;; esac
     done

@@ -271,25 +271,39 @@ fn a_multi_platform_index_picks_this_host() {
     );
 }
 
+/// A `docker save` archive in `dir` (manifest.json, a config, one uncompressed layer holding
+/// `/marker`), tagged `tag`; its path.
+fn docker_archive(dir: &Path, busybox: &[u8], marker: &str, tag: &str) -> std::path::PathBuf {
+    let gz = layer(busybox, marker);
+    let mut raw = Vec::new();
+    std::io::copy(&mut flate2::read::GzDecoder::new(gz.as_slice()), &mut raw).unwrap();
+    std::fs::create_dir(dir.join("abc")).unwrap();
+    std::fs::write(dir.join("abc/layer.tar"), &raw).unwrap();
+    std::fs::write(dir.join("cfg.json"), config()).unwrap();
+    std::fs::write(
+        dir.join("manifest.json"),
+        serde_json::to_vec(
+            &json!([{"Config": "cfg.json", "RepoTags": [tag], "Layers": ["abc/layer.tar"]}]),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let archive = dir.join("image.tar");
+    let mut t = tar::Builder::new(std::fs::File::create(&archive).unwrap());
+    for f in ["manifest.json", "cfg.json", "abc/layer.tar"] {
+        t.append_path_with_name(dir.join(f), f).unwrap();
+    }
+    t.into_inner().unwrap().flush().unwrap();
+    archive
+}
+
 #[test]
 fn import_a_docker_archive_and_an_oci_archive() {
     let Some(bb) = busybox() else { return };
     let home = tempfile::tempdir().unwrap();
     // docker save layout: manifest.json, <config>.json, <id>/layer.tar (uncompressed).
     let work = tempfile::tempdir().unwrap();
-    let gz = layer(&bb, "from-docker");
-    let mut raw = Vec::new();
-    std::io::copy(&mut flate2::read::GzDecoder::new(gz.as_slice()), &mut raw).unwrap();
-    std::fs::create_dir(work.path().join("abc")).unwrap();
-    std::fs::write(work.path().join("abc/layer.tar"), &raw).unwrap();
-    std::fs::write(work.path().join("cfg.json"), config()).unwrap();
-    std::fs::write(work.path().join("manifest.json"), serde_json::to_vec(&json!([{"Config": "cfg.json", "RepoTags": ["dock/bb:latest"], "Layers": ["abc/layer.tar"]}])).unwrap()).unwrap();
-    let archive = work.path().join("image.tar");
-    let mut t = tar::Builder::new(std::fs::File::create(&archive).unwrap());
-    for f in ["manifest.json", "cfg.json", "abc/layer.tar"] {
-        t.append_path_with_name(work.path().join(f), f).unwrap();
-    }
-    t.into_inner().unwrap().flush().unwrap();
+    let archive = docker_archive(work.path(), &bb, "from-docker", "dock/bb:latest");
     let out = ok(&hull_in(
         home.path(),
         &["import", archive.to_str().unwrap()],
@@ -414,19 +428,12 @@ fn imports_take_the_archives_own_names_and_hub_names_resolve_short() {
     assert_eq!(run("ocibb:7"), "named-by-ref");
 
     // The same image under a Hub name in full, as docker archives write their tags.
-    let gz = layer(&bb, "from-the-hub");
-    let mut raw = Vec::new();
-    std::io::copy(&mut flate2::read::GzDecoder::new(gz.as_slice()), &mut raw).unwrap();
-    std::fs::create_dir(work.path().join("abc")).unwrap();
-    std::fs::write(work.path().join("abc/layer.tar"), &raw).unwrap();
-    std::fs::write(work.path().join("cfg.json"), config()).unwrap();
-    std::fs::write(work.path().join("manifest.json"), serde_json::to_vec(&json!([{"Config": "cfg.json", "RepoTags": ["docker.io/library/hubbb:3"], "Layers": ["abc/layer.tar"]}])).unwrap()).unwrap();
-    let archive = work.path().join("image.tar");
-    let mut t = tar::Builder::new(std::fs::File::create(&archive).unwrap());
-    for f in ["manifest.json", "cfg.json", "abc/layer.tar"] {
-        t.append_path_with_name(work.path().join(f), f).unwrap();
-    }
-    t.into_inner().unwrap().flush().unwrap();
+    let archive = docker_archive(
+        work.path(),
+        &bb,
+        "from-the-hub",
+        "docker.io/library/hubbb:3",
+    );
     ok(&hull_in(
         home.path(),
         &["import", archive.to_str().unwrap()],
