@@ -15,7 +15,7 @@ import type {
   Experimental_SandboxSpawnOptionsWithoutStdin,
   Experimental_SandboxWriteFileOptions,
 } from "@ai-sdk/provider-utils";
-import { SandboxError, type NamedSandbox, type NetworkPolicy } from "hull-sandbox";
+import { InvalidArgument, SandboxError, type NamedSandbox, type NetworkPolicy } from "hull-sandbox";
 
 import { raceAbort, sandboxNotFound, throwIfAborted } from "./errors.js";
 import { spawnInSandbox, type SpawnedProcess } from "./process.js";
@@ -162,14 +162,22 @@ export class HullNetworkSandboxSession implements HarnessV1NetworkSandboxSession
 
   // ---- files ----
 
+  /** One read of at most MAX_READ bytes; a larger file is a SandboxError `too_large` (hull
+   * refuses it rather than cut it short). */
+  private async readCapped(path: string): Promise<Buffer | null> {
+    try {
+      return await this.sb.readFile(path, { maxBytes: MAX_READ });
+    } catch (e) {
+      if (e instanceof InvalidArgument) throw new SandboxError(`${path} is larger than the ${MAX_READ} bytes one read of this adapter takes`, "too_large");
+      throw e;
+    }
+  }
+
   async readBinaryFile(o: PathOptions): Promise<Uint8Array | null> {
     const path = this.path(o.path);
     return this.op(o.abortSignal, async () => {
-      const data = await this.sb.readFile(path, { maxBytes: MAX_READ });
+      const data = await this.readCapped(path);
       if (data === null) return null;
-      if (data.length >= MAX_READ && ((await this.sb.stat(path))?.size ?? 0) > data.length) {
-        throw new SandboxError(`${path} is larger than the ${MAX_READ} bytes one read of this adapter takes`, "too_large");
-      }
       return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
     });
   }
@@ -195,7 +203,7 @@ export class HullNetworkSandboxSession implements HarnessV1NetworkSandboxSession
       // The keeper cuts the range: only those lines cross the socket.
       const ranged = startLine !== undefined || endLine !== undefined;
       if (!ranged || encoding === "utf16le") {
-        const r = await this.sb.readFile(path, { maxBytes: MAX_READ });
+        const r = await this.readCapped(path);
         if (r === null) return null;
         const text = r.toString(encoding);
         if (!ranged) return text;

@@ -304,12 +304,9 @@ export class NamedSandbox {
   async readFile(path: string, options: { maxBytes?: number } = {}): Promise<Buffer | null> {
     const { maxBytes } = options;
     if (maxBytes !== undefined && (!Number.isInteger(maxBytes) || maxBytes < 0)) throw new TypeError(`maxBytes must be a non-negative integer, got ${maxBytes}`);
-    // One byte more than allowed tells a larger file apart: it is refused, never cut short.
-    const r = await this.call("named.read_file", { path: textPath(path), ...(maxBytes !== undefined ? { max_bytes: maxBytes + 1 } : {}) });
-    if (r === null) return null;
-    const data = Buffer.from(r.data_b64, "base64");
-    if (maxBytes !== undefined && data.length > maxBytes) throw new InvalidArgument(`${path} is larger than maxBytes=${maxBytes}; raise maxBytes, or read a range of lines with readText`, "maxBytes");
-    return data;
+    // A larger file is refused by the server (InvalidArgument naming the limit), never cut short.
+    const r = await this.call("named.read_file", { path: textPath(path), ...(maxBytes !== undefined ? { max_bytes: maxBytes } : {}) });
+    return r === null ? null : Buffer.from(r.data_b64, "base64");
   }
 
   /** A file as text (null when it is missing). `lines: [first, last]` keeps lines first to last,

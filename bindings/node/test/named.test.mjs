@@ -126,7 +126,7 @@ test("files of a named sandbox are read, written, listed and deleted in its root
       assert.equal((await sb.readFile("/workspace/a/b.txt")).toString(), "hi\n");
       assert.equal(await sb.readFile("a/missing"), null);
       assert.equal((await sb.readFile("a/b.txt", { maxBytes: 3 })).toString(), "hi\n");
-      await assert.rejects(sb.readFile("a/b.txt", { maxBytes: 2 }), (e) => e instanceof InvalidArgument && /larger than maxBytes=2/.test(e.message));
+      await assert.rejects(sb.readFile("a/b.txt", { maxBytes: 2 }), (e) => e instanceof InvalidArgument && /larger than max_bytes=2/.test(e.message));
       await assert.rejects(sb.readFile("a"), (e) => e instanceof SandboxError && e.kind === "is_a_directory");
       assert.equal((await sb.stat("a/b.txt")).size, 3);
       assert.deepEqual((await sb.listFiles("a")).map((e) => e.name), ["b.txt"]);

@@ -91,13 +91,24 @@ pub(crate) fn handle(method: &str, p: &Map<String, Value>) -> Result<Value, Valu
     let path = path(p)?;
     match method {
         "named.read_file" => {
+            // One byte past the limit is read, so a larger file is refused, never cut short.
+            let limit = count(p, "max_bytes")?.unwrap_or(MAX_READ).min(MAX_READ);
+            let shown = path.clone();
             let op = FileOp::Read {
                 path,
-                max_bytes: Some(count(p, "max_bytes")?.unwrap_or(MAX_READ).min(MAX_READ)),
+                max_bytes: Some(limit + 1),
                 start_line: count(p, "start_line")?,
                 end_line: count(p, "end_line")?,
             };
             let (data, v) = call(p, &op, None)?;
+            if !v.is_null() && data.len() as u64 > limit {
+                let why = if limit == MAX_READ {
+                    format!("{shown} is larger than {MAX_READ} bytes, the most one read returns; read a range of lines")
+                } else {
+                    format!("{shown} is larger than max_bytes={limit}; raise max_bytes, or read a range of lines")
+                };
+                return Err(invalid("max_bytes", &why));
+            }
             Ok(if v.is_null() {
                 Value::Null
             } else {

@@ -692,16 +692,10 @@ class Sandbox:
         if max_bytes is not None and max_bytes < 0:
             raise InvalidArgument("max_bytes must be 0 or more, got %r" % (max_bytes,), "max_bytes")
         if self.name is not None:
-            # A named sandbox: None for a missing file; a directory raises (kind is_a_directory).
-            # One byte more than allowed tells a larger file apart.
-            ask = None if max_bytes is None else max_bytes + 1
-            r = self._server.call("named.read_file", {"sandbox": self.name, "path": _text_path(path), "max_bytes": ask})
-            if r is None:
-                return None
-            data = base64.b64decode(r["data_b64"])
-            if max_bytes is not None and len(data) > max_bytes:
-                raise InvalidArgument("%s is larger than max_bytes=%d; raise max_bytes, or read a range of lines with read_text(lines=...)" % (_shown(path), max_bytes), "max_bytes")
-            return data
+            # A named sandbox: None for a missing file; a directory raises (kind is_a_directory);
+            # a file larger than max_bytes (or than one read returns) raises, naming the limit.
+            r = self._server.call("named.read_file", {"sandbox": self.name, "path": _text_path(path), "max_bytes": max_bytes})
+            return None if r is None else base64.b64decode(r["data_b64"])
         r = self._server.call("sandbox.read_file", self._p(max_bytes=max_bytes, **_path("path", path)))
         if r.get("truncated"):
             raise InvalidArgument("%s is %d bytes, more than max_bytes=%d; raise max_bytes, or read a range of lines with read_text(lines=...)" % (_shown(path), r.get("size", 0), max_bytes), "max_bytes")
