@@ -47,6 +47,8 @@ done
 
 # The Python SDK's build backend and test runner, for the interpreter that runs the SDK tests.
 python3 -m pip install -q --root-user-action=ignore "maturin>=1.5,<2" pytest
+# scripts/build-wheel.sh retags the SDK's wheel (manylinux and musllinux) with `wheel tags`.
+python3 -m pip install -q --root-user-action=ignore "wheel>=0.40"
 # hull_sandbox.langchain's optional dependencies, for its tests: langchain-core (the tool) and
 # langchain (the shell middleware hull_execution_policy plugs into, and create_agent).
 python3 -m pip install -q --root-user-action=ignore "langchain-core>=1,<2" "langchain>=1,<2"

@@ -65,6 +65,9 @@ cargo test -p hull-cli --test boundary --test leaks --test serve --test pull --n
         HULL_BIN="$static_bin" HULL_TEST_REGISTRY=localhost:5055 HULL_TEST_AUTH_REGISTRY=localhost:5056 "$exe" || exit 1
     done
 
+echo "== the Python wheel carrying the static hull (scripts/wheel-smoke.sh): a fresh venv, no cargo on PATH"
+bash scripts/wheel-smoke.sh
+
 echo "== tests as the unprivileged user $TEST_USER"
 # The test binaries and hull are copied where the user can read them (the checkout may sit
 # under /root); tests find hull through HULL_BIN.
