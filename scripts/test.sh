@@ -67,6 +67,8 @@ cargo test -p hull-cli --test boundary --test leaks --test serve --test pull --n
 
 echo "== the Python wheel carrying the static hull (scripts/wheel-smoke.sh): a fresh venv, no cargo on PATH"
 bash scripts/wheel-smoke.sh
+echo "== the npm tarballs carrying the static hull (scripts/npm-smoke.sh): a fresh directory, no cargo, no HULL_BIN"
+bash scripts/npm-smoke.sh
 
 echo "== tests as the unprivileged user $TEST_USER"
 # The test binaries and hull are copied where the user can read them (the checkout may sit

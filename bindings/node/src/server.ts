@@ -8,6 +8,7 @@
 import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
 import { accessSync, constants } from "node:fs";
 import { delimiter, join } from "node:path";
+import { createRequire } from "node:module";
 
 import { SandboxError, fromServerError, type ServerError } from "./errors.js";
 
@@ -20,9 +21,22 @@ interface Pending {
 }
 
 /** The `hull` binary: $HULL_BIN, else `hull` on PATH. */
+/** The per-platform package carrying the static hull (`npm install hull-sandbox` brings the
+ * one for this machine through optionalDependencies), as esbuild and biome ship theirs. */
+const PLATFORM_PACKAGE = `hull-sandbox-${process.platform}-${process.arch}`;
+
+/** The hull to run: HULL_BIN (an explicit choice wins), else the per-platform package's, else
+ * the first `hull` on PATH. */
 export function findHull(): string {
   const env = process.env.HULL_BIN;
   if (env) return env;
+  try {
+    const p = createRequire(import.meta.url).resolve(`${PLATFORM_PACKAGE}/bin/hull`);
+    accessSync(p, constants.X_OK);
+    return p;
+  } catch {
+    // not installed (a source checkout, another platform): PATH next
+  }
   for (const dir of (process.env.PATH ?? "").split(delimiter)) {
     if (!dir) continue;
     const p = join(dir, "hull");
@@ -33,7 +47,7 @@ export function findHull(): string {
       // not here
     }
   }
-  throw new SandboxError("the hull binary was not found: put `hull` on PATH or set HULL_BIN to its path", "not_found");
+  throw new SandboxError(`the hull binary was not found: install ${PLATFORM_PACKAGE}, put \`hull\` on PATH or set HULL_BIN to its path`, "not_found");
 }
 
 export class Server {
