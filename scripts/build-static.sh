@@ -26,8 +26,10 @@ case "$triple" in
         exit 1
         ;;
 esac
-# Cargo's own flags for this target only; RUSTFLAGS from the caller are kept.
-RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
+# Cargo's own flags for this target only; RUSTFLAGS from the caller are kept. The checkout's
+# and cargo's paths are remapped out of the binary, so one commit builds to one hash wherever
+# it is checked out (scripts/build-wheel.sh passes the same flags and shares this build).
+RUSTFLAGS="$(bash scripts/static-rustflags.sh)" \
     cargo build --release --locked -p hull-cli --target "$triple" >&2
 bin="target/$triple/release/hull"
 # Whatever the caller's linker did, the result must need no loader: a PT_INTERP header would

@@ -19,7 +19,8 @@ done
 python3 -c 'import wheel' 2>/dev/null || { echo "build-wheel.sh: the Python package wheel is missing (scripts/setup.sh installs it)" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-(cd bindings/python && RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
+flags=$(bash scripts/static-rustflags.sh)
+(cd bindings/python && RUSTFLAGS="$flags" \
     maturin build --release --locked --target "$triple" --compatibility manylinux2014 -o "$tmp/built" >&2)
 built=$(ls "$tmp"/built/*.whl)
 # The binary inside must be the static one.

@@ -17,7 +17,7 @@ test("bad options are refused at construction, naming the option", () => {
     [{ timeoutS: 0 }, RangeError, /timeoutS/],
     [{ timeoutS: "10" }, TypeError, /timeoutS/],
     [{ network: "yes" }, TypeError, /network must be true\/false or one of none, host, deny-all, allow-all, custom/],
-    [{ mounts: "/a:/b" }, TypeError, /mounts must be an array of strings/],
+    [{ mounts: "/a:/b" }, TypeError, /mounts must be an array of 'SRC:DST\[:ro\]' strings or an object/],
     [{ env: { A: 1 } }, TypeError, /env/],
     [{ tmpfs: ["/cache"] }, TypeError, /tmpfs/],
     [{ prewarm: -1 }, RangeError, /prewarm must be 0 or more/],
