@@ -19,5 +19,5 @@ bin=$(bash scripts/build-static.sh)
 install -m 755 "$bin" "$out/hull-$version-$arch-linux"
 bash scripts/build-wheel.sh "$out" >/dev/null
 bash scripts/build-npm.sh "$out" >/dev/null
-(cd "$out" && sha256sum -- hull-* *.whl *.tgz > SHA256SUMS)
+(cd "$out" && sha256sum -- "hull-$version-$arch-linux" *.whl *.tgz > SHA256SUMS)
 cat "$out/SHA256SUMS"
