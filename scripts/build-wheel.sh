@@ -20,6 +20,8 @@ python3 -c 'import wheel' 2>/dev/null || { echo "build-wheel.sh: the Python pack
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 flags=$(bash scripts/static-rustflags.sh)
+# The commit's time in every zip entry, so one commit builds to one wheel.
+export SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 315532800)}"
 (cd bindings/python && RUSTFLAGS="$flags" \
     maturin build --release --locked --target "$triple" --compatibility manylinux2014 -o "$tmp/built" >&2)
 built=$(ls "$tmp"/built/*.whl)
