@@ -118,6 +118,16 @@ function callParams(o: CallOptions): Record<string, unknown> {
   return out;
 }
 
+/** The server's output events to `s`'s callbacks; none when it has neither. */
+function outputHandler(s: Streams): EventHandler | undefined {
+  const { onStdout, onStderr } = s;
+  if (!onStdout && !onStderr) return undefined;
+  return (event, data) => {
+    if (event === "stdout") onStdout?.(data);
+    else if (event === "stderr") onStderr?.(data);
+  };
+}
+
 function streams(o: Streams): Streams {
   return { onStdout: o.onStdout, onStderr: o.onStderr };
 }
@@ -345,17 +355,8 @@ export class Sandbox {
         );
       }
       // The setup's output reaches onStdout/onStderr while it runs.
-      const streamSetup = this.params.setup !== undefined && (this.onStdout !== undefined || this.onStderr !== undefined);
-      const created = await server.call(
-        "sandbox.create",
-        streamSetup ? { ...this.params, stream: true } : this.params,
-        streamSetup
-          ? (event, data) => {
-              if (event === "stdout") this.onStdout?.(data);
-              else if (event === "stderr") this.onStderr?.(data);
-            }
-          : undefined,
-      );
+      const onEvent = this.params.setup !== undefined ? outputHandler({ onStdout: this.onStdout, onStderr: this.onStderr }) : undefined;
+      const created = await server.call("sandbox.create", onEvent ? { ...this.params, stream: true } : this.params, onEvent);
       this.id = created.sandbox;
       this.workspace = created.workspace;
       this.setupResult = created.setup ?? null;
@@ -370,16 +371,8 @@ export class Sandbox {
   private async call(method: string, params: Record<string, unknown>, stream = false, own: Streams = {}): Promise<any> {
     await this.start();
     const server = this.server!;
-    let onEvent: EventHandler | undefined;
-    const onStdout = own.onStdout ?? this.onStdout;
-    const onStderr = own.onStderr ?? this.onStderr;
-    if (stream && (onStdout || onStderr)) {
-      params.stream = true;
-      onEvent = (event, data) => {
-        if (event === "stdout") onStdout?.(data);
-        else if (event === "stderr") onStderr?.(data);
-      };
-    }
+    const onEvent = stream ? outputHandler({ onStdout: own.onStdout ?? this.onStdout, onStderr: own.onStderr ?? this.onStderr }) : undefined;
+    if (onEvent) params.stream = true;
     return server.call(method, { sandbox: this.id, ...params }, onEvent);
   }
 

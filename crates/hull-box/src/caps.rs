@@ -91,8 +91,7 @@ fn parse(field: SpecField, name: &str) -> Result<u64, CapError> {
 
 /// The set a container runtime keeps by default (docker's and kern's): what a box keeps when a
 /// caller asks for the default set less some (an SDK's `cap_drop=[...]`), inside its user
-/// namespace only. `FSETID` and `SETFCAP` are left out of it for host root's boxes
-/// ([`container_default`]).
+/// namespace only. What a box may never keep is left out of it ([`container_default`]).
 pub const CONTAINER_DEFAULT: &[&str] = &[
     "CHOWN",
     "DAC_OVERRIDE",
@@ -110,12 +109,15 @@ pub const CONTAINER_DEFAULT: &[&str] = &[
     "SETFCAP",
 ];
 
-/// [`CONTAINER_DEFAULT`] for a box of host root when `host_root` (without what such a box
-/// never keeps), as `cap_add` names.
-pub fn container_default(host_root: bool) -> Vec<String> {
+/// [`CONTAINER_DEFAULT`] as `cap_add` names, without what a box of host root (`host_root`) or
+/// on the gateway network (`gateway`) may never keep ([`HOST_ROOT_REFUSED`],
+/// [`GATEWAY_REFUSED`]).
+pub fn container_default(host_root: bool, gateway: bool) -> Vec<String> {
+    let refused =
+        if host_root { HOST_ROOT_REFUSED } else { 0 } | if gateway { GATEWAY_REFUSED } else { 0 };
     CONTAINER_DEFAULT
         .iter()
-        .filter(|n| !(host_root && (**n == "FSETID" || **n == "SETFCAP")))
+        .filter(|n| parse(SpecField::CapAdd, n).is_ok_and(|m| m & refused == 0))
         .map(|n| (*n).to_string())
         .collect()
 }
@@ -150,6 +152,10 @@ pub const RESIDENT_PID1: u64 = 1 << 0 | 1 << 5 | 1 << 6 | 1 << 7;
 
 /// What a box of host root never keeps.
 const HOST_ROOT_REFUSED: u64 = SETFCAP | FSETID;
+
+/// What a box on the gateway network never keeps: `NET_ADMIN` (it would reconfigure its link)
+/// and `NET_RAW` (raw sockets on it).
+pub(crate) const GATEWAY_REFUSED: u64 = (1 << 12) | (1 << 13);
 
 /// [`resolve`], for a box of host root when `host_root`: [`SETFCAP`] and [`FSETID`] named
 /// explicitly are refused, and never kept through `ALL`.

@@ -612,10 +612,6 @@ impl SetUpAhead for Engine {
     }
 }
 
-/// Capabilities a gateway box may not keep: with them it could reconfigure its TAP (its
-/// address, MAC, routes) or open raw and packet sockets on it.
-const GATEWAY_REFUSED_CAPS: u64 = (1 << 12) | (1 << 13); // NET_ADMIN, NET_RAW
-
 /// Refuses a gateway box that could not get its network, before anything is made: one keeping
 /// a capability over its link, nobody to take its TAP, or a `/dev/net/tun` this user cannot
 /// open (the box's own open would fail the same way, later). Never a fallback to another
@@ -624,7 +620,7 @@ fn gateway_possible(spec: &BoxSpec, keep: u64, handoff: &Handoff<'_>) -> Result<
     if spec.network != Network::Gateway {
         return Ok(());
     }
-    if keep & GATEWAY_REFUSED_CAPS != 0 {
+    if keep & crate::caps::GATEWAY_REFUSED != 0 {
         return Err(crate::spec::SpecError::Invalid {
             field: crate::field::SpecField::CapAdd,
             why: "NET_ADMIN and NET_RAW cannot be kept with the gateway network: the box would reconfigure its link or open raw sockets on it".into(),

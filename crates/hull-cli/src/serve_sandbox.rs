@@ -105,18 +105,17 @@ fn opt_str<'a>(p: &'a Map<String, Value>, k: &str) -> Result<Option<&'a str>, Sa
 fn call_options(p: &Map<String, Value>) -> Result<CallOptions, SandboxError> {
     let timeout = match p.get("timeout_s") {
         None | Some(Value::Null) => None,
-        Some(v) => {
-            let s = v
-                .as_f64()
-                .filter(|s| s.is_finite() && *s > 0.0 && *s <= 86_400.0)
+        // The range is CallOptions::check's; this only refuses what is no duration at all.
+        Some(v) => Some(
+            v.as_f64()
+                .and_then(|s| std::time::Duration::try_from_secs_f64(s).ok())
                 .ok_or_else(|| {
                     bad(
                         "timeout_s",
                         "must be a number of seconds more than 0 and at most 86400",
                     )
-                })?;
-            Some(std::time::Duration::from_secs_f64(s))
-        }
+                })?,
+        ),
     };
     let env = match p.get("env") {
         None | Some(Value::Null) => Vec::new(),

@@ -26,7 +26,7 @@ pub struct ReferenceError {
     pub why: String,
 }
 
-const DOCKER_HUB: &str = "docker.io";
+pub(crate) const DOCKER_HUB: &str = "docker.io";
 
 impl Reference {
     pub fn parse(text: &str) -> Result<Reference, ReferenceError> {

@@ -22,6 +22,7 @@ use crate::extract::{self, Compression, Limits};
 use crate::oci::{
     self, Descriptor, Digest, DockerArchiveEntry, ImageConfig, Index, Manifest, RunConfig,
 };
+use crate::reference::{Reference, DOCKER_HUB};
 
 /// An image in the store.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
@@ -95,18 +96,11 @@ pub struct Store {
 /// header (`ustar` at byte 257).
 fn looks_like_archive(path: &Path) -> Result<bool, ImageError> {
     use std::io::Read;
-    let mut head = [0u8; 512];
-    let mut f = fs::File::open(path).map_err(io_at(format!("open {}", path.display())))?;
-    let mut n = 0;
-    while n < head.len() {
-        match f.read(&mut head[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(io_at(format!("read {}", path.display()))(e)),
-        }
-    }
-    let head = &head[..n];
+    let f = fs::File::open(path).map_err(io_at(format!("open {}", path.display())))?;
+    let mut head = Vec::with_capacity(512);
+    f.take(512)
+        .read_to_end(&mut head)
+        .map_err(io_at(format!("read {}", path.display())))?;
     Ok(head.starts_with(&[0x1f, 0x8b])
         || head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd])
         || head.get(257..262) == Some(b"ustar"))
@@ -488,32 +482,23 @@ impl Store {
 
     /// The image `name` (a reference, or a digest or its prefix of 12+ hex digits).
     pub fn resolve(&self, name: &str) -> Result<ImageInfo, ImageError> {
-        // `busybox` means `busybox:latest`, as `hull pull busybox` stores it; and a Docker Hub
-        // name is found however it was stored: docker archives carry `docker.io/library/bb:7`
-        // where a user types `bb:7`.
+        // `busybox` means `busybox:latest`, as `hull pull busybox` stores it.
         let untagged =
             !name[name.rfind('/').map_or(0, |i| i + 1)..].contains(':') && !name.contains('@');
         let mut names = vec![name.to_string()];
         if untagged {
             names.push(format!("{name}:latest"));
         }
-        // A first component names a registry only when more follow (`bb:7` is a tag's colon).
-        let on_hub = match name.split_once('/') {
-            None => true,
-            Some((first, _)) => {
-                !first.contains('.') && !first.contains(':') && first != "localhost"
+        // A Docker Hub name is found in the full form docker archives store it in too (`bb:7`
+        // is `docker.io/library/bb:7`), as the parser `hull pull` uses reads it.
+        if let Ok(r) = Reference::parse(name) {
+            if r.registry == DOCKER_HUB && r.digest.is_none() {
+                let full = format!("{DOCKER_HUB}/{}", r.repository);
+                names.push(format!("{full}:{}", r.manifest_ref()));
+                if untagged {
+                    names.push(full);
+                }
             }
-        };
-        if on_hub && !name.contains('@') {
-            let hub = if name.contains('/') {
-                format!("docker.io/{name}")
-            } else {
-                format!("docker.io/library/{name}")
-            };
-            if untagged {
-                names.push(format!("{hub}:latest"));
-            }
-            names.push(hub);
         }
         for n in &names {
             let path = self.dir.join("refs").join(ref_file(n));

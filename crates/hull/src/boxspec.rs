@@ -205,11 +205,10 @@ pub fn sandbox_base(
     // A cap_drop list means the container default less those (kern's meaning); none, no
     // capability at all.
     if let Some(drop) = &r.cap_drop {
-        base.cap_add = hull_box::caps::container_default(hull_box::remap::box_root().is_some());
-        // The gateway's box never keeps NET_RAW (raw sockets on its link): not in its default.
-        if base.network == Network::Gateway {
-            base.cap_add.retain(|c| c != "NET_RAW");
-        }
+        base.cap_add = hull_box::caps::container_default(
+            hull_box::remap::box_root().is_some(),
+            base.network == Network::Gateway,
+        );
         base.cap_drop.clone_from(drop);
     }
     base.pids = r.pids;

@@ -627,7 +627,7 @@ impl Snapshot {
     /// path.
     pub fn changed_since(&self, now: &Snapshot) -> Vec<FileChange> {
         // The snapshot keys hold the paths (its entries gave theirs up to them).
-        let change = |p: &Vec<u8>, _: &Entry, size: Option<u64>, change| FileChange {
+        let change = |p: &Vec<u8>, size: Option<u64>, change| FileChange {
             path: String::from_utf8_lossy(p).into_owned(),
             raw: std::str::from_utf8(p).is_err().then(|| p.clone()),
             size,
@@ -637,11 +637,11 @@ impl Snapshot {
             .entries
             .iter()
             .filter_map(|(p, e)| match self.entries.get(p) {
-                None => Some(change(p, e, Some(e.size), Change::Created)),
+                None => Some(change(p, Some(e.size), Change::Created)),
                 Some(old)
                     if old.size != e.size || old.mtime_ns != e.mtime_ns || old.kind != e.kind =>
                 {
-                    Some(change(p, e, Some(e.size), Change::Modified))
+                    Some(change(p, Some(e.size), Change::Modified))
                 }
                 Some(_) => None,
             })
@@ -650,7 +650,7 @@ impl Snapshot {
             self.entries
                 .iter()
                 .filter(|(p, _)| !now.entries.contains_key(*p))
-                .map(|(p, e)| change(p, e, None, Change::Deleted)),
+                .map(|(p, _)| change(p, None, Change::Deleted)),
         );
         out.sort_by(|a, b| {
             a.raw

@@ -226,7 +226,7 @@ impl CallOptions {
     }
 
     /// `base` with these options over it.
-    fn apply(&self, base: &BoxSpec, timeout: Duration) -> BoxSpec {
+    fn apply(&self, base: &BoxSpec) -> BoxSpec {
         let mut spec = base.clone();
         for (k, v) in &self.env {
             spec.env.retain(|(n, _)| n != k);
@@ -235,7 +235,9 @@ impl CallOptions {
         if let Some(c) = &self.cwd {
             spec.cwd.clone_from(c);
         }
-        spec.timeout = timeout;
+        if let Some(t) = self.timeout {
+            spec.timeout = t;
+        }
         spec
     }
 }
@@ -558,14 +560,14 @@ impl Sandbox {
         sink: Box<dyn OutputSink + Send>,
         answer: impl FnOnce(Result<ExecResult, SandboxError>) -> R,
     ) -> R {
-        if let Err(e) = self.check_alive().and_then(|()| opts.check()) {
-            return answer(Err(e));
-        }
         if language != Language::Python {
             if code.len() <= ARGV_CODE_MAX {
                 return answer(self.run_with(language.argv(code), opts, sink));
             }
             return answer(self.run_code_file(code, language, opts, sink));
+        }
+        if let Err(e) = self.check_alive().and_then(|()| opts.check()) {
+            return answer(Err(e));
         }
         let timeout = opts.timeout.unwrap_or(self.cfg.timeout);
         let own_box = !opts.spec_unchanged() || timeout > self.cfg.timeout;
@@ -583,7 +585,7 @@ impl Sandbox {
                 }
                 None => match RunnerBox::start(
                     &self.backend,
-                    &opts.apply(&self.base, self.base.timeout),
+                    &opts.apply(&self.base),
                     "once",
                     timeout + START_MARGIN,
                     &self.reaper,
@@ -633,7 +635,7 @@ impl Sandbox {
                 "give the command and its arguments, e.g. [\"ls\", \"-l\"]",
             ));
         }
-        let mut spec = opts.apply(&self.base, opts.timeout.unwrap_or(self.base.timeout));
+        let mut spec = opts.apply(&self.base);
         spec.argv = argv;
         self.run_spec(&spec, sink)
     }
@@ -649,6 +651,7 @@ impl Sandbox {
         sink: Box<dyn OutputSink + Send>,
     ) -> Result<ExecResult, SandboxError> {
         self.check_alive()?;
+        opts.check()?;
         let dir = tempfile::Builder::new()
             .prefix(&leftover_prefix("code"))
             .permissions(private_dir_mode())
@@ -664,7 +667,7 @@ impl Sandbox {
             path: file,
             error,
         })?;
-        let mut spec = opts.apply(&self.base, opts.timeout.unwrap_or(self.base.timeout));
+        let mut spec = opts.apply(&self.base);
         spec.mounts.push(hull_box::BindMount {
             source: dir.path().to_path_buf(),
             target: CODE_DIR.into(),

@@ -17,6 +17,13 @@ from ._result import ExecutionResult
 NAMED_ARGS = ("image", "setup", "workspace", "ro_workspaces", "memory_mb", "cpus", "pids", "env", "idle_timeout_s", "max_duration_s", "user", "template", "network", "secrets")
 
 
+def check_env(env):
+    """`env` when it is a dict of strings (a copy); else InvalidArgumentType naming it."""
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise InvalidArgumentType("env must be a dict of strings, got %r" % (env,))
+    return dict(env)
+
+
 def command_params(cmd, env, cwd, timeout_s=None, user=None):
     """`cmd` as `named.exec`'s parameters: a list is argv, a str one shell string."""
     if isinstance(cmd, str):
@@ -26,9 +33,7 @@ def command_params(cmd, env, cwd, timeout_s=None, user=None):
     else:
         raise InvalidArgumentType("cmd must be a shell string or a non-empty list of strings, got %r" % (cmd,))
     if env is not None:
-        if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-            raise InvalidArgumentType("env must be a dict of strings, got %r" % (env,))
-        p["env"] = env
+        p["env"] = check_env(env)
     if cwd is not None:
         p["cwd"] = os.fspath(cwd)
     if user is not None:

@@ -274,6 +274,12 @@ class _Streamer:
             pass
 
 
+def _check_callbacks(on_stdout, on_stderr):
+    for name, cb in (("on_stdout", on_stdout), ("on_stderr", on_stderr)):
+        if cb is not None and not callable(cb):
+            raise InvalidArgumentType("%s must be callable, got %r" % (name, cb))
+
+
 def _call_options(timeout_s, env, cwd):
     """A call's own options as `hull serve` takes them (only those given)."""
     out = {}
@@ -284,9 +290,7 @@ def _call_options(timeout_s, env, cwd):
             raise InvalidArgument("timeout_s must be more than 0 and at most 86400, got %r" % (timeout_s,), "timeout_s")
         out["timeout_s"] = timeout_s
     if env is not None:
-        if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-            raise InvalidArgumentType("env must be a dict of strings, got %r" % (env,))
-        out["env"] = dict(env)
+        out["env"] = _named.check_env(env)
     if cwd is not None:
         if not isinstance(cwd, str):
             raise InvalidArgumentType("cwd must be a string (an absolute path in the box), got %r" % (cwd,))
@@ -430,9 +434,7 @@ class Sandbox:
         _check("track_files", track_files, bool, "True or False")
         _check("prewarm", prewarm, int, "an int")
         _check("setup_timeout_s", setup_timeout_s, (int, float), "a number of seconds")
-        for name, cb in (("on_stdout", on_stdout), ("on_stderr", on_stderr)):
-            if cb is not None and not callable(cb):
-                raise InvalidArgumentType("%s must be callable, got %r" % (name, cb))
+        _check_callbacks(on_stdout, on_stderr)
         if timeout_s is None or timeout_s <= 0:
             raise InvalidArgument("timeout_s must be more than 0, got %r" % (timeout_s,))
         if memory_mb is not None and memory_mb < 16:
@@ -640,9 +642,7 @@ class Sandbox:
         """One call; `on_stdout`/`on_stderr` of this call (over the sandbox's) get its output."""
         if on_stdout is None and on_stderr is None:
             return self._result(self._server.call(method, params, self._streaming(params)))
-        for name, cb in (("on_stdout", on_stdout), ("on_stderr", on_stderr)):
-            if cb is not None and not callable(cb):
-                raise InvalidArgumentType("%s must be callable, got %r" % (name, cb))
+        _check_callbacks(on_stdout, on_stderr)
         own = self._streamer.on if self._streamer else {}
         streamer = _Streamer(on_stdout or own.get("stdout"), on_stderr or own.get("stderr"))
         params["stream"] = True
