@@ -82,6 +82,12 @@ export interface CallOptions extends Streams {
   cwd?: string;
 }
 
+/** `Sandbox.run`'s options: a call's own and the program's standard input. */
+export interface RunOptions extends CallOptions {
+  /** The program's standard input: text (UTF-8) or bytes; none: empty. */
+  stdin?: string | Uint8Array;
+}
+
 /** `Sandbox.runCode`'s options: the language and a call's own. */
 export interface CodeCallOptions extends CallOptions {
   language?: Language;
@@ -389,13 +395,19 @@ export class Sandbox {
     return ExecutionResult.fromJson(await this.call("sandbox.run_code", { code, language, ...callParams(options) }, true, streams(options)));
   }
 
-  /** Runs a command (an array of strings) in a fresh box, with this call's own options. */
-  async run(argv: string[], options: CallOptions = {}): Promise<ExecutionResult> {
+  /** Runs a command (an array of strings) in a fresh box, with this call's own options and
+   * `stdin` (text or bytes) as the program's standard input. */
+  async run(argv: string[], options: RunOptions = {}): Promise<ExecutionResult> {
     if (!Array.isArray(argv) || argv.length === 0 || !argv.every((a) => typeof a === "string")) {
       throw typeErr("argv", "a non-empty array of strings, e.g. [\"ls\", \"-l\"]", argv);
     }
-    checkOptionNames("run", options, CALL_OPTIONS);
-    return ExecutionResult.fromJson(await this.call("sandbox.run", { argv: [...argv], ...callParams(options) }, true, streams(options)));
+    checkOptionNames("run", options, [...CALL_OPTIONS, "stdin"]);
+    const params: Record<string, unknown> = { argv: [...argv], ...callParams(options) };
+    const { stdin } = options;
+    if (typeof stdin === "string") params.stdin = stdin;
+    else if (stdin instanceof Uint8Array) params.stdin_b64 = Buffer.from(stdin.buffer, stdin.byteOffset, stdin.byteLength).toString("base64");
+    else if (stdin !== undefined) throw typeErr("stdin", "a string or a Uint8Array/Buffer", stdin);
+    return ExecutionResult.fromJson(await this.call("sandbox.run", params, true, streams(options)));
   }
 
   /** Writes a string (UTF-8) or bytes to a workspace path, creating parent directories. */

@@ -137,6 +137,20 @@ test("per-call options apply to that call only, and an unknown option is refused
   }
 });
 
+test("run takes stdin as text or bytes", async () => {
+  const sb = new Sandbox();
+  try {
+    assert.equal((await sb.run(["cat"], { stdin: "one\ntwo\n" })).stdout, "one\ntwo\n");
+    const r = await sb.run(["sh", "-c", "od -An -tx1 | tr -d ' \\n'"], { stdin: Buffer.from([0, 255, 16]) });
+    assert.equal(r.stdout, "00ff10");
+    assert.equal((await sb.run(["cat"])).stdout, "");
+    await assert.rejects(sb.run(["cat"], { stdin: 3 }), (e) => e instanceof TypeError && /stdin/.test(e.message));
+    await assert.rejects(sb.runCode("1", { stdin: "x" }), (e) => e instanceof TypeError && /`stdin` is not an option of runCode/.test(e.message));
+  } finally {
+    await sb.destroy();
+  }
+});
+
 test("mounts take kern's object shape too", async () => {
   const dir = mkdtempSync(join(tmpdir(), "hull-mounts-"));
   try {

@@ -232,6 +232,19 @@ def test_per_call_options_apply_to_that_call_only():
                 sb.run_code("1", **bad)
 
 
+def test_run_takes_stdin_as_text_or_bytes():
+    with Sandbox() as sb:
+        assert sb.run(["cat"], stdin="one\ntwo\n").stdout == "one\ntwo\n"
+        r = sb.run(["sh", "-c", "od -An -tx1 | tr -d ' \\n'"], stdin=b"\x00\xff\x10")
+        assert r.stdout == "00ff10", r
+        assert sb.run(["cat"]).stdout == ""
+        with pytest.raises(InvalidArgumentType, match="stdin"):
+            sb.run(["cat"], stdin=3)
+        # run_code takes none (the server refuses one, naming it).
+        with pytest.raises(InvalidArgument, match="stdin"):
+            sb._server.call("sandbox.run_code", sb._p(code="1", stdin="x"))
+
+
 def test_cap_drop_is_the_container_default_set_less_those_named():
     # kern's meaning: cap_drop=() keeps a container's default set inside the user namespace (a
     # server binds a port below 1024); a name drops that one; no cap_drop keeps none.

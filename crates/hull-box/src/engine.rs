@@ -283,7 +283,7 @@ impl Engine {
         })?;
         let launch = Launch {
             plan,
-            stdin: spec.stdin,
+            stdin: &spec.stdin,
             timeout: spec.timeout,
             filter: &self.filter,
             trace: trace.as_ref(),
@@ -534,7 +534,7 @@ impl Engine {
         let plan = LaunchPlan::Fresh(fresh);
         let launch = Launch {
             plan: &plan,
-            stdin: crate::spec::Stdin::Null,
+            stdin: &crate::spec::Stdin::Null,
             timeout: spec.timeout,
             filter: &filter,
             trace: None,
@@ -587,7 +587,7 @@ impl SetUpAhead for Engine {
         }
         let launch = Launch {
             plan: &entry_plan,
-            stdin: spec.stdin,
+            stdin: &spec.stdin,
             timeout: spec.timeout,
             filter: &self.filter,
             trace: None,

@@ -5,6 +5,7 @@
 //! program). From a `Started` on, every box is watched, judged and torn down the same way.
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::Path;
 use std::time::Duration;
 
 use crate::channel::{self, Channel};
@@ -44,7 +45,7 @@ pub(crate) struct Launch<'a> {
     /// The plan the clone runs (for a box entering a template, the split one: the entry
     /// process's steps, then pid 1's).
     pub(crate) plan: &'a LaunchPlan,
-    pub(crate) stdin: Stdin,
+    pub(crate) stdin: &'a Stdin,
     /// How long a template's entry process may take to report its pid 1.
     pub(crate) timeout: Duration,
     pub(crate) filter: &'a hull_seccomp::Program,
@@ -72,15 +73,19 @@ impl Launch<'_> {
         let (err_r, err_w) = sys::pipe().map_err(sysf("create the stderr pipe"))?;
         let (sock_parent, sock_child) =
             sys::seqpacket_pair().map_err(sysf("create the box channel"))?;
-        let null;
+        let opened;
         let stdin_fd = match self.stdin {
             Stdin::Inherit => 0,
-            Stdin::Null => {
-                null = std::fs::File::open("/dev/null").map_err(|error| BoxError::Io {
-                    what: "open /dev/null".into(),
+            Stdin::Null | Stdin::File(_) => {
+                let path = match self.stdin {
+                    Stdin::File(p) => p.as_path(),
+                    _ => Path::new("/dev/null"),
+                };
+                opened = std::fs::File::open(path).map_err(|error| BoxError::Io {
+                    what: format!("open {} as the program's standard input", path.display()),
                     error,
                 })?;
-                null.as_raw_fd()
+                opened.as_raw_fd()
             }
         };
         let enters_template = matches!(plan, LaunchPlan::Templated(_));
@@ -320,7 +325,7 @@ mod tests {
         });
         let launch = Launch {
             plan: &plan,
-            stdin: Stdin::Null,
+            stdin: &Stdin::Null,
             timeout: Duration::from_secs(1),
             filter: &filter,
             trace: None,

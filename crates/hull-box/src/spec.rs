@@ -49,10 +49,14 @@ pub enum Network {
 }
 
 /// What the box's standard input is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Stdin {
     Null,
     Inherit,
+    /// A host file the supervisor opens read-only (as the caller) and hands the program as its
+    /// fd 0: the input of a call given as bytes (`run(argv, stdin=...)`), written by the caller
+    /// to a private file, so no thread has to feed a pipe while the box runs.
+    File(PathBuf),
 }
 
 /// The host directories of a writable root (see [`BoxSpec::writable_root`]): overlayfs's upper

@@ -129,10 +129,23 @@ fn call_options(p: &Map<String, Value>) -> Result<CallOptions, SandboxError> {
             .collect::<Result<_, _>>()?,
         Some(_) => return Err(bad("env", "must be an object of strings")),
     };
+    // The program's input: `stdin` (text) or `stdin_b64` (bytes), not both (`run` takes it,
+    // the Sandbox refuses it for the others, naming it).
+    let stdin = match (opt_str(p, "stdin")?, opt_str(p, "stdin_b64")?) {
+        (None, None) => None,
+        (Some(t), None) => Some(t.as_bytes().to_vec()),
+        (None, Some(d)) => Some(
+            base64::engine::general_purpose::STANDARD
+                .decode(d)
+                .map_err(|_| bad("stdin_b64", "is not base64"))?,
+        ),
+        (Some(_), Some(_)) => return Err(bad("stdin", "give `stdin` or `stdin_b64`, not both")),
+    };
     let opts = CallOptions {
         timeout,
         env,
         cwd: opt_str(p, "cwd")?.map(str::to_string),
+        stdin,
     };
     opts.check()?;
     Ok(opts)
@@ -374,6 +387,12 @@ impl Sessions {
                 })?;
                 let mut sink = sink_for(p, out, id);
                 let opts = call_options(p)?;
+                if opts.stdin.is_some() {
+                    return Err(bad(
+                        "stdin",
+                        "a kernel cell takes no standard input (the code is its input)",
+                    ));
+                }
                 if !opts.env.is_empty() || opts.cwd.is_some() {
                     let arg = if opts.env.is_empty() { "cwd" } else { "env" };
                     return Err(bad(arg, "a kernel keeps its interpreter's environment and directory; change them in a cell (os.environ, os.chdir)"));

@@ -1409,3 +1409,65 @@ fn names_that_are_not_utf8_round_trip_through_path_b64() {
         .unwrap_err();
     assert_eq!(e["kind"], "invalid_argument", "{e}");
 }
+
+/// `sandbox.run`'s `stdin` (text) and `stdin_b64` (bytes) are the program's standard input,
+/// whole and byte for byte; without them it reads nothing; `run_code` refuses one, naming it.
+#[test]
+fn run_takes_the_programs_standard_input() {
+    use base64::Engine as _;
+    let mut c = Client::new();
+    let sb = c.create(json!({}));
+    let r = c.ok(
+        "sandbox.run",
+        json!({"sandbox": sb, "argv": ["cat"], "stdin": "one\ntwo\n"}),
+    );
+    assert_eq!(
+        (r["stdout"].as_str(), r["exit_code"].as_i64()),
+        (Some("one\ntwo\n"), Some(0)),
+        "{r}"
+    );
+    // Bytes that are not UTF-8, and more than a pipe's buffer, arrive whole.
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let r = c.ok(
+        "sandbox.run",
+        json!({"sandbox": sb, "argv": ["sh", "-c", "cat > /workspace/in; wc -c < /workspace/in"], "stdin_b64": b64.encode(&data)}),
+    );
+    assert_eq!(r["stdout"].as_str().map(str::trim), Some("300000"), "{r}");
+    let back = c.ok("sandbox.read_file", json!({"sandbox": sb, "path": "in"}));
+    assert_eq!(
+        b64.decode(back["data_b64"].as_str().unwrap()).unwrap(),
+        data
+    );
+    let r = c.ok("sandbox.run", json!({"sandbox": sb, "argv": ["cat"]}));
+    assert_eq!(r["stdout"], "", "{r}");
+    for (method, params, arg) in [
+        (
+            "sandbox.run_code",
+            json!({"sandbox": sb, "code": "1", "stdin": "x"}),
+            "stdin",
+        ),
+        (
+            "sandbox.run_code",
+            json!({"sandbox": sb, "code": "echo", "language": "bash", "stdin": "x"}),
+            "stdin",
+        ),
+        (
+            "sandbox.run",
+            json!({"sandbox": sb, "argv": ["cat"], "stdin": "x", "stdin_b64": "eA=="}),
+            "stdin",
+        ),
+        (
+            "sandbox.run",
+            json!({"sandbox": sb, "argv": ["cat"], "stdin_b64": "%%"}),
+            "stdin_b64",
+        ),
+    ] {
+        let e = c.call(method, params).unwrap_err();
+        assert_eq!(
+            (e["kind"].as_str(), e["arg"].as_str()),
+            (Some("invalid_argument"), Some(arg)),
+            "{e}"
+        );
+    }
+}

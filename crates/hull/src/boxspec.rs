@@ -170,8 +170,14 @@ pub fn run_spec(r: &RunRequest) -> Result<Built, BuildError> {
     Ok(Built { spec, warnings })
 }
 
+/// Whether a session has `/deps`: with a setup, or when the caller wants it writable (a call's
+/// `pip install` then installs there, in the environment the setup box makes).
+pub fn has_deps(r: &SandboxRequest) -> bool {
+    r.setup.is_some() || !r.deps_readonly
+}
+
 /// The spec every box of a Sandbox starts from (its calls set `argv`, the setup box more):
-/// the workspace bound at /workspace, `/deps` when there is a setup, the limits, and an
+/// the workspace bound at /workspace, `/deps` when there is one ([`has_deps`]), the limits, and an
 /// environment for notebooks (`MPLBACKEND=Agg`, unbuffered Python) under the caller's own.
 pub fn sandbox_base(
     r: &SandboxRequest,
@@ -223,7 +229,7 @@ pub fn sandbox_base(
         ("PYTHONUNBUFFERED".into(), "1".into()),
         ("MPLCONFIGDIR".into(), "/tmp/.matplotlib".into()),
     ];
-    if r.setup.is_some() {
+    if has_deps(r) {
         let pp = r
             .env
             .iter()
@@ -242,7 +248,7 @@ pub fn sandbox_base(
         });
     }
     for (k, v) in &r.env {
-        if k == "PYTHONPATH" && r.setup.is_some() {
+        if k == "PYTHONPATH" && has_deps(r) {
             continue;
         }
         env.retain(|(ek, _)| ek != k);
@@ -307,7 +313,7 @@ mod tests {
     }
 
     #[test]
-    fn a_sandbox_base_binds_deps_only_with_a_setup_and_halves_tmp_under_memory() {
+    fn a_sandbox_base_binds_deps_only_with_a_setup_or_writable_and_halves_tmp_under_memory() {
         let ws = Path::new("/w");
         let deps = Path::new("/d");
         let r = SandboxRequest {
@@ -325,5 +331,11 @@ mod tests {
         let b = sandbox_base(&r, ws, deps).unwrap();
         assert_eq!(b.mounts[0].target, DEPS_DIR);
         assert!(b.env.contains(&("PYTHONPATH".into(), "/deps:/x".into())));
+        let r = SandboxRequest {
+            deps_readonly: false,
+            ..SandboxRequest::default()
+        };
+        let b = sandbox_base(&r, ws, deps).unwrap();
+        assert!(b.mounts[0].target == DEPS_DIR && !b.mounts[0].read_only);
     }
 }

@@ -23,6 +23,8 @@ import sys
 # `import x` finds /workspace/x.py as under `python3 -c`.
 _CWD_PATH = [sys.path.pop(0)] if sys.path and sys.path[0] in ("", ".") else []
 _SITE_PENDING = [True]
+# The prefix of a virtual environment whose site-packages `_system_site` held back.
+_VENV = []
 import _socket, binascii, builtins, os
 
 _MODE, _SOCK = sys.argv[1], sys.argv[2]
@@ -64,13 +66,25 @@ def _system_site():
 
         # site.main() decides whether the user site is on (ENABLE_USER_SITE: off in a venv
         # without system packages, for one); only reading it waits for the cell.
-        held_back = (site.addusersitepackages, site.execsitecustomize, site.execusercustomize)
+        held_back = (site.addusersitepackages, site.addsitepackages, site.execsitecustomize, site.execusercustomize)
         site.addusersitepackages = lambda known_paths: known_paths
         site.execsitecustomize = site.execusercustomize = lambda: None
+        add_site = site.addsitepackages
+
+        def image_only(known_paths, prefixes=None):
+            # A virtual environment at /deps (the setup's, over the image's Python) is writable
+            # like PYTHONPATH: its site-packages wait for the cell too.
+            prefixes = site.PREFIXES if prefixes is None else prefixes
+            if sys.prefix != sys.base_prefix and sys.prefix in prefixes:
+                _VENV.append(sys.prefix)
+                prefixes = [p for p in prefixes if p != sys.prefix]
+            return add_site(known_paths, prefixes)
+
+        site.addsitepackages = image_only
         try:
             site.main()
         finally:
-            site.addusersitepackages, site.execsitecustomize, site.execusercustomize = held_back
+            site.addusersitepackages, site.addsitepackages, site.execsitecustomize, site.execusercustomize = held_back
     except Exception:
         import traceback
 
@@ -79,6 +93,18 @@ def _system_site():
     sys.path[0:0] = held
     # Where the system site-packages begin (the user site goes before them).
     return added[0] if added else None
+
+
+def _before_image_site(add):
+    """Calls `add` (which appends to sys.path) and moves what it added to where the image's
+    site-packages begin."""
+    before = list(sys.path)
+    add()
+    new = [p for p in sys.path if p not in before]
+    for p in new:
+        sys.path.remove(p)
+    at = sys.path.index(_SITE_AT) if _SITE_AT in sys.path else len(sys.path)
+    sys.path[at:at] = new
 
 
 def _restore_path():
@@ -91,15 +117,12 @@ def _restore_path():
     try:
         import site
 
+        # Where site.main() puts them: the environment's site-packages (site.venv() adds them
+        # first), then the user site, before the image's.
+        if _VENV:
+            _before_image_site(lambda: site.addsitepackages(set(sys.path), _VENV[:1]))
         if site.ENABLE_USER_SITE:
-            # The user site goes where site.main() puts it: before the system site-packages.
-            before = list(sys.path)
-            site.addusersitepackages(None)
-            new = [p for p in sys.path if p not in before]
-            for p in new:
-                sys.path.remove(p)
-            at = sys.path.index(_SITE_AT) if _SITE_AT in sys.path else len(sys.path)
-            sys.path[at:at] = new
+            _before_image_site(lambda: site.addusersitepackages(None))
         site.execsitecustomize()
         if site.ENABLE_USER_SITE:
             site.execusercustomize()

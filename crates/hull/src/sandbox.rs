@@ -82,6 +82,18 @@ impl Drop for SlotGuard<'_> {
     }
 }
 
+/// Makes `/deps` a virtual environment over the image's Python (`--system-site-packages`),
+/// once: pip run there counts the image's packages as installed, so `pip install matplotlib`
+/// on an image that has numpy and pandas keeps them (with `PIP_TARGET` pip resolved as if
+/// nothing were installed and shadowed the image's numpy with one its pandas was not built
+/// for). `pip`/`pip3` in `/deps/bin` are that environment's pip (the image's pip module run by
+/// its interpreter, so no pip is copied in). An image whose Python cannot make one (or has
+/// none) installs with `PIP_TARGET=/deps`, as before.
+const DEPS_ENV: &str = r#"if [ ! -e /deps/pyvenv.cfg ] && command -v python3 >/dev/null 2>&1 && python3 -m venv --system-site-packages --without-pip /deps >/dev/null 2>&1; then
+  for p in pip pip3; do printf '#!/bin/sh\nexec /deps/bin/python3 -m pip "$@"\n' > /deps/bin/$p; chmod 755 /deps/bin/$p; done
+elif [ ! -e /deps/pyvenv.cfg ]; then export PIP_TARGET=/deps; fi
+export PATH="/deps/bin:$PATH""#;
+
 /// How long an unused prewarmed box may wait before its own deadline ends it (it is replaced).
 const POOL_IDLE: Duration = Duration::from_secs(3600);
 /// How long a kernel box may live.
@@ -188,7 +200,12 @@ pub struct CallOptions {
     pub env: Vec<(String, String)>,
     /// An absolute path in the box.
     pub cwd: Option<String>,
+    /// The program's standard input (`run` only; none: /dev/null).
+    pub stdin: Option<Vec<u8>>,
 }
+
+/// The most standard input one `run` takes (it is written to a file before the box starts).
+pub const MAX_STDIN: usize = 64 << 20;
 
 impl CallOptions {
     /// Checks the options, naming the argument a caller gave.
@@ -209,6 +226,12 @@ impl CallOptions {
                 ));
             }
         }
+        if self.stdin.as_ref().is_some_and(|s| s.len() > MAX_STDIN) {
+            return Err(SandboxError::invalid(
+                "stdin",
+                format!("is more than {MAX_STDIN} bytes; write it to a workspace file and redirect from it"),
+            ));
+        }
         if let Some(c) = &self.cwd {
             if !c.starts_with('/') || c.contains('\0') {
                 return Err(SandboxError::invalid(
@@ -222,7 +245,7 @@ impl CallOptions {
 
     /// Whether a box set up with the session's spec serves this call as it is.
     fn spec_unchanged(&self) -> bool {
-        self.env.is_empty() && self.cwd.is_none()
+        self.env.is_empty() && self.cwd.is_none() && self.stdin.is_none()
     }
 
     /// `base` with these options over it.
@@ -365,7 +388,11 @@ impl Sandbox {
             setup: None,
         };
         if let Some(cmd) = sb.cfg.setup.clone() {
-            sb.setup = Some(sb.run_setup(&cmd, &deps, setup_output)?);
+            sb.setup = Some(sb.run_setup(Some(&cmd), &deps, setup_output)?);
+        } else if crate::boxspec::has_deps(&sb.cfg) {
+            // A writable /deps without a setup: the environment is made all the same, so a
+            // call's `pip install` lands there (its result is no setup's: not kept).
+            sb.run_setup(None, &deps, setup_output)?;
         } else {
             // A box that cannot start should fail here, at construction, not at the first call.
             let mut probe = sb.base.clone();
@@ -383,16 +410,21 @@ impl Sandbox {
     }
 
     /// The setup box: the session's only network window. It runs `sh -c SETUP` with the host
-    /// network and `/deps` writable; pip installs there (`PIP_TARGET`), byte-code is compiled,
-    /// and the box dies when the command ends.
+    /// network and `/deps` writable, after making `/deps` a Python environment over the image's
+    /// (see [`DEPS_ENV`]): pip there resolves against the packages the image has, so what it
+    /// adds is one consistent set with them; byte-code is compiled, and the box dies when the
+    /// command ends. `None`: only the environment is made (for a writable `/deps` without a
+    /// setup), on the session's own network.
     fn run_setup(
         &self,
-        cmd: &str,
+        cmd: Option<&str>,
         deps: &Path,
         output: &mut dyn OutputSink,
     ) -> Result<RunResult, SandboxError> {
         let mut spec = self.base.clone();
-        spec.network = Network::Host;
+        if cmd.is_some() {
+            spec.network = Network::Host;
+        }
         spec.timeout = self.cfg.setup_timeout;
         for m in &mut spec.mounts {
             if m.target == DEPS_DIR {
@@ -400,8 +432,7 @@ impl Sandbox {
             }
         }
         spec.env.extend([
-            ("PIP_TARGET".to_string(), DEPS_DIR.to_string()),
-            ("PIP_BREAK_SYSTEM_PACKAGES".into(), "1".into()),
+            ("PIP_BREAK_SYSTEM_PACKAGES".to_string(), "1".to_string()),
             ("PIP_DISABLE_PIP_VERSION_CHECK".into(), "1".into()),
             ("PIP_NO_CACHE_DIR".into(), "1".into()),
             ("PIP_ROOT_USER_ACTION".into(), "ignore".into()),
@@ -411,7 +442,10 @@ impl Sandbox {
         spec.argv = vec![
             "sh".into(),
             "-c".into(),
-            format!("set -e\n{cmd}\npython3 -m compileall -q {DEPS_DIR} >/dev/null 2>&1 || true\n"),
+            format!(
+                "set -e\n{DEPS_ENV}\n{}\npython3 -m compileall -q {DEPS_DIR} >/dev/null 2>&1 || true\n",
+                cmd.unwrap_or(":")
+            ),
         ];
         let (r, destroy) = self
             .backend
@@ -434,7 +468,7 @@ impl Sandbox {
                 .rev()
                 .collect();
             return Err(SandboxError::SetupFailed {
-                command: cmd.to_string(),
+                command: cmd.unwrap_or("").to_string(),
                 why,
                 stderr_tail: tail,
             });
@@ -560,6 +594,12 @@ impl Sandbox {
         sink: Box<dyn OutputSink + Send>,
         answer: impl FnOnce(Result<ExecResult, SandboxError>) -> R,
     ) -> R {
+        if opts.stdin.is_some() {
+            return answer(Err(SandboxError::invalid(
+                "stdin",
+                "run_code takes no standard input (the code is the program's input); run(argv, stdin=...) does",
+            )));
+        }
         if language != Language::Python {
             if code.len() <= ARGV_CODE_MAX {
                 return answer(self.run_with(language.argv(code), opts, sink));
@@ -637,7 +677,31 @@ impl Sandbox {
         }
         let mut spec = opts.apply(&self.base);
         spec.argv = argv;
-        self.run_spec(&spec, sink)
+        // The input in a private file the supervisor opens as the program's fd 0; removed when
+        // the call is done.
+        let input = match &opts.stdin {
+            None => None,
+            Some(data) => {
+                let mut f = tempfile::Builder::new()
+                    .prefix(&leftover_prefix("stdin"))
+                    .tempfile()
+                    .map_err(|e| SandboxError::Io {
+                        what: "create a file for the call's standard input in",
+                        path: std::env::temp_dir(),
+                        error: e,
+                    })?;
+                std::io::Write::write_all(&mut f, data).map_err(|e| SandboxError::Io {
+                    what: "write the call's standard input to",
+                    path: f.path().to_path_buf(),
+                    error: e,
+                })?;
+                spec.stdin = hull_box::spec::Stdin::File(f.path().to_path_buf());
+                Some(f)
+            }
+        };
+        let r = self.run_spec(&spec, sink);
+        drop(input);
+        r
     }
 
     /// Runs bash, sh or node code too long for a command line (the kernel takes at most

@@ -663,12 +663,19 @@ class Sandbox:
         params = self._p(code=code, language=language, **_call_options(timeout_s, env, cwd))
         return self._call_streamed("sandbox.run_code", params, on_stdout, on_stderr)
 
-    def run(self, argv, timeout_s=None, env=None, cwd=None, on_stdout=None, on_stderr=None):
+    def run(self, argv, timeout_s=None, env=None, cwd=None, on_stdout=None, on_stderr=None, stdin=None):
         """Runs a command (a list of strings) in a fresh box, with this call's own `timeout_s`,
-        `env` and `cwd` when given."""
+        `env` and `cwd` when given, and `stdin` (str as UTF-8, or bytes) as the program's
+        standard input (none: empty)."""
         if isinstance(argv, str) or not all(isinstance(a, str) for a in argv):
             raise InvalidArgumentType("argv must be a list of strings, e.g. ['ls', '-l']")
         params = self._p(argv=list(argv), **_call_options(timeout_s, env, cwd))
+        if isinstance(stdin, str):
+            params["stdin"] = stdin
+        elif isinstance(stdin, (bytes, bytearray, memoryview)):
+            params["stdin_b64"] = base64.b64encode(bytes(stdin)).decode()
+        elif stdin is not None:
+            raise InvalidArgumentType("stdin must be str or bytes, got %s" % type(stdin).__name__)
         return self._call_streamed("sandbox.run", params, on_stdout, on_stderr)
 
     def write_file(self, path, data):
