@@ -1,8 +1,8 @@
 //! The process-wide log of `HULL_TRACE_STEPS` (see `trace.rs`): named steps with their
 //! CLOCK_MONOTONIC time, from any thread, printed in time order by [`flush`].
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::Mutex;
 
 use crate::sys;
 
@@ -11,10 +11,25 @@ static LOG: Mutex<Vec<(u64, String)>> = Mutex::new(Vec::new());
 /// A front end prints the log itself ([`hold`]): teardowns leave it alone.
 static HELD: AtomicBool = AtomicBool::new(false);
 
-/// Whether this process traces (read once: `HULL_TRACE_STEPS` set).
+/// Whether this process traces: 0 not read yet, 1 off, 2 on.
+static ON: AtomicU8 = AtomicU8::new(0);
+
+/// Whether this process traces (`HULL_TRACE_STEPS` set, read once, or [`turn_on`] called).
 pub fn on() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("HULL_TRACE_STEPS").is_some())
+    match ON.load(Ordering::Relaxed) {
+        0 => {
+            let on = std::env::var_os("HULL_TRACE_STEPS").is_some();
+            // A turn_on() racing this read wins.
+            let _ = ON.compare_exchange(0, 1 + u8::from(on), Ordering::Relaxed, Ordering::Relaxed);
+            ON.load(Ordering::Relaxed) == 2
+        }
+        state => state == 2,
+    }
+}
+
+/// Traces from now on, as if `HULL_TRACE_STEPS` were set (`hull -vv`).
+pub fn turn_on() {
+    ON.store(2, Ordering::Relaxed);
 }
 
 /// Records that `what` happens now (when tracing).

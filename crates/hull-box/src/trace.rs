@@ -7,7 +7,7 @@
 
 use crate::split::Steps;
 use crate::steplog::record;
-pub use crate::steplog::{flush, hold, on, step};
+pub use crate::steplog::{flush, hold, on, step, turn_on};
 use crate::sys::{self, SharedSlots};
 
 /// Number of steps a trace records.

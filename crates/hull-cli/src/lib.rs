@@ -31,6 +31,7 @@ mod serve_request;
 pub mod serve_sandbox;
 mod sys;
 mod tty_relay;
+pub mod verbosity;
 
 /// Prints an error with its cause chain, once, at the edge.
 pub fn print_error(err: &(dyn std::error::Error + 'static)) {

@@ -1,6 +1,7 @@
 //! The `hull` command: parses arguments, hands work to hull-box, prints results and errors once.
 
 use clap::{Parser, Subcommand};
+use hull_cli::verbosity::Verbosity;
 use hull_cli::{bench, doctor, images, mcp, named, pull, run, serve};
 
 /// A local sandbox for code nobody has read yet: every call gets a fresh, kernel-enforced box.
@@ -13,6 +14,7 @@ const ENVIRONMENT: &str = "Environment:
   HULL_LOG_CAP          bytes of one named sandbox's exec log file (default 8 MiB)
   HULL_NET_DNS          name servers the gateway network resolves through (ADDRESS:PORT,...)
   HULL_NET_UPSTREAM_CA  extra CA bundle a brokering gateway trusts upstream
+  HULL_LOG              what hull says besides errors: error, warn (default), info, debug (-q, -v, -vv)
   HULL_TRACE_STEPS=1    print the one-shot path's steps with times at exit
   HULL_TRACE_CALLS=1    print each serve call's steps with times
   HULL_MCP_*            hull mcp's settings (hull mcp --help)
@@ -23,6 +25,11 @@ const ENVIRONMENT: &str = "Environment:
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    verbosity: Verbosity,
+    /// Say more (as --verbose), given before the subcommand: `hull -v pull IMAGE`.
+    #[arg(short = 'v', action = clap::ArgAction::Count)]
+    v: u8,
 }
 
 #[derive(Subcommand)]
@@ -86,6 +93,16 @@ enum Command {
 struct RunOnly {
     #[command(flatten)]
     run: run::RunArgs,
+    #[command(flatten)]
+    verbosity: Verbosity,
+}
+
+/// Sets what hull prints from the flags and `HULL_LOG`; a bad `HULL_LOG` ends the process (125).
+fn set_verbosity(flags: &Verbosity, v: u8) {
+    if let Err(msg) = hull_cli::verbosity::init(flags, v) {
+        eprintln!("hull: error: {msg}");
+        std::process::exit(125);
+    }
 }
 
 /// Bad arguments exit 125, as every hull error does (docker's convention: the program's own
@@ -107,6 +124,7 @@ fn main() {
         let ahead = hull_box::WorkspaceAhead::start();
         match RunOnly::try_parse_from(argv) {
             Ok(only) => {
+                set_verbosity(&only.verbosity, 0);
                 hull_box::trace::step("main: arguments parsed (run only)");
                 std::process::exit(run::main_ahead(only.run, Some(ahead)));
             }
@@ -118,6 +136,7 @@ fn main() {
         Ok(c) => c,
         Err(e) => exit_on_parse_error(&e),
     };
+    set_verbosity(&cli.verbosity, cli.v);
     hull_box::trace::step("main: arguments parsed");
     // Reports end quietly on a closed stdout (`hull doctor | head`); the servers, the keeper
     // and `run` handle EPIPE themselves (they have boxes to end first).
@@ -192,6 +211,7 @@ mod tests {
         let full = match Cli::try_parse_from(["hull", "run"].into_iter().chain(args)) {
             Ok(Cli {
                 command: Command::Run(r),
+                ..
             }) => r,
             _ => panic!("the full parser refused a run"),
         };

@@ -37,6 +37,8 @@ pub struct PullArgs {
 
 /// Bars on a terminal; otherwise one line per finished layer on stderr.
 struct Progress {
+    /// `-q`: no progress lines.
+    quiet: bool,
     multi: Option<MultiProgress>,
     bars: Mutex<HashMap<Digest, ProgressBar>>,
 }
@@ -68,7 +70,7 @@ impl PullProgress for Progress {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .insert(layer.clone(), bar);
-        } else if resumed_from > 0 {
+        } else if resumed_from > 0 && !self.quiet {
             eprintln!(
                 "layer {}: resuming at {} of {}",
                 short(layer),
@@ -114,6 +116,7 @@ impl Progress {
             Some(m) => {
                 let _ = m.println(text);
             }
+            None if self.quiet => {}
             None => eprintln!("{text}"),
         }
     }
@@ -156,10 +159,11 @@ pub fn main(args: &PullArgs) -> i32 {
             return 125;
         }
     };
-    let multi = std::io::stderr()
-        .is_terminal()
+    let quiet = !crate::verbosity::enabled(crate::verbosity::Level::Warn);
+    let multi = (std::io::stderr().is_terminal() && !quiet)
         .then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr()));
     let progress = Progress {
+        quiet,
         multi,
         bars: Mutex::new(HashMap::new()),
     };

@@ -449,6 +449,22 @@ fn report_invalid(args: &RunArgs, msg: &str) -> i32 {
     125
 }
 
+/// What `-v` says of a box before it starts: its program, image, caps, network and deadline.
+fn describe_box(spec: &hull_box::spec::BoxSpec) -> String {
+    let mib = |b: u64| format!("{} MiB", b >> 20);
+    format!(
+        "box: `{}` on image {}, memory {}, pids {}, cpus {}, network {:?}, deadline {:?}, workspace {}",
+        spec.argv.join(" "),
+        if spec.image_name.is_empty() { "host" } else { &spec.image_name },
+        spec.memory.map_or("uncapped".into(), mib),
+        spec.pids.map_or("uncapped".into(), |p| p.to_string()),
+        spec.cpus.map_or("uncapped".into(), |c| c.to_string()),
+        spec.network,
+        spec.timeout,
+        spec.workspace.as_ref().map_or("a temporary one".into(), |w| w.display().to_string()),
+    )
+}
+
 pub fn main(args: RunArgs) -> i32 {
     main_ahead(args, None)
 }
@@ -482,7 +498,7 @@ fn run(args: RunArgs, ahead: Option<hull_box::WorkspaceAhead>) -> i32 {
         }
     };
     for w in &built.warnings {
-        eprintln!("hull: warning: {w}");
+        crate::verbosity::warn("hull", w);
     }
     if args.interactive {
         if let Err(e) = crate::tty_relay::start_if_terminal() {
@@ -499,6 +515,9 @@ fn run(args: RunArgs, ahead: Option<hull_box::WorkspaceAhead>) -> i32 {
     step("run: spec built");
     if spec.argv.is_empty() {
         return report_invalid(&args, "no command given: name one after hull's options (e.g. `hull run python3 -c 'print(1)'`, or after `--`) or use --code");
+    }
+    if crate::verbosity::enabled(crate::verbosity::Level::Info) {
+        crate::verbosity::info("hull", describe_box(&spec));
     }
     let runtime = match Runtime::new() {
         Ok(r) => r,
@@ -551,7 +570,10 @@ fn run(args: RunArgs, ahead: Option<hull_box::WorkspaceAhead>) -> i32 {
             published.clone_from(&g.ports);
             if !json {
                 for (inner, host) in &g.ports {
-                    eprintln!("hull: the box's port {inner} is published at 127.0.0.1:{host}");
+                    crate::verbosity::notice(
+                        "hull",
+                        format!("the box's port {inner} is published at 127.0.0.1:{host}"),
+                    );
                 }
             }
         })
@@ -589,7 +611,19 @@ fn run(args: RunArgs, ahead: Option<hull_box::WorkspaceAhead>) -> i32 {
                 let _ = writeln!(std::io::stdout(), "{v}");
             } else {
                 for w in terminal_warnings(&r.warnings) {
-                    eprintln!("hull: warning: {w}");
+                    crate::verbosity::warn("hull", w);
+                }
+                if crate::verbosity::enabled(crate::verbosity::Level::Info) {
+                    let peak = r.stats.peak_memory.map_or("not measured".into(), |b| {
+                        format!("{:.1} MiB", b as f64 / f64::from(1 << 20))
+                    });
+                    crate::verbosity::info(
+                        "hull",
+                        format!(
+                            "the box ended: exit code {}, {} ms, {} ms of CPU, peak memory {peak}",
+                            r.exit_code, r.duration_ms, r.stats.cpu_ms
+                        ),
+                    );
                 }
                 if let Some(f) = &r.fault {
                     eprintln!("hull: {}: {}", f.kind.as_str(), f.reason);

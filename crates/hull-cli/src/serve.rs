@@ -42,7 +42,7 @@ fn run_key(field: SpecField, r: &RunRequest) -> &'static str {
 fn run(rt: &Runtime, out: &Out, id: &Value, params: Value) -> Result<Value, Value> {
     let (req, built, stream) = run_spec(params)?;
     for w in &built.warnings {
-        eprintln!("hull serve: warning: {w}");
+        crate::verbosity::warn("hull serve", w);
     }
     // Through the Sandbox layer's backend seam, like every box of a sandbox.
     let backend: &dyn Backend = rt;

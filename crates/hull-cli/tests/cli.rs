@@ -389,3 +389,71 @@ fn a_bind_at_tmp_or_dev_shm_takes_the_scratch_tmpfs_place() {
         "{out:?}"
     );
 }
+
+/// `hull` with these arguments and environment: (exit code, stderr).
+fn stderr_of(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    let out = Command::new(common::bin())
+        .args(args)
+        .env_remove("HULL_LOG")
+        .env_remove("HULL_TRACE_STEPS")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `-q` and `HULL_LOG=error` silence warnings (here: a cap this cgroup parent cannot enforce),
+/// `--verbose` (or `-v` before the subcommand) says how the box was set up and ended, twice
+/// adds the step trace; a bad `HULL_LOG` is refused naming it.
+#[test]
+fn quiet_verbose_and_hull_log_set_what_is_said() {
+    let nocg = [("HULL_CGROUP_PARENT", "hull-test-no-such-parent")];
+    let (code, err) = stderr_of(&["run", "--", "true"], &nocg);
+    assert!(
+        code == 0 && err.contains("hull: warning: pids cap not enforced"),
+        "{err}"
+    );
+    for args in [
+        &["run", "-q", "--", "true"][..],
+        &["-q", "run", "--", "true"],
+    ] {
+        let (code, err) = stderr_of(args, &nocg);
+        assert_eq!((code, err.as_str()), (0, ""), "{args:?}");
+    }
+    let (code, err) = stderr_of(&["run", "--", "true"], &[nocg[0], ("HULL_LOG", "error")]);
+    assert_eq!((code, err.as_str()), (0, ""));
+    for args in [
+        &["run", "--verbose", "--", "true"][..],
+        &["-v", "run", "--", "true"],
+    ] {
+        let (code, err) = stderr_of(args, &[]);
+        assert!(
+            code == 0
+                && err.contains("hull: box: `true`")
+                && err.contains("hull: the box ended: exit code 0"),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("hull trace"), "{err}");
+    }
+    let (_, err) = stderr_of(&["run", "--verbose", "--verbose", "--", "true"], &[]);
+    assert!(
+        err.contains("hull trace:") && err.contains("box: step"),
+        "{err}"
+    );
+    let (_, err) = stderr_of(&["run", "--", "true"], &[("HULL_LOG", "info")]);
+    assert!(err.contains("hull: box: `true`"), "{err}");
+    for args in [&["run", "--", "true"][..], &["images"]] {
+        let (code, err) = stderr_of(args, &[("HULL_LOG", "loud")]);
+        assert!(
+            code == 125 && err.contains("HULL_LOG=loud") && err.contains("debug"),
+            "{args:?}: {err}"
+        );
+    }
+    // Every command takes -q (a report prints its report, not its notices).
+    let (code, _) = stderr_of(&["images", "-q"], &[]);
+    assert_eq!(code, 0);
+}

@@ -435,7 +435,7 @@ fn start(
         )?;
     }
     for w in resident.warnings() {
-        eprintln!("hull keeper: warning: {w}");
+        crate::verbosity::warn("hull keeper", w);
     }
     // Asked before anything else reads pid 1's channel.
     let files = resident

@@ -371,15 +371,21 @@ fn ensure_template(a: &CreateArgs, name: &str) -> Result<(), String> {
         return same(t);
     }
     let _building = template::BuildLock::take(name, || {
-        eprintln!("hull: waiting for template `{name}`: another process is building it");
+        crate::verbosity::notice(
+            "hull",
+            format!("waiting for template `{name}`: another process is building it"),
+        );
     })?;
     if let Some(t) = existing()? {
         return same(t);
     }
-    eprintln!(
-        "hull: building template `{name}` ({} setup command{})",
-        a.template_setup.len(),
-        if a.template_setup.len() == 1 { "" } else { "s" }
+    crate::verbosity::notice(
+        "hull",
+        format!(
+            "building template `{name}` ({} setup command{})",
+            a.template_setup.len(),
+            if a.template_setup.len() == 1 { "" } else { "s" }
+        ),
     );
     build_template(a, name)
 }
