@@ -22,6 +22,8 @@ PKGS="$PKGS bubblewrap"
 PKGS="$PKGS fuse-overlayfs"
 # hull-net's broker test drives curl (h2 and http/1.1) through an intercepted loopback connection.
 PKGS="$PKGS curl"
+# `hull run -it`'s test drives a real terminal: bash in the box under tmux, keys sent, the pane read.
+PKGS="$PKGS tmux"
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done

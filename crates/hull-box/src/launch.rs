@@ -75,7 +75,7 @@ impl Launch<'_> {
             sys::seqpacket_pair().map_err(sysf("create the box channel"))?;
         let opened;
         let stdin_fd = match self.stdin {
-            Stdin::Inherit => 0,
+            Stdin::Inherit | Stdin::Terminal => 0,
             Stdin::Null | Stdin::File(_) => {
                 let path = match self.stdin {
                     Stdin::File(p) => p.as_path(),
@@ -88,6 +88,7 @@ impl Launch<'_> {
                 opened.as_raw_fd()
             }
         };
+        let tty = *self.stdin == Stdin::Terminal;
         let enters_template = matches!(plan, LaunchPlan::Templated(_));
         // Pid 1 of a box entering a template runs on memory set aside once (its entry process's
         // copy of it; ours is never touched, so boxes at once can share it).
@@ -105,8 +106,9 @@ impl Launch<'_> {
             peer: sock_parent.as_raw_fd(),
             supervisor: supervisor_pidfd(),
             stdin: stdin_fd,
-            stdout: out_w.as_raw_fd(),
-            stderr: err_w.as_raw_fd(),
+            stdout: if tty { stdin_fd } else { out_w.as_raw_fd() },
+            stderr: if tty { stdin_fd } else { err_w.as_raw_fd() },
+            tty,
             argv: &argv_ptrs,
             envp: &env_ptrs,
             seccomp: Some(self.filter),

@@ -53,6 +53,10 @@ pub enum Network {
 pub enum Stdin {
     Null,
     Inherit,
+    /// The caller's fd 0 is a terminal made for this box (`hull run -t`: a pseudo-terminal
+    /// whose other end the caller relays): it is also the program's stdout and stderr (which
+    /// are then not captured) and its controlling terminal, in a session of its own.
+    Terminal,
     /// A host file the supervisor opens read-only (as the caller) and hands the program as its
     /// fd 0: the input of a call given as bytes (`run(argv, stdin=...)`), written by the caller
     /// to a private file, so no thread has to feed a pipe while the box runs.

@@ -432,6 +432,7 @@ fn build(plan: &TemplatePlan) -> Result<Template, BoxError> {
         stdin: null.as_raw_fd(),
         stdout: null.as_raw_fd(),
         stderr: null.as_raw_fd(),
+        tty: false,
         argv: &empty,
         envp: &empty,
         seccomp: None,

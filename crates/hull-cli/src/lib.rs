@@ -19,6 +19,7 @@ pub mod mcp;
 pub mod named;
 pub mod net;
 pub mod net_args;
+mod pty_relay;
 pub mod pull;
 pub mod run;
 pub mod serve;

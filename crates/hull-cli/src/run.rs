@@ -119,6 +119,13 @@ pub struct RunArgs {
     /// through a pipe: the box reads what is typed but can never change or resize the terminal.
     #[arg(long, short = 'i')]
     pub interactive: bool,
+    /// Give the box a terminal of its own (a pseudo-terminal hull makes and relays): the
+    /// program's stdin, stdout and stderr, so it runs as on a terminal. With -i (-it) what is
+    /// typed goes to it raw (Ctrl-C is SIGINT for the program, not the box's end) and the
+    /// caller's terminal modes are restored at exit; window-size changes follow. Output is
+    /// relayed, not captured (no --json).
+    #[arg(long, short = 't')]
+    pub tty: bool,
     /// The command and its arguments: after `--`, or from the first argument that is not one
     /// of hull's options (as docker's `run IMAGE CMD...`): everything from there is the
     /// command's, its own `-flags` included.
@@ -500,7 +507,18 @@ fn run(args: RunArgs, ahead: Option<hull_box::WorkspaceAhead>) -> i32 {
     for w in &built.warnings {
         crate::verbosity::warn("hull", w);
     }
-    if args.interactive {
+    if args.tty && args.json {
+        return report_invalid(&args, "-t: the box's terminal output goes to this terminal, so there is none for --json; drop one of them");
+    }
+    let mut pty = None;
+    if args.tty {
+        match crate::pty_relay::PtyRelay::start(args.interactive) {
+            Ok(p) => pty = Some(p),
+            Err(e) => {
+                return report_invalid(&args, &format!("-t: cannot make the box's terminal: {e}"))
+            }
+        }
+    } else if args.interactive {
         if let Err(e) = crate::tty_relay::start_if_terminal() {
             return report_invalid(
                 &args,
@@ -511,6 +529,9 @@ fn run(args: RunArgs, ahead: Option<hull_box::WorkspaceAhead>) -> i32 {
     let mut spec = built.spec;
     if let Some(h) = &args.hostname {
         spec.hostname.clone_from(h);
+    }
+    if pty.is_some() {
+        spec.stdin = hull_box::spec::Stdin::Terminal;
     }
     step("run: spec built");
     if spec.argv.is_empty() {
@@ -592,6 +613,9 @@ fn run(args: RunArgs, ahead: Option<hull_box::WorkspaceAhead>) -> i32 {
         let r = run(RunOptions { capture: false }, &mut sink);
         step("run: box ended");
         sink.finish();
+        if let Some(p) = pty.take() {
+            p.finish();
+        }
         step("run: output writer joined");
         r
     };

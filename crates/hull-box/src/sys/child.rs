@@ -71,6 +71,10 @@ pub(crate) struct ChildContext<'a> {
     pub stdin: RawFd,
     pub stdout: RawFd,
     pub stderr: RawFd,
+    /// `stdin` is a terminal made for the box (`hull run -t`, and then also its stdout and
+    /// stderr): the program makes it its controlling terminal in a session of its own, so the
+    /// terminal's Ctrl-C and window-size changes signal it.
+    pub tty: bool,
     /// `execve` argv and envp: null-terminated arrays pointing into the plan's C strings.
     pub argv: &'a [*const libc::c_char],
     pub envp: &'a [*const libc::c_char],
@@ -1143,6 +1147,9 @@ fn exec_program(ctx: &ChildContext<'_>, program: &Program<'_>) -> ! {
             sys::exit_now(126);
         }
     }
+    if ctx.tty && (sys::setsid().is_err() || sys::set_controlling_terminal(0).is_err()) {
+        sys::exit_now(126);
+    }
     sys::reset_signals();
     if let Some(ids) = program.ids {
         // Pid 1's own capabilities go before anything of the program's runs: a program of
@@ -1451,6 +1458,7 @@ mod tests {
             stdin: 0,
             stdout: 902,
             stderr: 903,
+            tty: false,
             argv: &none,
             envp: &none,
             seccomp: None,
@@ -1490,6 +1498,7 @@ mod tests {
             stdin: 0,
             stdout: 1,
             stderr: 2,
+            tty: false,
             argv: &none,
             envp: &none,
             seccomp: None,

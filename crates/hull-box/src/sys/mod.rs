@@ -911,6 +911,13 @@ pub fn setsid() -> SysResult<()> {
     check(unsafe { libc::setsid() }).map(drop)
 }
 
+/// Makes the terminal open at `fd` the controlling terminal of the calling session leader
+/// (`TIOCSCTTY`, without stealing one that is another session's).
+pub fn set_controlling_terminal(fd: RawFd) -> SysResult<()> {
+    // SAFETY: TIOCSCTTY takes an integer argument; 0 asks for no steal.
+    check(unsafe { libc::ioctl(fd, libc::TIOCSCTTY, 0) }).map(drop)
+}
+
 /// `execve(2)`. Returns only on failure.
 pub fn execve(path: &CStr, argv: &[*const libc::c_char], envp: &[*const libc::c_char]) -> Errno {
     // SAFETY: argv and envp are null-terminated arrays of valid C strings built by the caller.
