@@ -405,6 +405,9 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
     if spec.network == Network::Gateway {
         p.tap();
     }
+    if let Some(u) = spec.user.as_ref().filter(|_| ctx.temporary_workspace) {
+        p.give("/workspace", u.uid, u.gid);
+    }
     p.chdir(&spec.cwd);
     let env = box_env(spec);
     let path_var = env
@@ -424,6 +427,12 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
     }
     Ok(plan)
 }
+
+/// The `host` image's `/etc/passwd` and `/etc/group` (the host's own are not shown to a box):
+/// root and nobody. A front end resolves `--user` against these for that image.
+pub const HOST_PASSWD: &str =
+    "root:x:0:0:root:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
+pub const HOST_GROUP: &str = "root:x:0:\nnogroup:x:65534:\n";
 
 /// The proper ancestors of an absolute path, shallowest first (`/a/b/c` -> `/a`, `/a/b`).
 fn ancestors(path: &str) -> Vec<String> {
@@ -479,8 +488,8 @@ fn host_root(b: &mut PlanBuilder<Skeleton>, spec: &BoxSpec, image_top: &mut Vec<
         b.mkdir("/etc");
     }
     let host_name = &spec.hostname;
-    b.write_file("/etc/passwd", b"root:x:0:0:root:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n".to_vec());
-    b.write_file("/etc/group", b"root:x:0:\nnogroup:x:65534:\n".to_vec());
+    b.write_file("/etc/passwd", HOST_PASSWD.as_bytes().to_vec());
+    b.write_file("/etc/group", HOST_GROUP.as_bytes().to_vec());
     b.write_file("/etc/hostname", format!("{host_name}\n").into_bytes());
     b.write_file(
         "/etc/hosts",

@@ -148,7 +148,12 @@ const FSETID: u64 = 1 << 4;
 /// `SETGID` (the program's process switches its ids before its exec), `CHOWN` (the hand-over of
 /// `/workspace` and the user's home) and `KILL` (ending a program of another uid). Never in the
 /// bounding set, so no program receives them (see `resident.rs`).
-pub const RESIDENT_PID1: u64 = 1 << 0 | 1 << 5 | 1 << 6 | 1 << 7;
+pub const RESIDENT_PID1: u64 = 1 << 0 | 1 << 5 | SWITCH_IDS;
+
+/// What a one-shot box's pid 1 keeps in its own effective and permitted sets when its program
+/// runs as a user (`--user`): `SETGID` and `SETUID`, for the program's process to switch its
+/// ids before its exec. Never in the bounding set.
+pub const SWITCH_IDS: u64 = 1 << 6 | 1 << 7;
 
 /// What a box of host root never keeps.
 const HOST_ROOT_REFUSED: u64 = SETFCAP | FSETID;

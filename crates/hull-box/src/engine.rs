@@ -721,6 +721,9 @@ fn remap_of(spec: &BoxSpec) -> Option<assemble::Remap> {
 /// root's are written by the supervisor, see [`crate::remap`]).
 fn build_plan(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
     let mut plan = assemble::build(spec, ctx)?;
+    if let Some(u) = &spec.user {
+        plan.run_as(u.clone());
+    }
     if spec.subids && ctx.remap.is_none() {
         let (uids, gids) = crate::subids::lookup(ctx.uid, ctx.gid)?;
         plan.use_subids(uids, gids);

@@ -293,6 +293,13 @@ pub enum Step {
     Chdir {
         path: BoxPath,
     },
+    /// Give the directory at `path` (the mount point of a workspace hull made for this box) to
+    /// the program's user (`lchown`, by pid 1 as the box's root), so a `--user` box can write it.
+    Give {
+        path: BoxPath,
+        uid: u32,
+        gid: u32,
+    },
     /// Drop every capability not in `keep` from all five sets, but keep `own` in this
     /// process's effective and permitted sets (a resident box's pid 1 that switches its
     /// programs' ids, see `resident.rs`; 0 for every other box). `own` is never in the
@@ -312,6 +319,9 @@ pub enum Step {
         argv: Vec<CString>,
         candidates: Vec<CString>,
         env: Vec<CString>,
+        /// The ids the program's process switches to before its exec (`--user`; pid 1 kept
+        /// `SETUID` and `SETGID` for it, see [`BoxPlan::pid1_keeps`]); None: pid 1's, root.
+        user: Option<crate::proto::resident::Ids>,
     },
     /// Attach a detached mount tree (descriptor `fd`: a source an entry process cloned, see
     /// [`crate::split::EntryStep::CloneSource`], or an idmapped copy taken by `AdoptTree`) at
@@ -367,6 +377,7 @@ impl Step {
             Step::Tap { .. } => "make the gateway network's TAP and hand it over",
             Step::AwaitGateway => "wait for the gateway to take the TAP",
             Step::Chdir { .. } => "enter working directory",
+            Step::Give { .. } => "give the workspace to the user",
             Step::DropCaps { .. } => "drop capabilities",
             Step::NoNewPrivs => "set no_new_privs",
             Step::Seccomp { .. } => "install seccomp filter",
@@ -382,6 +393,7 @@ impl Step {
             | Step::Touch { path }
             | Step::WriteFile { path, .. }
             | Step::Symlink { path, .. }
+            | Step::Give { path, .. }
             | Step::Chdir { path } => vec![path],
             Step::Tmpfs { target, .. }
             | Step::SetAttr { target, .. }
@@ -418,6 +430,7 @@ impl Step {
             | Step::Touch { path }
             | Step::WriteFile { path, .. }
             | Step::Symlink { path, .. }
+            | Step::Give { path, .. }
             | Step::Chdir { path } => Some(path.shown.clone()),
             Step::Bind { source, target, .. } => {
                 Some(format!("{} -> {}", source.shown, target.shown))
@@ -505,6 +518,7 @@ impl fmt::Display for Step {
                 crate::tap::GATEWAY_ADDR,
             ),
             Step::Chdir { path } => write!(f, "chdir {}", path.shown),
+            Step::Give { path, uid, gid } => write!(f, "lchown {} to {uid}:{gid}", path.shown),
             Step::DropCaps { keep, own } => {
                 if *keep == 0 {
                     write!(f, "drop all capabilities (bounding, ambient, effective, permitted, inheritable)")?;
@@ -519,9 +533,12 @@ impl fmt::Display for Step {
             Step::NoNewPrivs => write!(f, "prctl(PR_SET_NO_NEW_PRIVS)"),
             Step::Seccomp { listener, rules } => write!(f, "install seccomp allowlist ({rules} rules, default ENOSYS; escape calls {})", if *listener { "reported to the supervisor, box killed" } else { "kill the box" }),
             Step::AttachSource { fd, source, target } => write!(f, "attach {source} (fd {fd}) at {}", target.shown),
-            Step::Exec { argv, .. } => {
+            Step::Exec { argv, user, .. } => {
                 let shown: Vec<String> = argv.iter().map(|a| a.to_string_lossy().into_owned()).collect();
-                write!(f, "fork, then exec {:?} (pid 1 stays as the box's reaper)", shown)
+                match user {
+                    Some(u) => write!(f, "fork, switch to uid {} gid {} groups {:?} (every capability gone), then exec {:?} (pid 1 stays as the box's reaper)", u.uid, u.gid, u.groups, shown),
+                    None => write!(f, "fork, then exec {:?} (pid 1 stays as the box's reaper)", shown),
+                }
             }
         }
     }
@@ -556,6 +573,16 @@ pub struct BoxPlan {
 }
 
 impl BoxPlan {
+    /// `--user`: the program's process switches to `ids` before its exec (losing every
+    /// capability with a non-zero uid); pid 1 keeps [`crate::caps::SWITCH_IDS`] for it, outside
+    /// the bounding set.
+    pub fn run_as(&mut self, ids: crate::proto::resident::Ids) {
+        self.pid1_keeps(crate::caps::SWITCH_IDS);
+        if let Some(Step::Exec { user, .. }) = self.steps.last_mut() {
+            *user = Some(ids);
+        }
+    }
+
     /// A resident box whose programs may run as other users: its pid 1 keeps `own` in its own
     /// effective and permitted sets (see [`Step::DropCaps`]).
     pub fn pid1_keeps(&mut self, own: u64) {
@@ -1091,6 +1118,15 @@ impl PlanBuilder<Process> {
         });
     }
 
+    /// See [`Step::Give`].
+    pub fn give(&mut self, path: &str, uid: u32, gid: u32) {
+        self.steps.push(Step::Give {
+            path: BoxPath::plain(path),
+            uid,
+            gid,
+        });
+    }
+
     /// Privileges, filter and exec: the last steps, in the only order that works (capabilities
     /// before no_new_privs before seccomp, and seccomp last so setup itself is not filtered).
     pub fn finish(
@@ -1123,6 +1159,7 @@ impl PlanBuilder<Process> {
                 .iter()
                 .map(|(k, v)| cstring(&format!("{k}={v}")))
                 .collect(),
+            user: None,
         });
         BoxPlan {
             steps: self.steps,

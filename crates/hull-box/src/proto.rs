@@ -239,7 +239,7 @@ pub mod resident {
     const HEADER: usize = 16;
 
     /// The ids a program runs as: `uid`, `gid` and the supplementary `groups`.
-    #[derive(Debug, Clone, PartialEq, Eq)]
+    #[derive(Debug, Clone, PartialEq, Eq, Hash)]
     pub struct Ids {
         pub uid: u32,
         pub gid: u32,

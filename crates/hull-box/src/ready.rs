@@ -110,6 +110,7 @@ impl ReadyBox {
                     argv,
                     env,
                     candidates,
+                    ..
                 },
                 setup,
             )),

@@ -116,6 +116,10 @@ pub struct BoxSpec {
     /// Map ids 1-65536 inside to the caller's /etc/subuid and /etc/subgid ranges (see
     /// [`crate::subids`]); such a box is always built from scratch.
     pub subids: bool,
+    /// Run the program as this user (`--user`; needs `subids`, which maps the ids): its process
+    /// switches to these ids before its exec and keeps no capability; a workspace hull made for
+    /// the box is given to it. None: the box's root.
+    pub user: Option<crate::proto::resident::Ids>,
     /// A writable root on disk: the image read-only below, `upper` above (overlayfs in the
     /// box's user namespace). None: the read-only root of every one-shot box.
     pub writable_root: Option<WritableRoot>,
@@ -156,6 +160,7 @@ impl BoxSpec {
             cpus: None,
             require_limits: false,
             subids: false,
+            user: None,
             writable_root: None,
             timeout: DEFAULT_TIMEOUT,
             max_output: DEFAULT_MAX_OUTPUT,
@@ -176,6 +181,26 @@ impl BoxSpec {
         for (k, v) in &self.env {
             if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
                 return Err(SpecError::BadEnv(k.clone()));
+            }
+        }
+        if let Some(u) = &self.user {
+            if !self.subids {
+                return Err(SpecError::Invalid {
+                    field: SpecField::Subids,
+                    why: "a user other than root needs its ids mapped: set subids too".into(),
+                });
+            }
+            if u.uid == crate::proto::resident::AS_PID1
+                || u.groups.len() > crate::proto::resident::MAX_GROUPS
+            {
+                return Err(SpecError::Invalid {
+                    field: SpecField::Subids,
+                    why: format!(
+                        "uid {} or {} groups cannot be given to a program",
+                        u.uid,
+                        u.groups.len()
+                    ),
+                });
             }
         }
         if self.timeout.is_zero() {

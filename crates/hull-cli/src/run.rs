@@ -91,6 +91,12 @@ pub struct RunArgs {
     /// files as other users. Root needs ranges of its own there.
     #[arg(long)]
     pub subids: bool,
+    /// Run the command as this user of the image (NAME, UID, NAME:GROUP or UID:GID, from the
+    /// box's /etc/passwd and /etc/group; the `host` image has root and nobody, or give ids).
+    /// Implies --subids; a temporary workspace is given to the user; HOME, USER and LOGNAME
+    /// are the user's unless -e sets them.
+    #[arg(long, short = 'u', value_name = "USER")]
+    pub user: Option<String>,
     /// Wall-clock deadline (e.g. 30s, 500ms, 2m; a bare number is seconds).
     #[arg(long, value_name = "DURATION", default_value = "30s")]
     pub timeout: String,
@@ -456,6 +462,59 @@ fn report_invalid(args: &RunArgs, msg: &str) -> i32 {
     125
 }
 
+/// `-u USER`: the user's ids from the box's own /etc/passwd and /etc/group (the `host` image's
+/// are hull's; an image's are read from its root, never through a link), its variables under
+/// the caller's `-e`, and the ids mapped (`subids`). Root needs none of that.
+fn run_as(
+    spec: &mut hull_box::spec::BoxSpec,
+    who: &str,
+    env_flags: &[String],
+) -> Result<(), String> {
+    use crate::named::users;
+    users::check_spec(who)?;
+    if users::is_root(who) {
+        return Ok(());
+    }
+    let dumpable = std::fs::read_to_string("/proc/sys/fs/suid_dumpable").unwrap_or_default();
+    users::check_dumpable(&dumpable)?;
+    let (passwd, group) = match &spec.root {
+        hull_box::spec::RootSpec::Host => (
+            hull_box::assemble::HOST_PASSWD.to_string(),
+            hull_box::assemble::HOST_GROUP.to_string(),
+        ),
+        hull_box::spec::RootSpec::Dir(root) => {
+            let layers = [root.clone()];
+            (
+                users::read_etc(&layers, "passwd"),
+                users::read_etc(&layers, "group"),
+            )
+        }
+    };
+    let user = users::resolve(who, &passwd, &group)?;
+    let given = |name: &str| {
+        env_flags
+            .iter()
+            .any(|e| e.split_once('=').map_or(e.as_str(), |(k, _)| k) == name)
+    };
+    for (k, v) in [
+        ("HOME", &user.home),
+        ("USER", &user.name),
+        ("LOGNAME", &user.name),
+    ] {
+        if !given(k) {
+            spec.env.retain(|(n, _)| n != k);
+            spec.env.push((k.to_string(), v.clone()));
+        }
+    }
+    spec.subids = true;
+    spec.user = Some(hull_box::proto::resident::Ids {
+        uid: user.uid,
+        gid: user.gid,
+        groups: user.groups,
+    });
+    Ok(())
+}
+
 /// What `-v` says of a box before it starts: its program, image, caps, network and deadline.
 fn describe_box(spec: &hull_box::spec::BoxSpec) -> String {
     let mib = |b: u64| format!("{} MiB", b >> 20);
@@ -532,6 +591,11 @@ fn run(args: RunArgs, ahead: Option<hull_box::WorkspaceAhead>) -> i32 {
     }
     if pty.is_some() {
         spec.stdin = hull_box::spec::Stdin::Terminal;
+    }
+    if let Some(u) = args.user.as_deref() {
+        if let Err(msg) = run_as(&mut spec, u, &args.env) {
+            return report_invalid(&args, &format!("-u/--user {u}: {msg}"));
+        }
     }
     step("run: spec built");
     if spec.argv.is_empty() {

@@ -457,3 +457,55 @@ fn quiet_verbose_and_hull_log_set_what_is_said() {
     let (code, _) = stderr_of(&["images", "-q"], &[]);
     assert_eq!(code, 0);
 }
+
+/// `hull` with these arguments: (exit code, stdout, stderr).
+fn outputs(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(common::bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `-u/--user` runs the command as a user of the image with no capability and no way back to
+/// root (setuid(0) is refused with EPERM), its HOME and USER set, the temporary workspace its
+/// own; ids without an entry run as given; root is root; an unknown user is refused naming
+/// the flag.
+#[test]
+fn run_as_a_user_of_the_image() {
+    let script = "id -u; id -g; echo $HOME $USER; touch /workspace/f; stat -c %u /workspace/f; grep CapEff /proc/self/status; python3 -c 'import os\ntry:\n    os.setuid(0)\n    print(\"became root\")\nexcept PermissionError as e:\n    print(\"setuid\", e.errno)'";
+    let (code, out, err) = outputs(&["run", "-u", "nobody", "--", "sh", "-c", script]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(
+        out, "65534\n65534\n/nonexistent nobody\n65534\nCapEff:\t0000000000000000\nsetuid 1\n",
+        "{err}"
+    );
+    let (code, out, _) = outputs(&[
+        "run",
+        "--user",
+        "1000:1001",
+        "--",
+        "sh",
+        "-c",
+        "id -u; id -g; echo $HOME",
+    ]);
+    assert_eq!((code, out.as_str()), (0, "1000\n1001\n/\n"));
+    let (code, out, _) = outputs(&["run", "-u", "root", "--", "id", "-u"]);
+    assert_eq!((code, out.as_str()), (0, "0\n"));
+    let (code, _, err) = outputs(&["run", "-u", "nosuchuser", "--", "true"]);
+    assert!(
+        code == 125 && err.contains("-u/--user nosuchuser: no user `nosuchuser`"),
+        "{err}"
+    );
+    let (_, plan, _) = outputs(&["run", "-u", "nobody", "--plan", "--", "true"]);
+    assert!(
+        plan.contains("switch to uid 65534 gid 65534")
+            && plan.contains("lchown /workspace to 65534:65534"),
+        "{plan}"
+    );
+}

@@ -173,7 +173,9 @@ fn run_box_steps(ctx: &ChildContext<'_>, steps: &[Step], first: usize) -> ! {
     for (i, step) in steps.iter().enumerate() {
         stamp(ctx, first + i);
         let done = match step {
-            Step::Exec { candidates, .. } => start_program(ctx, candidates, &mut program_stack),
+            Step::Exec {
+                candidates, user, ..
+            } => start_program(ctx, candidates, user.as_ref(), &mut program_stack),
             _ => execute(ctx, step),
         };
         if let Err(e) = done {
@@ -520,6 +522,7 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
         Step::Tap { fd } => make_tap(ctx, *fd),
         Step::AwaitGateway => await_gateway(ctx),
         Step::Chdir { path } => sys::chdir(&path.c),
+        Step::Give { path, uid, gid } => sys::lchown(&path.c, *uid, *gid),
         Step::DropCaps { keep, own } => drop_caps(*keep, *own),
         Step::NoNewPrivs => sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1).map(drop),
         Step::Seccomp { listener, .. } => {
@@ -555,6 +558,7 @@ type ProgramStack = std::mem::MaybeUninit<[u8; 64 * 1024]>;
 fn start_program(
     ctx: &ChildContext<'_>,
     candidates: &[std::ffi::CString],
+    user: Option<&crate::proto::resident::Ids>,
     stack: &mut ProgramStack,
 ) -> SysResult<()> {
     // Checked again before the program runs, once the setup's milliseconds have let a dying
@@ -575,7 +579,12 @@ fn start_program(
             ctx,
             &Program {
                 cwd: None,
-                ids: None,
+                // `--user`: the switch a resident box's program makes, to the plan's user.
+                ids: user.map(|u| ProgramIds {
+                    switch: Some((u.uid, u.gid)),
+                    groups: &u.groups,
+                    keep: planned_caps(ctx),
+                }),
                 argv: ctx.argv,
                 envp: ctx.envp,
                 candidates: Candidates::Plan(candidates),

@@ -906,6 +906,12 @@ pub fn cloexec_from(first: u32) -> SysResult<()> {
     check_long(ret).map(drop)
 }
 
+/// `lchown(2)`: gives `path` itself (never a link's target) to `uid`:`gid`.
+pub fn lchown(path: &CStr, uid: u32, gid: u32) -> SysResult<()> {
+    // SAFETY: path is a valid C string.
+    check(unsafe { libc::lchown(path.as_ptr(), uid, gid) }).map(drop)
+}
+
 pub fn setsid() -> SysResult<()> {
     // SAFETY: no arguments.
     check(unsafe { libc::setsid() }).map(drop)

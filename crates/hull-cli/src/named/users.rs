@@ -84,10 +84,10 @@ pub fn resolve(spec: &str, passwd: &str, group: &str) -> Result<User, String> {
             name: f[0].to_string(),
             uid: f[2]
                 .parse()
-                .map_err(|_| format!("the sandbox's /etc/passwd has a bad uid for `{}`", f[0]))?,
+                .map_err(|_| format!("the box's /etc/passwd has a bad uid for `{}`", f[0]))?,
             gid: f[3]
                 .parse()
-                .map_err(|_| format!("the sandbox's /etc/passwd has a bad gid for `{}`", f[0]))?,
+                .map_err(|_| format!("the box's /etc/passwd has a bad gid for `{}`", f[0]))?,
             groups: Vec::new(),
             home: f[5].to_string(),
         },
@@ -100,7 +100,7 @@ pub fn resolve(spec: &str, passwd: &str, group: &str) -> Result<User, String> {
         },
         (None, None) => {
             return Err(format!(
-                "no user `{user}` in the sandbox's /etc/passwd; give a user of the image (by name or UID[:GID]), or add it with a --setup command (e.g. `useradd -m {user}`)"
+                "no user `{user}` in the box's /etc/passwd; give a user of the image (by name or UID[:GID]), or add one first (a named sandbox's --setup command, e.g. `useradd -m {user}`)"
             ))
         }
     };
@@ -116,12 +116,12 @@ pub fn resolve(spec: &str, passwd: &str, group: &str) -> Result<User, String> {
                 .iter()
                 .find(|f| f[0] == g)
                 .and_then(|f| f[2].parse().ok())
-                .ok_or_else(|| format!("no group `{g}` in the sandbox's /etc/group"))?,
+                .ok_or_else(|| format!("no group `{g}` in the box's /etc/group"))?,
         };
     }
     if u.uid > MAX_ID || u.gid > MAX_ID {
         return Err(format!(
-            "uid {} / gid {} is past the ids a sandbox maps (0 to {MAX_ID})",
+            "uid {} / gid {} is past the ids a box maps (0 to {MAX_ID})",
             u.uid, u.gid
         ));
     }
