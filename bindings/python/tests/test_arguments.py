@@ -277,3 +277,10 @@ def test_mounts_take_kerns_dict_shape_too(tmp_path):
     assert (out / "f").read_text() == "written\n" and not (data / "x").exists()
     with pytest.raises(InvalidArgument, match="mounts"):
         Sandbox(mounts={str(data): ("/data", "rx")})
+    # kern's targets inside the workspace and a tmpfs inside a bind: the box makes the mount
+    # points (prewarmed boxes and kernels too).
+    with Sandbox(mounts={str(data): ("/workspace/data", "ro"), str(out): "/out"}, tmpfs={"/out/cache": "1m"}, prewarm=1) as sb:
+        r = sb.run_code("print(open('/workspace/data/in.txt').read())\nimport os\nprint(os.statvfs('/out/cache').f_blocks * os.statvfs('/out/cache').f_frsize)")
+        assert r.stdout == "mounted\n1048576\n", r
+        with sb.kernel() as k:
+            assert k.run_code("open('/workspace/data/in.txt').read()").results[0].text == "'mounted'"

@@ -306,7 +306,27 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
         user_targets.push((m.target.as_str(), m.source.is_dir()));
     }
     let mut late_dirs: Vec<(String, bool)> = Vec::new();
+    // Targets inside a host directory (the workspace, another bind): (target, the mount they
+    // are below). Their mount points are made by the box once that mount is there, never
+    // through a link (`Step::BindBelow`, `Step::TmpfsBelow`): other boxes may write the same
+    // directory at the same time.
+    let mut below: Vec<(String, String)> = Vec::new();
     for (target, is_dir) in &user_targets {
+        let host_dirs = spec
+            .mounts
+            .iter()
+            .map(|m| m.target.as_str())
+            .chain(std::iter::once("/workspace"));
+        let under = host_dirs
+            .filter(|m| *m != *target && is_within(target, m))
+            .max_by_key(|m| m.len());
+        if let Some(under) = under {
+            if under == "/workspace" && in_root {
+                return Err(SpecError::TargetRefused { field: SpecField::Mounts, target: (*target).to_string(), why: "this sandbox's /workspace is part of its writable root; mount at a new top-level path such as /data".into() }.into());
+            }
+            below.push(((*target).to_string(), under.to_string()));
+            continue;
+        }
         let top = target.split('/').nth(1).unwrap_or("");
         if image_top.iter().any(|t| t == top) {
             return Err(SpecError::TargetRefused {
@@ -315,13 +335,6 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
                 why: format!("/{top} comes from the image, which is read-only and shared; mount at a new top-level path such as /data or /mnt/x"),
             }
             .into());
-        }
-        if let Some(m) = spec
-            .mounts
-            .iter()
-            .find(|m| m.target != *target && is_within(target, &m.target))
-        {
-            return Err(SpecError::TargetRefused { field: SpecField::Mounts, target: (*target).to_string(), why: format!("it lies inside the bind mount at {}; hull does not create mount points in host directories", m.target) }.into());
         }
         let inside_writable = writable_roots
             .iter()
@@ -367,6 +380,22 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
     order.sort_by_key(|&i| user_targets[i].0.matches('/').count());
     for i in order {
         let (target, is_dir) = user_targets[i];
+        if let Some((_, under)) = below.iter().find(|(t, _)| t == target) {
+            if let Some(t) = spec.tmpfs.iter().find(|t| t.target == target) {
+                w.tmpfs_below(under, &t.target, t.size, 0o1777);
+            } else if let Some(idx) = spec.mounts.iter().position(|m| m.target == target) {
+                let m = &spec.mounts[idx];
+                w.bind_below(
+                    &mount_src[idx],
+                    &m.source.display().to_string(),
+                    under,
+                    &m.target,
+                    is_dir,
+                    m.read_only,
+                );
+            }
+            continue;
+        }
         if let Some((_, _)) = late_dirs.iter().find(|(t, _)| t == target) {
             for a in ancestors(target) {
                 if writable_roots.iter().any(|w| is_within(&a, w) && a != *w) {

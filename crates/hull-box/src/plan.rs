@@ -213,6 +213,32 @@ pub enum Step {
         target: BoxPath,
         optional: bool,
     },
+    /// A bind whose target lies inside a host directory already mounted at `under` (the
+    /// workspace, another bind): each missing component of `parts` is made there and opened
+    /// without following a symlink or leaving that mount (`sys::mount_point_at`: another box
+    /// may be writing the same directory), then a detached copy of `source` with its
+    /// attributes set is attached on the descriptor (no path is looked up twice).
+    BindBelow {
+        source: BoxPath,
+        under: BoxPath,
+        parts: Vec<CString>,
+        /// A directory bind (else a file's: the last part is made as an empty file).
+        is_dir: bool,
+        read_only: bool,
+        /// The source is already a detached tree at this descriptor (host root's idmapped copy,
+        /// see [`BoxPlan::remap_root`]): it is attached itself, not a copy of it.
+        tree_fd: Option<i32>,
+        /// The target, for the plan and errors.
+        target: String,
+    },
+    /// A tmpfs whose target lies inside a host directory mounted at `under`: its mount point
+    /// made and opened as [`Step::BindBelow`]'s, the tmpfs mounted on that descriptor.
+    TmpfsBelow {
+        under: BoxPath,
+        parts: Vec<CString>,
+        opts: CString,
+        target: String,
+    },
     /// A tmpfs with a size cap and mode.
     Tmpfs {
         target: BoxPath,
@@ -378,6 +404,8 @@ impl Step {
             Step::AwaitGateway => "wait for the gateway to take the TAP",
             Step::Chdir { .. } => "enter working directory",
             Step::Give { .. } => "give the workspace to the user",
+            Step::BindBelow { .. } => "bind mount inside a host directory",
+            Step::TmpfsBelow { .. } => "mount a tmpfs inside a host directory",
             Step::DropCaps { .. } => "drop capabilities",
             Step::NoNewPrivs => "set no_new_privs",
             Step::Seccomp { .. } => "install seccomp filter",
@@ -404,6 +432,7 @@ impl Step {
             | Step::ProtectProc { target }
             | Step::AttachSource { target, .. }
             | Step::Bind { target, .. } => vec![target],
+            Step::BindBelow { under, .. } | Step::TmpfsBelow { under, .. } => vec![under],
             Step::MaskFile { target, null } => vec![target, null],
             Step::UserNsLimits {
                 instances, watches, ..
@@ -445,6 +474,8 @@ impl Step {
             | Step::ProtectProc { target } => Some(target.shown.clone()),
             Step::Seal { root, .. } | Step::Pivot { root } => Some(root.shown.clone()),
             Step::Exec { argv, .. } => argv.first().map(|a| a.to_string_lossy().into_owned()),
+            Step::BindBelow { source, target, .. } => Some(format!("{} -> {target}", source.shown)),
+            Step::TmpfsBelow { target, .. } => Some(target.clone()),
             _ => None,
         }
     }
@@ -519,6 +550,8 @@ impl fmt::Display for Step {
             ),
             Step::Chdir { path } => write!(f, "chdir {}", path.shown),
             Step::Give { path, uid, gid } => write!(f, "lchown {} to {uid}:{gid}", path.shown),
+            Step::BindBelow { source, under, target, read_only, .. } => write!(f, "make the mount point {target} inside {} (no symlinks, same mount), attach a copy of {} on it ({}nosuid,nodev)", under.shown, source.shown, if *read_only { "ro," } else { "" }),
+            Step::TmpfsBelow { under, target, opts, .. } => write!(f, "make the mount point {target} inside {} (no symlinks, same mount), tmpfs on it ({})", under.shown, opts.to_string_lossy()),
             Step::DropCaps { keep, own } => {
                 if *keep == 0 {
                     write!(f, "drop all capabilities (bounding, ambient, effective, permitted, inheritable)")?;
@@ -651,6 +684,27 @@ impl BoxPlan {
                         optional,
                     }),
                 },
+                Step::BindBelow {
+                    source,
+                    under,
+                    parts,
+                    is_dir,
+                    read_only,
+                    target,
+                    ..
+                } => {
+                    let tree_fd =
+                        source_fd(&source).filter(|fd| adopt.iter().any(|(a, _)| a == fd));
+                    steps.push(Step::BindBelow {
+                        source,
+                        under,
+                        parts,
+                        is_dir,
+                        read_only,
+                        tree_fd,
+                        target,
+                    });
+                }
                 other => steps.push(other),
             }
         }
@@ -1017,6 +1071,42 @@ impl PlanBuilder<Writable> {
         });
     }
 
+    /// A bind at `target` inside the host directory mounted at `under` (see
+    /// [`Step::BindBelow`]).
+    pub fn bind_below(
+        &mut self,
+        host: &str,
+        shown: &str,
+        under: &str,
+        target: &str,
+        is_dir: bool,
+        read_only: bool,
+    ) {
+        self.steps.push(Step::BindBelow {
+            source: BoxPath {
+                shown: shown.to_string(),
+                c: cstring(host),
+            },
+            under: self.staged(under),
+            parts: parts_below(under, target),
+            is_dir,
+            read_only,
+            tree_fd: None,
+            target: target.to_string(),
+        });
+    }
+
+    /// A tmpfs at `target` inside the host directory mounted at `under` (see
+    /// [`Step::TmpfsBelow`]).
+    pub fn tmpfs_below(&mut self, under: &str, target: &str, size: u64, mode: u32) {
+        self.steps.push(Step::TmpfsBelow {
+            under: self.staged(under),
+            parts: parts_below(under, target),
+            opts: tmpfs_opts(size, mode),
+            target: target.to_string(),
+        });
+    }
+
     /// A bind of a host source (usually `/proc/self/fd/N`), then its own attributes.
     pub fn bind(&mut self, host: &str, shown: &str, target: &str, read_only: bool) {
         use crate::sys::{MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY};
@@ -1166,6 +1256,17 @@ impl PlanBuilder<Process> {
             clone_flags: self.clone_flags,
         }
     }
+}
+
+/// The components of `target` below `under` (`/workspace`, `/workspace/a/b` -> `a`, `b`).
+fn parts_below(under: &str, target: &str) -> Vec<CString> {
+    target
+        .strip_prefix(under)
+        .unwrap_or(target)
+        .split('/')
+        .filter(|p| !p.is_empty())
+        .map(cstring)
+        .collect()
 }
 
 /// The paths `execve` tries for `prog`: itself when it names a path, else each absolute

@@ -372,9 +372,9 @@ fn check_target(field: SpecField, target: &str) -> Result<(), SpecError> {
             )));
         }
     }
-    if is_within(target, "/workspace") {
+    if target == "/workspace" {
         return Err(refuse(
-            "/workspace is the box's workspace; choose its host directory as the workspace instead"
+            "/workspace is the box's workspace; choose its host directory as the workspace instead (a target below it, e.g. /workspace/data, is fine)"
                 .into(),
         ));
     }

@@ -430,7 +430,12 @@ impl BoxPlan {
         let host_binds = self.steps[seal..]
             .iter()
             .any(|s| matches!(s, Step::Bind { source, .. } if source_fd(source).is_none()));
-        if own_sources || host_binds || root == 0 {
+        // Mount points made inside host directories open their sources by path: built whole.
+        let below = self
+            .steps
+            .iter()
+            .any(|s| matches!(s, Step::BindBelow { .. } | Step::TmpfsBelow { .. }));
+        if own_sources || host_binds || below || root == 0 {
             return Err(self);
         }
         let flags = self.clone_flags;

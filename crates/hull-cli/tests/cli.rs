@@ -349,8 +349,8 @@ print(out.decode().replace("\n", " ").strip(), bool(lflag & termios.ECHO), bool(
 }
 
 /// A bind at /tmp or /dev/shm takes the place of the box's scratch tmpfs there (kern's images
-/// read and write those), and nothing is mounted inside it (that would make mount points in a
-/// host directory).
+/// read and write those); a tmpfs below it gets its mount point made by the box, in the host
+/// directory (see `binds_and_tmpfs_below_host_directories_never_follow_planted_links`).
 #[test]
 fn a_bind_at_tmp_or_dev_shm_takes_the_scratch_tmpfs_place() {
     let tmp = tempfile::tempdir().unwrap();
@@ -379,15 +379,23 @@ fn a_bind_at_tmp_or_dev_shm_takes_the_scratch_tmpfs_place() {
     let out = Command::new(common::bin())
         .args(["run", "-v"])
         .arg(format!("{}:/tmp", tmp.path().display()))
-        .args(["--tmpfs", "/tmp/c=8m", "--", "true"])
+        .args([
+            "--tmpfs",
+            "/tmp/c=8m",
+            "--",
+            "stat",
+            "-f",
+            "-c",
+            "%T",
+            "/tmp/c",
+        ])
         .stdin(Stdio::null())
         .output()
         .expect("spawn hull");
-    assert_eq!(out.status.code(), Some(125), "{out:?}");
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("inside the bind mount at /tmp"),
-        "{out:?}"
-    );
+    // A tmpfs below the bind: its mount point is made in the bound directory, by the box.
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "tmpfs\n");
+    assert!(tmp.path().join("c").is_dir());
 }
 
 /// `hull` with these arguments and environment: (exit code, stderr).
@@ -507,5 +515,89 @@ fn run_as_a_user_of_the_image() {
         plan.contains("switch to uid 65534 gid 65534")
             && plan.contains("lchown /workspace to 65534:65534"),
         "{plan}"
+    );
+}
+
+/// Targets inside a host directory: a bind below /workspace (a directory and a read-only file),
+/// a tmpfs below /workspace and below another bind. Their mount points are made by the box,
+/// never through a link: a symlink the workspace holds (another box may have planted it, absolute
+/// or climbing out) fails the run instead of steering the mount, and the run says which target.
+#[test]
+fn binds_and_tmpfs_below_host_directories_never_follow_planted_links() {
+    let d = tempfile::tempdir().unwrap();
+    let (ws, data) = (d.path().join("ws"), d.path().join("data"));
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("f"), "in data\n").unwrap();
+    let conf = d.path().join("app.conf");
+    std::fs::write(&conf, "conf\n").unwrap();
+    let (ws_s, data_s, conf_s) = (
+        ws.display().to_string(),
+        data.display().to_string(),
+        conf.display().to_string(),
+    );
+    let script = "cat /workspace/sub/f /workspace/etc/app.conf; echo new > /workspace/sub/g && echo wrote; (echo x > /workspace/etc/app.conf) 2>/dev/null || echo conf-ro; stat -f -c %T /workspace/scratch /data/cache";
+    let (code, out, err) = outputs(&[
+        "run",
+        "--workspace",
+        &ws_s,
+        "-v",
+        &format!("{data_s}:/workspace/sub"),
+        "-v",
+        &format!("{conf_s}:/workspace/etc/app.conf:ro"),
+        "--tmpfs",
+        "/workspace/scratch=1m",
+        "-v",
+        &format!("{data_s}:/data"),
+        "--tmpfs",
+        "/data/cache=1m",
+        "--",
+        "sh",
+        "-c",
+        script,
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(
+        out, "in data\nconf\nwrote\nconf-ro\ntmpfs\ntmpfs\n",
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(data.join("g")).unwrap(), "new\n");
+    // Links planted in the workspace: to the host's /etc, climbing out, and in the middle.
+    std::os::unix::fs::symlink("/etc", ws.join("abs")).unwrap();
+    std::os::unix::fs::symlink("../../..", ws.join("up")).unwrap();
+    for (flag, value, target) in [
+        ("-v", format!("{data_s}:/workspace/abs"), "/workspace/abs"),
+        ("-v", format!("{data_s}:/workspace/up/x"), "/workspace/up/x"),
+        (
+            "--tmpfs",
+            "/workspace/abs/t=1m".to_string(),
+            "/workspace/abs/t",
+        ),
+        (
+            "-v",
+            format!("{conf_s}:/workspace/abs/passwd"),
+            "/workspace/abs/passwd",
+        ),
+    ] {
+        let (code, out, err) = outputs(&[
+            "run",
+            "--workspace",
+            &ws_s,
+            flag,
+            &value,
+            "--",
+            "sh",
+            "-c",
+            "echo ran",
+        ]);
+        assert!(
+            code == 125 && out.is_empty() && err.contains(target),
+            "{value}: {out}{err}"
+        );
+    }
+    let (code, _, err) = outputs(&["run", "-v", &format!("{data_s}:/workspace"), "--", "true"]);
+    assert!(
+        code == 125 && err.contains("choose its host directory as the workspace"),
+        "{err}"
     );
 }

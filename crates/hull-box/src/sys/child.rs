@@ -522,6 +522,43 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
         Step::Tap { fd } => make_tap(ctx, *fd),
         Step::AwaitGateway => await_gateway(ctx),
         Step::Chdir { path } => sys::chdir(&path.c),
+        Step::BindBelow {
+            source,
+            under,
+            parts,
+            is_dir,
+            read_only,
+            tree_fd,
+            ..
+        } => {
+            let at = mount_point_below(&under.c, parts, *is_dir)?;
+            let copy;
+            let tree = match tree_fd {
+                // SAFETY: the plan's AdoptTree step put a detached tree at this number, ours
+                // until the box execs.
+                Some(fd) => unsafe { std::os::fd::BorrowedFd::borrow_raw(*fd) },
+                None => {
+                    copy = sys::clone_tree(&source.c)?;
+                    copy.as_fd()
+                }
+            };
+            let mut set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+            if *read_only {
+                set |= MOUNT_ATTR_RDONLY;
+            }
+            sys::mount_setattr_fd(tree, true, set, 0)?;
+            if !*read_only {
+                // Read-write for the top mount only, as `Bind`'s.
+                sys::mount_setattr_fd(tree, false, 0, MOUNT_ATTR_RDONLY)?;
+            }
+            sys::attach_tree_on(tree, at.as_fd())
+        }
+        Step::TmpfsBelow {
+            under, parts, opts, ..
+        } => {
+            let at = mount_point_below(&under.c, parts, true)?;
+            sys::tmpfs_on(at.as_fd(), opts)
+        }
         Step::Give { path, uid, gid } => sys::lchown(&path.c, *uid, *gid),
         Step::DropCaps { keep, own } => drop_caps(*keep, *own),
         Step::NoNewPrivs => sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1).map(drop),
@@ -547,6 +584,22 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
         Step::Exec { .. } => Err(Errno(libc::EINVAL)),
         Step::AttachSource { fd, target, .. } => sys::attach_tree(*fd, &target.c),
     }
+}
+
+/// Makes and opens the mount point `parts` below the mount at `under` (hull's own staged path),
+/// one component at a time, never through a symlink or into another mount (see
+/// [`sys::mount_point_at`]); the last component is a directory when `is_dir`.
+fn mount_point_below(
+    under: &std::ffi::CStr,
+    parts: &[std::ffi::CString],
+    is_dir: bool,
+) -> SysResult<std::os::fd::OwnedFd> {
+    let mut at = sys::open_dir_path(under)?;
+    for (i, p) in parts.iter().enumerate() {
+        let dir = is_dir || i + 1 < parts.len();
+        at = sys::mount_point_at(at.as_fd(), p, dir)?;
+    }
+    Ok(at)
 }
 
 /// The stack the program starts on (a vfork-style child that execs at once), carved from pid

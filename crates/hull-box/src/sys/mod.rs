@@ -1444,6 +1444,149 @@ pub fn poll_in(fd: BorrowedFd<'_>) -> libc::pollfd {
     }
 }
 
+/// Creates (or finds) `name` in the directory `dir` as a mount point, a directory or an empty
+/// regular file, and opens it `O_PATH` without following a symlink anywhere (`openat2` with
+/// `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV`): inside a
+/// host directory (a workspace other boxes write at the same time) a planted link fails the
+/// step instead of steering a mount elsewhere.
+pub fn mount_point_at(dir: BorrowedFd<'_>, name: &CStr, is_dir: bool) -> SysResult<OwnedFd> {
+    // An existing entry is left as it is (EEXIST), whatever it is: the open below checks it.
+    let made = if is_dir {
+        // SAFETY: `dir` is an open descriptor and `name` a valid C string.
+        unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), 0o755) }
+    } else {
+        // SAFETY: as above; a regular file needs no device number.
+        unsafe { libc::mknodat(dir.as_raw_fd(), name.as_ptr(), libc::S_IFREG | 0o644, 0) }
+    };
+    match check(made) {
+        Ok(_) | Err(Errno(libc::EEXIST)) => {}
+        Err(e) => return Err(e),
+    }
+    #[repr(C)]
+    struct OpenHow {
+        flags: u64,
+        mode: u64,
+        resolve: u64,
+    }
+    const RESOLVE_NO_XDEV: u64 = 0x01;
+    const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+    const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+    const RESOLVE_BENEATH: u64 = 0x08;
+    let mut flags = libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    if is_dir {
+        flags |= libc::O_DIRECTORY;
+    }
+    let how = OpenHow {
+        flags: u64::try_from(flags).unwrap_or(0),
+        mode: 0,
+        resolve: RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV,
+    };
+    // SAFETY: `how` is a valid open_how of the size passed; the descriptor returned is ours.
+    let fd = check_long(unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            ptr::from_ref(&how),
+            std::mem::size_of::<OpenHow>(),
+        )
+    })?;
+    // SAFETY: fd was just opened and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd_of(fd)) })
+}
+
+/// A detached copy of the mount tree at `source` (`open_tree(OPEN_TREE_CLONE | AT_RECURSIVE)`).
+pub fn clone_tree(source: &CStr) -> SysResult<OwnedFd> {
+    const OPEN_TREE_CLONE: libc::c_uint = 1;
+    const AT_RECURSIVE: libc::c_uint = 0x8000;
+    let flags = OPEN_TREE_CLONE | AT_RECURSIVE | libc::O_CLOEXEC as libc::c_uint;
+    // SAFETY: source is a valid C string; the descriptor returned is ours.
+    let ret = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, source.as_ptr(), flags) };
+    // SAFETY: the descriptor was just made and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd_of(check_long(ret)?)) })
+}
+
+/// `mount_setattr(2)` on the mount (tree) `fd` itself.
+pub fn mount_setattr_fd(
+    fd: BorrowedFd<'_>,
+    recursive: bool,
+    set: u64,
+    clear: u64,
+) -> SysResult<()> {
+    let attr = MountAttr {
+        attr_set: set,
+        attr_clr: clear,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let mut flags = libc::AT_EMPTY_PATH;
+    if recursive {
+        flags |= libc::AT_RECURSIVE;
+    }
+    // SAFETY: attr is a valid mount_attr of the size passed; the empty path names `fd`.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            libc::c_uint::try_from(flags).unwrap_or(0),
+            ptr::from_ref(&attr),
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    check_long(ret).map(drop)
+}
+
+/// Attaches the detached tree `tree` on the mount point `at` (both descriptors: no path is
+/// looked up again).
+pub fn attach_tree_on(tree: BorrowedFd<'_>, at: BorrowedFd<'_>) -> SysResult<()> {
+    const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+    const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
+    // SAFETY: empty C strings with the EMPTY_PATH flags name the two descriptors.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            at.as_raw_fd(),
+            c"".as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+        )
+    };
+    check_long(ret).map(drop)
+}
+
+/// Mounts a tmpfs (nosuid, nodev, `opts`) on the mount point `at`, through its
+/// `/proc/self/fd/N` link (the exact directory opened, whatever its path is now); the link's
+/// text is made on the stack (this runs in the box's child, which may not allocate).
+pub fn tmpfs_on(at: BorrowedFd<'_>, opts: &CStr) -> SysResult<()> {
+    let mut buf = [0u8; 32];
+    let prefix = b"/proc/self/fd/";
+    buf[..prefix.len()].copy_from_slice(prefix);
+    let mut n = u32::try_from(at.as_raw_fd()).map_err(|_| Errno(libc::EBADF))?;
+    let mut digits = [0u8; 10];
+    let mut len = 0;
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for (i, d) in digits[..len].iter().rev().enumerate() {
+        buf[prefix.len() + i] = *d;
+    }
+    let path = CStr::from_bytes_until_nul(&buf).map_err(|_| Errno(libc::EINVAL))?;
+    mount(
+        Some(c"tmpfs"),
+        path,
+        Some(c"tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some(opts),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
