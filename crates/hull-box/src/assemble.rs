@@ -275,9 +275,14 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
     }
     // Top-level names that come from the image (read-only, shared with the host or other boxes).
     let mut image_top: Vec<String> = Vec::new();
+    // The image's read-only binds (`/usr`, an image's `/etc`, the host's `/etc/ssl`...): a
+    // target inside one covers what the image has there (see `BindBelow`), never makes a path.
+    let mut image_binds: Vec<String> = Vec::new();
     match (&spec.root, &overlay) {
-        (RootSpec::Host, _) => host_root(&mut b, spec, &mut image_top),
-        (RootSpec::Dir(dir), None) => dir_root(&mut b, dir, &root_entries, &mut image_top),
+        (RootSpec::Host, _) => host_root(&mut b, spec, &mut image_top, &mut image_binds),
+        (RootSpec::Dir(dir), None) => {
+            dir_root(&mut b, dir, &root_entries, &mut image_top, &mut image_binds);
+        }
         // The image is the overlay's lower layer: nothing to bind, and nothing of it refused
         // as a mount target's top either (its directories are writable here).
         (RootSpec::Dir(_), Some(_)) => {}
@@ -327,8 +332,33 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
             below.push(((*target).to_string(), under.to_string()));
             continue;
         }
+        if let Some(m) = image_binds
+            .iter()
+            .filter(|m| *m != target && is_within(target, m))
+            .max_by_key(|m| m.len())
+        {
+            let image = match &spec.root {
+                RootSpec::Dir(dir) => dir.as_path(),
+                RootSpec::Host => Path::new("/"),
+            };
+            if !image_has(image, target) {
+                return Err(SpecError::TargetRefused { field: SpecField::Mounts, target: (*target).to_string(), why: format!("the image has no {target} (or a symbolic link on the way), and {m} is the image's, read-only and shared: a mount may cover a file or directory the image has; mount at a new top-level path such as /data otherwise") }.into());
+            }
+            below.push(((*target).to_string(), m.clone()));
+            continue;
+        }
         let top = target.split('/').nth(1).unwrap_or("");
-        if image_top.iter().any(|t| t == top) {
+        // The host image's /etc is hull's own directory: a file or directory may be added to it
+        // (server images read their configuration there), but not over hull's own files.
+        let hull_etc = matches!(spec.root, RootSpec::Host) && top == "etc";
+        if hull_etc {
+            if let Some(own) = HULL_ETC_FILES
+                .iter()
+                .find(|f| is_within(target, &format!("/etc/{f}")))
+            {
+                return Err(SpecError::TargetRefused { field: SpecField::Mounts, target: (*target).to_string(), why: format!("hull writes /etc/{own} itself; mount the file elsewhere and point the program at it") }.into());
+            }
+        } else if image_top.iter().any(|t| t == top) {
             return Err(SpecError::TargetRefused {
                 field: SpecField::Mounts,
                 target: (*target).to_string(),
@@ -485,7 +515,36 @@ fn host_layout() -> &'static [(String, Entry)] {
     })
 }
 
-fn host_root(b: &mut PlanBuilder<Skeleton>, spec: &BoxSpec, image_top: &mut Vec<String>) {
+/// The files hull writes into the `host` image's /etc (a mount may not cover them).
+const HULL_ETC_FILES: &[&str] = &[
+    "passwd",
+    "group",
+    "hostname",
+    "hosts",
+    "nsswitch.conf",
+    "resolv.conf",
+];
+
+/// Whether `target` (absolute in the box) is in `image` (its root on the host) with no symbolic
+/// link on the way.
+fn image_has(image: &Path, target: &str) -> bool {
+    let mut at = image.to_path_buf();
+    for part in target.split('/').filter(|p| !p.is_empty()) {
+        at.push(part);
+        match std::fs::symlink_metadata(&at) {
+            Ok(md) if !md.file_type().is_symlink() => {}
+            _ => return false,
+        }
+    }
+    true
+}
+
+fn host_root(
+    b: &mut PlanBuilder<Skeleton>,
+    spec: &BoxSpec,
+    image_top: &mut Vec<String>,
+    image_binds: &mut Vec<String>,
+) {
     let layout = host_layout();
     let mut etc_made = false;
     for (host, entry) in layout {
@@ -501,10 +560,12 @@ fn host_root(b: &mut PlanBuilder<Skeleton>, spec: &BoxSpec, image_top: &mut Vec<
                 b.mkdir(host);
                 // Top-level system directories must be there; an /etc entry may vanish.
                 b.bind_host(host, host, host, in_etc);
+                image_binds.push(host.clone());
             }
             Entry::File if in_etc => {
                 b.touch(host);
                 b.bind_host(host, host, host, true);
+                image_binds.push(host.clone());
             }
             Entry::File => continue,
         }
@@ -606,6 +667,7 @@ fn dir_root(
     dir: &Path,
     entries: &[(String, RootEntry)],
     image_top: &mut Vec<String>,
+    image_binds: &mut Vec<String>,
 ) {
     for (name, entry) in entries {
         let boxed = format!("/{name}");
@@ -620,6 +682,7 @@ fn dir_root(
             RootEntry::Dir(fd) => {
                 b.mkdir(&boxed);
                 b.bind_host(fd, &shown, &boxed, false);
+                image_binds.push(boxed.clone());
             }
             RootEntry::File(fd) => {
                 b.touch(&boxed);

@@ -335,7 +335,7 @@ impl BoxSpec {
 }
 
 /// Box paths a mount may not cover: the box's own kernel interfaces and identity.
-const REFUSED_TARGET_TREES: &[&str] = &["/proc", "/sys", "/dev", "/etc"];
+const REFUSED_TARGET_TREES: &[&str] = &["/proc", "/sys", "/dev"];
 
 fn check_target(field: SpecField, target: &str) -> Result<(), SpecError> {
     let refuse = |why: String| SpecError::TargetRefused {
@@ -363,6 +363,11 @@ fn check_target(field: SpecField, target: &str) -> Result<(), SpecError> {
     }
     if target == "/" {
         return Err(refuse("it would replace the box's whole root".into()));
+    }
+    if target == "/etc" {
+        return Err(refuse(
+            "/etc is set up by hull itself and may not be covered; mount a file or directory inside it (e.g. /etc/nginx/nginx.conf)".into(),
+        ));
     }
     if let Some(t) = REFUSED_TARGET_TREES.iter().find(|t| is_within(target, t)) {
         // /dev/shm is a scratch tmpfs like /tmp: what is bound there takes its place.

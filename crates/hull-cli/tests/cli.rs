@@ -601,3 +601,85 @@ fn binds_and_tmpfs_below_host_directories_never_follow_planted_links() {
         "{err}"
     );
 }
+
+/// Binds under /etc: the `host` image's /etc is hull's, so a new file or directory may be added
+/// (not over hull's own passwd, hosts...); inside an image's read-only bind (an image's /etc, the
+/// host's /etc/ssl, /usr) a mount covers what the image has and is refused, naming why, where the
+/// image has nothing (or a symbolic link on the way), and /etc itself stays refused.
+#[test]
+fn binds_under_etc_add_to_hulls_etc_or_cover_what_the_image_has() {
+    let d = tempfile::tempdir().unwrap();
+    let conf = d.path().join("app.conf");
+    std::fs::write(&conf, "mine\n").unwrap();
+    let dir = d.path().join("conf.d");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("x"), "x\n").unwrap();
+    let (conf, dir) = (conf.display().to_string(), dir.display().to_string());
+    let (code, out, err) = outputs(&[
+        "run",
+        "-v",
+        &format!("{conf}:/etc/app.conf:ro"),
+        "-v",
+        &format!("{dir}:/etc/nginx/conf.d"),
+        "--",
+        "sh",
+        "-c",
+        "cat /etc/app.conf /etc/nginx/conf.d/x; head -1 /etc/passwd",
+    ]);
+    assert_eq!(
+        (code, out.as_str()),
+        (0, "mine\nx\nroot:x:0:0:root:/tmp:/bin/sh\n"),
+        "{err}"
+    );
+    for (target, why) in [
+        ("/etc/passwd", "hull writes /etc/passwd itself"),
+        ("/etc/hosts", "hull writes /etc/hosts itself"),
+        (
+            "/usr/hull-no-such-file",
+            "the image has no /usr/hull-no-such-file",
+        ),
+        ("/etc", "/etc is set up by hull itself"),
+    ] {
+        let (code, _, err) = outputs(&["run", "-v", &format!("{conf}:{target}"), "--", "true"]);
+        assert!(code == 125 && err.contains(why), "{target}: {err}");
+    }
+    let Some(bb) = Some(std::path::Path::new("/bin/busybox")).filter(|p| p.exists()) else {
+        hull_testkit::skip_part("image", "/bin/busybox (busybox-static) is not installed");
+        return;
+    };
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("bin")).unwrap();
+    std::fs::create_dir_all(root.path().join("etc/app")).unwrap();
+    std::fs::copy(bb, root.path().join("bin/busybox")).unwrap();
+    std::fs::write(root.path().join("etc/app/app.conf"), "image's\n").unwrap();
+    std::os::unix::fs::symlink("/etc", root.path().join("etc/link")).unwrap();
+    let rootfs = root.path().display().to_string();
+    let (code, out, err) = outputs(&[
+        "run",
+        "--rootfs",
+        &rootfs,
+        "-v",
+        &format!("{conf}:/etc/app/app.conf:ro"),
+        "--",
+        "/bin/busybox",
+        "cat",
+        "/etc/app/app.conf",
+    ]);
+    assert_eq!((code, out.as_str()), (0, "mine\n"), "{err}");
+    for target in ["/etc/new.conf", "/etc/link/passwd"] {
+        let (code, _, err) = outputs(&[
+            "run",
+            "--rootfs",
+            &rootfs,
+            "-v",
+            &format!("{conf}:{target}"),
+            "--",
+            "/bin/busybox",
+            "true",
+        ]);
+        assert!(
+            code == 125 && err.contains(&format!("the image has no {target}")),
+            "{target}: {err}"
+        );
+    }
+}
