@@ -130,6 +130,17 @@ pub(crate) fn setup_error(plan: &dyn Steps, step: u32, errno: i32) -> BoxError {
             .as_ref()
             .and_then(|s| s.as_box())
             .and_then(|s| setup_hint(s, errno)),
+        field: s.as_ref().and_then(|s| s.as_box()).and_then(step_field),
+    }
+}
+
+/// The caller's field a step comes from, where only one can (the front end names its flag).
+fn step_field(step: &Step) -> Option<crate::SpecField> {
+    match step {
+        Step::BindBelow { .. } => Some(crate::SpecField::Mounts),
+        Step::TmpfsBelow { .. } => Some(crate::SpecField::Tmpfs),
+        Step::Chdir { .. } => Some(crate::SpecField::Cwd),
+        _ => None,
     }
 }
 
@@ -152,6 +163,18 @@ fn setup_hint(step: &Step, errno: i32) -> Option<String> {
         (Step::Seal { .. }, libc::ENOSYS) => {
             Some("mount_setattr(2) needs Linux 5.12 or newer".into())
         }
+        (
+            Step::BindBelow { target, .. } | Step::TmpfsBelow { target, .. },
+            libc::ENOTDIR | libc::ELOOP,
+        ) => Some(format!(
+            "a symbolic link or a file is on the way to {target} (hull follows no link in a host directory or an image); remove it or choose another target"
+        )),
+        (Step::BindBelow { target, .. } | Step::TmpfsBelow { target, .. }, libc::EXDEV) => {
+            Some(format!("another mount is on the way to {target}"))
+        }
+        (Step::BindBelow { target, .. } | Step::TmpfsBelow { target, .. }, libc::EROFS) => Some(
+            format!("{target} cannot be made: the directory it would be in is read-only"),
+        ),
         (Step::Proc { .. }, libc::EPERM) => Some(
             "procfs cannot be mounted here (an over-mounted /proc on the host prevents it)".into(),
         ),

@@ -21,6 +21,9 @@ pub enum BoxError {
         path: Option<String>,
         errno: Errno,
         hint: Option<String>,
+        /// The spec field whose step failed, where one is the caller's (a mount below a host
+        /// directory, the working directory), for the front end to name its flag.
+        field: Option<SpecField>,
     },
     /// Creating the box's namespaces failed.
     #[error("could not create the box's namespaces: {errno}; {hint}")]
@@ -149,6 +152,7 @@ impl BoxError {
         match self {
             BoxError::Spec(e) => Some(e.field()),
             BoxError::Source { field, .. } | BoxError::Idmap { field, .. } => Some(*field),
+            BoxError::Setup { field, .. } => *field,
             BoxError::LimitsUnenforced(_) => Some(SpecField::RequireLimits),
             BoxError::SubIds(_) => Some(SpecField::Subids),
             _ => None,

@@ -590,8 +590,18 @@ fn binds_and_tmpfs_below_host_directories_never_follow_planted_links() {
             "-c",
             "echo ran",
         ]);
+        // Named by the caller's flag, with the link as the reason.
+        let named = if flag == "-v" {
+            "--mount: "
+        } else {
+            "--tmpfs: "
+        };
         assert!(
-            code == 125 && out.is_empty() && err.contains(target),
+            code == 125
+                && out.is_empty()
+                && err.contains(target)
+                && err.contains(named)
+                && err.contains("a symbolic link or a file is on the way"),
             "{value}: {out}{err}"
         );
     }
