@@ -684,26 +684,15 @@ impl BoxPlan {
                         optional,
                     }),
                 },
-                Step::BindBelow {
-                    source,
-                    under,
-                    parts,
-                    is_dir,
-                    read_only,
-                    target,
-                    ..
-                } => {
-                    let tree_fd =
-                        source_fd(&source).filter(|fd| adopt.iter().any(|(a, _)| a == fd));
-                    steps.push(Step::BindBelow {
-                        source,
-                        under,
-                        parts,
-                        is_dir,
-                        read_only,
-                        tree_fd,
-                        target,
-                    });
+                mut below @ Step::BindBelow { .. } => {
+                    if let Step::BindBelow {
+                        source, tree_fd, ..
+                    } = &mut below
+                    {
+                        *tree_fd =
+                            source_fd(source).filter(|fd| adopt.iter().any(|(a, _)| a == fd));
+                    }
+                    steps.push(below);
                 }
                 other => steps.push(other),
             }

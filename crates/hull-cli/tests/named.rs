@@ -1456,7 +1456,8 @@ fn rm_racing_an_exec_that_starts_the_sandbox_leaves_nothing() {
         }
         assert!(
             !s.root().join(&name).exists(),
-            "{name} is still there after rm"
+            "{name} is still there after rm: {:?}",
+            rm
         );
         // A keeper that lost the race may still be on its way out; one that runs on does not
         // leave within the wait.

@@ -224,7 +224,16 @@ pub fn stop(dir: &Dir) -> Result<(), String> {
 pub fn stop_and_hold(dir: &Dir) -> Result<std::fs::File, String> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        stop(dir)?;
+        // A keeper starting or ending right now may take the stop request and go away without
+        // an answer (or not be listening yet): that is the race this loop is for, so its error
+        // counts only once the deadline has passed.
+        if let Err(e) = stop(dir) {
+            if Instant::now() > deadline {
+                return Err(e);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+            continue;
+        }
         let lock = dir
             .lock_file()
             .map_err(|e| format!("open {}: {e}", dir.file("keeper.lock").display()))?;
