@@ -317,12 +317,22 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
     // directory at the same time.
     let mut below: Vec<(String, String)> = Vec::new();
     for (target, is_dir) in &user_targets {
-        let host_dirs = spec
-            .mounts
-            .iter()
-            .map(|m| m.target.as_str())
-            .chain(std::iter::once("/workspace"));
-        let under = host_dirs
+        let host_dirs = || {
+            spec.mounts
+                .iter()
+                .map(|m| m.target.as_str())
+                .chain(std::iter::once("/workspace"))
+        };
+        let in_host_dir = |t: &str| host_dirs().any(|m| m != t && is_within(t, m));
+        // The mount a target lies in: the deepest host directory, or a tmpfs that is itself in
+        // one (a tmpfs elsewhere is hull's own, fresh: its mount points are made by path).
+        let under = host_dirs()
+            .chain(
+                spec.tmpfs
+                    .iter()
+                    .map(|t| t.target.as_str())
+                    .filter(|t| in_host_dir(t)),
+            )
             .filter(|m| *m != *target && is_within(target, m))
             .max_by_key(|m| m.len());
         if let Some(under) = under {

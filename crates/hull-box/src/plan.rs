@@ -220,7 +220,14 @@ pub enum Step {
     /// attributes set is attached on the descriptor (no path is looked up twice).
     BindBelow {
         source: BoxPath,
+        /// The mount the target is below, for the plan and errors; it is reached from `root`
+        /// through `under_parts`, never by its path (see [`Step::BindBelow`]).
         under: BoxPath,
+        /// The staged root (hull's own directory) and the components from it to `under`: each
+        /// opened without following a symlink (the components below `/workspace` are the
+        /// workspace's, which other boxes may change between two steps).
+        root: BoxPath,
+        under_parts: Vec<CString>,
         parts: Vec<CString>,
         /// A directory bind (else a file's: the last part is made as an empty file).
         is_dir: bool,
@@ -235,6 +242,8 @@ pub enum Step {
     /// made and opened as [`Step::BindBelow`]'s, the tmpfs mounted on that descriptor.
     TmpfsBelow {
         under: BoxPath,
+        root: BoxPath,
+        under_parts: Vec<CString>,
         parts: Vec<CString>,
         opts: CString,
         target: String,
@@ -432,7 +441,9 @@ impl Step {
             | Step::ProtectProc { target }
             | Step::AttachSource { target, .. }
             | Step::Bind { target, .. } => vec![target],
-            Step::BindBelow { under, .. } | Step::TmpfsBelow { under, .. } => vec![under],
+            Step::BindBelow { under, root, .. } | Step::TmpfsBelow { under, root, .. } => {
+                vec![under, root]
+            }
             Step::MaskFile { target, null } => vec![target, null],
             Step::UserNsLimits {
                 instances, watches, ..
@@ -1077,6 +1088,8 @@ impl PlanBuilder<Writable> {
                 c: cstring(host),
             },
             under: self.staged(under),
+            root: self.staged("/"),
+            under_parts: parts_below("/", under),
             parts: parts_below(under, target),
             is_dir,
             read_only,
@@ -1090,6 +1103,8 @@ impl PlanBuilder<Writable> {
     pub fn tmpfs_below(&mut self, under: &str, target: &str, size: u64, mode: u32) {
         self.steps.push(Step::TmpfsBelow {
             under: self.staged(under),
+            root: self.staged("/"),
+            under_parts: parts_below("/", under),
             parts: parts_below(under, target),
             opts: tmpfs_opts(size, mode),
             target: target.to_string(),

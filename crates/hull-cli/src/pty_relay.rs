@@ -78,38 +78,47 @@ impl PtyRelay {
             let mut raw = before.clone();
             raw.make_raw();
             termios::tcsetattr(&input, termios::OptionalActions::Now, &raw)?;
+            // A panic (the release build aborts after the hook) gives the modes back too.
+            let (fd, modes) = (rustix::io::dup(&input)?, before.clone());
+            let previous = std::panic::take_hook();
+            std::panic::set_hook(Box::new(move |info| {
+                let _ = termios::tcsetattr(&fd, termios::OptionalActions::Now, &modes);
+                previous(info);
+            }));
             saved = Some((rustix::io::dup(&input)?, before));
         }
         // The slave in fd 0's place (the box's Stdin::Terminal); ours closes in `finish`.
         rustix::stdio::dup2_stdin(&slave)?;
         drop(slave);
         let done = Arc::new(AtomicBool::new(false));
+        // Helper threads block the signals the engine forwards to the box (SIGINT, SIGTERM...),
+        // so none of them is ended by one's default action with the terminal left raw.
+        let spawn_failed = || std::io::Error::other("cannot start a relay thread");
         if interactive {
             let (m, raw) = (Arc::clone(&master), saved.is_some());
-            std::thread::Builder::new()
-                .name("hull-pty-input".into())
-                .spawn(move || relay_input(std::fs::File::from(input), &m, raw))?;
+            hull_box::spawn_helper("hull-pty-input", move || {
+                relay_input(std::fs::File::from(input), &m, raw);
+            })
+            .ok_or_else(spawn_failed)?;
         }
         let m = Arc::clone(&master);
-        let output = std::thread::Builder::new()
-            .name("hull-pty-output".into())
-            .spawn(move || relay_output(&m))?;
+        let output = hull_box::spawn_helper("hull-pty-output", move || relay_output(&m))
+            .ok_or_else(spawn_failed)?;
         if let Some(caller) = caller {
             let (m, d) = (master, Arc::clone(&done));
-            std::thread::Builder::new()
-                .name("hull-pty-size".into())
-                .spawn(move || {
-                    while !d.load(Ordering::Relaxed) {
-                        std::thread::sleep(WINSIZE_EVERY);
-                        let now = termios::tcgetwinsize(&caller).ok();
-                        if now.is_some() && !same_size(now, size) {
-                            size = now;
-                            if let Some(ws) = now {
-                                let _ = termios::tcsetwinsize(&*m, ws);
-                            }
+            hull_box::spawn_helper("hull-pty-size", move || {
+                while !d.load(Ordering::Relaxed) {
+                    std::thread::sleep(WINSIZE_EVERY);
+                    let now = termios::tcgetwinsize(&caller).ok();
+                    if now.is_some() && !same_size(now, size) {
+                        size = now;
+                        if let Some(ws) = now {
+                            let _ = termios::tcsetwinsize(&*m, ws);
                         }
                     }
-                })?;
+                }
+            })
+            .ok_or_else(spawn_failed)?;
         }
         Ok(PtyRelay {
             saved,

@@ -22,9 +22,11 @@ pub fn start_if_terminal() -> std::io::Result<()> {
     let (read, write) = rustix::pipe::pipe()?;
     rustix::stdio::dup2_stdin(&read)?;
     drop(read);
-    std::thread::Builder::new()
-        .name("hull-stdin-relay".into())
-        .spawn(move || relay(std::fs::File::from(terminal), std::fs::File::from(write)))?;
+    // A helper thread blocks the signals the engine forwards to the box, as every hull thread.
+    hull_box::spawn_helper("hull-stdin-relay", move || {
+        relay(std::fs::File::from(terminal), std::fs::File::from(write));
+    })
+    .ok_or_else(|| std::io::Error::other("cannot start the stdin relay thread"))?;
     Ok(())
 }
 

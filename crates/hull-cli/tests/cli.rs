@@ -565,6 +565,7 @@ fn binds_and_tmpfs_below_host_directories_never_follow_planted_links() {
     // Links planted in the workspace: to the host's /etc, climbing out, and in the middle.
     std::os::unix::fs::symlink("/etc", ws.join("abs")).unwrap();
     std::os::unix::fs::symlink("../../..", ws.join("up")).unwrap();
+    std::os::unix::fs::symlink(&conf, ws.join("flink")).unwrap();
     for (flag, value, target) in [
         ("-v", format!("{data_s}:/workspace/abs"), "/workspace/abs"),
         ("-v", format!("{data_s}:/workspace/up/x"), "/workspace/up/x"),
@@ -577,6 +578,12 @@ fn binds_and_tmpfs_below_host_directories_never_follow_planted_links() {
             "-v",
             format!("{conf_s}:/workspace/abs/passwd"),
             "/workspace/abs/passwd",
+        ),
+        // A link as the file's own name: never mounted over.
+        (
+            "-v",
+            format!("{conf_s}:/workspace/flink"),
+            "/workspace/flink",
         ),
     ] {
         let (code, out, err) = outputs(&[
@@ -692,4 +699,42 @@ fn binds_under_etc_add_to_hulls_etc_or_cover_what_the_image_has() {
             "{target}: {err}"
         );
     }
+}
+
+/// As host root a workspace reaches the box as an idmapped copy of the host's mount; when that
+/// mount is shared (systemd makes / shared), a tmpfs the box mounts below /workspace must not
+/// propagate back to the host (the copy is made private).
+#[test]
+fn a_mount_below_a_shared_workspace_stays_in_the_box() {
+    if !rustix::process::geteuid().is_root() {
+        hull_testkit::skip(
+            "making a shared host mount needs root (the rootless box maps no host mount)",
+        );
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let ws = d.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let sh = |args: &[&str]| Command::new("mount").args(args).status().unwrap().success();
+    let w = ws.display().to_string();
+    assert!(sh(&["--bind", &w, &w]) && sh(&["--make-shared", &w]));
+    let (code, out, err) = outputs(&[
+        "run",
+        "--workspace",
+        &w,
+        "--tmpfs",
+        "/workspace/t=1m",
+        "--",
+        "sh",
+        "-c",
+        "stat -f -c %T /workspace/t; grep -c shared: /proc/self/mountinfo || true",
+    ]);
+    let host = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let _ = Command::new("umount").arg("-R").arg(&w).status();
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "tmpfs\n0\n", "{err}");
+    assert!(
+        !host.contains(&format!("{w}/t ")),
+        "the box's tmpfs reached the host:\n{host}"
+    );
 }

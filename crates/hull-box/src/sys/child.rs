@@ -524,14 +524,15 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
         Step::Chdir { path } => sys::chdir(&path.c),
         Step::BindBelow {
             source,
-            under,
+            root,
+            under_parts,
             parts,
             is_dir,
             read_only,
             tree_fd,
             ..
         } => {
-            let at = mount_point_below(&under.c, parts, *is_dir)?;
+            let at = mount_point_below(&root.c, under_parts, parts, *is_dir)?;
             let copy;
             let tree = match tree_fd {
                 // SAFETY: the plan's AdoptTree step put a detached tree at this number, ours
@@ -554,9 +555,13 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
             sys::attach_tree_on(tree, at.as_fd())
         }
         Step::TmpfsBelow {
-            under, parts, opts, ..
+            root,
+            under_parts,
+            parts,
+            opts,
+            ..
         } => {
-            let at = mount_point_below(&under.c, parts, true)?;
+            let at = mount_point_below(&root.c, under_parts, parts, true)?;
             sys::tmpfs_on(at.as_fd(), opts)
         }
         Step::Give { path, uid, gid } => sys::lchown(&path.c, *uid, *gid),
@@ -586,15 +591,20 @@ fn execute(ctx: &ChildContext<'_>, step: &Step) -> SysResult<()> {
     }
 }
 
-/// Makes and opens the mount point `parts` below the mount at `under` (hull's own staged path),
-/// one component at a time, never through a symlink or into another mount (see
-/// [`sys::mount_point_at`]); the last component is a directory when `is_dir`.
+/// Makes and opens the mount point `parts` below the mount reached from the staged `root`
+/// (hull's own directory) through `under_parts`, one component at a time: never through a
+/// symlink, and below `under` never into another mount (see [`sys::mount_point_at`]); the last
+/// component is a directory when `is_dir`.
 fn mount_point_below(
-    under: &std::ffi::CStr,
+    root: &std::ffi::CStr,
+    under_parts: &[std::ffi::CString],
     parts: &[std::ffi::CString],
     is_dir: bool,
 ) -> SysResult<std::os::fd::OwnedFd> {
-    let mut at = sys::open_dir_path(under)?;
+    let mut at = sys::open_dir_path(root)?;
+    for p in under_parts {
+        at = sys::open_beneath(at.as_fd(), p, true, false)?;
+    }
     for (i, p) in parts.iter().enumerate() {
         let dir = is_dir || i + 1 < parts.len();
         at = sys::mount_point_at(at.as_fd(), p, dir)?;

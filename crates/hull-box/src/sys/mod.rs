@@ -393,6 +393,9 @@ struct MountAttr {
     userns_fd: u64,
 }
 
+/// `MS_PRIVATE` as `mount_attr.propagation` takes it.
+const MS_PRIVATE_PROPAGATION: u64 = libc::MS_PRIVATE as u64;
+
 pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
 pub const MOUNT_ATTR_NOSUID: u64 = 0x2;
 pub const MOUNT_ATTR_NODEV: u64 = 0x4;
@@ -586,10 +589,13 @@ pub fn idmapped_tree(fd: BorrowedFd<'_>, userns: BorrowedFd<'_>) -> SysResult<Ow
     let tree = fd_of(check_long(ret)?);
     // SAFETY: open_tree returned a new descriptor that nothing else owns.
     let tree = unsafe { OwnedFd::from_raw_fd(tree) };
+    // Private: a copy of a shared host mount would otherwise stay in the host mount's peer
+    // group, and a mount the box makes beneath it (a tmpfs below /workspace) would propagate to
+    // the host and to every box holding a copy of the same directory.
     let attr = MountAttr {
         attr_set: MOUNT_ATTR_IDMAP,
         attr_clr: 0,
-        propagation: 0,
+        propagation: MS_PRIVATE_PROPAGATION,
         userns_fd: u64::try_from(userns.as_raw_fd()).unwrap_or(u64::MAX),
     };
     // SAFETY: attr is a valid mount_attr of the size passed; the empty path names `tree`.
@@ -1462,6 +1468,30 @@ pub fn mount_point_at(dir: BorrowedFd<'_>, name: &CStr, is_dir: bool) -> SysResu
         Ok(_) | Err(Errno(libc::EEXIST)) => {}
         Err(e) => return Err(e),
     }
+    let fd = open_beneath(dir, name, is_dir, true)?;
+    // O_PATH | O_NOFOLLOW opens a final symlink itself rather than failing: a file mount point
+    // must be a regular file (a directory's is one through O_DIRECTORY).
+    if !is_dir {
+        // SAFETY: an all-zero stat is a valid value for fstat to fill.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fd is open; st is a valid stat buffer.
+        check(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Err(Errno(libc::ELOOP));
+        }
+    }
+    Ok(fd)
+}
+
+/// Opens `name` in `dir` `O_PATH` (a directory when `is_dir`) with `openat2`, following no
+/// symlink and no magic link and staying beneath `dir`; `same_mount`: never into another mount
+/// either (`RESOLVE_NO_XDEV`).
+pub fn open_beneath(
+    dir: BorrowedFd<'_>,
+    name: &CStr,
+    is_dir: bool,
+    same_mount: bool,
+) -> SysResult<OwnedFd> {
     #[repr(C)]
     struct OpenHow {
         flags: u64,
@@ -1476,10 +1506,14 @@ pub fn mount_point_at(dir: BorrowedFd<'_>, name: &CStr, is_dir: bool) -> SysResu
     if is_dir {
         flags |= libc::O_DIRECTORY;
     }
+    let mut resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+    if same_mount {
+        resolve |= RESOLVE_NO_XDEV;
+    }
     let how = OpenHow {
         flags: u64::try_from(flags).unwrap_or(0),
         mode: 0,
-        resolve: RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV,
+        resolve,
     };
     // SAFETY: `how` is a valid open_how of the size passed; the descriptor returned is ours.
     let fd = check_long(unsafe {
@@ -1506,7 +1540,8 @@ pub fn clone_tree(source: &CStr) -> SysResult<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd_of(check_long(ret)?)) })
 }
 
-/// `mount_setattr(2)` on the mount (tree) `fd` itself.
+/// `mount_setattr(2)` on the mount (tree) `fd` itself, which it also makes private (a copy of
+/// a shared mount would otherwise share what is mounted beneath it with its peers).
 pub fn mount_setattr_fd(
     fd: BorrowedFd<'_>,
     recursive: bool,
@@ -1516,7 +1551,7 @@ pub fn mount_setattr_fd(
     let attr = MountAttr {
         attr_set: set,
         attr_clr: clear,
-        propagation: 0,
+        propagation: MS_PRIVATE_PROPAGATION,
         userns_fd: 0,
     };
     let mut flags = libc::AT_EMPTY_PATH;
