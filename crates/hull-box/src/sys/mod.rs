@@ -394,7 +394,7 @@ struct MountAttr {
 }
 
 /// `MS_PRIVATE` as `mount_attr.propagation` takes it.
-const MS_PRIVATE_PROPAGATION: u64 = libc::MS_PRIVATE as u64;
+const MS_PRIVATE_PROPAGATION: u64 = libc::MS_PRIVATE;
 
 pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
 pub const MOUNT_ATTR_NOSUID: u64 = 0x2;
