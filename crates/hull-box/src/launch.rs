@@ -73,21 +73,21 @@ impl Launch<'_> {
         let (err_r, err_w) = sys::pipe().map_err(sysf("create the stderr pipe"))?;
         let (sock_parent, sock_child) =
             sys::seqpacket_pair().map_err(sysf("create the box channel"))?;
-        let opened;
-        let stdin_fd = match self.stdin {
-            Stdin::Inherit | Stdin::Terminal => 0,
-            Stdin::Null | Stdin::File(_) => {
-                let path = match self.stdin {
-                    Stdin::File(p) => p.as_path(),
-                    _ => Path::new("/dev/null"),
-                };
-                opened = std::fs::File::open(path).map_err(|error| BoxError::Io {
+        // Fd 0 as it is, or a file opened here for the box.
+        let input = match self.stdin {
+            Stdin::Inherit | Stdin::Terminal => None,
+            Stdin::Null => Some(Path::new("/dev/null")),
+            Stdin::File(p) => Some(p.as_path()),
+        };
+        let opened = input
+            .map(|path| {
+                std::fs::File::open(path).map_err(|error| BoxError::Io {
                     what: format!("open {} as the program's standard input", path.display()),
                     error,
-                })?;
-                opened.as_raw_fd()
-            }
-        };
+                })
+            })
+            .transpose()?;
+        let stdin_fd = opened.as_ref().map_or(0, AsRawFd::as_raw_fd);
         let tty = *self.stdin == Stdin::Terminal;
         let enters_template = matches!(plan, LaunchPlan::Templated(_));
         // Pid 1 of a box entering a template runs on memory set aside once (its entry process's

@@ -23,8 +23,6 @@ import sys
 # `import x` finds /workspace/x.py as under `python3 -c`.
 _CWD_PATH = [sys.path.pop(0)] if sys.path and sys.path[0] in ("", ".") else []
 _SITE_PENDING = [True]
-# The prefix of a virtual environment whose site-packages `_system_site` held back.
-_VENV = []
 import _socket, binascii, builtins, os
 
 _MODE, _SOCK = sys.argv[1], sys.argv[2]
@@ -75,8 +73,7 @@ def _system_site():
             # A virtual environment at /deps (the setup's, over the image's Python) is writable
             # like PYTHONPATH: its site-packages wait for the cell too.
             prefixes = site.PREFIXES if prefixes is None else prefixes
-            if sys.prefix != sys.base_prefix and sys.prefix in prefixes:
-                _VENV.append(sys.prefix)
+            if _in_venv():
                 prefixes = [p for p in prefixes if p != sys.prefix]
             return add_site(known_paths, prefixes)
 
@@ -93,6 +90,12 @@ def _system_site():
     sys.path[0:0] = held
     # Where the system site-packages begin (the user site goes before them).
     return added[0] if added else None
+
+
+def _in_venv():
+    """Whether the interpreter runs in a virtual environment (the setup's /deps): its
+    site-packages wait for the cell, like PYTHONPATH's entries (see `_system_site`)."""
+    return sys.prefix != sys.base_prefix
 
 
 def _before_image_site(add):
@@ -119,8 +122,8 @@ def _restore_path():
 
         # Where site.main() puts them: the environment's site-packages (site.venv() adds them
         # first), then the user site, before the image's.
-        if _VENV:
-            _before_image_site(lambda: site.addsitepackages(set(sys.path), _VENV[:1]))
+        if _in_venv():
+            _before_image_site(lambda: site.addsitepackages(set(sys.path), [sys.prefix]))
         if site.ENABLE_USER_SITE:
             _before_image_site(lambda: site.addusersitepackages(None))
         site.execsitecustomize()

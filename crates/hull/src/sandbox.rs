@@ -89,9 +89,11 @@ impl Drop for SlotGuard<'_> {
 /// for). `pip`/`pip3` in `/deps/bin` are that environment's pip (the image's pip module run by
 /// its interpreter, so no pip is copied in). An image whose Python cannot make one (or has
 /// none) installs with `PIP_TARGET=/deps`, as before.
-const DEPS_ENV: &str = r#"if [ ! -e /deps/pyvenv.cfg ] && command -v python3 >/dev/null 2>&1 && python3 -m venv --system-site-packages --without-pip /deps >/dev/null 2>&1; then
-  for p in pip pip3; do printf '#!/bin/sh\nexec /deps/bin/python3 -m pip "$@"\n' > /deps/bin/$p; chmod 755 /deps/bin/$p; done
-elif [ ! -e /deps/pyvenv.cfg ]; then export PIP_TARGET=/deps; fi
+const DEPS_ENV: &str = r#"if [ ! -e /deps/pyvenv.cfg ]; then
+  if command -v python3 >/dev/null 2>&1 && python3 -m venv --system-site-packages --without-pip /deps >/dev/null 2>&1; then
+    for p in pip pip3; do printf '#!/bin/sh\nexec /deps/bin/python3 -m pip "$@"\n' > /deps/bin/$p; chmod 755 /deps/bin/$p; done
+  else export PIP_TARGET=/deps; fi
+fi
 export PATH="/deps/bin:$PATH""#;
 
 /// How long an unused prewarmed box may wait before its own deadline ends it (it is replaced).

@@ -322,30 +322,50 @@ pub fn umount_detach(target: &CStr) -> SysResult<()> {
 /// (`open_tree(OPEN_TREE_CLONE | AT_RECURSIVE)`), at the same number: a bind that can be attached
 /// in another mount namespace with [`attach_tree`].
 pub fn clone_tree_at(fd: RawFd) -> SysResult<()> {
+    let tree = open_tree_clone(fd, c"")?;
+    // The tree replaces the O_PATH descriptor at the number the plan reserved.
+    place_at(std::os::fd::IntoRawFd::into_raw_fd(tree), fd)
+}
+
+/// `open_tree(OPEN_TREE_CLONE | AT_RECURSIVE)` of `path` relative to `dirfd` (an empty path:
+/// `dirfd` itself): a detached, close-on-exec copy of the mount tree.
+fn open_tree_clone(dirfd: RawFd, path: &CStr) -> SysResult<OwnedFd> {
     const OPEN_TREE_CLONE: libc::c_uint = 1;
     const AT_RECURSIVE: libc::c_uint = 0x8000;
-    let flags = OPEN_TREE_CLONE
-        | AT_RECURSIVE
-        | libc::AT_EMPTY_PATH as libc::c_uint
-        | libc::O_CLOEXEC as libc::c_uint;
-    // SAFETY: an empty C string with AT_EMPTY_PATH names `fd` itself.
-    let ret = unsafe { libc::syscall(libc::SYS_open_tree, fd, c"".as_ptr(), flags) };
-    // The tree replaces the O_PATH descriptor at the number the plan reserved.
-    place_at(fd_of(check_long(ret)?), fd)
+    let mut flags = OPEN_TREE_CLONE | AT_RECURSIVE | libc::O_CLOEXEC as libc::c_uint;
+    if path.is_empty() {
+        flags |= libc::AT_EMPTY_PATH as libc::c_uint;
+    }
+    // SAFETY: path is a valid C string (empty with AT_EMPTY_PATH: `dirfd` itself).
+    let ret = unsafe { libc::syscall(libc::SYS_open_tree, dirfd, path.as_ptr(), flags) };
+    // SAFETY: open_tree returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd_of(check_long(ret)?)) })
 }
 
 /// Attaches the detached mount tree `fd` (from [`clone_tree_at`]) at `target`.
 pub fn attach_tree(fd: RawFd, target: &CStr) -> SysResult<()> {
+    move_tree(fd, libc::AT_FDCWD, target)
+}
+
+/// `move_mount` of the detached tree `tree` to `target` relative to `to` (an empty target:
+/// `to` itself, no path looked up).
+fn move_tree(tree: RawFd, to: RawFd, target: &CStr) -> SysResult<()> {
     const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
-    // SAFETY: an empty C string with F_EMPTY_PATH names `fd`; target is a valid C string.
+    const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
+    let mut flags = MOVE_MOUNT_F_EMPTY_PATH;
+    if target.is_empty() {
+        flags |= MOVE_MOUNT_T_EMPTY_PATH;
+    }
+    // SAFETY: an empty C string with F_EMPTY_PATH names `tree`; target is a valid C string
+    // (empty with T_EMPTY_PATH: `to` itself).
     let ret = unsafe {
         libc::syscall(
             libc::SYS_move_mount,
-            fd,
+            tree,
             c"".as_ptr(),
-            libc::AT_FDCWD,
+            to,
             target.as_ptr(),
-            MOVE_MOUNT_F_EMPTY_PATH,
+            flags,
         )
     };
     check_long(ret).map(drop)
@@ -409,15 +429,25 @@ pub fn mount_setattr(path: &CStr, recursive: bool, set: u64, clear: u64) -> SysR
         propagation: 0,
         userns_fd: 0,
     };
-    let flags = if recursive { libc::AT_RECURSIVE } else { 0 };
-    // SAFETY: attr is a valid mount_attr of the size passed; path is a valid C string.
+    setattr(libc::AT_FDCWD, path, recursive, &attr)
+}
+
+/// The `mount_setattr(2)` call: `path` relative to `dirfd` (an empty path: `dirfd` itself),
+/// recursively when `recursive`.
+fn setattr(dirfd: RawFd, path: &CStr, recursive: bool, attr: &MountAttr) -> SysResult<()> {
+    let mut flags = if recursive { libc::AT_RECURSIVE } else { 0 };
+    if path.is_empty() {
+        flags |= libc::AT_EMPTY_PATH;
+    }
+    // SAFETY: attr is a valid mount_attr of the size passed; path is a valid C string (empty
+    // with AT_EMPTY_PATH: `dirfd` itself).
     let ret = unsafe {
         libc::syscall(
             libc::SYS_mount_setattr,
-            libc::AT_FDCWD,
+            dirfd,
             path.as_ptr(),
             libc::c_uint::try_from(flags).unwrap_or(0),
-            ptr::from_ref(&attr),
+            ptr::from_ref(attr),
             std::mem::size_of::<MountAttr>(),
         )
     };
@@ -546,24 +576,33 @@ pub const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
 
 /// Opens `path` with `O_PATH` and `RESOLVE_NO_SYMLINKS` (see [`open_path_at`]) at any number.
 pub fn open_path_no_symlinks(path: &CStr) -> SysResult<OwnedFd> {
+    openat2(
+        libc::AT_FDCWD,
+        path,
+        libc::O_PATH | libc::O_CLOEXEC,
+        RESOLVE_NO_SYMLINKS,
+    )
+}
+
+/// `openat2(2)` of `path` relative to `dirfd` with these open flags and resolve flags.
+fn openat2(dirfd: RawFd, path: &CStr, flags: libc::c_int, resolve: u64) -> SysResult<OwnedFd> {
     let how = OpenHow {
-        flags: u64::try_from(libc::O_PATH | libc::O_CLOEXEC).unwrap_or(0),
+        flags: u64::try_from(flags).unwrap_or(0),
         mode: 0,
-        resolve: RESOLVE_NO_SYMLINKS,
+        resolve,
     };
     // SAFETY: path is a valid C string and `how` a valid open_how of the size passed.
     let ret = unsafe {
         libc::syscall(
             libc::SYS_openat2,
-            libc::AT_FDCWD,
+            dirfd,
             path.as_ptr(),
             ptr::from_ref(&how),
             std::mem::size_of::<OpenHow>(),
         )
     };
-    let fd = fd_of(check_long(ret)?);
     // SAFETY: openat2 returned a new descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    Ok(unsafe { OwnedFd::from_raw_fd(fd_of(check_long(ret)?)) })
 }
 
 /// Owner uid and gid of what `fd` refers to (`fstat`, which works on `O_PATH` descriptors).
@@ -578,17 +617,7 @@ pub fn owner_of(fd: BorrowedFd<'_>) -> SysResult<(u32, u32)> {
 /// [`attach_tree`]. Only a caller with `CAP_SYS_ADMIN` in the initial user namespace may idmap
 /// a host file system, so the supervisor makes these before the box's namespaces exist.
 pub fn idmapped_tree(fd: BorrowedFd<'_>, userns: BorrowedFd<'_>) -> SysResult<OwnedFd> {
-    const OPEN_TREE_CLONE: libc::c_uint = 1;
-    const AT_RECURSIVE: libc::c_uint = 0x8000;
-    let flags = OPEN_TREE_CLONE
-        | AT_RECURSIVE
-        | libc::AT_EMPTY_PATH as libc::c_uint
-        | libc::O_CLOEXEC as libc::c_uint;
-    // SAFETY: an empty C string with AT_EMPTY_PATH names `fd` itself.
-    let ret = unsafe { libc::syscall(libc::SYS_open_tree, fd.as_raw_fd(), c"".as_ptr(), flags) };
-    let tree = fd_of(check_long(ret)?);
-    // SAFETY: open_tree returned a new descriptor that nothing else owns.
-    let tree = unsafe { OwnedFd::from_raw_fd(tree) };
+    let tree = open_tree_clone(fd.as_raw_fd(), c"")?;
     // Private: a copy of a shared host mount would otherwise stay in the host mount's peer
     // group, and a mount the box makes beneath it (a tmpfs below /workspace) would propagate to
     // the host and to every box holding a copy of the same directory.
@@ -598,18 +627,7 @@ pub fn idmapped_tree(fd: BorrowedFd<'_>, userns: BorrowedFd<'_>) -> SysResult<Ow
         propagation: MS_PRIVATE_PROPAGATION,
         userns_fd: u64::try_from(userns.as_raw_fd()).unwrap_or(u64::MAX),
     };
-    // SAFETY: attr is a valid mount_attr of the size passed; the empty path names `tree`.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            tree.as_raw_fd(),
-            c"".as_ptr(),
-            libc::c_uint::try_from(libc::AT_EMPTY_PATH | libc::AT_RECURSIVE).unwrap_or(0),
-            ptr::from_ref(&attr),
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    check_long(ret)?;
+    setattr(tree.as_raw_fd(), c"", true, &attr)?;
     Ok(tree)
 }
 
@@ -1304,7 +1322,10 @@ struct OpenHow {
     resolve: u64,
 }
 
+const RESOLVE_NO_XDEV: u64 = 0x01;
+const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
 const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+const RESOLVE_BENEATH: u64 = 0x08;
 
 /// `openat2` with `RESOLVE_NO_SYMLINKS`: the path (already canonical, so symlink-free when it
 /// was checked) must still be symlink-free, so a component swapped for a symlink since the check
@@ -1472,10 +1493,7 @@ pub fn mount_point_at(dir: BorrowedFd<'_>, name: &CStr, is_dir: bool) -> SysResu
     // O_PATH | O_NOFOLLOW opens a final symlink itself rather than failing: a file mount point
     // must be a regular file (a directory's is one through O_DIRECTORY).
     if !is_dir {
-        // SAFETY: an all-zero stat is a valid value for fstat to fill.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: fd is open; st is a valid stat buffer.
-        check(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| Errno(e.raw_os_error()))?;
         if st.st_mode & libc::S_IFMT != libc::S_IFREG {
             return Err(Errno(libc::ELOOP));
         }
@@ -1492,16 +1510,6 @@ pub fn open_beneath(
     is_dir: bool,
     same_mount: bool,
 ) -> SysResult<OwnedFd> {
-    #[repr(C)]
-    struct OpenHow {
-        flags: u64,
-        mode: u64,
-        resolve: u64,
-    }
-    const RESOLVE_NO_XDEV: u64 = 0x01;
-    const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
-    const RESOLVE_NO_SYMLINKS: u64 = 0x04;
-    const RESOLVE_BENEATH: u64 = 0x08;
     let mut flags = libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC;
     if is_dir {
         flags |= libc::O_DIRECTORY;
@@ -1510,34 +1518,12 @@ pub fn open_beneath(
     if same_mount {
         resolve |= RESOLVE_NO_XDEV;
     }
-    let how = OpenHow {
-        flags: u64::try_from(flags).unwrap_or(0),
-        mode: 0,
-        resolve,
-    };
-    // SAFETY: `how` is a valid open_how of the size passed; the descriptor returned is ours.
-    let fd = check_long(unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            dir.as_raw_fd(),
-            name.as_ptr(),
-            ptr::from_ref(&how),
-            std::mem::size_of::<OpenHow>(),
-        )
-    })?;
-    // SAFETY: fd was just opened and is owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd_of(fd)) })
+    openat2(dir.as_raw_fd(), name, flags, resolve)
 }
 
 /// A detached copy of the mount tree at `source` (`open_tree(OPEN_TREE_CLONE | AT_RECURSIVE)`).
 pub fn clone_tree(source: &CStr) -> SysResult<OwnedFd> {
-    const OPEN_TREE_CLONE: libc::c_uint = 1;
-    const AT_RECURSIVE: libc::c_uint = 0x8000;
-    let flags = OPEN_TREE_CLONE | AT_RECURSIVE | libc::O_CLOEXEC as libc::c_uint;
-    // SAFETY: source is a valid C string; the descriptor returned is ours.
-    let ret = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, source.as_ptr(), flags) };
-    // SAFETY: the descriptor was just made and is owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd_of(check_long(ret)?)) })
+    open_tree_clone(libc::AT_FDCWD, source)
 }
 
 /// `mount_setattr(2)` on the mount (tree) `fd` itself, which it also makes private (a copy of
@@ -1554,41 +1540,13 @@ pub fn mount_setattr_fd(
         propagation: MS_PRIVATE_PROPAGATION,
         userns_fd: 0,
     };
-    let mut flags = libc::AT_EMPTY_PATH;
-    if recursive {
-        flags |= libc::AT_RECURSIVE;
-    }
-    // SAFETY: attr is a valid mount_attr of the size passed; the empty path names `fd`.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            fd.as_raw_fd(),
-            c"".as_ptr(),
-            libc::c_uint::try_from(flags).unwrap_or(0),
-            ptr::from_ref(&attr),
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    check_long(ret).map(drop)
+    setattr(fd.as_raw_fd(), c"", recursive, &attr)
 }
 
 /// Attaches the detached tree `tree` on the mount point `at` (both descriptors: no path is
 /// looked up again).
 pub fn attach_tree_on(tree: BorrowedFd<'_>, at: BorrowedFd<'_>) -> SysResult<()> {
-    const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
-    const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
-    // SAFETY: empty C strings with the EMPTY_PATH flags name the two descriptors.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_move_mount,
-            tree.as_raw_fd(),
-            c"".as_ptr(),
-            at.as_raw_fd(),
-            c"".as_ptr(),
-            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
-        )
-    };
-    check_long(ret).map(drop)
+    move_tree(tree.as_raw_fd(), at.as_raw_fd(), c"")
 }
 
 /// Mounts a tmpfs (nosuid, nodev, `opts`) on the mount point `at`, through its
