@@ -90,8 +90,9 @@ fn run_it_gives_the_box_a_terminal_of_its_own() {
         "test -t 0 && test -t 1 && echo TERMINAL-$((40+2)); stty size",
         "Enter",
     ]);
-    let p = t.wait_for("TERMINAL-42", 1);
-    assert!(p.contains("30 100"), "{p}");
+    // `stty size` prints after the echo: wait for its line, not only the first.
+    let p = t.wait_for("30 100", 1);
+    assert!(p.contains("TERMINAL-42"), "{p}");
     // Ctrl-C ends the program in the foreground, bash (and the box) carry on.
     t.keys(&["sleep 100", "Enter"]);
     std::thread::sleep(Duration::from_millis(300));
