@@ -153,24 +153,7 @@ async function makeSandbox(id: string, o: HullNetworkSandboxSessionOptions, imag
     await sb.destroy().catch(() => {});
     throw abortReason(o.abortSignal);
   }
-  if (networkOption(o) !== undefined) {
-    try {
-      await gatewayResolver(sb);
-    } catch (e) {
-      await sb.destroy().catch(() => {});
-      throw e;
-    }
-  }
   return { sb, user };
-}
-
-/** The gateway answers DNS at 10.0.2.2, and hull writes `/etc/resolv.conf` saying so for a
- * box of the host's root only: an image without its own (most container images: their
- * runtime provides it) would ask 127.0.0.1. Written as root on the sandbox's own disk when
- * the image has no name server line (kept across stops, and in templates made from it). */
-async function gatewayResolver(sb: NamedSandbox): Promise<void> {
-  const r = await sb.exec("grep -qs '^nameserver' /etc/resolv.conf || printf 'nameserver 10.0.2.2\\n' > /etc/resolv.conf", { user: "root" });
-  if (r.exitCode !== 0) throw new HullCommandError({ command: "write /etc/resolv.conf", exitCode: r.exitCode ?? 1, stderr: r.stderr });
 }
 
 function randomId(): string {
@@ -225,14 +208,6 @@ export async function createHullNetworkSandboxSession(options: HullNetworkSandbo
   if (options.abortSignal?.aborted) {
     await sb.destroy().catch(() => {});
     throw abortReason(options.abortSignal);
-  }
-  if (networkOption(options) !== undefined) {
-    try {
-      await gatewayResolver(sb);
-    } catch (e) {
-      await sb.destroy().catch(() => {});
-      throw e;
-    }
   }
   const user = listed?.user ?? "root";
   return new HullNetworkSandboxSession(sb, facts(user, await homeOf(sb), name));

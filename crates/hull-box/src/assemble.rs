@@ -117,7 +117,8 @@ impl Sources {
     }
 
     /// Opens `path` as a source; `check`: whether to check it against the sensitive list
-    /// (and as read-only), `None` for a writable root's own layer.
+    /// (and as read-only), `None` for a writable root's own layer or hull's own source (the
+    /// host's resolver file, see `host_resolver`).
     fn add_checked(
         &mut self,
         field: SpecField,
@@ -167,8 +168,46 @@ fn classify(path: &Path) -> Option<Entry> {
     }
 }
 
+/// With the host's network, a box on an image resolves names as the host does: the host's
+/// `/etc/resolv.conf` covers the image's (the host image binds it the same way). The store gives
+/// every image the file (`hull_image::resolver`), so there is a mount point; an image whose
+/// file is a link, or a caller's own mount there, leaves the image's file as it is.
+fn host_resolver(spec: &BoxSpec) -> Option<crate::spec::BindMount> {
+    const AT: &str = "/etc/resolv.conf";
+    let RootSpec::Dir(dir) = &spec.root else {
+        return None;
+    };
+    if spec.network != Network::Host
+        || spec.mounts.iter().any(|m| is_within(AT, &m.target))
+        || !image_has(dir, AT)
+    {
+        return None;
+    }
+    // The host image binds the same file; the sensitive list (which refuses /etc as a
+    // caller's source) is for what callers ask, not for this one read-only file.
+    if !std::fs::metadata(AT).is_ok_and(|m| m.is_file()) {
+        return None;
+    }
+    Some(crate::spec::BindMount {
+        source: AT.into(),
+        target: AT.into(),
+        read_only: true,
+    })
+}
+
 /// Builds the plan for `spec`. Bind sources are opened by the box itself (`Step::OpenSource`).
 pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
+    // The host's resolver file joins the mounts, last, as hull's own (not checked as a caller's).
+    let with_resolver;
+    let (spec, own_mounts) = match host_resolver(spec) {
+        Some(m) => {
+            let mut s = spec.clone();
+            s.mounts.push(m);
+            with_resolver = s;
+            (&with_resolver, 1)
+        }
+        None => (spec, 0),
+    };
     let mut src = Sources {
         list: Vec::new(),
         homes: std::cell::OnceCell::new(),
@@ -239,8 +278,13 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
         adopt.extend(src.list.last().map(|(_, fd)| (*fd, SpecField::Workspace)));
     }
     let mut mount_src = Vec::new();
-    for m in &spec.mounts {
-        mount_src.push(src.add(SpecField::Mounts, &m.source, m.read_only)?);
+    let callers = spec.mounts.len() - own_mounts;
+    for (i, m) in spec.mounts.iter().enumerate() {
+        mount_src.push(if i < callers {
+            src.add(SpecField::Mounts, &m.source, m.read_only)?
+        } else {
+            src.add_checked(SpecField::Mounts, &m.source, None)?
+        });
         adopt.extend(src.list.last().map(|(_, fd)| (*fd, SpecField::Mounts)));
     }
     let mut b = PlanBuilder::start(

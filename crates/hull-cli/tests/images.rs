@@ -707,3 +707,91 @@ fn import_never_follows_a_link_in_the_image_to_a_host_file() {
     let err = import_err(home.path(), &archive);
     assert!(err.contains("symbolic link"), "{err}");
 }
+
+/// Images built by docker and its kin carry no `/etc/resolv.conf` (their engine mounts one):
+/// in a box a resolver would then ask the box's own loopback. The store adds the sandbox
+/// network's (to an image published before it did, at its next use); a box on the gateway
+/// network resolves and connects through it, and one on the host's network sees the host's
+/// file. Loopback only: the gateway asks a test DNS server and reaches a test echo server.
+#[test]
+fn an_image_without_resolv_conf_resolves_names_on_the_sandbox_and_host_networks() {
+    let Some(bb) = busybox() else { return };
+    let home = tempfile::tempdir().unwrap();
+    let layout = tempfile::tempdir().unwrap();
+    oci_layout(layout.path(), &bb, "dns", false);
+    ok(&hull_in(
+        home.path(),
+        &[
+            "import",
+            layout.path().to_str().unwrap(),
+            "--name",
+            "t/dns:1",
+        ],
+    ));
+    let root = std::fs::read_dir(home.path().join("images/roots"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let added = root.join("rootfs/etc/resolv.conf");
+    assert_eq!(
+        std::fs::read(&added).unwrap(),
+        hull_image::resolver::RESOLV_CONF
+    );
+    // An image stored before the store added the file gets it at its next use.
+    std::fs::remove_file(&added).unwrap();
+
+    let server = std::net::Ipv4Addr::new(127, 0, 0, 23);
+    let echo = common::net::Echo::start(server);
+    let dns = common::net::Dns::start(&[("api.example.test", server)]);
+    let script = format!(
+        "grep nameserver /etc/resolv.conf; busybox nslookup api.example.test | grep -c 198.1; echo hi | busybox nc api.example.test {}",
+        echo.addr.port()
+    );
+    let out = Command::new(common::bin())
+        .args([
+            "run",
+            "--image",
+            "t/dns:1",
+            "--allow-host",
+            "api.example.test",
+            "--allow-cidr",
+            "127.0.0.23/32",
+            "--",
+            "/bin/sh",
+            "-c",
+            &script,
+        ])
+        .env("HULL_HOME", home.path())
+        .env("HULL_NET_DNS", dns.addr.to_string())
+        .output()
+        .unwrap();
+    assert_eq!(
+        ok(&out),
+        "nameserver 10.0.2.2\n1\necho: hi\n",
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(dns.asked("api.example.test"), 1);
+    assert_eq!(echo.accepted(), 1);
+
+    // The host's network: the host's own file covers the image's.
+    if let Ok(host) = std::fs::read_to_string("/etc/resolv.conf") {
+        let out = ok(&hull_in(
+            home.path(),
+            &[
+                "run",
+                "--image",
+                "t/dns:1",
+                "--network",
+                "host",
+                "--",
+                "/bin/busybox",
+                "cat",
+                "/etc/resolv.conf",
+            ],
+        ));
+        assert_eq!(out, host);
+    }
+}

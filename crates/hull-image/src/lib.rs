@@ -10,6 +10,7 @@ pub mod oci;
 pub mod pull;
 pub mod reference;
 pub mod registry;
+pub mod resolver;
 pub mod store;
 
 pub use error::ImageError;

@@ -396,6 +396,8 @@ impl Store {
                     extract::extract_layer(f, Compression::Detect, &rootfs, &limits)?;
                     unpacked += 1;
                 }
+                crate::resolver::add_if_missing(&rootfs)
+                    .map_err(io_at("add /etc/resolv.conf to the image root"))?;
                 // The image's size counts each blob once.
                 let mut distinct: Vec<&(Digest, PathBuf, u64)> = Vec::new();
                 for l in layers {
@@ -504,7 +506,7 @@ impl Store {
             let path = self.dir.join("refs").join(ref_file(n));
             if let Ok(r) = Self::read_json::<RefFile>(&path, "reference") {
                 if let Some(d) = Digest::parse(&r.digest) {
-                    return self.info(&r.name, &d);
+                    return self.info(&r.name, &d).inspect(Self::complete);
                 }
             }
         }
@@ -515,10 +517,17 @@ impl Store {
                 .into_iter()
                 .find(|i| i.digest.trim_start_matches("sha256:").starts_with(hex))
             {
+                Self::complete(&i);
                 return Ok(i);
             }
         }
         Err(ImageError::NotFound(name.into()))
+    }
+
+    /// Gives an image published before the store added `/etc/resolv.conf` the file
+    /// ([`crate::resolver`]); best effort: a store this user cannot write keeps the image as it is.
+    fn complete(image: &ImageInfo) {
+        let _ = crate::resolver::add_if_missing(&image.rootfs);
     }
 
     /// Removes the reference `name`, then collects garbage.
