@@ -42,6 +42,13 @@ def test_a_brokered_secret_is_only_a_placeholder_in_the_box(monkeypatch):
     r = run_code(code, network="custom", secrets=[{"name": "HULL_PY_NET_KEY", "env": "HULL_PY_NET_KEY", "hosts": ["api.example.test"]}])
     key, bundle, leaked = r.stdout.splitlines()
     assert key.startswith("hull-secret-HULL_PY_NET_KEY-") and bundle == "/.hull-ca/bundle.pem" and leaked == "False", r
+    # The system bundle (what programs read without the variables) holds the gateway CA too,
+    # in a session's boxes as in a one-shot one.
+    covered = "print(open('/etc/ssl/certs/ca-certificates.crt').read().strip().endswith(open('/.hull-ca/ca.pem').read().strip()))"
+    secrets = [{"name": "K", "value": "sk-py-secret", "hosts": ["api.example.test"]}]
+    assert run_code(covered, network="custom", secrets=secrets).stdout == "True\n"
+    with Sandbox(network="custom", secrets=secrets) as sb:
+        assert sb.run_code(covered).stdout == "True\n"
 
 
 def test_egress_allow_is_a_custom_host_list():

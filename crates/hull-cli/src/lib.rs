@@ -12,6 +12,7 @@ mod bench_report;
 pub mod bench_sdk;
 pub mod bench_sdk_output;
 mod bench_stats;
+mod beneath;
 pub mod doctor;
 pub mod image_bench;
 pub mod images;

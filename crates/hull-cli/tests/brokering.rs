@@ -129,7 +129,10 @@ fn a_brokered_secret_reaches_its_host_and_never_the_box() {
         "echo \"env $KEY\"\n\
          curl -sS https://api.example.test:{port}/a -H \"Authorization: Bearer $KEY\"; echo\n\
          curl -sS --cacert /ca/test-ca.pem https://other.example.test:{port}/b -H \"Authorization: Bearer $KEY\"; echo\n\
-         if cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -q {REAL}; then echo LEAKED; else echo clean; fi\n"
+         if cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -q {REAL}; then echo LEAKED; else echo clean; fi\n\
+         unset SSL_CERT_FILE CURL_CA_BUNDLE REQUESTS_CA_BUNDLE\n\
+         curl -sS https://api.example.test:{port}/c -H \"Authorization: Bearer $KEY\"; echo\n\
+         python3 -c 'import urllib.request; print(urllib.request.urlopen(\"https://api.example.test:{port}/d\").read().decode())'\n"
     );
     let out = Command::new(common::bin())
         .args([
@@ -157,7 +160,7 @@ fn a_brokered_secret_reaches_its_host_and_never_the_box() {
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(out.status.success(), "{stdout}\n{stderr}");
     let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 4, "{stdout}\n{stderr}");
+    assert_eq!(lines.len(), 6, "{stdout}\n{stderr}");
     let placeholder = lines[0].strip_prefix("env ").unwrap_or_default();
     assert!(placeholder.starts_with("hull-secret-KEY-"), "{stdout}");
     assert!(
@@ -177,6 +180,14 @@ fn a_brokered_secret_reaches_its_host_and_never_the_box() {
         "{stdout}\n{stderr}"
     );
     assert_eq!(lines[3], "clean");
+    // With the variables cleared, curl and Python read the system bundle, which hull covered
+    // with a copy holding the gateway CA.
+    assert_eq!(
+        lines[4],
+        format!("auth=Bearer {placeholder}"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(lines[5].starts_with("auth="), "{stdout}\n{stderr}");
     // Upstream: the real value for the secret's host, the placeholder for the other.
     let seen = std::fs::read_to_string(dir.path().join("seen.log")).unwrap_or_default();
     assert!(

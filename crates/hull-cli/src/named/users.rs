@@ -4,7 +4,6 @@
 //! symlink: what the sandbox wrote there is its own data, and a link in it must not make the
 //! keeper read a host file.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// A user commands run as.
@@ -141,38 +140,12 @@ pub fn resolve(spec: &str, passwd: &str, group: &str) -> Result<User, String> {
 /// reached without following any symlink (a whiteout or anything else hides the layers below:
 /// empty text). At most 4 MiB is read.
 pub fn read_etc(layers: &[PathBuf], file: &str) -> String {
-    use rustix::fs::{Mode, OFlags, ResolveFlags};
     for layer in layers {
-        let Ok(dir) = rustix::fs::open(
-            layer,
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        ) else {
-            continue;
-        };
-        let opened = rustix::fs::openat2(
-            &dir,
-            Path::new("etc").join(file),
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-            Mode::empty(),
-            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-        );
-        let fd = match opened {
-            Ok(fd) => fd,
-            Err(rustix::io::Errno::NOENT) => continue,
-            Err(_) => return String::new(),
-        };
-        let Ok(st) = rustix::fs::fstat(&fd) else {
-            return String::new();
-        };
-        if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
-            return String::new();
+        match crate::beneath::read(layer, &Path::new("etc").join(file), 4 << 20) {
+            Ok(bytes) => return String::from_utf8_lossy(&bytes).into_owned(),
+            Err(crate::beneath::Unread::Missing) => continue,
+            Err(crate::beneath::Unread::Refused) => return String::new(),
         }
-        let mut text = String::new();
-        let _ = std::fs::File::from(fd)
-            .take(4 << 20)
-            .read_to_string(&mut text);
-        return text;
     }
     String::new()
 }

@@ -18,8 +18,9 @@ use super::wire::Start;
 pub struct Served {
     inner: Arc<dyn Backend>,
     start: Start,
-    /// A brokered session's CA directory on the host, for the session's life.
-    _trust: Option<super::plan::BoxTrust>,
+    /// A brokered session's CA directory on the host, for the session's life; each box's
+    /// system bundles are covered from it.
+    trust: Option<super::plan::BoxTrust>,
 }
 
 impl std::fmt::Debug for Served {
@@ -39,7 +40,7 @@ impl Served {
         Served {
             inner,
             start,
-            _trust: trust,
+            trust,
         }
     }
 }
@@ -57,6 +58,16 @@ impl Backend for Served {
         if spec.network != Network::Gateway {
             return self.inner.run(spec, sink);
         }
+        let covered;
+        let spec = match &self.trust {
+            Some(t) => {
+                let mut s = spec.clone();
+                t.cover_bundles(&mut s);
+                covered = s;
+                &covered
+            }
+            None => spec,
+        };
         let mut gateway = None;
         let mut take = super::plan::handler(&self.start, None, &mut gateway, |_| {});
         let (result, destroy) = self.inner.run_served(spec, sink, &mut take)?;

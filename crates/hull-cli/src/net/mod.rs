@@ -6,6 +6,7 @@
 
 pub mod backend;
 pub mod brokering;
+pub mod bundles;
 pub mod confine;
 pub mod gateway;
 pub mod plan;

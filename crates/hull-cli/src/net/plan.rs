@@ -62,10 +62,13 @@ pub const TRUST_DIR: &str = "/.hull-ca";
 pub struct BoxTrust {
     env: Vec<(String, String)>,
     dir: std::path::PathBuf,
+    ca_pem: String,
+    bundles: super::bundles::Bundles,
 }
 
 impl BoxTrust {
-    /// Puts the placeholders and the CA's environment in `spec`, and binds the trust there.
+    /// Puts the placeholders and the CA's environment in `spec`, binds the trust there, and
+    /// covers the system bundles of its root with copies holding the CA.
     pub fn apply(&self, spec: &mut hull_box::BoxSpec) {
         spec.env.extend(self.env.iter().cloned());
         spec.mounts.push(hull_box::BindMount {
@@ -73,6 +76,15 @@ impl BoxTrust {
             target: TRUST_DIR.into(),
             read_only: true,
         });
+        self.cover_bundles(spec);
+    }
+
+    /// Covers the system bundles of `spec`'s root with copies holding the CA
+    /// ([`super::bundles`]); a Sandbox session's boxes get them here, box by box, since their
+    /// roots are known only then.
+    pub fn cover_bundles(&self, spec: &mut hull_box::BoxSpec) {
+        let extra = self.bundles.mounts(spec, &self.dir, &self.ca_pem);
+        spec.mounts.extend(extra);
     }
 }
 
@@ -142,7 +154,12 @@ pub fn brokered(
     let dir = trust_dir(ca.cert_pem())?;
     start.broker = Some(serde_json::json!({ "secrets": specs }));
     start.ca_dir = Some(ca_dir);
-    Ok(Some(BoxTrust { env, dir }))
+    Ok(Some(BoxTrust {
+        env,
+        dir,
+        ca_pem: ca.cert_pem().to_string(),
+        bundles: super::bundles::Bundles::default(),
+    }))
 }
 
 /// A fresh directory (0755) with `ca.pem` and `bundle.pem` (the host's bundle, then the CA).
