@@ -148,6 +148,13 @@ pub fn refused(bytes: &[u8]) -> Option<Vec<u8>> {
     }
 }
 
+/// The name and type a query asks about (its first question), for the log.
+pub fn question(bytes: &[u8]) -> Option<(String, u16)> {
+    let m = Message::from_vec(bytes).ok()?;
+    let q = m.queries().first()?;
+    Some((q.name().to_ascii(), u16::from(q.query_type())))
+}
+
 /// A reply's outcome for the log: whether it answered (NOERROR) and the address it gave.
 pub fn summary(reply_bytes: &[u8]) -> (bool, Option<Ipv4Addr>) {
     let Ok(m) = Message::from_vec(reply_bytes) else {

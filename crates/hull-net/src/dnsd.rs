@@ -1,13 +1,16 @@
 //! The gateway's DNS service for one box: every query (UDP to any address on port 53, or a
 //! TCP connection to port 53) is answered from the policy by [`crate::dns::answer`], and each
 //! decision is logged. The non-address types of an allowed name ([`Answer::Forward`]) are
-//! answered REFUSED for now: they are not forwarded to the host's resolver yet.
+//! answered REFUSED for now: they are not forwarded to the host's resolver yet. Past the box's
+//! DNS rate ([`crate::limit::DNS_PER_S`]) a query is answered REFUSED without a look at the
+//! policy, and logged so.
 
 use std::net::IpAddr;
 
 use smoltcp::socket::tcp::{self, State};
 
 use crate::dns::{self, Answer};
+use crate::limit::Bucket;
 use crate::log::{now_ms, Decision, LogSink, Record};
 use crate::policy::Policy;
 use crate::synth::Pool;
@@ -17,8 +20,24 @@ pub fn respond(
     query: &[u8],
     policy: &Policy,
     pool: &mut Pool,
+    budget: &mut Bucket,
     log: &mut dyn LogSink,
 ) -> Option<Vec<u8>> {
+    if !budget.take(std::time::Instant::now()) {
+        let reply = dns::refused(query)?;
+        let (name, record_type) = dns::question(query).unwrap_or_default();
+        log.write(&Record::Dns {
+            at_ms: now_ms(),
+            name,
+            record_type,
+            decision: Decision {
+                verdict: "deny",
+                rule: format!("DNS rate limit ({} queries a second)", budget.per_s()),
+            },
+            answer: None,
+        });
+        return Some(reply);
+    }
     let (answer, decided) = dns::answer(query, policy, pool);
     let reply = match answer {
         Answer::Reply(b) => b,
@@ -87,6 +106,7 @@ impl TcpDns {
         sock: &mut tcp::Socket<'static>,
         policy: &Policy,
         pool: &mut Pool,
+        budget: &mut Bucket,
         log: &mut dyn LogSink,
     ) -> bool {
         let mut moved = false;
@@ -111,7 +131,7 @@ impl TcpDns {
             let mut step = false;
             if self.replies.is_empty() {
                 if let Some(query) = self.next_query() {
-                    if let Some(reply) = respond(&query, policy, pool, log) {
+                    if let Some(reply) = respond(&query, policy, pool, budget, log) {
                         if let Ok(n) = u16::try_from(reply.len()) {
                             self.replies.extend_from_slice(&n.to_be_bytes());
                             self.replies.extend_from_slice(&reply);

@@ -92,6 +92,8 @@ pub struct Gateway {
     dialer: Arc<dyn Dialer>,
     handler: Arc<dyn FlowHandler>,
     log: Box<dyn LogSink>,
+    /// The box's DNS rate ([`crate::limit`]).
+    dns_budget: crate::limit::Bucket,
     flows: HashMap<u64, Flow>,
     by_syn: HashMap<Syn, u64>,
     next_id: u64,
@@ -144,7 +146,17 @@ impl Gateway {
             resolver,
             dialer,
             handler: Arc::new(Splice),
-            log,
+            // Every record, the DNS answers' and the connections', within the log's rate.
+            log: Box::new(crate::log::Limited::new(
+                log,
+                crate::limit::LOG_PER_S,
+                crate::limit::LOG_BURST,
+            )),
+            dns_budget: crate::limit::Bucket::new(
+                crate::limit::DNS_PER_S,
+                crate::limit::DNS_BURST,
+                std::time::Instant::now(),
+            ),
             flows: HashMap::new(),
             by_syn: HashMap::new(),
             next_id: 1,
@@ -349,7 +361,13 @@ impl Gateway {
         let Some((_, _, query)) = stack::udp_payload(frame) else {
             return;
         };
-        let Some(reply) = dnsd::respond(query, &self.policy, &mut self.pool, &mut *self.log) else {
+        let Some(reply) = dnsd::respond(
+            query,
+            &self.policy,
+            &mut self.pool,
+            &mut self.dns_budget,
+            &mut *self.log,
+        ) else {
             return;
         };
         if let Some(f) = stack::udp_reply(frame, &reply) {
@@ -575,7 +593,13 @@ impl Gateway {
                 State::Open { socket, pipe } => moved |= pipe.pump(self.stack.tcp(*socket), cx),
                 State::Dns { socket, dns } => {
                     let sock = self.stack.tcp(*socket);
-                    moved |= dns.pump(sock, &self.policy, &mut self.pool, &mut *self.log);
+                    moved |= dns.pump(
+                        sock,
+                        &self.policy,
+                        &mut self.pool,
+                        &mut self.dns_budget,
+                        &mut *self.log,
+                    );
                 }
                 State::Held(_) => {}
             }

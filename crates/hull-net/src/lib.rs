@@ -6,7 +6,7 @@
 //! path that applies them to one box: its [`link`], its TCP/IP [`stack`], connect-first
 //! connections ([`flow`], dialled through [`upstream`]), its DNS service ([`dnsd`]), published
 //! [`ports`], and the event loop that owns them ([`gateway`], set and steered through
-//! [`control`]). It forks nothing and needs no namespace: the gateway
+//! [`control`]), within the rates of [`limit`]. It forks nothing and needs no namespace: the gateway
 //! runs on any link, in-memory ones in tests (see `ARCHITECTURE.md` and `docs/network.md`).
 //!
 //! The credential broker is async and does I/O on the connections it is handed: [`broker`]
@@ -22,6 +22,7 @@ pub mod dnsd;
 pub mod flow;
 pub mod gateway;
 pub mod ingress;
+pub mod limit;
 pub mod link;
 pub mod log;
 pub mod name;

@@ -92,6 +92,10 @@ pub enum Record {
         /// Why it ended (`closed`, `reset by upstream`, `refused`, `cap`, ...).
         end: String,
     },
+    /// Records left out because the box made them faster than the log's rate
+    /// ([`crate::limit::LOG_PER_S`]): written before the next record that is kept, or when the
+    /// gateway ends.
+    Suppressed { at_ms: u64, records: u64 },
 }
 
 impl Record {
@@ -133,6 +137,63 @@ impl LogSink for tokio::sync::mpsc::UnboundedSender<Record> {
     }
 }
 
+/// A sink that keeps at most a burst and then a steady rate of records, counting the rest into
+/// one `suppressed` record ([`crate::limit`]).
+pub struct Limited {
+    inner: Box<dyn LogSink>,
+    bucket: crate::limit::Bucket,
+    suppressed: u64,
+}
+
+impl std::fmt::Debug for Limited {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Limited")
+            .field("bucket", &self.bucket)
+            .field("suppressed", &self.suppressed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Limited {
+    pub fn new(inner: Box<dyn LogSink>, per_s: u32, burst: u32) -> Limited {
+        Limited {
+            inner,
+            bucket: crate::limit::Bucket::new(per_s, burst, std::time::Instant::now()),
+            suppressed: 0,
+        }
+    }
+
+    fn write_at(&mut self, record: &Record, now: std::time::Instant) {
+        if !self.bucket.take(now) {
+            self.suppressed += 1;
+            return;
+        }
+        self.flush();
+        self.inner.write(record);
+    }
+
+    fn flush(&mut self) {
+        if self.suppressed > 0 {
+            self.inner.write(&Record::Suppressed {
+                at_ms: now_ms(),
+                records: std::mem::take(&mut self.suppressed),
+            });
+        }
+    }
+}
+
+impl LogSink for Limited {
+    fn write(&mut self, record: &Record) {
+        self.write_at(record, std::time::Instant::now());
+    }
+}
+
+impl Drop for Limited {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
 /// Milliseconds since the Unix epoch, for a record's `at_ms`.
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
@@ -147,6 +208,39 @@ mod tests {
     use crate::class::Class;
     use crate::name::HostPattern;
     use serde_json::Value;
+
+    #[test]
+    fn past_the_rate_records_are_counted_and_the_count_is_written() {
+        use std::time::{Duration, Instant};
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut l = Limited::new(Box::new(tx), 10, 3);
+        let t0 = Instant::now();
+        let rec = |n: u64| Record::Suppressed {
+            at_ms: n,
+            records: 0,
+        };
+        for n in 0..10 {
+            l.write_at(&rec(n), t0);
+        }
+        // A burst of 3 kept, 7 counted; 100 ms later one more is kept after the count.
+        l.write_at(&rec(99), t0 + Duration::from_millis(100));
+        drop(l);
+        let got: Vec<Record> = rx.try_iter().collect();
+        let kept: Vec<u64> = got
+            .iter()
+            .map(|r| match r {
+                Record::Suppressed { at_ms, records: 0 } => *at_ms,
+                Record::Suppressed { records, .. } => 1000 + records,
+                _ => u64::MAX,
+            })
+            .collect();
+        assert_eq!(kept, vec![0, 1, 2, 1007, 99]);
+        let v: Value = serde_json::from_str(&got[3].line()).unwrap();
+        assert_eq!(
+            (v["kind"].as_str(), v["records"].as_u64()),
+            (Some("suppressed"), Some(7))
+        );
+    }
 
     #[test]
     fn a_refused_flow_names_the_rule_that_decided() {

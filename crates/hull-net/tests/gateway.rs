@@ -217,6 +217,44 @@ impl BoxNet {
         Message::from_vec(&reply).unwrap()
     }
 
+    /// `n` queries of `name` sent at once from one socket: the reply codes, in the order they
+    /// came back.
+    async fn query_burst(&mut self, n: usize, name: &str) -> Vec<ResponseCode> {
+        let mut s = udp::Socket::new(
+            udp::PacketBuffer::new(vec![udp::PacketMetadata::EMPTY; n], vec![0; n * 128]),
+            udp::PacketBuffer::new(vec![udp::PacketMetadata::EMPTY; n], vec![0; n * 128]),
+        );
+        let port = self.port();
+        s.bind(port).unwrap();
+        for i in 0..n {
+            let mut m = Message::new();
+            m.set_id(u16::try_from(i).unwrap())
+                .set_message_type(MessageType::Query)
+                .set_recursion_desired(true);
+            m.add_query(Query::query(
+                hickory_proto::rr::Name::from_str(name).unwrap(),
+                RecordType::A,
+            ));
+            s.send_slice(
+                &m.to_vec().unwrap(),
+                IpEndpoint::new(IpAddress::Ipv4(GATEWAY), 53),
+            )
+            .unwrap();
+        }
+        let h = self.sockets.add(s);
+        let mut codes = Vec::new();
+        self.until("every DNS reply", Duration::from_secs(20), |set| {
+            let s = set.get_mut::<udp::Socket>(h);
+            while let Ok((b, _)) = s.recv() {
+                codes.push(Message::from_vec(b).unwrap().response_code());
+            }
+            (codes.len() == n).then_some(())
+        })
+        .await;
+        self.sockets.remove(h);
+        codes
+    }
+
     /// The synthetic address the gateway's DNS gives `name`.
     async fn resolve(&mut self, name: &str) -> Ipv4Addr {
         let m = self.query(GATEWAY, name, RecordType::A).await;
@@ -536,6 +574,57 @@ async fn refused_names_are_nxdomain_and_a_refused_upstream_resets_the_box() {
         "a reset, not a timeout"
     );
     assert_eq!(w.dialled(), vec![public(443)]);
+}
+
+/// A box asking faster than the DNS rate: a burst is answered from the policy, the rest
+/// REFUSED, each refusal logged as such, and the log itself keeps its rate (the rest counted in
+/// one `suppressed` record, never lost without a trace).
+#[tokio::test]
+async fn past_the_dns_rate_queries_are_refused_and_the_log_keeps_its_rate() {
+    let mut w = start(
+        custom(&["api.example.test"], &[], &[]),
+        resolver(&[]),
+        TestDialer::default(),
+        None,
+    );
+    let n = 2000;
+    let codes = w.net.query_burst(n, "api.example.test.").await;
+    let answered = codes
+        .iter()
+        .filter(|c| **c == ResponseCode::NoError)
+        .count();
+    let refused = codes
+        .iter()
+        .filter(|c| **c == ResponseCode::Refused)
+        .count();
+    assert_eq!(answered + refused, n, "{codes:?}");
+    let burst = hull_net::limit::DNS_BURST as usize;
+    // The burst, and what the rate refilled while they were answered (well under a second).
+    assert!(
+        answered >= burst && answered < burst + 200,
+        "answered {answered}"
+    );
+    let records = w.records();
+    let limited = records
+        .iter()
+        .filter(|r| r["rule"] == "DNS rate limit (200 queries a second)")
+        .count();
+    assert!(limited > 0, "{records:?}");
+    // The log's burst, then its rate: far fewer lines than queries.
+    assert!(
+        records.len() <= hull_net::limit::LOG_BURST as usize + 100,
+        "{} records",
+        records.len()
+    );
+    // Nothing vanishes silently: once the log has room again, the count comes first.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let _ = w
+        .net
+        .query(GATEWAY, "api.example.test.", RecordType::A)
+        .await;
+    let later = w.records();
+    assert_eq!(later[0]["kind"], "suppressed", "{later:?}");
+    assert!(later[0]["records"].as_u64().unwrap() > 0);
 }
 
 #[tokio::test]
