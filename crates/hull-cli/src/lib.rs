@@ -13,6 +13,7 @@ pub mod bench_sdk;
 pub mod bench_sdk_output;
 mod bench_stats;
 mod beneath;
+pub mod ca;
 pub mod doctor;
 pub mod image_bench;
 pub mod images;

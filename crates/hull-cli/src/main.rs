@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand};
 use hull_cli::verbosity::Verbosity;
-use hull_cli::{bench, doctor, images, mcp, named, pull, run, serve};
+use hull_cli::{bench, ca, doctor, images, mcp, named, pull, run, serve};
 
 /// A local sandbox for code nobody has read yet: every call gets a fresh, kernel-enforced box.
 /// The environment variables hull reads, for `--help` and the man page.
@@ -67,6 +67,8 @@ enum Command {
     Logs(named::LogsArgs),
     /// Save, list and remove templates: frozen sandboxes that new ones start from.
     Template(named::TemplateArgs),
+    /// The gateway CA brokered boxes trust: rotate it, print its path.
+    Ca(ca::CaArgs),
     /// A named sandbox's keeper (started by create, start and exec; not for people).
     #[command(name = "__keeper", hide = true)]
     Keeper(named::KeeperArgs),
@@ -151,6 +153,7 @@ fn main() {
             | Command::Ps(_)
             | Command::Logs(_)
             | Command::Template(_)
+            | Command::Ca(_)
             | Command::Completions { .. }
             | Command::Man
     ) {
@@ -174,6 +177,7 @@ fn main() {
         Command::Ps(args) => named::ps(&args),
         Command::Logs(args) => named::logs(&args),
         Command::Template(args) => named::template_main(&args),
+        Command::Ca(args) => ca::main(&args),
         Command::Keeper(args) => named::keeper_main(&args),
         Command::Files(args) => named::files_ns::main(&args),
         Command::Net => hull_cli::net::gateway::main(),

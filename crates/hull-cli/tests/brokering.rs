@@ -207,3 +207,58 @@ fn a_brokered_secret_reaches_its_host_and_never_the_box() {
     assert_eq!(mode.ok(), Some(0o600), "{}", key.display());
     drop(srv);
 }
+
+/// `hull ca rotate` replaces the installation's CA whole: boxes started after it trust the new
+/// one only (in the trust directory and in the system bundle), the key stays private, and
+/// nothing is left beside it. No packet is sent: the box only reads its trust.
+#[test]
+fn a_rotated_ca_is_what_later_boxes_trust() {
+    let home = tempfile::tempdir().unwrap();
+    let hull = |args: &[&str]| {
+        let out = Command::new(common::bin())
+            .args(args)
+            .env("HULL_HOME", home.path())
+            .env("HULL_TEST_KEY", "sk-rotate")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run hull");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{args:?}: {text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    };
+    let path = hull(&["ca", "path"]);
+    let cert = std::path::PathBuf::from(path.trim());
+    let before = std::fs::read_to_string(&cert).unwrap();
+    assert_eq!(hull(&["ca", "rotate"]), path);
+    let after = std::fs::read_to_string(&cert).unwrap();
+    assert_ne!(before, after);
+    let key = cert.with_file_name("ca.key");
+    let mode = std::fs::metadata(&key)
+        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777);
+    assert_eq!(mode.ok(), Some(0o600));
+    let names: Vec<String> = std::fs::read_dir(home.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".ca"))
+        .collect();
+    assert!(names.is_empty(), "{names:?}");
+    let seen = hull(&[
+        "run",
+        "--allow-host",
+        "api.example.test",
+        "--secret",
+        "K=env:HULL_TEST_KEY@api.example.test",
+        "--",
+        "sh",
+        "-c",
+        "cat /.hull-ca/ca.pem; echo ==; tail -c 4000 /etc/ssl/certs/ca-certificates.crt",
+    ]);
+    let (trusted, bundle_tail) = seen.split_once("==\n").unwrap();
+    assert_eq!(trusted, after);
+    assert!(bundle_tail.ends_with(&after), "{bundle_tail}");
+    assert!(!seen.contains(before.trim()), "the old CA is still trusted");
+}

@@ -101,6 +101,33 @@ impl Ca {
                 path: dir.to_path_buf(),
             });
         }
+        let (ca, stage) = Ca::stage(dir)?;
+        let parent = dir.parent().unwrap_or(Path::new("."));
+        // rename(2) of a directory onto a missing or empty one is atomic; onto a full one it
+        // fails, which is how a lost race shows.
+        match fs::rename(&stage, dir) {
+            Ok(()) => {
+                sync_dir(parent)?;
+                Ok(ca)
+            }
+            Err(e) if matches!(e.raw_os_error(), Some(ENOTEMPTY | EEXIST)) => {
+                let _ = fs::remove_dir_all(&stage);
+                Ca::load(dir)
+            }
+            Err(source) => {
+                let _ = fs::remove_dir_all(&stage);
+                Err(CaError::Io {
+                    what: "move into place",
+                    path: dir.to_path_buf(),
+                    source,
+                })
+            }
+        }
+    }
+
+    /// A new CA, complete in a private directory beside `dir` (made 0700 with its parent):
+    /// what [`Ca::load_or_create`] and [`Ca::rotate`] move into place.
+    fn stage(dir: &Path) -> Result<(Ca, PathBuf), CaError> {
         let (ca, key_pem) = Ca::generate()?;
         let parent = dir.parent().unwrap_or(Path::new("."));
         let stage = parent.join(format!(
@@ -129,26 +156,39 @@ impl Ca {
             let _ = fs::remove_dir_all(&stage);
             return Err(e);
         }
-        // rename(2) of a directory onto a missing or empty one is atomic; onto a full one it
-        // fails, which is how a lost race shows.
-        match fs::rename(&stage, dir) {
-            Ok(()) => {
-                sync_dir(parent)?;
-                Ok(ca)
-            }
-            Err(e) if matches!(e.raw_os_error(), Some(ENOTEMPTY | EEXIST)) => {
-                let _ = fs::remove_dir_all(&stage);
-                Ca::load(dir)
-            }
-            Err(source) => {
-                let _ = fs::remove_dir_all(&stage);
-                Err(CaError::Io {
-                    what: "move into place",
-                    path: dir.to_path_buf(),
-                    source,
-                })
-            }
+        Ok((ca, stage))
+    }
+
+    /// Replaces the CA in `dir` by a new one (`hull ca rotate`), or makes it when there is none.
+    /// The new directory is exchanged with the old in one `renameat2(RENAME_EXCHANGE)`, so a
+    /// gateway loading meanwhile gets the old pair or the new one, never half of each; the old
+    /// is removed after. Running gateways keep the CA they loaded.
+    pub fn rotate(dir: &Path) -> Result<Ca, CaError> {
+        let (ca, stage) = Ca::stage(dir)?;
+        let parent = dir.parent().unwrap_or(Path::new("."));
+        let exchanged = rustix::fs::renameat_with(
+            rustix::fs::CWD,
+            &stage,
+            rustix::fs::CWD,
+            dir,
+            rustix::fs::RenameFlags::EXCHANGE,
+        );
+        let moved = match exchanged {
+            // `stage` now holds the old CA.
+            Ok(()) => fs::remove_dir_all(&stage),
+            Err(rustix::io::Errno::NOENT) => fs::rename(&stage, dir),
+            Err(e) => Err(e.into()),
+        };
+        if let Err(source) = moved {
+            let _ = fs::remove_dir_all(&stage);
+            return Err(CaError::Io {
+                what: "move into place",
+                path: dir.to_path_buf(),
+                source,
+            });
         }
+        sync_dir(parent)?;
+        Ok(ca)
     }
 
     /// Loads the CA in `dir`; its key must be readable by its owner only.
@@ -456,6 +496,32 @@ mod tests {
         // The reloaded CA signs leaves that chain to the stored certificate.
         let leaf = again.leaf(&n("api.example.test")).unwrap();
         assert_eq!(leaf.cert[1], *again.cert_der());
+    }
+
+    #[test]
+    fn rotation_replaces_the_pair_whole_and_leaves_nothing_beside_it() {
+        let home = tempfile::tempdir().unwrap();
+        let dir = home.path().join("ca");
+        // No CA yet: rotation makes one.
+        let first = Ca::rotate(&dir).unwrap();
+        assert_eq!(Ca::load(&dir).unwrap().cert_pem(), first.cert_pem());
+        let second = Ca::rotate(&dir).unwrap();
+        assert_ne!(second.cert_pem(), first.cert_pem());
+        let loaded = Ca::load(&dir).unwrap();
+        assert_eq!(loaded.cert_pem(), second.cert_pem());
+        // The loaded key signs for the new certificate (the pair matches).
+        loaded.leaf(&n("a.example.test")).unwrap();
+        let mode = fs::metadata(dir.join(KEY_FILE))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(mode, 0o600);
+        let left: Vec<_> = fs::read_dir(home.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, vec![std::ffi::OsString::from("ca")]);
     }
 
     #[test]
