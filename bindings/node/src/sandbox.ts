@@ -382,6 +382,14 @@ export class Sandbox {
     return server.call(method, { sandbox: this.id, ...params }, onEvent);
   }
 
+  /** Replaces the session's network policy while it lives (it was created with a gateway
+   * mode): its running boxes (a kernel, boxes started ahead) and every later call judge their
+   * next DNS queries and connections by `network` (a gateway mode or a `NetworkPolicy` without
+   * ports). Resolves to how many running gateways took it. */
+  async setNetworkPolicy(network: Network): Promise<number> {
+    return (await this.call("sandbox.set_network", { network: networkParam("network", network) })).gateways;
+  }
+
   /** Runs code in a fresh box. Python returns rich `results`. `timeoutS`, `env` (over the
    * sandbox's), `cwd` (an absolute path in the box), `onStdout` and `onStderr` apply to this
    * call only; an option not listed here is refused. */

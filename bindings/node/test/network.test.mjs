@@ -171,3 +171,26 @@ test("a named sandbox's published ports reach its server from the host's loopbac
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test("a session's policy is replaced while it lives", async () => {
+  // Names only (answered by the gateway itself): nothing is dialled.
+  const probe = "import socket\ntry:\n    print(socket.gethostbyname('api.example.test').startswith('198.1'))\nexcept OSError:\n    print('refused')";
+  const sb = await Sandbox.create({ network: { mode: "custom", allowHosts: ["api.example.test"] } });
+  try {
+    const k = await sb.kernel();
+    assert.equal((await k.runCode(probe)).stdout, "True\n");
+    assert.ok((await sb.setNetworkPolicy("deny-all")) >= 1);
+    assert.equal((await k.runCode(probe)).stdout, "refused\n");
+    assert.equal((await sb.runCode(probe)).stdout, "refused\n");
+    await sb.setNetworkPolicy({ mode: "custom", allowHosts: ["api.example.test"] });
+    assert.equal((await k.runCode(probe)).stdout, "True\n");
+  } finally {
+    await sb.destroy();
+  }
+  const plain = await Sandbox.create();
+  try {
+    await assert.rejects(plain.setNetworkPolicy("deny-all"), (e) => e.arg === "network");
+  } finally {
+    await plain.destroy();
+  }
+});

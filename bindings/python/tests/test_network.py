@@ -6,7 +6,7 @@ without the host resolving them, and the one connection tried is to the gateway 
 
 import pytest
 
-from hull_sandbox import NetworkUnavailable, Sandbox, resume, run_code
+from hull_sandbox import NetworkUnavailable, Sandbox, SandboxError, resume, run_code
 from hull_sandbox._errors import InvalidArgument
 from hull_sandbox._sandbox import _network
 
@@ -158,3 +158,20 @@ def test_a_named_sandboxs_published_ports_reach_its_server_from_the_hosts_loopba
         assert plain.ports == []
     finally:
         plain.destroy()
+
+
+def test_a_sessions_policy_is_replaced_while_it_lives():
+    # Names only (answered by the gateway itself): nothing is dialled.
+    probe = "import socket\ntry:\n    print(socket.gethostbyname('api.example.test').startswith('198.1'))\nexcept OSError:\n    print('refused')"
+    with Sandbox(egress_allow=["api.example.test"]) as sb:
+        with sb.kernel() as k:
+            assert k.run_code(probe).stdout == "True\n"
+            assert sb.set_network_policy("deny-all") >= 1
+            assert k.run_code(probe).stdout == "refused\n"
+            assert sb.run_code(probe).stdout == "refused\n"
+            sb.set_network_policy(egress_allow=["api.example.test"])
+            assert k.run_code(probe).stdout == "True\n"
+    with Sandbox() as plain:
+        with pytest.raises(SandboxError) as e:
+            plain.set_network_policy("deny-all")
+    assert e.value.arg == "network"

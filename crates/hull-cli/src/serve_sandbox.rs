@@ -26,6 +26,7 @@ pub const METHODS: &[&str] = &[
     "sandbox.snapshot",
     "sandbox.restore",
     "sandbox.destroy",
+    "sandbox.set_network",
     "kernel.start",
     "kernel.run_code",
     "kernel.close",
@@ -38,6 +39,9 @@ const READ_WHOLE_MAX: u64 = 256 << 20;
 #[derive(Debug, Default)]
 pub struct Sessions {
     map: Mutex<HashMap<String, Arc<Sandbox>>>,
+    /// The gateway backends of the sessions made with the gateway network, whose policy
+    /// `sandbox.set_network` replaces.
+    gateways: Mutex<HashMap<String, Arc<crate::net::backend::Served>>>,
     next: std::sync::atomic::AtomicU64,
 }
 
@@ -49,6 +53,9 @@ impl Sessions {
             .lock()
             .map(|mut m| m.drain().map(|(_, s)| s).collect())
             .unwrap_or_default();
+        if let Ok(mut g) = self.gateways.lock() {
+            g.clear();
+        }
         for s in all {
             s.destroy();
         }
@@ -77,6 +84,26 @@ fn error_json(e: &SandboxError) -> Value {
         _ => {}
     }
     v
+}
+
+/// `sandbox.set_network`'s `network`: a gateway mode's name or `{mode, allow_hosts,
+/// allow_cidrs, deny_cidrs}`; ports and the connection cap stay as the session was created.
+fn session_policy(v: Option<&Value>) -> Result<crate::net::wire::PolicySpec, SandboxError> {
+    let v = v.ok_or_else(|| bad("network", "missing"))?;
+    let new = hull_api::network::from_value(v, false).map_err(|e| bad("network", &e))?;
+    let hull_api::network::Network::Gateway(g) = &new else {
+        return Err(bad(
+            "network",
+            "expected a gateway mode (deny-all, allow-all or custom): a sandbox's network kind is set when it is created",
+        ));
+    };
+    if !g.ports().is_empty() {
+        return Err(bad(
+            "network",
+            "ports are published when the sandbox is created",
+        ));
+    }
+    Ok(crate::net::plan::policy_of(g))
 }
 
 fn bad(arg: &str, why: &str) -> SandboxError {
@@ -255,11 +282,15 @@ impl Sessions {
                         if let Some(t) = &trust {
                             t.apply_to_request(&mut cfg);
                         }
-                        Arc::new(crate::net::backend::Served::new(
+                        let served = Arc::new(crate::net::backend::Served::new(
                             Arc::<Runtime>::clone(rt),
                             start,
                             trust,
-                        ))
+                        ));
+                        if let Ok(mut m) = self.gateways.lock() {
+                            m.insert(sid.clone(), Arc::clone(&served));
+                        }
+                        served
                     }
                     _ => Arc::<Runtime>::clone(rt),
                 };
@@ -356,8 +387,30 @@ impl Sessions {
                 let r = hull::archive::restore(sb.files(), &PathBuf::from(str_param(p, "src")?))?;
                 Ok(Some(serde_json::to_value(r).unwrap_or(Value::Null)))
             }
+            "sandbox.set_network" => {
+                let sb = self.get(p)?;
+                let served = self
+                    .gateways
+                    .lock()
+                    .ok()
+                    .and_then(|m| m.get(&sb.id).cloned());
+                let policy = session_policy(p.get("network"))?;
+                let Some(served) = served else {
+                    return Err(bad(
+                        "network",
+                        "this sandbox was created without the gateway network; its network kind is set when it is created",
+                    ));
+                };
+                let told = served.set_policy(&policy).map_err(|e| {
+                    SandboxError::Runner(format!("replace the network policy: {e}"))
+                })?;
+                Ok(Some(json!({ "gateways": told })))
+            }
             "sandbox.destroy" => {
                 let sid = str_param(p, "sandbox")?;
+                if let Ok(mut g) = self.gateways.lock() {
+                    g.remove(sid);
+                }
                 let sb = self.map.lock().ok().and_then(|mut m| m.remove(sid));
                 if let Some(sb) = &sb {
                     sb.destroy();

@@ -1471,3 +1471,80 @@ fn run_takes_the_programs_standard_input() {
         );
     }
 }
+
+/// `sandbox.set_network` replaces a session's policy while it lives: its kernel (a box started
+/// before) and its later calls judge their next names and connections by the new one; a
+/// session made without the gateway network, or a policy with ports, is refused naming
+/// `network`. Loopback only: a test DNS server and echo server are the only upstreams.
+#[test]
+fn a_sessions_policy_is_replaced_while_it_lives() {
+    let server = std::net::Ipv4Addr::new(127, 0, 0, 17);
+    let echo = common::net::Echo::start(server);
+    let dns = common::net::Dns::start(&[("api.example.test", server)]);
+    let dns_addr = dns.addr.to_string();
+    let mut c = Client::with_env(&[("HULL_NET_DNS", std::ffi::OsStr::new(&dns_addr))]);
+    let sid = c.create(json!({"network": {"mode": "custom", "allow_hosts": ["api.example.test"], "allow_cidrs": ["127.0.0.17/32"]}}));
+    let connect = format!(
+        "import socket\ntry:\n    s = socket.create_connection(('api.example.test', {}), timeout=10)\n    s.sendall(b'hi\\n'); print(s.makefile().readline().strip())\nexcept OSError as e:\n    print('refused', type(e).__name__)",
+        echo.addr.port()
+    );
+    let k = c.ok("kernel.start", json!({"sandbox": sid}))["kernel"].clone();
+    let cell = |c: &mut Client| {
+        c.ok(
+            "kernel.run_code",
+            json!({"sandbox": sid, "kernel": k, "code": connect}),
+        )["stdout"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(cell(&mut c), "echo: hi\n");
+    let told = c.ok(
+        "sandbox.set_network",
+        json!({"sandbox": sid, "network": "deny-all"}),
+    );
+    assert!(told["gateways"].as_u64().unwrap() >= 1, "{told}");
+    // The kernel's box, started before, now judged by deny-all; so is a new call's box.
+    assert_eq!(cell(&mut c), "refused gaierror\n");
+    let call = c.ok("sandbox.run_code", json!({"sandbox": sid, "code": connect}));
+    assert_eq!(call["stdout"], "refused gaierror\n", "{call}");
+    // And back: allowed again, in both.
+    c.ok(
+        "sandbox.set_network",
+        json!({"sandbox": sid, "network": {"mode": "custom", "allow_hosts": ["api.example.test"], "allow_cidrs": ["127.0.0.17/32"]}}),
+    );
+    assert_eq!(cell(&mut c), "echo: hi\n");
+    let call = c.ok("sandbox.run_code", json!({"sandbox": sid, "code": connect}));
+    assert_eq!(call["stdout"], "echo: hi\n", "{call}");
+    // Refusals name the argument.
+    let e = c
+        .call(
+            "sandbox.set_network",
+            json!({"sandbox": sid, "network": {"mode": "custom", "ports": [80]}}),
+        )
+        .unwrap_err();
+    assert_eq!(e["arg"], "network", "{e}");
+    let e = c
+        .call(
+            "sandbox.set_network",
+            json!({"sandbox": sid, "network": "host"}),
+        )
+        .unwrap_err();
+    assert_eq!(e["arg"], "network", "{e}");
+    let plain = c.create(json!({}));
+    let e = c
+        .call(
+            "sandbox.set_network",
+            json!({"sandbox": plain, "network": "deny-all"}),
+        )
+        .unwrap_err();
+    assert!(
+        e["arg"] == "network"
+            && e["message"]
+                .as_str()
+                .unwrap()
+                .contains("without the gateway"),
+        "{e}"
+    );
+    assert_eq!(echo.accepted(), 3);
+}

@@ -574,16 +574,18 @@ class Sandbox:
         return self._server.call("named.logs", p)["logs"]
 
     def set_network_policy(self, network=None, egress_allow=None):
-        """Replaces a named sandbox's network policy while it runs (it was created with a
-        gateway mode): its next DNS queries and connections are judged by `network` (a gateway
-        mode's name or a dict {mode, allow_hosts, allow_cidrs, deny_cidrs}; `egress_allow` as in
-        the constructor), and later starts keep it. Ports and the connection cap stay as
-        created. Returns whether the sandbox was running."""
-        if self.name is None:
-            raise _named.not_named("set_network_policy")
+        """Replaces the network policy while the sandbox lives (it was created with a gateway
+        mode): its next DNS queries and connections are judged by `network` (a gateway mode's
+        name or a dict {mode, allow_hosts, allow_cidrs, deny_cidrs}; `egress_allow` as in the
+        constructor). Ports and the connection cap stay as created. A named sandbox's later
+        starts keep it, and this returns whether it was running; a session's running boxes (a
+        kernel, boxes started ahead) and every later call take it, and this returns how many
+        running gateways did."""
         value = _network(network, egress_allow)
         if value is None:
             raise InvalidArgument("set_network_policy needs a gateway mode (deny-all, allow-all or custom) or egress_allow")
+        if self.name is None:
+            return self._server.call("sandbox.set_network", self._p(network=value))["gateways"]
         return self._server.call("named.set_network", {"sandbox": self.name, "network": value})["running"]
 
     def stat(self, path):
