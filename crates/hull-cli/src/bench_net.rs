@@ -175,6 +175,7 @@ fn gateway_start(host: IpAddr) -> Start {
         broker: None,
         ca_dir: None,
         upstream_bundles: Vec::new(),
+        proxy: None,
     }
 }
 

@@ -71,6 +71,7 @@ fn run_published(
         broker: None,
         ca_dir: None,
         upstream_bundles: Vec::new(),
+        proxy: None,
     };
     let mut during = during;
     let mut held: Option<std::thread::JoinHandle<GatewayProcess>> = None;

@@ -457,3 +457,90 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// A loopback CONNECT proxy that plays the upstream itself (it answers each tunnel's first line
+/// with `tunnelled: LINE`, dialling nothing) and records each request head.
+fn fake_proxy() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+) {
+    use std::io::{BufRead, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let heads = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = heads.clone();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(c) = c else { return };
+            let seen = seen.clone();
+            std::thread::spawn(move || {
+                let mut r = std::io::BufReader::new(c.try_clone().unwrap());
+                let mut head = String::new();
+                loop {
+                    let mut line = String::new();
+                    if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    head.push_str(&line);
+                }
+                seen.lock().unwrap().push(head);
+                let mut w = c;
+                let _ = w.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n");
+                let mut line = String::new();
+                if r.read_line(&mut line).is_ok() {
+                    let _ = write!(w, "tunnelled: {line}");
+                }
+            });
+        }
+    });
+    (addr, heads)
+}
+
+/// With `HTTPS_PROXY` set, the gateway reaches an allowed upstream through a `CONNECT` tunnel to
+/// the address it judged, with the proxy URL's credentials; the box sees only the upstream.
+/// Nothing leaves the host: the upstream is a documentation address (allowed by a CIDR) that
+/// only the loopback proxy "reaches".
+#[test]
+fn the_gateway_tunnels_through_the_hosts_proxy() {
+    let upstream = std::net::Ipv4Addr::new(198, 51, 100, 7);
+    let dns = common::net::Dns::start(&[("api.example.test", upstream)]);
+    let (proxy, heads) = fake_proxy();
+    let dns_addr = dns.addr.to_string();
+    let proxy_url = format!("http://me:p%40ss@{proxy}");
+    let code = "import socket\ns = socket.create_connection(('api.example.test', 8443), timeout=10)\ns.sendall(b'hi\\n'); print(s.makefile().readline().strip())";
+    let (exit, out, err) = hull_env(
+        &[
+            "run",
+            "--allow-host",
+            "api.example.test",
+            "--allow-cidr",
+            "198.51.100.7/32",
+            "--",
+            "python3",
+            "-c",
+            code,
+        ],
+        &[
+            ("HULL_NET_DNS", dns_addr.as_str()),
+            ("HTTPS_PROXY", proxy_url.as_str()),
+        ],
+    );
+    assert_eq!((exit, out.as_str()), (0, "tunnelled: hi\n"), "{err}");
+    let heads = heads.lock().unwrap().clone();
+    assert_eq!(heads.len(), 1, "{heads:?}");
+    assert!(
+        heads[0].starts_with("CONNECT 198.51.100.7:8443 HTTP/1.1\r\n"),
+        "{heads:?}"
+    );
+    assert!(
+        heads[0].contains("Proxy-Authorization: Basic bWU6cEBzcw==\r\n"),
+        "{heads:?}"
+    );
+    // A proxy hull cannot speak is refused before any box starts, naming the variable.
+    let (exit, _, err) = hull_env(
+        &["run", "--network", "deny-all", "--", "true"],
+        &[("HTTPS_PROXY", "socks5://127.0.0.1:1080")],
+    );
+    assert_eq!(exit, 125, "{err}");
+    assert!(err.contains("HTTPS_PROXY: `socks5://`"), "{err}");
+}

@@ -4,7 +4,8 @@
 //! answers ([`dns`], with the synthetic addresses of [`synth`]), the first look at a box's
 //! frames ([`ingress`]) and the connection log's records ([`log`]). And the gateway's data
 //! path that applies them to one box: its [`link`], its TCP/IP [`stack`], connect-first
-//! connections ([`flow`], dialled through [`upstream`]), its DNS service ([`dnsd`]), published
+//! connections ([`flow`], dialled through [`upstream`], or the host's HTTP proxy: [`proxy`]),
+//! its DNS service ([`dnsd`]), published
 //! [`ports`], and the event loop that owns them ([`gateway`], set and steered through
 //! [`control`]), within the rates of [`limit`]. It forks nothing and needs no namespace: the gateway
 //! runs on any link, in-memory ones in tests (see `ARCHITECTURE.md` and `docs/network.md`).
@@ -28,6 +29,7 @@ pub mod log;
 pub mod name;
 pub mod policy;
 pub mod ports;
+pub mod proxy;
 pub mod reqlog;
 pub mod resolve;
 pub mod rewrite;

@@ -119,14 +119,20 @@ async fn run(
         max_tcp_connections: start.max_tcp_connections,
         ..hull_net::Config::default()
     };
-    let gateway = hull_net::Gateway::new(
-        Box::new(link),
-        policy,
-        Arc::new(resolver),
-        Arc::new(hull_net::TcpDialer::default()),
-        sink,
-    )
-    .with_config(cfg);
+    let dialer: Arc<dyn hull_net::Dialer> = match &start.proxy {
+        Some(p) => Arc::new(hull_net::proxy::ProxyDialer::new(hull_net::proxy::Proxy {
+            addr: p.addr,
+            credentials: p.credentials.clone(),
+            direct: p
+                .direct
+                .iter()
+                .filter_map(|d| hull_net::proxy::direct_entry(d))
+                .collect(),
+        })),
+        None => Arc::new(hull_net::TcpDialer::default()),
+    };
+    let gateway = hull_net::Gateway::new(Box::new(link), policy, Arc::new(resolver), dialer, sink)
+        .with_config(cfg);
     let gateway = match broker {
         Some(b) => gateway.with_handler(Arc::new(super::brokering::Brokering(b))),
         None => gateway,

@@ -10,5 +10,6 @@ pub mod bundles;
 pub mod confine;
 pub mod gateway;
 pub mod plan;
+pub mod proxy_env;
 pub mod spawn;
 pub mod wire;

@@ -47,6 +47,7 @@ pub fn start_of(g: &hull_api::network::Gateway) -> Result<Start, String> {
         broker: None,
         ca_dir: None,
         upstream_bundles,
+        proxy: super::proxy_env::from_env()?,
     })
 }
 

@@ -55,6 +55,31 @@ pub struct Start {
     /// PEM bundles the gateway trusts upstream besides the public roots and the host's bundle.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub upstream_bundles: Vec<std::path::PathBuf>,
+    /// The host's HTTP proxy the gateway tunnels upstream connections through (`HTTPS_PROXY`,
+    /// [`super::proxy_env`]); its credentials cross only this pipe too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<ProxyStart>,
+}
+
+/// [`Start::proxy`]: `hull_net::proxy::Proxy` on the wire.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProxyStart {
+    pub addr: std::net::SocketAddr,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<String>,
+    /// Addresses and CIDRs dialled directly (`NO_PROXY`'s).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub direct: Vec<String>,
+}
+
+impl std::fmt::Debug for ProxyStart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProxyStart")
+            .field("addr", &self.addr)
+            .field("credentials", &self.credentials.as_ref().map(|_| "(set)"))
+            .field("direct", &self.direct)
+            .finish()
+    }
 }
 
 impl std::fmt::Debug for Start {
@@ -67,6 +92,7 @@ impl std::fmt::Debug for Start {
             .field("dns", &self.dns)
             .field("broker", &self.broker.as_ref().map(|_| "<secrets>"))
             .field("ca_dir", &self.ca_dir)
+            .field("proxy", &self.proxy)
             .finish_non_exhaustive()
     }
 }
