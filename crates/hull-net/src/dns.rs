@@ -138,11 +138,37 @@ pub fn answer(bytes: &[u8], policy: &Policy, pool: &mut Pool) -> (Answer, Option
     (out, Some(decided(Some(verdict))))
 }
 
-/// The reply refusing a query the gateway does not forward yet (the non-address types of an
-/// allowed name, [`Answer::Forward`]): REFUSED, so a client stops asking this server.
+/// The reply refusing a query: REFUSED, so a client stops asking this server (past the DNS
+/// rate, and for a forwardable query over TCP, which the gateway answers in order and does not
+/// forward).
 pub fn refused(bytes: &[u8]) -> Option<Vec<u8>> {
     let query = Message::from_vec(bytes).ok()?;
     match reply(&query, ResponseCode::Refused, vec![]) {
+        Answer::Reply(b) => Some(b),
+        _ => None,
+    }
+}
+
+/// The reply to a forwarded query (see [`Answer::Forward`]) from what the host's resolver found:
+/// only records of the asked type and the CNAMEs leading to them, in the answer section (no
+/// authority or additional records: an SRV's or MX's targets are names the box asks for again,
+/// and the policy judges them; no address reaches the box this way); a failure is SERVFAIL.
+pub fn forwarded(query_bytes: &[u8], found: &std::io::Result<Vec<Record>>) -> Option<Vec<u8>> {
+    let query = Message::from_vec(query_bytes).ok()?;
+    let asked = query.queries().first()?.query_type();
+    let answer = match found {
+        Ok(records) => {
+            let keep = records
+                .iter()
+                .filter(|r| r.record_type() == asked || r.record_type() == RecordType::CNAME)
+                .filter(|r| !matches!(r.record_type(), RecordType::A | RecordType::AAAA))
+                .cloned()
+                .collect();
+            reply(&query, ResponseCode::NoError, keep)
+        }
+        Err(_) => reply(&query, ResponseCode::ServFail, vec![]),
+    };
+    match answer {
         Answer::Reply(b) => Some(b),
         _ => None,
     }

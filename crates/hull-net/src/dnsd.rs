@@ -1,7 +1,9 @@
 //! The gateway's DNS service for one box: every query (UDP to any address on port 53, or a
 //! TCP connection to port 53) is answered from the policy by [`crate::dns::answer`], and each
-//! decision is logged. The non-address types of an allowed name ([`Answer::Forward`]) are
-//! answered REFUSED for now: they are not forwarded to the host's resolver yet. Past the box's
+//! decision is logged. The non-address types of an allowed name ([`Answer::Forward`]: TXT, MX,
+//! SRV...) asked over UDP are looked up by the host's resolver and relayed ([`Reply::Forward`],
+//! which the gateway runs off its event loop; [`dns::forwarded`] keeps only records of the
+//! asked type); over TCP they are answered REFUSED (a client retries over UDP). Past the box's
 //! DNS rate ([`crate::limit::DNS_PER_S`]) a query is answered REFUSED without a look at the
 //! policy, and logged so.
 
@@ -15,7 +17,21 @@ use crate::log::{now_ms, Decision, LogSink, Record};
 use crate::policy::Policy;
 use crate::synth::Pool;
 
-/// The reply to one DNS message from the box (None: send nothing), with its log record.
+/// What to send back for one DNS message.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// These bytes, now.
+    Now(Vec<u8>),
+    /// What the host's resolver finds for this allowed name and type (over UDP; see the module
+    /// comment).
+    Forward {
+        name: crate::name::Name,
+        record_type: u16,
+    },
+}
+
+/// The reply to one DNS message from the box over TCP (None: send nothing), with its log
+/// record: a forwardable query is refused there.
 pub fn respond(
     query: &[u8],
     policy: &Policy,
@@ -23,6 +39,21 @@ pub fn respond(
     budget: &mut Bucket,
     log: &mut dyn LogSink,
 ) -> Option<Vec<u8>> {
+    match respond_udp(query, policy, pool, budget, log)? {
+        Reply::Now(b) => Some(b),
+        Reply::Forward { .. } => dns::refused(query),
+    }
+}
+
+/// The reply to one DNS message from the box over UDP (None: send nothing), with its log
+/// record.
+pub fn respond_udp(
+    query: &[u8],
+    policy: &Policy,
+    pool: &mut Pool,
+    budget: &mut Bucket,
+    log: &mut dyn LogSink,
+) -> Option<Reply> {
     if !budget.take(std::time::Instant::now()) {
         let reply = dns::refused(query)?;
         let (name, record_type) = dns::question(query).unwrap_or_default();
@@ -36,12 +67,29 @@ pub fn respond(
             },
             answer: None,
         });
-        return Some(reply);
+        return Some(Reply::Now(reply));
     }
     let (answer, decided) = dns::answer(query, policy, pool);
     let reply = match answer {
         Answer::Reply(b) => b,
-        Answer::Forward { .. } => dns::refused(query)?,
+        Answer::Forward { name, record_type } => {
+            if let Some(d) = decided {
+                log.write(&Record::Dns {
+                    at_ms: now_ms(),
+                    name: d.name,
+                    record_type: d.record_type,
+                    decision: d.verdict.as_ref().map_or_else(
+                        || Decision {
+                            verdict: "allow",
+                            rule: "forwarded".into(),
+                        },
+                        Decision::from,
+                    ),
+                    answer: None,
+                });
+            }
+            return Some(Reply::Forward { name, record_type });
+        }
         Answer::Drop => return None,
     };
     if let Some(d) = decided {
@@ -65,7 +113,7 @@ pub fn respond(
             answer: addr.map(IpAddr::V4),
         });
     }
-    Some(reply)
+    Some(Reply::Now(reply))
 }
 
 /// Bytes of queries (and of replies) a TCP connection buffers at most: one message of the

@@ -102,6 +102,8 @@ pub struct Gateway {
     handle: Handle,
     dialed: Channel<Outcome>,
     handled: Channel<io::Result<()>>,
+    /// The reply frames of forwarded DNS queries (keyed 0), from their tasks.
+    forwarded: Channel<Vec<u8>>,
     /// smoltcp's next deadline (made on the first one: no runtime is needed to build a gateway).
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
     outbox: std::collections::VecDeque<Vec<u8>>,
@@ -116,6 +118,9 @@ impl std::fmt::Debug for Gateway {
             .finish_non_exhaustive()
     }
 }
+
+/// How long the host's resolver has for a forwarded query (the box's resolver retries sooner).
+const FORWARD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Frames waiting for a link that cannot take them, at most (past it they are dropped, as
 /// a full device queue drops them; TCP resends).
@@ -165,6 +170,7 @@ impl Gateway {
             handle,
             dialed: mpsc::unbounded_channel(),
             handled: mpsc::unbounded_channel(),
+            forwarded: mpsc::unbounded_channel(),
             timer: None,
             outbox: std::collections::VecDeque::new(),
             buf: vec![0; max_frame.max(1514)],
@@ -232,6 +238,10 @@ impl Gateway {
         }
         while let Poll::Ready(Some((id, outcome))) = self.dialed.1.poll_recv(cx) {
             self.settle(id, outcome);
+            busy = true;
+        }
+        while let Poll::Ready(Some((_, reply))) = self.forwarded.1.poll_recv(cx) {
+            self.stack.push_output(reply);
             busy = true;
         }
         while let Poll::Ready(Some((id, result))) = self.handled.1.poll_recv(cx) {
@@ -361,17 +371,42 @@ impl Gateway {
         let Some((_, _, query)) = stack::udp_payload(frame) else {
             return;
         };
-        let Some(reply) = dnsd::respond(
+        let reply = dnsd::respond_udp(
             query,
             &self.policy,
             &mut self.pool,
             &mut self.dns_budget,
             &mut *self.log,
-        ) else {
-            return;
-        };
-        if let Some(f) = stack::udp_reply(frame, &reply) {
-            self.stack.push_output(f);
+        );
+        match reply {
+            None => {}
+            Some(dnsd::Reply::Now(reply)) => {
+                if let Some(f) = stack::udp_reply(frame, &reply) {
+                    self.stack.push_output(f);
+                }
+            }
+            Some(dnsd::Reply::Forward { name, record_type }) => {
+                // Off the event loop: the host's answer comes back as a frame to send.
+                let resolver = self.resolver.clone();
+                let tx = self.forwarded.0.clone();
+                let (frame, query) = (frame.to_vec(), query.to_vec());
+                tokio::spawn(async move {
+                    let found = match tokio::time::timeout(
+                        FORWARD_TIMEOUT,
+                        resolver.records(&name, record_type),
+                    )
+                    .await
+                    {
+                        Ok(r) => r,
+                        Err(_) => Err(io::ErrorKind::TimedOut.into()),
+                    };
+                    let reply = crate::dns::forwarded(&query, &found)
+                        .and_then(|r| stack::udp_reply(&frame, &r));
+                    if let Some(f) = reply {
+                        let _ = tx.send((0, f));
+                    }
+                });
+            }
         }
     }
 

@@ -77,6 +77,23 @@ impl Resolver for HostResolver {
             }
         })
     }
+
+    fn records(
+        &self,
+        name: &Name,
+        record_type: u16,
+    ) -> Boxed<io::Result<Vec<hickory_proto::rr::Record>>> {
+        let inner = self.inner.clone();
+        let fqdn = format!("{}.", name.as_str());
+        Box::pin(async move {
+            let t = hickory_proto::rr::RecordType::from(record_type);
+            match inner.lookup(fqdn, t).await {
+                Ok(found) => Ok(found.records().to_vec()),
+                Err(e) if e.is_nx_domain() || e.is_no_records_found() => Ok(Vec::new()),
+                Err(e) => Err(io::Error::other(e)),
+            }
+        })
+    }
 }
 
 #[cfg(test)]
@@ -118,6 +135,13 @@ mod tests {
                             RData::A(A(Ipv4Addr::new(127, 0, 0, 7))),
                         ));
                     }
+                    if question.query_type() == RecordType::TXT {
+                        r.add_answer(Record::from_rdata(
+                            question.name().clone(),
+                            60,
+                            RData::TXT(hickory_proto::rr::rdata::TXT::new(vec!["v=test".into()])),
+                        ));
+                    }
                 } else {
                     r.set_response_code(ResponseCode::NXDomain);
                 }
@@ -142,5 +166,17 @@ mod tests {
             .unwrap();
         assert!(none.is_empty(), "{none:?}");
         assert!(seen.load(std::sync::atomic::Ordering::SeqCst) >= 2);
+        // A type that carries no address, as the gateway forwards it.
+        let txt = r
+            .records(&Name::parse("api.example.test").unwrap(), 16)
+            .await
+            .unwrap();
+        assert_eq!(txt.len(), 1, "{txt:?}");
+        assert_eq!(txt[0].data().to_string(), "v=test");
+        let none = r
+            .records(&Name::parse("nowhere.example.test").unwrap(), 16)
+            .await
+            .unwrap();
+        assert!(none.is_empty(), "{none:?}");
     }
 }

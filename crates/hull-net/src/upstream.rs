@@ -26,6 +26,18 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send> Upstream for T {}
 pub trait Resolver: Send + Sync + 'static {
     /// The name's addresses (an empty list is "no such name").
     fn resolve(&self, name: &Name) -> Boxed<io::Result<Vec<IpAddr>>>;
+
+    /// The name's records of a type that carries no address (TXT, MX, SRV, CAA...: what the
+    /// gateway forwards for an allowed name; an empty list is "none"). A resolver that cannot
+    /// look them up says `Unsupported` (the box gets SERVFAIL).
+    fn records(
+        &self,
+        name: &Name,
+        record_type: u16,
+    ) -> Boxed<io::Result<Vec<hickory_proto::rr::Record>>> {
+        let _ = (name, record_type);
+        Box::pin(async { Err(io::ErrorKind::Unsupported.into()) })
+    }
 }
 
 /// Opens upstream connections. A refusal is an error of kind `ConnectionRefused` (the box is

@@ -309,6 +309,37 @@ impl Resolver for TestResolver {
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such name"));
         Box::pin(async move { r })
     }
+
+    /// A known name has a TXT record, and an SRV record that comes with an address of its
+    /// target (which the gateway must not relay); other types are an error.
+    fn records(
+        &self,
+        name: &Name,
+        record_type: u16,
+    ) -> Boxed<io::Result<Vec<hickory_proto::rr::Record>>> {
+        use hickory_proto::rr::{rdata, Record};
+        let known = self.0.contains_key(name.as_str());
+        let owner = hickory_proto::rr::Name::from_str(&format!("{}.", name.as_str())).unwrap();
+        let target = hickory_proto::rr::Name::from_str("target.example.test.").unwrap();
+        let r = match RecordType::from(record_type) {
+            _ if !known => Ok(Vec::new()),
+            RecordType::TXT => Ok(vec![Record::from_rdata(
+                owner,
+                60,
+                RData::TXT(rdata::TXT::new(vec!["from the host".into()])),
+            )]),
+            RecordType::SRV => Ok(vec![
+                Record::from_rdata(
+                    owner,
+                    60,
+                    RData::SRV(rdata::SRV::new(0, 0, 443, target.clone())),
+                ),
+                Record::from_rdata(target, 60, RData::A(rdata::A(PUBLIC))),
+            ]),
+            _ => Err(io::Error::other("no such type here")),
+        };
+        Box::pin(async move { r })
+    }
 }
 
 /// Records every dial; dials only loopback, through its map; refuses the rest (or times out
@@ -1021,6 +1052,56 @@ async fn a_handler_sees_the_connection_it_was_given() {
     run.await.unwrap().unwrap();
 }
 
+/// The non-address types of an allowed name are looked up by the host's resolver and relayed:
+/// only records of the asked type (an SRV's target address is not: the box asks for the target
+/// by name, and the policy judges it); a lookup that fails is SERVFAIL; a name not allowed is
+/// never looked up (NXDOMAIN).
+#[tokio::test]
+async fn other_types_of_an_allowed_name_are_forwarded_without_addresses() {
+    let mut w = start(
+        custom(&["api.example.test"], &[], &[]),
+        resolver(&[("api.example.test", &[IpAddr::V4(PUBLIC)])]),
+        TestDialer::default(),
+        None,
+    );
+    let m = w
+        .net
+        .query(GATEWAY, "api.example.test.", RecordType::TXT)
+        .await;
+    assert_eq!(m.response_code(), ResponseCode::NoError);
+    match m.answers()[0].data() {
+        RData::TXT(t) => assert_eq!(t.to_string(), "from the host"),
+        other => panic!("{other:?}"),
+    }
+    let m = w
+        .net
+        .query(GATEWAY, "api.example.test.", RecordType::SRV)
+        .await;
+    assert_eq!(m.answers().len(), 1, "{m:?}");
+    assert!(matches!(m.answers()[0].data(), RData::SRV(s) if s.port() == 443));
+    assert!(
+        m.additionals().is_empty() && m.name_servers().is_empty(),
+        "{m:?}"
+    );
+    let m = w
+        .net
+        .query(GATEWAY, "api.example.test.", RecordType::MX)
+        .await;
+    assert_eq!(m.response_code(), ResponseCode::ServFail);
+    let m = w
+        .net
+        .query(GATEWAY, "other.example.test.", RecordType::TXT)
+        .await;
+    assert_eq!(m.response_code(), ResponseCode::NXDomain);
+    let dns: Vec<Value> = w
+        .records()
+        .into_iter()
+        .filter(|r| r["kind"] == "dns")
+        .collect();
+    assert_eq!(dns[0]["verdict"], "allow", "{dns:?}");
+    assert_eq!(dns[0]["record_type"], 16, "{dns:?}");
+}
+
 #[tokio::test]
 async fn dns_over_tcp_is_answered_by_the_gateway_and_other_types_are_refused() {
     let mut w = start(
@@ -1082,12 +1163,14 @@ async fn dns_over_tcp_is_answered_by_the_gateway_and_other_types_are_refused() {
         (replies[1].id(), replies[1].response_code()),
         (2, ResponseCode::NXDomain)
     );
-    // Over UDP, a TXT query of an allowed name is not forwarded yet: REFUSED.
+    // Over UDP, a TXT query of an allowed name is forwarded (this resolver knows no such
+    // name: an empty answer).
     let m = w
         .net
         .query(GATEWAY, "api.example.test.", RecordType::TXT)
         .await;
-    assert_eq!(m.response_code(), ResponseCode::Refused);
+    assert_eq!(m.response_code(), ResponseCode::NoError);
+    assert!(m.answers().is_empty());
     let dns: Vec<Value> = w
         .records()
         .into_iter()
