@@ -1,5 +1,6 @@
-//! `hull __net`: one box's gateway process. It reads its [`Start`] (stdin's first line) and
-//! takes the box's TAP (fd 3) and its connection log (fd 4, optional); reads what it needs of
+//! `hull __net`: one box's gateway process, started ahead of its box. It reads its [`Start`]
+//! (stdin's first line) and takes the box's TAP and its connection log (optional), which come
+//! as descriptors on the socket at fd 3 once the box has made them; reads what it needs of
 //! the host (the resolver's configuration, the host's own addresses); confines itself
 //! ([`super::confine`]); then serves the box with `hull_net::Gateway` on a current-thread tokio
 //! runtime, answers `ready` with the published ports, and takes [`Control`] lines until its
@@ -13,10 +14,9 @@ use tokio::io::AsyncBufReadExt;
 
 use super::wire::{Answer, Control, Start};
 
-/// The TAP's descriptor number in the gateway.
-pub const TAP_FD: i32 = 3;
-/// The connection log's descriptor number in the gateway, when there is one.
-pub const LOG_FD: i32 = 4;
+/// The socket the TAP and the log come on (`SCM_RIGHTS`, one message: the TAP, then the log
+/// when there is one).
+pub const HANDOFF_FD: i32 = 3;
 
 /// Why the gateway could not start serving.
 #[derive(Debug, thiserror::Error)]
@@ -25,8 +25,10 @@ pub enum StartError {
     Read(#[source] std::io::Error),
     #[error("a malformed start line")]
     Parse(#[source] serde_json::Error),
-    #[error("no TAP descriptor (fd {TAP_FD})")]
+    #[error("no TAP descriptor on the hand-off socket (fd {HANDOFF_FD})")]
     NoTap,
+    #[error("receive the TAP")]
+    Handoff(#[source] std::io::Error),
     #[error("the network policy")]
     Policy(#[source] hull_net::PolicyError),
     #[error("list the host's addresses")]
@@ -69,7 +71,34 @@ pub fn main() -> i32 {
     }
 }
 
+/// The TAP and the log (if any) from the hand-off socket; the socket is closed after.
+fn receive_fds() -> Result<(std::os::fd::OwnedFd, Option<std::fs::File>), StartError> {
+    use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+    let sock = crate::sys::take_inherited_fd(HANDOFF_FD).ok_or(StartError::NoTap)?;
+    let mut space = [std::mem::MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(2))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let mut byte = [0u8; 1];
+    rustix::net::recvmsg(
+        &sock,
+        &mut [std::io::IoSliceMut::new(&mut byte)],
+        &mut control,
+        RecvFlags::CMSG_CLOEXEC,
+    )
+    .map_err(|e| StartError::Handoff(e.into()))?;
+    let mut fds = Vec::new();
+    for msg in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(got) = msg {
+            fds.extend(got);
+        }
+    }
+    let mut fds = fds.into_iter();
+    let tap = fds.next().ok_or(StartError::NoTap)?;
+    Ok((tap, fds.next().map(std::fs::File::from)))
+}
+
 fn serve() -> Result<(), StartError> {
+    // Started ahead of its box: what needs no start line is done while the box is built.
+    let host_addrs = crate::sys::host_addrs().map_err(StartError::HostAddrs)?;
     let mut line = String::new();
     std::io::stdin()
         .lock()
@@ -77,9 +106,7 @@ fn serve() -> Result<(), StartError> {
         .map_err(StartError::Read)?;
     let start: Start = serde_json::from_str(&line).map_err(StartError::Parse)?;
     let policy = start.policy.policy().map_err(StartError::Policy)?;
-    let tap = crate::sys::take_inherited_fd(TAP_FD).ok_or(StartError::NoTap)?;
-    let log = crate::sys::take_inherited_fd(LOG_FD).map(std::fs::File::from);
-    let host_addrs = crate::sys::host_addrs().map_err(StartError::HostAddrs)?;
+    let (tap, log) = receive_fds()?;
     let resolver = if start.dns.is_empty() {
         hull_net::resolve::HostResolver::from_system()?
     } else {

@@ -5,7 +5,7 @@
 
 use std::net::SocketAddr;
 
-use super::spawn::GatewayProcess;
+use super::spawn::{GatewayProcess, Spare};
 use super::wire::{PolicySpec, Start};
 
 /// Name servers the gateway resolves through instead of the host's `/etc/resolv.conf`
@@ -196,13 +196,15 @@ pub fn policy_of(g: &hull_api::network::Gateway) -> PolicySpec {
 
 /// A TAP handler that starts the gateway of `start` on the box's TAP, tells `ready` (which may
 /// announce the published ports) and puts it in `slot` (with its log at `log`, appended to,
-/// when given).
+/// when given). The gateway process is started now, ahead of the box ([`Spare`]): made just
+/// before the box is, it execs while the box is built.
 pub fn handler<'a>(
     start: &'a Start,
     log: Option<&'a std::path::Path>,
     slot: &'a mut Option<GatewayProcess>,
     mut ready: impl FnMut(&GatewayProcess) + 'a,
 ) -> impl FnMut(hull_box::Tap) -> std::io::Result<()> + 'a {
+    let mut spare = Some(Spare::spawn());
     move |tap: hull_box::Tap| {
         let log = match log {
             Some(p) => Some(
@@ -213,7 +215,9 @@ pub fn handler<'a>(
             ),
             None => None,
         };
-        let g = GatewayProcess::start(tap.fd, start, log)
+        let spare = spare.take().unwrap_or_else(Spare::spawn);
+        let g = spare
+            .and_then(|s| s.serve(tap.fd, start, log))
             .map_err(|e| std::io::Error::other(hull_api::Chain(&e).to_string()))?;
         ready(&g);
         *slot = Some(g);

@@ -1,15 +1,23 @@
 //! The supervisor's side of a box's gateway: starting `hull __net` with the box's TAP, waiting
 //! for it to serve (so the box's command never runs without its network), changing its policy
 //! and ports while the box runs, and ending it with the box. The gateway is given the TAP and
-//! its log as descriptors, the policy on its stdin: nothing of them on a command line.
+//! its log as descriptors (over a socket, `SCM_RIGHTS`), the policy on its stdin: nothing of
+//! them on a command line.
+//!
+//! The process is started ahead ([`Spare`]): while the box is being built, before its TAP
+//! exists, so the exec and the start of `hull __net` (~2 ms) are off the box's path; the TAP
+//! and the start line are handed to it when the box makes them.
 //!
 //! Ending is not waited for: the gateway's exit closes the TAP, which takes the kernel ~23 ms
 //! to unregister, so [`GatewayProcess`]'s drop closes the gateway's stdin and reaps it on a
 //! thread of its own, off the box's result path.
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::io::{BufRead, BufReader, IoSlice, Write};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
 
 use super::wire::{Answer, Control, PolicySpec, Start};
 
@@ -48,8 +56,7 @@ impl GatewayProcess {
         start: &Start,
         log: Option<std::fs::File>,
     ) -> Result<GatewayProcess, GatewayError> {
-        let exe = std::env::current_exe().map_err(GatewayError::Exe)?;
-        GatewayProcess::start_with(&exe, tap, start, log)
+        Spare::spawn()?.serve(tap, start, log)
     }
 
     /// [`GatewayProcess::start`] with the `hull` binary at `exe` (a test's, a caller that is not
@@ -60,42 +67,7 @@ impl GatewayProcess {
         start: &Start,
         log: Option<std::fs::File>,
     ) -> Result<GatewayProcess, GatewayError> {
-        // Above the numbers they go to, so placing one never overwrites the other's source.
-        let tap =
-            rustix::io::fcntl_dupfd_cloexec(&tap, 10).map_err(|e| GatewayError::Spawn(e.into()))?;
-        let log = log
-            .map(|l| rustix::io::fcntl_dupfd_cloexec(&l, 10))
-            .transpose()
-            .map_err(|e| GatewayError::Spawn(e.into()))?;
-        let mut cmd = Command::new(exe);
-        cmd.arg("__net")
-            .env_clear()
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        crate::sys::give_fd(&mut cmd, tap.as_raw_fd(), super::gateway::TAP_FD);
-        if let Some(l) = &log {
-            crate::sys::give_fd(&mut cmd, l.as_raw_fd(), super::gateway::LOG_FD);
-        }
-        let mut child = cmd.spawn().map_err(GatewayError::Spawn)?;
-        // Only the gateway holds them now.
-        drop((tap, log));
-        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-            return Err(GatewayError::Gone);
-        };
-        let mut g = GatewayProcess {
-            child: Some(child),
-            stdin: Some(stdin),
-            stdout: BufReader::new(stdout),
-            ports: Vec::new(),
-        };
-        match g.ask_line(&serde_json::to_string(start).map_err(|e| GatewayError::Io(e.into()))?)? {
-            Answer::Ready { ports } => {
-                g.ports = ports;
-                Ok(g)
-            }
-            other => Err(GatewayError::Unexpected(Box::new(other))),
-        }
+        Spare::spawn_with(exe)?.serve(tap, start, log)
     }
 
     /// Replaces the policy: the box's next connections and DNS queries are judged by it.
@@ -150,6 +122,110 @@ impl GatewayProcess {
     /// The gateway's pid (tests, `hull doctor`).
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
+    }
+}
+
+/// A gateway process started ahead of its box: it waits for its start line and descriptors.
+/// Dropped unused, it ends (its stdin closes) and is reaped off the caller's path.
+#[derive(Debug)]
+pub struct Spare {
+    child: Option<Child>,
+    stdin: Option<ChildStdin>,
+    stdout: Option<ChildStdout>,
+    /// Our end of the socket the TAP and the log go through (the gateway's is its fd 3).
+    handoff: OwnedFd,
+}
+
+impl Spare {
+    /// Starts `hull __net` (this very binary).
+    pub fn spawn() -> Result<Spare, GatewayError> {
+        let exe = std::env::current_exe().map_err(GatewayError::Exe)?;
+        Spare::spawn_with(&exe)
+    }
+
+    /// Starts `exe __net`.
+    pub fn spawn_with(exe: &std::path::Path) -> Result<Spare, GatewayError> {
+        let (ours, theirs) = rustix::net::socketpair(
+            rustix::net::AddressFamily::UNIX,
+            rustix::net::SocketType::SEQPACKET,
+            rustix::net::SocketFlags::CLOEXEC,
+            None,
+        )
+        .map_err(|e| GatewayError::Spawn(e.into()))?;
+        // Above the number it goes to, so placing it never overwrites another source.
+        let theirs = rustix::io::fcntl_dupfd_cloexec(&theirs, 10)
+            .map_err(|e| GatewayError::Spawn(e.into()))?;
+        let mut cmd = Command::new(exe);
+        cmd.arg("__net")
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        crate::sys::give_fd(&mut cmd, theirs.as_raw_fd(), super::gateway::HANDOFF_FD);
+        let mut child = cmd.spawn().map_err(GatewayError::Spawn)?;
+        drop(theirs);
+        Ok(Spare {
+            stdin: child.stdin.take(),
+            stdout: child.stdout.take(),
+            child: Some(child),
+            handoff: ours,
+        })
+    }
+
+    /// Hands the box's TAP, `log` and `start` to the gateway; returns once it serves the box.
+    pub fn serve(
+        mut self,
+        tap: OwnedFd,
+        start: &Start,
+        log: Option<std::fs::File>,
+    ) -> Result<GatewayProcess, GatewayError> {
+        {
+            let mut fds = vec![tap.as_fd()];
+            if let Some(l) = &log {
+                fds.push(l.as_fd());
+            }
+            let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(2))];
+            let mut control = SendAncillaryBuffer::new(&mut space);
+            control.push(SendAncillaryMessage::ScmRights(&fds));
+            rustix::net::sendmsg(
+                &self.handoff,
+                &[IoSlice::new(b"T")],
+                &mut control,
+                SendFlags::empty(),
+            )
+            .map_err(|e| GatewayError::Io(e.into()))?;
+        }
+        // Only the gateway holds them now.
+        drop((tap, log));
+        let (Some(stdin), Some(stdout), Some(child)) =
+            (self.stdin.take(), self.stdout.take(), self.child.take())
+        else {
+            return Err(GatewayError::Gone);
+        };
+        let mut g = GatewayProcess {
+            child: Some(child),
+            stdin: Some(stdin),
+            stdout: BufReader::new(stdout),
+            ports: Vec::new(),
+        };
+        match g.ask_line(&serde_json::to_string(start).map_err(|e| GatewayError::Io(e.into()))?)? {
+            Answer::Ready { ports } => {
+                g.ports = ports;
+                Ok(g)
+            }
+            other => Err(GatewayError::Unexpected(Box::new(other))),
+        }
+    }
+}
+
+impl Drop for Spare {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        if let Some(mut child) = self.child.take() {
+            std::thread::spawn(move || {
+                let _ = child.wait();
+            });
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! What a supervisor and its box's gateway process (`hull __net`) say to each other: JSON lines
 //! on the gateway's stdin (the [`Start`] first, then [`Control`]s) and stdout ([`Answer`]s, one
-//! per line received). The TAP descriptor travels as the gateway's fd 3, its connection log as
-//! fd 4 when there is one; nothing of either is ever on a command line.
+//! per line received). The TAP descriptor and the connection log (when there is one) travel on
+//! the socket at the gateway's fd 3 (`SCM_RIGHTS`); nothing of either is ever on a command line.
 
 use serde::{Deserialize, Serialize};
 
