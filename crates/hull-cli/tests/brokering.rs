@@ -255,9 +255,9 @@ fn a_rotated_ca_is_what_later_boxes_trust() {
         "--",
         "sh",
         "-c",
-        "cat /.hull-ca/ca.pem; echo ==; tail -c 4000 /etc/ssl/certs/ca-certificates.crt",
+        "cat /.hull-ca/ca.pem; echo @@END-OF-CA@@; tail -c 4000 /etc/ssl/certs/ca-certificates.crt",
     ]);
-    let (trusted, bundle_tail) = seen.split_once("==\n").unwrap();
+    let (trusted, bundle_tail) = seen.split_once("@@END-OF-CA@@\n").unwrap();
     assert_eq!(trusted, after);
     assert!(bundle_tail.ends_with(&after), "{bundle_tail}");
     assert!(!seen.contains(before.trim()), "the old CA is still trusted");
