@@ -174,7 +174,7 @@ fn gateway_start(host: IpAddr) -> Start {
         dns: Vec::new(),
         broker: None,
         ca_dir: None,
-        upstream_bundles: Vec::new(),
+        upstream_pems: Vec::new(),
         proxy: None,
     }
 }

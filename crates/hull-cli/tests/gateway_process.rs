@@ -70,7 +70,7 @@ fn run_published(
         dns: vec![dns.addr],
         broker: None,
         ca_dir: None,
-        upstream_bundles: Vec::new(),
+        upstream_pems: Vec::new(),
         proxy: None,
     };
     let mut during = during;

@@ -228,15 +228,53 @@ impl Ca {
                 })
             }
         };
+        Ca::parse(dir, cert_pem, &key_pem)
+    }
+
+    fn parse(dir: &Path, cert_pem: String, key_pem: &str) -> Result<Ca, CaError> {
         let parse = |source| CaError::Parse {
             path: dir.to_path_buf(),
             source,
         };
-        let key = KeyPair::from_pem(&key_pem).map_err(parse)?;
+        let key = KeyPair::from_pem(key_pem).map_err(parse)?;
         let issuer = Issuer::from_ca_cert_pem(&cert_pem, key).map_err(parse)?;
         let der = <CertificateDer as PemObject>::from_pem_slice(cert_pem.as_bytes())
             .map_err(|_| parse(rcgen::Error::CouldNotParseCertificate))?;
         Ok(Ca::assemble(der, cert_pem, issuer))
+    }
+
+    /// The CA whose certificate and key files are these open files (a confined gateway is
+    /// handed them: it opens no path). `shown` names the directory in errors. The key file must
+    /// be readable by its owner only, as [`Ca::load`] checks.
+    pub fn from_files(cert: fs::File, key: fs::File, shown: &Path) -> Result<Ca, CaError> {
+        use std::io::Read;
+        let key_path = shown.join(KEY_FILE);
+        let io = |path: PathBuf| {
+            move |source| CaError::Io {
+                what: "read",
+                path,
+                source,
+            }
+        };
+        let mode = key
+            .metadata()
+            .map_err(io(key_path.clone()))?
+            .permissions()
+            .mode()
+            & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(CaError::KeyMode {
+                path: key_path,
+                mode,
+            });
+        }
+        let mut key_pem = Zeroizing::new(String::new());
+        (&key).read_to_string(&mut key_pem).map_err(io(key_path))?;
+        let mut cert_pem = String::new();
+        (&cert)
+            .read_to_string(&mut cert_pem)
+            .map_err(io(shown.join(CERT_FILE)))?;
+        Ca::parse(shown, cert_pem, &key_pem)
     }
 
     /// A CA that lives in memory only (`ca: per-box`): gone with the gateway, never on disk.
@@ -522,6 +560,20 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(left, vec![std::ffi::OsString::from("ca")]);
+    }
+
+    #[test]
+    fn a_ca_handed_over_as_open_files_is_the_same_and_its_key_must_be_private() {
+        let home = tempfile::tempdir().unwrap();
+        let dir = home.path().join("ca");
+        let made = Ca::load_or_create(&dir).unwrap();
+        let open = |f: &str| fs::File::open(dir.join(f)).unwrap();
+        let got = Ca::from_files(open(CERT_FILE), open(KEY_FILE), &dir).unwrap();
+        assert_eq!(got.cert_pem(), made.cert_pem());
+        got.leaf(&n("a.example.test")).unwrap();
+        fs::set_permissions(dir.join(KEY_FILE), fs::Permissions::from_mode(0o640)).unwrap();
+        let e = Ca::from_files(open(CERT_FILE), open(KEY_FILE), &dir).unwrap_err();
+        assert!(matches!(e, CaError::KeyMode { mode: 0o640, .. }), "{e:?}");
     }
 
     #[test]

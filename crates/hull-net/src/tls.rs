@@ -69,6 +69,9 @@ pub struct UpstreamTrust {
     pub public_roots: bool,
     /// PEM bundles to add (the host's `/etc/ssl/certs/ca-certificates.crt`, ...).
     pub bundles: Vec<PathBuf>,
+    /// PEM bundles already read (a confined gateway reads none itself): what each is called,
+    /// for errors, and its text.
+    pub pems: Vec<(String, Vec<u8>)>,
     /// More roots, DER (a test's own CA).
     pub extra: Vec<CertificateDer<'static>>,
 }
@@ -78,6 +81,7 @@ impl Default for UpstreamTrust {
         UpstreamTrust {
             public_roots: true,
             bundles: Vec::new(),
+            pems: Vec::new(),
             extra: Vec::new(),
         }
     }
@@ -107,6 +111,15 @@ impl UpstreamTls {
                     source,
                 })?;
             // A bundle may hold certificates rustls cannot use as roots; the rest still count.
+            roots.add_parsable_certificates(certs);
+        }
+        for (shown, pem) in &trust.pems {
+            let certs = CertificateDer::pem_slice_iter(pem)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|source| TlsError::Bundle {
+                    path: PathBuf::from(shown),
+                    source,
+                })?;
             roots.add_parsable_certificates(certs);
         }
         for der in &trust.extra {

@@ -165,6 +165,7 @@ fn broker(up: &Upstream, spec: serde_json::Value) -> (Broker, Log) {
     let log2 = log.clone();
     let trust = UpstreamTrust {
         public_roots: false,
+        pems: Vec::new(),
         bundles: vec![],
         extra: vec![up.ca_der.clone()],
     };

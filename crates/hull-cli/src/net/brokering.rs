@@ -1,6 +1,6 @@
-//! The gateway's credential brokering: the broker a start line asks for (its CA loaded from
-//! `$HULL_HOME/ca`, its upstream trust from the public roots and the host's bundle, read before
-//! the gateway confines itself) and the flow handler that intercepts a connection to a host a
+//! The gateway's credential brokering: the broker a start line asks for (its CA from the files
+//! of `$HULL_HOME/ca` the supervisor handed over, its upstream trust from the public roots and
+//! the host's bundles, read before the gateway confines itself) and the flow handler that intercepts a connection to a host a
 //! secret or a rule is for and splices every other one untouched.
 
 use std::io::Write;
@@ -14,7 +14,7 @@ use tokio::io::DuplexStream;
 use super::wire::Start;
 
 /// The system bundles a host may have, read for the gateway's upstream trust.
-const HOST_BUNDLES: &[&str] = &[
+pub const HOST_BUNDLES: &[&str] = &[
     "/etc/ssl/certs/ca-certificates.crt",
     "/etc/pki/tls/certs/ca-bundle.crt",
     "/etc/ssl/cert.pem",
@@ -26,7 +26,7 @@ pub enum BrokeringError {
     /// The spec is not quoted: it holds the secrets' values.
     #[error("a malformed broker spec (at line {line}, column {column})")]
     Spec { line: usize, column: usize },
-    #[error("credential brokering needs the CA's directory")]
+    #[error("credential brokering needs the CA's files")]
     NoCa,
     #[error(transparent)]
     Ca(#[from] hull_net::ca::CaError),
@@ -37,9 +37,21 @@ pub enum BrokeringError {
 }
 
 /// The broker `start` asks for, if any, logging to `log`. Reads files: before confinement.
+/// The host's bundles, read now (before the gateway confines itself): (path, text).
+pub fn host_bundles() -> Vec<(String, Vec<u8>)> {
+    HOST_BUNDLES
+        .iter()
+        .filter_map(|p| std::fs::read(p).ok().map(|b| (p.to_string(), b)))
+        .collect()
+}
+
+/// The broker `start` asks for, with the CA's files (`ca`: certificate, key) and the host's
+/// bundles read ahead.
 pub fn broker_of(
     start: &Start,
     log: Option<std::fs::File>,
+    ca: Option<(std::fs::File, std::fs::File)>,
+    host: Vec<(String, Vec<u8>)>,
 ) -> Result<Option<Broker>, BrokeringError> {
     let Some(v) = &start.broker else {
         return Ok(None);
@@ -48,17 +60,20 @@ pub fn broker_of(
         line: e.line(),
         column: e.column(),
     })?;
-    let dir = start.ca_dir.as_ref().ok_or(BrokeringError::NoCa)?;
-    let ca = hull_net::ca::Ca::load_or_create(dir)?;
-    let mut bundles: Vec<std::path::PathBuf> = HOST_BUNDLES
-        .iter()
-        .map(std::path::PathBuf::from)
-        .filter(|p| p.is_file())
-        .collect();
-    bundles.extend(start.upstream_bundles.iter().cloned());
+    let (cert, key) = ca.ok_or(BrokeringError::NoCa)?;
+    let shown = start.ca_dir.clone().unwrap_or_default();
+    let ca = hull_net::ca::Ca::from_files(cert, key, &shown)?;
+    let mut pems = host;
+    pems.extend(
+        start
+            .upstream_pems
+            .iter()
+            .map(|(p, t)| (p.clone(), t.as_bytes().to_vec())),
+    );
     let upstream = hull_net::tls::UpstreamTls::new(&hull_net::tls::UpstreamTrust {
         public_roots: true,
-        bundles,
+        bundles: Vec::new(),
+        pems,
         extra: Vec::new(),
     })?;
     let log = log.map(Mutex::new);

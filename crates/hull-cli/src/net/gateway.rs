@@ -14,9 +14,21 @@ use tokio::io::AsyncBufReadExt;
 
 use super::wire::{Answer, Control, Start};
 
-/// The socket the TAP and the log come on (`SCM_RIGHTS`, one message: the TAP, then the log
-/// when there is one).
+/// The socket the box's descriptors come on: one message, `T` and a flags byte, carrying the
+/// TAP, then the log (with [`HANDOFF_LOG`]), then the CA's certificate and key files (with
+/// [`HANDOFF_CA`]), all opened by the supervisor (the gateway is confined by then).
 pub const HANDOFF_FD: i32 = 3;
+/// The hand-off carries a connection log.
+pub const HANDOFF_LOG: u8 = 1;
+/// The hand-off carries the CA's certificate and key files.
+pub const HANDOFF_CA: u8 = 2;
+
+/// What the hand-off gave: the TAP, the log, the CA's (certificate, key).
+type Handed = (
+    std::os::fd::OwnedFd,
+    Option<std::fs::File>,
+    Option<(std::fs::File, std::fs::File)>,
+);
 
 /// Why the gateway could not start serving.
 #[derive(Debug, thiserror::Error)]
@@ -71,16 +83,17 @@ pub fn main() -> i32 {
     }
 }
 
-/// The TAP and the log (if any) from the hand-off socket; the socket is closed after.
-fn receive_fds() -> Result<(std::os::fd::OwnedFd, Option<std::fs::File>), StartError> {
+/// The box's descriptors from the hand-off socket (see [`HANDOFF_FD`]); the socket is closed
+/// after.
+fn receive_fds() -> Result<Handed, StartError> {
     use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
     let sock = crate::sys::take_inherited_fd(HANDOFF_FD).ok_or(StartError::NoTap)?;
-    let mut space = [std::mem::MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(2))];
+    let mut space = [std::mem::MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(4))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
-    let mut byte = [0u8; 1];
+    let mut head = [0u8; 2];
     rustix::net::recvmsg(
         &sock,
-        &mut [std::io::IoSliceMut::new(&mut byte)],
+        &mut [std::io::IoSliceMut::new(&mut head)],
         &mut control,
         RecvFlags::CMSG_CLOEXEC,
     )
@@ -91,14 +104,33 @@ fn receive_fds() -> Result<(std::os::fd::OwnedFd, Option<std::fs::File>), StartE
             fds.extend(got);
         }
     }
+    let flags = head[1];
     let mut fds = fds.into_iter();
     let tap = fds.next().ok_or(StartError::NoTap)?;
-    Ok((tap, fds.next().map(std::fs::File::from)))
+    let log = if flags & HANDOFF_LOG != 0 {
+        fds.next().map(std::fs::File::from)
+    } else {
+        None
+    };
+    let ca = if flags & HANDOFF_CA != 0 {
+        match (fds.next(), fds.next()) {
+            (Some(c), Some(k)) => Some((std::fs::File::from(c), std::fs::File::from(k))),
+            _ => None,
+        }
+    } else {
+        None
+    };
+    Ok((tap, log, ca))
 }
 
 fn serve() -> Result<(), StartError> {
-    // Started ahead of its box: what needs no start line is done while the box is built.
+    // Started ahead of its box, the gateway reads what it needs of the host and confines
+    // itself while the box is built; its start line and the box's descriptors come after, and
+    // it opens no path from then on (the CA's files are handed over open).
     let host_addrs = crate::sys::host_addrs().map_err(StartError::HostAddrs)?;
+    let system_resolver = hull_net::resolve::HostResolver::from_system();
+    let host_bundles = super::brokering::host_bundles();
+    super::confine::confine()?;
     let mut line = String::new();
     std::io::stdin()
         .lock()
@@ -106,19 +138,17 @@ fn serve() -> Result<(), StartError> {
         .map_err(StartError::Read)?;
     let start: Start = serde_json::from_str(&line).map_err(StartError::Parse)?;
     let policy = start.policy.policy().map_err(StartError::Policy)?;
-    let (tap, log) = receive_fds()?;
+    let (tap, log, ca) = receive_fds()?;
     let resolver = if start.dns.is_empty() {
-        hull_net::resolve::HostResolver::from_system()?
+        system_resolver?
     } else {
         hull_net::resolve::HostResolver::with_servers(&start.dns)
     };
-    // The broker's CA, host bundle and log, before the host's files are gone.
     let broker_log = match &log {
         Some(f) => Some(f.try_clone().map_err(StartError::Log)?),
         None => None,
     };
-    let broker = super::brokering::broker_of(&start, broker_log)?;
-    super::confine::confine()?;
+    let broker = super::brokering::broker_of(&start, broker_log, ca, host_bundles)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

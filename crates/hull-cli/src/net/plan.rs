@@ -35,9 +35,15 @@ pub const UPSTREAM_CA_ENV: &str = "HULL_NET_UPSTREAM_CA";
 
 /// The gateway start of a request's gateway network (without secrets: see [`brokered`]).
 pub fn start_of(g: &hull_api::network::Gateway) -> Result<Start, String> {
-    let upstream_bundles = std::env::var_os(UPSTREAM_CA_ENV)
+    let paths: Vec<std::path::PathBuf> = std::env::var_os(UPSTREAM_CA_ENV)
         .map(|v| std::env::split_paths(&v).collect())
         .unwrap_or_default();
+    let mut upstream_pems = Vec::new();
+    for p in paths {
+        let text = std::fs::read_to_string(&p)
+            .map_err(|e| format!("{UPSTREAM_CA_ENV}: read {}: {e}", p.display()))?;
+        upstream_pems.push((p.display().to_string(), text));
+    }
     Ok(Start {
         policy: policy_of(g),
         ports: g.ports().to_vec(),
@@ -46,7 +52,7 @@ pub fn start_of(g: &hull_api::network::Gateway) -> Result<Start, String> {
         dns: dns_override()?,
         broker: None,
         ca_dir: None,
-        upstream_bundles,
+        upstream_pems,
         proxy: super::proxy_env::from_env()?,
     })
 }

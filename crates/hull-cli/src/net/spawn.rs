@@ -15,6 +15,7 @@
 use std::io::{BufRead, BufReader, IoSlice, Write};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
@@ -172,31 +173,55 @@ impl Spare {
         })
     }
 
-    /// Hands the box's TAP, `log` and `start` to the gateway; returns once it serves the box.
+    /// Hands the box's TAP, `log` and `start` to the gateway (with the CA's two files, opened
+    /// here, when `start` brokers); returns once it serves the box.
     pub fn serve(
         mut self,
         tap: OwnedFd,
         start: &Start,
         log: Option<std::fs::File>,
     ) -> Result<GatewayProcess, GatewayError> {
+        let ca = match (&start.broker, &start.ca_dir) {
+            (Some(_), Some(dir)) => {
+                let open = |f: &str| {
+                    std::fs::OpenOptions::new()
+                        .read(true)
+                        .custom_flags(libc::O_NOFOLLOW)
+                        .open(dir.join(f))
+                        .map_err(GatewayError::Io)
+                };
+                Some((
+                    open(hull_net::ca::CERT_FILE)?,
+                    open(hull_net::ca::KEY_FILE)?,
+                ))
+            }
+            _ => None,
+        };
         {
             let mut fds = vec![tap.as_fd()];
+            let mut flags = 0u8;
             if let Some(l) = &log {
                 fds.push(l.as_fd());
+                flags |= super::gateway::HANDOFF_LOG;
             }
-            let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(2))];
+            if let Some((c, k)) = &ca {
+                fds.push(c.as_fd());
+                fds.push(k.as_fd());
+                flags |= super::gateway::HANDOFF_CA;
+            }
+            let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(4))];
             let mut control = SendAncillaryBuffer::new(&mut space);
             control.push(SendAncillaryMessage::ScmRights(&fds));
             rustix::net::sendmsg(
                 &self.handoff,
-                &[IoSlice::new(b"T")],
+                &[IoSlice::new(&[b'T', flags])],
                 &mut control,
                 SendFlags::empty(),
             )
             .map_err(|e| GatewayError::Io(e.into()))?;
         }
         // Only the gateway holds them now.
-        drop((tap, log));
+        drop((tap, log, ca));
         let (Some(stdin), Some(stdout), Some(child)) =
             (self.stdin.take(), self.stdout.take(), self.child.take())
         else {

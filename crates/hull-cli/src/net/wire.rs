@@ -49,12 +49,14 @@ pub struct Start {
     /// connections to the hosts it names are intercepted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub broker: Option<serde_json::Value>,
-    /// The CA's directory (`$HULL_HOME/ca`), read by the gateway before it confines itself.
+    /// The CA's directory (`$HULL_HOME/ca`): the supervisor opens its two files and hands
+    /// them to the gateway, which opens no path (it is confined before its start line).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_dir: Option<std::path::PathBuf>,
-    /// PEM bundles the gateway trusts upstream besides the public roots and the host's bundle.
+    /// PEM bundles the gateway trusts upstream besides the public roots and the host's bundle,
+    /// read by the supervisor: (the file's path, its text).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub upstream_bundles: Vec<std::path::PathBuf>,
+    pub upstream_pems: Vec<(String, String)>,
     /// The host's HTTP proxy the gateway tunnels upstream connections through (`HTTPS_PROXY`,
     /// [`super::proxy_env`]); its credentials cross only this pipe too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
