@@ -829,22 +829,7 @@ fn kill(p: &Map<String, Value>) -> Result<Value, Value> {
 fn set_network(p: &Map<String, Value>) -> Result<Value, Value> {
     use hull_api::network::{Network, NetworkMode, NetworkParts};
     let dir = existing(p)?;
-    let v = p
-        .get("network")
-        .ok_or_else(|| invalid("network", "missing"))?;
-    let new = hull_api::network::from_value(v, false).map_err(|e| invalid("network", e))?;
-    let Network::Gateway(g) = &new else {
-        return Err(invalid(
-            "network",
-            "expected a gateway mode (deny-all, allow-all or custom): a sandbox's network kind is set when it is created",
-        ));
-    };
-    if !g.ports().is_empty() {
-        return Err(invalid(
-            "network",
-            "ports are published when the sandbox is created",
-        ));
-    }
+    let g = &crate::net::plan::replacement(p.get("network")).map_err(|e| invalid("network", e))?;
     let mut cfg = dir.config().map_err(|e| err("sandbox_error", e))?;
     let Network::Gateway(old) = &cfg.network else {
         return Err(invalid(

@@ -89,21 +89,8 @@ fn error_json(e: &SandboxError) -> Value {
 /// `sandbox.set_network`'s `network`: a gateway mode's name or `{mode, allow_hosts,
 /// allow_cidrs, deny_cidrs}`; ports and the connection cap stay as the session was created.
 fn session_policy(v: Option<&Value>) -> Result<crate::net::wire::PolicySpec, SandboxError> {
-    let v = v.ok_or_else(|| bad("network", "missing"))?;
-    let new = hull_api::network::from_value(v, false).map_err(|e| bad("network", &e))?;
-    let hull_api::network::Network::Gateway(g) = &new else {
-        return Err(bad(
-            "network",
-            "expected a gateway mode (deny-all, allow-all or custom): a sandbox's network kind is set when it is created",
-        ));
-    };
-    if !g.ports().is_empty() {
-        return Err(bad(
-            "network",
-            "ports are published when the sandbox is created",
-        ));
-    }
-    Ok(crate::net::plan::policy_of(g))
+    let g = crate::net::plan::replacement(v).map_err(|e| bad("network", &e))?;
+    Ok(crate::net::plan::policy_of(&g))
 }
 
 fn bad(arg: &str, why: &str) -> SandboxError {

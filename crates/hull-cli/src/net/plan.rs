@@ -190,6 +190,21 @@ fn trust_dir(ca_pem: &str) -> Result<std::path::PathBuf, String> {
     Ok(dir)
 }
 
+/// A running sandbox's replacement policy as `named.set_network` and `sandbox.set_network`
+/// take it (`network`: a gateway mode's name or `{mode, allow_hosts, allow_cidrs,
+/// deny_cidrs}`), or why not (the message of an error about `network`): the network's kind and
+/// its ports are set when the sandbox is created.
+pub fn replacement(v: Option<&serde_json::Value>) -> Result<hull_api::network::Gateway, String> {
+    let v = v.ok_or("missing")?;
+    match hull_api::network::from_value(v, false)? {
+        hull_api::network::Network::Gateway(g) if g.ports().is_empty() => Ok(*g),
+        hull_api::network::Network::Gateway(_) => {
+            Err("ports are published when the sandbox is created".into())
+        }
+        _ => Err("expected a gateway mode (deny-all, allow-all or custom): a sandbox's network kind is set when it is created".into()),
+    }
+}
+
 /// The policy of a request's gateway network, as the gateway process takes it.
 pub fn policy_of(g: &hull_api::network::Gateway) -> PolicySpec {
     PolicySpec {
