@@ -171,13 +171,17 @@ fn classify(path: &Path) -> Option<Entry> {
 /// With the host's network, a box on an image resolves names as the host does: the host's
 /// `/etc/resolv.conf` covers the image's (the host image binds it the same way). The store gives
 /// every image the file (`hull_image::resolver`), so there is a mount point; an image whose
-/// file is a link, or a caller's own mount there, leaves the image's file as it is.
+/// file is a link, or a caller's own mount there, leaves the image's file as it is; so does a
+/// writable root (a named sandbox's: the box owns its `/etc` there).
 fn host_resolver(spec: &BoxSpec) -> Option<crate::spec::BindMount> {
     const AT: &str = "/etc/resolv.conf";
     let RootSpec::Dir(dir) = &spec.root else {
         return None;
     };
-    if spec.network != Network::Host
+    // Not in a writable root: its upper layer (the sandbox's own, which the box changes) may
+    // hold a link where the image has the file, and a mount point made there would follow it.
+    if spec.writable_root.is_some()
+        || spec.network != Network::Host
         || spec.mounts.iter().any(|m| is_within(AT, &m.target))
         || !image_has(dir, AT)
     {

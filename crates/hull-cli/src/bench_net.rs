@@ -175,6 +175,7 @@ fn gateway_start(host: IpAddr) -> Start {
         broker: None,
         ca_dir: None,
         upstream_pems: Vec::new(),
+        ca_files: Default::default(),
         proxy: None,
     }
 }

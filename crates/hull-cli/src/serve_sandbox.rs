@@ -260,6 +260,9 @@ impl Sessions {
                 // A gateway network: each of the session's boxes is served by a gateway; with
                 // secrets, every box holds their placeholders and trusts the gateway CA.
                 let mut cfg = cfg;
+                // Listed for `sandbox.set_network` once the sandbox is made (a failed setup
+                // keeps nothing: its secrets and trust go with it).
+                let mut served_gateway = None;
                 let backend: Arc<dyn hull::backend::Backend> = match &cfg.network {
                     hull_api::network::Network::Gateway(g) => {
                         let mut start =
@@ -274,9 +277,7 @@ impl Sessions {
                             start,
                             trust,
                         ));
-                        if let Ok(mut m) = self.gateways.lock() {
-                            m.insert(sid.clone(), Arc::clone(&served));
-                        }
+                        served_gateway = Some(Arc::clone(&served));
                         served
                     }
                     _ => Arc::<Runtime>::clone(rt),
@@ -286,6 +287,11 @@ impl Sessions {
                 let sb = Sandbox::create_streaming(backend, sid.clone(), cfg, &mut *sink)?;
                 let setup = sb.setup.as_ref().map(|r| json!({ "stdout": r.stdout, "stderr": r.stderr, "exit_code": r.exit_code, "duration_ms": r.duration_ms }));
                 let ws = sb.workspace_path().display().to_string();
+                if let Some(served) = served_gateway {
+                    if let Ok(mut m) = self.gateways.lock() {
+                        m.insert(sid.clone(), served);
+                    }
+                }
                 if let Ok(mut m) = self.map.lock() {
                     m.insert(sid.clone(), sb);
                 }

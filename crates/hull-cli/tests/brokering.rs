@@ -262,3 +262,79 @@ fn a_rotated_ca_is_what_later_boxes_trust() {
     assert!(bundle_tail.ends_with(&after), "{bundle_tail}");
     assert!(!seen.contains(before.trim()), "the old CA is still trusted");
 }
+
+/// A Sandbox session made before `hull ca rotate` keeps brokering after it: every box of the
+/// session trusts the CA the session was made with, and its gateways sign with that one (they
+/// got the CA's files opened once, not reopened by path after the rotation).
+#[test]
+fn a_session_made_before_a_rotation_keeps_brokering_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    certs(dir.path());
+    let srv = server(dir.path());
+    let dns = Dns::start(&[("api.example.test", SERVER)]);
+    let home = tempfile::tempdir().unwrap();
+    let dns_addr = dns.addr.to_string();
+    let ca = dir.path().join("test-ca.pem").display().to_string();
+    let env = [
+        ("HULL_NET_DNS", dns_addr.as_str()),
+        ("HULL_NET_UPSTREAM_CA", ca.as_str()),
+        ("HULL_HOME", home.path().to_str().unwrap()),
+    ];
+    let curl = format!(
+        "curl -sS https://api.example.test:{}/s -H \"Authorization: Bearer $KEY\"",
+        srv.port
+    );
+    let create = serde_json::json!({"id": 1, "method": "sandbox.create", "params": {
+        "network": {"mode": "custom", "allow_hosts": ["api.example.test"], "allow_cidrs": ["127.0.0.12/32"]},
+        "secrets": [{"name": "KEY", "value": REAL, "hosts": ["api.example.test"]}]}});
+    let mut child = Command::new(common::bin())
+        .arg("serve")
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut ask = |v: serde_json::Value| -> serde_json::Value {
+        use std::io::Write;
+        writeln!(stdin, "{v}").unwrap();
+        loop {
+            let mut line = String::new();
+            assert!(out.read_line(&mut line).unwrap() > 0, "serve ended");
+            let a: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if a["id"] == v["id"] && a.get("event").is_none() {
+                return a;
+            }
+        }
+    };
+    let made = ask(create);
+    let sid = made["result"]["sandbox"].clone();
+    assert!(sid.is_string(), "{made}");
+    let run = |ask: &mut dyn FnMut(serde_json::Value) -> serde_json::Value, id: u32| {
+        let a = ask(
+            serde_json::json!({"id": id, "method": "sandbox.run", "params": {"sandbox": sid, "argv": ["sh", "-c", curl]}}),
+        );
+        a["result"]["stdout"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(run(&mut ask, 2).starts_with("auth=Bearer hull-secret-KEY-"));
+    let rotated = Command::new(common::bin())
+        .args(["ca", "rotate"])
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    assert!(rotated.status.success(), "{rotated:?}");
+    let after = run(&mut ask, 3);
+    assert!(after.starts_with("auth=Bearer hull-secret-KEY-"), "{after}");
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    drop(srv);
+}

@@ -71,6 +71,7 @@ fn run_published(
         broker: None,
         ca_dir: None,
         upstream_pems: Vec::new(),
+        ca_files: Default::default(),
         proxy: None,
     };
     let mut during = during;

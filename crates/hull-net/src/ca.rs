@@ -36,6 +36,24 @@ const LEAF_LIFE: Duration = Duration::from_secs(24 * 3600);
 const LEAF_REFRESH: Duration = Duration::from_secs(5 * 60);
 /// Leaves and the CA start a minute in the past: a box's clock may lag the host's.
 const BACKDATE: Duration = Duration::from_secs(60);
+/// A file's whole text, read from offset 0 whatever its descriptor's offset (at most 1 MiB: a
+/// CA's files are a few hundred bytes).
+fn read_whole(f: &fs::File) -> std::io::Result<String> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut n = 0;
+    loop {
+        let got = f.read_at(&mut buf[n..], n as u64)?;
+        if got == 0 || n + got == buf.len() {
+            n += got;
+            break;
+        }
+        n += got;
+    }
+    buf.truncate(n);
+    String::from_utf8(buf).map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e))
+}
+
 /// Linux errno values of a rename onto a directory that is not empty.
 const ENOTEMPTY: i32 = 39;
 const EEXIST: i32 = 17;
@@ -174,8 +192,11 @@ impl Ca {
             rustix::fs::RenameFlags::EXCHANGE,
         );
         let moved = match exchanged {
-            // `stage` now holds the old CA.
-            Ok(()) => fs::remove_dir_all(&stage),
+            // `stage` now holds the old CA: the new one is in place whether or not it goes.
+            Ok(()) => {
+                let _ = fs::remove_dir_all(&stage);
+                Ok(())
+            }
             Err(rustix::io::Errno::NOENT) => fs::rename(&stage, dir),
             Err(e) => Err(e.into()),
         };
@@ -246,8 +267,9 @@ impl Ca {
     /// The CA whose certificate and key files are these open files (a confined gateway is
     /// handed them: it opens no path). `shown` names the directory in errors. The key file must
     /// be readable by its owner only, as [`Ca::load`] checks.
-    pub fn from_files(cert: fs::File, key: fs::File, shown: &Path) -> Result<Ca, CaError> {
-        use std::io::Read;
+    /// Files are read from their start whatever their offset (`pread`): copies of one open
+    /// pair (`dup`, sharing an offset) may be read by many gateways.
+    pub fn from_files(cert: &fs::File, key: &fs::File, shown: &Path) -> Result<Ca, CaError> {
         let key_path = shown.join(KEY_FILE);
         let io = |path: PathBuf| {
             move |source| CaError::Io {
@@ -268,13 +290,40 @@ impl Ca {
                 mode,
             });
         }
-        let mut key_pem = Zeroizing::new(String::new());
-        (&key).read_to_string(&mut key_pem).map_err(io(key_path))?;
-        let mut cert_pem = String::new();
-        (&cert)
-            .read_to_string(&mut cert_pem)
-            .map_err(io(shown.join(CERT_FILE)))?;
+        let key_pem = Zeroizing::new(read_whole(key).map_err(io(key_path))?);
+        let cert_pem = read_whole(cert).map_err(io(shown.join(CERT_FILE)))?;
         Ca::parse(shown, cert_pem, &key_pem)
+    }
+
+    /// The CA's certificate and key files in `dir`, opened from one descriptor of the
+    /// directory, so both come from the same CA even while `hull ca rotate` exchanges it; no
+    /// link is followed at either name.
+    pub fn open_files(dir: &Path) -> Result<(fs::File, fs::File), CaError> {
+        use rustix::fs::{Mode, OFlags};
+        let io = |path: PathBuf| {
+            move |e: rustix::io::Errno| CaError::Io {
+                what: "open",
+                path,
+                source: e.into(),
+            }
+        };
+        let d = rustix::fs::open(
+            dir,
+            OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(io(dir.to_path_buf()))?;
+        let open = |name: &str| {
+            rustix::fs::openat(
+                &d,
+                name,
+                OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map(fs::File::from)
+            .map_err(io(dir.join(name)))
+        };
+        Ok((open(CERT_FILE)?, open(KEY_FILE)?))
     }
 
     /// A CA that lives in memory only (`ca: per-box`): gone with the gateway, never on disk.
@@ -568,11 +617,19 @@ mod tests {
         let dir = home.path().join("ca");
         let made = Ca::load_or_create(&dir).unwrap();
         let open = |f: &str| fs::File::open(dir.join(f)).unwrap();
-        let got = Ca::from_files(open(CERT_FILE), open(KEY_FILE), &dir).unwrap();
+        let got = Ca::from_files(&open(CERT_FILE), &open(KEY_FILE), &dir).unwrap();
         assert_eq!(got.cert_pem(), made.cert_pem());
         got.leaf(&n("a.example.test")).unwrap();
         fs::set_permissions(dir.join(KEY_FILE), fs::Permissions::from_mode(0o640)).unwrap();
-        let e = Ca::from_files(open(CERT_FILE), open(KEY_FILE), &dir).unwrap_err();
+        let e = Ca::from_files(&open(CERT_FILE), &open(KEY_FILE), &dir).unwrap_err();
+        // Opened as one pair; read again through copies whatever their offset.
+        fs::set_permissions(dir.join(KEY_FILE), fs::Permissions::from_mode(0o600)).unwrap();
+        let (c, k) = Ca::open_files(&dir).unwrap();
+        for _ in 0..2 {
+            let again =
+                Ca::from_files(&c.try_clone().unwrap(), &k.try_clone().unwrap(), &dir).unwrap();
+            assert_eq!(again.cert_pem(), made.cert_pem());
+        }
         assert!(matches!(e, CaError::KeyMode { mode: 0o640, .. }), "{e:?}");
     }
 

@@ -3,7 +3,8 @@
 //! decision is logged. The non-address types of an allowed name ([`Answer::Forward`]: TXT, MX,
 //! SRV...) asked over UDP are looked up by the host's resolver and relayed ([`Reply::Forward`],
 //! which the gateway runs off its event loop; [`dns::forwarded`] keeps only records of the
-//! asked type); over TCP they are answered REFUSED (a client retries over UDP). Past the box's
+//! asked type); over TCP they are answered REFUSED. An answer too large for UDP is sent whole
+//! (no truncation): a client that cannot take it gets no retry over TCP yet. Past the box's
 //! DNS rate ([`crate::limit::DNS_PER_S`]) a query is answered REFUSED without a look at the
 //! policy, and logged so.
 

@@ -18,8 +18,11 @@ pub const LOG_PER_S: u32 = 50;
 pub struct Bucket {
     per_s: u32,
     burst: u32,
-    /// Thousandths of a token (so a refill of a fraction of a millisecond is not lost).
+    /// Thousandths of a token.
     milli: u64,
+    /// What the last refill left over (microseconds times the rate, below one thousandth of a
+    /// token): calls a few microseconds apart still add up.
+    rest: u64,
     last: Instant,
 }
 
@@ -30,6 +33,7 @@ impl Bucket {
             per_s,
             burst,
             milli: u64::from(burst) * 1000,
+            rest: 0,
             last: now,
         }
     }
@@ -38,13 +42,14 @@ impl Bucket {
     pub fn take(&mut self, now: Instant) -> bool {
         let elapsed = now.saturating_duration_since(self.last);
         self.last = self.last.max(now);
-        let refill = u64::try_from(elapsed.as_micros())
+        let owed = u64::try_from(elapsed.as_micros())
             .unwrap_or(u64::MAX)
             .saturating_mul(u64::from(self.per_s))
-            / 1000;
+            .saturating_add(self.rest);
+        self.rest = owed % 1000;
         self.milli = self
             .milli
-            .saturating_add(refill)
+            .saturating_add(owed / 1000)
             .min(u64::from(self.burst) * 1000);
         if self.milli >= 1000 {
             self.milli -= 1000;
@@ -74,11 +79,24 @@ mod tests {
         let t1 = t0 + Duration::from_millis(100);
         assert!(b.take(t1));
         assert!(!b.take(t1));
-        // Refills add up over small steps (no fraction lost) and never pass the burst.
+        // Refills add up over small steps (no fraction lost: 100 calls 1 ms apart, and 5000
+        // calls 20 us apart at 10/s, each too short alone for a thousandth of a token), and
+        // never pass the burst.
         let mut t = t1;
         for _ in 0..100 {
             t += Duration::from_micros(1000);
+            let _ = b.take(t);
         }
+        let mut c = Bucket::new(10, 1, t0);
+        assert!(c.take(t0));
+        let mut u = t0;
+        let mut got = 0;
+        for _ in 0..5000 {
+            u += Duration::from_micros(20);
+            got += usize::from(c.take(u));
+        }
+        assert_eq!(got, 1, "0.1 s at 10/s is one token");
+        t += Duration::from_millis(100);
         assert!(b.take(t));
         let later = t + Duration::from_secs(3600);
         assert_eq!((0..10).filter(|_| b.take(later)).count(), 5);

@@ -93,9 +93,15 @@ pub enum Record {
         end: String,
     },
     /// Records left out because the box made them faster than the log's rate
-    /// ([`crate::limit::LOG_PER_S`]): written before the next record that is kept, or when the
-    /// gateway ends.
-    Suppressed { at_ms: u64, records: u64 },
+    /// ([`crate::limit::LOG_PER_S`], for `allow` and `deny` records each): written before the
+    /// next record of that kind that is kept, or when the gateway ends.
+    Suppressed {
+        at_ms: u64,
+        records: u64,
+        /// Whose: `allow` or `deny` records (each kind has its own rate, so refusals in a loop
+        /// never hide the connections that were let through).
+        verdict: &'static str,
+    },
 }
 
 impl Record {
@@ -141,42 +147,57 @@ impl LogSink for tokio::sync::mpsc::UnboundedSender<Record> {
 /// one `suppressed` record ([`crate::limit`]).
 pub struct Limited {
     inner: Box<dyn LogSink>,
-    bucket: crate::limit::Bucket,
-    suppressed: u64,
+    /// The rate of `allow` records and of the rest (`deny`), each with what it left out.
+    allow: (crate::limit::Bucket, u64),
+    deny: (crate::limit::Bucket, u64),
 }
 
 impl std::fmt::Debug for Limited {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Limited")
-            .field("bucket", &self.bucket)
-            .field("suppressed", &self.suppressed)
+            .field("allow", &self.allow)
+            .field("deny", &self.deny)
             .finish_non_exhaustive()
     }
 }
 
 impl Limited {
     pub fn new(inner: Box<dyn LogSink>, per_s: u32, burst: u32) -> Limited {
+        let now = std::time::Instant::now();
         Limited {
             inner,
-            bucket: crate::limit::Bucket::new(per_s, burst, std::time::Instant::now()),
-            suppressed: 0,
+            allow: (crate::limit::Bucket::new(per_s, burst, now), 0),
+            deny: (crate::limit::Bucket::new(per_s, burst, now), 0),
         }
     }
 
     fn write_at(&mut self, record: &Record, now: std::time::Instant) {
-        if !self.bucket.take(now) {
-            self.suppressed += 1;
+        let allowed = match record {
+            Record::Dns { decision, .. } | Record::Flow { decision, .. } => {
+                decision.verdict == "allow"
+            }
+            Record::Suppressed { verdict, .. } => *verdict == "allow",
+        };
+        let (bucket, left_out) = if allowed {
+            &mut self.allow
+        } else {
+            &mut self.deny
+        };
+        if !bucket.take(now) {
+            *left_out += 1;
             return;
         }
-        self.flush();
+        let n = std::mem::take(left_out);
+        self.say_left_out(n, allowed);
         self.inner.write(record);
     }
 
-    fn flush(&mut self) {
-        if self.suppressed > 0 {
+    fn say_left_out(&mut self, records: u64, allowed: bool) {
+        if records > 0 {
             self.inner.write(&Record::Suppressed {
                 at_ms: now_ms(),
-                records: std::mem::take(&mut self.suppressed),
+                records,
+                verdict: if allowed { "allow" } else { "deny" },
             });
         }
     }
@@ -190,7 +211,12 @@ impl LogSink for Limited {
 
 impl Drop for Limited {
     fn drop(&mut self) {
-        self.flush();
+        let (a, d) = (
+            std::mem::take(&mut self.allow.1),
+            std::mem::take(&mut self.deny.1),
+        );
+        self.say_left_out(a, true);
+        self.say_left_out(d, false);
     }
 }
 
@@ -215,30 +241,42 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         let mut l = Limited::new(Box::new(tx), 10, 3);
         let t0 = Instant::now();
-        let rec = |n: u64| Record::Suppressed {
+        let rec = |n: u64, verdict: &'static str| Record::Dns {
             at_ms: n,
-            records: 0,
+            name: format!("n{n}"),
+            record_type: 1,
+            decision: Decision {
+                verdict,
+                rule: "test".into(),
+            },
+            answer: None,
         };
         for n in 0..10 {
-            l.write_at(&rec(n), t0);
+            l.write_at(&rec(n, "deny"), t0);
         }
+        // Refusals in a loop use up their own rate only: an allowed record is still kept.
+        l.write_at(&rec(50, "allow"), t0);
         // A burst of 3 kept, 7 counted; 100 ms later one more is kept after the count.
-        l.write_at(&rec(99), t0 + Duration::from_millis(100));
+        l.write_at(&rec(99, "deny"), t0 + Duration::from_millis(100));
         drop(l);
         let got: Vec<Record> = rx.try_iter().collect();
         let kept: Vec<u64> = got
             .iter()
             .map(|r| match r {
-                Record::Suppressed { at_ms, records: 0 } => *at_ms,
+                Record::Dns { at_ms, .. } => *at_ms,
                 Record::Suppressed { records, .. } => 1000 + records,
-                _ => u64::MAX,
+                Record::Flow { .. } => u64::MAX,
             })
             .collect();
-        assert_eq!(kept, vec![0, 1, 2, 1007, 99]);
-        let v: Value = serde_json::from_str(&got[3].line()).unwrap();
+        assert_eq!(kept, vec![0, 1, 2, 50, 1007, 99]);
+        let v: Value = serde_json::from_str(&got[4].line()).unwrap();
         assert_eq!(
-            (v["kind"].as_str(), v["records"].as_u64()),
-            (Some("suppressed"), Some(7))
+            (
+                v["kind"].as_str(),
+                v["records"].as_u64(),
+                v["verdict"].as_str()
+            ),
+            (Some("suppressed"), Some(7), Some("deny"))
         );
     }
 

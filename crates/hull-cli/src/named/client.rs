@@ -22,6 +22,14 @@ const KEPT_ENV: &[&str] = &[
     "HULL_OVERLAY",
     "HULL_NET_DNS",
     "HULL_NET_UPSTREAM_CA",
+    // The host's proxy for the sandbox network's upstreams (net/proxy_env.rs).
+    "HULL_NET_PROXY",
+    "HTTPS_PROXY",
+    "https_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+    "NO_PROXY",
+    "no_proxy",
     "XDG_STATE_HOME",
     "XDG_DATA_HOME",
 ];

@@ -34,6 +34,9 @@ pub struct Served {
     inner: Arc<dyn Backend>,
     current: Mutex<Current>,
     live: Mutex<Vec<Weak<Mutex<Option<GatewayProcess>>>>>,
+    /// Held through a whole policy change, so two changes at once cannot leave the running
+    /// gateways on one and later ones on the other.
+    changing: Mutex<()>,
     /// A brokered session's CA directory on the host, for the session's life; each box's
     /// system bundles are covered from it.
     trust: Option<super::plan::BoxTrust>,
@@ -57,6 +60,7 @@ impl Served {
             inner,
             current: Mutex::new(Current { start, version: 0 }),
             live: Mutex::new(Vec::new()),
+            changing: Mutex::new(()),
             trust,
         }
     }
@@ -66,6 +70,7 @@ impl Served {
     /// Returns how many running gateways took it; the first that could not is the error (the
     /// others still took it).
     pub fn set_policy(&self, policy: &PolicySpec) -> Result<usize, String> {
+        let _one_at_a_time = self.changing.lock().unwrap_or_else(PoisonError::into_inner);
         {
             let mut c = self.current.lock().unwrap_or_else(PoisonError::into_inner);
             c.start.policy = policy.clone();
@@ -95,8 +100,10 @@ impl Served {
     }
 
     /// Lists a box's gateway (started from the policy of `version`), and gives it the current
-    /// policy if it was replaced meanwhile.
-    fn list(&self, gateway: &Live, version: u64) {
+    /// policy if it was replaced meanwhile; a gateway that cannot take it fails its box's start
+    /// (it would serve an older policy than the caller set).
+    fn list(&self, gateway: &Live, version: u64) -> std::io::Result<()> {
+        let _one_at_a_time = self.changing.lock().unwrap_or_else(PoisonError::into_inner);
         self.live
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -111,9 +118,11 @@ impl Served {
                 .unwrap_or_else(PoisonError::into_inner)
                 .as_mut()
             {
-                let _ = g.set_policy(&policy);
+                g.set_policy(&policy)
+                    .map_err(|e| std::io::Error::other(hull_api::Chain(&e).to_string()))?;
             }
         }
+        Ok(())
     }
 }
 
@@ -154,8 +163,7 @@ impl Backend for Served {
                 .and_then(|s| s.serve(tap.fd, &start, None))
                 .map_err(|e| std::io::Error::other(hull_api::Chain(&e).to_string()))?;
             *gateway.lock().unwrap_or_else(PoisonError::into_inner) = Some(g);
-            self.list(&gateway, version);
-            Ok(())
+            self.list(&gateway, version)
         };
         let (result, destroy) = self.inner.run_served(spec, sink, &mut take)?;
         // The gateway lives until the box is destroyed (a kernel's box outlives its calls).

@@ -62,7 +62,7 @@ pub fn broker_of(
     })?;
     let (cert, key) = ca.ok_or(BrokeringError::NoCa)?;
     let shown = start.ca_dir.clone().unwrap_or_default();
-    let ca = hull_net::ca::Ca::from_files(cert, key, &shown)?;
+    let ca = hull_net::ca::Ca::from_files(&cert, &key, &shown)?;
     let mut pems = host;
     pems.extend(
         start

@@ -36,6 +36,12 @@ impl Bundles {
     /// (a regular file, no link on the way) and no mount of the caller's covers, a copy with
     /// `ca_pem` appended, written into `dir` once per root.
     pub fn mounts(&self, spec: &BoxSpec, dir: &Path, ca_pem: &str) -> Vec<BindMount> {
+        // A writable root's files are the box's own (its upper layer may hold links where the
+        // image has files, and may carry CAs the box added): it trusts the CA through the
+        // environment only.
+        if spec.writable_root.is_some() {
+            return Vec::new();
+        }
         let root = match &spec.root {
             RootSpec::Dir(d) => d.clone(),
             RootSpec::Host => PathBuf::from("/"),

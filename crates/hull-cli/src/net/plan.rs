@@ -53,6 +53,7 @@ pub fn start_of(g: &hull_api::network::Gateway) -> Result<Start, String> {
         broker: None,
         ca_dir: None,
         upstream_pems,
+        ca_files: Default::default(),
         proxy: super::proxy_env::from_env()?,
     })
 }
@@ -126,13 +127,18 @@ pub fn brokered(
         return Ok(None);
     }
     let ca_dir = hull_image::default_home().join("ca");
-    let ca = hull_net::ca::Ca::load_or_create(&ca_dir).map_err(|e| {
+    let said = |e: hull_net::ca::CaError| {
         format!(
             "the gateway CA in {}: {}",
             ca_dir.display(),
             hull_api::Chain(&e)
         )
-    })?;
+    };
+    // Made on first use; then opened once, as one pair: every box of this trust (a session's
+    // boxes, started later) gets this CA, whatever `hull ca rotate` does meanwhile.
+    hull_net::ca::Ca::load_or_create(&ca_dir).map_err(said)?;
+    let (cert, key) = hull_net::ca::Ca::open_files(&ca_dir).map_err(said)?;
+    let ca = hull_net::ca::Ca::from_files(&cert, &key, &ca_dir).map_err(said)?;
     let mut specs = Vec::new();
     let mut env = Vec::new();
     for s in secrets {
@@ -160,7 +166,8 @@ pub fn brokered(
     env.push(("NODE_EXTRA_CA_CERTS".into(), format!("{TRUST_DIR}/ca.pem")));
     let dir = trust_dir(ca.cert_pem())?;
     start.broker = Some(serde_json::json!({ "secrets": specs }));
-    start.ca_dir = Some(ca_dir);
+    start.ca_files = super::wire::CaFiles(Some(std::sync::Arc::new((cert, key))));
+    start.ca_dir = Some(ca_dir.clone());
     Ok(Some(BoxTrust {
         env,
         dir,

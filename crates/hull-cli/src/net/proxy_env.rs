@@ -32,7 +32,8 @@ pub fn from_env() -> Result<Option<ProxyStart>, String> {
     parse(var, url.trim(), &no_proxy)
 }
 
-/// `url` (from `var`) and a `NO_PROXY` list as a proxy, or None for none.
+/// `url` (from `var`) and a `NO_PROXY` list as a proxy, or None for none. Errors never quote
+/// the URL whole: its user part may hold a password.
 fn parse(var: &str, url: &str, no_proxy: &str) -> Result<Option<ProxyStart>, String> {
     if url.is_empty() || (var == "HULL_NET_PROXY" && url == "none") {
         return Ok(None);
@@ -59,7 +60,7 @@ fn parse(var: &str, url: &str, no_proxy: &str) -> Result<Option<ProxyStart>, Str
         Some((h, p)) if !h.ends_with(']') || hostport.starts_with('[') => {
             let port = p
                 .parse::<u16>()
-                .map_err(|_| format!("{var}: `{p}` in `{url}` is not a port number"))?;
+                .map_err(|_| format!("{var}: `{p}` after the proxy host is not a port number"))?;
             (h, port)
         }
         _ => (hostport, 80),
@@ -67,7 +68,7 @@ fn parse(var: &str, url: &str, no_proxy: &str) -> Result<Option<ProxyStart>, Str
     let host = host.trim_start_matches('[').trim_end_matches(']');
     if host.is_empty() {
         return Err(format!(
-            "{var}: `{url}` names no proxy host; expected http://HOST:PORT"
+            "{var} names no proxy host; expected http://HOST:PORT"
         ));
     }
     let addr = (host, port)

@@ -15,7 +15,6 @@
 use std::io::{BufRead, BufReader, IoSlice, Write};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::fs::OpenOptionsExt;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
@@ -173,28 +172,21 @@ impl Spare {
         })
     }
 
-    /// Hands the box's TAP, `log` and `start` to the gateway (with the CA's two files, opened
-    /// here, when `start` brokers); returns once it serves the box.
+    /// Hands the box's TAP, `log` and `start` to the gateway (with copies of the CA's two open
+    /// files when `start` brokers); returns once it serves the box.
     pub fn serve(
         mut self,
         tap: OwnedFd,
         start: &Start,
         log: Option<std::fs::File>,
     ) -> Result<GatewayProcess, GatewayError> {
-        let ca = match (&start.broker, &start.ca_dir) {
-            (Some(_), Some(dir)) => {
-                let open = |f: &str| {
-                    std::fs::OpenOptions::new()
-                        .read(true)
-                        .custom_flags(libc::O_NOFOLLOW)
-                        .open(dir.join(f))
-                        .map_err(GatewayError::Io)
-                };
-                Some((
-                    open(hull_net::ca::CERT_FILE)?,
-                    open(hull_net::ca::KEY_FILE)?,
-                ))
-            }
+        // Copies of the pair opened when the brokering was set up (the gateway reads them
+        // from their start).
+        let ca = match (&start.broker, &start.ca_files.0) {
+            (Some(_), Some(pair)) => Some((
+                pair.0.try_clone().map_err(GatewayError::Io)?,
+                pair.1.try_clone().map_err(GatewayError::Io)?,
+            )),
             _ => None,
         };
         {

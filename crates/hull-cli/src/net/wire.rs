@@ -57,10 +57,42 @@ pub struct Start {
     /// read by the supervisor: (the file's path, its text).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub upstream_pems: Vec<(String, String)>,
+    /// The CA's two files, opened once when the box's brokering was set up (so every box of a
+    /// session gets the CA its trust holds, even after `hull ca rotate`): handed over as
+    /// descriptors, never on the wire.
+    #[serde(skip)]
+    pub ca_files: CaFiles,
     /// The host's HTTP proxy the gateway tunnels upstream connections through (`HTTPS_PROXY`,
     /// [`super::proxy_env`]); its credentials cross only this pipe too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy: Option<ProxyStart>,
+}
+
+/// [`Start::ca_files`]: the CA's (certificate, key), open.
+#[derive(Clone, Default)]
+pub struct CaFiles(pub Option<std::sync::Arc<(std::fs::File, std::fs::File)>>);
+
+/// The same open pair (or none on both sides).
+impl PartialEq for CaFiles {
+    fn eq(&self, other: &CaFiles) -> bool {
+        match (&self.0, &other.0) {
+            (None, None) => true,
+            (Some(a), Some(b)) => std::sync::Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for CaFiles {}
+
+impl std::fmt::Debug for CaFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "CaFiles(open)"
+        } else {
+            "CaFiles(none)"
+        })
+    }
 }
 
 /// [`Start::proxy`]: `hull_net::proxy::Proxy` on the wire.
