@@ -154,18 +154,13 @@ impl Backend for Served {
             (c.start.clone(), c.version)
         };
         // Listed as soon as it serves: a kernel's or a prewarmed box's run lasts the box's life.
-        // Its process is started now, ahead of the box (it execs while the box is built).
         let gateway: Live = Arc::new(Mutex::new(None));
-        let mut spare = Some(super::spawn::Spare::spawn());
-        let mut take = |tap: hull_box::Tap| -> std::io::Result<()> {
-            let spare = spare.take().unwrap_or_else(super::spawn::Spare::spawn);
-            let g = spare
-                .and_then(|s| s.serve(tap.fd, &start, None))
-                .map_err(|e| std::io::Error::other(hull_api::Chain(&e).to_string()))?;
+        let mut take = super::plan::serving(&start, None, |g| {
             *gateway.lock().unwrap_or_else(PoisonError::into_inner) = Some(g);
             self.list(&gateway, version)
-        };
+        });
         let (result, destroy) = self.inner.run_served(spec, sink, &mut take)?;
+        drop(take);
         // The gateway lives until the box is destroyed (a kernel's box outlives its calls).
         let destroy: Destroy = Box::new(move || {
             drop(gateway);

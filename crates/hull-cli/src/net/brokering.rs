@@ -13,13 +13,6 @@ use tokio::io::DuplexStream;
 
 use super::wire::Start;
 
-/// The system bundles a host may have, read for the gateway's upstream trust.
-pub const HOST_BUNDLES: &[&str] = &[
-    "/etc/ssl/certs/ca-certificates.crt",
-    "/etc/pki/tls/certs/ca-bundle.crt",
-    "/etc/ssl/cert.pem",
-];
-
 /// Why brokering could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum BrokeringError {
@@ -37,11 +30,13 @@ pub enum BrokeringError {
 }
 
 /// The broker `start` asks for, if any, logging to `log`. Reads files: before confinement.
-/// The host's bundles, read now (before the gateway confines itself): (path, text).
+/// The host's system bundles (the distributions' paths, [`super::bundles::SYSTEM_BUNDLES`]),
+/// read now (before the gateway confines itself): (path, text).
 pub fn host_bundles() -> Vec<(String, Vec<u8>)> {
-    HOST_BUNDLES
+    super::bundles::SYSTEM_BUNDLES
         .iter()
-        .filter_map(|p| std::fs::read(p).ok().map(|b| (p.to_string(), b)))
+        .map(|rel| format!("/{rel}"))
+        .filter_map(|p| std::fs::read(&p).ok().map(|b| (p, b)))
         .collect()
 }
 

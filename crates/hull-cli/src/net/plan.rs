@@ -134,10 +134,15 @@ pub fn brokered(
             hull_api::Chain(&e)
         )
     };
-    // Made on first use; then opened once, as one pair: every box of this trust (a session's
+    // Opened once, as one pair (made on first use): every box of this trust (a session's
     // boxes, started later) gets this CA, whatever `hull ca rotate` does meanwhile.
-    hull_net::ca::Ca::load_or_create(&ca_dir).map_err(said)?;
-    let (cert, key) = hull_net::ca::Ca::open_files(&ca_dir).map_err(said)?;
+    let (cert, key) = match hull_net::ca::Ca::open_files(&ca_dir) {
+        Ok(pair) => pair,
+        Err(_) => {
+            hull_net::ca::Ca::load_or_create(&ca_dir).map_err(said)?;
+            hull_net::ca::Ca::open_files(&ca_dir).map_err(said)?
+        }
+    };
     let ca = hull_net::ca::Ca::from_files(&cert, &key, &ca_dir).map_err(said)?;
     let mut specs = Vec::new();
     let mut env = Vec::new();
@@ -224,13 +229,27 @@ pub fn policy_of(g: &hull_api::network::Gateway) -> PolicySpec {
 
 /// A TAP handler that starts the gateway of `start` on the box's TAP, tells `ready` (which may
 /// announce the published ports) and puts it in `slot` (with its log at `log`, appended to,
-/// when given). The gateway process is started now, ahead of the box ([`Spare`]): made just
-/// before the box is, it execs while the box is built.
+/// when given).
 pub fn handler<'a>(
     start: &'a Start,
     log: Option<&'a std::path::Path>,
     slot: &'a mut Option<GatewayProcess>,
     mut ready: impl FnMut(&GatewayProcess) + 'a,
+) -> impl FnMut(hull_box::Tap) -> std::io::Result<()> + 'a {
+    serving(start, log, move |g| {
+        ready(&g);
+        *slot = Some(g);
+        Ok(())
+    })
+}
+
+/// A TAP handler that starts the gateway of `start` on the box's TAP (with its log at `log`,
+/// appended to, when given) and hands it to `put`. The gateway process is started now, ahead
+/// of the box ([`Spare`]): made just before the box is, it execs while the box is built.
+pub fn serving<'a>(
+    start: &'a Start,
+    log: Option<&'a std::path::Path>,
+    mut put: impl FnMut(GatewayProcess) -> std::io::Result<()> + 'a,
 ) -> impl FnMut(hull_box::Tap) -> std::io::Result<()> + 'a {
     let mut spare = Some(Spare::spawn());
     move |tap: hull_box::Tap| {
@@ -247,8 +266,6 @@ pub fn handler<'a>(
         let g = spare
             .and_then(|s| s.serve(tap.fd, start, log))
             .map_err(|e| std::io::Error::other(hull_api::Chain(&e).to_string()))?;
-        ready(&g);
-        *slot = Some(g);
-        Ok(())
+        put(g)
     }
 }

@@ -237,23 +237,23 @@ impl Spare {
 
 impl Drop for Spare {
     fn drop(&mut self) {
-        drop(self.stdin.take());
-        if let Some(mut child) = self.child.take() {
-            std::thread::spawn(move || {
-                let _ = child.wait();
-            });
-        }
+        end_off_path(self.stdin.take(), self.child.take());
+    }
+}
+
+/// Ends a gateway process: its stdin's end stops it, and it is reaped on a thread of its own,
+/// off the caller's path (see the module comment).
+fn end_off_path(stdin: Option<ChildStdin>, child: Option<Child>) {
+    drop(stdin);
+    if let Some(mut child) = child {
+        std::thread::spawn(move || {
+            let _ = child.wait();
+        });
     }
 }
 
 impl Drop for GatewayProcess {
     fn drop(&mut self) {
-        // Its stdin's end stops it; it is reaped off the caller's path (see the module comment).
-        drop(self.stdin.take());
-        if let Some(mut child) = self.child.take() {
-            std::thread::spawn(move || {
-                let _ = child.wait();
-            });
-        }
+        end_off_path(self.stdin.take(), self.child.take());
     }
 }
