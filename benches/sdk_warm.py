@@ -3,7 +3,7 @@
 installed and its image is cached, or a baseline build with --baseline), interleaved A B A B: a prewarmed `run_code("print(1)")`,
 `kernel()` start, and a kernel cell `"1+1"`. Prints p50/p90 in ms and the load average.
 
-    python3 benches/sdk_warm.py [--rounds N] [--spacing-ms MS] [--peers]
+    python3 benches/sdk_warm.py [--rounds N] [--spacing-ms MS] [--peers] [--through-serve]
 
 Set HULL_BIN to the hull to measure (a release build: `cargo build --release -p hull-cli`),
 PYTHONPATH to bindings/python/python unless hull-sandbox is installed. A benchmark, not a test.
@@ -73,11 +73,20 @@ def main():
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--spacing-ms", type=float, default=100.0, help="pause after each call, as an agent spaces them (the pool refills meanwhile)")
     ap.add_argument("--peers", action="store_true", help="also kern_sandbox, interleaved")
+    ap.add_argument("--image", help="the image both run on: hull's name (e.g. bench-python:1, from benches/python-image.sh); kern's is localhost/NAME (default: hull's host root, kern's own image)")
+    ap.add_argument("--through-serve", action="store_true", help="also hull with kernel cells sent through `hull serve` (HULL_KERNEL_DIRECT=0), interleaved")
     ap.add_argument("--baseline", nargs=2, metavar=("PYTHON_DIR", "HULL_BIN"), help="also another build, interleaved: its python/ directory (holding hull_sandbox) and its hull binary")
     a = ap.parse_args()
     import hull_sandbox
 
-    subjects = [Subject("hull", hull_sandbox)]
+    own = {"image": a.image} if a.image else {}
+    subjects = [Subject("hull", hull_sandbox, **own)]
+    if a.through_serve:
+        from hull_sandbox import _sandbox
+
+        _sandbox._DIRECT = False
+        subjects.append(Subject("serve", hull_sandbox, **own))
+        _sandbox._DIRECT = True
     if a.baseline:
         import importlib.util
 
@@ -97,7 +106,7 @@ def main():
     if a.peers:
         import kern_sandbox
 
-        subjects.append(Subject("kern", kern_sandbox))
+        subjects.append(Subject("kern", kern_sandbox, **({"image": "localhost/" + a.image} if a.image else {})))
     for _ in range(3):  # warm-up
         for s in subjects:
             s.round(a.spacing_ms / 1000.0)
@@ -112,8 +121,8 @@ def main():
     for s in subjects:
         for what, v in s.times.items():
             print("%-6s %-13s %9.3f %9.3f" % (s.name, what, pct(v, 50), pct(v, 90)))
-    if len(subjects) == 2:
-        h, k = subjects
+    h = subjects[0]
+    for k in subjects[1:]:
         for what in h.times:
             print("ratio hull/%s %-13s p50 %.2fx  p90 %.2fx" % (k.name, what, pct(h.times[what], 50) / pct(k.times[what], 50), pct(h.times[what], 90) / pct(k.times[what], 90)))
     for s in subjects:

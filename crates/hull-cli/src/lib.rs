@@ -25,6 +25,7 @@ mod pty_relay;
 pub mod pull;
 pub mod run;
 pub mod serve;
+mod serve_handoff;
 mod serve_loop;
 mod serve_named;
 mod serve_named_files;

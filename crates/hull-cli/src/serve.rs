@@ -22,7 +22,13 @@ pub use crate::serve_request::{parse_request, Request};
 pub const PROTOCOL_VERSION: u32 = 1;
 
 #[derive(clap::Args, Debug)]
-pub struct ServeArgs {}
+pub struct ServeArgs {
+    /// An inherited Unix socket (SOCK_SEQPACKET; its descriptor number) over which the server
+    /// hands its caller descriptors: `kernel.attach` sends a kernel's channel there, so the
+    /// caller's cells reach the interpreter without this server in between. The SDKs pass it.
+    #[arg(long, value_name = "FD")]
+    pub fd_socket: Option<i32>,
+}
 
 fn invalid(e: &hull_api::RequestError) -> Value {
     json!({ "kind": "invalid_argument", "message": e.to_string(), "chain": [e.to_string()], "arg": e.arg })
@@ -159,7 +165,15 @@ fn handle(
     }
 }
 
-pub fn main(_args: &ServeArgs) -> i32 {
+pub fn main(args: &ServeArgs) -> i32 {
+    let handoff = match args.fd_socket.map(crate::serve_handoff::Handoff::inherited) {
+        None => None,
+        Some(Ok(h)) => Some(h),
+        Some(Err(e)) => {
+            crate::print_error(&e);
+            return 2;
+        }
+    };
     // A long-lived front end: every warm pool (templates, spares, ready boxes), and what
     // SIGKILLed hulls left behind is swept once, off the hot path.
     let rt = match Runtime::with_warm(WarmOptions::ALL) {
@@ -171,7 +185,7 @@ pub fn main(_args: &ServeArgs) -> i32 {
     };
     rt.sweep_leftovers();
     let out = Out::start();
-    let sessions = Arc::new(crate::serve_sandbox::Sessions::default());
+    let sessions = Arc::new(crate::serve_sandbox::Sessions::with_handoff(handoff));
     let server = {
         // Weakly: threads left waiting for stdin at the end must not keep the runtime alive, whose
         // drop (when `main` returns) removes the cgroups it made ahead.

@@ -5,10 +5,12 @@
 //! (`path_b64`, `subdir_b64`, as listings show them).
 
 use std::collections::HashMap;
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use base64::Engine;
+use hull::cell::CellEnd;
 use hull::{CallOptions, Language, Sandbox, SandboxError, SandboxRequest};
 use hull_box::{OutputSink, Runtime};
 use serde_json::{json, Map, Value};
@@ -29,6 +31,8 @@ pub const METHODS: &[&str] = &[
     "sandbox.set_network",
     "kernel.start",
     "kernel.run_code",
+    "kernel.attach",
+    "kernel.end",
     "kernel.close",
 ];
 
@@ -43,9 +47,18 @@ pub struct Sessions {
     /// `sandbox.set_network` replaces.
     gateways: Mutex<HashMap<String, Arc<crate::net::backend::Served>>>,
     next: std::sync::atomic::AtomicU64,
+    /// Where `kernel.attach` hands a kernel's channel over (`hull serve --fd-socket`).
+    handoff: Option<crate::serve_handoff::Handoff>,
 }
 
 impl Sessions {
+    pub(crate) fn with_handoff(handoff: Option<crate::serve_handoff::Handoff>) -> Sessions {
+        Sessions {
+            handoff,
+            ..Sessions::default()
+        }
+    }
+
     /// Destroys every sandbox (at shutdown or end of input), waiting for their boxes to go.
     pub fn destroy_all(&self) {
         let all: Vec<Arc<Sandbox>> = self
@@ -217,6 +230,22 @@ impl Sessions {
                     &format!("no sandbox `{id}` in this server (destroyed, or never created)"),
                 )
             })
+    }
+
+    /// The sandbox and kernel a `kernel.*` request names.
+    fn kernel(
+        &self,
+        p: &Map<String, Value>,
+    ) -> Result<(Arc<Sandbox>, Arc<hull::Kernel>), SandboxError> {
+        let sb = self.get(p)?;
+        let kid = str_param(p, "kernel")?;
+        let k = sb.get_kernel(kid).ok_or_else(|| {
+            bad(
+                "kernel",
+                &format!("no kernel `{kid}` in sandbox `{}`", sb.id),
+            )
+        })?;
+        Ok((sb, k))
     }
 
     /// Answers one `sandbox.*` or `kernel.*` request: `Ok(None)` when the answer was sent already.
@@ -423,14 +452,7 @@ impl Sessions {
                 Ok(None)
             }
             "kernel.run_code" => {
-                let sb = self.get(p)?;
-                let kid = str_param(p, "kernel")?;
-                let k = sb.get_kernel(kid).ok_or_else(|| {
-                    bad(
-                        "kernel",
-                        &format!("no kernel `{kid}` in sandbox `{}`", sb.id),
-                    )
-                })?;
+                let (sb, k) = self.kernel(p)?;
                 let mut sink = sink_for(p, out, id);
                 let opts = call_options(p)?;
                 if opts.stdin.is_some() {
@@ -446,6 +468,55 @@ impl Sessions {
                 let timeout = opts.timeout;
                 let r = sb.kernel_run_with(&k, str_param(p, "code")?, timeout, &mut *sink)?;
                 Ok(Some(exec_json(&r)))
+            }
+            "kernel.attach" => {
+                let (sb, k) = self.kernel(p)?;
+                let Some(handoff) = &self.handoff else {
+                    return Err(bad(
+                        "kernel",
+                        "this server has no descriptor socket to hand the kernel's channel over; start it with `hull serve --fd-socket FD`",
+                    ));
+                };
+                let ch = sb.kernel_attach(&k)?;
+                if let Err(e) = handoff.send(k.id.as_bytes(), ch.channel.as_fd()) {
+                    // Nobody holds the channel: the kernel could never run a cell again.
+                    sb.close_kernel(&k.id);
+                    return Err(SandboxError::RunnerIo {
+                        what: "hand its channel over (--fd-socket)",
+                        error: e,
+                    });
+                }
+                Ok(Some(json!({
+                    "kernel": k.id,
+                    "max_output": ch.max_output,
+                    "timeout_s": ch.timeout.as_secs_f64(),
+                    "workspace": ch.workspace,
+                    "max_frame": hull::cell::MAX_FRAME,
+                    "max_frame_values": hull::cell::MAX_FRAME_VALUES,
+                })))
+            }
+            "kernel.end" => {
+                let (sb, k) = self.kernel(p)?;
+                let end = match str_param(p, "end")? {
+                    "timeout" => {
+                        let t = call_options(p)?.timeout.ok_or_else(|| {
+                            bad("timeout_s", "a cell that timed out names its deadline")
+                        })?;
+                        CellEnd::Timeout(t)
+                    }
+                    "gone" => CellEnd::Gone,
+                    "broken" => CellEnd::Broken(str_param(p, "warning")?.to_string()),
+                    other => {
+                        return Err(bad(
+                            "end",
+                            &format!(
+                                "`{other}` is not how a cell ends; use timeout, gone or broken"
+                            ),
+                        ))
+                    }
+                };
+                let run = sb.kernel_end(&k, end)?;
+                Ok(Some(serde_json::to_value(run).unwrap_or(Value::Null)))
             }
             "kernel.close" => {
                 let sb = self.get(p)?;

@@ -40,6 +40,40 @@ impl Client {
         }
     }
 
+    /// A server given one end of a `SOCK_SEQPACKET` pair as `--fd-socket`; the other end is
+    /// returned, for `kernel.attach`'s hand-offs.
+    fn with_fd_socket() -> (Client, std::os::fd::OwnedFd) {
+        use rustix::net::{socketpair, AddressFamily, SocketFlags, SocketType};
+        use std::os::fd::AsRawFd;
+        let (ours, theirs) = socketpair(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap();
+        // Inherited across exec: the server's end only.
+        rustix::io::fcntl_setfd(&theirs, rustix::io::FdFlags::empty()).unwrap();
+        let mut child = Command::new(common::bin())
+            .args(["serve", "--fd-socket", &theirs.as_raw_fd().to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn hull serve");
+        drop(theirs);
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        (
+            Client {
+                child,
+                stdin,
+                stdout,
+                next: 0,
+            },
+            ours,
+        )
+    }
+
     /// Sends one request and returns its answer (`result` or `error` object), skipping events.
     fn call(&mut self, method: &str, params: Value) -> Result<Value, Value> {
         self.next += 1;
@@ -1547,4 +1581,165 @@ fn a_sessions_policy_is_replaced_while_it_lives() {
         "{e}"
     );
     assert_eq!(echo.accepted(), 3);
+}
+
+/// One hand-off from the server's descriptor socket: its tag and descriptor.
+fn handed_over(sock: &std::os::fd::OwnedFd) -> (String, std::os::fd::OwnedFd) {
+    use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+    let mut space = [std::mem::MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let mut tag = [0u8; 256];
+    let got = rustix::net::recvmsg(
+        sock,
+        &mut [std::io::IoSliceMut::new(&mut tag)],
+        &mut control,
+        RecvFlags::CMSG_CLOEXEC,
+    )
+    .unwrap();
+    let mut fds: Vec<std::os::fd::OwnedFd> = Vec::new();
+    for m in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(f) = m {
+            fds.extend(f);
+        }
+    }
+    assert_eq!(fds.len(), 1, "one descriptor per hand-off");
+    (
+        String::from_utf8_lossy(&tag[..got.bytes]).into_owned(),
+        fds.pop().unwrap(),
+    )
+}
+
+/// Sends one cell over a runner's channel and reads its frames up to `done` (None at EOF).
+fn direct_cell(chan: &mut std::os::unix::net::UnixStream, code: &str) -> Option<Vec<Value>> {
+    write!(chan, "{}\n{code}", code.len()).unwrap();
+    let mut r = BufReader::new(chan.try_clone().unwrap());
+    let mut frames = Vec::new();
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).unwrap_or(0) == 0 {
+            return None;
+        }
+        let f: Value = serde_json::from_str(&line).unwrap();
+        let done = f.get("done").is_some();
+        frames.push(f);
+        if done {
+            return Some(frames);
+        }
+    }
+}
+
+#[test]
+fn an_attached_kernel_takes_cells_over_its_own_channel_and_ends_through_the_server() {
+    // Without a descriptor socket there is nothing to hand the channel over on.
+    let mut plain = Client::new();
+    let sb = plain.create(json!({}));
+    let k = plain.ok("kernel.start", json!({"sandbox": sb}))["kernel"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let e = plain
+        .call("kernel.attach", json!({"sandbox": sb, "kernel": k}))
+        .unwrap_err();
+    assert!(
+        e["message"].as_str().unwrap().contains("--fd-socket"),
+        "{e}"
+    );
+    drop(plain);
+    // A descriptor that is not inherited is refused up front, naming the option.
+    let out = Command::new(common::bin())
+        .args(["serve", "--fd-socket", "77"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--fd-socket 77"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let (mut c, sock) = Client::with_fd_socket();
+    let sb = c.create(json!({"timeout_s": 2, "max_output_bytes": 1000}));
+    let k = c.ok("kernel.start", json!({"sandbox": sb}))["kernel"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let a = c.ok("kernel.attach", json!({"sandbox": sb, "kernel": k}));
+    assert_eq!(a["max_output"], 1000, "{a}");
+    assert_eq!(a["timeout_s"], 2.0, "{a}");
+    assert!(a["workspace"].is_string(), "{a}");
+    let (tag, fd) = handed_over(&sock);
+    assert_eq!(tag, k);
+    let mut chan = std::os::unix::net::UnixStream::from(fd);
+    let frames = direct_cell(&mut chan, "x = 41\nprint('hi')\nx + 1").unwrap();
+    assert_eq!(frames[0]["stream"], "stdout", "{frames:?}");
+    assert_eq!(frames[0]["data"], "aGkK", "{frames:?}");
+    let done = frames.last().unwrap();
+    assert_eq!(done["results"][0]["text/plain"], "42", "{done}");
+    // The state lives on between cells sent over the channel.
+    let frames = direct_cell(&mut chan, "x").unwrap();
+    assert_eq!(frames.last().unwrap()["results"][0]["text/plain"], "41");
+    // The server no longer runs cells of this kernel, nor hands its channel over twice.
+    let e = c
+        .call(
+            "kernel.run_code",
+            json!({"sandbox": sb, "kernel": k, "code": "1"}),
+        )
+        .unwrap_err();
+    assert!(e["message"].as_str().unwrap().contains("attached"), "{e}");
+    let e = c
+        .call("kernel.attach", json!({"sandbox": sb, "kernel": k}))
+        .unwrap_err();
+    assert!(
+        e["message"].as_str().unwrap().contains("attached already"),
+        "{e}"
+    );
+    // A cell past its deadline: the caller says so, the server kills the kernel and answers
+    // with the box's result; the channel then ends (the interpreter is gone).
+    write!(chan, "16\nwhile True: pass").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let r = c.ok(
+        "kernel.end",
+        json!({"sandbox": sb, "kernel": k, "end": "timeout", "timeout_s": 0.3}),
+    );
+    assert_eq!(r["fault"]["type"], "timeout", "{r}");
+    assert_eq!(r["success"], false, "{r}");
+    chan.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    let mut rest = Vec::new();
+    assert_eq!(
+        std::io::Read::read_to_end(&mut chan, &mut rest).unwrap(),
+        0,
+        "the kernel's channel still carried frames"
+    );
+    let e = c
+        .call(
+            "kernel.end",
+            json!({"sandbox": sb, "kernel": k, "end": "gone"}),
+        )
+        .unwrap_err();
+    assert_eq!(e["kind"], "kernel_dead", "{e}");
+    // An interpreter that exits: the channel ends, and the server reports how it ended.
+    let k2 = c.ok("kernel.start", json!({"sandbox": sb}))["kernel"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    c.ok("kernel.attach", json!({"sandbox": sb, "kernel": k2}));
+    let (tag, fd) = handed_over(&sock);
+    assert_eq!(tag, k2);
+    let mut chan = std::os::unix::net::UnixStream::from(fd);
+    assert!(direct_cell(&mut chan, "import os\nos._exit(3)").is_none());
+    let r = c.ok(
+        "kernel.end",
+        json!({"sandbox": sb, "kernel": k2, "end": "gone"}),
+    );
+    assert_eq!(r["exit_code"], 3, "{r}");
+    assert_eq!(r["success"], false, "{r}");
+    let e = c
+        .call(
+            "kernel.end",
+            json!({"sandbox": sb, "kernel": k2, "end": "sideways"}),
+        )
+        .unwrap_err();
+    assert_eq!(e["arg"], "end", "{e}");
 }

@@ -550,28 +550,72 @@ impl RunnerBox {
                 };
                 Ok(Ok(CellOutcome { run, results }))
             }
-            FrameEnd::Eof | FrameEnd::Timeout | FrameEnd::Broken(_) => {
-                let timed_out = matches!(end, FrameEnd::Timeout);
-                self.kill();
-                let (mut run, _) = self.wait_end(Instant::now() + Duration::from_secs(5))?;
-                if timed_out {
-                    run.fault = Some(timeout_fault(timeout));
-                }
-                run.success = false;
-                (run.stdout, run.stdout_b64) = hull_box::result::stream_text(&stdout);
-                (run.stderr, run.stderr_b64) = hull_box::result::stream_text(&stderr);
-                run.truncated |= dropped > 0;
-                run.duration_ms = ms();
-                if let FrameEnd::Broken(why) = end {
-                    run.warnings.push(why);
-                }
-                Ok(Err(CellOutcome {
-                    run,
-                    results: Vec::new(),
-                }))
+            FrameEnd::Eof => self.cell_ended(CellEnd::Gone, &stdout, &stderr, dropped, t0),
+            FrameEnd::Timeout => {
+                self.cell_ended(CellEnd::Timeout(timeout), &stdout, &stderr, dropped, t0)
+            }
+            FrameEnd::Broken(why) => {
+                self.cell_ended(CellEnd::Broken(why), &stdout, &stderr, dropped, t0)
             }
         }
     }
+
+    /// A kernel cell that ended without its `done` frame: kills the box, waits for it and
+    /// returns its result (with the output the cell sent before) as the cell's.
+    fn cell_ended(
+        &mut self,
+        end: CellEnd,
+        stdout: &[u8],
+        stderr: &[u8],
+        dropped: u64,
+        t0: Instant,
+    ) -> Result<Result<CellOutcome, CellOutcome>, SandboxError> {
+        let mut run = self.end_cell(end)?;
+        (run.stdout, run.stdout_b64) = hull_box::result::stream_text(stdout);
+        (run.stderr, run.stderr_b64) = hull_box::result::stream_text(stderr);
+        run.truncated |= dropped > 0;
+        run.duration_ms = u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
+        Ok(Err(CellOutcome {
+            run,
+            results: Vec::new(),
+        }))
+    }
+
+    /// A second descriptor of the runner's channel, for a caller that sends cells and reads
+    /// frames itself (see [`CellEnd`] for how such a caller reports a cell that did not end).
+    pub fn channel(&self) -> Result<OwnedFd, SandboxError> {
+        self.conn
+            .get_ref()
+            .try_clone()
+            .map(OwnedFd::from)
+            .map_err(|e| runner_err("duplicate its channel", e))
+    }
+
+    /// Ends the kernel after a cell that did not end with `done`: kills the box (an idempotent
+    /// signal when it is gone already), waits for it and returns the box's result with why the
+    /// cell ended (the output is the caller's: it read the frames).
+    pub fn end_cell(&mut self, end: CellEnd) -> Result<RunResult, SandboxError> {
+        self.kill();
+        let (mut run, _) = self.wait_end(Instant::now() + Duration::from_secs(5))?;
+        match end {
+            CellEnd::Timeout(timeout) => run.fault = Some(timeout_fault(timeout)),
+            CellEnd::Broken(why) => run.warnings.push(why),
+            CellEnd::Gone => {}
+        }
+        run.success = false;
+        Ok(run)
+    }
+}
+
+/// Why a kernel cell ended without its `done` frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CellEnd {
+    /// It ran past this deadline.
+    Timeout(Duration),
+    /// The channel closed (the interpreter died: a crash, the OOM killer, `os._exit`).
+    Gone,
+    /// The channel broke its protocol; the text says how (it becomes a warning).
+    Broken(String),
 }
 
 fn timeout_fault(timeout: Duration) -> Fault {

@@ -24,4 +24,4 @@ mod staging;
 pub use backend::Backend;
 pub use error::SandboxError;
 pub use hull_api::{Language, SandboxRequest};
-pub use sandbox::{CallOptions, ExecResult, Kernel, PrewarmStats, Sandbox};
+pub use sandbox::{CallOptions, ExecResult, Kernel, KernelChannel, PrewarmStats, Sandbox};

@@ -19,7 +19,7 @@ use serde_json::Value;
 use crate::backend::Backend;
 use crate::boxspec::DEPS_DIR;
 use crate::calltrace::{self, CallTrace};
-use crate::cell::{Reaper, RunnerBox, Started};
+use crate::cell::{CellEnd, Reaper, RunnerBox, Started};
 use crate::error::{Named, SandboxError};
 use crate::files::Confined;
 use crate::session_dirs::{leftover_prefix, private_dir, private_dir_mode};
@@ -147,6 +147,24 @@ pub struct Kernel {
     /// The runner's pidfd, outside the lock a running cell holds, so closing the kernel (or
     /// destroying its sandbox) kills it at once instead of waiting for the cell.
     killer: OwnedFd,
+    /// Set once the caller took the runner's channel ([`Sandbox::kernel_attach`]): its cells
+    /// then go over that channel, not through [`Sandbox::kernel_run`].
+    attached: AtomicBool,
+}
+
+/// A kernel's channel handed to its caller, and what the caller needs to hold the runner to
+/// the sandbox's rules itself: the frames are untrusted, the output capped, the cell timed.
+#[derive(Debug)]
+pub struct KernelChannel {
+    /// The runner's end of the conversation: cells go out as `<byte length>\n<code>`, frames
+    /// (`stream` output, then `done`) come back, one JSON object per line.
+    pub channel: OwnedFd,
+    /// The most output bytes a cell keeps per stream (the rest is dropped and counted).
+    pub max_output: u64,
+    /// The sandbox's deadline for a cell that gives none.
+    pub timeout: Duration,
+    /// The workspace on the host, when calls report the files they changed.
+    pub workspace: Option<PathBuf>,
 }
 
 impl Kernel {
@@ -838,6 +856,7 @@ impl Sandbox {
             id: id.clone(),
             rb: Mutex::new(Ok(rb)),
             killer,
+            attached: AtomicBool::new(false),
         });
         if let Ok(mut m) = self.kernels.lock() {
             m.insert(id, Arc::clone(&k));
@@ -887,6 +906,12 @@ impl Sandbox {
                 Ok(rb) => rb,
                 Err(why) => return Err(SandboxError::KernelDead(k.id.clone(), why.clone())),
             };
+            if k.attached.load(Ordering::SeqCst) {
+                return Err(SandboxError::Invalid {
+                    arg: "kernel".into(),
+                    why: format!("kernel {} is attached to its caller, whose cells go over the channel it took (kernel.attach)", k.id),
+                });
+            }
             let cell = rb.run_kernel_cell(code, timeout, max_output, sink, trace)?;
             calltrace::step(trace, "done_frame");
             match cell {
@@ -902,6 +927,67 @@ impl Sandbox {
             }
         })?;
         Ok(r)
+    }
+
+    /// Hands the kernel's channel to its caller, who then sends its cells and reads their
+    /// frames without this layer in between (one process less on each cell's path). Once only:
+    /// from then on [`kernel_run`](Self::kernel_run) refuses the kernel, and the caller reports a
+    /// cell that did not end with `done` through [`kernel_end`](Self::kernel_end).
+    pub fn kernel_attach(&self, k: &Kernel) -> Result<KernelChannel, SandboxError> {
+        self.check_alive()?;
+        let g =
+            k.rb.lock()
+                .map_err(|_poison| SandboxError::Runner("kernel lock poisoned".into()))?;
+        let rb = match g.as_ref() {
+            Ok(rb) => rb,
+            Err(why) => return Err(SandboxError::KernelDead(k.id.clone(), why.clone())),
+        };
+        if k.attached.swap(true, Ordering::SeqCst) {
+            return Err(SandboxError::Invalid {
+                arg: "kernel".into(),
+                why: format!(
+                    "kernel {} is attached already (its channel is handed over once)",
+                    k.id
+                ),
+            });
+        }
+        Ok(KernelChannel {
+            channel: rb.channel()?,
+            max_output: self.base.max_output,
+            timeout: self.cfg.timeout,
+            workspace: self
+                .cfg
+                .track_files
+                .then(|| self.workspace.root().to_path_buf()),
+        })
+    }
+
+    /// Ends an attached kernel whose cell did not end with `done` (`end` says why, as its
+    /// caller saw it): kills its box, waits for it and returns the box's result, whose fault
+    /// (a timeout, the OOM killer, a crash) explains the end. Later cells are refused.
+    pub fn kernel_end(&self, k: &Kernel, end: CellEnd) -> Result<RunResult, SandboxError> {
+        if !k.attached.load(Ordering::SeqCst) {
+            return Err(SandboxError::Invalid {
+                arg: "kernel".into(),
+                why: format!(
+                    "kernel {} is not attached; its cells end through kernel.run_code",
+                    k.id
+                ),
+            });
+        }
+        let mut g =
+            k.rb.lock()
+                .map_err(|_poison| SandboxError::Runner("kernel lock poisoned".into()))?;
+        let rb = match g.as_mut() {
+            Ok(rb) => rb,
+            Err(why) => return Err(SandboxError::KernelDead(k.id.clone(), why.clone())),
+        };
+        let run = rb.end_cell(end)?;
+        *g = Err(run.fault.as_ref().map_or_else(
+            || format!("the interpreter exited with code {}", run.exit_code),
+            |f| f.kind.as_str().to_string(),
+        ));
+        Ok(run)
     }
 
     pub fn close_kernel(&self, id: &str) -> bool {

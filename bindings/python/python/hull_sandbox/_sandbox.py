@@ -14,6 +14,7 @@ import json
 import os
 import queue
 import shutil
+import socket
 import subprocess
 import sys
 import sysconfig
@@ -21,7 +22,7 @@ import threading
 import time
 import weakref
 
-from . import _named
+from . import _direct, _named
 from ._errors import InvalidArgument, InvalidArgumentType, SandboxError, from_error
 from ._result import ExecutionResult, FileEntry
 
@@ -36,6 +37,9 @@ _PIPE_BUFFER = 1 << 20
 #: HULL_TRACE_CALLS=1: each call's steps (sent, answer read, parsed) on stderr, in the shape
 #: `hull serve` prints its own part in.
 _TRACE = os.environ.get("HULL_TRACE_CALLS", "0") not in ("", "0")
+#: Kernel cells go straight to the interpreter over a channel `hull serve` hands over (set
+#: HULL_KERNEL_DIRECT=0 to send them through the server, as the Node SDK does).
+_DIRECT = os.environ.get("HULL_KERNEL_DIRECT", "1") not in ("", "0")
 
 
 def _published(result):
@@ -110,7 +114,21 @@ class _Server:
     itself, with no hop to another thread."""
 
     def __init__(self, binary):
-        self.proc = subprocess.Popen([binary, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=_PIPE_BUFFER)
+        #: Where the server hands descriptors over (`--fd-socket`): a kernel's channel, so its
+        #: cells skip the server. HULL_KERNEL_DIRECT=0 keeps every cell on the server's path.
+        self.fds = None
+        argv, keep = [binary, "serve"], ()
+        if _DIRECT:
+            self.fds, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            argv += ["--fd-socket", str(theirs.fileno())]
+            keep = (theirs.fileno(),)
+        try:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=_PIPE_BUFFER, pass_fds=keep)
+        finally:
+            if self.fds is not None:
+                theirs.close()
+        #: Held from a `kernel.attach` request until its descriptor is taken.
+        self.attaching = threading.Lock()
         _grow_pipe(self.proc.stdout)
         self._wlock = threading.Lock()
         self._plock = threading.Lock()
@@ -210,6 +228,17 @@ class _Server:
                 return
             self._closed = True
         _shutdown(self.proc)
+        if self.fds is not None:
+            self.fds.close()
+
+    def take_fd(self, tag):
+        """The descriptor the server just handed over for `tag` (a kernel id)."""
+        got, fds, _flags, _addr = socket.recv_fds(self.fds, 256, 1)
+        if got.decode("utf-8", "replace") != tag or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            raise SandboxError("hull serve handed over %d descriptors for %r, expected one for kernel %r" % (len(fds), got, tag), "protocol")
+        return fds[0]
 
 
 def _shutdown(proc):
@@ -763,7 +792,14 @@ class Sandbox:
         `timeout_s` is each cell's deadline (the sandbox's by default; a cell may give its own)."""
         _call_options(timeout_s, None, None)
         r = self._server.call("kernel.start", self._p())
-        return Kernel(self, r["kernel"], timeout_s)
+        k = Kernel(self, r["kernel"], timeout_s)
+        if self._server.fds is not None:
+            try:
+                k._attach()
+            except BaseException:
+                k.close()
+                raise
+        return k
 
     def destroy(self):
         """Ends every box of the sandbox, removes its directories and stops its server."""
@@ -851,20 +887,60 @@ class Kernel:
         self.id = kernel_id
         #: Each cell's deadline unless the cell gives its own (None: the sandbox's).
         self.timeout_s = timeout_s
+        #: The interpreter's channel when attached (cells then skip the server), until the
+        #: kernel ends; one cell at a time goes over it.
+        self._chan = None
+        self._lock = threading.Lock()
+
+    def _attach(self):
+        srv = self._sb._server
+        with srv.attaching:
+            r = srv.call("kernel.attach", self._sb._p(kernel=self.id))
+            fd = srv.take_fd(self.id)
+        self._chan = _direct.Channel(socket.socket(fileno=fd), r)
 
     def run_code(self, code, timeout_s=None, on_stdout=None, on_stderr=None):
         """Runs one cell; `timeout_s` over the kernel's. A cell that passes it ends the kernel."""
         if not isinstance(code, str):
             raise InvalidArgumentType("code must be a string")
         t = timeout_s if timeout_s is not None else self.timeout_s
-        params = self._sb._p(kernel=self.id, code=code, **_call_options(t, None, None))
+        options = _call_options(t, None, None)
+        with self._lock:
+            if self._chan is not None and not self._sb._server._closed:
+                return self._direct(code, options.get("timeout_s", self._chan.timeout_s), on_stdout, on_stderr)
+        # Not attached, or ended (the server then says why a cell cannot run).
+        params = self._sb._p(kernel=self.id, code=code, **options)
         return self._sb._call_streamed("kernel.run_code", params, on_stdout, on_stderr)
+
+    def _direct(self, code, timeout_s, on_stdout, on_stderr):
+        sb = self._sb
+        streamer = None
+        if on_stdout is not None or on_stderr is not None:
+            _check_callbacks(on_stdout, on_stderr)
+            own = sb._streamer.on if sb._streamer else {}
+            streamer = _Streamer(on_stdout or own.get("stdout"), on_stderr or own.get("stderr"))
+        elif sb._streamer is not None:
+            streamer = sb._streamer
+        end = lambda how, **kw: sb._server.call("kernel.end", sb._p(kernel=self.id, end=how, **kw))  # noqa: E731
+        try:
+            r, alive = self._chan.run(code, timeout_s, streamer.offer if streamer else None, end)
+            if not alive:
+                self._chan.close()
+                self._chan = None
+            return ExecutionResult.from_json(r, streamer.take_dropped() if streamer else 0)
+        finally:
+            if streamer is not None and streamer is not sb._streamer:
+                streamer.close()
 
     def close(self):
         try:
             self._sb._server.call("kernel.close", self._sb._p(kernel=self.id))
         except SandboxError:
             pass
+        with self._lock:
+            if self._chan is not None:
+                self._chan.close()
+                self._chan = None
 
     def __enter__(self):
         return self

@@ -1,0 +1,162 @@
+"""Kernel cells over the channel `hull serve` hands the SDK (`kernel.attach`): they reach the
+interpreter without the server, give what the server's path gives, and hold the interpreter to
+the same rules (deadline, output cap, untrusted frames, a host-side file scan that follows no
+link out of the workspace)."""
+
+import os
+import signal
+import time
+
+import pytest
+
+from hull_sandbox import KernelDied, Sandbox
+from hull_sandbox import _sandbox
+
+#: Python that finds the runner's channel the way hostile code would: by its descriptor.
+CHANNEL = """import os, socket
+def chan():
+    for f in os.listdir('/proc/self/fd'):
+        try:
+            if int(f) > 2 and os.readlink('/proc/self/fd/' + f).startswith('socket:'):
+                return socket.socket(fileno=os.dup(int(f)))
+        except OSError:
+            pass
+"""
+
+
+def through_server():
+    """A Sandbox whose kernels' cells go through `hull serve` (HULL_KERNEL_DIRECT=0)."""
+    _sandbox._DIRECT = False
+    try:
+        return Sandbox(timeout_s=5, max_output_bytes=64)
+    finally:
+        _sandbox._DIRECT = True
+
+
+def test_cells_reach_the_interpreter_with_the_server_stopped():
+    with Sandbox(timeout_s=5) as sb:
+        with sb.kernel() as k:
+            assert k._chan is not None, "the kernel was not attached"
+            k.run_code("x = 41")
+            os.kill(sb.server_pid, signal.SIGSTOP)
+            try:
+                t = time.monotonic()
+                r = k.run_code("x + 1")
+                took = time.monotonic() - t
+            finally:
+                os.kill(sb.server_pid, signal.SIGCONT)
+            assert r.results[0].text == "42" and took < 4, (r, took)
+
+
+CELLS = [
+    "import os\nos.makedirs('d/e', exist_ok=True)\nopen('d/e/f.txt', 'w').write('abc')\nopen('gone.txt', 'w').write('x')\nprint('made')",
+    "import os, sys\nos.remove('gone.txt')\nopen('d/e/f.txt', 'a').write('more')\nos.symlink('/etc', 'etc_link')\nopen(b'bad\\xffname', 'w').write('y')\nsys.stdout.buffer.write(b'\\xff\\xfebin\\n')\n'value'",
+    "print('x' * 200)\nimport sys\nprint('err', file=sys.stderr)\n1/0",
+    "class H:\n    def _repr_html_(self): return '<b>h</b>'\n    def __repr__(self): return 'H'\ndisplay(H())\nraise SystemExit(7)",
+]
+
+
+def comparable(r):
+    return {
+        "stdout": r.stdout,
+        "stdout_bytes": r.stdout_bytes,
+        "stderr": r.stderr.replace("<cell 3>", "<cell>"),
+        "exit_code": r.exit_code,
+        "success": r.success,
+        "fault": r.fault,
+        "truncated": r.truncated,
+        "results": [b.data for b in r.results],
+        "files": [(f.path, f.change, f.size, f.raw) for f in r.files],
+        "warnings": r.warnings,
+        "stats": r.stats,
+    }
+
+
+def test_a_direct_cell_answers_as_the_server_would():
+    direct = Sandbox(timeout_s=5, max_output_bytes=64)
+    served = through_server()
+    try:
+        kd, ks = direct.kernel(), served.kernel()
+        assert kd._chan is not None and ks._chan is None
+        for code in CELLS:
+            a, b = kd.run_code(code), ks.run_code(code)
+            assert comparable(a) == comparable(b), (code, a, b)
+        # The second cell's changes, as both report them (the link is listed, not followed).
+        r = kd.run_code("import os\nos.remove('etc_link')")
+        assert [(f.path, f.change) for f in r.files] == [("etc_link", "deleted")], r
+    finally:
+        direct.destroy()
+        served.destroy()
+
+
+def test_streamed_output_reaches_callbacks():
+    got = []
+    with Sandbox() as sb:
+        with sb.kernel() as k:
+            r = k.run_code("print('é' * 3)\nimport sys\nprint('e', file=sys.stderr)", on_stdout=got.append, on_stderr=got.append)
+            deadline = time.monotonic() + 5
+            while len("".join(got)) < 9 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert sorted("".join(got).split()) == ["e", "ééé"], got
+            assert r.stdout == "ééé\n"
+
+
+def test_a_broken_channel_ends_the_kernel_with_a_warning():
+    with Sandbox(timeout_s=5) as sb:
+        with sb.kernel() as k:
+            r = k.run_code(CHANNEL + "chan().sendall(b'garbage\\n')\nimport time\ntime.sleep(2)")
+            assert any("malformed frame" in w for w in r.warnings), r
+            assert not r.success
+            with pytest.raises(KernelDied):
+                k.run_code("1")
+        with sb.kernel() as k:
+            # A frame of more values than a frame may hold is refused before it is parsed.
+            r = k.run_code(CHANNEL + "chan().sendall(b'[' + b'0,' * 300000 + b'0]\\n')\nimport time\ntime.sleep(2)")
+            assert any("JSON values" in w for w in r.warnings), r
+        with sb.kernel() as k:
+            r = k.run_code(CHANNEL + "chan().sendall(b'{\"stream\": \"stdout\", \"data\": \"!!\"}\\n')\nimport time\ntime.sleep(2)")
+            assert any("not base64" in w for w in r.warnings), r
+
+
+def test_deadlines_hold_for_a_runner_that_stops_reading():
+    with Sandbox(timeout_s=2) as sb:
+        with sb.kernel() as k:
+            k.run_code("import os, signal, threading, time\nthreading.Thread(target=lambda: (time.sleep(0.3), os.kill(os.getpid(), signal.SIGSTOP)), daemon=True).start()")
+            time.sleep(0.8)
+            # Bigger than the socket's buffer: sending it blocks on a runner that reads no more.
+            t = time.monotonic()
+            r = k.run_code("x = '%s'" % ("a" * (8 << 20)))
+            assert r.fault is not None and r.fault.type == "timeout", r
+            assert time.monotonic() - t < 10
+            with pytest.raises(KernelDied):
+                k.run_code("1")
+
+
+def test_an_interpreter_that_dies_reports_how():
+    with Sandbox(timeout_s=5) as sb:
+        with sb.kernel() as k:
+            r = k.run_code("import os\nos._exit(3)")
+            assert r.exit_code == 3 and not r.success and r.fault is None, r
+            with pytest.raises(KernelDied):
+                k.run_code("1")
+
+
+def test_destroying_the_sandbox_ends_a_running_cell():
+    import threading
+
+    sb = Sandbox(timeout_s=600)
+    k = sb.kernel()
+    out = []
+
+    def cell():
+        try:
+            out.append(k.run_code("import time\ntime.sleep(3600)"))
+        except Exception as e:  # the sandbox is gone: the server may refuse kernel.end
+            out.append(e)
+
+    t = threading.Thread(target=cell)
+    t.start()
+    time.sleep(0.5)
+    sb.destroy()
+    t.join(20)
+    assert not t.is_alive() and out, "a destroyed sandbox left its kernel's cell waiting"
