@@ -248,6 +248,34 @@ impl Sessions {
         Ok((sb, k))
     }
 
+    /// Hands the kernel's channel over the descriptor socket and says what its holder must
+    /// hold the runner to (`kernel.attach`'s answer).
+    fn attach(&self, sb: &Sandbox, k: &hull::Kernel) -> Result<Value, SandboxError> {
+        let Some(handoff) = &self.handoff else {
+            return Err(bad(
+                "kernel",
+                "this server has no descriptor socket to hand the kernel's channel over; start it with `hull serve --fd-socket FD`",
+            ));
+        };
+        let ch = sb.kernel_attach(k)?;
+        if let Err(e) = handoff.send(k.id.as_bytes(), ch.channel.as_fd()) {
+            // Nobody holds the channel: the kernel could never run a cell again.
+            sb.close_kernel(&k.id);
+            return Err(SandboxError::RunnerIo {
+                what: "hand its channel over (--fd-socket)",
+                error: e,
+            });
+        }
+        Ok(json!({
+            "kernel": k.id,
+            "max_output": ch.max_output,
+            "timeout_s": ch.timeout.as_secs_f64(),
+            "workspace": ch.workspace,
+            "max_frame": hull::cell::MAX_FRAME,
+            "max_frame_values": hull::cell::MAX_FRAME_VALUES,
+        }))
+    }
+
     /// Answers one `sandbox.*` or `kernel.*` request: `Ok(None)` when the answer was sent already.
     pub(crate) fn handle(
         &self,
@@ -444,10 +472,25 @@ impl Sessions {
             }
             "kernel.start" => {
                 let sb = self.get(p)?;
+                // `attach`: kernel.attach's hand-off and answer too, in the same round trip.
+                let attach = match p.get("attach") {
+                    None | Some(Value::Bool(false)) => false,
+                    Some(Value::Bool(true)) => true,
+                    Some(_) => return Err(bad("attach", "must be true or false")),
+                };
                 // Answered here, before the kernel box started ahead that it took is replaced.
-                sb.kernel_answering(|k| match k {
-                    Ok(k) => out.send(&json!({ "id": id, "result": { "kernel": k.id } })),
-                    Err(e) => out.send(&json!({ "id": id, "error": error_json(&e) })),
+                sb.kernel_answering(|k| {
+                    let answer = k.and_then(|k| {
+                        let mut r = json!({ "kernel": k.id });
+                        if attach {
+                            r["attached"] = self.attach(&sb, &k)?;
+                        }
+                        Ok(r)
+                    });
+                    match answer {
+                        Ok(r) => out.send(&json!({ "id": id, "result": r })),
+                        Err(e) => out.send(&json!({ "id": id, "error": error_json(&e) })),
+                    }
                 });
                 Ok(None)
             }
@@ -471,29 +514,7 @@ impl Sessions {
             }
             "kernel.attach" => {
                 let (sb, k) = self.kernel(p)?;
-                let Some(handoff) = &self.handoff else {
-                    return Err(bad(
-                        "kernel",
-                        "this server has no descriptor socket to hand the kernel's channel over; start it with `hull serve --fd-socket FD`",
-                    ));
-                };
-                let ch = sb.kernel_attach(&k)?;
-                if let Err(e) = handoff.send(k.id.as_bytes(), ch.channel.as_fd()) {
-                    // Nobody holds the channel: the kernel could never run a cell again.
-                    sb.close_kernel(&k.id);
-                    return Err(SandboxError::RunnerIo {
-                        what: "hand its channel over (--fd-socket)",
-                        error: e,
-                    });
-                }
-                Ok(Some(json!({
-                    "kernel": k.id,
-                    "max_output": ch.max_output,
-                    "timeout_s": ch.timeout.as_secs_f64(),
-                    "workspace": ch.workspace,
-                    "max_frame": hull::cell::MAX_FRAME,
-                    "max_frame_values": hull::cell::MAX_FRAME_VALUES,
-                })))
+                self.attach(&sb, &k).map(Some)
             }
             "kernel.end" => {
                 let (sb, k) = self.kernel(p)?;

@@ -1742,4 +1742,17 @@ fn an_attached_kernel_takes_cells_over_its_own_channel_and_ends_through_the_serv
         )
         .unwrap_err();
     assert_eq!(e["arg"], "end", "{e}");
+    // Started and attached in one round trip.
+    let r = c.ok("kernel.start", json!({"sandbox": sb, "attach": true}));
+    let k3 = r["kernel"].as_str().unwrap().to_string();
+    assert_eq!(r["attached"]["max_output"], 1000, "{r}");
+    let (tag, fd) = handed_over(&sock);
+    assert_eq!(tag, k3);
+    let mut chan = std::os::unix::net::UnixStream::from(fd);
+    let frames = direct_cell(&mut chan, "6 * 7").unwrap();
+    assert_eq!(frames.last().unwrap()["results"][0]["text/plain"], "42");
+    let e = c
+        .call("kernel.start", json!({"sandbox": sb, "attach": "yes"}))
+        .unwrap_err();
+    assert_eq!(e["arg"], "attach", "{e}");
 }

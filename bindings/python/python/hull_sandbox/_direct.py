@@ -17,6 +17,7 @@ import json
 import os
 import re
 import socket
+import struct
 import sys
 import time
 
@@ -26,6 +27,11 @@ from . import _scan
 #: not count.
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
 _STATS = {"peak_memory": None, "cpu_ms": 0, "setup_us": 0}
+#: struct timeval, as SO_RCVTIMEO and SO_SNDTIMEO take it.
+_TIMEVAL = struct.Struct("@ll")
+#: How stale the socket's timeout may get before a wait re-arms it (the most a deadline can be
+#: overrun by).
+_REARM_S = 0.005
 
 
 class _Broken(Exception):
@@ -78,6 +84,8 @@ class Channel:
     """An attached kernel's channel and the limits the server gave with it."""
 
     def __init__(self, sock, attached):
+        # Blocking, bounded by SO_RCVTIMEO/SO_SNDTIMEO (see _time_out).
+        sock.settimeout(None)
         self.sock = sock
         self.max_output = int(attached["max_output"])
         self.max_frame = int(attached["max_frame"])
@@ -85,6 +93,7 @@ class Channel:
         self.timeout_s = float(attached["timeout_s"])
         #: Bytes read past the last frame (kept for the next cell, as the server's reader does).
         self.buf = bytearray()
+        self._armed = 0.0
         ws = attached.get("workspace")
         self.ws_fd = os.open(ws, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) if ws else None
 
@@ -172,20 +181,31 @@ class Channel:
         plain send forever once the socket's buffer is full)."""
         view = memoryview(msg)
         while view:
-            left = deadline - time.monotonic()
-            if left <= 0:
+            if not self._time_out(deadline):
                 return "timeout", None
-            self.sock.settimeout(left)
             try:
                 n = self.sock.send(view)
-            except socket.timeout:
-                continue
-            except InterruptedError:
+            except (BlockingIOError, InterruptedError):
                 continue
             except OSError:
                 return "gone", None
             view = view[n:]
         return None, None
+
+    def _time_out(self, deadline):
+        """Bounds the socket's next blocking calls by what is left until `deadline` (the
+        kernel's SO_RCVTIMEO/SO_SNDTIMEO: a blocked call then fails with EAGAIN); False when
+        nothing is left. One pair of setsockopt calls per wait, where a Python socket timeout
+        would cost a poll and two fcntl calls per send and receive."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        us = max(1, int(left * 1e6))
+        tv = _TIMEVAL.pack(us // 1000000, us % 1000000)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+        self._armed = time.monotonic()
+        return True
 
     def _frame(self, deadline):
         """The next frame: ("out", (stream, bytes)), ("done", (rc, results)), or how the cell
@@ -210,15 +230,15 @@ class Channel:
             if len(buf) > self.max_frame:
                 return "broken", "the runner sent a frame over %d bytes; rich results were dropped and the box killed" % self.max_frame
             start = len(buf)
-            left = deadline - time.monotonic()
-            if left <= 0:
+            # A wait armed a while ago would outlast the deadline by that while: re-armed.
+            if time.monotonic() - self._armed > _REARM_S and not self._time_out(deadline):
                 return "timeout", None
-            self.sock.settimeout(left)
             try:
                 chunk = self.sock.recv(1 << 16)
-            except socket.timeout:
-                continue
-            except InterruptedError:
+            except (BlockingIOError, InterruptedError):
+                # The socket's own timeout (set to the deadline when the cell went out) passed.
+                if not self._time_out(deadline):
+                    return "timeout", None
                 continue
             except OSError:
                 return "gone", None

@@ -791,11 +791,15 @@ class Sandbox:
         """Starts one warm interpreter in a long-lived box; state is kept between its cells.
         `timeout_s` is each cell's deadline (the sandbox's by default; a cell may give its own)."""
         _call_options(timeout_s, None, None)
-        r = self._server.call("kernel.start", self._p())
-        k = Kernel(self, r["kernel"], timeout_s)
-        if self._server.fds is not None:
+        srv = self._server
+        if srv.fds is None:
+            return Kernel(self, srv.call("kernel.start", self._p())["kernel"], timeout_s)
+        # Started and attached in one round trip: its cells then skip the server.
+        with srv.attaching:
+            r = srv.call("kernel.start", self._p(attach=True))
+            k = Kernel(self, r["kernel"], timeout_s)
             try:
-                k._attach()
+                k._chan = _direct.Channel(socket.socket(fileno=srv.take_fd(k.id)), r["attached"])
             except BaseException:
                 k.close()
                 raise
@@ -891,13 +895,6 @@ class Kernel:
         #: kernel ends; one cell at a time goes over it.
         self._chan = None
         self._lock = threading.Lock()
-
-    def _attach(self):
-        srv = self._sb._server
-        with srv.attaching:
-            r = srv.call("kernel.attach", self._sb._p(kernel=self.id))
-            fd = srv.take_fd(self.id)
-        self._chan = _direct.Channel(socket.socket(fileno=fd), r)
 
     def run_code(self, code, timeout_s=None, on_stdout=None, on_stderr=None):
         """Runs one cell; `timeout_s` over the kernel's. A cell that passes it ends the kernel."""
