@@ -632,7 +632,7 @@ fn run(args: RunArgs, ahead: Option<hull_box::WorkspaceAhead>) -> i32 {
     let (gateway_start, _trust) = match &req.network {
         hull_api::network::Network::Gateway(g) => {
             let made = crate::net::plan::start_of(g).and_then(|mut s| {
-                let t = crate::net::plan::brokered(&mut s, &req.secrets)?;
+                let t = crate::net::plan::brokered(&mut s, &req.secrets, false)?;
                 Ok((s, t))
             });
             match made {

@@ -65,7 +65,7 @@ fn run(rt: &Runtime, out: &Out, id: &Value, params: Value) -> Result<Value, Valu
         hull_api::network::Network::Gateway(g) => {
             let mut s = crate::net::plan::start_of(g)
                 .map_err(|e| crate::serve_named::invalid("network", e))?;
-            let t = crate::net::plan::brokered(&mut s, &req.secrets)
+            let t = crate::net::plan::brokered(&mut s, &req.secrets, false)
                 .map_err(|e| crate::serve_named::invalid("secrets", e))?;
             if let Some(t) = &t {
                 t.apply(&mut spec);

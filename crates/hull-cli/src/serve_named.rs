@@ -32,6 +32,7 @@ pub const METHODS: &[&str] = &[
     "named.kill",
     "named.write_stdin",
     "named.set_network",
+    "named.set_transformations",
 ];
 
 /// Output kept per stream in an answer; more is cut (and said: `truncated`).
@@ -218,6 +219,7 @@ fn config_of(name: &str, p: &Map<String, Value>) -> Result<Config, Value> {
         "template",
         "network",
         "secrets",
+        "brokering",
     ];
     if let Some(k) = p.keys().find(|k| !KNOWN.contains(&k.as_str())) {
         return Err(invalid(k, "unknown parameter"));
@@ -228,6 +230,13 @@ fn config_of(name: &str, p: &Map<String, Value>) -> Result<Config, Value> {
         Ok(number(p, k)?.map(|s| whole((s * 1000.0).round())))
     };
     let (network, secrets) = named_network(p)?;
+    let brokering = boolean(p, "brokering")?;
+    if brokering && !matches!(network, hull_api::network::Network::Gateway(_)) {
+        return Err(invalid(
+            "brokering",
+            "credential brokering needs the gateway network: give `network` as deny-all, allow-all or custom",
+        ));
+    }
     let pids = match number(p, "pids")? {
         None => Some(1024),
         Some(n) => (n >= 1.0).then(|| whole(n)),
@@ -248,6 +257,7 @@ fn config_of(name: &str, p: &Map<String, Value>) -> Result<Config, Value> {
         "user": string(p, "user")?,
         "network": hull_api::network::to_value(&network),
         "secrets": secrets,
+        "brokering": brokering,
     });
     serde_json::from_value(v).map_err(|e| invalid("params", e.to_string()))
 }
@@ -317,7 +327,9 @@ fn create(p: &Map<String, Value>) -> Result<Value, Value> {
             workspace: p.contains_key("workspace"),
             pids: p.contains_key("pids"),
             user: p.contains_key("user"),
-            network: p.contains_key("network") || p.contains_key("secrets"),
+            network: p.contains_key("network")
+                || p.contains_key("secrets")
+                || p.contains_key("brokering"),
         };
         cfg = crate::named::over_template(&base, &name, cfg, given).map_err(|e| {
             // Its messages name the CLI's flags; the SDKs spell them as parameters.
@@ -874,6 +886,49 @@ fn set_network(p: &Map<String, Value>) -> Result<Value, Value> {
     Ok(json!({ "running": running }))
 }
 
+/// `named.set_transformations`: replaces the request transformations of a running sandbox made
+/// with `brokering` (`transformations`: a list of hull-net's transformation objects, `[]` to
+/// remove them all). They live in its gateway only: never written to disk (a literal header
+/// value can be a credential), withdrawn when it stops.
+fn set_transformations(p: &Map<String, Value>) -> Result<Value, Value> {
+    let dir = existing(p)?;
+    let t = match p.get("transformations") {
+        Some(Value::Array(a)) => Value::Array(a.clone()),
+        Some(_) => {
+            return Err(invalid(
+                "transformations",
+                "must be a list of transformations",
+            ))
+        }
+        None => return Err(invalid("transformations", "missing")),
+    };
+    let cfg = dir.config().map_err(|e| err("sandbox_error", e))?;
+    if !cfg.brokering {
+        return Err(invalid(
+            "transformations",
+            format!("`{}` was created without brokering; create it with `brokering: true` (and the gateway network)", dir.name),
+        ));
+    }
+    let req = wire::Request::SetTransformations {
+        transformations: crate::net::wire::Hidden(t),
+    };
+    let Some(conn) = client::open(&dir, false, &req).map_err(|e| err("sandbox_error", e))? else {
+        return Err(invalid(
+            "sandbox",
+            format!("`{}` is stopped: request transformations live in its running gateway only; start it first", dir.name),
+        ));
+    };
+    let mut r = BufReader::new(conn);
+    match wire::read_frame(&mut r) {
+        Ok(Some((wire::EXIT, _))) => Ok(json!({ "set": true })),
+        Ok(Some((wire::ERROR, e))) => Err(invalid("transformations", String::from_utf8_lossy(&e))),
+        other => Err(err(
+            "sandbox_error",
+            format!("the keeper answered {other:?}"),
+        )),
+    }
+}
+
 /// One `named.*` call; `Ok(Value)` is the result to send.
 pub(crate) fn handle(out: &Out, id: &Value, method: &str, params: Value) -> Result<Value, Value> {
     let p = object(params)?;
@@ -885,6 +940,7 @@ pub(crate) fn handle(out: &Out, id: &Value, method: &str, params: Value) -> Resu
             Ok(json!({ "ports": published(&dir, true) }))
         }
         "named.set_network" => set_network(&p),
+        "named.set_transformations" => set_transformations(&p),
         "named.stop" => {
             client::stop(&existing(&p)?).map_err(|e| err("sandbox_error", e))?;
             Ok(json!({}))

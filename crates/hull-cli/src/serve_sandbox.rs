@@ -324,7 +324,7 @@ impl Sessions {
                     hull_api::network::Network::Gateway(g) => {
                         let mut start =
                             crate::net::plan::start_of(g).map_err(|e| bad("network", &e))?;
-                        let trust = crate::net::plan::brokered(&mut start, &cfg.secrets)
+                        let trust = crate::net::plan::brokered(&mut start, &cfg.secrets, false)
                             .map_err(|e| bad("secrets", &e))?;
                         if let Some(t) = &trust {
                             t.apply_to_request(&mut cfg);

@@ -338,3 +338,164 @@ fn a_session_made_before_a_rotation_keeps_brokering_after_it() {
     assert!(child.wait().unwrap().success());
     drop(srv);
 }
+
+/// A named sandbox made with `brokering` and no secret: request transformations set while it
+/// runs (`named.set_transformations`) put a literal value in the requests they match, upstream
+/// only; a later set replaces them, an empty one removes them, and none is written to disk.
+#[test]
+fn transformations_set_on_a_running_named_sandbox_reach_upstream_and_are_replaced() {
+    if Command::new("curl").arg("--version").output().is_err() {
+        hull_testkit::skip("curl is not installed (scripts/setup.sh installs it)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    certs(dir.path());
+    let srv = server(dir.path());
+    let dns = Dns::start(&[("api.example.test", SERVER)]);
+    let home = tempfile::tempdir().unwrap();
+    let boxes = tempfile::tempdir().unwrap();
+    let dns_addr = dns.addr.to_string();
+    let ca = dir.path().join("test-ca.pem").display().to_string();
+    let env = [
+        ("HULL_NET_DNS", dns_addr.as_str()),
+        ("HULL_NET_UPSTREAM_CA", ca.as_str()),
+        ("HULL_HOME", home.path().to_str().unwrap()),
+        ("HULL_SANDBOXES", boxes.path().to_str().unwrap()),
+    ];
+    let mut child = Command::new(common::bin())
+        .arg("serve")
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut next = 0u32;
+    let mut ask = |method: &str, params: serde_json::Value| -> serde_json::Value {
+        use std::io::Write;
+        next += 1;
+        writeln!(
+            stdin,
+            "{}",
+            serde_json::json!({"id": next, "method": method, "params": params})
+        )
+        .unwrap();
+        loop {
+            let mut line = String::new();
+            assert!(out.read_line(&mut line).unwrap() > 0, "serve ended");
+            let a: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if a["id"] == next && a.get("event").is_none() {
+                return a;
+            }
+        }
+    };
+    let net = serde_json::json!({"mode": "custom", "allow_hosts": ["api.example.test"], "allow_cidrs": ["127.0.0.12/32"]});
+    // Brokering needs the gateway network.
+    let a = ask(
+        "named.create",
+        serde_json::json!({"name": "nobroker", "brokering": true}),
+    );
+    assert_eq!(a["error"]["arg"], "brokering", "{a}");
+    let a = ask(
+        "named.create",
+        serde_json::json!({"name": "tx", "network": net, "brokering": true}),
+    );
+    assert!(a.get("error").is_none(), "{a}");
+    let curl = |key: &str, path: &str| {
+        format!(
+            "curl -sS -o /dev/null -w '%{{http_code}}' https://api.example.test:{}/{path} -H 'Authorization: Bearer {key}'",
+            srv.port
+        )
+    };
+    let exec = |ask: &mut dyn FnMut(&str, serde_json::Value) -> serde_json::Value, cmd: String| {
+        let a = ask(
+            "named.exec",
+            serde_json::json!({"sandbox": "tx", "shell": cmd}),
+        );
+        a["result"]["stdout"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let seen = || std::fs::read_to_string(dir.path().join("seen.log")).unwrap_or_default();
+    // Before any transformation the box trusts the gateway's CA (brokering is on), and a request
+    // is spliced untouched: curl, trusting only the gateway CA, cannot verify the real host.
+    let rule = |value: &str| {
+        serde_json::json!([{
+            "match": {"hosts": ["api.example.test"], "headers": {"authorization": "Bearer aisdkhc_box"}},
+            "headers": {"authorization": format!("Bearer {value}")}
+        }])
+    };
+    let a = ask(
+        "named.set_transformations",
+        serde_json::json!({"sandbox": "tx", "transformations": rule(REAL)}),
+    );
+    assert_eq!(a["result"]["set"], true, "{a}");
+    assert_eq!(exec(&mut ask, curl("aisdkhc_box", "one")), "200");
+    assert_eq!(exec(&mut ask, curl("something-else", "two")), "200");
+    let log = seen();
+    assert!(
+        log.lines()
+            .any(|l| l.starts_with("api.example.test") && l.ends_with(&format!("Bearer {REAL}"))),
+        "the matching request did not get the value: {log}"
+    );
+    assert!(
+        log.lines()
+            .any(|l| l.starts_with("api.example.test") && l.ends_with("Bearer something-else")),
+        "a request the rule does not match was changed: {log}"
+    );
+    // Replaced, then removed.
+    let a = ask(
+        "named.set_transformations",
+        serde_json::json!({"sandbox": "tx", "transformations": rule("second-value")}),
+    );
+    assert_eq!(a["result"]["set"], true, "{a}");
+    assert_eq!(exec(&mut ask, curl("aisdkhc_box", "three")), "200");
+    assert!(
+        seen()
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .ends_with("Bearer second-value"),
+        "{}",
+        seen()
+    );
+    let a = ask(
+        "named.set_transformations",
+        serde_json::json!({"sandbox": "tx", "transformations": []}),
+    );
+    assert_eq!(a["result"]["set"], true, "{a}");
+    // Spliced again: the box's curl trusts the gateway CA only, so the real host's chain fails.
+    assert_ne!(exec(&mut ask, curl("aisdkhc_box", "four")), "200");
+    // A bad transformation is refused naming the argument, without quoting its value.
+    let a = ask(
+        "named.set_transformations",
+        serde_json::json!({"sandbox": "tx", "transformations": [{"match": {"hosts": ["api.example.test"]}, "headers": {"x-api-key": "sk-LEAK\nME"}}]}),
+    );
+    assert_eq!(a["error"]["arg"], "transformations", "{a}");
+    assert!(!a.to_string().contains("LEAK"), "{a}");
+    // Nothing of them on disk.
+    let on_disk = std::process::Command::new("grep")
+        .args(["-r", "-l", REAL])
+        .arg(boxes.path())
+        .output()
+        .unwrap();
+    assert!(on_disk.stdout.is_empty(), "{:?}", on_disk);
+    // A stopped sandbox has no gateway to take them.
+    ask("named.stop", serde_json::json!({"sandbox": "tx"}));
+    let a = ask(
+        "named.set_transformations",
+        serde_json::json!({"sandbox": "tx", "transformations": rule(REAL)}),
+    );
+    assert_eq!(a["error"]["arg"], "sandbox", "{a}");
+    ask("named.rm", serde_json::json!({"sandbox": "tx"}));
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    drop(srv);
+}

@@ -121,18 +121,32 @@ impl Broker {
             }
             secrets.push(Secret::new(s)?);
         }
-        let rules = spec
-            .transformations
+        Broker(Arc::new(Inner {
+            ca,
+            upstream,
+            secrets,
+            rules: Vec::new(),
+            log,
+        }))
+        .with_rules(spec.transformations)
+    }
+
+    /// The same broker (CA, upstream trust, secrets and their placeholders, log) with
+    /// `transformations` in place of its rules: a live replacement. Connections opened after
+    /// the swap use the new rules; one already intercepted keeps those it started with.
+    pub fn with_rules(&self, transformations: Vec<TransformSpec>) -> Result<Broker, BrokerError> {
+        let secrets = &self.0.secrets;
+        let rules = transformations
             .into_iter()
             .enumerate()
             .map(|(i, t)| Transform::new(i, t, |n| secrets.iter().position(|s| s.name() == n)))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Broker(Arc::new(Inner {
-            ca,
-            upstream,
-            secrets,
+            ca: Arc::clone(&self.0.ca),
+            upstream: self.0.upstream.clone(),
+            secrets: secrets.clone(),
             rules,
-            log,
+            log: Arc::clone(&self.0.log),
         })))
     }
 

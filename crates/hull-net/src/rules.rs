@@ -98,6 +98,9 @@ pub enum RuleError {
         what: String,
         kind: &'static str,
     },
+    /// A literal header value that is not one (not quoted: it can be a credential).
+    #[error("transformation {index}: the value for header `{header}` is not a valid header value (not shown: it can be a credential)")]
+    BadValue { index: usize, header: String },
     #[error("transformation {index} refers to secret `{secret}`, which is not given")]
     UnknownSecret { index: usize, secret: String },
 }
@@ -185,9 +188,14 @@ impl Transform {
             .iter()
             .map(|(k, v)| {
                 let value = match v {
-                    ValueSpec::Literal(s) => Value::Literal(
-                        HeaderValue::from_str(s).map_err(|_| bad(s, "header value"))?,
-                    ),
+                    ValueSpec::Literal(s) => {
+                        Value::Literal(HeaderValue::from_str(s).map_err(|_| {
+                            RuleError::BadValue {
+                                index,
+                                header: k.clone(),
+                            }
+                        })?)
+                    }
                     ValueSpec::Secret { secret, prefix } => {
                         HeaderValue::from_str(prefix).map_err(|_| bad(prefix, "header value"))?;
                         let i = secret_index(secret).ok_or_else(|| RuleError::UnknownSecret {

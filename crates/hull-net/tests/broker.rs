@@ -654,3 +654,81 @@ async fn an_h2_only_box_reaches_an_http11_only_host() {
     drop(c);
     assert_eq!(flow.await.unwrap().unwrap().protocol, "h2");
 }
+
+#[tokio::test]
+async fn replaced_rules_apply_to_later_connections_and_keep_the_secrets() {
+    let up = upstream().await;
+    let (b, _log) = broker(&up, default_spec());
+    let placeholder = b.secrets()[0].placeholder().to_string();
+    let other = Name::parse(OTHER).unwrap();
+    // A rule for OTHER that sets a header whatever the box sent, matched on the box's value.
+    let b2 = b
+        .with_rules(vec![serde_json::from_value(serde_json::json!({
+            "match": {"hosts": [OTHER], "headers": {"x-api-key": "aisdkhc_box"}},
+            "headers": {"x-api-key": "real-literal"}
+        }))
+        .unwrap()])
+        .unwrap();
+    assert_eq!(
+        b2.secrets()[0].placeholder(),
+        placeholder,
+        "the secrets are kept"
+    );
+    assert!(b2.wants_interception(&other));
+    let (tls, flow) = open_box(
+        &up,
+        &b2,
+        OTHER,
+        ServerName::try_from(OTHER).unwrap(),
+        &[b"http/1.1"],
+    )
+    .await;
+    let mut c = BoxClient::new(tls.unwrap()).await;
+    for (sent, want) in [
+        ("aisdkhc_box", "real-literal"),
+        ("something-else", "something-else"),
+    ] {
+        let resp = c
+            .send(
+                c.request(OTHER, "/k")
+                    .header("x-api-key", sent)
+                    .body(Full::new(Bytes::new()))
+                    .unwrap(),
+            )
+            .await;
+        assert_eq!(resp.status(), 200);
+        let seen = up.seen.lock().unwrap().pop().unwrap();
+        assert_eq!(seen["x-api-key"], want);
+        assert!(
+            seen.get("x-via").is_none(),
+            "the replaced rule still applied"
+        );
+    }
+    drop(c);
+    flow.await.unwrap().unwrap();
+    // No rules: OTHER is no longer intercepted; a rule naming an unknown secret is refused.
+    let b3 = b.with_rules(Vec::new()).unwrap();
+    assert!(!b3.wants_interception(&other));
+    let bad = b.with_rules(vec![serde_json::from_value(serde_json::json!({
+        "match": {"hosts": [OTHER]},
+        "headers": {"authorization": {"secret": "nope"}}
+    }))
+    .unwrap()]);
+    assert!(
+        matches!(bad, Err(hull_net::broker::BrokerError::Rule(_))),
+        "{bad:?}"
+    );
+    // A literal that is no header value is refused without being quoted (it can be a key).
+    let bad = b
+        .with_rules(vec![serde_json::from_value(serde_json::json!({
+            "match": {"hosts": [OTHER]},
+            "headers": {"x-api-key": "sk-LEAK\nME"}
+        }))
+        .unwrap()])
+        .unwrap_err();
+    let shown = bad.to_string();
+    assert!(
+        shown.contains("x-api-key") && !shown.contains("LEAK"),
+        "{shown}"
+    );
+}

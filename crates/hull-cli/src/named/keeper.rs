@@ -392,7 +392,7 @@ fn start(
                 );
                 secrets.push(given);
             }
-            trust = crate::net::plan::brokered(&mut s, &secrets)?;
+            trust = crate::net::plan::brokered(&mut s, &secrets, cfg.brokering)?;
             if let Some(t) = &trust {
                 t.apply(&mut spec);
             }
@@ -1041,6 +1041,18 @@ impl Keeper {
                     None => Err("the sandbox has no gateway network (create it with --network deny-all, allow-all or custom)".to_string()),
                     Some(g) => g
                         .set_policy(&policy)
+                        .map_err(|e| hull_api::Chain(&e).to_string()),
+                };
+                let _ = match done {
+                    Ok(()) => wire::write_frame(&mut w, wire::EXIT, &0i32.to_le_bytes()),
+                    Err(e) => wire::write_frame(&mut w, wire::ERROR, e.as_bytes()),
+                };
+            }
+            Ok(Request::SetTransformations { transformations }) => {
+                let done = match lock(&self.gateway).as_mut() {
+                    None => Err("the sandbox has no gateway network".to_string()),
+                    Some(g) => g
+                        .set_transformations(transformations.0)
                         .map_err(|e| hull_api::Chain(&e).to_string()),
                 };
                 let _ = match done {

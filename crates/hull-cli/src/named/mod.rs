@@ -259,6 +259,7 @@ pub fn over_template(
     if given.network {
         b.network = c.network;
         b.secrets = c.secrets;
+        b.brokering = c.brokering;
     }
     Ok(b)
 }
@@ -300,6 +301,7 @@ fn config_of_args(a: &CreateArgs) -> Result<Config, String> {
         user: a.user.clone(),
         network,
         secrets,
+        brokering: false,
     })
 }
 

@@ -131,6 +131,11 @@ pub struct Config {
     /// secret that holds its value fails, so none is ever written here.
     #[serde(default)]
     pub secrets: Vec<hull_api::Secret>,
+    /// Whether the gateway brokers credentials even with no secret given (its CA trusted in
+    /// the box from the start), so request transformations can be set while it runs
+    /// (`named.set_transformations`); they live in the keeper's memory only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub brokering: bool,
 }
 
 /// One sandbox's state directory.

@@ -76,6 +76,12 @@ pub enum Request {
     SetNetwork {
         policy: crate::net::wire::PolicySpec,
     },
+    /// Replace the gateway broker's request transformations (a sandbox made with brokering;
+    /// they live in the running gateway only, never on disk: their literal values can be
+    /// credentials). Answered by [`EXIT`] 0 or [`ERROR`].
+    SetTransformations {
+        transformations: crate::net::wire::Hidden,
+    },
     /// End every process and the keeper; the disk stays.
     Stop,
 }

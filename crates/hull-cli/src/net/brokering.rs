@@ -4,10 +4,11 @@
 //! secret or a rule is for and splices every other one untouched.
 
 use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use hull_net::broker::{Broker, BrokerSpec};
 use hull_net::flow::{FlowHandler, FlowMeta};
+use hull_net::rules::TransformSpec;
 use hull_net::upstream::{Boxed, Upstream};
 use tokio::io::DuplexStream;
 
@@ -81,9 +82,43 @@ pub fn broker_of(
     Ok(Some(Broker::new(spec, Arc::new(ca), upstream, sink)?))
 }
 
-/// Intercepts connections to the broker's hosts, splices the rest.
+/// Intercepts connections to the broker's hosts, splices the rest. Its broker can be replaced
+/// while the gateway runs (new request transformations): each connection takes the broker of
+/// the moment it opens.
 #[derive(Debug)]
-pub struct Brokering(pub Broker);
+pub struct Brokering(RwLock<Broker>);
+
+impl Brokering {
+    pub fn new(broker: Broker) -> Brokering {
+        Brokering(RwLock::new(broker))
+    }
+
+    fn current(&self) -> Broker {
+        self.0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Replaces the transformations (`TransformSpec`s as JSON), keeping the secrets. The spec
+    /// is not quoted in an error: its literal values can be credentials.
+    pub fn set_transformations(&self, v: serde_json::Value) -> Result<(), BrokeringError> {
+        let specs: Vec<TransformSpec> =
+            serde_json::from_value(v).map_err(|e| BrokeringError::Spec {
+                line: e.line(),
+                column: e.column(),
+            })?;
+        let next = self
+            .current()
+            .with_rules(specs)
+            .map_err(BrokeringError::Broker)?;
+        *self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = next;
+        Ok(())
+    }
+}
 
 impl FlowHandler for Brokering {
     fn handle(
@@ -92,7 +127,7 @@ impl FlowHandler for Brokering {
         mut upstream: Box<dyn Upstream>,
         meta: FlowMeta,
     ) -> Boxed<std::io::Result<()>> {
-        let broker = self.0.clone();
+        let broker = self.current();
         Box::pin(async move {
             match meta.name {
                 Some(name) if broker.wants_interception(&name) => {

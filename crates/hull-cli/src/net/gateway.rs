@@ -190,8 +190,9 @@ async fn run(
     };
     let gateway = hull_net::Gateway::new(Box::new(link), policy, Arc::new(resolver), dialer, sink)
         .with_config(cfg);
-    let gateway = match broker {
-        Some(b) => gateway.with_handler(Arc::new(super::brokering::Brokering(b))),
+    let brokering = broker.map(|b| Arc::new(super::brokering::Brokering::new(b)));
+    let gateway = match &brokering {
+        Some(b) => gateway.with_handler(Arc::clone(b) as Arc<dyn hull_net::flow::FlowHandler>),
         None => gateway,
     };
     let handle = gateway.handle();
@@ -204,7 +205,7 @@ async fn run(
     answer(&Answer::Ready { ports });
     let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
     while let Ok(Some(line)) = lines.next_line().await {
-        answer(&control(&handle, &line).await);
+        answer(&control(&handle, brokering.as_deref(), &line).await);
     }
     handle.stop();
     let _ = running.await;
@@ -220,7 +221,11 @@ fn identity() -> hull_net::ingress::Identity {
 }
 
 /// Does one control request.
-async fn control(handle: &hull_net::Handle, line: &str) -> Answer {
+async fn control(
+    handle: &hull_net::Handle,
+    brokering: Option<&super::brokering::Brokering>,
+    line: &str,
+) -> Answer {
     let req: Control = match serde_json::from_str(line) {
         Ok(r) => r,
         Err(e) => {
@@ -249,6 +254,17 @@ async fn control(handle: &hull_net::Handle, line: &str) -> Answer {
         },
         Control::Withdraw { port } => Answer::Ok {
             value: Some(handle.withdraw(port).await.into()),
+        },
+        Control::SetTransformations { transformations } => match brokering {
+            None => Answer::Error {
+                message: "this box's gateway was started without credential brokering; create the sandbox with brokering to change its request transformations".into(),
+            },
+            Some(b) => match b.set_transformations(transformations.0) {
+                Ok(()) => Answer::Ok { value: None },
+                Err(e) => Answer::Error {
+                    message: hull_api::Chain(&e).to_string(),
+                },
+            },
         },
     }
 }

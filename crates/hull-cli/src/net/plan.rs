@@ -122,8 +122,9 @@ impl Drop for BoxTrust {
 pub fn brokered(
     start: &mut Start,
     secrets: &[hull_api::network::Secret],
+    always: bool,
 ) -> Result<Option<BoxTrust>, String> {
-    if secrets.is_empty() {
+    if secrets.is_empty() && !always {
         return Ok(None);
     }
     let ca_dir = hull_image::default_home().join("ca");

@@ -78,6 +78,18 @@ impl GatewayProcess {
         .map(drop)
     }
 
+    /// Replaces the broker's request transformations (`TransformSpec`s as JSON); refused by a
+    /// gateway started without brokering, or for a transformation it cannot use.
+    pub fn set_transformations(
+        &mut self,
+        transformations: serde_json::Value,
+    ) -> Result<(), GatewayError> {
+        self.ask(&Control::SetTransformations {
+            transformations: super::wire::Hidden(transformations),
+        })
+        .map(drop)
+    }
+
     /// Publishes one more box port; its host port.
     pub fn publish(&mut self, port: u16) -> Result<u16, GatewayError> {
         match self.ask(&Control::Publish { port })? {
@@ -101,6 +113,7 @@ impl GatewayProcess {
         let line = serde_json::to_string(c).map_err(|e| GatewayError::Io(e.into()))?;
         match self.ask_line(&line)? {
             Answer::Ok { value } => Ok(value),
+            Answer::Error { message } => Err(GatewayError::Refused(message)),
             other => Err(GatewayError::Unexpected(Box::new(other))),
         }
     }

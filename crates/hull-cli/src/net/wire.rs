@@ -141,6 +141,21 @@ pub enum Control {
     Publish { port: u16 },
     /// Withdraw a published port; answered with whether it was published.
     Withdraw { port: u16 },
+    /// Replace the broker's request transformations (`hull_net::rules::TransformSpec`s, whose
+    /// literal header values can be credentials: never printed); refused when the gateway was
+    /// started without brokering.
+    SetTransformations { transformations: Hidden },
+}
+
+/// A JSON value that may hold credentials: serialized as it is, shown as `<hidden>`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Hidden(pub serde_json::Value);
+
+impl std::fmt::Debug for Hidden {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<hidden>")
+    }
 }
 
 /// One answer line.
