@@ -22,6 +22,8 @@ PKGS="$PKGS bubblewrap"
 PKGS="$PKGS fuse-overlayfs"
 # hull-net's broker test drives curl (h2 and http/1.1) through an intercepted loopback connection.
 PKGS="$PKGS curl"
+# The AI SDK adapter's brokering test makes its loopback API's test CA and certificate.
+PKGS="$PKGS openssl"
 # `hull run -it`'s test drives a real terminal: bash in the box under tmux, keys sent, the pane read.
 PKGS="$PKGS tmux"
 for p in $PKGS; do

@@ -6,10 +6,12 @@
 //
 // Claude Code's adapter reaches its bridge in the sandbox over a published port (`ports`,
 // `getPortEndpoint`), installs its CLI with pnpm from registry.npmjs.org and calls
-// api.anthropic.com: the `custom` policy allows those two names only. hull does not broker
-// credentials for named sandboxes yet, so `brokerCredentials: false`: the adapter then puts the
-// real key into the sandbox's environment. Not run by this project's tests (it needs a key and
-// traffic off this machine).
+// api.anthropic.com: the `custom` policy allows those two names only. Credentials are brokered
+// (the default with a `networkPolicy`): the adapter gives the sandbox a placeholder and hands
+// hull a request transformation for api.anthropic.com, so the real key is put into requests in
+// hull's gateway and never enters the sandbox (a Claude Code adapter without brokering support
+// falls back to the real key in the environment). Not run by this project's tests (it needs a
+// key and traffic off this machine); test/brokering.test.mjs checks the same path on loopback.
 import { HarnessAgent } from "@ai-sdk/harness/agent";
 import { createClaudeCode } from "@ai-sdk/harness-claude-code";
 
@@ -21,7 +23,6 @@ const sandboxSession = await createHullNetworkSandboxSession({
   image: "node:24",
   ports: [4000], // the bridge's port
   networkPolicy: { mode: "custom", allowedHosts: ["registry.npmjs.org", "api.anthropic.com"] },
-  brokerCredentials: false,
   setup: ["npm install -g pnpm"],
   template: agent.getSandboxTemplate?.(),
 });

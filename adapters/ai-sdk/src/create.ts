@@ -96,7 +96,14 @@ function resources(o: HullNetworkSandboxSessionOptions): Partial<NamedSandboxOpt
   if (o.readOnlyWorkspaces !== undefined) r.roWorkspaces = [...o.readOnlyWorkspaces];
   const network = networkOption(o);
   if (network !== undefined) r.network = network;
+  if (brokering(o)) r.brokering = true;
   return r;
+}
+
+/** Whether the sandbox brokers credentials: asked for (the default) and with hull's gateway
+ * network, which does the brokering. */
+function brokering(o: HullNetworkSandboxSessionOptions): boolean {
+  return o.brokerCredentials !== false && networkOption(o) !== undefined;
 }
 
 function missingUser(e: unknown, user: string): boolean {
@@ -176,6 +183,7 @@ export async function createHullNetworkSandboxSession(options: HullNetworkSandbo
     ...(options.workspace !== undefined ? { workspace: options.workspace } : {}),
     readOnlyWorkspaces: [...(options.readOnlyWorkspaces ?? [])],
     brokerCredentials: options.brokerCredentials !== false,
+    brokering: brokering(options),
     network: networkOption(options) ?? null,
   });
 
@@ -218,7 +226,6 @@ export async function createHullNetworkSandboxSession(options: HullNetworkSandbo
 export async function resumeHullNetworkSandboxSession(options: { sandboxId: string; abortSignal?: AbortSignal; brokerCredentials?: boolean }): Promise<HullNetworkSandboxSession> {
   if (options === null || typeof options !== "object" || typeof options.sandboxId !== "string") throw new TypeError("sandboxId must be a string");
   for (const k of Object.keys(options)) if (!["sandboxId", "abortSignal", "brokerCredentials"].includes(k)) throw new TypeError(`\`${k}\` is not an option of resumeHullNetworkSandboxSession`);
-  checkBrokering({ brokerCredentials: options.brokerCredentials });
   throwIfAborted(options.abortSignal);
   const id = options.sandboxId;
   if (!NAME.test(id)) throw new HullSandboxNotFoundError(id);
@@ -237,5 +244,7 @@ export async function resumeHullNetworkSandboxSession(options: { sandboxId: stri
     home: await homeOf(sb),
     readOnlyWorkspaces: [],
     brokerCredentials: options.brokerCredentials !== false,
+    // Not known here: hull refuses transformations for a sandbox made without brokering.
+    brokering: options.brokerCredentials !== false,
   });
 }

@@ -20,6 +20,7 @@ import { InvalidArgument, SandboxError, type NamedSandbox, type NetworkPolicy } 
 import { raceAbort, sandboxNotFound, throwIfAborted } from "./errors.js";
 import { spawnInSandbox, type SpawnedProcess } from "./process.js";
 import { checkPorts, describeNetwork, hullPolicy } from "./network.js";
+import { checkList, merge, toHull } from "./transformations.js";
 import * as unsupported from "./unsupported.js";
 
 /** The directory commands start in and relative paths resolve against; never changes. */
@@ -41,6 +42,8 @@ export interface SandboxFacts {
   workspace?: string;
   readOnlyWorkspaces: string[];
   brokerCredentials: boolean;
+  /** Whether hull's gateway brokers for it (made with a network policy and brokering). */
+  brokering: boolean;
   /** The network it was made with: null for none at all, undefined when not known (resumed). */
   network?: NetworkPolicy | null;
 }
@@ -79,10 +82,16 @@ export class HullNetworkSandboxSession implements HarnessV1NetworkSandboxSession
   readonly description: string;
   /** The published box ports this session resolves (`setPorts` narrows them). */
   private exposed: ReadonlyArray<number>;
-  /** Present unless made with `brokerCredentials: false`; refused until hull's network exists. */
+  /** Present unless made with `brokerCredentials: false`: hull's gateway puts the values into
+   * matching requests on their way out (`set` replaces the list, `add` merges: the same match
+   * and header names replace, others append); refused for a sandbox without the gateway. */
   readonly setRequestTransformations?: (t: ReadonlyArray<HarnessV1RequestTransformation>) => Promise<void>;
   readonly addRequestTransformations?: (t: ReadonlyArray<HarnessV1RequestTransformation>) => Promise<void>;
   private destroyed = false;
+  /** The transformations set (this session's view; hull's gateway holds them while it runs). */
+  private transformations: HarnessV1RequestTransformation[] = [];
+  /** Transformation changes, one at a time and in order. */
+  private changing: Promise<unknown> = Promise.resolve();
 
   /** @internal Made by createHullNetworkSandboxSession / resumeHullNetworkSandboxSession. */
   constructor(
@@ -93,8 +102,8 @@ export class HullNetworkSandboxSession implements HarnessV1NetworkSandboxSession
     this.exposed = Object.freeze(sb.ports.map((p) => p.port));
     this.description = describe(facts, this.exposed);
     if (facts.brokerCredentials) {
-      this.setRequestTransformations = () => unsupported.requestTransformations("setRequestTransformations");
-      this.addRequestTransformations = () => unsupported.requestTransformations("addRequestTransformations");
+      this.setRequestTransformations = (t) => this.transform("setRequestTransformations", () => checkList(t));
+      this.addRequestTransformations = (t) => this.transform("addRequestTransformations", () => merge(this.transformations, checkList(t)));
     }
   }
 
@@ -360,6 +369,26 @@ export class HullNetworkSandboxSession implements HarnessV1NetworkSandboxSession
     const extra = want.filter((p) => !created.includes(p));
     if (extra.length > 0) return unsupported.portsAfterCreation(extra);
     this.exposed = Object.freeze(want);
+  }
+
+  /** Sets the transformations `next` computes (after every change before it): hull's form
+   * first (a condition it has no form for is refused, nothing changed), then the gateway's. */
+  private transform(member: string, next: () => HarnessV1RequestTransformation[]): Promise<void> {
+    const run = async () => {
+      if (!this.facts.brokering) return unsupported.requestTransformations(member);
+      const list = next();
+      const hull = toHull(list);
+      try {
+        await this.op(undefined, () => this.sb.setRequestTransformations(hull));
+      } catch (e) {
+        if (e instanceof Error && /created without brokering/.test(e.message)) return unsupported.requestTransformations(member);
+        throw e;
+      }
+      this.transformations = list;
+    };
+    const done = this.changing.then(run, run);
+    this.changing = done.catch(() => {});
+    return done;
   }
 
   /** Replaces the policy while the sandbox runs: its next name lookups and connections are

@@ -1,23 +1,29 @@
-// What hull cannot do for a named sandbox yet, refused in this one place: credential brokering
-// (this adapter does not hand hull its credentials yet), ports not published at creation, and
-// a live policy for a sandbox made without the gateway network. Each refusal is a
-// HarnessCapabilityUnsupportedError naming what was asked and why.
+// What hull cannot do for a named sandbox, refused in this one place: credential brokering
+// without hull's gateway network, request transformations hull's gateway has no form for, ports
+// not published at creation, and a live policy for a sandbox made without the gateway network.
+// Each refusal is a HarnessCapabilityUnsupportedError naming what was asked and why.
 import { HarnessCapabilityUnsupportedError } from "@ai-sdk/harness";
 
 function refused(what: string, why: string): HarnessCapabilityUnsupportedError {
   return new HarnessCapabilityUnsupportedError({ message: `ai-sdk-sandbox-hull: ${what} ${why}` });
 }
 
-const NO_BROKERING = "needs credential brokering, which this adapter does not wire to hull yet (hull brokers named sandboxes' secrets: give them with the Node SDK's secrets)";
+const NEEDS_GATEWAY = "needs hull's gateway network, through which hull brokers credentials: give `networkPolicy` (allow-all, deny-all or custom)";
 
-/** A creation (or resume) option hull cannot honour: refused up front (nothing is made). */
-export function checkBrokering(o: { brokerCredentials?: boolean }): void {
-  if (o.brokerCredentials === true) throw refused("`brokerCredentials: true`", NO_BROKERING);
+/** A creation option hull cannot honour: refused up front (nothing is made). */
+export function checkBrokering(o: { brokerCredentials?: boolean; networkPolicy?: unknown }): void {
+  if (o.brokerCredentials === true && o.networkPolicy === undefined) throw refused("`brokerCredentials: true`", NEEDS_GATEWAY);
 }
 
-/** `setRequestTransformations` / `addRequestTransformations`: credential brokering. */
+/** `setRequestTransformations` / `addRequestTransformations` on a sandbox made without
+ * brokering (no `networkPolicy`, or made by another tool without it). */
 export function requestTransformations(member: string): Promise<never> {
-  return Promise.reject(refused(`\`${member}\``, NO_BROKERING));
+  return Promise.reject(refused(`\`${member}\``, `${NEEDS_GATEWAY} at creation, without \`brokerCredentials: false\``));
+}
+
+/** A request transformation with a condition hull's gateway cannot express. */
+export function refusedTransformation(what: string): HarnessCapabilityUnsupportedError {
+  return refused("a request transformation with", `${what}: hull's gateway cannot honour it, and dropping the condition would widen where the value goes`);
 }
 
 /** `getPortEndpoint` / `getPortUrl` for a port the sandbox does not publish. */

@@ -193,7 +193,7 @@ test("without a network option: no port is reachable, a policy other than deny-a
   await assert.rejects(s.getPortUrl({ port: 4000, protocol: "ws" }), refused(/not published/));
   await assert.rejects(s.setPorts([4000]), refused(/when the sandbox is created/));
   await assert.rejects(s.setNetworkPolicy({ mode: "allow-all" }), refused(/made without hull's gateway network/));
-  const brokering = refused(/credential brokering, which this adapter does not wire to hull yet/);
+  const brokering = refused(/needs hull's gateway network, through which hull brokers credentials/);
   await assert.rejects(s.addRequestTransformations([{ match: { host: "api.example.test" }, transform: { headers: { "x-api-key": "k" } } }]), brokering);
   await assert.rejects(s.setRequestTransformations([]), brokering);
   await s.setPorts([]);

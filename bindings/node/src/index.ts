@@ -17,4 +17,5 @@ export {
   type PublishedPort,
   type SandboxListing,
   type TemplateListing,
+  type Transformation,
 } from "./named.js";

@@ -43,6 +43,25 @@ export interface NamedSandboxOptions {
   /** As a Sandbox's `secrets`, but only `env` references: a named sandbox's configuration is
    * kept on disk, where a value is never written. */
   secrets?: SecretSpec[];
+  /** Credential brokering with no secret given (a gateway `network` only): the gateway's CA is
+   * trusted in the sandbox from the start, so `setRequestTransformations` can put values into
+   * its requests while it runs. */
+  brokering?: boolean;
+}
+
+/** A request transformation as hull's gateway takes it (`docs/serve.md`,
+ * `named.set_transformations`): requests to `match.hosts` that match every other given part get
+ * `headers` set (or added) on their way out; a value is a literal or `{secret, prefix}`. */
+export interface Transformation {
+  match: {
+    hosts: string[];
+    path?: { exact: string } | { prefix: string } | { regex: string };
+    method?: string;
+    query?: Record<string, string>;
+    headers?: Record<string, string>;
+  };
+  action?: "set" | "add";
+  headers: Record<string, string | { secret: string; prefix?: string }>;
 }
 
 /** How one command runs. */
@@ -75,6 +94,7 @@ const OPTION_NAMES: Record<string, string> = {
   template: "template",
   network: "network",
   secrets: "secrets",
+  brokering: "brokering",
 };
 
 function createParams(o: NamedSandboxOptions): Record<string, unknown> {
@@ -243,6 +263,14 @@ export class NamedSandbox {
    * as created. Resolves to whether the sandbox was running. */
   async setNetworkPolicy(network: Network): Promise<boolean> {
     return (await this.call("named.set_network", { network: networkParam("network", network) })).running;
+  }
+
+  /** Replaces the request transformations of the running sandbox (made with `brokering`):
+   * connections opened from now on get them; `[]` removes them all. They live in its gateway
+   * only (never on disk; withdrawn when it stops), so they are set again after a start. */
+  async setRequestTransformations(transformations: Transformation[]): Promise<void> {
+    if (!Array.isArray(transformations)) throw new TypeError("transformations must be a list");
+    await this.call("named.set_transformations", { transformations });
   }
 
   /** @internal One call on a server of its own (listing, templates). */
