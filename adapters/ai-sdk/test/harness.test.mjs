@@ -14,7 +14,7 @@ import WebSocket from "ws";
 
 import { HarnessAgent } from "@ai-sdk/harness/agent";
 
-import { IMAGE, withSandboxes } from "./helpers.mjs";
+import { API_IP, API_NAME, IMAGE, fakeApi, withSandboxes } from "./helpers.mjs";
 import { createHullNetworkSandboxSession } from "../dist/index.js";
 
 const BRIDGE = `
@@ -25,12 +25,22 @@ appendFileSync(process.env.BRIDGE_LOG, "started\\n");
 let n = 0;
 const server = new WebSocketServer({ host: "0.0.0.0", port: Number(process.env.BRIDGE_PORT) }, () =>
   console.log(JSON.stringify({ type: "bridge-ready", user: userInfo().username, token: process.env.BRIDGE_TOKEN })));
-server.on("connection", (ws) => ws.on("message", (m) => {
+server.on("connection", (ws) => ws.on("message", async (m) => {
   const { prompt, workDir } = JSON.parse(String(m));
   writeFileSync(workDir + "/turn-" + ++n + ".txt", prompt);
-  ws.send(JSON.stringify({ type: "reply", text: prompt.toUpperCase() + " (turn " + n + " as " + userInfo().username + " in " + process.cwd() + ")" }));
+  // With a model API: one call with the key the bridge was given (a placeholder when brokered).
+  let model = "";
+  if (process.env.MODEL_URL) {
+    const r = await fetch(process.env.MODEL_URL, { method: "POST", headers: { "x-api-key": process.env.MODEL_API_KEY }, body: prompt });
+    model = " [" + (await r.text()) + "]";
+  }
+  ws.send(JSON.stringify({ type: "reply", text: prompt.toUpperCase() + " (turn " + n + " as " + userInfo().username + " in " + process.cwd() + ")" + model }));
 }));
 `;
+
+/** What the sandbox holds in the key's place (the harness's placeholders look like it). */
+const PLACEHOLDER = "aisdkhc_harness0test0placeholder000000000000000";
+const REAL = "sk-ant-REAL-harness-0123456789";
 
 /** The ws package's files (pure JS) as bootstrap files next to the bridge. */
 function wsFiles(dir) {
@@ -59,7 +69,10 @@ function lineReader(stream) {
   };
 }
 
-function echoHarness(counts) {
+/** The harness; with `model` ({url, key}) its bridge calls that API each turn, and the key is
+ * brokered the way the Claude Code adapter brokers its own: a placeholder in the sandbox and a
+ * transformation, added before the bridge starts, that puts the real key in on the way out. */
+function echoHarness(counts, model) {
   return {
     specificationVersion: "harness-v1",
     harnessId: "hull-echo",
@@ -76,10 +89,18 @@ function echoHarness(counts) {
       counts.starts++;
       const dwd = sandboxSession.defaultWorkingDirectory;
       const home = (await sandboxSession.run({ command: 'printf "%s" "$HOME"' })).stdout;
+      const env = { BRIDGE_TOKEN: "token-" + sessionId, BRIDGE_LOG: `${home}/bridge.log`, BRIDGE_PORT: String(sandboxSession.ports[0]) };
+      if (model !== undefined) {
+        assert.equal(typeof sandboxSession.addRequestTransformations, "function", "the session offers no brokering");
+        await sandboxSession.addRequestTransformations([
+          { match: { host: new URL(model.url).hostname, headers: [{ key: { exact: "x-api-key" }, value: { exact: PLACEHOLDER } }] }, transform: { headers: { "x-api-key": model.key } } },
+        ]);
+        Object.assign(env, { MODEL_URL: model.url, MODEL_API_KEY: PLACEHOLDER });
+      }
       const proc = await sandboxSession.spawn({
         command: `node ${dwd}/.harness-bootstrap/hull-echo/bridge.mjs`,
         workingDirectory: sessionWorkDir,
-        env: { BRIDGE_TOKEN: "token-" + sessionId, BRIDGE_LOG: `${home}/bridge.log`, BRIDGE_PORT: String(sandboxSession.ports[0]) },
+        env,
       });
       const ready = JSON.parse(await lineReader(proc.stdout)());
       assert.equal(ready.type, "bridge-ready");
@@ -173,5 +194,34 @@ test("HarnessAgent bootstraps a hull sandbox, starts a bridge in it and runs tur
       assert.equal((await sandbox.run({ command: "echo alive" })).stdout, "alive\n");
     } finally {
       await sandbox.destroy();
+    }
+  }));
+
+test("a turn whose bridge calls a model API with a brokered key: the real key reaches the API only", () =>
+  withSandboxes(async () => {
+    const api = await fakeApi();
+    const counts = { starts: 0 };
+    const sandbox = await createHullNetworkSandboxSession({
+      image: IMAGE,
+      sandboxId: "brokered-agent",
+      ports: [4000],
+      networkPolicy: { mode: "custom", allowedHosts: [API_NAME], allowedCIDRs: [`${API_IP}/32`] },
+    });
+    try {
+      const agent = new HarnessAgent({ harness: echoHarness(counts, { url: `https://${API_NAME}:${api.port}/v1/messages`, key: REAL }) });
+      const session = await agent.createSession({ sandboxSession: sandbox });
+      assert.match(counts.url, /^ws:\/\/127\.0\.0\.1:\d+$/);
+      const turn = await agent.generate({ session, prompt: "hello model" });
+      assert.match(turn.text, /^HELLO MODEL \(turn 1 as node in .*\) \[model reply 1\]$/);
+      assert.deepEqual(api.seen, [REAL], "the API did not get the real key");
+      // The sandbox holds the placeholder only: no process's environment has the key.
+      const environ = await sandbox.run({ command: "cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c -e sk-ant-REAL -e " + PLACEHOLDER + " || true" });
+      assert.equal(environ.stdout.trim(), "1", "the bridge's environment should hold the placeholder, and nothing the real key");
+      const real = await sandbox.run({ command: "cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c sk-ant-REAL || true" });
+      assert.equal(real.stdout.trim(), "0");
+      await session.destroy?.();
+    } finally {
+      await sandbox.destroy();
+      api.close();
     }
   }));
