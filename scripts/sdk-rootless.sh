@@ -28,8 +28,8 @@ mkdir -p "$stage/py" "$stage/node"
 cp bindings/python/tests/conftest.py bindings/python/tests/test_named.py bindings/python/tests/test_langchain_shell.py "$stage/py/"
 cp -r bindings/node/dist bindings/node/test bindings/node/package.json "$stage/node/"
 # The AI SDK adapter's tests: its built package with its dependencies (the hull-sandbox link
-# resolved), and its node image imported into the user's own store from the layout
-# adapters/ai-sdk/scripts/node-image.sh left readable.
+# resolved), and its node image pulled into the user's own store from the local test registry
+# adapters/ai-sdk/scripts/node-image.sh pushed it to.
 mkdir -p "$stage/ai-sdk"
 cp -r adapters/ai-sdk/dist adapters/ai-sdk/test adapters/ai-sdk/package.json adapters/ai-sdk/scripts/node-image.sh "$stage/ai-sdk/"
 cp -rL adapters/ai-sdk/node_modules "$stage/ai-sdk/node_modules"
@@ -45,7 +45,7 @@ echo "-- Node SDK named sandboxes as $user"
 junit="--test-reporter=spec --test-reporter-destination=stdout --test-reporter=junit --test-reporter-destination=$skips/node-sdk-named.rootless.xml"
 as_user "$stage/node" "NODE_OPTIONS='$junit' node --test --test-concurrency=1 test/named.test.mjs"
 echo "-- AI SDK adapter as $user"
-as_user /tmp "HULL_BIN=$stage/hull bash $stage/ai-sdk/node-image.sh --import-only"
+as_user /tmp "HULL_AI_SDK_REGISTRY=127.0.0.1:5055 HULL_BIN=$stage/hull bash $stage/ai-sdk/node-image.sh --import-only"
 junit="--test-reporter=spec --test-reporter-destination=stdout --test-reporter=junit --test-reporter-destination=$skips/node-ai-sdk.rootless.xml"
 as_user "$stage/ai-sdk" "NODE_OPTIONS='$junit' node --test --test-concurrency=1 test/*.test.mjs"
 exit $status

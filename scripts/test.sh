@@ -41,8 +41,9 @@ echo "== Node SDK: npm ci, build (tsc), node --test against the debug hull"
 (cd bindings/node && npm ci --no-audit --no-fund && npm run build && HULL_BIN="$PWD/../../target/debug/hull" NODE_OPTIONS="$(junit node-sdk)" npm test)
 
 echo "== AI SDK adapter (adapters/ai-sdk): its node image, npm ci, build (tsc), node --test against the debug hull"
-# The image is built from this host's node and Debian packages (no download) and imported.
-HULL_BIN="$PWD/target/debug/hull" bash adapters/ai-sdk/scripts/node-image.sh
+# The image is built from this host's node and Debian packages (no download), pushed to the
+# local test registry and pulled back with `hull pull`, as a user's node image comes.
+HULL_AI_SDK_REGISTRY=127.0.0.1:5055 HULL_BIN="$PWD/target/debug/hull" bash adapters/ai-sdk/scripts/node-image.sh
 (cd adapters/ai-sdk && npm ci --no-audit --no-fund --loglevel=error && npm run build && HULL_BIN="$PWD/../../target/debug/hull" NODE_OPTIONS="$(junit node-ai-sdk)" npm test)
 
 # `NAME PATH` of each test binary in cargo's JSON messages on stdin.

@@ -8,6 +8,12 @@
 #   bash adapters/ai-sdk/scripts/node-image.sh             # build and import as ai-sdk-node:1
 #   NODE_IMAGE_DIR=/tmp/x bash adapters/ai-sdk/scripts/node-image.sh
 #   bash adapters/ai-sdk/scripts/node-image.sh --import-only   # import a layout built before
+#
+# With HULL_AI_SDK_REGISTRY=HOST:PORT (the local test registry scripts/registry.sh runs, as
+# scripts/test.sh sets it), the image goes the way a user's node image comes instead: pushed to
+# that registry (skopeo, plain HTTP on loopback) as hull-test/ai-sdk-node:1 and pulled back into
+# the store with `hull pull --name ai-sdk-node:1`; `--import-only` then pulls only (a second user
+# of a registry another already pushed to).
 set -euo pipefail
 
 DIR="${NODE_IMAGE_DIR:-/tmp/hull-ai-sdk-node-image}"
@@ -15,10 +21,23 @@ HULL="${HULL_BIN:-hull}"
 NAME="${HULL_AI_SDK_IMAGE:-ai-sdk-node:1}"
 layout="$DIR/oci"
 
+REGISTRY="${HULL_AI_SDK_REGISTRY:-}"
+pulled="$REGISTRY/hull-test/ai-sdk-node:1"
 import() {
     "$HULL" rmi "$NAME" >/dev/null 2>&1 || true
-    "$HULL" import "$layout" --name "$NAME"
-    echo "node-image.sh: imported $NAME into hull's store"
+    if [ -n "$REGISTRY" ]; then
+        "$HULL" pull "$pulled" --name "$NAME"
+        echo "node-image.sh: pulled $pulled into hull's store as $NAME"
+    else
+        "$HULL" import "$layout" --name "$NAME"
+        echo "node-image.sh: imported $NAME into hull's store"
+    fi
+}
+push() {
+    [ -n "$REGISTRY" ] || return 0
+    command -v skopeo >/dev/null || { echo "node-image.sh: skopeo not found (scripts/setup.sh installs it)" >&2; exit 1; }
+    skopeo copy -q --dest-tls-verify=false "oci:$layout:1" "docker://$pulled"
+    echo "node-image.sh: pushed $pulled"
 }
 if [ "${1:-}" = "--import-only" ]; then
     import
@@ -84,4 +103,5 @@ umoci config --image "$layout:1" --os linux --architecture "$(uname -m | sed "s/
     --config.env "PATH=/usr/local/bin:/usr/bin:/bin" --config.workingdir /workspace --config.cmd /usr/bin/node
 rm -rf "$DIR/bundle"
 chmod -R a+rX "$DIR"
+push
 import
