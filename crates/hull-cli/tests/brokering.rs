@@ -104,24 +104,67 @@ fn server(dir: &std::path::Path) -> Server {
     Server { child, port }
 }
 
+/// The test CA and server certificate (in `dir`, readable by a box's user), the HTTPS server,
+/// its DNS name served on loopback, and a `HULL_HOME` of the test's own.
+struct Fixture {
+    dir: tempfile::TempDir,
+    srv: Server,
+    /// Kept for its answers while the fixture lives.
+    _dns: Dns,
+    home: tempfile::TempDir,
+    ca: String,
+    dns_addr: String,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        Fixture::with_names(&["api.example.test"])
+    }
+
+    /// The same with these names served (each maps to the server's address).
+    fn with_names(names: &[&str]) -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        certs(dir.path());
+        let srv = server(dir.path());
+        let served: Vec<(&str, Ipv4Addr)> = names.iter().map(|n| (*n, SERVER)).collect();
+        let dns = Dns::start(&served);
+        let ca = dir.path().join("test-ca.pem").display().to_string();
+        let dns_addr = dns.addr.to_string();
+        Fixture {
+            dir,
+            srv,
+            _dns: dns,
+            home: tempfile::tempdir().unwrap(),
+            ca,
+            dns_addr,
+        }
+    }
+
+    /// The gateway's resolver and upstream trust pointed at them, and the test's `HULL_HOME`.
+    fn env(&self) -> Vec<(&str, &str)> {
+        vec![
+            ("HULL_NET_DNS", self.dns_addr.as_str()),
+            ("HULL_NET_UPSTREAM_CA", self.ca.as_str()),
+            ("HULL_HOME", self.home.path().to_str().unwrap()),
+        ]
+    }
+}
+
 #[test]
 fn a_brokered_secret_reaches_its_host_and_never_the_box() {
     if Command::new("curl").arg("--version").output().is_err() {
         hull_testkit::skip("curl is not installed (scripts/setup.sh installs it)");
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
     // The box's user (host root's box: the range's root) reads the test CA through --mount.
-    std::fs::set_permissions(
-        dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    certs(dir.path());
-    let srv = server(dir.path());
-    let dns = Dns::start(&[("api.example.test", SERVER), ("other.example.test", SERVER)]);
-    let home = tempfile::tempdir().unwrap();
-    let port = srv.port;
+    let f = Fixture::with_names(&["api.example.test", "other.example.test"]);
+    let (dir, home) = (&f.dir, &f.home);
+    let port = f.srv.port;
     // The box: the placeholder is all it has; curl trusts the gateway's CA through the
     // environment hull sets; another allowed host (no secret) is reached untouched, checked
     // with the test CA itself.
@@ -150,9 +193,7 @@ fn a_brokered_secret_reaches_its_host_and_never_the_box() {
         .arg(format!("{}:/ca:ro", dir.path().display()))
         .args(["--", "sh", "-c", &script])
         .env("HULL_TEST_REAL_KEY", REAL)
-        .env("HULL_NET_DNS", dns.addr.to_string())
-        .env("HULL_NET_UPSTREAM_CA", dir.path().join("test-ca.pem"))
-        .env("HULL_HOME", home.path())
+        .envs(f.env())
         .stdin(Stdio::null())
         .output()
         .expect("run hull");
@@ -205,7 +246,6 @@ fn a_brokered_secret_reaches_its_host_and_never_the_box() {
     let mode = std::fs::metadata(&key)
         .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777);
     assert_eq!(mode.ok(), Some(0o600), "{}", key.display());
-    drop(srv);
 }
 
 /// `hull ca rotate` replaces the installation's CA whole: boxes started after it trust the new
@@ -268,75 +308,37 @@ fn a_rotated_ca_is_what_later_boxes_trust() {
 /// got the CA's files opened once, not reopened by path after the rotation).
 #[test]
 fn a_session_made_before_a_rotation_keeps_brokering_after_it() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(
-        dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    certs(dir.path());
-    let srv = server(dir.path());
-    let dns = Dns::start(&[("api.example.test", SERVER)]);
-    let home = tempfile::tempdir().unwrap();
-    let dns_addr = dns.addr.to_string();
-    let ca = dir.path().join("test-ca.pem").display().to_string();
-    let env = [
-        ("HULL_NET_DNS", dns_addr.as_str()),
-        ("HULL_NET_UPSTREAM_CA", ca.as_str()),
-        ("HULL_HOME", home.path().to_str().unwrap()),
-    ];
+    let f = Fixture::new();
+    let env = f.env();
     let curl = format!(
         "curl -sS https://api.example.test:{}/s -H \"Authorization: Bearer $KEY\"",
-        srv.port
+        f.srv.port
     );
-    let create = serde_json::json!({"id": 1, "method": "sandbox.create", "params": {
+    let mut serve = common::Serve::start(&env);
+    let made = serve.ask("sandbox.create", serde_json::json!({
         "network": {"mode": "custom", "allow_hosts": ["api.example.test"], "allow_cidrs": ["127.0.0.12/32"]},
-        "secrets": [{"name": "KEY", "value": REAL, "hosts": ["api.example.test"]}]}});
-    let mut child = Command::new(common::bin())
-        .arg("serve")
-        .envs(env.iter().copied())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut ask = |v: serde_json::Value| -> serde_json::Value {
-        use std::io::Write;
-        writeln!(stdin, "{v}").unwrap();
-        loop {
-            let mut line = String::new();
-            assert!(out.read_line(&mut line).unwrap() > 0, "serve ended");
-            let a: serde_json::Value = serde_json::from_str(&line).unwrap();
-            if a["id"] == v["id"] && a.get("event").is_none() {
-                return a;
-            }
-        }
-    };
-    let made = ask(create);
+        "secrets": [{"name": "KEY", "value": REAL, "hosts": ["api.example.test"]}]}));
     let sid = made["result"]["sandbox"].clone();
     assert!(sid.is_string(), "{made}");
-    let run = |ask: &mut dyn FnMut(serde_json::Value) -> serde_json::Value, id: u32| {
-        let a = ask(
-            serde_json::json!({"id": id, "method": "sandbox.run", "params": {"sandbox": sid, "argv": ["sh", "-c", curl]}}),
+    let mut run = || {
+        let a = serve.ask(
+            "sandbox.run",
+            serde_json::json!({"sandbox": sid, "argv": ["sh", "-c", curl]}),
         );
         a["result"]["stdout"]
             .as_str()
             .unwrap_or_default()
             .to_string()
     };
-    assert!(run(&mut ask, 2).starts_with("auth=Bearer hull-secret-KEY-"));
+    assert!(run().starts_with("auth=Bearer hull-secret-KEY-"));
     let rotated = Command::new(common::bin())
         .args(["ca", "rotate"])
         .envs(env.iter().copied())
         .output()
         .unwrap();
     assert!(rotated.status.success(), "{rotated:?}");
-    let after = run(&mut ask, 3);
+    let after = run();
     assert!(after.starts_with("auth=Bearer hull-secret-KEY-"), "{after}");
-    drop(stdin);
-    assert!(child.wait().unwrap().success());
-    drop(srv);
 }
 
 /// A named sandbox made with `brokering` and no secret: request transformations set while it
@@ -348,53 +350,13 @@ fn transformations_set_on_a_running_named_sandbox_reach_upstream_and_are_replace
         hull_testkit::skip("curl is not installed (scripts/setup.sh installs it)");
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(
-        dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    certs(dir.path());
-    let srv = server(dir.path());
-    let dns = Dns::start(&[("api.example.test", SERVER)]);
-    let home = tempfile::tempdir().unwrap();
+    let f = Fixture::new();
+    let (dir, srv) = (&f.dir, &f.srv);
     let boxes = tempfile::tempdir().unwrap();
-    let dns_addr = dns.addr.to_string();
-    let ca = dir.path().join("test-ca.pem").display().to_string();
-    let env = [
-        ("HULL_NET_DNS", dns_addr.as_str()),
-        ("HULL_NET_UPSTREAM_CA", ca.as_str()),
-        ("HULL_HOME", home.path().to_str().unwrap()),
-        ("HULL_SANDBOXES", boxes.path().to_str().unwrap()),
-    ];
-    let mut child = Command::new(common::bin())
-        .arg("serve")
-        .envs(env.iter().copied())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut next = 0u32;
-    let mut ask = |method: &str, params: serde_json::Value| -> serde_json::Value {
-        use std::io::Write;
-        next += 1;
-        writeln!(
-            stdin,
-            "{}",
-            serde_json::json!({"id": next, "method": method, "params": params})
-        )
-        .unwrap();
-        loop {
-            let mut line = String::new();
-            assert!(out.read_line(&mut line).unwrap() > 0, "serve ended");
-            let a: serde_json::Value = serde_json::from_str(&line).unwrap();
-            if a["id"] == next && a.get("event").is_none() {
-                return a;
-            }
-        }
-    };
+    let mut env = f.env();
+    env.push(("HULL_SANDBOXES", boxes.path().to_str().unwrap()));
+    let mut serve = common::Serve::start(&env);
+    let mut ask = |method: &str, params: serde_json::Value| serve.ask(method, params);
     let net = serde_json::json!({"mode": "custom", "allow_hosts": ["api.example.test"], "allow_cidrs": ["127.0.0.12/32"]});
     // Brokering needs the gateway network.
     let a = ask(
@@ -495,7 +457,4 @@ fn transformations_set_on_a_running_named_sandbox_reach_upstream_and_are_replace
     );
     assert_eq!(a["error"]["arg"], "sandbox", "{a}");
     ask("named.rm", serde_json::json!({"sandbox": "tx"}));
-    drop(stdin);
-    assert!(child.wait().unwrap().success());
-    drop(srv);
 }

@@ -23,9 +23,16 @@ impl Client {
 
     /// A server with these environment variables set (e.g. its own TMPDIR).
     fn with_env(env: &[(&str, &std::ffi::OsStr)]) -> Client {
-        let mut child = Command::new(common::bin())
-            .arg("serve")
-            .envs(env.iter().copied())
+        Client::spawn(
+            Command::new(common::bin())
+                .arg("serve")
+                .envs(env.iter().copied()),
+        )
+    }
+
+    /// A client of the server `cmd` starts (its stdin and stdout piped here).
+    fn spawn(cmd: &mut Command) -> Client {
+        let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -54,24 +61,13 @@ impl Client {
         .unwrap();
         // Inherited across exec: the server's end only.
         rustix::io::fcntl_setfd(&theirs, rustix::io::FdFlags::empty()).unwrap();
-        let mut child = Command::new(common::bin())
-            .args(["serve", "--fd-socket", &theirs.as_raw_fd().to_string()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn hull serve");
+        let client = Client::spawn(Command::new(common::bin()).args([
+            "serve",
+            "--fd-socket",
+            &theirs.as_raw_fd().to_string(),
+        ]));
         drop(theirs);
-        let stdin = child.stdin.take().unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        (
-            Client {
-                child,
-                stdin,
-                stdout,
-                next: 0,
-            },
-            ours,
-        )
+        (client, ours)
     }
 
     /// Sends one request and returns its answer (`result` or `error` object), skipping events.

@@ -112,3 +112,69 @@ pub fn serve_session(
     assert!(child.wait().unwrap().success());
     lines
 }
+
+/// An interactive `hull serve` for a test: one request at a time, its answer line returned
+/// (events skipped); shut down when dropped.
+pub struct Serve {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+    next: u64,
+}
+
+impl Serve {
+    /// `hull serve` with `env` set.
+    pub fn start(env: &[(&str, &str)]) -> Serve {
+        let mut child = Command::new(bin())
+            .arg("serve")
+            .envs(env.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn hull serve");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        Serve {
+            child,
+            stdin,
+            stdout,
+            next: 0,
+        }
+    }
+
+    /// Sends one request; its answer (`{"id", "result"}` or `{"id", "error"}`).
+    pub fn ask(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
+        use std::io::{BufRead, Write};
+        self.next += 1;
+        let id = self.next;
+        writeln!(
+            self.stdin,
+            "{}",
+            serde_json::json!({"id": id, "method": method, "params": params})
+        )
+        .unwrap();
+        loop {
+            let mut line = String::new();
+            assert!(
+                self.stdout.read_line(&mut line).unwrap() > 0,
+                "hull serve ended"
+            );
+            let a: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if a["id"] == id && a.get("event").is_none() {
+                return a;
+            }
+        }
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        use std::io::Write;
+        let _ = writeln!(
+            self.stdin,
+            "{}",
+            serde_json::json!({"id": 0, "method": "shutdown"})
+        );
+        let _ = self.child.wait();
+    }
+}
