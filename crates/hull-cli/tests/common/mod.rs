@@ -86,31 +86,43 @@ pub fn serve_session(
     env: &[(&str, &str)],
 ) -> Vec<serde_json::Value> {
     use std::io::{BufRead, Write};
+    let (mut child, mut stdin, stdout) = serve_process(env);
+    for r in requests {
+        writeln!(stdin, "{r}").unwrap();
+    }
+    writeln!(
+        stdin,
+        "{}",
+        serde_json::json!({"id": "end", "method": "shutdown"})
+    )
+    .unwrap();
+    drop(stdin);
+    let lines: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
+        .collect();
+    assert!(child.wait().unwrap().success());
+    lines
+}
+
+/// `hull serve` with `env` set, its stdin and stdout piped here.
+fn serve_process(
+    env: &[(&str, &str)],
+) -> (
+    std::process::Child,
+    std::process::ChildStdin,
+    std::io::BufReader<std::process::ChildStdout>,
+) {
     let mut child = Command::new(bin())
         .arg("serve")
         .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
-        .unwrap();
-    {
-        let mut stdin = child.stdin.take().unwrap();
-        for r in requests {
-            writeln!(stdin, "{r}").unwrap();
-        }
-        writeln!(
-            stdin,
-            "{}",
-            serde_json::json!({"id": "end", "method": "shutdown"})
-        )
-        .unwrap();
-    }
-    let lines: Vec<serde_json::Value> = std::io::BufReader::new(child.stdout.take().unwrap())
-        .lines()
-        .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
-        .collect();
-    assert!(child.wait().unwrap().success());
-    lines
+        .expect("spawn hull serve");
+    let stdin = child.stdin.take().unwrap();
+    let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    (child, stdin, stdout)
 }
 
 /// An interactive `hull serve` for a test: one request at a time, its answer line returned
@@ -125,15 +137,7 @@ pub struct Serve {
 impl Serve {
     /// `hull serve` with `env` set.
     pub fn start(env: &[(&str, &str)]) -> Serve {
-        let mut child = Command::new(bin())
-            .arg("serve")
-            .envs(env.iter().copied())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn hull serve");
-        let stdin = child.stdin.take().unwrap();
-        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let (child, stdin, stdout) = serve_process(env);
         Serve {
             child,
             stdin,
