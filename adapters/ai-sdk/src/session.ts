@@ -416,6 +416,11 @@ function describe(f: SandboxFacts, ports: ReadonlyArray<number>): string {
   ];
   if (f.readOnlyWorkspaces.length > 0) lines.push(`Read-only directories of the host: ${f.readOnlyWorkspaces.join(", ")} (writes there fail).`);
   if (f.network !== undefined) lines.push(describeNetwork(f.network ?? undefined));
+  if (f.brokering && f.network) {
+    lines.push(
+      "Credentials for some hosts are added by hull's gateway outside the sandbox: use the placeholder values you are given as they are. The gateway's CA is trusted through SSL_CERT_FILE, REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE, GIT_SSL_CAINFO, PIP_CERT, NODE_EXTRA_CA_CERTS and the system certificate bundle; a client that ignores them (or pins certificates) cannot reach those hosts.",
+    );
+  }
   if (ports.length > 0) lines.push(`Ports published to the host: ${ports.join(", ")} (a server there must listen on 0.0.0.0).`);
   return lines.join("\n");
 }

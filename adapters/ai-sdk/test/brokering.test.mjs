@@ -11,6 +11,7 @@ import { HarnessCapabilityUnsupportedError } from "@ai-sdk/harness";
 import { API_IP, API_NAME as NAME, IMAGE, fakeApi, withSandboxes } from "./helpers.mjs";
 import { createHullNetworkSandboxSession } from "../dist/index.js";
 
+
 const REAL = "sk-ant-REAL-0123456789abcdef";
 const PLACEHOLDER = "aisdkhc_test0placeholder0value00000000000000000";
 
@@ -58,6 +59,61 @@ test("transformations put their values into matching requests upstream only; add
       await s.setRequestTransformations([]);
       assert.match(await call(PLACEHOLDER), /^failed/);
       assert.equal(seen.length, before, "the upstream was reached without interception");
+    } finally {
+      await s.destroy();
+      api.close();
+    }
+  }));
+
+/** A request from the sandbox to the fake API (the placeholder as its key): what it printed. */
+async function callFrom(s, port, key) {
+  const code = `fetch("https://${NAME}:${port}/v1/messages", { headers: { "x-api-key": "${key}" } }).then((r) => r.text()).then((t) => console.log(t), (e) => console.log("failed", e.cause?.code ?? e.message))`;
+  return (await s.run({ command: `node -e '${code}'` })).stdout.trim();
+}
+
+test("a session restored from a template brokers from its first request, and says so in its description", () =>
+  withSandboxes(async () => {
+    const api = await fakeApi();
+    const networkPolicy = { mode: "custom", allowedHosts: [NAME], allowedCIDRs: [`${API_IP}/32`] };
+    const template = { identity: "brokered-template-v1", async prepare({ session }) { await session.writeTextFile({ path: "prepared.txt", content: "yes" }); } };
+    let s;
+    try {
+      // The first creation builds the template; the second restores from it.
+      const first = await createHullNetworkSandboxSession({ image: IMAGE, sandboxId: "tpl-first", template, networkPolicy });
+      await first.destroy();
+      s = await createHullNetworkSandboxSession({ image: IMAGE, sandboxId: "tpl-brokered", template, networkPolicy });
+      assert.equal(await s.readTextFile({ path: "prepared.txt" }), "yes");
+      assert.match(s.description, /The gateway's CA is trusted through SSL_CERT_FILE/);
+      await s.setRequestTransformations([{ match: { host: NAME, headers: [{ key: { exact: "x-api-key" }, value: { exact: PLACEHOLDER } }] }, transform: { headers: { "x-api-key": REAL } } }]);
+      assert.match(await callFrom(s, api.port, PLACEHOLDER), /^model reply/);
+      assert.deepEqual(api.seen, [REAL]);
+    } finally {
+      await s?.destroy();
+      api.close();
+    }
+  }));
+
+test("the policy decides each connection: allowed host reached, other names and denied CIDRs get none, a live change applies to the next", () =>
+  withSandboxes(async () => {
+    const api = await fakeApi();
+    const allowed = { mode: "custom", allowedHosts: [NAME], allowedCIDRs: [`${API_IP}/32`] };
+    const s = await createHullNetworkSandboxSession({ image: IMAGE, sandboxId: "decides", networkPolicy: allowed, brokerCredentials: false });
+    try {
+      // Reached (the sandbox does not trust the test CA, so TLS fails after the connection).
+      assert.match(await callFrom(s, api.port, "k"), /^failed/);
+      assert.equal(api.connections, 1, "the allowed host was not reached");
+      // Another name only: the API's name is not answered, nothing connects.
+      await s.setNetworkPolicy({ mode: "custom", allowedHosts: ["other.example.test"], allowedCIDRs: ["10.255.255.0/24"] });
+      assert.match(await callFrom(s, api.port, "k"), /^failed/);
+      assert.equal(api.connections, 1, "a name the policy does not allow was connected to");
+      // The name allowed but its address denied: the denied CIDR wins.
+      await s.setNetworkPolicy({ mode: "custom", allowedHosts: [NAME], allowedCIDRs: [`${API_IP}/32`], deniedCIDRs: [`${API_IP}/32`] });
+      assert.match(await callFrom(s, api.port, "k"), /^failed/);
+      assert.equal(api.connections, 1, "a denied CIDR was connected to");
+      // Back to allowed: the next connection goes through.
+      await s.setNetworkPolicy(allowed);
+      assert.match(await callFrom(s, api.port, "k"), /^failed/);
+      assert.equal(api.connections, 2);
     } finally {
       await s.destroy();
       api.close();

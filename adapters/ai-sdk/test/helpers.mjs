@@ -105,7 +105,7 @@ export async function apiDns() {
 
 
 /** The fake model API: an HTTPS server on API_IP (apiCerts' certificate) recording each
- * request's `x-api-key`, the DNS responder, and HULL_NET_DNS / HULL_NET_UPSTREAM_CA pointing
+ * request's `x-api-key` and counting connections, the DNS responder, and HULL_NET_DNS / HULL_NET_UPSTREAM_CA pointing
  * hull's gateway at them (for sandboxes made from now on). `close()` undoes all of it. */
 export async function fakeApi() {
   const https = await import("node:https");
@@ -116,6 +116,8 @@ export async function fakeApi() {
     seen.push(q.headers["x-api-key"] ?? "");
     r.end(`model reply ${seen.length}`);
   });
+  const counts = { connections: 0 };
+  server.on("connection", () => counts.connections++);
   await new Promise((r) => server.listen(0, API_IP, r));
   const resolver = await apiDns();
   const saved = { HULL_NET_DNS: process.env.HULL_NET_DNS, HULL_NET_UPSTREAM_CA: process.env.HULL_NET_UPSTREAM_CA };
@@ -124,6 +126,10 @@ export async function fakeApi() {
   return {
     port: server.address().port,
     seen,
+    /** TCP connections the server accepted (TLS verified or not). */
+    get connections() {
+      return counts.connections;
+    },
     close() {
       server.close();
       resolver.close();
