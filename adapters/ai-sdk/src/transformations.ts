@@ -25,6 +25,8 @@ function checkOne(t: unknown, i: number): HarnessV1RequestTransformation {
   if (o.transform === null || typeof o.transform !== "object" || o.transform.headers === null || typeof o.transform.headers !== "object") throw bad("transform.headers must be an object of strings");
   for (const [k, v] of Object.entries(o.transform.headers)) if (typeof v !== "string") throw bad(`transform.headers.${k} must be a string`);
   if (o.match.method !== undefined && (!Array.isArray(o.match.method) || o.match.method.some((m) => typeof m !== "string"))) throw bad("match.method must be a list of strings");
+  // An empty list would match no method, or (read as absent) every one: neither is meant.
+  if (o.match.method !== undefined && o.match.method.length === 0) throw bad("match.method is empty (leave it out to match every method)");
   return o;
 }
 
@@ -53,11 +55,16 @@ export function toHull(ts: ReadonlyArray<HarnessV1RequestTransformation>): Trans
     ] as const) {
       if (list === undefined) continue;
       const map: Record<string, string> = {};
-      for (const kv of list) map[exactOf(kv.key as Matcher | undefined, `${what} key`)] = exactOf(kv.value as Matcher | undefined, `${what} value`);
+      for (const kv of list) {
+        const key = exactOf(kv.key as Matcher | undefined, `${what} key`);
+        // Two conditions on one key cannot both be kept in hull's form; keeping one would widen it.
+        if (Object.hasOwn(map, key)) throw refusedTransformation(`two conditions on ${what} \`${key}\``);
+        map[key] = exactOf(kv.value as Matcher | undefined, `${what} value`);
+      }
       match[into] = map;
     }
     const headers = { ...t.transform.headers };
-    const methods = m.method === undefined || m.method.length === 0 ? [undefined] : m.method;
+    const methods = m.method === undefined ? [undefined] : m.method;
     for (const method of methods) out.push({ match: method === undefined ? match : { ...match, method }, action: "set", headers });
   }
   return out;

@@ -119,3 +119,18 @@ test("the policy decides each connection: allowed host reached, other names and 
       api.close();
     }
   }));
+
+test("transformations hull cannot keep exactly are refused before anything changes", async () => {
+  const { checkList, toHull } = await import("../dist/transformations.js");
+  const t = (match) => [{ match: { host: NAME, ...match }, transform: { headers: { "x-api-key": "v" } } }];
+  assert.throws(() => checkList(t({ method: [] })), /match.method is empty/);
+  assert.throws(
+    () => toHull(t({ headers: [{ key: { exact: "x-a" }, value: { exact: "1" } }, { key: { exact: "x-a" }, value: { exact: "2" } }] })),
+    (e) => HarnessCapabilityUnsupportedError.isInstance(e) && /two conditions on a header `x-a`/.test(e.message),
+  );
+  assert.throws(() => toHull(t({ queryString: [{ key: { regex: "k.*" }, value: { exact: "1" } }] })), (e) => HarnessCapabilityUnsupportedError.isInstance(e));
+  assert.deepEqual(toHull(t({ method: ["GET", "POST"], path: { startsWith: "/v1/" } })).map((r) => [r.match.method, r.match.path]), [
+    ["GET", { prefix: "/v1/" }],
+    ["POST", { prefix: "/v1/" }],
+  ]);
+});

@@ -266,7 +266,7 @@ export class NamedSandbox {
   }
 
   /** Replaces the request transformations of the running sandbox (made with `brokering`):
-   * connections opened from now on get them; `[]` removes them all. They live in its gateway
+   * every request from now on gets them (on open connections too); `[]` removes them all. They live in its gateway
    * only (never on disk; withdrawn when it stops), so they are set again after a start. */
   async setRequestTransformations(transformations: Transformation[]): Promise<void> {
     if (!Array.isArray(transformations)) throw new TypeError("transformations must be a list");

@@ -160,3 +160,73 @@ def test_destroying_the_sandbox_ends_a_running_cell():
     sb.destroy()
     t.join(20)
     assert not t.is_alive() and out, "a destroyed sandbox left its kernel's cell waiting"
+
+
+def test_a_deeply_nested_frame_ends_the_kernel_with_a_warning():
+    with Sandbox(timeout_s=5) as sb:
+        with sb.kernel() as k:
+            frame = "b'{\"done\": 1, \"results\": ' + b'[' * 5000 + b']' * 5000 + b'}\\n'"
+            r = k.run_code(CHANNEL + "chan().sendall(%s)\nimport time\ntime.sleep(2)" % frame)
+            assert any("nested more than 128" in w for w in r.warnings), r
+            with pytest.raises(KernelDied):
+                k.run_code("1")
+
+
+def test_an_interrupted_cell_ends_the_kernel_instead_of_shifting_results():
+    with Sandbox(timeout_s=5) as sb:
+        with sb.kernel() as k:
+            k.run_code("x = 1")
+            chan = k._chan
+            real = chan._frame
+
+            def interrupted(deadline):
+                chan._frame = real
+                raise KeyboardInterrupt()
+
+            chan._frame = interrupted
+            with pytest.raises(KeyboardInterrupt):
+                k.run_code("import time\ntime.sleep(0.2)\nprint('late')\n'first'")
+            # The next cell is refused, never answered with the interrupted cell's frames.
+            with pytest.raises(KernelDied):
+                k.run_code("'second'")
+
+
+def test_stale_hand_offs_are_skipped_and_closed():
+    import socket as s
+
+    ours, theirs = s.socketpair(s.AF_UNIX, s.SOCK_SEQPACKET)
+    try:
+        r1, w1 = os.pipe()
+        r2, w2 = os.pipe()
+        s.send_fds(theirs, [b"k1"], [r1])
+        s.send_fds(theirs, [b"k2"], [r2])
+        fake = type("Fake", (), {"fds": ours})()
+        got = _sandbox._Server.take_fd(fake, "k2")
+        try:
+            assert os.fstat(got).st_ino == os.fstat(r2).st_ino
+            # Close-on-exec, so no child of this process inherits a runner's channel.
+            import fcntl
+
+            assert fcntl.fcntl(got, fcntl.F_GETFD) & fcntl.FD_CLOEXEC
+        finally:
+            os.close(got)
+        for fd in (r1, w1, r2, w2):
+            os.close(fd)
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_the_scan_skips_a_directory_that_is_not_the_one_listed(tmp_path):
+    from hull_sandbox import _scan
+
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "f").write_text("x")
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        w = _scan._Walk()
+        assert _scan._visit(fd, b"d", (0, 0), w) is None and not w.complete
+        entries, complete = _scan.scan(fd)
+        assert list(entries) == [b"d/f"] and complete
+    finally:
+        os.close(fd)

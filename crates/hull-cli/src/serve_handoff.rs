@@ -22,7 +22,7 @@ pub enum HandoffError {
         "--fd-socket {0}: the descriptor is not a socket (pass one end of a Unix socket pair)"
     )]
     NotSocket(i32),
-    #[error("--fd-socket {0}: cannot inspect the descriptor")]
+    #[error("--fd-socket {0}: cannot inspect or set up the descriptor")]
     Stat(i32, #[source] std::io::Error),
 }
 
@@ -40,6 +40,10 @@ impl Handoff {
             let _ = owned.into_raw_fd();
             return Err(HandoffError::NotSocket(fd));
         }
+        // Not inherited further: the processes serve starts (gateways, keepers) must not hold
+        // a way to send its caller descriptors.
+        rustix::io::fcntl_setfd(&owned, rustix::io::FdFlags::CLOEXEC)
+            .map_err(|e| HandoffError::Stat(fd, e.into()))?;
         Ok(Handoff(Mutex::new(owned)))
     }
 

@@ -483,7 +483,10 @@ impl Sessions {
                     let answer = k.and_then(|k| {
                         let mut r = json!({ "kernel": k.id });
                         if attach {
-                            r["attached"] = self.attach(&sb, &k)?;
+                            // A kernel nobody can reach is not left running.
+                            r["attached"] = self.attach(&sb, &k).inspect_err(|_| {
+                                sb.close_kernel(&k.id);
+                            })?;
                         }
                         Ok(r)
                     });

@@ -93,7 +93,8 @@ struct Inner {
     ca: Arc<Ca>,
     upstream: UpstreamTls,
     secrets: Vec<Secret>,
-    rules: Vec<Transform>,
+    /// Replaced whole by [`Broker::set_rules`]; each request takes the rules of its moment.
+    rules: std::sync::RwLock<Arc<Vec<Transform>>>,
     log: LogSink,
 }
 
@@ -101,7 +102,7 @@ impl fmt::Debug for Broker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Broker")
             .field("secrets", &self.0.secrets)
-            .field("rules", &self.0.rules.len())
+            .field("rules", &self.rules().len())
             .finish_non_exhaustive()
     }
 }
@@ -121,33 +122,45 @@ impl Broker {
             }
             secrets.push(Secret::new(s)?);
         }
-        Broker(Arc::new(Inner {
+        let b = Broker(Arc::new(Inner {
             ca,
             upstream,
             secrets,
-            rules: Vec::new(),
+            rules: std::sync::RwLock::new(Arc::new(Vec::new())),
             log,
-        }))
-        .with_rules(spec.transformations)
+        }));
+        b.set_rules(spec.transformations)?;
+        Ok(b)
     }
 
-    /// The same broker (CA, upstream trust, secrets and their placeholders, log) with
-    /// `transformations` in place of its rules: a live replacement. Connections opened after
-    /// the swap use the new rules; one already intercepted keeps those it started with.
-    pub fn with_rules(&self, transformations: Vec<TransformSpec>) -> Result<Broker, BrokerError> {
+    /// Replaces the request transformations (the secrets, their placeholders, the CA and the
+    /// log stay): every request from now on, on connections already open too, is rewritten by
+    /// the new rules; a connection is intercepted or not as its host wanted when it opened.
+    /// Checked whole first: on an error nothing changes.
+    pub fn set_rules(&self, transformations: Vec<TransformSpec>) -> Result<(), BrokerError> {
         let secrets = &self.0.secrets;
         let rules = transformations
             .into_iter()
             .enumerate()
             .map(|(i, t)| Transform::new(i, t, |n| secrets.iter().position(|s| s.name() == n)))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Broker(Arc::new(Inner {
-            ca: Arc::clone(&self.0.ca),
-            upstream: self.0.upstream.clone(),
-            secrets: secrets.clone(),
-            rules,
-            log: Arc::clone(&self.0.log),
-        })))
+        *self
+            .0
+            .rules
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(rules);
+        Ok(())
+    }
+
+    /// The rules of this moment.
+    fn rules(&self) -> Arc<Vec<Transform>> {
+        Arc::clone(
+            &self
+                .0
+                .rules
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 
     /// The secrets, with their placeholders (what the caller puts in the box's environment).
@@ -163,7 +176,7 @@ impl Broker {
     /// Whether a connection to `name` is intercepted (a secret or a transformation is for
     /// it); every other connection is spliced untouched.
     pub fn wants_interception(&self, name: &Name) -> bool {
-        self.0.secrets.iter().any(|s| s.is_for(name)) || self.0.rules.iter().any(|r| r.is_for(name))
+        self.0.secrets.iter().any(|s| s.is_for(name)) || self.rules().iter().any(|r| r.is_for(name))
     }
 
     fn log(&self, r: &Record) {
@@ -448,7 +461,7 @@ async fn handle(req: Request<Incoming>, flow: Arc<Flow>) -> Result<Response<Body
     } else {
         None
     };
-    let rw = rewrite(&mut parts, &flow.name, secrets, &flow.broker.0.rules);
+    let rw = rewrite(&mut parts, &flow.name, secrets, &flow.broker.rules());
     sent.extend(
         rw.substituted
             .iter()

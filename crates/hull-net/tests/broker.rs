@@ -655,61 +655,78 @@ async fn an_h2_only_box_reaches_an_http11_only_host() {
     assert_eq!(flow.await.unwrap().unwrap().protocol, "h2");
 }
 
+/// One request to OTHER with `x-api-key: key`, answered 200.
+async fn send_key(c: &mut BoxClient, key: &str) {
+    let req = c
+        .request(OTHER, "/k")
+        .header("x-api-key", key)
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    assert_eq!(c.send(req).await.status(), 200);
+}
+
 #[tokio::test]
-async fn replaced_rules_apply_to_later_connections_and_keep_the_secrets() {
+async fn replaced_rules_apply_to_the_next_request_and_keep_the_secrets() {
     let up = upstream().await;
     let (b, _log) = broker(&up, default_spec());
     let placeholder = b.secrets()[0].placeholder().to_string();
     let other = Name::parse(OTHER).unwrap();
-    // A rule for OTHER that sets a header whatever the box sent, matched on the box's value.
-    let b2 = b
-        .with_rules(vec![serde_json::from_value(serde_json::json!({
+    let rule = |value: &str| -> hull_net::rules::TransformSpec {
+        serde_json::from_value(serde_json::json!({
             "match": {"hosts": [OTHER], "headers": {"x-api-key": "aisdkhc_box"}},
-            "headers": {"x-api-key": "real-literal"}
+            "headers": {"x-api-key": value}
         }))
-        .unwrap()])
-        .unwrap();
+        .unwrap()
+    };
+    // A rule for OTHER that sets a header, matched on the value the box sent.
+    b.set_rules(vec![rule("real-literal")]).unwrap();
     assert_eq!(
-        b2.secrets()[0].placeholder(),
+        b.secrets()[0].placeholder(),
         placeholder,
         "the secrets are kept"
     );
-    assert!(b2.wants_interception(&other));
+    assert!(b.wants_interception(&other));
     let (tls, flow) = open_box(
         &up,
-        &b2,
+        &b,
         OTHER,
         ServerName::try_from(OTHER).unwrap(),
         &[b"http/1.1"],
     )
     .await;
     let mut c = BoxClient::new(tls.unwrap()).await;
-    for (sent, want) in [
-        ("aisdkhc_box", "real-literal"),
-        ("something-else", "something-else"),
-    ] {
-        let resp = c
-            .send(
-                c.request(OTHER, "/k")
-                    .header("x-api-key", sent)
-                    .body(Full::new(Bytes::new()))
-                    .unwrap(),
-            )
-            .await;
-        assert_eq!(resp.status(), 200);
-        let seen = up.seen.lock().unwrap().pop().unwrap();
-        assert_eq!(seen["x-api-key"], want);
-        assert!(
-            seen.get("x-via").is_none(),
-            "the replaced rule still applied"
-        );
-    }
+    send_key(&mut c, "aisdkhc_box").await;
+    let seen = up.seen.lock().unwrap().pop().unwrap();
+    assert_eq!(seen["x-api-key"], "real-literal");
+    assert!(
+        seen.get("x-via").is_none(),
+        "the replaced rule still applied"
+    );
+    send_key(&mut c, "something-else").await;
+    assert_eq!(
+        up.seen.lock().unwrap().pop().unwrap()["x-api-key"],
+        "something-else"
+    );
+    // Replaced while the connection stays open: its next request takes the new value, and
+    // with no rules at all, none.
+    b.set_rules(vec![rule("rotated")]).unwrap();
+    send_key(&mut c, "aisdkhc_box").await;
+    assert_eq!(
+        up.seen.lock().unwrap().pop().unwrap()["x-api-key"],
+        "rotated"
+    );
+    b.set_rules(Vec::new()).unwrap();
+    send_key(&mut c, "aisdkhc_box").await;
+    assert_eq!(
+        up.seen.lock().unwrap().pop().unwrap()["x-api-key"],
+        "aisdkhc_box"
+    );
     drop(c);
     flow.await.unwrap().unwrap();
-    // No rules: OTHER is no longer intercepted; a rule naming an unknown secret is refused.
-    let b3 = b.with_rules(Vec::new()).unwrap();
-    assert!(!b3.wants_interception(&other));
-    let bad = b.with_rules(vec![serde_json::from_value(serde_json::json!({
+    assert!(!b.wants_interception(&other));
+    // A rule naming an unknown secret is refused, and nothing changes.
+    b.set_rules(vec![rule("kept")]).unwrap();
+    let bad = b.set_rules(vec![serde_json::from_value(serde_json::json!({
         "match": {"hosts": [OTHER]},
         "headers": {"authorization": {"secret": "nope"}}
     }))
@@ -718,9 +735,13 @@ async fn replaced_rules_apply_to_later_connections_and_keep_the_secrets() {
         matches!(bad, Err(hull_net::broker::BrokerError::Rule(_))),
         "{bad:?}"
     );
+    assert!(
+        b.wants_interception(&other),
+        "a refused set changed the rules"
+    );
     // A literal that is no header value is refused without being quoted (it can be a key).
     let bad = b
-        .with_rules(vec![serde_json::from_value(serde_json::json!({
+        .set_rules(vec![serde_json::from_value(serde_json::json!({
             "match": {"hosts": [OTHER]},
             "headers": {"x-api-key": "sk-LEAK\nME"}
         }))

@@ -942,6 +942,8 @@ impl Sandbox {
             Ok(rb) => rb,
             Err(why) => return Err(SandboxError::KernelDead(k.id.clone(), why.clone())),
         };
+        // The descriptor first: a kernel whose channel could not be duplicated stays usable.
+        let channel = rb.channel()?;
         if k.attached.swap(true, Ordering::SeqCst) {
             return Err(SandboxError::Invalid {
                 arg: "kernel".into(),
@@ -952,7 +954,7 @@ impl Sandbox {
             });
         }
         Ok(KernelChannel {
-            channel: rb.channel()?,
+            channel,
             max_output: self.base.max_output,
             timeout: self.cfg.timeout,
             workspace: self

@@ -15,7 +15,6 @@ import binascii
 import codecs
 import json
 import os
-import re
 import socket
 import struct
 import sys
@@ -23,9 +22,10 @@ import time
 
 from . import _scan
 
-#: A JSON string (escapes included): removed before values are counted, so commas in text do
-#: not count.
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+#: The deepest nesting of arrays and objects a frame may have (the server's parser's limit).
+MAX_DEPTH = 128
+#: Every byte but the brackets, deleted to measure nesting.
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _STATS = {"peak_memory": None, "cpu_ms": 0, "setup_us": 0}
 #: struct timeval, as SO_RCVTIMEO and SO_SNDTIMEO take it.
 _TIMEVAL = struct.Struct("@ll")
@@ -38,21 +38,46 @@ class _Broken(Exception):
     """The channel broke its protocol; the text says how (the result's warning)."""
 
 
-def _values(line):
-    """An upper bound of the JSON values in `line`, counted like the server counts them."""
-    n = 1 + line.count(b",") + line.count(b"[") + line.count(b"{") + line.count(b":")
-    return n
+def _structural(text):
+    """How many values the structural characters in `text` make (outside strings or not)."""
+    return text.count(b",") + text.count(b"[") + text.count(b"{") + text.count(b":")
+
+
+def _outside_strings(line):
+    """The parts of a JSON text outside its strings: escaped backslashes and quotes removed
+    first, so every remaining quote opens or closes a string. Linear in the text."""
+    return line.replace(b"\\\\", b"").replace(b'\\"', b"").split(b'"')[0::2]
+
+
+def _check_shape(line, max_values):
+    """Refuses a frame of more values or deeper nesting than the server takes, before it is
+    parsed (a tree of Python values costs many times its text)."""
+    if 1 + _structural(line) <= max_values and line.count(b"[") + line.count(b"{") <= MAX_DEPTH:
+        return
+    outside = _outside_strings(line)
+    if 1 + sum(_structural(p) for p in outside) > max_values:
+        raise _Broken("the runner sent a frame of more than %d JSON values; rich results were dropped and the box killed" % max_values)
+    # At most as many brackets as values: a bounded loop.
+    depth = deepest = 0
+    for b in b"".join(outside).translate(None, _NOT_BRACKETS):
+        depth += 1 if b in (0x5B, 0x7B) else -1
+        deepest = max(deepest, depth)
+    if deepest > MAX_DEPTH:
+        raise _Broken("the runner sent a frame nested more than %d deep; rich results were dropped and the box killed" % MAX_DEPTH)
+
+
+def _no_constant(name):
+    raise ValueError("%s is not JSON" % name)
 
 
 def decode(line, max_values):
     """One frame: ("out", stream, bytes), ("done", exit_code, results) or None (ignored).
     Raises _Broken saying why the channel is broken."""
-    if _values(line) > max_values and _values(_STRING.sub(b'""', line)) > max_values:
-        raise _Broken("the runner sent a frame of more than %d JSON values; rich results were dropped and the box killed" % max_values)
+    _check_shape(line, max_values)
     try:
-        frame = json.loads(line)
-    except ValueError as e:
-        raise _Broken("the runner's channel carried a malformed frame (%s); rich results were dropped and the box killed" % e) from None
+        frame = json.loads(line, parse_constant=_no_constant)
+    except Exception as e:  # ValueError, RecursionError, UnicodeDecodeError: all the runner's doing
+        raise _Broken("the runner's channel carried a malformed frame (%s); rich results were dropped and the box killed" % type(e).__name__) from None
     if not isinstance(frame, dict):
         raise _Broken("the runner's channel carried a frame that is not an object; rich results were dropped and the box killed")
     s = frame.get("stream")
@@ -115,10 +140,10 @@ class Channel:
             from ._errors import InvalidArgument
 
             raise InvalidArgument("code holds U+%04X, a lone surrogate: not valid Unicode text, so it cannot be sent" % ord(e.object[e.start]), "code") from None
-        t0 = time.monotonic()
-        deadline = t0 + timeout_s
+        # The deadline starts after the scan, as the server's does.
         before = _scan.scan(self.ws_fd) if self.ws_fd is not None else None
-        t_scan = time.monotonic()
+        t0 = t_scan = time.monotonic()
+        deadline = t0 + timeout_s
         out = {"stdout": bytearray(), "stderr": bytearray()}
         decoders = {}
         dropped = 0

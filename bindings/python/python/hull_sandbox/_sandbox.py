@@ -7,6 +7,7 @@ a separate callback thread: when a callback is slow, chunks are dropped (and cou
 stalling the reader, the server or the box.
 """
 
+import array
 import base64
 import copy
 import inspect
@@ -232,13 +233,30 @@ class _Server:
             self.fds.close()
 
     def take_fd(self, tag):
-        """The descriptor the server just handed over for `tag` (a kernel id)."""
-        got, fds, _flags, _addr = socket.recv_fds(self.fds, 256, 1)
-        if got.decode("utf-8", "replace") != tag or len(fds) != 1:
+        """The descriptor the server just handed over for `tag` (a kernel id). Hand-offs left
+        by a request that was interrupted before its descriptor was taken are closed and
+        skipped; the wait is bounded (the server sends the descriptor before it answers)."""
+        self.fds.settimeout(10)
+        while True:
+            try:
+                got, fds = _recv_fd(self.fds)
+            except (OSError, socket.timeout) as e:
+                raise SandboxError("hull serve answered kernel %r without handing its channel over (%s)" % (tag, e), "protocol") from e
+            if got.decode("utf-8", "replace") == tag and len(fds) == 1:
+                return fds[0]
             for fd in fds:
                 os.close(fd)
-            raise SandboxError("hull serve handed over %d descriptors for %r, expected one for kernel %r" % (len(fds), got, tag), "protocol")
-        return fds[0]
+
+
+def _recv_fd(sock):
+    """One message and the descriptors it carries, received close-on-exec (MSG_CMSG_CLOEXEC:
+    no child of this process inherits them). socket.recv_fds would drop the flag."""
+    fds = array.array("i")
+    msg, anc, _flags, _addr = sock.recvmsg(256, socket.CMSG_SPACE(fds.itemsize), socket.MSG_CMSG_CLOEXEC)
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+    return msg, list(fds)
 
 
 def _shutdown(proc):
@@ -803,6 +821,7 @@ class Sandbox:
             except BaseException:
                 k.close()
                 raise
+        self.__dict__.setdefault("_attached", weakref.WeakSet()).add(k)
         return k
 
     def destroy(self):
@@ -826,6 +845,10 @@ class Sandbox:
         self._close_server()
 
     def _close_server(self):
+        # Attached kernels' channels and workspace descriptors: their boxes are gone with it.
+        for k in list(getattr(self, "_attached", ())):
+            with k._lock:
+                k._drop_channel()
         self._server.close()
         if self._streamer is not None:
             self._streamer.close()
@@ -921,13 +944,26 @@ class Kernel:
         end = lambda how, **kw: sb._server.call("kernel.end", sb._p(kernel=self.id, end=how, **kw))  # noqa: E731
         try:
             r, alive = self._chan.run(code, timeout_s, streamer.offer if streamer else None, end)
-            if not alive:
-                self._chan.close()
-                self._chan = None
-            return ExecutionResult.from_json(r, streamer.take_dropped() if streamer else 0)
+        except BaseException:
+            # Interrupted mid-cell (KeyboardInterrupt, the server gone): the channel may hold
+            # this cell's frames, which the next cell would take for its own. The kernel ends.
+            self._drop_channel()
+            try:
+                end("broken", warning="the caller stopped reading the cell's frames")
+            except BaseException:
+                pass
+            raise
         finally:
             if streamer is not None and streamer is not sb._streamer:
                 streamer.close()
+        if not alive:
+            self._drop_channel()
+        return ExecutionResult.from_json(r, streamer.take_dropped() if streamer else 0)
+
+    def _drop_channel(self):
+        if self._chan is not None:
+            self._chan.close()
+            self._chan = None
 
     def close(self):
         try:
@@ -935,9 +971,7 @@ class Kernel:
         except SandboxError:
             pass
         with self._lock:
-            if self._chan is not None:
-                self._chan.close()
-                self._chan = None
+            self._drop_channel()
 
     def __enter__(self):
         return self

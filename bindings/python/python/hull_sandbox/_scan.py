@@ -1,10 +1,11 @@
 """Which workspace paths a cell changed, for kernel cells that bypass `hull serve` (`_direct`).
 
 The same scan `hull serve` makes (crates/hull/src/files.rs), done from this process: the
-workspace is held open as a descriptor, every directory is opened from its parent's descriptor
-with `O_NOFOLLOW`, and entries are `lstat`ed from their directory's descriptor, so a symlink or a
-directory the box swaps in during the walk is never followed out of the workspace. The same caps
-(entries, path bytes, depth) stop a walk of a hostile tree; a stopped walk says so.
+workspace is held open as a descriptor, entries are `lstat`ed from their directory's descriptor,
+and a subdirectory is listed only when the directory opened (`O_NOFOLLOW`) is the one listed
+(device and inode), so a link or a directory the box swaps in during the walk is never followed
+out of the workspace. One directory is open at a time, and the same caps (entries, path bytes,
+depth) stop a walk of a hostile tree while it reads; a stopped walk says so.
 """
 
 import base64
@@ -51,10 +52,25 @@ class _Walk:
 
 
 def scan(root_fd):
-    """What the workspace (an open directory descriptor) holds now: (entries, complete)."""
+    """What the workspace (an open directory descriptor) holds now: (entries, complete).
+
+    Depth first, each directory's entries before its subdirectories, one directory open at a
+    time: a subdirectory is opened by its path from the workspace and listed only when it is
+    the directory that was listed there (device and inode), so one the box swaps for a link
+    during the walk is skipped (and the walk says it is incomplete)."""
     w = _Walk()
+    pending = [(b"", None, 0)]
     try:
-        _walk(root_fd, b"", 0, w)
+        while pending:
+            path, ident, depth = pending.pop()
+            subdirs = _visit(root_fd, path, ident, w)
+            if subdirs is None:
+                continue
+            for name, sub_ident in reversed(subdirs):
+                if depth + 1 >= MAX_DEPTH:
+                    w.complete = False
+                    continue
+                pending.append((path + b"/" + name if path else name, sub_ident, depth + 1))
     except _Full:
         w.complete = False
     return w.entries, w.complete
@@ -64,40 +80,55 @@ class _Full(Exception):
     pass
 
 
-def _walk(dfd, prefix, depth, w):
+def _visit(root_fd, path, ident, w):
+    """Lists one directory into `w`; its subdirectories as (name, (dev, ino)), sorted, or None
+    when it could not be opened or is not the directory listed before."""
+    if not path:
+        return _list(root_fd, path, w)
     try:
-        names = sorted(os.fsencode(n) for n in os.listdir(dfd))
+        fd = os.open(path, _OPEN_DIR, dir_fd=root_fd)
     except OSError:
-        return
-    subdirs = []
-    for name in names:
-        try:
-            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-        except OSError:
-            continue
-        path = prefix + b"/" + name if prefix else name
-        cost = len(path) * (1 if _is_utf8(path) else 2)
-        if w.count >= MAX_ENTRIES or w.bytes + cost > MAX_PATH_BYTES:
-            raise _Full()
-        w.count += 1
-        w.bytes += cost
-        kind = _kind(st.st_mode)
-        if kind == "dir":
-            subdirs.append((name, path))
-        else:
-            w.entries[path] = (kind, st.st_size, st.st_mtime_ns)
-    for name, path in subdirs:
-        if depth + 1 >= MAX_DEPTH:
+        return None
+    try:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != ident:
             w.complete = False
-            continue
-        try:
-            sub = os.open(name, _OPEN_DIR, dir_fd=dfd)
-        except OSError:
-            continue
-        try:
-            _walk(sub, path, depth + 1, w)
-        finally:
-            os.close(sub)
+            return None
+        return _list(fd, path, w)
+    finally:
+        os.close(fd)
+
+
+def _list(dfd, prefix, w):
+    """One directory's entries (stopping at the caps while reading it)."""
+    here = []
+    subdirs = []
+    try:
+        it = os.scandir(dfd)
+    except OSError:
+        return None
+    with it:
+        for e in it:
+            name = os.fsencode(e.name)
+            try:
+                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            except OSError:
+                continue
+            path = prefix + b"/" + name if prefix else name
+            cost = len(path) * (1 if _is_utf8(path) else 2)
+            if w.count >= MAX_ENTRIES or w.bytes + cost > MAX_PATH_BYTES:
+                raise _Full()
+            w.count += 1
+            w.bytes += cost
+            kind = _kind(st.st_mode)
+            if kind == "dir":
+                subdirs.append((name, (st.st_dev, st.st_ino)))
+            else:
+                here.append((path, (kind, st.st_size, st.st_mtime_ns)))
+    for path, v in here:
+        w.entries[path] = v
+    subdirs.sort()
+    return subdirs
 
 
 def _is_utf8(b):

@@ -4,7 +4,7 @@
 //! secret or a rule is for and splices every other one untouched.
 
 use std::io::Write;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 
 use hull_net::broker::{Broker, BrokerSpec};
 use hull_net::flow::{FlowHandler, FlowMeta};
@@ -20,6 +20,11 @@ pub enum BrokeringError {
     /// The spec is not quoted: it holds the secrets' values.
     #[error("a malformed broker spec (at line {line}, column {column})")]
     Spec { line: usize, column: usize },
+    #[error("transformations must be a list")]
+    NotAList,
+    /// Not quoted: it can hold a credential.
+    #[error("transformation {index} is not one (hosts, path, method, query and headers to match; action; headers to set)")]
+    Transformation { index: usize },
     #[error("credential brokering needs the CA's files")]
     NoCa,
     #[error(transparent)]
@@ -82,41 +87,32 @@ pub fn broker_of(
     Ok(Some(Broker::new(spec, Arc::new(ca), upstream, sink)?))
 }
 
-/// Intercepts connections to the broker's hosts, splices the rest. Its broker can be replaced
-/// while the gateway runs (new request transformations): each connection takes the broker of
-/// the moment it opens.
+/// Intercepts connections to the broker's hosts, splices the rest. Its rules can be replaced
+/// while the gateway runs (`set_transformations`): every later request takes the new ones.
 #[derive(Debug)]
-pub struct Brokering(RwLock<Broker>);
+pub struct Brokering(Broker);
 
 impl Brokering {
     pub fn new(broker: Broker) -> Brokering {
-        Brokering(RwLock::new(broker))
+        Brokering(broker)
     }
 
-    fn current(&self) -> Broker {
-        self.0
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
-
-    /// Replaces the transformations (`TransformSpec`s as JSON), keeping the secrets. The spec
-    /// is not quoted in an error: its literal values can be credentials.
+    /// Replaces the transformations (`TransformSpec`s as JSON), keeping the secrets. A spec
+    /// that does not parse is named by its index only: its literal values can be credentials,
+    /// which a parse error could quote.
     pub fn set_transformations(&self, v: serde_json::Value) -> Result<(), BrokeringError> {
-        let specs: Vec<TransformSpec> =
-            serde_json::from_value(v).map_err(|e| BrokeringError::Spec {
-                line: e.line(),
-                column: e.column(),
-            })?;
-        let next = self
-            .current()
-            .with_rules(specs)
-            .map_err(BrokeringError::Broker)?;
-        *self
-            .0
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = next;
-        Ok(())
+        let serde_json::Value::Array(list) = v else {
+            return Err(BrokeringError::NotAList);
+        };
+        let specs = list
+            .into_iter()
+            .enumerate()
+            .map(|(index, t)| {
+                serde_json::from_value::<TransformSpec>(t)
+                    .map_err(|_| BrokeringError::Transformation { index })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        self.0.set_rules(specs).map_err(BrokeringError::Broker)
     }
 }
 
@@ -127,7 +123,7 @@ impl FlowHandler for Brokering {
         mut upstream: Box<dyn Upstream>,
         meta: FlowMeta,
     ) -> Boxed<std::io::Result<()>> {
-        let broker = self.current();
+        let broker = self.0.clone();
         Box::pin(async move {
             match meta.name {
                 Some(name) if broker.wants_interception(&name) => {
