@@ -430,6 +430,11 @@ pub fn build(spec: &BoxSpec, ctx: &Context<'_>) -> Result<BoxPlan, BoxError> {
         let chain = ancestors(target);
         if inside_writable {
             late_dirs.push(((*target).to_string(), *is_dir));
+        } else if overlay.is_some() {
+            // A writable root (a named sandbox's disk) is the box's to change between starts:
+            // a link it planted on the way must not steer the mount point out of it, so the
+            // point is made and opened below the root as inside a host directory.
+            below.push(((*target).to_string(), "/".to_string()));
         } else {
             for a in &chain {
                 b.mkdir(a);

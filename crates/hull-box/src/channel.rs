@@ -167,7 +167,7 @@ fn setup_hint(step: &Step, errno: i32) -> Option<String> {
             Step::BindBelow { target, .. } | Step::TmpfsBelow { target, .. },
             libc::ENOTDIR | libc::ELOOP,
         ) => Some(format!(
-            "a symbolic link or a file is on the way to {target} (hull follows no link in a host directory or an image); remove it or choose another target"
+            "a symbolic link or a file is on the way to {target} (hull follows no link in a host directory, an image or a sandbox's own disk); remove it or choose another target"
         )),
         (Step::BindBelow { target, .. } | Step::TmpfsBelow { target, .. }, libc::EXDEV) => {
             Some(format!("another mount is on the way to {target}"))

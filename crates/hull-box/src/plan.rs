@@ -413,7 +413,7 @@ impl Step {
             Step::AwaitGateway => "wait for the gateway to take the TAP",
             Step::Chdir { .. } => "enter working directory",
             Step::Give { .. } => "give the workspace to the user",
-            Step::BindBelow { .. } => "bind mount inside a host directory",
+            Step::BindBelow { .. } => "bind mount made without following links",
             Step::TmpfsBelow { .. } => "mount a tmpfs inside a host directory",
             Step::DropCaps { .. } => "drop capabilities",
             Step::NoNewPrivs => "set no_new_privs",

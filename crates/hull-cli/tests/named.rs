@@ -2851,3 +2851,56 @@ fn the_network_asked_at_create_is_kept_across_starts() {
     s.ok(&["rm", "nethost"]);
     s.ok(&["rm", "netnone"]);
 }
+
+/// A named sandbox's disk is its own to change: a link it plants where a mount's target will
+/// be made (the parent of a `--ro-workspace` path) must not steer the next start's mount point
+/// out of it. Before the fix the start made the mount point by path, through the link, in a
+/// host directory the box's user could write.
+#[test]
+fn a_link_planted_on_a_mount_targets_path_does_not_reach_the_host_at_the_next_start() {
+    let s = Sandboxes::new();
+    // Targets outside /tmp (the box's own scratch tmpfs), so they are made in the disk.
+    let ro = tempfile::Builder::new()
+        .prefix("hull-named-ro-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let victim = tempfile::Builder::new()
+        .prefix("hull-named-victim-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    std::fs::set_permissions(
+        victim.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        ro.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let ro_path = ro.path().to_str().unwrap();
+    s.ok(&["create", "planted", "--ro-workspace", ro_path]);
+    // /var/tmp, the target's parent in the sandbox's disk, becomes a link to the victim.
+    let plant = format!(
+        "mv /var/tmp /var/tmp-moved && ln -s {} /var/tmp",
+        victim.path().display()
+    );
+    s.ok(&["exec", "planted", "-u", "root", "--", "sh", "-c", &plant]);
+    s.ok(&["stop", "planted"]);
+    let started = s.hull(&["start", "planted"]);
+    let name = ro.path().file_name().unwrap();
+    assert!(
+        !victim.path().join(name).exists(),
+        "the start made {} on the host through the planted link ({started:?})",
+        victim.path().join(name).display()
+    );
+    // Refused, naming the mount, rather than placed somewhere else.
+    if started.status.success() {
+        let out = s.hull(&["exec", "planted", "--", "cat", "/proc/self/mountinfo"]);
+        let info = String::from_utf8_lossy(&out.stdout);
+        assert!(!info.contains(&*victim.path().to_string_lossy()), "{info}");
+    } else {
+        let err = String::from_utf8_lossy(&started.stderr);
+        assert!(err.contains(ro_path) || err.contains("mount"), "{err}");
+    }
+}
