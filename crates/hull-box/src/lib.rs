@@ -16,6 +16,7 @@ mod ending;
 mod engine;
 pub mod error;
 pub mod field;
+pub mod helper_cgroup;
 mod launch;
 pub mod leftovers;
 mod outcome;

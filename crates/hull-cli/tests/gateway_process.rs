@@ -447,3 +447,68 @@ fn published_ports_listen_on_loopback_only_reach_the_box_and_close_with_it() {
         }
     }
 }
+
+/// The gateway runs in a cgroup of its own whose memory is capped (the box's caps do not cover
+/// it, and the box makes it work), and that cgroup is removed once the gateway is reaped.
+#[test]
+fn the_gateway_runs_under_a_memory_cap_of_its_own() {
+    if !common::cap_enforced("Memory") {
+        return;
+    }
+    let dns = Dns::start(&[]);
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let keep = seen.clone();
+    let r = run_served(
+        "print('ok')",
+        PolicySpec {
+            mode: "allow-all".into(),
+            ..PolicySpec::default()
+        },
+        &dns,
+        1024,
+        None,
+        Some(Box::new(move |g| {
+            let pid = g.pid().expect("a pid");
+            let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+            // The memory hierarchy's line (v1), else the unified one (v2).
+            let dir = cgroup
+                .lines()
+                .find_map(|l| {
+                    let mut f = l.splitn(3, ':');
+                    let (_, ctl, path) = (f.next()?, f.next()?, f.next()?);
+                    ctl.split(',')
+                        .any(|c| c == "memory")
+                        .then(|| format!("/sys/fs/cgroup/memory{path}"))
+                })
+                .or_else(|| {
+                    cgroup
+                        .lines()
+                        .find_map(|l| l.strip_prefix("0::"))
+                        .map(|p| format!("/sys/fs/cgroup{p}"))
+                })
+                .unwrap_or_default();
+            let limit = ["memory.limit_in_bytes", "memory.max"]
+                .iter()
+                .find_map(|f| std::fs::read_to_string(format!("{dir}/{f}")).ok())
+                .unwrap_or_default();
+            *keep.lock().unwrap() = Some((cgroup, dir, limit.trim().to_string()));
+            g
+        })),
+    );
+    assert!(r.success, "{r:?}");
+    let (cgroup, dir, limit) = seen.lock().unwrap().take().expect("looked at the gateway");
+    assert!(
+        dir.contains("-net-"),
+        "the gateway is not in a cgroup of its own: {cgroup}"
+    );
+    assert_eq!(
+        limit,
+        hull_cli::net::spawn::GATEWAY_MEMORY.to_string(),
+        "{dir}"
+    );
+    let t0 = std::time::Instant::now();
+    while std::path::Path::new(&dir).exists() && t0.elapsed().as_secs() < 10 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(!std::path::Path::new(&dir).exists(), "{dir} was left");
+}

@@ -38,10 +38,17 @@ pub enum GatewayError {
     Unexpected(Box<Answer>),
 }
 
+/// The memory a box's gateway may hold (its cgroup's cap): its connections' buffers at the
+/// connection cap, DNS and TLS state, with room; past it the kernel's OOM killer ends the
+/// gateway, and the box is left without network (fail closed), never the host short of memory.
+pub const GATEWAY_MEMORY: u64 = 256 << 20;
+
 /// A running gateway of one box (see the module comment).
 #[derive(Debug)]
 pub struct GatewayProcess {
     child: Option<Child>,
+    /// Its cgroup ([`GATEWAY_MEMORY`]), removed once it is reaped.
+    cgroup: Option<hull_box::helper_cgroup::HelperCgroup>,
     stdin: Option<ChildStdin>,
     stdout: BufReader<ChildStdout>,
     /// The published ports: (box port, host port on 127.0.0.1).
@@ -143,6 +150,7 @@ impl GatewayProcess {
 #[derive(Debug)]
 pub struct Spare {
     child: Option<Child>,
+    cgroup: Option<hull_box::helper_cgroup::HelperCgroup>,
     stdin: Option<ChildStdin>,
     stdout: Option<ChildStdout>,
     /// Our end of the socket the TAP and the log go through (the gateway's is its fd 3).
@@ -177,10 +185,15 @@ impl Spare {
         crate::sys::give_fd(&mut cmd, theirs.as_raw_fd(), super::gateway::HANDOFF_FD);
         let mut child = cmd.spawn().map_err(GatewayError::Spawn)?;
         drop(theirs);
+        // Moved into its cgroup before it is given a TAP, so nothing the box makes it do is
+        // outside the cap. Where no cgroup can be made it runs in ours, uncapped.
+        let cgroup = hull_box::helper_cgroup::HelperCgroup::create("net", GATEWAY_MEMORY)
+            .filter(|cg| cg.join(child.id()));
         Ok(Spare {
             stdin: child.stdin.take(),
             stdout: child.stdout.take(),
             child: Some(child),
+            cgroup,
             handoff: ours,
         })
     }
@@ -234,6 +247,7 @@ impl Spare {
         };
         let mut g = GatewayProcess {
             child: Some(child),
+            cgroup: self.cgroup.take(),
             stdin: Some(stdin),
             stdout: BufReader::new(stdout),
             ports: Vec::new(),
@@ -250,23 +264,32 @@ impl Spare {
 
 impl Drop for Spare {
     fn drop(&mut self) {
-        end_off_path(self.stdin.take(), self.child.take());
+        end_off_path(self.stdin.take(), self.child.take(), self.cgroup.take());
     }
 }
 
 /// Ends a gateway process: its stdin's end stops it, and it is reaped on a thread of its own,
 /// off the caller's path (see the module comment).
-fn end_off_path(stdin: Option<ChildStdin>, child: Option<Child>) {
+fn end_off_path(
+    stdin: Option<ChildStdin>,
+    child: Option<Child>,
+    cgroup: Option<hull_box::helper_cgroup::HelperCgroup>,
+) {
     drop(stdin);
     if let Some(mut child) = child {
         std::thread::spawn(move || {
             let _ = child.wait();
+            if let Some(cg) = cgroup {
+                cg.remove();
+            }
         });
+    } else if let Some(cg) = cgroup {
+        cg.remove();
     }
 }
 
 impl Drop for GatewayProcess {
     fn drop(&mut self) {
-        end_off_path(self.stdin.take(), self.child.take());
+        end_off_path(self.stdin.take(), self.child.take(), self.cgroup.take());
     }
 }
