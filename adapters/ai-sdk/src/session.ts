@@ -20,7 +20,7 @@ import { InvalidArgument, SandboxError, type NamedSandbox, type NetworkPolicy } 
 import { raceAbort, sandboxNotFound, throwIfAborted } from "./errors.js";
 import { spawnInSandbox, type SpawnedProcess } from "./process.js";
 import { checkPorts, describeNetwork, hullPolicy } from "./network.js";
-import { checkList, merge, toHull } from "./transformations.js";
+import { checkList, toHull } from "./transformations.js";
 import * as unsupported from "./unsupported.js";
 
 /** The directory commands start in and relative paths resolve against; never changes. */
@@ -88,8 +88,6 @@ export class HullNetworkSandboxSession implements HarnessV1NetworkSandboxSession
   readonly setRequestTransformations?: (t: ReadonlyArray<HarnessV1RequestTransformation>) => Promise<void>;
   readonly addRequestTransformations?: (t: ReadonlyArray<HarnessV1RequestTransformation>) => Promise<void>;
   private destroyed = false;
-  /** The transformations set (this session's view; hull's gateway holds them while it runs). */
-  private transformations: HarnessV1RequestTransformation[] = [];
   /** Transformation changes, one at a time and in order. */
   private changing: Promise<unknown> = Promise.resolve();
 
@@ -102,8 +100,8 @@ export class HullNetworkSandboxSession implements HarnessV1NetworkSandboxSession
     this.exposed = Object.freeze(sb.ports.map((p) => p.port));
     this.description = describe(facts, this.exposed);
     if (facts.brokerCredentials) {
-      this.setRequestTransformations = (t) => this.transform("setRequestTransformations", () => checkList(t));
-      this.addRequestTransformations = (t) => this.transform("addRequestTransformations", () => merge(this.transformations, checkList(t)));
+      this.setRequestTransformations = (t) => this.transform("setRequestTransformations", t, false);
+      this.addRequestTransformations = (t) => this.transform("addRequestTransformations", t, true);
     }
   }
 
@@ -371,20 +369,19 @@ export class HullNetworkSandboxSession implements HarnessV1NetworkSandboxSession
     this.exposed = Object.freeze(want);
   }
 
-  /** Sets the transformations `next` computes (after every change before it): hull's form
-   * first (a condition it has no form for is refused, nothing changed), then the gateway's. */
-  private transform(member: string, next: () => HarnessV1RequestTransformation[]): Promise<void> {
+  /** Hands hull the transformations (in its form first: a condition it has no form for is
+   * refused, nothing changed), in place of the set or merged into it (`add`: hull keeps the set,
+   * so a session resumed in another process adds to what the gateway holds). */
+  private transform(member: string, given: ReadonlyArray<HarnessV1RequestTransformation>, add: boolean): Promise<void> {
     const run = async () => {
       if (!this.facts.brokering) return unsupported.requestTransformations(member);
-      const list = next();
-      const hull = toHull(list);
+      const hull = toHull(checkList(given));
       try {
-        await this.op(undefined, () => this.sb.setRequestTransformations(hull));
+        await this.op(undefined, () => (add ? this.sb.addRequestTransformations(hull) : this.sb.setRequestTransformations(hull)));
       } catch (e) {
         if (e instanceof Error && /created without brokering/.test(e.message)) return unsupported.requestTransformations(member);
         throw e;
       }
-      this.transformations = list;
     };
     const done = this.changing.then(run, run);
     this.changing = done.catch(() => {});

@@ -69,29 +69,3 @@ export function toHull(ts: ReadonlyArray<HarnessV1RequestTransformation>): Trans
   }
   return out;
 }
-
-/** What makes two transformations the same one for `add`: the match and the lower-cased names
- * of the headers they set (a later one with the same identity replaces the earlier). */
-function identity(t: HarnessV1RequestTransformation): string {
-  const names = Object.keys(t.transform.headers).map((h) => h.toLowerCase()).sort();
-  return JSON.stringify([canonical(t.match), names]);
-}
-
-function canonical(v: unknown): unknown {
-  if (Array.isArray(v)) return v.map(canonical);
-  if (v !== null && typeof v === "object") {
-    return Object.fromEntries(Object.keys(v as object).sort().map((k) => [k, canonical((v as Record<string, unknown>)[k])]));
-  }
-  return v;
-}
-
-/** `current` with `added` merged in: same identity replaces, others are appended in order. */
-export function merge(current: ReadonlyArray<HarnessV1RequestTransformation>, added: ReadonlyArray<HarnessV1RequestTransformation>): HarnessV1RequestTransformation[] {
-  const out = [...current];
-  for (const a of added) {
-    const i = out.findIndex((c) => identity(c) === identity(a));
-    if (i >= 0) out[i] = a;
-    else out.push(a);
-  }
-  return out;
-}

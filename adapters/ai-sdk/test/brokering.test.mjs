@@ -8,7 +8,7 @@ import { test } from "node:test";
 
 import { HarnessCapabilityUnsupportedError } from "@ai-sdk/harness";
 
-import { API_IP, API_NAME as NAME, IMAGE, fakeApi, withSandboxes } from "./helpers.mjs";
+import { API_IP, API_NAME as NAME, IMAGE, fakeApi, otherProcess, withSandboxes } from "./helpers.mjs";
 import { createHullNetworkSandboxSession } from "../dist/index.js";
 
 
@@ -39,6 +39,16 @@ test("transformations put their values into matching requests upstream only; add
       assert.equal(seen.at(-1), REAL, "the matching request did not get the value");
       assert.match(await call("another-key"), /^model reply/);
       assert.equal(seen.at(-1), "another-key", "a request the rule does not match was changed");
+      // Another process resumes the session and adds a rule: hull merges it into the set.
+      const second = { match: { host: NAME, headers: [{ key: { exact: "x-api-key" }, value: { exact: "aisdkhc_second" } }] }, transform: { headers: { "x-api-key": "second-real" } } };
+      otherProcess(`
+        const s = await hull.resumeHullNetworkSandboxSession({ sandboxId: "brokered" });
+        await s.addRequestTransformations([${JSON.stringify(second)}]);
+        await s.close();`);
+      assert.match(await call("aisdkhc_second"), /^model reply/);
+      assert.equal(seen.at(-1), "second-real");
+      assert.match(await call(PLACEHOLDER), /^model reply/);
+      assert.equal(seen.at(-1), REAL, "the other process's add replaced the set");
       // The same match and header: add replaces it.
       await s.addRequestTransformations([rule("second-value")]);
       assert.match(await call(PLACEHOLDER), /^model reply/);

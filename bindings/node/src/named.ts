@@ -273,6 +273,14 @@ export class NamedSandbox {
     await this.call("named.set_transformations", { transformations });
   }
 
+  /** Merges `transformations` into the running sandbox's (a transformation with the same
+   * match and header names replaces the one there, others are appended), as the AI SDK's
+   * `addRequestTransformations` does; hull keeps the set, so any process may add to it. */
+  async addRequestTransformations(transformations: Transformation[]): Promise<void> {
+    if (!Array.isArray(transformations)) throw new TypeError("transformations must be a list");
+    await this.call("named.set_transformations", { transformations, add: true });
+  }
+
   /** @internal One call on a server of its own (listing, templates). */
   static async once(method: string, params: Record<string, unknown>): Promise<any> {
     const server = await NamedSandbox.open("");

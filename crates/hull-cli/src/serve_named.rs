@@ -888,7 +888,7 @@ fn set_network(p: &Map<String, Value>) -> Result<Value, Value> {
 
 /// `named.set_transformations`: replaces the request transformations of a running sandbox made
 /// with `brokering` (`transformations`: a list of hull-net's transformation objects, `[]` to
-/// remove them all). They live in its gateway only: never written to disk (a literal header
+/// remove them all), or with `add` merges them in (the same match and header names replace). They live in its gateway only: never written to disk (a literal header
 /// value can be a credential), withdrawn when it stops.
 fn set_transformations(p: &Map<String, Value>) -> Result<Value, Value> {
     let dir = existing(p)?;
@@ -911,6 +911,7 @@ fn set_transformations(p: &Map<String, Value>) -> Result<Value, Value> {
     }
     let req = wire::Request::SetTransformations {
         transformations: crate::net::wire::Hidden(t),
+        add: boolean(p, "add")?,
     };
     let Some(conn) = client::open(&dir, false, &req).map_err(|e| err("sandbox_error", e))? else {
         return Err(invalid(

@@ -428,6 +428,41 @@ fn transformations_set_on_a_running_named_sandbox_reach_upstream_and_are_replace
         "{}",
         seen()
     );
+    // `add` merges: a rule for another placeholder joins, the same match and header replaces.
+    let other = serde_json::json!([{
+        "match": {"hosts": ["api.example.test"], "headers": {"authorization": "Bearer aisdkhc_two"}},
+        "headers": {"authorization": "Bearer two-value"}
+    }]);
+    let a = ask(
+        "named.set_transformations",
+        serde_json::json!({"sandbox": "tx", "add": true, "transformations": other}),
+    );
+    assert_eq!(a["result"]["set"], true, "{a}");
+    let a = ask(
+        "named.set_transformations",
+        serde_json::json!({"sandbox": "tx", "add": true, "transformations": rule("third-value")}),
+    );
+    assert_eq!(a["result"]["set"], true, "{a}");
+    assert_eq!(exec(&mut ask, curl("aisdkhc_two", "two")), "200");
+    assert!(
+        seen()
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .ends_with("Bearer two-value"),
+        "{}",
+        seen()
+    );
+    assert_eq!(exec(&mut ask, curl("aisdkhc_box", "three")), "200");
+    assert!(
+        seen()
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .ends_with("Bearer third-value"),
+        "{}",
+        seen()
+    );
     let a = ask(
         "named.set_transformations",
         serde_json::json!({"sandbox": "tx", "transformations": []}),

@@ -62,6 +62,9 @@ struct Keeper {
     /// The box's network gateway (a gateway network only), for the keeper's life: dropped,
     /// it ends, and the box has no network. Its policy is replaced through it.
     gateway: Mutex<Option<crate::net::spawn::GatewayProcess>>,
+    /// The request transformations its gateway holds (`named.set_transformations`), kept here
+    /// for `add` to merge into; in memory only (their values can be credentials).
+    transformations: Mutex<Vec<serde_json::Value>>,
     /// A brokered sandbox's CA directory on the host (bound into the box), for the keeper's life.
     _trust: Option<crate::net::plan::BoxTrust>,
     /// The sandbox's environment (the image's, the box defaults, `--env`), in order.
@@ -465,6 +468,7 @@ fn start(
     };
     let keeper = Arc::new(Keeper {
         gateway: Mutex::new(gateway),
+        transformations: Mutex::new(Vec::new()),
         _trust: trust,
         files,
         fuse_in_box: box_userns,
@@ -1048,13 +1052,30 @@ impl Keeper {
                     Err(e) => wire::write_frame(&mut w, wire::ERROR, e.as_bytes()),
                 };
             }
-            Ok(Request::SetTransformations { transformations }) => {
+            Ok(Request::SetTransformations {
+                transformations,
+                add,
+            }) => {
+                // Held while the gateway takes them, so changes apply one at a time, in order.
+                let mut current = lock(&self.transformations);
+                let given = match transformations.0 {
+                    serde_json::Value::Array(a) => a,
+                    _ => Vec::new(),
+                };
+                let next = if add {
+                    crate::net::brokering::merge_transformations(&current, given)
+                } else {
+                    given
+                };
                 let done = match lock(&self.gateway).as_mut() {
                     None => Err("the sandbox has no gateway network".to_string()),
                     Some(g) => g
-                        .set_transformations(transformations.0)
+                        .set_transformations(serde_json::Value::Array(next.clone()))
                         .map_err(|e| hull_api::Chain(&e).to_string()),
                 };
+                if done.is_ok() {
+                    *current = next;
+                }
                 let _ = match done {
                     Ok(()) => wire::write_frame(&mut w, wire::EXIT, &0i32.to_le_bytes()),
                     Err(e) => wire::write_frame(&mut w, wire::ERROR, e.as_bytes()),

@@ -81,6 +81,9 @@ pub enum Request {
     /// credentials). Answered by [`EXIT`] 0 or [`ERROR`].
     SetTransformations {
         transformations: crate::net::wire::Hidden,
+        /// Merged into the ones set (`addRequestTransformations`), not in their place.
+        #[serde(default)]
+        add: bool,
     },
     /// End every process and the keeper; the disk stays.
     Stop,

@@ -139,3 +139,63 @@ impl FlowHandler for Brokering {
         })
     }
 }
+
+/// `current` with `added` merged in, as the AI SDK's `addRequestTransformations` merges: a
+/// transformation with the same match and the same header names (case aside) replaces the one
+/// there; others are appended in order.
+pub fn merge_transformations(
+    current: &[serde_json::Value],
+    added: Vec<serde_json::Value>,
+) -> Vec<serde_json::Value> {
+    let mut out = current.to_vec();
+    for a in added {
+        let id = identity(&a);
+        match out.iter().position(|c| identity(c) == id) {
+            Some(i) => out[i] = a,
+            None => out.push(a),
+        }
+    }
+    out
+}
+
+/// A transformation's identity: its match (keys sorted at every level) and its header names,
+/// lower-cased and sorted.
+fn identity(t: &serde_json::Value) -> (String, Vec<String>) {
+    fn canonical(v: &serde_json::Value) -> serde_json::Value {
+        match v {
+            serde_json::Value::Object(m) => {
+                let sorted: std::collections::BTreeMap<&String, serde_json::Value> =
+                    m.iter().map(|(k, v)| (k, canonical(v))).collect();
+                serde_json::to_value(sorted).unwrap_or(serde_json::Value::Null)
+            }
+            serde_json::Value::Array(a) => a.iter().map(canonical).collect(),
+            other => other.clone(),
+        }
+    }
+    let matched = canonical(t.get("match").unwrap_or(&serde_json::Value::Null)).to_string();
+    let mut names: Vec<String> = t
+        .get("headers")
+        .and_then(serde_json::Value::as_object)
+        .map(|h| h.keys().map(|k| k.to_ascii_lowercase()).collect())
+        .unwrap_or_default();
+    names.sort();
+    (matched, names)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn add_replaces_the_same_match_and_header_names_and_appends_the_rest() {
+        let a = json!({"match": {"hosts": ["a.test"], "method": "GET"}, "headers": {"X-Key": "1"}});
+        let b = json!({"match": {"hosts": ["b.test"]}, "headers": {"x-key": "2"}});
+        // The same match written in another key order, the header name in another case.
+        let a2 =
+            json!({"match": {"method": "GET", "hosts": ["a.test"]}, "headers": {"x-key": "3"}});
+        let a_other =
+            json!({"match": {"hosts": ["a.test"], "method": "GET"}, "headers": {"x-other": "4"}});
+        let got = super::merge_transformations(&[a, b.clone()], vec![a2.clone(), a_other.clone()]);
+        assert_eq!(got, vec![a2, b, a_other]);
+    }
+}
