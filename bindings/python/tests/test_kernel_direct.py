@@ -230,3 +230,21 @@ def test_the_scan_skips_a_directory_that_is_not_the_one_listed(tmp_path):
         assert list(entries) == [b"d/f"] and complete
     finally:
         os.close(fd)
+
+
+def test_cells_from_many_threads_each_get_their_own_answer():
+    from concurrent.futures import ThreadPoolExecutor
+
+    with Sandbox(timeout_s=10) as sb:
+        with sb.kernel() as k:
+            k.run_code("import time\nseen = []")
+
+            def cell(i):
+                r = k.run_code("time.sleep(0.01)\nseen.append(%d)\nprint('out', %d)\n%d * 10" % (i, i, i))
+                return i, r
+
+            with ThreadPoolExecutor(max_workers=4) as pool:
+                got = list(pool.map(cell, range(12)))
+            for i, r in got:
+                assert r.stdout == "out %d\n" % i and r.results[0].text == str(i * 10), (i, r)
+            assert sorted(int(x) for x in k.run_code("seen").results[0].text.strip("[]").split(", ")) == list(range(12))
