@@ -651,7 +651,7 @@ fn run(args: RunArgs, ahead: Option<hull_box::WorkspaceAhead>) -> i32 {
     let mut published: Vec<(u16, u16)> = Vec::new();
     let json = args.json;
     let mut take = gateway_start.as_ref().map(|s| {
-        crate::net::plan::handler(s, None, &mut gateway, |g| {
+        crate::net::plan::handler(s, None, false, &mut gateway, |g| {
             published.clone_from(&g.ports);
             if !json {
                 for (inner, host) in &g.ports {

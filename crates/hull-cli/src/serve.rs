@@ -77,7 +77,7 @@ fn run(rt: &Runtime, out: &Out, id: &Value, params: Value) -> Result<Value, Valu
     let mut gateway = None;
     let res = match &start {
         Some(s) => {
-            let mut take = crate::net::plan::handler(s, None, &mut gateway, |_| {});
+            let mut take = crate::net::plan::handler(s, None, false, &mut gateway, |_| {});
             backend.run_served(&spec, sink, &mut take)
         }
         None => backend.run(&spec, sink),

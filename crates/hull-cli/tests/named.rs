@@ -2904,3 +2904,94 @@ fn a_link_planted_on_a_mount_targets_path_does_not_reach_the_host_at_the_next_st
         assert!(err.contains(ro_path) || err.contains("mount"), "{err}");
     }
 }
+
+/// The memory cgroup directory of process `pid` (v1's memory hierarchy, else v2's).
+fn memory_cgroup_of(pid: u32) -> Option<String> {
+    let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    cgroup
+        .lines()
+        .find_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, ctl, path) = (f.next()?, f.next()?, f.next()?);
+            ctl.split(',')
+                .any(|c| c == "memory")
+                .then(|| format!("/sys/fs/cgroup/memory{path}"))
+        })
+        .or_else(|| {
+            cgroup
+                .lines()
+                .find_map(|l| l.strip_prefix("0::"))
+                .map(|p| format!("/sys/fs/cgroup{p}"))
+        })
+}
+
+/// The gateway processes (`hull __net`) of keepers that run with `sandboxes` as their
+/// HULL_SANDBOXES.
+fn gateways_of(sandboxes: &Path) -> Vec<u32> {
+    let want = format!("HULL_SANDBOXES={}", sandboxes.display());
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if !cmd.split(|b| *b == 0).any(|a| a == b"__net") {
+            continue;
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let Some(ppid) = stat
+            .rsplit(')')
+            .next()
+            .and_then(|r| r.split_whitespace().nth(1))
+        else {
+            continue;
+        };
+        let env = std::fs::read(format!("/proc/{ppid}/environ")).unwrap_or_default();
+        if env.split(|b| *b == 0).any(|v| v == want.as_bytes()) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// A named sandbox's gateway (which lives for the sandbox's life, outside the box's caps) runs
+/// in a cgroup of its own whose memory is capped; the cgroup goes when the sandbox stops.
+#[test]
+fn a_named_sandboxs_gateway_runs_under_a_memory_cap_of_its_own() {
+    if !common::cap_enforced("Memory") {
+        return;
+    }
+    let s = Sandboxes::new();
+    s.ok(&["create", "capped", "--network", "deny-all"]);
+    let gw = gateways_of(s.root());
+    assert_eq!(gw.len(), 1, "the sandbox's gateway: {gw:?}");
+    // Moved in by a thread once its cgroup exists (off the start's path).
+    let t0 = Instant::now();
+    let mut dir = String::new();
+    while t0.elapsed() < Duration::from_secs(5) {
+        dir = memory_cgroup_of(gw[0]).unwrap_or_default();
+        if dir.contains("-net-") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        dir.contains("-net-"),
+        "the gateway is not in a cgroup of its own: {dir}"
+    );
+    let limit = ["memory.limit_in_bytes", "memory.max"]
+        .iter()
+        .find_map(|f| std::fs::read_to_string(format!("{dir}/{f}")).ok())
+        .unwrap_or_default();
+    assert_eq!(
+        limit.trim(),
+        hull_cli::net::spawn::GATEWAY_MEMORY.to_string(),
+        "{dir}"
+    );
+    s.ok(&["stop", "capped"]);
+    let t0 = Instant::now();
+    while Path::new(&dir).exists() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!Path::new(&dir).exists(), "{dir} was left");
+}

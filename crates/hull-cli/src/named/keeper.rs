@@ -168,6 +168,10 @@ pub fn main(path: &std::path::Path) -> i32 {
             });
             let _ = stop_rx.recv();
             keeper.resident.end();
+            // Its gateway ended and reaped now, its cgroup removed (this process exits next).
+            if let Some(g) = lock(&keeper.gateway).take() {
+                g.end_now();
+            }
             super::fuse::stop();
             let _ = std::fs::remove_file(dir.file("control.sock"));
             let _ = std::fs::remove_file(dir.file("keeper.pid"));
@@ -407,7 +411,7 @@ fn start(
     let net_log = dir.file("net.log");
     let mut take = gateway_start
         .as_ref()
-        .map(|s| crate::net::plan::handler(s, Some(&net_log), &mut gateway, |_| {}));
+        .map(|s| crate::net::plan::handler(s, Some(&net_log), true, &mut gateway, |_| {}));
     let mut serve_fuse = |pid: libc::pid_t, dev: OwnedFd| -> std::io::Result<()> {
         let Some(w) = &in_box else {
             return Err(std::io::Error::other("no FUSE root was asked for"));

@@ -155,7 +155,7 @@ impl Backend for Served {
         };
         // Listed as soon as it serves: a kernel's or a prewarmed box's run lasts the box's life.
         let gateway: Live = Arc::new(Mutex::new(None));
-        let mut take = super::plan::serving(&start, None, |g| {
+        let mut take = super::plan::serving(&start, None, false, |g| {
             *gateway.lock().unwrap_or_else(PoisonError::into_inner) = Some(g);
             self.list(&gateway, version)
         });

@@ -234,10 +234,11 @@ pub fn policy_of(g: &hull_api::network::Gateway) -> PolicySpec {
 pub fn handler<'a>(
     start: &'a Start,
     log: Option<&'a std::path::Path>,
+    capped: bool,
     slot: &'a mut Option<GatewayProcess>,
     mut ready: impl FnMut(&GatewayProcess) + 'a,
 ) -> impl FnMut(hull_box::Tap) -> std::io::Result<()> + 'a {
-    serving(start, log, move |g| {
+    serving(start, log, capped, move |g| {
         ready(&g);
         *slot = Some(g);
         Ok(())
@@ -247,12 +248,16 @@ pub fn handler<'a>(
 /// A TAP handler that starts the gateway of `start` on the box's TAP (with its log at `log`,
 /// appended to, when given) and hands it to `put`. The gateway process is started now, ahead
 /// of the box ([`Spare`]): made just before the box is, it execs while the box is built.
+/// `capped`: the gateway is moved into a memory-capped cgroup of its own (a named sandbox's,
+/// which lives for hours; see [`Spare::spawn_capped`] for why a call's is not).
 pub fn serving<'a>(
     start: &'a Start,
     log: Option<&'a std::path::Path>,
+    capped: bool,
     mut put: impl FnMut(GatewayProcess) -> std::io::Result<()> + 'a,
 ) -> impl FnMut(hull_box::Tap) -> std::io::Result<()> + 'a {
-    let mut spare = Some(Spare::spawn());
+    let spawn = move || Spare::spawn_capped(capped);
+    let mut spare = Some(spawn());
     move |tap: hull_box::Tap| {
         let log = match log {
             Some(p) => Some(
@@ -263,7 +268,7 @@ pub fn serving<'a>(
             ),
             None => None,
         };
-        let spare = spare.take().unwrap_or_else(Spare::spawn);
+        let spare = spare.take().unwrap_or_else(spawn);
         let g = spare
             .and_then(|s| s.serve(tap.fd, start, log))
             .map_err(|e| std::io::Error::other(hull_api::Chain(&e).to_string()))?;

@@ -48,7 +48,7 @@ pub const GATEWAY_MEMORY: u64 = 256 << 20;
 pub struct GatewayProcess {
     child: Option<Child>,
     /// Its cgroup ([`GATEWAY_MEMORY`]), removed once it is reaped.
-    cgroup: Option<hull_box::helper_cgroup::HelperCgroup>,
+    cgroup: Option<hull_box::helper_cgroup::Capping>,
     stdin: Option<ChildStdin>,
     stdout: BufReader<ChildStdout>,
     /// The published ports: (box port, host port on 127.0.0.1).
@@ -139,6 +139,27 @@ impl GatewayProcess {
         }
     }
 
+    /// Ends the gateway now and waits for it (its stdin's end stops it; killed if it has not
+    /// gone in 2 s), then removes its cgroup: for a process about to exit itself (a named
+    /// sandbox's keeper at stop), which would leave the reaping thread of a drop unfinished.
+    pub fn end_now(mut self) {
+        drop(self.stdin.take());
+        if let Some(mut child) = self.child.take() {
+            let t0 = std::time::Instant::now();
+            while matches!(child.try_wait(), Ok(None)) {
+                if t0.elapsed() > std::time::Duration::from_secs(2) {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }
+        if let Some(cg) = self.cgroup.take() {
+            cg.end();
+        }
+    }
+
     /// The gateway's pid (tests, `hull doctor`).
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
@@ -150,7 +171,7 @@ impl GatewayProcess {
 #[derive(Debug)]
 pub struct Spare {
     child: Option<Child>,
-    cgroup: Option<hull_box::helper_cgroup::HelperCgroup>,
+    cgroup: Option<hull_box::helper_cgroup::Capping>,
     stdin: Option<ChildStdin>,
     stdout: Option<ChildStdout>,
     /// Our end of the socket the TAP and the log go through (the gateway's is its fd 3).
@@ -160,8 +181,26 @@ pub struct Spare {
 impl Spare {
     /// Starts `hull __net` (this very binary).
     pub fn spawn() -> Result<Spare, GatewayError> {
+        Spare::spawn_capped(false)
+    }
+
+    /// [`Spare::spawn`], and with `capped` the gateway is moved into a cgroup of its own whose
+    /// memory is capped at [`GATEWAY_MEMORY`], by a thread once the cgroup exists. Not for every
+    /// gateway: moving a process between cgroups takes the kernel's cgroup-wide lock, whose
+    /// writer waits for an RCU grace period while every fork and exit on the host waits for it
+    /// (measured here: a gateway box's start went from 4.8 to 13-17 ms with every gateway
+    /// capped). A named sandbox's gateway lives for hours and starts once; a call's lives as
+    /// long as its call's deadline.
+    pub fn spawn_capped(capped: bool) -> Result<Spare, GatewayError> {
         let exe = std::env::current_exe().map_err(GatewayError::Exe)?;
-        Spare::spawn_with(&exe)
+        let mut s = Spare::spawn_with(&exe)?;
+        if capped {
+            s.cgroup = s
+                .child
+                .as_ref()
+                .map(|c| hull_box::helper_cgroup::Capping::start("net", GATEWAY_MEMORY, c.id()));
+        }
+        Ok(s)
     }
 
     /// Starts `exe __net`.
@@ -185,15 +224,11 @@ impl Spare {
         crate::sys::give_fd(&mut cmd, theirs.as_raw_fd(), super::gateway::HANDOFF_FD);
         let mut child = cmd.spawn().map_err(GatewayError::Spawn)?;
         drop(theirs);
-        // Moved into its cgroup before it is given a TAP, so nothing the box makes it do is
-        // outside the cap. Where no cgroup can be made it runs in ours, uncapped.
-        let cgroup = hull_box::helper_cgroup::HelperCgroup::create("net", GATEWAY_MEMORY)
-            .filter(|cg| cg.join(child.id()));
         Ok(Spare {
             stdin: child.stdin.take(),
             stdout: child.stdout.take(),
             child: Some(child),
-            cgroup,
+            cgroup: None,
             handoff: ours,
         })
     }
@@ -273,18 +308,18 @@ impl Drop for Spare {
 fn end_off_path(
     stdin: Option<ChildStdin>,
     child: Option<Child>,
-    cgroup: Option<hull_box::helper_cgroup::HelperCgroup>,
+    cgroup: Option<hull_box::helper_cgroup::Capping>,
 ) {
     drop(stdin);
     if let Some(mut child) = child {
         std::thread::spawn(move || {
             let _ = child.wait();
             if let Some(cg) = cgroup {
-                cg.remove();
+                cg.end();
             }
         });
     } else if let Some(cg) = cgroup {
-        cg.remove();
+        cg.end();
     }
 }
 
