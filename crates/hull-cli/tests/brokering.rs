@@ -386,6 +386,12 @@ fn transformations_set_on_a_running_named_sandbox_reach_upstream_and_are_replace
             .to_string()
     };
     let seen = || std::fs::read_to_string(dir.path().join("seen.log")).unwrap_or_default();
+    let last_seen = || seen().lines().last().unwrap_or_default().to_string();
+    let set = |ask: &mut dyn FnMut(&str, serde_json::Value) -> serde_json::Value,
+               params: serde_json::Value| {
+        let a = ask("named.set_transformations", params);
+        assert_eq!(a["result"]["set"], true, "{a}");
+    };
     // Before any transformation the box trusts the gateway's CA (brokering is on), and a request
     // is spliced untouched: curl, trusting only the gateway CA, cannot verify the real host.
     let rule = |value: &str| {
@@ -394,11 +400,10 @@ fn transformations_set_on_a_running_named_sandbox_reach_upstream_and_are_replace
             "headers": {"authorization": format!("Bearer {value}")}
         }])
     };
-    let a = ask(
-        "named.set_transformations",
+    set(
+        &mut ask,
         serde_json::json!({"sandbox": "tx", "transformations": rule(REAL)}),
     );
-    assert_eq!(a["result"]["set"], true, "{a}");
     assert_eq!(exec(&mut ask, curl("aisdkhc_box", "one")), "200");
     assert_eq!(exec(&mut ask, curl("something-else", "two")), "200");
     let log = seen();
@@ -413,61 +418,33 @@ fn transformations_set_on_a_running_named_sandbox_reach_upstream_and_are_replace
         "a request the rule does not match was changed: {log}"
     );
     // Replaced, then removed.
-    let a = ask(
-        "named.set_transformations",
+    set(
+        &mut ask,
         serde_json::json!({"sandbox": "tx", "transformations": rule("second-value")}),
     );
-    assert_eq!(a["result"]["set"], true, "{a}");
     assert_eq!(exec(&mut ask, curl("aisdkhc_box", "three")), "200");
-    assert!(
-        seen()
-            .lines()
-            .last()
-            .unwrap_or_default()
-            .ends_with("Bearer second-value"),
-        "{}",
-        seen()
-    );
+    assert!(last_seen().ends_with("Bearer second-value"), "{}", seen());
     // `add` merges: a rule for another placeholder joins, the same match and header replaces.
     let other = serde_json::json!([{
         "match": {"hosts": ["api.example.test"], "headers": {"authorization": "Bearer aisdkhc_two"}},
         "headers": {"authorization": "Bearer two-value"}
     }]);
-    let a = ask(
-        "named.set_transformations",
+    set(
+        &mut ask,
         serde_json::json!({"sandbox": "tx", "add": true, "transformations": other}),
     );
-    assert_eq!(a["result"]["set"], true, "{a}");
-    let a = ask(
-        "named.set_transformations",
+    set(
+        &mut ask,
         serde_json::json!({"sandbox": "tx", "add": true, "transformations": rule("third-value")}),
     );
-    assert_eq!(a["result"]["set"], true, "{a}");
     assert_eq!(exec(&mut ask, curl("aisdkhc_two", "two")), "200");
-    assert!(
-        seen()
-            .lines()
-            .last()
-            .unwrap_or_default()
-            .ends_with("Bearer two-value"),
-        "{}",
-        seen()
-    );
+    assert!(last_seen().ends_with("Bearer two-value"), "{}", seen());
     assert_eq!(exec(&mut ask, curl("aisdkhc_box", "three")), "200");
-    assert!(
-        seen()
-            .lines()
-            .last()
-            .unwrap_or_default()
-            .ends_with("Bearer third-value"),
-        "{}",
-        seen()
-    );
-    let a = ask(
-        "named.set_transformations",
+    assert!(last_seen().ends_with("Bearer third-value"), "{}", seen());
+    set(
+        &mut ask,
         serde_json::json!({"sandbox": "tx", "transformations": []}),
     );
-    assert_eq!(a["result"]["set"], true, "{a}");
     // Spliced again: the box's curl trusts the gateway CA only, so the real host's chain fails.
     assert_ne!(exec(&mut ask, curl("aisdkhc_box", "four")), "200");
     // A bad transformation is refused naming the argument, without quoting its value.
