@@ -49,12 +49,6 @@ impl HelperCgroup {
         self.0.join_pid(pid).is_ok()
     }
 
-    /// Whether its memory cap holds here (a host may give hull cgroups without the memory
-    /// controller).
-    pub fn memory_capped(&self) -> bool {
-        self.0.enforced(hull_cgroup::Controller::Memory)
-    }
-
     /// Removes it (its process reaped); best effort.
     pub fn remove(self) {
         let _ = self.0.remove();
@@ -98,11 +92,6 @@ impl Capping {
             *crate::warm::lock(&state) = Capped::Ended;
         }
         Capping(state)
-    }
-
-    /// Whether the process is in its cgroup by now (tests).
-    pub fn joined(&self) -> bool {
-        matches!(*crate::warm::lock(&self.0), Capped::Joined(_))
     }
 
     /// The process was reaped: its cgroup is removed (now, or by the thread once made).

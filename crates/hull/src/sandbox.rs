@@ -167,6 +167,14 @@ pub struct KernelChannel {
     pub workspace: Option<PathBuf>,
 }
 
+/// Why a kernel is no longer running, from its box's result: the fault, else the exit code.
+fn dead_reason(run: &RunResult) -> String {
+    run.fault.as_ref().map_or_else(
+        || format!("the interpreter exited with code {}", run.exit_code),
+        |f| f.kind.as_str().to_string(),
+    )
+}
+
 impl Kernel {
     /// Kills the kernel's box (its runner, so every process in it); idempotent.
     fn kill(&self) {
@@ -917,11 +925,7 @@ impl Sandbox {
             match cell {
                 Ok(out) => Ok(((), out.run, out.results)),
                 Err(out) => {
-                    let why = out.run.fault.as_ref().map_or_else(
-                        || format!("the interpreter exited with code {}", out.run.exit_code),
-                        |f| f.kind.as_str().to_string(),
-                    );
-                    *g = Err(why);
+                    *g = Err(dead_reason(&out.run));
                     Ok(((), out.run, out.results))
                 }
             }
@@ -985,10 +989,7 @@ impl Sandbox {
             Err(why) => return Err(SandboxError::KernelDead(k.id.clone(), why.clone())),
         };
         let run = rb.end_cell(end)?;
-        *g = Err(run.fault.as_ref().map_or_else(
-            || format!("the interpreter exited with code {}", run.exit_code),
-            |f| f.kind.as_str().to_string(),
-        ));
+        *g = Err(dead_reason(&run));
         Ok(run)
     }
 

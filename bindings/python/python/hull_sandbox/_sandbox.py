@@ -684,22 +684,26 @@ class Sandbox:
         params["stream"] = True
         return self._streamer.offer
 
-    def _result(self, r):
-        return ExecutionResult.from_json(r, self._streamer.take_dropped() if self._streamer else 0)
+    def _call_streamer(self, on_stdout, on_stderr):
+        """Where one call's output goes: a streamer of its own when it gives callbacks (over
+        the sandbox's; the caller closes it), else the sandbox's (None without callbacks)."""
+        if on_stdout is None and on_stderr is None:
+            return self._streamer
+        _check_callbacks(on_stdout, on_stderr)
+        own = self._streamer.on if self._streamer else {}
+        return _Streamer(on_stdout or own.get("stdout"), on_stderr or own.get("stderr"))
 
     def _call_streamed(self, method, params, on_stdout, on_stderr):
         """One call; `on_stdout`/`on_stderr` of this call (over the sandbox's) get its output."""
-        if on_stdout is None and on_stderr is None:
-            return self._result(self._server.call(method, params, self._streaming(params)))
-        _check_callbacks(on_stdout, on_stderr)
-        own = self._streamer.on if self._streamer else {}
-        streamer = _Streamer(on_stdout or own.get("stdout"), on_stderr or own.get("stderr"))
-        params["stream"] = True
+        streamer = self._call_streamer(on_stdout, on_stderr)
+        if streamer is not None:
+            params["stream"] = True
         try:
-            r = self._server.call(method, params, streamer.offer)
-            return ExecutionResult.from_json(r, streamer.take_dropped())
+            r = self._server.call(method, params, streamer.offer if streamer else None)
+            return ExecutionResult.from_json(r, streamer.take_dropped() if streamer else 0)
         finally:
-            streamer.close()
+            if streamer is not None and streamer is not self._streamer:
+                streamer.close()
 
     def run_code(self, code, language="python", timeout_s=None, env=None, cwd=None, on_stdout=None, on_stderr=None):
         """Runs code in a fresh box. Python returns rich `results`. `timeout_s`, `env` (added
@@ -934,13 +938,7 @@ class Kernel:
 
     def _direct(self, code, timeout_s, on_stdout, on_stderr):
         sb = self._sb
-        streamer = None
-        if on_stdout is not None or on_stderr is not None:
-            _check_callbacks(on_stdout, on_stderr)
-            own = sb._streamer.on if sb._streamer else {}
-            streamer = _Streamer(on_stdout or own.get("stdout"), on_stderr or own.get("stderr"))
-        elif sb._streamer is not None:
-            streamer = sb._streamer
+        streamer = sb._call_streamer(on_stdout, on_stderr)
         end = lambda how, **kw: sb._server.call("kernel.end", sb._p(kernel=self.id, end=how, **kw))  # noqa: E731
         try:
             r, alive = self._chan.run(code, timeout_s, streamer.offer if streamer else None, end)

@@ -1062,24 +1062,21 @@ impl Keeper {
             }) => {
                 // Held while the gateway takes them, so changes apply one at a time, in order.
                 let mut current = lock(&self.transformations);
-                let given = match transformations.0 {
-                    serde_json::Value::Array(a) => a,
-                    _ => Vec::new(),
+                let done = match (transformations.0, lock(&self.gateway).as_mut()) {
+                    (_, None) => Err("the sandbox has no gateway network".to_string()),
+                    (serde_json::Value::Array(given), Some(g)) => {
+                        let next = if add {
+                            crate::net::brokering::merge_transformations(&current, given)
+                        } else {
+                            given
+                        };
+                        g.set_transformations(serde_json::Value::Array(next.clone()))
+                            .map(|()| next)
+                            .map_err(|e| hull_api::Chain(&e).to_string())
+                    }
+                    (_, Some(_)) => Err("transformations must be a list".to_string()),
                 };
-                let next = if add {
-                    crate::net::brokering::merge_transformations(&current, given)
-                } else {
-                    given
-                };
-                let done = match lock(&self.gateway).as_mut() {
-                    None => Err("the sandbox has no gateway network".to_string()),
-                    Some(g) => g
-                        .set_transformations(serde_json::Value::Array(next.clone()))
-                        .map_err(|e| hull_api::Chain(&e).to_string()),
-                };
-                if done.is_ok() {
-                    *current = next;
-                }
+                let done = done.map(|next| *current = next);
                 let _ = match done {
                     Ok(()) => wire::write_frame(&mut w, wire::EXIT, &0i32.to_le_bytes()),
                     Err(e) => wire::write_frame(&mut w, wire::ERROR, e.as_bytes()),
