@@ -1,0 +1,85 @@
+//! Which accelerator a VM runs under. KVM when this host's `/dev/kvm` can run a standard guest
+//! kernel; QEMU's TCG (software emulation: seconds to boot, but real) otherwise. A `/dev/kvm`
+//! is not enough: nested hosts such as `kvm_pvm` (software nested virtualization, no `vmx` or
+//! `svm` CPU flag) offer a `/dev/kvm` on which an ordinary guest kernel's ring-0 code is
+//! emulated instruction by instruction and dies (docs/vm.md).
+
+use std::path::Path;
+
+/// The accelerator chosen for this host, with why when it is not KVM.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Accel {
+    Kvm,
+    /// Software emulation; `why` says why KVM was not used.
+    Tcg {
+        why: String,
+    },
+}
+
+impl Accel {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Accel::Kvm => "kvm",
+            Accel::Tcg { .. } => "tcg",
+        }
+    }
+}
+
+/// Decides from what the host shows: its CPU flags (`/proc/cpuinfo`), whether `/dev/kvm`
+/// opens for reading and writing, and whether the KVM module is `kvm_pvm`. Reads three small
+/// files, so it is asked per VM rather than cached (a cache would outlive a module change).
+pub fn probe() -> Accel {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let kvm = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm");
+    decide(
+        &cpuinfo,
+        kvm.as_ref().map(|_| ()).map_err(|e| e.to_string()),
+        Path::new("/sys/module/kvm_pvm").exists(),
+    )
+}
+
+/// The decision, apart from the files it reads.
+pub fn decide(cpuinfo: &str, kvm: Result<(), String>, pvm: bool) -> Accel {
+    if let Err(e) = kvm {
+        return Accel::Tcg {
+            why: format!("/dev/kvm cannot be opened ({e})"),
+        };
+    }
+    if pvm {
+        return Accel::Tcg {
+            why: "/dev/kvm is kvm_pvm (software nested virtualization), which cannot run a standard guest kernel".into(),
+        };
+    }
+    let virt = cpuinfo
+        .lines()
+        .filter(|l| l.starts_with("flags"))
+        .any(|l| l.split_whitespace().any(|f| f == "vmx" || f == "svm"));
+    if virt {
+        Accel::Kvm
+    } else {
+        Accel::Tcg {
+            why: "the CPU shows no hardware virtualization (vmx or svm)".into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kvm_only_with_a_usable_device_a_virtualizing_cpu_and_no_pvm() {
+        let vmx = "processor\t: 0\nflags\t\t: fpu vme vmx sse\n";
+        let plain = "processor\t: 0\nflags\t\t: fpu vme sse\n";
+        assert_eq!(decide(vmx, Ok(()), false), Accel::Kvm);
+        assert!(matches!(decide(vmx, Ok(()), true), Accel::Tcg { why } if why.contains("kvm_pvm")));
+        assert!(matches!(decide(plain, Ok(()), false), Accel::Tcg { why } if why.contains("vmx")));
+        assert!(matches!(
+            decide(vmx, Err("No such file or directory".into()), false),
+            Accel::Tcg { why } if why.contains("/dev/kvm cannot be opened")
+        ));
+    }
+}

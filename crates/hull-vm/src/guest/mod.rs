@@ -1,0 +1,77 @@
+//! hull as the guest's init (PID 1 of the VM): loads the kernel modules the initramfs carries,
+//! builds the program's root (the image shared read-only over virtio-fs under a tmpfs upper,
+//! `/workspace` over virtio-fs), finds the agent port and answers the host's requests there
+//! until told to power off. Anything that fails before the port is open is printed on the
+//! console (which the host reads back) and powers the guest off.
+
+mod exec;
+mod failed;
+mod setup;
+
+use failed::{at, Failed};
+
+use std::io::{BufRead, BufReader, Read, Write};
+
+use crate::proto::{self, Ask, Tell};
+
+/// Runs the guest's init; never returns (the guest powers off).
+pub fn main() -> ! {
+    let code = match serve() {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("hull-init: {e}");
+            1
+        }
+    };
+    let _ = std::io::stderr().flush();
+    setup::power_off(code)
+}
+
+fn serve() -> Result<(), Failed> {
+    setup::early_mounts()?;
+    setup::load_modules()?;
+    let port_path = setup::agent_port()?;
+    let port = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&port_path)
+        .map_err(at("opening the agent port"))?;
+    let writer = exec::Writer::new(port.try_clone().map_err(at("opening the agent port"))?);
+    // From here a failure is told to the host as well.
+    if let Err(f) = setup::program_root() {
+        writer.send(&Tell::Failed {
+            step: f.step.clone(),
+            error: f.error.clone(),
+        });
+        return Err(f);
+    }
+    writer.send(&Tell::Ready {
+        kernel: rustix::system::uname()
+            .release()
+            .to_string_lossy()
+            .into_owned(),
+    });
+    let mut reader = BufReader::new(port);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = (&mut reader)
+            .take(proto::MAX_LINE as u64)
+            .read_until(b'\n', &mut line)
+            .map_err(at("reading the agent port"))?;
+        if n == 0 {
+            return Err(Failed {
+                step: "reading the agent port".into(),
+                error: "the host closed it".into(),
+            });
+        }
+        match serde_json::from_slice::<Ask>(&line) {
+            Ok(Ask::Exec(e)) => writer.send(&exec::run(&e, &writer)),
+            Ok(Ask::PowerOff) => return Ok(()),
+            Err(e) => writer.send(&Tell::Failed {
+                step: "reading a request".into(),
+                error: e.to_string(),
+            }),
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! The agent channel's frames: JSON lines between the host (hull driving the VM) and hull as
+//! the guest's init, over a virtio-serial port. The host asks ([`Ask`]); the guest answers
+//! ([`Tell`]). Both ends are this crate, so the shapes are written once here.
+
+use serde::{Deserialize, Serialize};
+
+/// The virtio-serial port's name, which the guest looks up in `/sys/class/virtio-ports`.
+pub const PORT_NAME: &str = "hull.agent";
+
+/// The virtio-fs tag of the image's root (shared read-only).
+pub const ROOT_TAG: &str = "hull.root";
+
+/// The virtio-fs tag of the workspace (shared read-write, seen at `/workspace`).
+pub const WORKSPACE_TAG: &str = "hull.workspace";
+
+/// The longest line either end accepts: an answer carries at most [`CHUNK`] bytes of output
+/// (as base64), a request an argv and environment.
+pub const MAX_LINE: usize = 4 << 20;
+
+/// Bytes of output per [`Tell::Out`] frame.
+pub const CHUNK: usize = 64 << 10;
+
+/// One program to run in the guest's root.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Exec {
+    pub argv: Vec<String>,
+    /// The whole environment (nothing of the agent's own is passed on).
+    pub env: Vec<(String, String)>,
+    pub cwd: String,
+    /// Bytes for the program's standard input (none: `/dev/null`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin_b64: Option<String>,
+}
+
+/// What the host asks of the guest.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ask {
+    Exec(Exec),
+    /// Power the guest off (after its answer, the VMM exits).
+    PowerOff,
+}
+
+/// Which stream a chunk of output came on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// What the guest says.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tell {
+    /// The guest's root and workspace are mounted and the agent takes requests. `kernel` is
+    /// the guest kernel's release (`uname -r` in the guest).
+    Ready { kernel: String },
+    /// A chunk of the program's output, as base64.
+    Out { stream: Stream, b64: String },
+    /// The program ended: its exit code, or the signal that killed it.
+    Exit {
+        code: Option<i32>,
+        signal: Option<i32>,
+        /// Whether the guest's OOM killer ended a process of the program's while it ran.
+        oom: bool,
+    },
+    /// The guest could not do what was asked: the step and why.
+    Failed { step: String, error: String },
+}
+
+/// One frame as a line (no newline inside: JSON escapes it).
+pub fn line<T: Serialize>(frame: &T) -> Vec<u8> {
+    let mut v = serde_json::to_vec(frame).unwrap_or_default();
+    v.push(b'\n');
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_as_one_line_each() {
+        let ask = Ask::Exec(Exec {
+            argv: vec!["sh".into(), "-c".into(), "echo 'a\nb'".into()],
+            env: vec![("PATH".into(), "/bin".into())],
+            cwd: "/workspace".into(),
+            stdin_b64: None,
+        });
+        let l = line(&ask);
+        assert_eq!(l.iter().filter(|b| **b == b'\n').count(), 1);
+        assert_eq!(serde_json::from_slice::<Ask>(&l).unwrap(), ask);
+        let tell = Tell::Exit {
+            code: None,
+            signal: Some(9),
+            oom: true,
+        };
+        assert_eq!(serde_json::from_slice::<Tell>(&line(&tell)).unwrap(), tell);
+        assert!(serde_json::from_str::<Ask>(r#"{"reboot":null}"#).is_err());
+    }
+}

@@ -1,0 +1,164 @@
+//! QEMU's command line for one VM: the `microvm` machine (no PCI bus, no firmware tables but
+//! ACPI's, virtio over MMIO), the guest kernel and hull's initramfs, guest RAM as a shared
+//! memfd (vhost-user needs to map it), a virtio-fs device per share (each served by its own
+//! virtiofsd on a unix socket), the agent's virtio-serial port on a unix socket hull listens
+//! on, and the serial console to a file (read back when the guest fails). No network device,
+//! no display, no default devices, no reboot.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use crate::accel::Accel;
+
+/// One virtio-fs share: its tag in the guest and virtiofsd's socket.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Share {
+    pub tag: &'static str,
+    pub socket: PathBuf,
+}
+
+/// Everything QEMU's command line is made of.
+#[derive(Clone, Debug)]
+pub struct Machine {
+    pub accel: Accel,
+    pub kernel: PathBuf,
+    pub initramfs: PathBuf,
+    /// Guest RAM in MiB.
+    pub memory_mib: u64,
+    pub cpus: u32,
+    pub shares: Vec<Share>,
+    /// The agent channel's socket (hull listens; QEMU connects).
+    pub agent: PathBuf,
+    /// Where the guest's serial console is written.
+    pub console: PathBuf,
+}
+
+fn os(s: impl Into<OsString>) -> OsString {
+    s.into()
+}
+
+/// `key=value` with a path value.
+fn kv(prefix: &str, path: &std::path::Path) -> OsString {
+    let mut s = OsString::from(prefix);
+    s.push(path.as_os_str());
+    s
+}
+
+impl Machine {
+    /// QEMU's arguments (after the program's name).
+    pub fn argv(&self) -> Vec<OsString> {
+        let mut a: Vec<OsString> = Vec::new();
+        let mut push = |items: &[&str]| a.extend(items.iter().map(os));
+        push(&["-M", "microvm,acpi=on"]);
+        match &self.accel {
+            Accel::Kvm => push(&["-accel", "kvm", "-cpu", "host"]),
+            // A 32 MiB translation cache instead of the default: ~20 MiB less per VM (docs/vm.md).
+            Accel::Tcg { .. } => push(&["-accel", "tcg,tb-size=32", "-cpu", "max"]),
+        }
+        let mem = format!("{}M", self.memory_mib);
+        push(&[
+            "-m",
+            &mem,
+            "-object",
+            &format!("memory-backend-memfd,id=mem,size={mem},share=on"),
+            "-machine",
+            "memory-backend=mem",
+            "-smp",
+            &self.cpus.to_string(),
+            "-nodefaults",
+            "-no-user-config",
+            "-nographic",
+            "-no-reboot",
+            // microvm's virtio-mmio is legacy by default, which vhost-user-fs refuses.
+            "-global",
+            "virtio-mmio.force-legacy=false",
+            "-append",
+            "console=ttyS0 panic=-1 quiet loglevel=3 rdinit=/init",
+        ]);
+        a.extend([os("-kernel"), os(&self.kernel)]);
+        a.extend([os("-initrd"), os(&self.initramfs)]);
+        a.extend([
+            os("-chardev"),
+            kv("file,id=console,path=", &self.console),
+            os("-serial"),
+            os("chardev:console"),
+        ]);
+        for (i, s) in self.shares.iter().enumerate() {
+            a.extend([
+                os("-chardev"),
+                kv(&format!("socket,id=fs{i},path="), &s.socket),
+                os("-device"),
+                os(format!("vhost-user-fs-device,chardev=fs{i},tag={}", s.tag)),
+            ]);
+        }
+        a.extend([
+            os("-device"),
+            os("virtio-serial-device"),
+            os("-chardev"),
+            kv("socket,id=agent,path=", &self.agent),
+            os("-device"),
+            os(format!(
+                "virtserialport,chardev=agent,name={}",
+                crate::proto::PORT_NAME
+            )),
+        ]);
+        a
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_has_the_shares_the_agent_port_and_shared_memory() {
+        let m = Machine {
+            accel: Accel::Tcg { why: "test".into() },
+            kernel: "/k/vmlinuz".into(),
+            initramfs: "/c/initramfs.cpio.gz".into(),
+            memory_mib: 512,
+            cpus: 2,
+            shares: vec![Share {
+                tag: "hull.root",
+                socket: "/run/x/root.sock".into(),
+            }],
+            agent: "/run/x/agent.sock".into(),
+            console: "/run/x/console.log".into(),
+        };
+        let line: Vec<String> = m
+            .argv()
+            .iter()
+            .map(|s| s.to_string_lossy().into_owned())
+            .collect();
+        let after = |flag: &str, n: usize| -> Vec<&str> {
+            line.iter()
+                .enumerate()
+                .filter(|(_, v)| *v == flag)
+                .map(|(i, _)| line[i + 1].as_str())
+                .take(n)
+                .collect()
+        };
+        assert_eq!(after("-accel", 1), ["tcg,tb-size=32"]);
+        assert_eq!(after("-m", 1), ["512M"]);
+        assert_eq!(after("-smp", 1), ["2"]);
+        assert!(line.contains(&"memory-backend-memfd,id=mem,size=512M,share=on".to_string()));
+        assert!(line.contains(&"socket,id=fs0,path=/run/x/root.sock".to_string()));
+        assert!(line.contains(&"vhost-user-fs-device,chardev=fs0,tag=hull.root".to_string()));
+        assert!(line.contains(&"virtserialport,chardev=agent,name=hull.agent".to_string()));
+        assert!(line.contains(&"socket,id=agent,path=/run/x/agent.sock".to_string()));
+        assert!(
+            !line.iter().any(|a| a.contains("netdev")),
+            "no network device"
+        );
+        let kvm = Machine {
+            accel: Accel::Kvm,
+            ..m
+        };
+        let kline: Vec<String> = kvm
+            .argv()
+            .iter()
+            .map(|s| s.to_string_lossy().into_owned())
+            .collect();
+        assert!(kline.windows(2).any(|w| w[0] == "-cpu" && w[1] == "host"));
+    }
+}

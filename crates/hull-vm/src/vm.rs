@@ -1,0 +1,446 @@
+//! One VM run from the host: the guest's pieces found, the initramfs ensured, one virtiofsd
+//! per share and QEMU started (each with its output in the run's private directory), the
+//! agent's connection accepted, the program run through it with its output streamed, and
+//! everything killed and removed at the end. The program's deadline is kept from outside:
+//! at the deadline the VM is killed, whatever the guest is doing.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+
+use crate::accel::{self, Accel};
+use crate::assets::{Guest, Tools};
+use crate::error::VmError;
+use crate::proto::{self, Ask, Exec, Stream, Tell};
+use crate::qemu::{Machine, Share};
+
+/// What to run in a VM.
+#[derive(Clone, Debug)]
+pub struct VmRun {
+    /// The image's unpacked root, shared read-only.
+    pub root: PathBuf,
+    /// Shared read-write at `/workspace`.
+    pub workspace: PathBuf,
+    pub exec: Exec,
+    /// Guest RAM in bytes.
+    pub memory: u64,
+    pub cpus: u32,
+    /// The program's deadline (from the request sent to the agent).
+    pub timeout: Duration,
+    /// How long the guest may take to boot and answer `ready`.
+    pub boot_timeout: Duration,
+    /// Refuse to run emulated (TCG).
+    pub require_kvm: bool,
+    /// Where the initramfs is cached.
+    pub cache: PathBuf,
+    /// Where the run's private directory (sockets, logs) is made.
+    pub scratch: PathBuf,
+    /// Output kept per stream in the outcome (the sink sees all of it).
+    pub max_output: u64,
+}
+
+/// How a VM run ended.
+#[derive(Clone, Debug, Default)]
+pub struct VmOutcome {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    pub oom: bool,
+    pub timed_out: bool,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub truncated: bool,
+    pub dropped_bytes: u64,
+    /// `kvm` or `tcg`.
+    pub accel: &'static str,
+    /// The guest kernel's release.
+    pub kernel: String,
+    /// From QEMU's start to the agent's `ready`.
+    pub boot: Duration,
+    /// From the request to the program's end.
+    pub duration: Duration,
+    pub warnings: Vec<String>,
+}
+
+/// A child process killed and reaped when dropped.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The last `n` bytes of a file, as text (QEMU's stderr, the console).
+fn tail(path: &Path, n: usize) -> String {
+    let data = std::fs::read(path).unwrap_or_default();
+    let from = data.len().saturating_sub(n);
+    String::from_utf8_lossy(&data[from..]).into_owned()
+}
+
+/// Waits until `sock` is a listening unix socket (virtiofsd makes it), while `proc` lives.
+fn wait_listening(sock: &Path, proc: &mut Proc, log: &Path) -> Result<(), VmError> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let shown = sock.to_string_lossy().into_owned();
+    loop {
+        // /proc/net/unix flags 00010000: __SO_ACCEPTCON, a socket that listens. Connecting
+        // to find out would be virtiofsd's one connection.
+        let table = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
+        if table
+            .lines()
+            .any(|l| l.ends_with(&shown) && l.split_whitespace().nth(3) == Some("00010000"))
+        {
+            return Ok(());
+        }
+        if let Ok(Some(st)) = proc.0.try_wait() {
+            return Err(VmError::Start {
+                step: "starting virtiofsd",
+                detail: format!("it exited ({st}): {}", tail(log, 2000)),
+            });
+        }
+        if Instant::now() > deadline {
+            return Err(VmError::Start {
+                step: "starting virtiofsd",
+                detail: format!("its socket did not listen within 10 s: {}", tail(log, 2000)),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Starts virtiofsd for `dir` on `sock`.
+fn virtiofsd(
+    tools: &Tools,
+    dir: &Path,
+    sock: &Path,
+    log: &Path,
+    readonly: bool,
+) -> Result<Proc, VmError> {
+    let out = std::fs::File::create(log).map_err(|source| VmError::Io {
+        step: "making virtiofsd's log",
+        source,
+    })?;
+    let mut cmd = Command::new(&tools.virtiofsd);
+    cmd.arg("--shared-dir")
+        .arg(dir)
+        .arg("--socket-path")
+        .arg(sock)
+        // Its own mount namespace with only the share in it (root), or a user namespace
+        // of its own (others); seccomp on by default.
+        .args([
+            "--sandbox",
+            "namespace",
+            "--cache",
+            "auto",
+            "--log-level",
+            "error",
+        ]);
+    if readonly {
+        cmd.arg("--readonly");
+    }
+    let err = out.try_clone().map_err(|source| VmError::Io {
+        step: "making virtiofsd's log",
+        source,
+    })?;
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .map_err(|e| VmError::Start {
+            step: "starting virtiofsd",
+            detail: format!("{}: {e}", tools.virtiofsd.display()),
+        })?;
+    let mut p = Proc(child);
+    wait_listening(sock, &mut p, log)?;
+    Ok(p)
+}
+
+/// The agent's side of the channel, read line by line against deadlines.
+struct Channel {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+    line: Vec<u8>,
+}
+
+/// What reading a frame came to.
+enum Read1 {
+    Frame(Tell),
+    Deadline,
+    Closed,
+}
+
+impl Channel {
+    fn next(&mut self, deadline: Instant) -> Result<Read1, VmError> {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(Read1::Deadline);
+            }
+            // At most 100 ms a wait, so the caller's checks run.
+            let wait = left.min(Duration::from_millis(100));
+            let _ = self.reader.get_ref().set_read_timeout(Some(wait));
+            let room = (proto::MAX_LINE + 1).saturating_sub(self.line.len()) as u64;
+            match (&mut self.reader)
+                .take(room)
+                .read_until(b'\n', &mut self.line)
+            {
+                Ok(0) => return Ok(Read1::Closed),
+                Ok(_) if self.line.ends_with(b"\n") => {
+                    let frame =
+                        serde_json::from_slice::<Tell>(&self.line).map_err(|e| VmError::Protocol {
+                            why: format!("a frame that is not JSON of the protocol ({e})"),
+                        });
+                    self.line.clear();
+                    return frame.map(Read1::Frame);
+                }
+                Ok(_) if self.line.len() > proto::MAX_LINE => {
+                    return Err(VmError::Protocol {
+                        why: format!("a line over {} bytes", proto::MAX_LINE),
+                    })
+                }
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock
+                            | std::io::ErrorKind::TimedOut
+                            | std::io::ErrorKind::Interrupted
+                    ) => {}
+                Err(source) => {
+                    return Err(VmError::Io {
+                        step: "reading the agent channel",
+                        source,
+                    })
+                }
+            }
+        }
+    }
+
+    fn send(&mut self, ask: &Ask) -> Result<(), VmError> {
+        self.writer
+            .write_all(&proto::line(ask))
+            .map_err(|source| VmError::Io {
+                step: "writing the agent channel",
+                source,
+            })
+    }
+}
+
+/// Accepts QEMU's connection to the agent socket (it connects as it starts).
+fn accept(listener: &UnixListener, qemu: &mut Proc, err_log: &Path) -> Result<UnixStream, VmError> {
+    listener
+        .set_nonblocking(true)
+        .map_err(|source| VmError::Io {
+            step: "listening for the agent channel",
+            source,
+        })?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match listener.accept() {
+            Ok((s, _)) => {
+                let _ = s.set_nonblocking(false);
+                return Ok(s);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(source) => {
+                return Err(VmError::Io {
+                    step: "accepting the agent channel",
+                    source,
+                })
+            }
+        }
+        if let Ok(Some(st)) = qemu.0.try_wait() {
+            return Err(VmError::Start {
+                step: "starting QEMU",
+                detail: format!("it exited ({st}): {}", tail(err_log, 2000)),
+            });
+        }
+        if Instant::now() > deadline {
+            return Err(VmError::Start {
+                step: "starting QEMU",
+                detail: format!(
+                    "it did not connect the agent channel within 30 s: {}",
+                    tail(err_log, 2000)
+                ),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Runs `run` in a fresh VM; `sink` gets the program's output as it comes.
+pub fn run(run: &VmRun, sink: &mut dyn FnMut(Stream, &[u8])) -> Result<VmOutcome, VmError> {
+    let accel = accel::probe();
+    if let (true, Accel::Tcg { why }) = (run.require_kvm, &accel) {
+        return Err(VmError::KvmRequired { why: why.clone() });
+    }
+    let guest = Guest::find()?;
+    let tools = Tools::find()?;
+    let initramfs = crate::initramfs::ensure(&guest, &run.cache).map_err(|source| VmError::Io {
+        step: "making the guest's initramfs",
+        source,
+    })?;
+    let io = |step| move |source| VmError::Io { step, source };
+    std::fs::create_dir_all(&run.scratch).map_err(io("making the VM's private directory"))?;
+    let dir = tempfile::Builder::new()
+        .prefix("hull-vm-")
+        .tempdir_in(&run.scratch)
+        .map_err(io("making the VM's private directory"))?;
+    let d = dir.path();
+    let root_fs = virtiofsd(
+        &tools,
+        &run.root,
+        &d.join("root.sock"),
+        &d.join("root.log"),
+        true,
+    )?;
+    let ws_fs = virtiofsd(
+        &tools,
+        &run.workspace,
+        &d.join("ws.sock"),
+        &d.join("ws.log"),
+        false,
+    )?;
+    let listener =
+        UnixListener::bind(d.join("agent.sock")).map_err(io("listening for the agent channel"))?;
+    let machine = Machine {
+        accel: accel.clone(),
+        kernel: guest.kernel.clone(),
+        initramfs,
+        memory_mib: (run.memory >> 20).max(128),
+        cpus: run.cpus.max(1),
+        shares: vec![
+            Share {
+                tag: proto::ROOT_TAG,
+                socket: d.join("root.sock"),
+            },
+            Share {
+                tag: proto::WORKSPACE_TAG,
+                socket: d.join("ws.sock"),
+            },
+        ],
+        agent: d.join("agent.sock"),
+        console: d.join("console.log"),
+    };
+    let err_log = d.join("qemu.err");
+    let err_file = std::fs::File::create(&err_log).map_err(io("making QEMU's log"))?;
+    let started = Instant::now();
+    let mut qemu = Proc(
+        Command::new(&tools.qemu)
+            .args(machine.argv())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(err_file)
+            .spawn()
+            .map_err(|e| VmError::Start {
+                step: "starting QEMU",
+                detail: format!("{}: {e}", tools.qemu.display()),
+            })?,
+    );
+    let stream = accept(&listener, &mut qemu, &err_log)?;
+    let mut chan = Channel {
+        reader: BufReader::new(
+            stream
+                .try_clone()
+                .map_err(io("opening the agent channel"))?,
+        ),
+        writer: stream,
+        line: Vec::new(),
+    };
+    let failed_boot = |what: String| VmError::Start {
+        step: "booting the guest",
+        detail: format!("{what}; its console said: {}", tail(&machine.console, 3000)),
+    };
+    let kernel = match chan.next(started + run.boot_timeout)? {
+        Read1::Frame(Tell::Ready { kernel }) => kernel,
+        Read1::Frame(Tell::Failed { step, error }) => return Err(VmError::Guest { step, error }),
+        Read1::Frame(other) => {
+            return Err(VmError::Protocol {
+                why: format!("{other:?} before ready"),
+            })
+        }
+        Read1::Deadline => {
+            return Err(failed_boot(format!(
+                "it was not ready within {} s",
+                run.boot_timeout.as_secs()
+            )))
+        }
+        Read1::Closed => return Err(failed_boot("it stopped before it was ready".into())),
+    };
+    let boot = started.elapsed();
+    let mut out = VmOutcome {
+        accel: accel.name(),
+        kernel,
+        boot,
+        ..VmOutcome::default()
+    };
+    if let Accel::Tcg { why } = &accel {
+        out.warnings.push(format!(
+            "the VM is emulated (QEMU TCG), so it is slow: {why}; --require-kvm refuses instead"
+        ));
+    }
+    chan.send(&Ask::Exec(run.exec.clone()))?;
+    let began = Instant::now();
+    let deadline = began + run.timeout;
+    loop {
+        match chan.next(deadline)? {
+            Read1::Frame(Tell::Out { stream, b64 }) => {
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(b64)
+                    .map_err(|e| VmError::Protocol {
+                        why: format!("output that is not base64 ({e})"),
+                    })?;
+                sink(stream, &bytes);
+                let keep = match stream {
+                    Stream::Stdout => &mut out.stdout,
+                    Stream::Stderr => &mut out.stderr,
+                };
+                let room = usize::try_from(run.max_output)
+                    .unwrap_or(usize::MAX)
+                    .saturating_sub(keep.len());
+                if bytes.len() > room {
+                    out.truncated = true;
+                    out.dropped_bytes += (bytes.len() - room) as u64;
+                }
+                keep.extend_from_slice(&bytes[..bytes.len().min(room)]);
+            }
+            Read1::Frame(Tell::Exit { code, signal, oom }) => {
+                (out.code, out.signal, out.oom) = (code, signal, oom);
+                break;
+            }
+            Read1::Frame(Tell::Failed { step, error }) => {
+                return Err(VmError::Guest { step, error })
+            }
+            Read1::Frame(Tell::Ready { .. }) => {
+                return Err(VmError::Protocol {
+                    why: "ready twice".into(),
+                })
+            }
+            Read1::Deadline => {
+                out.timed_out = true;
+                break;
+            }
+            Read1::Closed => {
+                return Err(VmError::Start {
+                    step: "running the program",
+                    detail: format!(
+                        "the guest stopped; its console said: {}",
+                        tail(&machine.console, 3000)
+                    ),
+                })
+            }
+        }
+    }
+    out.duration = began.elapsed();
+    // The VM ends here: its state is nothing the host keeps (the workspace's writes were
+    // synced by the guest before it said the program's end).
+    drop(qemu);
+    drop(root_fs);
+    drop(ws_fs);
+    Ok(out)
+}

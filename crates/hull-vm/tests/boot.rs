@@ -1,0 +1,145 @@
+//! Boots real VMs (QEMU microvm, TCG on hosts whose /dev/kvm cannot run a standard guest) and
+//! runs programs in them through the agent. Each VM takes seconds under TCG, so these tests
+//! are few. They need QEMU, virtiofsd, the guest kernel (scripts/vm-guest.sh) and a static
+//! hull (HULL_VM_AGENT; scripts/build-static.sh): without them they skip, saying which.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hull_vm::proto::{Exec, Stream};
+use hull_vm::{VmError, VmRun};
+
+/// A root with busybox's static build and the applets the tests use, or why there is none.
+fn busybox_root(dir: &Path) -> Option<PathBuf> {
+    let bb = Path::new("/bin/busybox");
+    if !bb.is_file() {
+        return None;
+    }
+    let root = dir.join("root");
+    std::fs::create_dir_all(root.join("bin")).unwrap();
+    std::fs::copy(bb, root.join("bin/busybox")).unwrap();
+    for applet in [
+        "sh", "cat", "echo", "uname", "ls", "dd", "sleep", "id", "head", "mkdir",
+    ] {
+        std::os::unix::fs::symlink("busybox", root.join("bin").join(applet)).unwrap();
+    }
+    std::fs::write(root.join("image-file"), "from the image\n").unwrap();
+    Some(root)
+}
+
+/// Whether this host can boot the guest; otherwise the skip's reason.
+fn ready() -> Result<(), String> {
+    hull_vm::assets::Guest::find().map_err(|e| e.to_string())?;
+    hull_vm::assets::Tools::find().map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+fn request(dir: &Path, root: PathBuf, argv: &[&str]) -> VmRun {
+    let workspace = dir.join("ws");
+    std::fs::create_dir_all(&workspace).unwrap();
+    VmRun {
+        root,
+        workspace,
+        exec: Exec {
+            argv: argv.iter().map(|s| s.to_string()).collect(),
+            env: vec![("PATH".into(), "/bin".into())],
+            cwd: "/workspace".into(),
+            stdin_b64: None,
+        },
+        memory: 256 << 20,
+        cpus: 1,
+        timeout: Duration::from_secs(60),
+        boot_timeout: Duration::from_secs(120),
+        require_kvm: false,
+        cache: dir.join("cache"),
+        scratch: dir.join("scratch"),
+        max_output: 1 << 20,
+    }
+}
+
+#[test]
+fn a_program_runs_under_a_kernel_of_its_own_and_shares_only_the_workspace() {
+    if let Err(why) = ready() {
+        return hull_testkit::skip(format!("no VM here: {why}"));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(root) = busybox_root(dir.path()) else {
+        return hull_testkit::skip(
+            "no /bin/busybox for the test image (apt-get install busybox-static)",
+        );
+    };
+    let script = "uname -r; cat /image-file; echo out > /workspace/made; echo err >&2; \
+                  echo changed > /image-file; cat /image-file; ls /host-only 2>&1; exit 7";
+    std::fs::write(dir.path().join("host-only"), "secret").unwrap();
+    let mut streamed: Vec<(Stream, Vec<u8>)> = Vec::new();
+    let run = request(dir.path(), root.clone(), &["sh", "-c", script]);
+    let out = hull_vm::run(&run, &mut |s, b| streamed.push((s, b.to_vec()))).unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let host_kernel = rustix::system::uname()
+        .release()
+        .to_string_lossy()
+        .into_owned();
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(out.code, Some(7), "{out:?}");
+    assert_eq!(lines[0], out.kernel, "the guest reports its own kernel");
+    assert_ne!(lines[0], host_kernel, "a kernel other than the host's");
+    assert_eq!(lines[1], "from the image");
+    assert_eq!(lines[2], "changed", "the root is writable in the guest");
+    assert!(lines[3].contains("No such file"), "{stdout}");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "err\n");
+    assert_eq!(
+        std::fs::read_to_string(run.workspace.join("made")).unwrap(),
+        "out\n",
+        "the workspace is the host's directory"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("image-file")).unwrap(),
+        "from the image\n",
+        "the image is shared read-only: the guest's change stays in the guest"
+    );
+    let streamed_out: Vec<u8> = streamed
+        .iter()
+        .filter(|(s, _)| *s == Stream::Stdout)
+        .flat_map(|(_, b)| b.clone())
+        .collect();
+    assert_eq!(
+        streamed_out, out.stdout,
+        "output is streamed as well as kept"
+    );
+    eprintln!(
+        "booted in {:?} ({}), ran in {:?}",
+        out.boot, out.accel, out.duration
+    );
+}
+
+#[test]
+fn the_deadline_kills_the_vm_and_a_missing_program_is_named() {
+    if let Err(why) = ready() {
+        return hull_testkit::skip(format!("no VM here: {why}"));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(root) = busybox_root(dir.path()) else {
+        return hull_testkit::skip(
+            "no /bin/busybox for the test image (apt-get install busybox-static)",
+        );
+    };
+    let mut run = request(
+        dir.path(),
+        root.clone(),
+        &["sh", "-c", "echo started; sleep 600"],
+    );
+    run.timeout = Duration::from_secs(2);
+    let out = hull_vm::run(&run, &mut |_, _| {}).unwrap();
+    assert!(out.timed_out, "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "started\n");
+    assert!(out.duration < Duration::from_secs(10), "{:?}", out.duration);
+
+    let run = request(dir.path(), root, &["no-such-program"]);
+    match hull_vm::run(&run, &mut |_, _| {}) {
+        Err(VmError::Guest { step, error }) => {
+            assert!(step.contains("no-such-program"), "{step}");
+            assert!(error.contains("No such file"), "{error}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
