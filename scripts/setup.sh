@@ -34,6 +34,33 @@ if [ -n "$missing" ]; then
     apt-get install -y -q --no-install-recommends $missing
 fi
 
+# The microVM tier (docs/vm.md): QEMU 10 and Debian's 6.12 cloud kernel come from
+# bookworm-backports (QEMU 7.2 of bookworm failed 1 boot in 3 under TCG here); the guest kernel
+# is extracted by scripts/vm-guest.sh, never installed as this host's kernel.
+if grep -qs '^VERSION_CODENAME=bookworm' /etc/os-release && ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    cat > /etc/apt/sources.list.d/hull-backports.sources <<'SRC'
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: bookworm-backports
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+    apt-get update -q
+fi
+if ! command -v qemu-system-x86_64 >/dev/null; then
+    if grep -qs '^VERSION_CODENAME=bookworm' /etc/os-release; then
+        apt-get install -y -q --no-install-recommends -t bookworm-backports qemu-system-x86
+    else
+        apt-get install -y -q --no-install-recommends qemu-system-x86
+    fi
+fi
+bash "$(dirname "$0")/vm-guest.sh"
+# virtiofsd serves a VM's root and workspace: the Rust one (crates.io; docs/vm.md says why),
+# which builds against libseccomp and libcap-ng.
+for p in libseccomp-dev libcap-ng-dev pkg-config; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || { apt-get update -q; apt-get install -y -q --no-install-recommends libseccomp-dev libcap-ng-dev pkg-config; break; }
+done
+
 if ! command -v cargo >/dev/null; then
     echo "setup.sh: cargo not found; install the Rust toolchain (rustup) first" >&2
     exit 1
@@ -48,6 +75,11 @@ for tool in fmt clippy; do
         fi
     fi
 done
+
+# virtiofsd for the microVM tier, installed where every user finds it.
+if ! command -v virtiofsd >/dev/null; then
+    cargo install -q --locked --root /usr/local virtiofsd@1.14.0
+fi
 
 # The Python SDK's build backend and test runner, for the interpreter that runs the SDK tests.
 python3 -m pip install -q --root-user-action=ignore "maturin>=1.5,<2" pytest

@@ -20,6 +20,11 @@ install -m 666 /dev/null "$skips/rust.tsv"
 export HULL_SKIP_LOG="$skips/rust.tsv"
 trap 'rm -rf "$skips"; bash scripts/registry.sh stop' EXIT
 
+# The static hull first: the microVM tier's tests boot it as the guest's init (HULL_VM_AGENT),
+# and its own pass below runs the boundary tests against it.
+static_bin="$PWD/$(bash scripts/build-static.sh)"
+export HULL_VM_AGENT="$static_bin"
+
 echo "== tests as root"
 cargo build --workspace --bins
 # hull bench --sdk's test drives the built Node SDK (tsc only; its own tests run below).
@@ -58,7 +63,6 @@ for l in sys.stdin:
 echo "== the static binary (scripts/build-static.sh): the boundary, leak, serve and pull tests against it"
 # One static executable (no loader, no shared library, no NSS module) must behave as the
 # dynamic build does; its pull pass names the registries (localhost:5055), so hull resolves them.
-static_bin="$PWD/$(bash scripts/build-static.sh)"
 cargo test -p hull-cli --test boundary --test leaks --test serve --test pull --no-run --message-format=json 2>/dev/null \
     | test_executables \
     | while read -r name exe; do
@@ -77,17 +81,18 @@ echo "== tests as the unprivileged user $TEST_USER"
 stage=$(mktemp -d /tmp/hull-rootless-XXXXXX)
 trap 'rm -rf "$stage" "$skips"; bash scripts/registry.sh stop' EXIT
 cp target/debug/hull "$stage/hull"
+cp "$static_bin" "$stage/hull-static"
 cargo test --workspace --no-run --message-format=json 2>/dev/null \
     | test_executables \
     | while read -r name exe; do
-        case "$name" in boundary|kernel|notify|policy_matches_file|templates|gateway|gateway_process|brokering|serve_sandbox|serve|leaks|named|serve_named) cp "$exe" "$stage/$name" ;; esac
+        case "$name" in guest_boot|boundary|kernel|notify|policy_matches_file|templates|gateway|gateway_process|brokering|serve_sandbox|serve|leaks|named|serve_named) cp "$exe" "$stage/$name" ;; esac
     done
 chmod -R a+rX "$stage"
 status=0
-for t in "$stage"/boundary "$stage"/kernel "$stage"/notify "$stage"/policy_matches_file "$stage"/templates "$stage"/gateway "$stage"/gateway_process "$stage"/brokering "$stage"/serve_sandbox "$stage"/serve "$stage"/leaks "$stage"/named "$stage"/serve_named; do
+for t in "$stage"/guest_boot "$stage"/boundary "$stage"/kernel "$stage"/notify "$stage"/policy_matches_file "$stage"/templates "$stage"/gateway "$stage"/gateway_process "$stage"/brokering "$stage"/serve_sandbox "$stage"/serve "$stage"/leaks "$stage"/named "$stage"/serve_named; do
     [ -x "$t" ] || continue
     echo "-- $(basename "$t") as $TEST_USER"
-    su "$TEST_USER" -s /bin/bash -c "cd /tmp && HULL_SKIP_LOG=$HULL_SKIP_LOG HULL_BIN=$stage/hull HULL_CGROUP_PARENT=hull-$TEST_USER $t" || status=1
+    su "$TEST_USER" -s /bin/bash -c "cd /tmp && HULL_SKIP_LOG=$HULL_SKIP_LOG HULL_BIN=$stage/hull HULL_VM_AGENT=$stage/hull-static HULL_CGROUP_PARENT=hull-$TEST_USER $t" || status=1
 done
 # hull pull's tests as the unprivileged user too (the test registries listen on loopback).
 pull_test=$(cargo test -p hull-cli --test pull --no-run --message-format=json 2>/dev/null \
