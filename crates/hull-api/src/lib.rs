@@ -10,6 +10,7 @@
 
 pub mod duration;
 pub mod error;
+pub mod isolation;
 pub mod language;
 pub mod mount;
 pub mod network;
@@ -17,6 +18,7 @@ pub mod request;
 pub mod size;
 
 pub use error::{Chain, RequestError};
+pub use isolation::Isolation;
 pub use language::Language;
 pub use mount::{Mount, Tmpfs};
 pub use network::{Network, NetworkMode, Secret};

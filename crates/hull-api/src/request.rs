@@ -15,6 +15,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::error::RequestError;
+use crate::isolation::Isolation;
 use crate::language::Language;
 use crate::mount::{Mount, Tmpfs};
 use crate::network::{self, Network, Part, Secret};
@@ -80,6 +81,10 @@ pub struct RunRequest {
     /// Give the box the caller's standard input (`hull run -i`; never over a protocol).
     #[serde(skip)]
     pub inherit_stdin: bool,
+    /// The box's boundary: `namespace` (default) or `vm`.
+    pub isolation: Isolation,
+    /// With `vm`: refuse to run emulated where KVM cannot run the guest.
+    pub require_kvm: bool,
 }
 
 impl Default for RunRequest {
@@ -108,6 +113,8 @@ impl Default for RunRequest {
             env: Vec::new(),
             cwd: None,
             inherit_stdin: false,
+            isolation: Isolation::Namespace,
+            require_kvm: false,
         }
     }
 }

@@ -101,6 +101,15 @@ pub enum BoxError {
     /// this way only the call that hit the bug fails.
     #[error("internal error: {0} (a bug in hull; please report it)")]
     Internal(&'static str),
+    /// Another isolation backend (the microVM tier) could not run the box: `what` names it,
+    /// `kind` is the JSON front ends' word for it, the cause is the backend's own error.
+    #[error("{what} could not run the program")]
+    Backend {
+        what: &'static str,
+        kind: &'static str,
+        #[source]
+        error: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
 /// Why ids 1-65536 could not be mapped to the caller's sub-id ranges (see [`crate::subids`]).
@@ -172,6 +181,7 @@ impl BoxError {
             BoxError::Cgroup(_) => "cgroup",
             BoxError::NoSeccomp | BoxError::Seccomp(_) => "seccomp",
             BoxError::Internal(_) => "internal",
+            BoxError::Backend { kind, .. } => kind,
             BoxError::TunUnavailable { .. } => "network_unavailable",
             BoxError::NoTapHandler => "invalid_argument",
             BoxError::Gateway { .. } => "gateway",

@@ -28,6 +28,12 @@ pub enum SpecField {
     Hostname,
     Subids,
     RequireLimits,
+    /// The box's network (none, host, the gateway).
+    Network,
+    /// The user the program runs as.
+    User,
+    /// What the program's standard input is.
+    Stdin,
 }
 
 impl SpecField {
@@ -52,6 +58,9 @@ impl SpecField {
             SpecField::Hostname => "hostname",
             SpecField::Subids => "subids",
             SpecField::RequireLimits => "require_limits",
+            SpecField::Network => "network",
+            SpecField::User => "user",
+            SpecField::Stdin => "stdin",
         }
     }
 }

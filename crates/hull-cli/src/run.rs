@@ -132,6 +132,14 @@ pub struct RunArgs {
     /// relayed, not captured (no --json).
     #[arg(long, short = 't')]
     pub tty: bool,
+    /// The box's boundary: `namespace` (namespaces, seccomp and cgroups on this kernel) or
+    /// `vm` (a microVM with a guest kernel of its own, QEMU microvm: docs/vm.md; emulated,
+    /// and slow, where KVM cannot run it).
+    #[arg(long, value_name = "KIND", default_value = "namespace")]
+    pub isolation: hull_api::Isolation,
+    /// With --isolation vm: refuse to run where the VM would be emulated (no usable KVM).
+    #[arg(long)]
+    pub require_kvm: bool,
     /// The command and its arguments: after `--`, or from the first argument that is not one
     /// of hull's options (as docker's `run IMAGE CMD...`): everything from there is the
     /// command's, its own `-flags` included.
@@ -164,8 +172,13 @@ pub fn request_from(args: &RunArgs) -> Result<RunRequest, String> {
         max_output: size("--max-output", &args.max_output)?,
         cwd: args.cwd.clone(),
         inherit_stdin: args.interactive,
+        isolation: args.isolation,
+        require_kvm: args.require_kvm,
         ..RunRequest::default()
     };
+    if args.require_kvm && args.isolation != hull_api::Isolation::Vm {
+        return Err("--require-kvm: only with --isolation vm".into());
+    }
     (r.network, r.secrets) = args.net.request()?;
     for t in &args.tmpfs {
         r.tmpfs.push(
@@ -280,6 +293,10 @@ pub fn flag(field: SpecField, r: &RunRequest) -> &'static str {
         SpecField::Hostname => "--hostname",
         SpecField::Subids => "--subids",
         SpecField::RequireLimits => "--require-limits",
+        SpecField::Network => "--network",
+        SpecField::User => "--user",
+        SpecField::Stdin if r.inherit_stdin => "-i",
+        SpecField::Stdin => "-t",
     }
 }
 
@@ -604,6 +621,9 @@ fn run(args: RunArgs, ahead: Option<hull_box::WorkspaceAhead>) -> i32 {
     if crate::verbosity::enabled(crate::verbosity::Level::Info) {
         crate::verbosity::info("hull", describe_box(&spec));
     }
+    if req.isolation == hull_api::Isolation::Vm {
+        return run_in_vm(&args, &req, &spec);
+    }
     let runtime = match Runtime::new() {
         Ok(r) => r,
         Err(e) => {
@@ -687,37 +707,7 @@ fn run(args: RunArgs, ahead: Option<hull_box::WorkspaceAhead>) -> i32 {
         Ok((r, teardown)) => {
             step("run: result returned");
             drop(take);
-            if args.json {
-                let mut v = serde_json::to_value(&r).unwrap_or_default();
-                v["schema_version"] = serde_json::json!(JSON_SCHEMA_VERSION);
-                if gateway_start.is_some() {
-                    v["ports"] = published
-                        .iter()
-                        .map(|(inner, host)| serde_json::json!({"port": inner, "host_port": host}))
-                        .collect();
-                }
-                let _ = writeln!(std::io::stdout(), "{v}");
-            } else {
-                for w in terminal_warnings(&r.warnings) {
-                    crate::verbosity::warn("hull", w);
-                }
-                if crate::verbosity::enabled(crate::verbosity::Level::Info) {
-                    let peak = r.stats.peak_memory.map_or("not measured".into(), |b| {
-                        format!("{:.1} MiB", b as f64 / f64::from(1 << 20))
-                    });
-                    crate::verbosity::info(
-                        "hull",
-                        format!(
-                            "the box ended: exit code {}, {} ms, {} ms of CPU, peak memory {peak}",
-                            r.exit_code, r.duration_ms, r.stats.cpu_ms
-                        ),
-                    );
-                }
-                if let Some(f) = &r.fault {
-                    eprintln!("hull: {}: {}", f.kind.as_str(), f.reason);
-                }
-            }
-            let _ = std::io::stdout().flush();
+            show_result(&args, &r, gateway_start.is_some().then_some(&published[..]));
             step("run: result printed");
             // The gateway ends with its stdin (its TAP's close, ~23 ms, is its own exit's).
             drop(gateway);
@@ -729,6 +719,81 @@ fn run(args: RunArgs, ahead: Option<hull_box::WorkspaceAhead>) -> i32 {
         }
         Err(e) => report_box(&args, &req, e),
     }
+}
+
+/// `--isolation vm`: `spec` run by the microVM tier (hull's `VmBackend`, through the engine's
+/// Backend seam), its output streamed and its result shown as a namespace box's; the exit
+/// status as `hull run`'s.
+fn run_in_vm(args: &RunArgs, req: &RunRequest, spec: &hull_box::BoxSpec) -> i32 {
+    use hull::Backend as _;
+    if args.plan {
+        return report_invalid(
+            args,
+            "--plan: the steps shown are a namespace box's; a VM's are its guest's (not with --isolation vm)",
+        );
+    }
+    if args.tty {
+        return report_invalid(
+            args,
+            "-t: a terminal in a VM is not supported yet (--isolation vm)",
+        );
+    }
+    let backend = hull::VmBackend::new(req.require_kvm);
+    if let Err(e) = backend.check(spec) {
+        return report_box(args, req, e);
+    }
+    let result = if args.json {
+        backend.run(spec, &mut hull_box::NoSink)
+    } else {
+        let mut sink = Passthrough::default();
+        let r = backend.run(spec, &mut sink);
+        sink.finish();
+        r
+    };
+    match result {
+        Ok((r, destroy)) => {
+            show_result(args, &r, None);
+            destroy();
+            r.exit_code
+        }
+        Err(e) => report_box(args, req, e),
+    }
+}
+
+/// Prints a box's result: one JSON object with `--json` (with the published `ports` of a
+/// gateway network), else the warnings, the fault and (with -v) a summary on stderr.
+fn show_result(args: &RunArgs, r: &hull_box::RunResult, ports: Option<&[(u16, u16)]>) {
+    if args.json {
+        let mut v = serde_json::to_value(r).unwrap_or_default();
+        v["schema_version"] = serde_json::json!(JSON_SCHEMA_VERSION);
+        if let Some(ports) = ports {
+            v["ports"] = ports
+                .iter()
+                .map(|(inner, host)| serde_json::json!({"port": inner, "host_port": host}))
+                .collect();
+        }
+        let _ = writeln!(std::io::stdout(), "{v}");
+    } else {
+        for w in terminal_warnings(&r.warnings) {
+            crate::verbosity::warn("hull", w);
+        }
+        if crate::verbosity::enabled(crate::verbosity::Level::Info) {
+            let peak = r.stats.peak_memory.map_or("not measured".into(), |b| {
+                format!("{:.1} MiB", b as f64 / f64::from(1 << 20))
+            });
+            crate::verbosity::info(
+                "hull",
+                format!(
+                    "the box ended: exit code {}, {} ms, {} ms of CPU, peak memory {peak}",
+                    r.exit_code, r.duration_ms, r.stats.cpu_ms
+                ),
+            );
+        }
+        if let Some(f) = &r.fault {
+            eprintln!("hull: {}: {}", f.kind.as_str(), f.reason);
+        }
+    }
+    let _ = std::io::stdout().flush();
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ pub mod guest;
 pub mod initramfs;
 pub mod proto;
 pub mod qemu;
+mod sys;
 pub mod vm;
 
 pub use accel::Accel;

@@ -30,6 +30,13 @@ pub struct Exec {
     /// Bytes for the program's standard input (none: `/dev/null`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdin_b64: Option<String>,
+    /// The guest's hostname while the program runs.
+    pub hostname: String,
+    /// The program's cgroup caps in the guest (`None`: none).
+    #[serde(default)]
+    pub memory: Option<u64>,
+    #[serde(default)]
+    pub pids: Option<u64>,
 }
 
 /// What the host asks of the guest.
@@ -87,6 +94,9 @@ mod tests {
             env: vec![("PATH".into(), "/bin".into())],
             cwd: "/workspace".into(),
             stdin_b64: None,
+            hostname: "hull".into(),
+            memory: Some(64 << 20),
+            pids: None,
         });
         let l = line(&ask);
         assert_eq!(l.iter().filter(|b| **b == b'\n').count(), 1);

@@ -117,6 +117,9 @@ pub fn sandbox_arg(field: SpecField) -> &'static str {
         SpecField::Hostname => "hostname",
         SpecField::Subids => "subids",
         SpecField::RequireLimits => "require_limits",
+        SpecField::Network => "network",
+        SpecField::User => "user",
+        SpecField::Stdin => "stdin",
     }
 }
 

@@ -20,8 +20,10 @@ mod runner_code;
 pub mod sandbox;
 mod session_dirs;
 mod staging;
+pub mod vm_backend;
 
 pub use backend::Backend;
 pub use error::SandboxError;
 pub use hull_api::{Language, SandboxRequest};
 pub use sandbox::{CallOptions, ExecResult, Kernel, KernelChannel, PrewarmStats, Sandbox};
+pub use vm_backend::VmBackend;

@@ -3,11 +3,13 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::unix::process::ExitStatusExt;
+use std::os::fd::OwnedFd;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
+use rustix::fs::{openat, Mode, OFlags};
+use rustix::process::{wait, WaitOptions, WaitStatus};
 
 use crate::proto::{self, Exec, Stream, Tell};
 
@@ -28,14 +30,44 @@ impl Writer {
     }
 }
 
-/// The guest's count of OOM kills so far (`/proc/vmstat`'s `oom_kill`).
-fn oom_kills() -> u64 {
-    std::fs::read_to_string("/proc/vmstat")
-        .unwrap_or_default()
-        .lines()
+/// The program cgroup's count of OOM kills so far (`memory.events`' `oom_kill`).
+fn oom_kills(cg: &OwnedFd) -> u64 {
+    let Ok(fd) = openat(
+        cg,
+        "memory.events",
+        OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return 0;
+    };
+    let mut text = String::new();
+    let _ = File::from(fd).read_to_string(&mut text);
+    text.lines()
         .find_map(|l| l.strip_prefix("oom_kill "))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0)
+}
+
+/// Writes `value` to the cgroup file `name`.
+fn cg_write(cg: &OwnedFd, name: &str, value: &str) -> std::io::Result<()> {
+    let fd = openat(cg, name, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())?;
+    File::from(fd).write_all(value.as_bytes())
+}
+
+/// Sets the program's caps on its cgroup; returns its `cgroup.procs`, which the program's
+/// process joins before its exec.
+fn caps(e: &Exec, cg: &OwnedFd) -> std::io::Result<OwnedFd> {
+    let cap = |v: Option<u64>| v.map_or_else(|| "max".to_owned(), |n| n.to_string());
+    cg_write(cg, "pids.max", &cap(e.pids))?;
+    cg_write(cg, "memory.max", &cap(e.memory))?;
+    // No swap in the guest, but say so: the cap is memory, not memory and swap.
+    let _ = cg_write(cg, "memory.swap.max", "0");
+    Ok(openat(
+        cg,
+        "cgroup.procs",
+        OFlags::WRONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?)
 }
 
 /// Relays `from` to the host as `stream` frames until its end.
@@ -58,8 +90,26 @@ fn relay(
     })
 }
 
+/// Waits for the program's process `pid` to end, reaping every other process that ends
+/// meanwhile: init is the parent of whatever the program orphans, and an unreaped zombie would
+/// hold one of the program's pids.
+fn reap_until(pid: u32) -> std::io::Result<WaitStatus> {
+    loop {
+        match wait(WaitOptions::empty()) {
+            Ok(Some((p, st))) if p.as_raw_nonzero().get().unsigned_abs() == pid => return Ok(st),
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Reaps every child that has ended, without waiting for others.
+fn reap_all() {
+    while let Ok(Some(_)) = wait(WaitOptions::NOHANG) {}
+}
+
 /// Runs `e` to its end and says how it ended (output is sent as it comes, before this).
-pub fn run(e: &Exec, out: &Writer) -> Tell {
+pub fn run(e: &Exec, out: &Writer, cg: &OwnedFd) -> Tell {
     let Some((prog, args)) = e.argv.split_first() else {
         return Tell::Failed {
             step: "starting the program".into(),
@@ -78,7 +128,22 @@ pub fn run(e: &Exec, out: &Writer) -> Tell {
             }
         },
     };
-    let before = oom_kills();
+    if let Err(err) = rustix::system::sethostname(e.hostname.as_bytes()) {
+        return Tell::Failed {
+            step: "setting the hostname".into(),
+            error: err.to_string(),
+        };
+    }
+    let procs = match caps(e, cg) {
+        Ok(p) => p,
+        Err(err) => {
+            return Tell::Failed {
+                step: "setting the program's caps".into(),
+                error: err.to_string(),
+            }
+        }
+    };
+    let before = oom_kills(cg);
     let mut cmd = Command::new(prog);
     cmd.args(args)
         .env_clear()
@@ -91,6 +156,7 @@ pub fn run(e: &Exec, out: &Writer) -> Tell {
         })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    crate::sys::confine_on_exec(&mut cmd, &procs);
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(err) => {
@@ -100,6 +166,7 @@ pub fn run(e: &Exec, out: &Writer) -> Tell {
             }
         }
     };
+    drop(procs);
     let feeder = child.stdin.take().zip(stdin).map(|(mut pipe, bytes)| {
         std::thread::spawn(move || {
             let _ = pipe.write_all(&bytes);
@@ -118,7 +185,10 @@ pub fn run(e: &Exec, out: &Writer) -> Tell {
     .into_iter()
     .flatten()
     .collect();
-    let status = child.wait();
+    let status = reap_until(child.id());
+    // The program's end is the box's: what it left running is killed (cgroup.kill), so its
+    // output pipes close and nothing of it outlives the answer.
+    let _ = cg_write(cg, "cgroup.kill", "1");
     for r in relays {
         let _ = r.join();
     }
@@ -127,11 +197,12 @@ pub fn run(e: &Exec, out: &Writer) -> Tell {
     }
     // What the program wrote to /workspace reaches the host before the host hears the end.
     rustix::fs::sync();
+    reap_all();
     match status {
         Ok(s) => Tell::Exit {
-            code: s.code(),
-            signal: s.signal(),
-            oom: oom_kills() > before,
+            code: s.exit_status(),
+            signal: s.terminating_signal(),
+            oom: oom_kills(cg) > before,
         },
         Err(err) => Tell::Failed {
             step: "waiting for the program".into(),

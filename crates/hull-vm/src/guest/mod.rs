@@ -38,13 +38,16 @@ fn serve() -> Result<(), Failed> {
         .map_err(at("opening the agent port"))?;
     let writer = exec::Writer::new(port.try_clone().map_err(at("opening the agent port"))?);
     // From here a failure is told to the host as well.
-    if let Err(f) = setup::program_root() {
-        writer.send(&Tell::Failed {
-            step: f.step.clone(),
-            error: f.error.clone(),
-        });
-        return Err(f);
-    }
+    let cgroup = match setup::program_cgroup().and_then(|cg| setup::program_root().map(|()| cg)) {
+        Ok(cg) => cg,
+        Err(f) => {
+            writer.send(&Tell::Failed {
+                step: f.step.clone(),
+                error: f.error.clone(),
+            });
+            return Err(f);
+        }
+    };
     writer.send(&Tell::Ready {
         kernel: rustix::system::uname()
             .release()
@@ -66,7 +69,7 @@ fn serve() -> Result<(), Failed> {
             });
         }
         match serde_json::from_slice::<Ask>(&line) {
-            Ok(Ask::Exec(e)) => writer.send(&exec::run(&e, &writer)),
+            Ok(Ask::Exec(e)) => writer.send(&exec::run(&e, &writer, &cgroup)),
             Ok(Ask::PowerOff) => return Ok(()),
             Err(e) => writer.send(&Tell::Failed {
                 step: "reading a request".into(),

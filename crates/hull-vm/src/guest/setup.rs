@@ -4,9 +4,10 @@
 //! which init then changes root.
 
 use std::fs;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
+use rustix::fs::{Mode, OFlags};
 use rustix::mount::{mount, MountFlags};
 
 use super::failed::{at, Failed};
@@ -87,6 +88,28 @@ pub fn agent_port() -> Result<PathBuf, Failed> {
         "no virtio-serial port is named {}",
         proto::PORT_NAME
     )))
+}
+
+/// The program's cgroup in the guest (`/cg/box`, cgroup v2 with the pids and memory
+/// controllers), opened before init changes root: the program never sees the hierarchy, and
+/// without capabilities could not change it anyway.
+pub fn program_cgroup() -> Result<OwnedFd, Failed> {
+    mount_fs(
+        "cgroup2",
+        "/cg",
+        "cgroup2",
+        MountFlags::NOSUID | MountFlags::NOEXEC | MountFlags::NODEV,
+        "",
+    )?;
+    fs::write("/cg/cgroup.subtree_control", "+pids +memory")
+        .map_err(at("enabling the pids and memory controllers"))?;
+    mkdir("/cg/box")?;
+    rustix::fs::open(
+        "/cg/box",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(at("opening the program's cgroup"))
 }
 
 /// The program's root: the image (read-only share) under a tmpfs upper at `/newroot`, with

@@ -1,0 +1,232 @@
+//! `hull run --isolation vm`: the microVM tier through the CLI, as a user calls it. The VMs
+//! boot under TCG on hosts whose /dev/kvm cannot run a standard guest (seconds each), so the
+//! tests that boot one are few and each checks several things. They need QEMU, virtiofsd, the
+//! guest kernel (scripts/vm-guest.sh) and a static hull as the guest's init (HULL_VM_AGENT;
+//! scripts/test.sh sets it); the refusals need none of it.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{fault, hull, stdout};
+
+/// A root of busybox's static build with the applets the tests use.
+fn busybox_root(dir: &Path) -> Option<PathBuf> {
+    let bb = Path::new("/bin/busybox");
+    if !bb.is_file() {
+        return None;
+    }
+    let root = dir.join("root");
+    std::fs::create_dir_all(root.join("bin")).unwrap();
+    std::fs::copy(bb, root.join("bin/busybox")).unwrap();
+    for applet in [
+        "sh", "cat", "echo", "grep", "hostname", "dd", "sleep", "seq", "wc", "mount", "id",
+    ] {
+        std::os::unix::fs::symlink("busybox", root.join("bin").join(applet)).unwrap();
+    }
+    Some(root)
+}
+
+/// Why this host cannot boot a VM, if it cannot.
+fn no_vm() -> Option<String> {
+    if std::env::var_os("HULL_VM_AGENT").is_none() {
+        return Some("HULL_VM_AGENT is not set (a static hull: scripts/build-static.sh)".into());
+    }
+    if let Err(e) = hull_vm::assets::Guest::find() {
+        return Some(e.to_string());
+    }
+    hull_vm::assets::Tools::find().err().map(|e| e.to_string())
+}
+
+fn json(out: &std::process::Output) -> serde_json::Value {
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| {
+        panic!(
+            "bad JSON ({e}): {text}\nstderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+#[test]
+fn what_a_vm_cannot_honour_yet_is_refused_naming_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_str().unwrap();
+    let cases: [(&[&str], &str); 5] = [
+        (&["--isolation", "vm", "--", "true"], "--image"),
+        (
+            &[
+                "--isolation",
+                "vm",
+                "--rootfs",
+                root,
+                "--mount",
+                "/tmp:/x",
+                "--",
+                "true",
+            ],
+            "--mount",
+        ),
+        (
+            &[
+                "--isolation",
+                "vm",
+                "--rootfs",
+                root,
+                "--network",
+                "host",
+                "--",
+                "true",
+            ],
+            "--network",
+        ),
+        (
+            &[
+                "--isolation",
+                "vm",
+                "--rootfs",
+                root,
+                "--cap-add",
+                "NET_ADMIN",
+                "--",
+                "true",
+            ],
+            "--cap-add",
+        ),
+        (&["--require-kvm", "--", "true"], "--require-kvm"),
+    ];
+    for (args, flag) in cases {
+        let mut full = vec!["run"];
+        full.extend_from_slice(args);
+        let out = hull(&full);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{args:?}: {err}");
+        assert!(err.contains(flag), "{args:?} should name {flag}: {err}");
+    }
+    let out = hull(&["run", "--isolation", "kvm", "--", "true"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("`kvm`"));
+}
+
+#[test]
+fn a_vm_runs_the_program_without_capabilities_under_its_memory_and_pids_caps() {
+    if let Some(why) = no_vm() {
+        return hull_testkit::skip(format!("no VM here: {why}"));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(root) = busybox_root(dir.path()) else {
+        return hull_testkit::skip(
+            "no /bin/busybox for the test image (apt-get install busybox-static)",
+        );
+    };
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    // In one VM (each boot takes seconds here): the hostname, the capability sets, a
+    // remount the program may not do, 12 children under a pids cap of 8, a file in the
+    // workspace, then 200 MiB into a tmpfs under a 64 MiB memory cap.
+    let script = "hostname; grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status; \
+        mount -o remount,rw / 2>/dev/null && echo remounted || echo no-remount; \
+        (for i in 1 2 3 4 5 6 7 8 9 10 11 12; do (echo >> /tmp/n; exec sleep 2) & done) 2>/dev/null; \
+        sleep 3; n=0; while read l; do n=$((n+1)); done < /tmp/n; echo children $n; \
+        echo kept > /workspace/out; \
+        dd if=/dev/zero of=/dev/shm/fill bs=1M count=200 2>/dev/null; echo survived";
+    let out = hull(&[
+        "run",
+        "--json",
+        "--isolation",
+        "vm",
+        "--rootfs",
+        root.to_str().unwrap(),
+        "--workspace",
+        ws.to_str().unwrap(),
+        "--memory",
+        "64m",
+        "--pids",
+        "8",
+        "--hostname",
+        "vmbox",
+        "--",
+        "sh",
+        "-c",
+        script,
+    ]);
+    let v = json(&out);
+    let text = stdout(&v);
+    assert!(text.starts_with("vmbox\n"), "{v}");
+    for set in ["CapEff", "CapPrm", "CapBnd"] {
+        assert!(
+            text.contains(&format!("{set}:\t0000000000000000")),
+            "{set} not empty: {text}"
+        );
+    }
+    assert!(text.contains("no-remount"), "{text}");
+    let children: usize = text
+        .lines()
+        .find_map(|l| l.strip_prefix("children "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(usize::MAX);
+    assert!(
+        children < 8,
+        "the pids cap of 8 held: {children} children ran ({text})"
+    );
+    assert_eq!(std::fs::read_to_string(ws.join("out")).unwrap(), "kept\n");
+    assert_eq!(fault(&v).as_deref(), Some("oom"), "{v}");
+    assert!(!text.contains("survived") || fault(&v).is_some(), "{v}");
+    let warnings = v["warnings"].to_string();
+    assert!(
+        warnings.contains("emulated") || !warnings.contains("tcg"),
+        "an emulated VM says so: {warnings}"
+    );
+}
+
+#[test]
+fn a_vm_past_its_deadline_is_killed_and_the_result_says_timeout() {
+    if let Some(why) = no_vm() {
+        return hull_testkit::skip(format!("no VM here: {why}"));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(root) = busybox_root(dir.path()) else {
+        return hull_testkit::skip(
+            "no /bin/busybox for the test image (apt-get install busybox-static)",
+        );
+    };
+    let started = std::time::Instant::now();
+    let out = hull(&[
+        "run",
+        "--isolation",
+        "vm",
+        "--rootfs",
+        root.to_str().unwrap(),
+        "--timeout",
+        "2s",
+        "--",
+        "sh",
+        "-c",
+        "echo begun; sleep 600",
+    ]);
+    assert_eq!(out.status.code(), Some(137));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "begun\n",
+        "output streamed"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("timeout"), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(100));
+    // Nothing of the VM is left: no QEMU or virtiofsd of this run's socket directory.
+    let scratch = std::env::temp_dir();
+    let left: Vec<_> = std::fs::read_dir(scratch)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("hull-vm-ws-"))
+        .filter(|e| {
+            e.metadata().is_ok_and(|m| {
+                m.modified()
+                    .is_ok_and(|t| t >= std::time::SystemTime::now() - started.elapsed())
+            })
+        })
+        .collect();
+    assert!(
+        left.is_empty(),
+        "the temporary workspace is removed: {left:?}"
+    );
+}

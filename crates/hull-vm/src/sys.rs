@@ -1,0 +1,79 @@
+//! The guest init's one unsafe step: what the program's process does between fork and exec
+//! (std's `pre_exec`): join the program's cgroup, give up every capability and the bounding
+//! set, and set no_new_privs, so the program is the guest's root without root's powers (as a
+//! namespace box's program is), and cannot lift the caps its cgroup holds.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+/// The capset(2) header and data of version 3.
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+fn check(ret: libc::c_long) -> io::Result<()> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// In the forked child: joins the cgroup whose `cgroup.procs` is `procs`, drops every
+/// capability (bounding, ambient, effective, permitted, inheritable) and sets no_new_privs.
+/// Only async-signal-safe calls (raw system calls, no allocation): it runs after fork in a
+/// process that may have had other threads.
+fn confine(procs: libc::c_int) -> io::Result<()> {
+    // SAFETY: writes two bytes from a static buffer to a descriptor the parent keeps open
+    // until the child has been spawned.
+    check(unsafe { libc::write(procs, b"0\n".as_ptr().cast(), 2) } as libc::c_long)?;
+    for cap in 0..64u32 {
+        // SAFETY: prctl with integer arguments only.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0, 0, 0) } < 0 {
+            // EINVAL: past the kernel's last capability.
+            break;
+        }
+    }
+    let clear_all = libc::c_ulong::from(libc::PR_CAP_AMBIENT_CLEAR_ALL.unsigned_abs());
+    // SAFETY: prctl with integer arguments only.
+    let ret = unsafe { libc::prctl(libc::PR_CAP_AMBIENT, clear_all, 0, 0, 0) };
+    check(ret.into())?;
+    let header = CapHeader {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let data = [CapData {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: the header and two data elements have the layout capset(2) v3 reads.
+    check(unsafe { libc::syscall(libc::SYS_capset, std::ptr::from_ref(&header), data.as_ptr()) })?;
+    // SAFETY: prctl with integer arguments only.
+    check(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) }.into())
+}
+
+/// Makes `cmd`'s process join the cgroup of `procs` and drop every privilege before its exec.
+/// `procs` must stay open until `cmd` is spawned (the caller keeps it).
+pub fn confine_on_exec(cmd: &mut Command, procs: &OwnedFd) {
+    let fd = procs.as_raw_fd();
+    // SAFETY: the closure only makes async-signal-safe system calls (see `confine`), on a
+    // descriptor that outlives the spawn.
+    unsafe {
+        cmd.pre_exec(move || confine(fd));
+    }
+}

@@ -1,0 +1,251 @@
+//! The microVM tier behind the [`Backend`] seam: a [`BoxSpec`] run in a VM of hull-vm's, its
+//! outcome turned into the same [`RunResult`] (output, exit code, `timeout` and `oom` faults)
+//! a namespace box gives. What the VM tier cannot honour yet is refused by [`VmBackend::check`]
+//! naming the field, never dropped.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hull_box::result::{stream_text, Fault, FaultType, Stats};
+use hull_box::spec::{Network, RootSpec, SpecError, SpecField, Stdin};
+use hull_box::{BoxError, BoxSpec, OutputSink, RunResult, Stream, TapHandler};
+use hull_vm::proto::{self, Exec};
+
+use crate::backend::{Backend, Destroy};
+use crate::error::SandboxError;
+use crate::files::Confined;
+
+/// Guest RAM beyond the program's memory cap: the guest kernel, its init and its tmpfs
+/// directories (the program's cap is its cgroup's `memory.max` in the guest, so an OOM is the
+/// program's, reported as a namespace box's is).
+const GUEST_OVERHEAD: u64 = 128 << 20;
+/// Guest RAM when the spec has no memory cap.
+const DEFAULT_GUEST_RAM: u64 = 512 << 20;
+
+/// Runs boxes as microVMs (QEMU microvm; docs/vm.md).
+#[derive(Clone, Debug)]
+pub struct VmBackend {
+    /// Refuse to run emulated (TCG).
+    pub require_kvm: bool,
+    /// How long a guest may take to boot.
+    pub boot_timeout: Duration,
+    /// Where the guest's initramfs is cached (`$HULL_HOME/vm`).
+    pub cache: PathBuf,
+    /// Where a VM's private directory and a temporary workspace are made.
+    pub scratch: PathBuf,
+}
+
+impl VmBackend {
+    /// The backend with hull's defaults: the cache under `$HULL_HOME/vm`, scratch in the
+    /// temporary directory, boots allowed two minutes (emulated boots take seconds).
+    pub fn new(require_kvm: bool) -> VmBackend {
+        VmBackend {
+            require_kvm,
+            boot_timeout: Duration::from_secs(120),
+            cache: hull_image::store::default_home().join("vm"),
+            scratch: std::env::temp_dir(),
+        }
+    }
+}
+
+fn refuse(field: SpecField, why: &str) -> BoxError {
+    BoxError::Spec(SpecError::Invalid {
+        field,
+        why: format!("{why} with isolation vm (not yet supported there)"),
+    })
+}
+
+/// The image's root directory, or the refusal of the `host` image.
+fn root_dir(spec: &BoxSpec) -> Result<&Path, BoxError> {
+    match &spec.root {
+        RootSpec::Dir(d) => Ok(d),
+        RootSpec::Host => Err(BoxError::Spec(SpecError::Invalid {
+            field: SpecField::Root,
+            why: "the `host` image is a view of this host's own directories; a VM runs an image: give --image NAME (hull pull) or --rootfs DIR".into(),
+        })),
+    }
+}
+
+impl Backend for VmBackend {
+    fn check(&self, spec: &BoxSpec) -> Result<(), BoxError> {
+        spec.validate().map_err(BoxError::Spec)?;
+        root_dir(spec)?;
+        if !spec.mounts.is_empty() {
+            return Err(refuse(SpecField::Mounts, "bind mounts are refused"));
+        }
+        if !spec.tmpfs.is_empty() {
+            return Err(refuse(SpecField::Tmpfs, "extra tmpfs mounts are refused"));
+        }
+        if spec.network != Network::None {
+            return Err(refuse(
+                SpecField::Network,
+                "a network (host or the gateway) is refused",
+            ));
+        }
+        if !spec.cap_add.is_empty() {
+            return Err(refuse(SpecField::CapAdd, "--cap-add is refused"));
+        }
+        if !spec.cap_drop.is_empty() {
+            return Err(refuse(SpecField::CapDrop, "--cap-drop is refused"));
+        }
+        if spec.user.is_some() {
+            return Err(refuse(SpecField::User, "another user is refused"));
+        }
+        if spec.subids {
+            return Err(refuse(SpecField::Subids, "--subids is refused"));
+        }
+        if spec.writable_root.is_some() {
+            return Err(refuse(
+                SpecField::Root,
+                "a writable root on disk is refused",
+            ));
+        }
+        if matches!(spec.stdin, Stdin::Inherit | Stdin::Terminal) {
+            return Err(refuse(SpecField::Stdin, "this terminal's input is refused"));
+        }
+        Ok(())
+    }
+
+    fn run(
+        &self,
+        spec: &BoxSpec,
+        sink: &mut dyn OutputSink,
+    ) -> Result<(RunResult, Destroy), BoxError> {
+        self.check(spec)?;
+        let io = |what: &str| {
+            let what = what.to_owned();
+            move |error| BoxError::Io { what, error }
+        };
+        let stdin_b64 = match &spec.stdin {
+            Stdin::File(p) => Some(base64::Engine::encode(
+                &base64::engine::general_purpose::STANDARD,
+                std::fs::read(p).map_err(io("reading the program's input"))?,
+            )),
+            _ => None,
+        };
+        // A fresh workspace when none is given, removed with the VM.
+        let temp = match &spec.workspace {
+            Some(_) => None,
+            None => Some(
+                tempfile::Builder::new()
+                    .prefix("hull-vm-ws-")
+                    .tempdir_in(&self.scratch)
+                    .map_err(io("making the VM's workspace"))?,
+            ),
+        };
+        let workspace = match (&spec.workspace, &temp) {
+            (Some(w), _) => w.clone(),
+            (None, Some(t)) => t.path().to_path_buf(),
+            (None, None) => return Err(BoxError::Internal("no workspace")),
+        };
+        let mut warnings = Vec::new();
+        let ram = spec
+            .memory
+            .map_or(DEFAULT_GUEST_RAM, |m| m.saturating_add(GUEST_OVERHEAD));
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // a small CPU count
+        let cpus = spec.cpus.map_or(1, |c| c.ceil().max(1.0) as u32);
+        let run = hull_vm::VmRun {
+            root: root_dir(spec)?.to_path_buf(),
+            workspace,
+            exec: Exec {
+                argv: spec.argv.clone(),
+                env: spec.env.clone(),
+                cwd: spec.cwd.clone(),
+                stdin_b64,
+                hostname: spec.hostname.clone(),
+                memory: spec.memory,
+                pids: spec.pids,
+            },
+            memory: ram,
+            cpus,
+            timeout: spec.timeout,
+            boot_timeout: self.boot_timeout,
+            require_kvm: self.require_kvm,
+            cache: self.cache.clone(),
+            scratch: self.scratch.clone(),
+            max_output: spec.max_output,
+        };
+        let mut relay = |s: proto::Stream, b: &[u8]| {
+            sink.chunk(
+                match s {
+                    proto::Stream::Stdout => Stream::Stdout,
+                    proto::Stream::Stderr => Stream::Stderr,
+                },
+                b,
+            );
+        };
+        let out = hull_vm::run(&run, &mut relay).map_err(|e| BoxError::Backend {
+            what: "the microVM",
+            kind: "vm_failed",
+            error: Box::new(e),
+        })?;
+        warnings.extend(out.warnings.iter().cloned());
+        Ok((
+            result_of(&out, spec, warnings),
+            Box::new(move || drop(temp)),
+        ))
+    }
+
+    fn run_served(
+        &self,
+        spec: &BoxSpec,
+        _sink: &mut dyn OutputSink,
+        _tap: &mut TapHandler<'_>,
+    ) -> Result<(RunResult, Destroy), BoxError> {
+        self.check(spec)?;
+        Err(refuse(SpecField::Network, "the gateway network is refused"))
+    }
+
+    fn files(&self, workspace: &Path) -> Result<Confined, SandboxError> {
+        Confined::open(workspace)
+    }
+}
+
+/// The VM's outcome as a namespace box's result.
+fn result_of(out: &hull_vm::VmOutcome, spec: &BoxSpec, warnings: Vec<String>) -> RunResult {
+    let (stdout, stdout_b64) = stream_text(&out.stdout);
+    let (stderr, stderr_b64) = stream_text(&out.stderr);
+    let exit_code = match (out.code, out.signal) {
+        (Some(c), _) => c,
+        (None, Some(s)) => 128 + s,
+        (None, None) => 128 + libc::SIGKILL,
+    };
+    let fault = if out.timed_out {
+        Some(Fault {
+            kind: FaultType::Timeout,
+            reason: format!(
+                "the program ran past its {} ms deadline; the VM was killed",
+                spec.timeout.as_millis()
+            ),
+            syscall: None,
+        })
+    } else if out.oom {
+        Some(Fault {
+            kind: FaultType::Oom,
+            reason: "the guest ran out of memory and its kernel killed a process of the program's"
+                .into(),
+            syscall: None,
+        })
+    } else {
+        None
+    };
+    let exit_code = if out.timed_out {
+        128 + libc::SIGKILL
+    } else {
+        exit_code
+    };
+    RunResult {
+        stdout,
+        stderr,
+        exit_code,
+        success: exit_code == 0 && fault.is_none(),
+        fault,
+        truncated: out.truncated,
+        duration_ms: u64::try_from((out.boot + out.duration).as_millis()).unwrap_or(u64::MAX),
+        stats: Stats::default(),
+        warnings,
+        dropped_bytes: out.dropped_bytes,
+        stdout_b64,
+        stderr_b64,
+    }
+}
