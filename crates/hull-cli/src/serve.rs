@@ -50,8 +50,16 @@ fn run(rt: &Runtime, out: &Out, id: &Value, params: Value) -> Result<Value, Valu
     for w in &built.warnings {
         crate::verbosity::warn("hull serve", w);
     }
-    // Through the Sandbox layer's backend seam, like every box of a sandbox.
-    let backend: &dyn Backend = rt;
+    // Through the Sandbox layer's backend seam, like every box of a sandbox: the namespace
+    // runtime, or the microVM tier for `isolation: "vm"`.
+    let vm;
+    let backend: &dyn Backend = match req.isolation {
+        hull_api::Isolation::Namespace => rt,
+        hull_api::Isolation::Vm => {
+            vm = hull::VmBackend::new(req.require_kvm);
+            &vm
+        }
+    };
     let mut sink = EventSink::new(out.clone(), id.clone());
     let sink: &mut dyn hull_box::OutputSink = if stream {
         &mut sink
