@@ -61,7 +61,7 @@ fn what_a_vm_cannot_honour_yet_is_refused_naming_the_flag() {
                 "--rootfs",
                 root,
                 "--mount",
-                "/tmp:/x",
+                "/etc/hostname:/x",
                 "--",
                 "true",
             ],
@@ -120,6 +120,10 @@ fn a_vm_runs_the_program_without_capabilities_under_its_memory_and_pids_caps() {
     };
     let ws = dir.path().join("ws");
     std::fs::create_dir(&ws).unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("in"), "shared\n").unwrap();
+    let data_mount = format!("{}:/data:ro", data.display());
     // In one VM (each boot takes seconds here): the hostname, the capability sets, a
     // remount the program may not do, 12 children under a pids cap of 8, a file in the
     // workspace, then 200 MiB into a tmpfs under a 64 MiB memory cap.
@@ -127,7 +131,7 @@ fn a_vm_runs_the_program_without_capabilities_under_its_memory_and_pids_caps() {
         mount -o remount,rw / 2>/dev/null && echo remounted || echo no-remount; \
         (for i in 1 2 3 4 5 6 7 8 9 10 11 12; do (echo >> /tmp/n; exec sleep 2) & done) 2>/dev/null; \
         sleep 3; n=0; while read l; do n=$((n+1)); done < /tmp/n; echo children $n; \
-        echo kept > /workspace/out; \
+        echo kept > /workspace/out; cat /data/in; echo x > /data/new 2>/dev/null || echo read-only; \
         dd if=/dev/zero of=/dev/shm/fill bs=1M count=200 2>/dev/null; echo survived";
     let out = hull(&[
         "run",
@@ -144,6 +148,8 @@ fn a_vm_runs_the_program_without_capabilities_under_its_memory_and_pids_caps() {
         "8",
         "--hostname",
         "vmbox",
+        "--mount",
+        &data_mount,
         "--",
         "sh",
         "-c",
@@ -169,6 +175,11 @@ fn a_vm_runs_the_program_without_capabilities_under_its_memory_and_pids_caps() {
         "the pids cap of 8 held: {children} children ran ({text})"
     );
     assert_eq!(std::fs::read_to_string(ws.join("out")).unwrap(), "kept\n");
+    assert!(
+        text.contains("shared\nread-only\n"),
+        "a read-only mount: {text}"
+    );
+    assert!(!data.join("new").exists());
     assert_eq!(fault(&v).as_deref(), Some("oom"), "{v}");
     assert!(!text.contains("survived") || fault(&v).is_some(), "{v}");
     let warnings = v["warnings"].to_string();

@@ -17,4 +17,4 @@ pub mod vm;
 
 pub use accel::Accel;
 pub use error::VmError;
-pub use vm::{run, VmOutcome, VmRun};
+pub use vm::{run, VmMount, VmOutcome, VmRun};

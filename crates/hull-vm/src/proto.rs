@@ -39,10 +39,26 @@ pub struct Exec {
     pub pids: Option<u64>,
 }
 
+/// A host directory shared with the guest (its own virtio-fs device, tag `hull.mN`), mounted
+/// at `target` in the program's root.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuestMount {
+    pub tag: String,
+    pub target: String,
+    pub read_only: bool,
+}
+
+/// How the guest's program root is made: the host's first request, before `ready`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Boot {
+    pub mounts: Vec<GuestMount>,
+}
+
 /// What the host asks of the guest.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Ask {
+    Boot(Boot),
     Exec(Exec),
     /// Power the guest off (after its answer, the VMM exits).
     PowerOff,

@@ -13,7 +13,7 @@ use crate::accel::Accel;
 /// One virtio-fs share: its tag in the guest and virtiofsd's socket.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Share {
-    pub tag: &'static str,
+    pub tag: String,
     pub socket: PathBuf,
 }
 
@@ -119,7 +119,7 @@ mod tests {
             memory_mib: 512,
             cpus: 2,
             shares: vec![Share {
-                tag: "hull.root",
+                tag: "hull.root".into(),
                 socket: "/run/x/root.sock".into(),
             }],
             agent: "/run/x/agent.sock".into(),

@@ -25,6 +25,8 @@ pub struct VmRun {
     pub root: PathBuf,
     /// Shared read-write at `/workspace`.
     pub workspace: PathBuf,
+    /// Host directories shared at paths of the program's root.
+    pub mounts: Vec<VmMount>,
     pub exec: Exec,
     /// Guest RAM in bytes.
     pub memory: u64,
@@ -41,6 +43,14 @@ pub struct VmRun {
     pub scratch: PathBuf,
     /// Output kept per stream in the outcome (the sink sees all of it).
     pub max_output: u64,
+}
+
+/// A host directory shared with the guest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VmMount {
+    pub source: PathBuf,
+    pub target: String,
+    pub read_only: bool,
 }
 
 /// How a VM run ended.
@@ -306,6 +316,38 @@ pub fn run(run: &VmRun, sink: &mut dyn FnMut(Stream, &[u8])) -> Result<VmOutcome
         &d.join("ws.log"),
         false,
     )?;
+    let mut mount_fs = Vec::new();
+    let mut guest_mounts = Vec::new();
+    let mut shares = vec![
+        Share {
+            tag: proto::ROOT_TAG.into(),
+            socket: d.join("root.sock"),
+        },
+        Share {
+            tag: proto::WORKSPACE_TAG.into(),
+            socket: d.join("ws.sock"),
+        },
+    ];
+    for (i, m) in run.mounts.iter().enumerate() {
+        let sock = d.join(format!("m{i}.sock"));
+        mount_fs.push(virtiofsd(
+            &tools,
+            &m.source,
+            &sock,
+            &d.join(format!("m{i}.log")),
+            m.read_only,
+        )?);
+        let tag = format!("hull.m{i}");
+        shares.push(Share {
+            tag: tag.clone(),
+            socket: sock,
+        });
+        guest_mounts.push(proto::GuestMount {
+            tag,
+            target: m.target.clone(),
+            read_only: m.read_only,
+        });
+    }
     let listener =
         UnixListener::bind(d.join("agent.sock")).map_err(io("listening for the agent channel"))?;
     let machine = Machine {
@@ -314,16 +356,7 @@ pub fn run(run: &VmRun, sink: &mut dyn FnMut(Stream, &[u8])) -> Result<VmOutcome
         initramfs,
         memory_mib: (run.memory >> 20).max(128),
         cpus: run.cpus.max(1),
-        shares: vec![
-            Share {
-                tag: proto::ROOT_TAG,
-                socket: d.join("root.sock"),
-            },
-            Share {
-                tag: proto::WORKSPACE_TAG,
-                socket: d.join("ws.sock"),
-            },
-        ],
+        shares,
         agent: d.join("agent.sock"),
         console: d.join("console.log"),
     };
@@ -352,6 +385,9 @@ pub fn run(run: &VmRun, sink: &mut dyn FnMut(Stream, &[u8])) -> Result<VmOutcome
         writer: stream,
         line: Vec::new(),
     };
+    chan.send(&Ask::Boot(proto::Boot {
+        mounts: guest_mounts,
+    }))?;
     let failed_boot = |what: String| VmError::Start {
         step: "booting the guest",
         detail: format!("{what}; its console said: {}", tail(&machine.console, 3000)),
@@ -442,5 +478,6 @@ pub fn run(run: &VmRun, sink: &mut dyn FnMut(Stream, &[u8])) -> Result<VmOutcome
     drop(qemu);
     drop(root_fs);
     drop(ws_fs);
+    drop(mount_fs);
     Ok(out)
 }

@@ -40,6 +40,7 @@ fn request(dir: &Path, root: PathBuf, argv: &[&str]) -> VmRun {
     VmRun {
         root,
         workspace,
+        mounts: Vec::new(),
         exec: Exec {
             argv: argv.iter().map(|s| s.to_string()).collect(),
             env: vec![("PATH".into(), "/bin".into())],

@@ -70,8 +70,15 @@ impl Backend for VmBackend {
     fn check(&self, spec: &BoxSpec) -> Result<(), BoxError> {
         spec.validate().map_err(BoxError::Spec)?;
         root_dir(spec)?;
-        if !spec.mounts.is_empty() {
-            return Err(refuse(SpecField::Mounts, "bind mounts are refused"));
+        // Each mount is a virtio-fs share of its own, which shares a directory.
+        if let Some(m) = spec.mounts.iter().find(|m| !m.source.is_dir()) {
+            return Err(refuse(
+                SpecField::Mounts,
+                &format!(
+                    "{}: only directories can be mounted, so this file",
+                    m.source.display()
+                ),
+            ));
         }
         if !spec.tmpfs.is_empty() {
             return Err(refuse(SpecField::Tmpfs, "extra tmpfs mounts are refused"));
@@ -147,6 +154,15 @@ impl Backend for VmBackend {
         let run = hull_vm::VmRun {
             root: root_dir(spec)?.to_path_buf(),
             workspace,
+            mounts: spec
+                .mounts
+                .iter()
+                .map(|m| hull_vm::VmMount {
+                    source: m.source.clone(),
+                    target: m.target.clone(),
+                    read_only: m.read_only,
+                })
+                .collect(),
             exec: Exec {
                 argv: spec.argv.clone(),
                 env: spec.env.clone(),

@@ -27,6 +27,29 @@ pub fn main() -> ! {
     setup::power_off(code)
 }
 
+/// The next request on the agent port; `None` when the host closed it.
+fn next_ask(
+    reader: &mut BufReader<std::fs::File>,
+    line: &mut Vec<u8>,
+) -> Result<Option<Result<Ask, serde_json::Error>>, Failed> {
+    line.clear();
+    let n = reader
+        .take(proto::MAX_LINE as u64)
+        .read_until(b'\n', line)
+        .map_err(at("reading the agent port"))?;
+    if n == 0 {
+        return Ok(None);
+    }
+    Ok(Some(serde_json::from_slice::<Ask>(line)))
+}
+
+fn closed() -> Failed {
+    Failed {
+        step: "reading the agent port".into(),
+        error: "the host closed it".into(),
+    }
+}
+
 fn serve() -> Result<(), Failed> {
     setup::early_mounts()?;
     setup::load_modules()?;
@@ -37,40 +60,43 @@ fn serve() -> Result<(), Failed> {
         .open(&port_path)
         .map_err(at("opening the agent port"))?;
     let writer = exec::Writer::new(port.try_clone().map_err(at("opening the agent port"))?);
+    let mut reader = BufReader::new(port);
+    let mut line = Vec::new();
     // From here a failure is told to the host as well.
-    let cgroup = match setup::program_cgroup().and_then(|cg| setup::program_root().map(|()| cg)) {
-        Ok(cg) => cg,
-        Err(f) => {
-            writer.send(&Tell::Failed {
-                step: f.step.clone(),
-                error: f.error.clone(),
-            });
-            return Err(f);
-        }
+    let tell = |f: Failed| {
+        writer.send(&Tell::Failed {
+            step: f.step.clone(),
+            error: f.error.clone(),
+        });
+        f
     };
+    let boot = match next_ask(&mut reader, &mut line)? {
+        Some(Ok(Ask::Boot(b))) => b,
+        Some(_) => {
+            return Err(tell(Failed {
+                step: "reading the boot request".into(),
+                error: "the host's first request was not `boot`".into(),
+            }))
+        }
+        None => return Err(closed()),
+    };
+    let cgroup = setup::program_cgroup()
+        .and_then(|cg| setup::program_root(&boot).map(|()| cg))
+        .map_err(tell)?;
     writer.send(&Tell::Ready {
         kernel: rustix::system::uname()
             .release()
             .to_string_lossy()
             .into_owned(),
     });
-    let mut reader = BufReader::new(port);
-    let mut line = Vec::new();
     loop {
-        line.clear();
-        let n = (&mut reader)
-            .take(proto::MAX_LINE as u64)
-            .read_until(b'\n', &mut line)
-            .map_err(at("reading the agent port"))?;
-        if n == 0 {
-            return Err(Failed {
-                step: "reading the agent port".into(),
-                error: "the host closed it".into(),
-            });
-        }
-        match serde_json::from_slice::<Ask>(&line) {
+        match next_ask(&mut reader, &mut line)?.ok_or_else(closed)? {
             Ok(Ask::Exec(e)) => writer.send(&exec::run(&e, &writer, &cgroup)),
             Ok(Ask::PowerOff) => return Ok(()),
+            Ok(Ask::Boot(_)) => writer.send(&Tell::Failed {
+                step: "reading a request".into(),
+                error: "the guest has booted already".into(),
+            }),
             Err(e) => writer.send(&Tell::Failed {
                 step: "reading a request".into(),
                 error: e.to_string(),

@@ -114,7 +114,7 @@ pub fn program_cgroup() -> Result<OwnedFd, Failed> {
 
 /// The program's root: the image (read-only share) under a tmpfs upper at `/newroot`, with
 /// `/workspace`, `/proc`, `/dev`, `/tmp` and `/dev/shm` of its own; init then changes root to it.
-pub fn program_root() -> Result<(), Failed> {
+pub fn program_root(boot: &proto::Boot) -> Result<(), Failed> {
     let ro = MountFlags::RDONLY;
     mount_fs(proto::ROOT_TAG, "/lower", "virtiofs", ro, "")?;
     mount_fs("rw", "/rw", "tmpfs", MountFlags::empty(), "mode=0755")?;
@@ -134,6 +134,26 @@ pub fn program_root() -> Result<(), Failed> {
         MountFlags::NODEV,
         "",
     )?;
+    for m in &boot.mounts {
+        if !m.target.starts_with('/') || m.target.split('/').any(|c| c == "..") {
+            return Err(at("mounting a share")(format!(
+                "{:?} is not an absolute path",
+                m.target
+            )));
+        }
+        let flags = if m.read_only {
+            MountFlags::RDONLY | MountFlags::NODEV
+        } else {
+            MountFlags::NODEV
+        };
+        mount_fs(
+            &m.tag,
+            &format!("/newroot{}", m.target),
+            "virtiofs",
+            flags,
+            "",
+        )?;
+    }
     let quiet = MountFlags::NOSUID | MountFlags::NOEXEC | MountFlags::NODEV;
     mount_fs("proc", "/newroot/proc", "proc", quiet, "")?;
     mount_fs("sysfs", "/newroot/sys", "sysfs", quiet | ro, "")?;
