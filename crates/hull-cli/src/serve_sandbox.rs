@@ -321,6 +321,10 @@ impl Sessions {
                 // keeps nothing: its secrets and trust go with it).
                 let mut served_gateway = None;
                 let backend: Arc<dyn hull::backend::Backend> = match &cfg.network {
+                    // The microVM tier (its request refuses a gateway network).
+                    _ if cfg.isolation == hull_api::Isolation::Vm => {
+                        Arc::new(hull::VmBackend::new(cfg.require_kvm))
+                    }
                     hull_api::network::Network::Gateway(g) => {
                         let mut start =
                             crate::net::plan::start_of(g).map_err(|e| bad("network", &e))?;

@@ -241,3 +241,125 @@ fn a_vm_past_its_deadline_is_killed_and_the_result_says_timeout() {
         "the temporary workspace is removed: {left:?}"
     );
 }
+
+/// The pids whose parent is `pid`, with their command names.
+fn children_of(pid: u32) -> Vec<(u32, String)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid ...: the comm may hold spaces, so split after its ')'.
+        let Some((head, tail)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let ppid = tail
+            .split_whitespace()
+            .nth(1)
+            .and_then(|v| v.parse::<u32>().ok());
+        if ppid == Some(pid) {
+            out.push((p, head.split_once('(').map_or("", |c| c.1).to_owned()));
+        }
+    }
+    out
+}
+
+/// Whether `pid` has ended (gone, or a zombie waiting for its new parent).
+fn ended(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(s) => s
+            .rsplit_once(')')
+            .is_some_and(|(_, t)| t.split_whitespace().next() == Some("Z")),
+    }
+}
+
+#[test]
+fn a_killed_hull_leaves_no_vm_and_the_next_run_removes_its_directories() {
+    if let Some(why) = no_vm() {
+        return hull_testkit::skip(format!("no VM here: {why}"));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(root) = busybox_root(dir.path()) else {
+        return hull_testkit::skip(
+            "no /bin/busybox for the test image (apt-get install busybox-static)",
+        );
+    };
+    let scratch = dir.path().join("tmp");
+    std::fs::create_dir(&scratch).unwrap();
+    let mut hull = std::process::Command::new(common::bin())
+        .args([
+            "run",
+            "--isolation",
+            "vm",
+            "--rootfs",
+            root.to_str().unwrap(),
+            "--",
+            "sleep",
+            "600",
+        ])
+        .env("TMPDIR", &scratch)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let helpers = loop {
+        let kids = children_of(hull.id());
+        if kids.iter().any(|(_, c)| c.starts_with("qemu")) {
+            break kids;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no QEMU started: {kids:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(helpers.iter().any(|(_, c)| c == "virtiofsd"), "{helpers:?}");
+    hull.kill().unwrap();
+    hull.wait().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while helpers.iter().any(|(p, _)| !ended(*p)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the VM outlived its hull: {:?}",
+            helpers
+                .iter()
+                .filter(|(p, _)| !ended(*p))
+                .collect::<Vec<_>>()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let left = |d: &Path| -> Vec<String> {
+        std::fs::read_dir(d)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("hull-vm-"))
+            .collect()
+    };
+    assert!(
+        !left(&scratch).is_empty(),
+        "the killed hull could not remove its directories"
+    );
+    // The next VM run sweeps them (here one refused at once for want of KVM, where it is so).
+    let out = std::process::Command::new(common::bin())
+        .args([
+            "run",
+            "--isolation",
+            "vm",
+            "--require-kvm",
+            "--rootfs",
+            root.to_str().unwrap(),
+            "--",
+            "true",
+        ])
+        .env("TMPDIR", &scratch)
+        .output()
+        .unwrap();
+    assert!(out.status.code().is_some());
+    assert_eq!(left(&scratch), Vec::<String>::new());
+}

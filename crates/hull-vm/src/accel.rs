@@ -66,6 +66,39 @@ pub fn decide(cpuinfo: &str, kvm: Result<(), String>, pvm: bool) -> Accel {
     }
 }
 
+/// The host's TSC frequency in kHz, which an emulated guest's TSC runs at (QEMU's TCG reads
+/// the host's counter). The guest is told it (`tsc_early_khz`) instead of measuring it against
+/// its emulated PIT: with several VMs sharing the host's CPUs that measurement fails and the
+/// guest kernel then hangs before init (seen here with four VMs on two cores; docs/vm.md).
+/// `None` when the host does not say, or its TSC is not constant.
+pub fn host_tsc_khz() -> Option<u64> {
+    if let Some(khz) = std::fs::read_to_string("/sys/devices/system/cpu/cpu0/tsc_freq_khz")
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+    {
+        return Some(khz);
+    }
+    tsc_khz_of(&std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default())
+}
+
+/// The TSC frequency `/proc/cpuinfo` shows: its first `cpu MHz`, when the CPU has a constant TSC.
+pub fn tsc_khz_of(cpuinfo: &str) -> Option<u64> {
+    let constant = cpuinfo
+        .lines()
+        .filter(|l| l.starts_with("flags"))
+        .any(|l| l.split_whitespace().any(|f| f == "constant_tsc"));
+    if !constant {
+        return None;
+    }
+    let mhz: f64 = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("cpu MHz"))
+        .and_then(|v| v.trim_start_matches([' ', '\t', ':']).trim().parse().ok())?;
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // a positive frequency
+    let khz = (mhz * 1000.0).round() as u64;
+    (khz > 0).then_some(khz)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -81,5 +114,13 @@ mod tests {
             decide(vmx, Err("No such file or directory".into()), false),
             Accel::Tcg { why } if why.contains("/dev/kvm cannot be opened")
         ));
+    }
+
+    #[test]
+    fn the_tsc_frequency_only_from_a_constant_tsc() {
+        let info = "processor\t: 0\ncpu MHz\t\t: 2100.000\nflags\t\t: fpu constant_tsc\n";
+        assert_eq!(tsc_khz_of(info), Some(2_100_000));
+        assert_eq!(tsc_khz_of(&info.replace("constant_tsc", "tsc")), None);
+        assert_eq!(tsc_khz_of("flags\t: constant_tsc\n"), None);
     }
 }

@@ -31,6 +31,8 @@ pub struct Machine {
     pub agent: PathBuf,
     /// Where the guest's serial console is written.
     pub console: PathBuf,
+    /// Under TCG: the host's TSC frequency, given to the guest (see [`crate::accel::host_tsc_khz`]).
+    pub tsc_khz: Option<u64>,
 }
 
 fn os(s: impl Into<OsString>) -> OsString {
@@ -72,9 +74,12 @@ impl Machine {
             // microvm's virtio-mmio is legacy by default, which vhost-user-fs refuses.
             "-global",
             "virtio-mmio.force-legacy=false",
-            "-append",
-            "console=ttyS0 panic=-1 quiet loglevel=3 rdinit=/init",
         ]);
+        let mut cmdline = String::from("console=ttyS0 panic=-1 quiet loglevel=3 rdinit=/init");
+        if let (Accel::Tcg { .. }, Some(khz)) = (&self.accel, self.tsc_khz) {
+            cmdline.push_str(&format!(" tsc_early_khz={khz} tsc=reliable"));
+        }
+        a.extend([os("-append"), os(cmdline)]);
         a.extend([os("-kernel"), os(&self.kernel)]);
         a.extend([os("-initrd"), os(&self.initramfs)]);
         a.extend([
@@ -124,6 +129,7 @@ mod tests {
             }],
             agent: "/run/x/agent.sock".into(),
             console: "/run/x/console.log".into(),
+            tsc_khz: Some(2_100_000),
         };
         let line: Vec<String> = m
             .argv()
@@ -160,5 +166,12 @@ mod tests {
             .map(|s| s.to_string_lossy().into_owned())
             .collect();
         assert!(kline.windows(2).any(|w| w[0] == "-cpu" && w[1] == "host"));
+        assert!(
+            !kline.iter().any(|a| a.contains("tsc_early_khz")),
+            "kvmclock under KVM"
+        );
+        assert!(line
+            .iter()
+            .any(|a| a.ends_with("tsc_early_khz=2100000 tsc=reliable")));
     }
 }

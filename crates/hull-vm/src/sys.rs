@@ -77,3 +77,37 @@ pub fn confine_on_exec(cmd: &mut Command, procs: &OwnedFd) {
         cmd.pre_exec(move || confine(fd));
     }
 }
+
+/// In the forked child of a VM's helper (QEMU, virtiofsd): every signal unblocked (a thread of
+/// `hull serve` may block some, and QEMU's TCG kicks its vCPU thread with a signal: blocked,
+/// the guest never sees a timer tick), and SIGKILL when the thread that started it ends, so a
+/// hull that dies leaves no VM behind. Only async-signal-safe calls.
+fn helper_defaults(parent: libc::pid_t) -> io::Result<()> {
+    // SAFETY: an empty set, initialized by sigemptyset before use.
+    let mut none: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `none` is a valid sigset_t to initialize.
+    unsafe { libc::sigemptyset(&raw mut none) };
+    // SAFETY: sets this thread's mask from a valid set; the old mask is not asked for.
+    let ret =
+        unsafe { libc::sigprocmask(libc::SIG_SETMASK, &raw const none, std::ptr::null_mut()) };
+    check(ret.into())?;
+    let kill = libc::c_ulong::from(libc::SIGKILL.unsigned_abs());
+    // SAFETY: prctl with integer arguments only.
+    check(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, kill, 0, 0, 0) }.into())?;
+    // The parent may have ended before the death signal was armed.
+    // SAFETY: getppid has no preconditions.
+    if unsafe { libc::getppid() } != parent {
+        return Err(io::Error::from_raw_os_error(libc::ESRCH));
+    }
+    Ok(())
+}
+
+/// Starts `cmd` (a VM's helper) with every signal unblocked and killed when the calling thread
+/// ends (see [`helper_defaults`]).
+pub fn as_helper(cmd: &mut Command) {
+    let parent = rustix::process::getpid().as_raw_nonzero().get();
+    // SAFETY: the closure only makes async-signal-safe system calls (see `helper_defaults`).
+    unsafe {
+        cmd.pre_exec(move || helper_defaults(parent));
+    }
+}

@@ -75,6 +75,36 @@ pub struct VmOutcome {
     pub warnings: Vec<String>,
 }
 
+/// The names of a VM's private directories (and of a temporary workspace's, with `ws-`):
+/// `hull-vm-[ws-]<pid of the hull that made it>-<random>`, so [`sweep`] can tell whose they are.
+pub const DIR_PREFIX: &str = "hull-vm-";
+
+/// Removes the private directories and temporary workspaces in `scratch` that a hull killed
+/// before it could remove them left behind (their maker's pid no longer runs). QEMU and
+/// virtiofsd died with that hull (their death signal).
+pub fn sweep(scratch: &Path) {
+    let Ok(dir) = std::fs::read_dir(scratch) else {
+        return;
+    };
+    let me = rustix::process::getuid();
+    for e in dir.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(DIR_PREFIX)) else {
+            continue;
+        };
+        let rest = rest.strip_prefix("ws-").unwrap_or(rest);
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        let ours = e
+            .metadata()
+            .is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == me.as_raw() && m.is_dir());
+        if ours && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
 /// A child process killed and reaped when dropped.
 struct Proc(Child);
 
@@ -156,6 +186,7 @@ fn virtiofsd(
         step: "making virtiofsd's log",
         source,
     })?;
+    crate::sys::as_helper(&mut cmd);
     let child = cmd
         .stdin(Stdio::null())
         .stdout(out)
@@ -285,6 +316,7 @@ fn accept(listener: &UnixListener, qemu: &mut Proc, err_log: &Path) -> Result<Un
 
 /// Runs `run` in a fresh VM; `sink` gets the program's output as it comes.
 pub fn run(run: &VmRun, sink: &mut dyn FnMut(Stream, &[u8])) -> Result<VmOutcome, VmError> {
+    sweep(&run.scratch);
     let accel = accel::probe();
     if let (true, Accel::Tcg { why }) = (run.require_kvm, &accel) {
         return Err(VmError::KvmRequired { why: why.clone() });
@@ -298,7 +330,7 @@ pub fn run(run: &VmRun, sink: &mut dyn FnMut(Stream, &[u8])) -> Result<VmOutcome
     let io = |step| move |source| VmError::Io { step, source };
     std::fs::create_dir_all(&run.scratch).map_err(io("making the VM's private directory"))?;
     let dir = tempfile::Builder::new()
-        .prefix("hull-vm-")
+        .prefix(&format!("{DIR_PREFIX}{}-", std::process::id()))
         .tempdir_in(&run.scratch)
         .map_err(io("making the VM's private directory"))?;
     let d = dir.path();
@@ -359,12 +391,15 @@ pub fn run(run: &VmRun, sink: &mut dyn FnMut(Stream, &[u8])) -> Result<VmOutcome
         shares,
         agent: d.join("agent.sock"),
         console: d.join("console.log"),
+        tsc_khz: accel::host_tsc_khz(),
     };
     let err_log = d.join("qemu.err");
     let err_file = std::fs::File::create(&err_log).map_err(io("making QEMU's log"))?;
     let started = Instant::now();
+    let mut qemu_cmd = Command::new(&tools.qemu);
+    crate::sys::as_helper(&mut qemu_cmd);
     let mut qemu = Proc(
-        Command::new(&tools.qemu)
+        qemu_cmd
             .args(machine.argv())
             .stdin(Stdio::null())
             .stdout(Stdio::null())

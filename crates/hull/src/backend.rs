@@ -46,6 +46,13 @@ pub trait Backend: Send + Sync {
 
     /// Host-side access to `workspace`, the directory this backend's boxes see at /workspace.
     fn files(&self, workspace: &Path) -> Result<Confined, SandboxError>;
+
+    /// The boundary this backend's boxes have. A VM's boxes take seconds to start where KVM
+    /// cannot run them and reach the host only through their agent, so the Sandbox layer
+    /// neither probes nor prewarms them and starts no kernel in them (yet).
+    fn isolation(&self) -> hull_api::Isolation {
+        hull_api::Isolation::Namespace
+    }
 }
 
 /// Boxes in fresh namespaces, seccomp and cgroups on this kernel (hull-box).

@@ -421,6 +421,9 @@ impl Sandbox {
             // A writable /deps without a setup: the environment is made all the same, so a
             // call's `pip install` lands there (its result is no setup's: not kept).
             sb.run_setup(None, &deps, setup_output)?;
+        } else if backend_is_vm(&sb.backend) {
+            // A VM's boot takes seconds where it is emulated: its spec was checked above, and
+            // what the guest cannot do is the first call's error.
         } else {
             // A box that cannot start should fail here, at construction, not at the first call.
             let mut probe = sb.base.clone();
@@ -832,6 +835,12 @@ impl Sandbox {
 
     fn start_kernel(&self, warm: Option<RunnerBox>) -> Result<Arc<Kernel>, SandboxError> {
         self.check_alive()?;
+        if backend_is_vm(&self.backend) {
+            return Err(SandboxError::Invalid {
+                arg: "isolation".into(),
+                why: "kernels are not supported with isolation vm yet (the runner's channel does not reach a guest); run cells with run_code".into(),
+            });
+        }
         let id = format!(
             "{}-k{}",
             self.id,
@@ -1103,4 +1112,9 @@ fn keep_prewarmed(pool: &Prewarm, sandbox: &Weak<Sandbox>) {
             }
         }
     }
+}
+
+/// Whether `backend` runs its boxes as microVMs.
+fn backend_is_vm(backend: &Arc<dyn Backend>) -> bool {
+    backend.isolation() == hull_api::Isolation::Vm
 }

@@ -135,7 +135,11 @@ impl Backend for VmBackend {
             Some(_) => None,
             None => Some(
                 tempfile::Builder::new()
-                    .prefix("hull-vm-ws-")
+                    .prefix(&format!(
+                        "{}ws-{}-",
+                        hull_vm::vm::DIR_PREFIX,
+                        std::process::id()
+                    ))
                     .tempdir_in(&self.scratch)
                     .map_err(io("making the VM's workspace"))?,
             ),
@@ -214,6 +218,10 @@ impl Backend for VmBackend {
 
     fn files(&self, workspace: &Path) -> Result<Confined, SandboxError> {
         Confined::open(workspace)
+    }
+
+    fn isolation(&self) -> hull_api::Isolation {
+        hull_api::Isolation::Vm
     }
 }
 

@@ -447,12 +447,17 @@ class Sandbox:
     `template=` (named only) starts from a saved template (`hull template save`): its disk and
     configuration, the arguments given here over them."""
 
-    def __init__(self, image=None, setup=None, workspace=None, memory_mb=512, cpus=None, pids=256, timeout_s=30, network=False, mounts=None, tmpfs=None, env=None, max_output_bytes=None, deps_readonly=True, security_profile=None, require_limits=False, cap_drop=None, track_files=True, on_stdout=None, on_stderr=None, prewarm=0, setup_timeout_s=600, name=None, persist=False, ro_workspaces=None, idle_timeout_s=None, max_duration_s=None, user=None, template=None, egress_allow=None, secrets=None):
+    def __init__(self, image=None, setup=None, workspace=None, memory_mb=512, cpus=None, pids=256, timeout_s=30, network=False, mounts=None, tmpfs=None, env=None, max_output_bytes=None, deps_readonly=True, security_profile=None, require_limits=False, cap_drop=None, track_files=True, on_stdout=None, on_stderr=None, prewarm=0, setup_timeout_s=600, name=None, persist=False, ro_workspaces=None, idle_timeout_s=None, max_duration_s=None, user=None, template=None, egress_allow=None, secrets=None, isolation=None, require_kvm=False):
         self._config = {k: v for k, v in locals().items() if k in _CONFIG}
         net = _network(network, egress_allow)
         secrets = _secrets(secrets)
+        _check("isolation", isolation, str, "'namespace' or 'vm'")
+        _check("require_kvm", require_kvm, bool, "True or False")
         if name is not None:
+            if isolation not in (None, "namespace") or require_kvm:
+                raise InvalidArgument("isolation='vm' is not supported for named sandboxes yet")
             args = dict(locals())
+            del args["isolation"], args["require_kvm"]
             del args["self"], args["name"], args["persist"], args["net"], args["egress_allow"]
             # named.create takes no boolean: `False` is the default (not sent), `True` is host.
             args["network"] = net
@@ -496,6 +501,11 @@ class Sandbox:
             "require_limits": require_limits, "cap_drop": list(cap_drop) if cap_drop is not None else None,
             "track_files": track_files, "prewarm": prewarm, "setup_timeout_s": setup_timeout_s,
         }
+        # A microVM per call (docs/vm.md); sent only when asked, so older hulls are not refused.
+        if isolation is not None:
+            params["isolation"] = isolation
+        if require_kvm:
+            params["require_kvm"] = True
         self._streamer = _Streamer(on_stdout, on_stderr) if (on_stdout or on_stderr) else None
         binary = find_hull()
         self._server = _Server(binary)
