@@ -25,7 +25,7 @@ fi
 # built by the venv's own maturin (no build isolation: nothing fetched).
 MATURIN_PEP517_ARGS="--profile dev" "$venv/bin/python" -m pip install -q --force-reinstall --no-deps --no-build-isolation ./bindings/python
 mkdir -p "$stage/py" "$stage/node"
-cp bindings/python/tests/conftest.py bindings/python/tests/test_named.py bindings/python/tests/test_langchain_shell.py bindings/python/tests/test_kernel_direct.py "$stage/py/"
+cp bindings/python/tests/conftest.py bindings/python/tests/test_named.py bindings/python/tests/test_langchain_shell.py bindings/python/tests/test_kernel_direct.py bindings/python/tests/test_vm.py "$stage/py/"
 cp -r bindings/node/dist bindings/node/test bindings/node/package.json "$stage/node/"
 # The AI SDK adapter's tests: its built package with its dependencies (the hull-sandbox link
 # resolved), and its node image pulled into the user's own store from the local test registry
@@ -37,10 +37,14 @@ chmod -R a+rX "$stage"
 for suite in pytest-sdk-named node-sdk-named node-ai-sdk; do install -m 666 /dev/null "$skips/$suite.rootless.xml"; done
 status=0
 as_user() {
-    su "$user" -s /bin/bash -c "cd $1 && HULL_BIN=$stage/hull HULL_CGROUP_PARENT=hull-$user $2" || status=1
+    # HULL_VM_AGENT: the static hull the microVM tests boot as the guest's init (hull-static
+    # in STAGE, as scripts/test.sh stages it; unset when it is not there).
+    local agent=""
+    [ -x "$stage/hull-static" ] && agent="HULL_VM_AGENT=$stage/hull-static"
+    su "$user" -s /bin/bash -c "cd $1 && HULL_BIN=$stage/hull $agent HULL_CGROUP_PARENT=hull-$user $2" || status=1
 }
 echo "-- Python SDK named sandboxes as $user"
-as_user "$stage/py" "$venv/bin/python -m pytest -q -rs -p no:cacheprovider --junitxml=$skips/pytest-sdk-named.rootless.xml test_named.py test_langchain_shell.py test_kernel_direct.py"
+as_user "$stage/py" "$venv/bin/python -m pytest -q -rs -p no:cacheprovider --junitxml=$skips/pytest-sdk-named.rootless.xml test_named.py test_langchain_shell.py test_kernel_direct.py test_vm.py"
 echo "-- Node SDK named sandboxes as $user"
 junit="--test-reporter=spec --test-reporter-destination=stdout --test-reporter=junit --test-reporter-destination=$skips/node-sdk-named.rootless.xml"
 as_user "$stage/node" "NODE_OPTIONS='$junit' node --test --test-concurrency=1 test/named.test.mjs"

@@ -85,11 +85,11 @@ cp "$static_bin" "$stage/hull-static"
 cargo test --workspace --no-run --message-format=json 2>/dev/null \
     | test_executables \
     | while read -r name exe; do
-        case "$name" in guest_boot|boundary|kernel|notify|policy_matches_file|templates|gateway|gateway_process|brokering|serve_sandbox|serve|leaks|named|serve_named) cp "$exe" "$stage/$name" ;; esac
+        case "$name" in guest_boot|vm|boundary|kernel|notify|policy_matches_file|templates|gateway|gateway_process|brokering|serve_sandbox|serve|leaks|named|serve_named) cp "$exe" "$stage/$name" ;; esac
     done
 chmod -R a+rX "$stage"
 status=0
-for t in "$stage"/guest_boot "$stage"/boundary "$stage"/kernel "$stage"/notify "$stage"/policy_matches_file "$stage"/templates "$stage"/gateway "$stage"/gateway_process "$stage"/brokering "$stage"/serve_sandbox "$stage"/serve "$stage"/leaks "$stage"/named "$stage"/serve_named; do
+for t in "$stage"/guest_boot "$stage"/vm "$stage"/boundary "$stage"/kernel "$stage"/notify "$stage"/policy_matches_file "$stage"/templates "$stage"/gateway "$stage"/gateway_process "$stage"/brokering "$stage"/serve_sandbox "$stage"/serve "$stage"/leaks "$stage"/named "$stage"/serve_named; do
     [ -x "$t" ] || continue
     echo "-- $(basename "$t") as $TEST_USER"
     su "$TEST_USER" -s /bin/bash -c "cd /tmp && HULL_SKIP_LOG=$HULL_SKIP_LOG HULL_BIN=$stage/hull HULL_VM_AGENT=$stage/hull-static HULL_CGROUP_PARENT=hull-$TEST_USER $t" || status=1

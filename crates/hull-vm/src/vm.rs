@@ -182,6 +182,14 @@ fn virtiofsd(
     if readonly {
         cmd.arg("--readonly");
     }
+    // As another user than root: virtiofsd's user namespace maps its root to the caller, so
+    // the guest's root owns what the caller owns (the workspace it may write), as the root of
+    // a namespace box does; files the guest makes belong to the caller.
+    let (uid, gid) = (rustix::process::getuid(), rustix::process::getgid());
+    if !uid.is_root() {
+        cmd.arg(format!("--uid-map=:0:{}:1:", uid.as_raw()))
+            .arg(format!("--gid-map=:0:{}:1:", gid.as_raw()));
+    }
     let err = out.try_clone().map_err(|source| VmError::Io {
         step: "making virtiofsd's log",
         source,
