@@ -225,6 +225,7 @@ pub fn main(args: &DoctorArgs) -> i32 {
         (false, _) => (false, "newuidmap absent: --subids (and, rootless, a named sandbox's --user) is unavailable (boxes use a single-uid map)".into(), Some("apt-get install uidmap (optional: needed only for --subids, and, rootless, for --user)")),
     };
     checks.push(check("sub-ids", subids_ok, subids_detail, subids_fix));
+    checks.push(microvm_check());
 
     // The real test: one box.
     let mut ok_box = false;
@@ -281,6 +282,36 @@ pub fn main(args: &DoctorArgs) -> i32 {
         0
     } else {
         1
+    }
+}
+
+/// The microVM tier (`--isolation vm`, optional): the accelerator this host gives a VM and the
+/// pieces a VM is made of, or the first one missing with its fix.
+fn microvm_check() -> Check {
+    let accel = match hull_vm::accel::probe() {
+        hull_vm::Accel::Kvm => "KVM".to_string(),
+        hull_vm::Accel::Tcg { why } => format!("emulated by QEMU's TCG, slow ({why})"),
+    };
+    let found = hull_vm::assets::Tools::find()
+        .and_then(|t| hull_vm::assets::Guest::find().map(|g| (t, g)));
+    match found {
+        Ok((tools, guest)) => check(
+            "microvm",
+            true,
+            format!(
+                "--isolation vm: {accel}; QEMU {}, virtiofsd {}, guest kernel {}",
+                tools.qemu.display(),
+                tools.virtiofsd.display(),
+                guest.kernel.display()
+            ),
+            None,
+        ),
+        Err(e) => Check {
+            name: "microvm".into(),
+            status: "unavailable",
+            detail: format!("--isolation vm (optional) cannot run: {e}; a VM here would be {accel}"),
+            fix: None,
+        },
     }
 }
 
