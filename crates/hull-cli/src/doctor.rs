@@ -292,8 +292,8 @@ fn microvm_check() -> Check {
         hull_vm::Accel::Kvm => "KVM".to_string(),
         hull_vm::Accel::Tcg { why } => format!("emulated by QEMU's TCG, slow ({why})"),
     };
-    let found = hull_vm::assets::Tools::find()
-        .and_then(|t| hull_vm::assets::Guest::find().map(|g| (t, g)));
+    let found =
+        hull_vm::assets::Tools::find().and_then(|t| hull_vm::assets::Guest::find().map(|g| (t, g)));
     match found {
         Ok((tools, guest)) => check(
             "microvm",
@@ -309,7 +309,9 @@ fn microvm_check() -> Check {
         Err(e) => Check {
             name: "microvm".into(),
             status: "unavailable",
-            detail: format!("--isolation vm (optional) cannot run: {e}; a VM here would be {accel}"),
+            detail: format!(
+                "--isolation vm (optional) cannot run: {e}; a VM here would be {accel}"
+            ),
             fix: None,
         },
     }

@@ -319,6 +319,24 @@ fn a_killed_hull_leaves_no_vm_and_the_next_run_removes_its_directories() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     };
     assert!(helpers.iter().any(|(_, c)| c == "virtiofsd"), "{helpers:?}");
+    // QEMU runs under its seccomp filter (-sandbox), installed as it starts.
+    let seccomp = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("Seccomp:").map(|m| m.trim().to_owned()))
+    };
+    for (pid, _) in helpers.iter().filter(|(_, c)| c.starts_with("qemu")) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while seccomp(*pid).as_deref() != Some("2") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "QEMU runs without a seccomp filter: Seccomp: {:?}",
+                seccomp(*pid)
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
     hull.kill().unwrap();
     hull.wait().unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);

@@ -71,6 +71,10 @@ impl Machine {
             "-no-user-config",
             "-nographic",
             "-no-reboot",
+            // QEMU's own seccomp filter: a guest that takes over a device model cannot spawn
+            // a process, gain privileges, change scheduling or use obsolete calls.
+            "-sandbox",
+            "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
             // microvm's virtio-mmio is legacy by default, which vhost-user-fs refuses.
             "-global",
             "virtio-mmio.force-legacy=false",
@@ -147,6 +151,10 @@ mod tests {
         assert_eq!(after("-accel", 1), ["tcg,tb-size=32"]);
         assert_eq!(after("-m", 1), ["512M"]);
         assert_eq!(after("-smp", 1), ["2"]);
+        assert_eq!(
+            after("-sandbox", 1),
+            ["on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"]
+        );
         assert!(line.contains(&"memory-backend-memfd,id=mem,size=512M,share=on".to_string()));
         assert!(line.contains(&"socket,id=fs0,path=/run/x/root.sock".to_string()));
         assert!(line.contains(&"vhost-user-fs-device,chardev=fs0,tag=hull.root".to_string()));
