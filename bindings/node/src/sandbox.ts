@@ -56,6 +56,11 @@ export interface SandboxOptions {
   /** Boxes kept started and waiting, so a call skips the start-up. */
   prewarm?: number;
   setupTimeoutS?: number;
+  /** The boxes' boundary: `"namespace"` (default) or `"vm"`, a microVM per call with a guest
+   * kernel of its own (docs/vm.md; no prewarm, network, setup or kernels yet). */
+  isolation?: "namespace" | "vm";
+  /** With `isolation: "vm"`: refuse to run where the VM would be emulated (no usable KVM). */
+  requireKvm?: boolean;
 }
 
 export interface RunCodeOptions extends SandboxOptions {
@@ -245,6 +250,13 @@ const OPTIONS: Record<string, [Check, string]> = {
     "prewarm",
   ],
   setupTimeoutS: [positive, "setup_timeout_s"],
+  isolation: [
+    (n, v) => {
+      if (v !== "namespace" && v !== "vm") throw typeErr(n, `"namespace" or "vm"`, v);
+    },
+    "isolation",
+  ],
+  requireKvm: [bool, "require_kvm"],
 };
 
 /** Checks options and turns them into `sandbox.create` params. Unknown names are refused. */
