@@ -25,7 +25,7 @@ fi
 # built by the venv's own maturin (no build isolation: nothing fetched).
 MATURIN_PEP517_ARGS="--profile dev" "$venv/bin/python" -m pip install -q --force-reinstall --no-deps --no-build-isolation ./bindings/python
 mkdir -p "$stage/py" "$stage/node"
-cp bindings/python/tests/conftest.py bindings/python/tests/test_named.py bindings/python/tests/test_langchain_shell.py bindings/python/tests/test_kernel_direct.py bindings/python/tests/test_vm.py "$stage/py/"
+cp bindings/python/tests/conftest.py bindings/python/tests/test_named.py bindings/python/tests/test_langchain_shell.py bindings/python/tests/test_kernel_direct.py bindings/python/tests/test_vm.py scripts/busybox-image.py "$stage/py/"
 cp -r bindings/node/dist bindings/node/test bindings/node/package.json "$stage/node/"
 # The AI SDK adapter's tests: its built package with its dependencies (the hull-sandbox link
 # resolved), and its node image pulled into the user's own store from the local test registry

@@ -430,3 +430,28 @@ def test_a_call_waiting_on_a_long_setup_is_told_with_progress():
     finally:
         rest, code = raw.close()
     assert rest == "" and code == 0
+
+
+def test_isolation_vm_runs_each_call_in_a_microvm():
+    """HULL_MCP_ISOLATION=vm: each call boots a VM (seconds under TCG; docs/vm.md)."""
+    missing = [what for what, ok in (
+        ("HULL_VM_AGENT", os.environ.get("HULL_VM_AGENT")),
+        ("qemu-system-x86_64", shutil.which("qemu-system-x86_64")),
+        ("virtiofsd", shutil.which("virtiofsd")),
+        ("the guest kernel", os.path.exists("/usr/local/lib/hull/vm/vmlinuz") or os.environ.get("HULL_VM_KERNEL")),
+        ("/bin/busybox", os.path.exists("/bin/busybox")),
+    ) if not ok]
+    if missing:
+        pytest.skip("no VM here: missing " + ", ".join(missing))
+    name = "hull-test-vm/busybox-mcp:1"
+    out = subprocess.run(["python3", str(ROOT / "scripts" / "busybox-image.py"), name], capture_output=True, text=True, env=dict(os.environ, HULL_BIN=HULL))
+    assert out.returncode == 0, out.stderr
+
+    async def go():
+        async with session(HULL_MCP_ISOLATION="vm", HULL_MCP_IMAGE=name) as s:
+            r = await s.call_tool("run_code", {"code": "uname -r; grep CapEff /proc/self/status", "language": "sh"})
+            t = text_of(r)
+            assert not r.isError and "[exit code: 0]" in t, t
+            assert os.uname().release not in t and "0000000000000000" in t, t
+
+    run(go())

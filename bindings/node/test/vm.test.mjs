@@ -6,11 +6,11 @@
 import "./helpers.mjs";
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { createHash } from "node:crypto";
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, copyFileSync, writeFileSync } from "node:fs";
-import { tmpdir, release, arch } from "node:os";
-import { join } from "node:path";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir, release } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
 import { Sandbox, InvalidArgument } from "../dist/index.js";
 
 function onPath(name) {
@@ -28,30 +28,10 @@ function missing() {
   return out;
 }
 
-/** Imports an OCI layout of busybox's static build into hull's store as `name`. */
-function importBusybox(dir, name) {
-  const root = join(dir, "root");
-  mkdirSync(join(root, "bin"), { recursive: true });
-  copyFileSync("/bin/busybox", join(root, "bin", "busybox"));
-  for (const a of ["sh", "cat", "echo", "uname", "grep"]) symlinkSync("busybox", join(root, "bin", a));
-  const layout = join(dir, "layout");
-  const blobs = join(layout, "blobs", "sha256");
-  mkdirSync(blobs, { recursive: true });
-  const blob = (data) => {
-    const digest = createHash("sha256").update(data).digest("hex");
-    writeFileSync(join(blobs, digest), data);
-    return { digest: `sha256:${digest}`, size: data.length };
-  };
-  execFileSync("tar", ["-C", root, "-cf", join(dir, "layer.tar"), "bin"]);
-  const layer = readFileSync(join(dir, "layer.tar"));
-  const layerDesc = { mediaType: "application/vnd.oci.image.layer.v1.tar", ...blob(layer) };
-  const config = { architecture: arch() === "x64" ? "amd64" : arch(), os: "linux", config: { Env: ["PATH=/bin"] }, rootfs: { type: "layers", diff_ids: [`sha256:${createHash("sha256").update(layer).digest("hex")}`] } };
-  const configDesc = { mediaType: "application/vnd.oci.image.config.v1+json", ...blob(Buffer.from(JSON.stringify(config))) };
-  const manifest = { schemaVersion: 2, mediaType: "application/vnd.oci.image.manifest.v1+json", config: configDesc, layers: [layerDesc] };
-  const manifestDesc = { mediaType: "application/vnd.oci.image.manifest.v1+json", ...blob(Buffer.from(JSON.stringify(manifest))) };
-  writeFileSync(join(layout, "index.json"), JSON.stringify({ schemaVersion: 2, manifests: [manifestDesc] }));
-  writeFileSync(join(layout, "oci-layout"), JSON.stringify({ imageLayoutVersion: "1.0.0" }));
-  execFileSync(process.env.HULL_BIN, ["import", "--name", name, layout], { stdio: "pipe" });
+/** Imports an image of this host's busybox as `name` (scripts/busybox-image.py). */
+function importBusybox(name) {
+  const script = resolve(dirname(fileURLToPath(import.meta.url)), "../../../scripts/busybox-image.py");
+  execFileSync("python3", [script, name], { stdio: "pipe", env: process.env });
 }
 
 test("a VM sandbox's calls run under a kernel of their own and share the workspace", async (t) => {
@@ -61,7 +41,7 @@ test("a VM sandbox's calls run under a kernel of their own and share the workspa
   const sb = new Sandbox({ image: "hull-test-vm/busybox-node:1", isolation: "vm", memoryMb: 128, workspace: join(dir, "ws") });
   try {
     mkdirSync(join(dir, "ws"));
-    importBusybox(dir, "hull-test-vm/busybox-node:1");
+    importBusybox("hull-test-vm/busybox-node:1");
     const r = await sb.run(["sh", "-c", "uname -r; grep CapEff /proc/self/status; echo made > /workspace/f"]);
     assert.equal(r.exitCode, 0, JSON.stringify(r));
     const [kernel, caps] = r.stdout.split("\n");

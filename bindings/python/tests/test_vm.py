@@ -3,54 +3,23 @@ The VMs boot under QEMU's TCG where /dev/kvm cannot run a standard guest (second
 these tests are few. They need QEMU, virtiofsd, the guest kernel (scripts/vm-guest.sh) and a
 static hull as the guest's init (HULL_VM_AGENT; scripts/test.sh sets it)."""
 
-import hashlib
-import io
-import json
 import os
 import platform
 import shutil
 import subprocess
-import tarfile
-import tempfile
+import sys
 
 import pytest
 
 from hull_sandbox import InvalidArgument, Sandbox, SandboxError, find_hull
 
 
-def _blob(layout, data):
-    digest = hashlib.sha256(data).hexdigest()
-    with open(os.path.join(layout, "blobs", "sha256", digest), "wb") as f:
-        f.write(data)
-    return {"digest": "sha256:" + digest, "size": len(data)}
-
-
-def _busybox_layout(layout):
-    """An OCI image layout with busybox's static build and a few of its applets."""
-    os.makedirs(os.path.join(layout, "blobs", "sha256"))
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        d = tarfile.TarInfo("bin")
-        d.type, d.mode = tarfile.DIRTYPE, 0o755
-        tar.addfile(d)
-        tar.add("/bin/busybox", "bin/busybox")
-        for applet in ("sh", "cat", "echo", "uname", "grep"):
-            link = tarfile.TarInfo("bin/" + applet)
-            link.type, link.linkname = tarfile.SYMTYPE, "busybox"
-            tar.addfile(link)
-    layer = buf.getvalue()
-    diff_id = "sha256:" + hashlib.sha256(layer).hexdigest()
-    layer_desc = dict(_blob(layout, layer), mediaType="application/vnd.oci.image.layer.v1.tar")
-    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
-    config = {"architecture": arch, "os": "linux", "config": {"Env": ["PATH=/bin"]}, "rootfs": {"type": "layers", "diff_ids": [diff_id]}}
-    config_desc = dict(_blob(layout, json.dumps(config).encode()), mediaType="application/vnd.oci.image.config.v1+json")
-    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json", "config": config_desc, "layers": [layer_desc]}
-    manifest_desc = dict(_blob(layout, json.dumps(manifest).encode()), mediaType="application/vnd.oci.image.manifest.v1+json")
-    manifest_desc["annotations"] = {"org.opencontainers.image.ref.name": "1"}
-    with open(os.path.join(layout, "index.json"), "w") as f:
-        json.dump({"schemaVersion": 2, "manifests": [manifest_desc]}, f)
-    with open(os.path.join(layout, "oci-layout"), "w") as f:
-        json.dump({"imageLayoutVersion": "1.0.0"}, f)
+# scripts/busybox-image.py makes the image (also used by the Node and MCP tests); the rootless
+# pass stages a copy beside this file.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+BUSYBOX_IMAGE = os.path.join(_HERE, "busybox-image.py")
+if not os.path.exists(BUSYBOX_IMAGE):
+    BUSYBOX_IMAGE = os.path.join(_HERE, "..", "..", "..", "scripts", "busybox-image.py")
 
 
 @pytest.fixture(scope="module")
@@ -65,13 +34,10 @@ def vm_image():
     ) if not ok]
     if missing:
         pytest.skip("no VM here: missing " + ", ".join(missing))
-    with tempfile.TemporaryDirectory() as d:
-        layout = os.path.join(d, "layout")
-        _busybox_layout(layout)
-        name = "hull-test-vm/busybox:1"
-        out = subprocess.run([find_hull(), "import", "--name", name, layout], capture_output=True, text=True)
-        assert out.returncode == 0, out.stderr
-        yield name
+    name = "hull-test-vm/busybox:1"
+    out = subprocess.run([sys.executable, BUSYBOX_IMAGE, name], capture_output=True, text=True, env=dict(os.environ, HULL_BIN=find_hull()))
+    assert out.returncode == 0, out.stderr
+    return name
 
 
 def test_a_vm_sandboxs_calls_run_under_a_kernel_of_their_own_and_share_the_workspace(vm_image, tmp_path):

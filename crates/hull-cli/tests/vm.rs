@@ -222,6 +222,19 @@ fn a_vm_past_its_deadline_is_killed_and_the_result_says_timeout() {
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("timeout"), "{err}");
+    // A program the image does not have: 127 and the exec_failed fault, as in a namespace box.
+    let v = json(&hull(&[
+        "run",
+        "--json",
+        "--isolation",
+        "vm",
+        "--rootfs",
+        root.to_str().unwrap(),
+        "--",
+        "no-such-program",
+    ]));
+    assert_eq!(v["exit_code"], 127, "{v}");
+    assert_eq!(fault(&v).as_deref(), Some("exec_failed"), "{v}");
     assert!(started.elapsed() < std::time::Duration::from_secs(100));
     // Nothing of the VM is left: no QEMU or virtiofsd of this run's socket directory.
     let scratch = std::env::temp_dir();

@@ -88,6 +88,9 @@ pub enum Tell {
         /// Whether the guest's OOM killer ended a process of the program's while it ran.
         oom: bool,
     },
+    /// The program could not be started (not found: `code` 127; not executable: 126), as a
+    /// shell says it; the run's result, not the guest's failure.
+    NotStarted { code: i32, reason: String },
     /// The guest could not do what was asked: the step and why.
     Failed { step: String, error: String },
 }

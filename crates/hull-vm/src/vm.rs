@@ -60,6 +60,8 @@ pub struct VmOutcome {
     pub signal: Option<i32>,
     pub oom: bool,
     pub timed_out: bool,
+    /// The program could not be started: why (its `code` is 127 or 126).
+    pub exec_failed: Option<String>,
     pub stdout: Vec<u8>,
     pub stderr: Vec<u8>,
     pub truncated: bool,
@@ -490,6 +492,10 @@ pub fn run(run: &VmRun, sink: &mut dyn FnMut(Stream, &[u8])) -> Result<VmOutcome
             }
             Read1::Frame(Tell::Exit { code, signal, oom }) => {
                 (out.code, out.signal, out.oom) = (code, signal, oom);
+                break;
+            }
+            Read1::Frame(Tell::NotStarted { code, reason }) => {
+                (out.code, out.exec_failed) = (Some(code), Some(reason));
                 break;
             }
             Read1::Frame(Tell::Failed { step, error }) => {

@@ -234,7 +234,13 @@ fn result_of(out: &hull_vm::VmOutcome, spec: &BoxSpec, warnings: Vec<String>) ->
         (None, Some(s)) => 128 + s,
         (None, None) => 128 + libc::SIGKILL,
     };
-    let fault = if out.timed_out {
+    let fault = if let Some(reason) = &out.exec_failed {
+        Some(Fault {
+            kind: FaultType::ExecFailed,
+            reason: reason.clone(),
+            syscall: None,
+        })
+    } else if out.timed_out {
         Some(Fault {
             kind: FaultType::Timeout,
             reason: format!(

@@ -38,6 +38,8 @@ use tools::Workspace;
 ///                        missing (default: a private directory removed at exit)
 ///   HULL_MCP_MAX_OUTPUT  bytes of each output section a result shows, e.g. 20000 (default) or
 ///                        64k; longer output is cut in the middle with an `[output cut: ...]` marker
+///   HULL_MCP_ISOLATION   `namespace` (default) or `vm`: each call in a microVM with a guest
+///                        kernel of its own (docs/vm.md; an image, no setup)
 ///
 /// A bad value stops the server at start with a message naming the variable.
 #[derive(clap::Args, Debug)]
@@ -154,7 +156,12 @@ fn start(rt: Arc<Runtime>, s: settings::Settings) -> Result<Workspace, String> {
     if let Some(cmd) = &s.setup {
         log(&format!("running HULL_MCP_SETUP: {cmd}"));
     }
-    let sb = Sandbox::create(rt, "mcp".into(), s.sandbox_config()).map_err(|e| start_error(&e))?;
+    let backend: Arc<dyn hull::Backend> = match s.isolation {
+        hull_api::Isolation::Namespace => rt,
+        hull_api::Isolation::Vm => Arc::new(hull::VmBackend::new(false)),
+    };
+    let sb =
+        Sandbox::create(backend, "mcp".into(), s.sandbox_config()).map_err(|e| start_error(&e))?;
     let languages = tools::probe_languages(&sb).map_err(|e| start_error(&e))?;
     let image = s.image.clone().unwrap_or_else(|| "host".into());
     let ws = Workspace {

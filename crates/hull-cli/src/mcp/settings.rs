@@ -16,6 +16,8 @@ pub struct Settings {
     pub workspace: Option<PathBuf>,
     /// The most bytes of each text section (stdout, stderr, a result, a file) a tool result shows.
     pub max_output: usize,
+    /// The boxes' boundary (`HULL_MCP_ISOLATION`): namespace boxes, or a microVM per call.
+    pub isolation: hull_api::Isolation,
 }
 
 pub const DEFAULT_MAX_OUTPUT: usize = 20_000;
@@ -75,6 +77,16 @@ pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Settings, String
                 .ok_or_else(|| format!("HULL_MCP_MAX_OUTPUT={m}: give between 256 bytes and 64m"))?
         }
     };
+    let isolation = match val("HULL_MCP_ISOLATION") {
+        None => hull_api::Isolation::Namespace,
+        Some(i) => i
+            .trim()
+            .parse::<hull_api::Isolation>()
+            .map_err(|e| format!("HULL_MCP_ISOLATION: {e}"))?,
+    };
+    if isolation == hull_api::Isolation::Vm && setup.is_some() {
+        return Err("HULL_MCP_SETUP: a setup is not supported with HULL_MCP_ISOLATION=vm yet (it needs the network); unset one of them".into());
+    }
     Ok(Settings {
         setup,
         image,
@@ -82,6 +94,7 @@ pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Settings, String
         timeout,
         workspace,
         max_output,
+        isolation,
     })
 }
 
@@ -101,6 +114,7 @@ impl Settings {
                     .saturating_mul(8)
                     .max(1 << 20),
             ),
+            isolation: self.isolation,
             ..SandboxRequest::default()
         }
     }
@@ -147,6 +161,9 @@ mod tests {
             with(&[("HULL_MCP_TIMEOUT", "")]).unwrap().timeout,
             Duration::from_secs(30)
         );
+        let vm = with(&[("HULL_MCP_ISOLATION", "vm")]).unwrap();
+        assert_eq!(vm.sandbox_config().isolation, hull_api::Isolation::Vm);
+        assert_eq!(s.sandbox_config().isolation, hull_api::Isolation::Namespace);
     }
 
     #[test]
@@ -159,9 +176,15 @@ mod tests {
             ("HULL_MCP_WORKSPACE", "rel/dir"),
             ("HULL_MCP_MAX_OUTPUT", "10"),
             ("HULL_MCP_MAX_OUTPUT", "x"),
+            ("HULL_MCP_ISOLATION", "kvm"),
         ] {
             let e = with(&[(k, v)]).unwrap_err();
             assert!(e.starts_with(k), "{k}={v}: {e}");
         }
+        let e = with(&[("HULL_MCP_ISOLATION", "vm"), ("HULL_MCP_SETUP", "true")]).unwrap_err();
+        assert!(
+            e.contains("HULL_MCP_SETUP") && e.contains("HULL_MCP_ISOLATION=vm"),
+            "{e}"
+        );
     }
 }

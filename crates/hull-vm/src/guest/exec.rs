@@ -160,10 +160,32 @@ pub fn run(e: &Exec, out: &Writer, cg: &OwnedFd) -> Tell {
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(err) => {
-            return Tell::Failed {
-                step: format!("starting {prog}"),
-                error: err.to_string(),
-            }
+            let path = e
+                .env
+                .iter()
+                .find(|(k, _)| k == "PATH")
+                .map_or("", |(_, v)| v.as_str());
+            let (code, reason) = if err.kind() == std::io::ErrorKind::NotFound {
+                let searched = if prog.contains('/') {
+                    prog.as_str()
+                } else {
+                    "PATH"
+                };
+                (
+                    127,
+                    format!(
+                        "{prog}: not found in the image (searched {searched}{})",
+                        if prog.contains('/') {
+                            String::new()
+                        } else {
+                            format!(" {path}")
+                        }
+                    ),
+                )
+            } else {
+                (126, format!("{prog}: cannot be executed: {err}"))
+            };
+            return Tell::NotStarted { code, reason };
         }
     };
     drop(procs);
