@@ -10,23 +10,6 @@ use std::path::{Path, PathBuf};
 
 use common::{fault, hull, stdout};
 
-/// A root of busybox's static build with the applets the tests use.
-fn busybox_root(dir: &Path) -> Option<PathBuf> {
-    let bb = Path::new("/bin/busybox");
-    if !bb.is_file() {
-        return None;
-    }
-    let root = dir.join("root");
-    std::fs::create_dir_all(root.join("bin")).unwrap();
-    std::fs::copy(bb, root.join("bin/busybox")).unwrap();
-    for applet in [
-        "sh", "cat", "echo", "grep", "hostname", "dd", "sleep", "seq", "wc", "mount", "id",
-    ] {
-        std::os::unix::fs::symlink("busybox", root.join("bin").join(applet)).unwrap();
-    }
-    Some(root)
-}
-
 /// Why this host cannot boot a VM, if it cannot.
 fn no_vm() -> Option<String> {
     if std::env::var_os("HULL_VM_AGENT").is_none() {
@@ -36,6 +19,19 @@ fn no_vm() -> Option<String> {
         return Some(e.to_string());
     }
     hull_vm::assets::Tools::find().err().map(|e| e.to_string())
+}
+
+/// The busybox root a VM test runs, in `dir`; `Err` is why this host cannot boot one.
+fn vm_root(dir: &Path) -> Result<PathBuf, String> {
+    if let Some(why) = no_vm() {
+        return Err(format!("no VM here: {why}"));
+    }
+    hull_testkit::busybox_root(
+        dir,
+        &[
+            "sh", "cat", "echo", "grep", "hostname", "dd", "sleep", "seq", "wc", "mount", "id",
+        ],
+    )
 }
 
 fn json(out: &std::process::Output) -> serde_json::Value {
@@ -109,14 +105,10 @@ fn what_a_vm_cannot_honour_yet_is_refused_naming_the_flag() {
 
 #[test]
 fn a_vm_runs_the_program_without_capabilities_under_its_memory_and_pids_caps() {
-    if let Some(why) = no_vm() {
-        return hull_testkit::skip(format!("no VM here: {why}"));
-    }
     let dir = tempfile::tempdir().unwrap();
-    let Some(root) = busybox_root(dir.path()) else {
-        return hull_testkit::skip(
-            "no /bin/busybox for the test image (apt-get install busybox-static)",
-        );
+    let root = match vm_root(dir.path()) {
+        Ok(r) => r,
+        Err(why) => return hull_testkit::skip(why),
     };
     let ws = dir.path().join("ws");
     std::fs::create_dir(&ws).unwrap();
@@ -191,14 +183,10 @@ fn a_vm_runs_the_program_without_capabilities_under_its_memory_and_pids_caps() {
 
 #[test]
 fn a_vm_past_its_deadline_is_killed_and_the_result_says_timeout() {
-    if let Some(why) = no_vm() {
-        return hull_testkit::skip(format!("no VM here: {why}"));
-    }
     let dir = tempfile::tempdir().unwrap();
-    let Some(root) = busybox_root(dir.path()) else {
-        return hull_testkit::skip(
-            "no /bin/busybox for the test image (apt-get install busybox-static)",
-        );
+    let root = match vm_root(dir.path()) {
+        Ok(r) => r,
+        Err(why) => return hull_testkit::skip(why),
     };
     let started = std::time::Instant::now();
     let out = hull(&[
@@ -292,14 +280,10 @@ fn ended(pid: u32) -> bool {
 
 #[test]
 fn a_killed_hull_leaves_no_vm_and_the_next_run_removes_its_directories() {
-    if let Some(why) = no_vm() {
-        return hull_testkit::skip(format!("no VM here: {why}"));
-    }
     let dir = tempfile::tempdir().unwrap();
-    let Some(root) = busybox_root(dir.path()) else {
-        return hull_testkit::skip(
-            "no /bin/busybox for the test image (apt-get install busybox-static)",
-        );
+    let root = match vm_root(dir.path()) {
+        Ok(r) => r,
+        Err(why) => return hull_testkit::skip(why),
     };
     let scratch = dir.path().join("tmp");
     std::fs::create_dir(&scratch).unwrap();

@@ -71,6 +71,26 @@ fn test_id() -> String {
     format!("{binary}::{}", thread.name().unwrap_or("?"))
 }
 
+/// A root filesystem of this host's static busybox (Debian's `busybox-static`) in `dir/root`,
+/// with `applets` linked in `/bin`: the image of the tests that need one of their own (the
+/// microVM tier runs an image, never `host`). `Err` is the skip's reason.
+pub fn busybox_root(dir: &std::path::Path, applets: &[&str]) -> Result<std::path::PathBuf, String> {
+    let bb = std::path::Path::new("/bin/busybox");
+    if !bb.is_file() {
+        return Err("no /bin/busybox for the test image (apt-get install busybox-static)".into());
+    }
+    let root = dir.join("root");
+    let made = std::fs::create_dir_all(root.join("bin"))
+        .and_then(|()| std::fs::copy(bb, root.join("bin/busybox")).map(drop))
+        .and_then(|()| {
+            applets
+                .iter()
+                .try_for_each(|a| std::os::unix::fs::symlink("busybox", root.join("bin").join(a)))
+        });
+    made.map_err(|e| format!("cannot make the busybox root in {}: {e}", dir.display()))?;
+    Ok(root)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

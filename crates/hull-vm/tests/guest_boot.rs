@@ -9,22 +9,18 @@ use std::time::Duration;
 use hull_vm::proto::{Exec, Stream};
 use hull_vm::VmRun;
 
-/// A root with busybox's static build and the applets the tests use, or why there is none.
-fn busybox_root(dir: &Path) -> Option<PathBuf> {
-    let bb = Path::new("/bin/busybox");
-    if !bb.is_file() {
-        return None;
-    }
-    let root = dir.join("root");
-    std::fs::create_dir_all(root.join("bin")).unwrap();
-    std::fs::copy(bb, root.join("bin/busybox")).unwrap();
-    for applet in [
-        "sh", "cat", "echo", "uname", "ls", "dd", "sleep", "id", "head", "mkdir",
-    ] {
-        std::os::unix::fs::symlink("busybox", root.join("bin").join(applet)).unwrap();
-    }
+/// A busybox root with the applets the tests use and a file of the image's, in `dir`; `Err`
+/// is why this host cannot boot the guest.
+fn vm_root(dir: &Path) -> Result<PathBuf, String> {
+    ready().map_err(|why| format!("no VM here: {why}"))?;
+    let root = hull_testkit::busybox_root(
+        dir,
+        &[
+            "sh", "cat", "echo", "uname", "ls", "dd", "sleep", "id", "head", "mkdir",
+        ],
+    )?;
     std::fs::write(root.join("image-file"), "from the image\n").unwrap();
-    Some(root)
+    Ok(root)
 }
 
 /// Whether this host can boot the guest; otherwise the skip's reason.
@@ -63,14 +59,10 @@ fn request(dir: &Path, root: PathBuf, argv: &[&str]) -> VmRun {
 
 #[test]
 fn a_program_runs_under_a_kernel_of_its_own_and_shares_only_the_workspace() {
-    if let Err(why) = ready() {
-        return hull_testkit::skip(format!("no VM here: {why}"));
-    }
     let dir = tempfile::tempdir().unwrap();
-    let Some(root) = busybox_root(dir.path()) else {
-        return hull_testkit::skip(
-            "no /bin/busybox for the test image (apt-get install busybox-static)",
-        );
+    let root = match vm_root(dir.path()) {
+        Ok(r) => r,
+        Err(why) => return hull_testkit::skip(why),
     };
     let script = "uname -r; cat /image-file; echo out > /workspace/made; echo err >&2; \
                   echo changed > /image-file; cat /image-file; ls /host-only 2>&1; exit 7";
@@ -118,14 +110,10 @@ fn a_program_runs_under_a_kernel_of_its_own_and_shares_only_the_workspace() {
 
 #[test]
 fn the_deadline_kills_the_vm_and_a_missing_program_is_named() {
-    if let Err(why) = ready() {
-        return hull_testkit::skip(format!("no VM here: {why}"));
-    }
     let dir = tempfile::tempdir().unwrap();
-    let Some(root) = busybox_root(dir.path()) else {
-        return hull_testkit::skip(
-            "no /bin/busybox for the test image (apt-get install busybox-static)",
-        );
+    let root = match vm_root(dir.path()) {
+        Ok(r) => r,
+        Err(why) => return hull_testkit::skip(why),
     };
     let mut run = request(
         dir.path(),
