@@ -26,7 +26,7 @@ fi
 MATURIN_PEP517_ARGS="--profile dev" "$venv/bin/python" -m pip install -q --force-reinstall --no-deps --no-build-isolation ./bindings/python
 mkdir -p "$stage/py" "$stage/node"
 cp bindings/python/tests/conftest.py bindings/python/tests/test_named.py bindings/python/tests/test_langchain_shell.py bindings/python/tests/test_kernel_direct.py bindings/python/tests/test_vm.py scripts/busybox-image.py "$stage/py/"
-cp -r bindings/node/dist bindings/node/test bindings/node/package.json "$stage/node/"
+cp -r bindings/node/dist bindings/node/test bindings/node/package.json scripts/busybox-image.py "$stage/node/"
 # The AI SDK adapter's tests: its built package with its dependencies (the hull-sandbox link
 # resolved), and its node image pulled into the user's own store from the local test registry
 # adapters/ai-sdk/scripts/node-image.sh pushed it to.
@@ -47,7 +47,7 @@ echo "-- Python SDK named sandboxes as $user"
 as_user "$stage/py" "$venv/bin/python -m pytest -q -rs -p no:cacheprovider --junitxml=$skips/pytest-sdk-named.rootless.xml test_named.py test_langchain_shell.py test_kernel_direct.py test_vm.py"
 echo "-- Node SDK named sandboxes as $user"
 junit="--test-reporter=spec --test-reporter-destination=stdout --test-reporter=junit --test-reporter-destination=$skips/node-sdk-named.rootless.xml"
-as_user "$stage/node" "NODE_OPTIONS='$junit' node --test --test-concurrency=1 test/named.test.mjs"
+as_user "$stage/node" "NODE_OPTIONS='$junit' node --test --test-concurrency=1 test/named.test.mjs test/vm.test.mjs"
 echo "-- AI SDK adapter as $user"
 as_user /tmp "HULL_AI_SDK_REGISTRY=127.0.0.1:5055 HULL_BIN=$stage/hull bash $stage/ai-sdk/node-image.sh --import-only"
 junit="--test-reporter=spec --test-reporter-destination=stdout --test-reporter=junit --test-reporter-destination=$skips/node-ai-sdk.rootless.xml"

@@ -20,6 +20,7 @@ function onPath(name) {
 /** What this host lacks for a VM, or an empty list. */
 function missing() {
   const out = [];
+  if (process.getuid?.() === 0) out.push("an unprivileged user (a VM is refused as host root; the rootless pass boots one)");
   if (!process.env.HULL_VM_AGENT) out.push("HULL_VM_AGENT (a static hull: scripts/build-static.sh)");
   if (!onPath("qemu-system-x86_64")) out.push("qemu-system-x86_64");
   if (!onPath("virtiofsd") && !process.env.HULL_VIRTIOFSD) out.push("virtiofsd");
@@ -30,7 +31,10 @@ function missing() {
 
 /** Imports an image of this host's busybox as `name` (scripts/busybox-image.py). */
 function importBusybox(name) {
-  const script = resolve(dirname(fileURLToPath(import.meta.url)), "../../../scripts/busybox-image.py");
+  // Beside the package (the rootless pass stages it there), else the checkout's.
+  const here = dirname(fileURLToPath(import.meta.url));
+  const staged = resolve(here, "../busybox-image.py");
+  const script = existsSync(staged) ? staged : resolve(here, "../../../scripts/busybox-image.py");
   execFileSync("python3", [script, name], { stdio: "pipe", env: process.env });
 }
 

@@ -25,6 +25,8 @@ if not os.path.exists(BUSYBOX_IMAGE):
 @pytest.fixture(scope="module")
 def vm_image():
     """The name of a busybox image in hull's store, or a skip saying what this host lacks."""
+    if os.geteuid() == 0:
+        pytest.skip("a VM is refused as host root (test_host_root_is_refused); the rootless pass boots one")
     missing = [what for what, ok in (
         ("HULL_VM_AGENT (a static hull: scripts/build-static.sh)", os.environ.get("HULL_VM_AGENT")),
         ("qemu-system-x86_64", shutil.which("qemu-system-x86_64")),
@@ -67,3 +69,12 @@ def test_what_a_vm_sandbox_cannot_do_yet_is_refused_naming_the_argument():
     with pytest.raises(InvalidArgument) as e:
         Sandbox(name="vm-named", isolation="vm")
     assert "named" in str(e.value)
+
+
+def test_host_root_is_refused():
+    if os.geteuid() != 0:
+        pytest.skip("only host root is refused; the root pass checks it")
+    with pytest.raises(SandboxError) as e:
+        with Sandbox(isolation="vm", image="host") as sb:
+            sb.run(["true"])
+    assert "host root" in str(e.value), e.value

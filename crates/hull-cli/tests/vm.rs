@@ -23,6 +23,11 @@ fn no_vm() -> Option<String> {
 
 /// The busybox root a VM test runs, in `dir`; `Err` is why this host cannot boot one.
 fn vm_root(dir: &Path) -> Result<PathBuf, String> {
+    if common::is_root() {
+        return Err(
+            "a VM is refused as host root (what_a_vm_cannot_honour_yet_is_refused_naming_the_flag checks it); the rootless pass boots one".into(),
+        );
+    }
     if let Some(why) = no_vm() {
         return Err(format!("no VM here: {why}"));
     }
@@ -30,6 +35,7 @@ fn vm_root(dir: &Path) -> Result<PathBuf, String> {
         dir,
         &[
             "sh", "cat", "echo", "grep", "hostname", "dd", "sleep", "seq", "wc", "mount", "id",
+            "ls",
         ],
     )
 }
@@ -101,6 +107,13 @@ fn what_a_vm_cannot_honour_yet_is_refused_naming_the_flag() {
     }
     let out = hull(&["run", "--isolation", "kvm", "--", "true"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("`kvm`"));
+    if common::is_root() {
+        // Host root: virtiofsd would write the shares as root (a setuid-root file on the host).
+        let out = hull(&["run", "--isolation", "vm", "--rootfs", root, "--", "true"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{err}");
+        assert!(err.contains("refused as host root"), "{err}");
+    }
 }
 
 #[test]
@@ -121,6 +134,8 @@ fn a_vm_runs_the_program_without_capabilities_under_its_memory_and_pids_caps() {
     // workspace, then 200 MiB into a tmpfs under a 64 MiB memory cap.
     let script = "hostname; grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status; \
         mount -o remount,rw / 2>/dev/null && echo remounted || echo no-remount; \
+        echo '|/workspace/h' > /proc/sys/kernel/core_pattern 2>/dev/null && echo core-written || echo core-refused; \
+        echo b > /proc/sysrq-trigger 2>/dev/null; echo dev $(ls /dev); \
         (for i in 1 2 3 4 5 6 7 8 9 10 11 12; do (echo >> /tmp/n; exec sleep 2) & done) 2>/dev/null; \
         sleep 3; n=0; while read l; do n=$((n+1)); done < /tmp/n; echo children $n; \
         echo kept > /workspace/out; cat /data/in; echo x > /data/new 2>/dev/null || echo read-only; \
@@ -157,6 +172,15 @@ fn a_vm_runs_the_program_without_capabilities_under_its_memory_and_pids_caps() {
         );
     }
     assert!(text.contains("no-remount"), "{text}");
+    // /proc/sys is read-only: a core_pattern written by the guest's root would run a program
+    // with every capability. /dev holds only the program's nodes (no console, no kmsg).
+    assert!(text.contains("core-refused"), "{text}");
+    assert!(
+        text.contains(
+            "dev fd full null ptmx pts random shm stderr stdin stdout tty urandom zero\n"
+        ),
+        "{text}"
+    );
     let children: usize = text
         .lines()
         .find_map(|l| l.strip_prefix("children "))

@@ -44,8 +44,12 @@ fn confine(procs: libc::c_int) -> io::Result<()> {
     for cap in 0..64u32 {
         // SAFETY: prctl with integer arguments only.
         if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0, 0, 0) } < 0 {
-            // EINVAL: past the kernel's last capability.
-            break;
+            let err = io::Error::last_os_error();
+            // EINVAL: past the kernel's last capability; anything else leaves one kept.
+            if err.raw_os_error() == Some(libc::EINVAL) {
+                break;
+            }
+            return Err(err);
         }
     }
     let clear_all = libc::c_ulong::from(libc::PR_CAP_AMBIENT_CLEAR_ALL.unsigned_abs());

@@ -132,10 +132,12 @@ fn wait_listening(sock: &Path, proc: &mut Proc, log: &Path) -> Result<(), VmErro
         // /proc/net/unix flags 00010000: __SO_ACCEPTCON, a socket that listens. Connecting
         // to find out would be virtiofsd's one connection.
         let table = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
-        if table
-            .lines()
-            .any(|l| l.ends_with(&shown) && l.split_whitespace().nth(3) == Some("00010000"))
-        {
+        // The path is the line's eighth field, compared whole (another user may bind a
+        // socket whose path merely ends with ours).
+        if table.lines().any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.get(3) == Some(&"00010000") && f.get(7) == Some(&shown.as_str())
+        }) {
             return Ok(());
         }
         if let Ok(Some(st)) = proc.0.try_wait() {
@@ -184,14 +186,13 @@ fn virtiofsd(
     if readonly {
         cmd.arg("--readonly");
     }
-    // As another user than root: virtiofsd's user namespace maps its root to the caller, so
+    // virtiofsd's user namespace maps its root to the caller, so
     // the guest's root owns what the caller owns (the workspace it may write), as the root of
     // a namespace box does; files the guest makes belong to the caller.
+    // (Host root is refused before this: see `VmError::HostRoot`.)
     let (uid, gid) = (rustix::process::getuid(), rustix::process::getgid());
-    if !uid.is_root() {
-        cmd.arg(format!("--uid-map=:0:{}:1:", uid.as_raw()))
-            .arg(format!("--gid-map=:0:{}:1:", gid.as_raw()));
-    }
+    cmd.arg(format!("--uid-map=:0:{}:1:", uid.as_raw()))
+        .arg(format!("--gid-map=:0:{}:1:", gid.as_raw()));
     let err = out.try_clone().map_err(|source| VmError::Io {
         step: "making virtiofsd's log",
         source,
@@ -326,6 +327,9 @@ fn accept(listener: &UnixListener, qemu: &mut Proc, err_log: &Path) -> Result<Un
 
 /// Runs `run` in a fresh VM; `sink` gets the program's output as it comes.
 pub fn run(run: &VmRun, sink: &mut dyn FnMut(Stream, &[u8])) -> Result<VmOutcome, VmError> {
+    if rustix::process::geteuid().is_root() {
+        return Err(VmError::HostRoot);
+    }
     sweep(&run.scratch);
     let accel = accel::probe();
     if let (true, Accel::Tcg { why }) = (run.require_kvm, &accel) {

@@ -12,6 +12,12 @@ use hull_vm::VmRun;
 /// A busybox root with the applets the tests use and a file of the image's, in `dir`; `Err`
 /// is why this host cannot boot the guest.
 fn vm_root(dir: &Path) -> Result<PathBuf, String> {
+    if rustix::process::geteuid().is_root() {
+        return Err(
+            "a VM is refused as host root (host_root_is_refused); the rootless pass boots one"
+                .into(),
+        );
+    }
     ready().map_err(|why| format!("no VM here: {why}"))?;
     let root = hull_testkit::busybox_root(
         dir,
@@ -132,4 +138,18 @@ fn the_deadline_kills_the_vm_and_a_missing_program_is_named() {
     assert_eq!(out.code, Some(127), "{out:?}");
     let why = out.exec_failed.unwrap_or_default();
     assert!(why.contains("no-such-program: not found"), "{why}");
+}
+
+#[test]
+fn host_root_is_refused() {
+    if !rustix::process::geteuid().is_root() {
+        return hull_testkit::skip("only host root is refused; the root pass checks it");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let run = request(dir.path(), dir.path().join("root"), &["true"]);
+    assert!(matches!(
+        hull_vm::run(&run, &mut |_, _| {}),
+        Err(hull_vm::VmError::HostRoot)
+    ));
+    assert!(!dir.path().join("scratch").exists(), "nothing was made");
 }

@@ -19,6 +19,9 @@ use crate::files::Confined;
 /// directories (the program's cap is its cgroup's `memory.max` in the guest, so an OOM is the
 /// program's, reported as a namespace box's is).
 const GUEST_OVERHEAD: u64 = 128 << 20;
+/// The most bytes of standard input a VM's program is given: they travel base64'd in one
+/// request line of the agent protocol (4 MiB at most).
+const MAX_STDIN: u64 = 2 << 20;
 /// Guest RAM when the spec has no memory cap.
 const DEFAULT_GUEST_RAM: u64 = 512 << 20;
 
@@ -48,6 +51,15 @@ impl VmBackend {
     }
 }
 
+/// A VM's failure as the engine's error (kind `vm_failed`, the VM's error as the cause).
+fn vm_error(e: hull_vm::VmError) -> BoxError {
+    BoxError::Backend {
+        what: "the microVM",
+        kind: "vm_failed",
+        error: Box::new(e),
+    }
+}
+
 fn refuse(field: SpecField, why: &str) -> BoxError {
     BoxError::Spec(SpecError::Invalid {
         field,
@@ -69,6 +81,21 @@ fn root_dir(spec: &BoxSpec) -> Result<&Path, BoxError> {
 impl Backend for VmBackend {
     fn check(&self, spec: &BoxSpec) -> Result<(), BoxError> {
         spec.validate().map_err(BoxError::Spec)?;
+        if rustix::process::geteuid().is_root() {
+            return Err(vm_error(hull_vm::VmError::HostRoot));
+        }
+        if let Stdin::File(p) = &spec.stdin {
+            let len = std::fs::metadata(p).map_or(0, |m| m.len());
+            if len > MAX_STDIN {
+                return Err(refuse(
+                    SpecField::Stdin,
+                    &format!(
+                        "an input of {len} bytes (more than {} MiB, which goes in the agent's one request)",
+                        MAX_STDIN >> 20
+                    ),
+                ));
+            }
+        }
         root_dir(spec)?;
         // Each mount is a virtio-fs share of its own, which shares a directory.
         if let Some(m) = spec.mounts.iter().find(|m| !m.source.is_dir()) {
@@ -194,11 +221,7 @@ impl Backend for VmBackend {
                 b,
             );
         };
-        let out = hull_vm::run(&run, &mut relay).map_err(|e| BoxError::Backend {
-            what: "the microVM",
-            kind: "vm_failed",
-            error: Box::new(e),
-        })?;
+        let out = hull_vm::run(&run, &mut relay).map_err(vm_error)?;
         warnings.extend(out.warnings.iter().cloned());
         Ok((
             result_of(&out, spec, warnings),

@@ -108,6 +108,35 @@ fn reap_all() {
     while let Ok(Some(_)) = wait(WaitOptions::NOHANG) {}
 }
 
+/// A program that could not be started: as a shell says it (127 not found, 126 not
+/// executable) when exec's error is the program's; any other error is the guest's, with its step.
+fn not_started(prog: &str, e: &Exec, err: &std::io::Error) -> Tell {
+    let raw = err.raw_os_error().unwrap_or(0);
+    let path = e
+        .env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map_or("", |(_, v)| v.as_str());
+    match raw {
+        libc::ENOENT | libc::ENOTDIR => Tell::NotStarted {
+            code: 127,
+            reason: if prog.contains('/') {
+                format!("{prog}: not found in the image")
+            } else {
+                format!("{prog}: not found in the image (searched PATH {path})")
+            },
+        },
+        libc::EACCES | libc::ENOEXEC | libc::ETXTBSY | libc::EISDIR => Tell::NotStarted {
+            code: 126,
+            reason: format!("{prog}: cannot be executed: {err}"),
+        },
+        _ => Tell::Failed {
+            step: format!("starting {prog} (its cgroup, capabilities and exec)"),
+            error: err.to_string(),
+        },
+    }
+}
+
 /// Runs `e` to its end and says how it ended (output is sent as it comes, before this).
 pub fn run(e: &Exec, out: &Writer, cg: &OwnedFd) -> Tell {
     let Some((prog, args)) = e.argv.split_first() else {
@@ -157,36 +186,17 @@ pub fn run(e: &Exec, out: &Writer, cg: &OwnedFd) -> Tell {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     crate::sys::confine_on_exec(&mut cmd, &procs);
+    // A working directory that is not there is the caller's mistake, named as such (not the
+    // program's "not found").
+    if let Err(err) = std::fs::read_dir(&e.cwd) {
+        return Tell::Failed {
+            step: format!("entering the working directory {}", e.cwd),
+            error: err.to_string(),
+        };
+    }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
-        Err(err) => {
-            let path = e
-                .env
-                .iter()
-                .find(|(k, _)| k == "PATH")
-                .map_or("", |(_, v)| v.as_str());
-            let (code, reason) = if err.kind() == std::io::ErrorKind::NotFound {
-                let searched = if prog.contains('/') {
-                    prog.as_str()
-                } else {
-                    "PATH"
-                };
-                (
-                    127,
-                    format!(
-                        "{prog}: not found in the image (searched {searched}{})",
-                        if prog.contains('/') {
-                            String::new()
-                        } else {
-                            format!(" {path}")
-                        }
-                    ),
-                )
-            } else {
-                (126, format!("{prog}: cannot be executed: {err}"))
-            };
-            return Tell::NotStarted { code, reason };
-        }
+        Err(err) => return not_started(prog, e, &err),
     };
     drop(procs);
     let feeder = child.stdin.take().zip(stdin).map(|(mut pipe, bytes)| {

@@ -112,8 +112,52 @@ pub fn program_cgroup() -> Result<OwnedFd, Failed> {
     .map_err(at("opening the program's cgroup"))
 }
 
-/// The program's root: the image (read-only share) under a tmpfs upper at `/newroot`, with
-/// `/workspace`, `/proc`, `/dev`, `/tmp` and `/dev/shm` of its own; init then changes root to it.
+/// Device nodes the program gets in its `/dev` (a tmpfs): bound from the guest's devtmpfs, whose
+/// other nodes (the console, the serial ports, `kmsg`, `mem`) it never sees.
+const DEV_NODES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
+
+/// `/proc` files that act on the guest's kernel or show its memory, covered with `/dev/null`
+/// (`/proc/sys` is read-only besides: `kernel.core_pattern` or `kernel.modprobe` written by the
+/// guest's root would run a program with every capability).
+const PROC_MASKED: [&str; 7] = [
+    "/proc/sysrq-trigger",
+    "/proc/kcore",
+    "/proc/kmsg",
+    "/proc/kallsyms",
+    "/proc/timer_list",
+    "/proc/keys",
+    "/proc/sched_debug",
+];
+
+/// A bind mount of the file or directory at descriptor `src` (opened before the root changed)
+/// on `target`.
+fn bind_fd(src: &OwnedFd, target: &str) -> Result<(), Failed> {
+    let from = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(src));
+    rustix::mount::mount_bind(from.as_str(), target)
+        .map_err(|e| at(&format!("binding {target}"))(e))
+}
+
+/// `target` bound on itself and made read-only.
+fn read_only(target: &str) -> Result<(), Failed> {
+    let step = format!("making {target} read-only");
+    rustix::mount::mount_bind(target, target).map_err(|e| at(&step)(e))?;
+    rustix::mount::mount_remount(
+        target,
+        MountFlags::BIND
+            | MountFlags::RDONLY
+            | MountFlags::NOSUID
+            | MountFlags::NODEV
+            | MountFlags::NOEXEC,
+        "",
+    )
+    .map_err(|e| at(&step)(e))
+}
+
+/// The program's root: the image (read-only share) under a tmpfs upper at `/newroot`; init
+/// changes root to it, then mounts `/workspace`, the shares, `/proc` (its `sys` read-only, its
+/// kernel-facing files masked), `/sys` read-only, a `/dev` of its own, `/dev/pts`, `/dev/shm`
+/// and `/tmp`. Mounting after the root changed resolves each target in the program's root, so
+/// an absolute link in the image stays inside it.
 pub fn program_root(boot: &proto::Boot) -> Result<(), Failed> {
     let ro = MountFlags::RDONLY;
     mount_fs(proto::ROOT_TAG, "/lower", "virtiofs", ro, "")?;
@@ -127,9 +171,21 @@ pub fn program_root(boot: &proto::Boot) -> Result<(), Failed> {
         MountFlags::empty(),
         "lowerdir=/lower,upperdir=/rw/upper,workdir=/rw/work",
     )?;
+    let mut nodes = Vec::new();
+    for n in DEV_NODES {
+        let fd = rustix::fs::open(
+            format!("/dev/{n}").as_str(),
+            OFlags::PATH | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| at(&format!("opening /dev/{n}"))(e))?;
+        nodes.push((n, fd));
+    }
+    rustix::process::chroot("/newroot").map_err(at("changing root to the program's root"))?;
+    std::env::set_current_dir("/").map_err(at("changing root to the program's root"))?;
     mount_fs(
         proto::WORKSPACE_TAG,
-        "/newroot/workspace",
+        "/workspace",
         "virtiofs",
         MountFlags::NODEV,
         "",
@@ -146,41 +202,55 @@ pub fn program_root(boot: &proto::Boot) -> Result<(), Failed> {
         } else {
             MountFlags::NODEV
         };
-        mount_fs(
-            &m.tag,
-            &format!("/newroot{}", m.target),
-            "virtiofs",
-            flags,
-            "",
-        )?;
+        mount_fs(&m.tag, &m.target, "virtiofs", flags, "")?;
     }
     let quiet = MountFlags::NOSUID | MountFlags::NOEXEC | MountFlags::NODEV;
-    mount_fs("proc", "/newroot/proc", "proc", quiet, "")?;
-    mount_fs("sysfs", "/newroot/sys", "sysfs", quiet | ro, "")?;
+    mount_fs("proc", "/proc", "proc", quiet, "")?;
+    read_only("/proc/sys")?;
+    mount_fs("sysfs", "/sys", "sysfs", quiet | ro, "")?;
     mount_fs(
-        "devtmpfs",
-        "/newroot/dev",
-        "devtmpfs",
-        MountFlags::NOSUID,
-        "mode=0755",
+        "dev",
+        "/dev",
+        "tmpfs",
+        MountFlags::NOSUID | MountFlags::NOEXEC,
+        "mode=0755,size=64k",
     )?;
+    for (n, fd) in &nodes {
+        let target = format!("/dev/{n}");
+        fs::File::create(&target).map_err(|e| at(&format!("making {target}"))(e))?;
+        bind_fd(fd, &target)?;
+    }
+    let null = &nodes[0].1;
+    for f in PROC_MASKED {
+        // A file this kernel does not have needs no mask.
+        if Path::new(f).exists() {
+            bind_fd(null, f)?;
+        }
+    }
     mount_fs(
         "devpts",
-        "/newroot/dev/pts",
+        "/dev/pts",
         "devpts",
         MountFlags::NOSUID | MountFlags::NOEXEC,
         "newinstance,ptmxmode=0666",
     )?;
-    mount_fs("shm", "/newroot/dev/shm", "tmpfs", quiet, "mode=1777")?;
+    for (link, to) in [
+        ("/dev/ptmx", "pts/ptmx"),
+        ("/dev/fd", "/proc/self/fd"),
+        ("/dev/stdin", "/proc/self/fd/0"),
+        ("/dev/stdout", "/proc/self/fd/1"),
+        ("/dev/stderr", "/proc/self/fd/2"),
+    ] {
+        std::os::unix::fs::symlink(to, link).map_err(|e| at(&format!("making {link}"))(e))?;
+    }
+    mount_fs("shm", "/dev/shm", "tmpfs", quiet, "mode=1777")?;
     mount_fs(
         "tmp",
-        "/newroot/tmp",
+        "/tmp",
         "tmpfs",
         MountFlags::NOSUID | MountFlags::NODEV,
         "mode=1777",
-    )?;
-    rustix::process::chroot("/newroot").map_err(at("changing root to the program's root"))?;
-    std::env::set_current_dir("/").map_err(at("changing root to the program's root"))
+    )
 }
 
 /// Writes what is cached to the shares, then powers the guest off (QEMU exits); `code` is
