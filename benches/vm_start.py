@@ -6,7 +6,8 @@ then the memory of one idle VM (PSS of QEMU and its virtiofsd processes, from sm
     HULL_VM_AGENT=target/x86_64-unknown-linux-gnu/release/hull \\
         python3 benches/vm_start.py --hull target/release/hull --rounds 10
 
-Needs what `hull run --isolation vm` needs (hull doctor's microvm line) and /bin/busybox."""
+Needs what `hull run --isolation vm` needs (hull doctor's microvm line) and /bin/busybox, and
+an unprivileged user (a VM is refused as host root; docs/vm.md)."""
 
 import argparse
 import os
