@@ -131,7 +131,7 @@ fn a_vm_runs_the_program_without_capabilities_under_its_memory_and_pids_caps() {
     let data_mount = format!("{}:/data:ro", data.display());
     // In one VM (each boot takes seconds here): the hostname, the capability sets, a
     // remount the program may not do, 12 children under a pids cap of 8, a file in the
-    // workspace, then 200 MiB into a tmpfs under a 64 MiB memory cap.
+    // workspace, then 200 MiB into the root's upper layer (the guest's tmpfs, charged to the program) under a 64 MiB memory cap.
     let script = "hostname; grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status; \
         mount -o remount,rw / 2>/dev/null && echo remounted || echo no-remount; \
         echo '|/workspace/h' > /proc/sys/kernel/core_pattern 2>/dev/null && echo core-written || echo core-refused; \
@@ -139,7 +139,7 @@ fn a_vm_runs_the_program_without_capabilities_under_its_memory_and_pids_caps() {
         (for i in 1 2 3 4 5 6 7 8 9 10 11 12; do (echo >> /tmp/n; exec sleep 2) & done) 2>/dev/null; \
         sleep 3; n=0; while read l; do n=$((n+1)); done < /tmp/n; echo children $n; \
         echo kept > /workspace/out; cat /data/in; echo x > /data/new 2>/dev/null || echo read-only; \
-        dd if=/dev/zero of=/dev/shm/fill bs=1M count=200 2>/dev/null; echo survived";
+        dd if=/dev/zero of=/fill bs=1M count=200 2>/dev/null; echo survived";
     let out = hull(&[
         "run",
         "--json",
@@ -401,4 +401,67 @@ fn a_killed_hull_leaves_no_vm_and_the_next_run_removes_its_directories() {
         .unwrap();
     assert!(out.status.code().is_some());
     assert_eq!(left(&scratch), Vec::<String>::new());
+}
+
+/// A static probe that plants `/sbin/modprobe` in its own (writable) root, then asks for a
+/// socket family no module is loaded for, which makes the kernel run modprobe on its own.
+const HELPER_PROBE: &str = r##"
+#include <stdio.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+int main(void) {
+    mkdir("/sbin", 0755);
+    FILE *f = fopen("/sbin/modprobe", "w");
+    if (!f) { perror("modprobe"); return 2; }
+    fputs("#!/bin/sh\necho ran > /workspace/helper-ran\ngrep CapEff /proc/self/status >> /workspace/helper-ran\n", f);
+    fclose(f);
+    chmod("/sbin/modprobe", 0755);
+    int s = socket(5, SOCK_DGRAM, 0);
+    printf("socket %d\n", s);
+    return 0;
+}
+"##;
+
+#[test]
+fn the_kernels_helpers_never_run_what_the_program_planted_in_its_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = match vm_root(dir.path()) {
+        Ok(r) => r,
+        Err(why) => return hull_testkit::skip(why),
+    };
+    // A kernel helper (modprobe for a socket family, request-key, a core dump's pipe) is run
+    // by the kernel with every capability, looked up in the root init had when it ran it.
+    let src = dir.path().join("probe.c");
+    std::fs::write(&src, HELPER_PROBE).unwrap();
+    let built = std::process::Command::new("gcc")
+        .args(["-static", "-O1", "-o"])
+        .arg(root.join("bin/probe"))
+        .arg(&src)
+        .output();
+    match built {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => panic!("gcc failed: {}", String::from_utf8_lossy(&o.stderr)),
+        Err(e) => return hull_testkit::skip(format!("no gcc to build the probe: {e}")),
+    }
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let v = json(&hull(&[
+        "run",
+        "--json",
+        "--isolation",
+        "vm",
+        "--rootfs",
+        root.to_str().unwrap(),
+        "--workspace",
+        ws.to_str().unwrap(),
+        "--",
+        "/bin/probe",
+    ]));
+    assert_eq!(v["exit_code"], 0, "{v}");
+    assert!(stdout(&v).starts_with("socket "), "{v}");
+    assert!(
+        !ws.join("helper-ran").exists(),
+        "the kernel ran the program's /sbin/modprobe: {:?}",
+        std::fs::read_to_string(ws.join("helper-ran"))
+    );
 }

@@ -52,6 +52,9 @@ pub struct GuestMount {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Boot {
     pub mounts: Vec<GuestMount>,
+    /// Sizes of the program's `/tmp` and `/dev/shm` (tmpfs, charged to its memory cap).
+    pub tmp_size: u64,
+    pub shm_size: u64,
 }
 
 /// What the host asks of the guest.

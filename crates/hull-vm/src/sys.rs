@@ -115,3 +115,15 @@ pub fn as_helper(cmd: &mut Command) {
         cmd.pre_exec(move || helper_defaults(parent));
     }
 }
+
+/// Gives the calling thread (the guest's init, before it changes root) a file-system context of
+/// its own. The kernel starts init sharing its root with kthreadd, so every program the kernel
+/// runs on its own (`modprobe` for a socket family, `request-key`, a core dump's pipe) would
+/// otherwise be looked up in the root init changes to: the program's, which it can write.
+/// Unshared, kernel helpers keep the initramfs's root, which holds none of them.
+pub fn own_fs_context() -> io::Result<()> {
+    // SAFETY: only CLONE_FS (root, working directory, umask) is unshared, never the descriptor
+    // table, so no thread can lose a descriptor another made.
+    unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::FS) }
+        .map_err(io::Error::from)
+}

@@ -27,6 +27,9 @@ pub struct VmRun {
     pub workspace: PathBuf,
     /// Host directories shared at paths of the program's root.
     pub mounts: Vec<VmMount>,
+    /// Sizes of the program's `/tmp` and `/dev/shm`, in bytes.
+    pub tmp_size: u64,
+    pub shm_size: u64,
     pub exec: Exec,
     /// Guest RAM in bytes.
     pub memory: u64,
@@ -436,6 +439,8 @@ pub fn run(run: &VmRun, sink: &mut dyn FnMut(Stream, &[u8])) -> Result<VmOutcome
     };
     chan.send(&Ask::Boot(proto::Boot {
         mounts: guest_mounts,
+        tmp_size: run.tmp_size,
+        shm_size: run.shm_size,
     }))?;
     let failed_boot = |what: String| VmError::Start {
         step: "booting the guest",

@@ -43,6 +43,8 @@ fn request(dir: &Path, root: PathBuf, argv: &[&str]) -> VmRun {
         root,
         workspace,
         mounts: Vec::new(),
+        tmp_size: 64 << 20,
+        shm_size: 64 << 20,
         exec: Exec {
             argv: argv.iter().map(|s| s.to_string()).collect(),
             env: vec![("PATH".into(), "/bin".into())],

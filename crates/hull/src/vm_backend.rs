@@ -81,9 +81,6 @@ fn root_dir(spec: &BoxSpec) -> Result<&Path, BoxError> {
 impl Backend for VmBackend {
     fn check(&self, spec: &BoxSpec) -> Result<(), BoxError> {
         spec.validate().map_err(BoxError::Spec)?;
-        if rustix::process::geteuid().is_root() {
-            return Err(vm_error(hull_vm::VmError::HostRoot));
-        }
         if let Stdin::File(p) = &spec.stdin {
             let len = std::fs::metadata(p).map_or(0, |m| m.len());
             if len > MAX_STDIN {
@@ -136,6 +133,10 @@ impl Backend for VmBackend {
         }
         if matches!(spec.stdin, Stdin::Inherit | Stdin::Terminal) {
             return Err(refuse(SpecField::Stdin, "this terminal's input is refused"));
+        }
+        // Last, so a request's own fields are named first.
+        if rustix::process::geteuid().is_root() {
+            return Err(vm_error(hull_vm::VmError::HostRoot));
         }
         Ok(())
     }
@@ -194,6 +195,8 @@ impl Backend for VmBackend {
                     read_only: m.read_only,
                 })
                 .collect(),
+            tmp_size: spec.tmp_size,
+            shm_size: spec.shm_size,
             exec: Exec {
                 argv: spec.argv.clone(),
                 env: spec.env.clone(),

@@ -99,7 +99,8 @@ pub fn program_cgroup() -> Result<OwnedFd, Failed> {
         "/cg",
         "cgroup2",
         MountFlags::NOSUID | MountFlags::NOEXEC | MountFlags::NODEV,
-        "",
+        // A cgroup namespace's root cannot change its own limits.
+        "nsdelegate",
     )?;
     fs::write("/cg/cgroup.subtree_control", "+pids +memory")
         .map_err(at("enabling the pids and memory controllers"))?;
@@ -119,7 +120,7 @@ const DEV_NODES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"
 /// `/proc` files that act on the guest's kernel or show its memory, covered with `/dev/null`
 /// (`/proc/sys` is read-only besides: `kernel.core_pattern` or `kernel.modprobe` written by the
 /// guest's root would run a program with every capability).
-const PROC_MASKED: [&str; 7] = [
+const PROC_MASKED: [&str; 14] = [
     "/proc/sysrq-trigger",
     "/proc/kcore",
     "/proc/kmsg",
@@ -127,6 +128,13 @@ const PROC_MASKED: [&str; 7] = [
     "/proc/timer_list",
     "/proc/keys",
     "/proc/sched_debug",
+    "/proc/kpageflags",
+    "/proc/kpagecount",
+    "/proc/kpagecgroup",
+    "/proc/slabinfo",
+    "/proc/vmallocinfo",
+    "/proc/pagetypeinfo",
+    "/proc/latency_stats",
 ];
 
 /// A bind mount of the file or directory at descriptor `src` (opened before the root changed)
@@ -160,15 +168,17 @@ fn read_only(target: &str) -> Result<(), Failed> {
 /// an absolute link in the image stays inside it.
 pub fn program_root(boot: &proto::Boot) -> Result<(), Failed> {
     let ro = MountFlags::RDONLY;
-    mount_fs(proto::ROOT_TAG, "/lower", "virtiofs", ro, "")?;
-    mount_fs("rw", "/rw", "tmpfs", MountFlags::empty(), "mode=0755")?;
+    // No device file or set-id bit of the image or the upper takes effect.
+    let plain = MountFlags::NOSUID | MountFlags::NODEV;
+    mount_fs(proto::ROOT_TAG, "/lower", "virtiofs", ro | plain, "")?;
+    mount_fs("rw", "/rw", "tmpfs", plain, "mode=0755")?;
     mkdir("/rw/upper")?;
     mkdir("/rw/work")?;
     mount_fs(
         "overlay",
         "/newroot",
         "overlay",
-        MountFlags::empty(),
+        plain,
         "lowerdir=/lower,upperdir=/rw/upper,workdir=/rw/work",
     )?;
     let mut nodes = Vec::new();
@@ -181,6 +191,7 @@ pub fn program_root(boot: &proto::Boot) -> Result<(), Failed> {
         .map_err(|e| at(&format!("opening /dev/{n}"))(e))?;
         nodes.push((n, fd));
     }
+    crate::sys::own_fs_context().map_err(at("unsharing init's file-system context"))?;
     rustix::process::chroot("/newroot").map_err(at("changing root to the program's root"))?;
     std::env::set_current_dir("/").map_err(at("changing root to the program's root"))?;
     mount_fs(
@@ -220,7 +231,9 @@ pub fn program_root(boot: &proto::Boot) -> Result<(), Failed> {
         fs::File::create(&target).map_err(|e| at(&format!("making {target}"))(e))?;
         bind_fd(fd, &target)?;
     }
-    let null = &nodes[0].1;
+    let Some((_, null)) = nodes.iter().find(|(n, _)| *n == "null") else {
+        return Err(at("masking /proc")("no /dev/null"));
+    };
     for f in PROC_MASKED {
         // A file this kernel does not have needs no mask.
         if Path::new(f).exists() {
@@ -243,13 +256,19 @@ pub fn program_root(boot: &proto::Boot) -> Result<(), Failed> {
     ] {
         std::os::unix::fs::symlink(to, link).map_err(|e| at(&format!("making {link}"))(e))?;
     }
-    mount_fs("shm", "/dev/shm", "tmpfs", quiet, "mode=1777")?;
+    mount_fs(
+        "shm",
+        "/dev/shm",
+        "tmpfs",
+        quiet,
+        &format!("mode=1777,size={}", boot.shm_size),
+    )?;
     mount_fs(
         "tmp",
         "/tmp",
         "tmpfs",
         MountFlags::NOSUID | MountFlags::NODEV,
-        "mode=1777",
+        &format!("mode=1777,size={}", boot.tmp_size),
     )
 }
 
