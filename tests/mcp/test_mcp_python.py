@@ -435,8 +435,11 @@ def test_a_call_waiting_on_a_long_setup_is_told_with_progress():
 def test_isolation_vm_runs_each_call_in_a_microvm():
     """HULL_MCP_ISOLATION=vm: each call boots a VM (seconds under TCG; docs/vm.md); as host
     root the server refuses to start, naming why."""
+    name = "hull-test-vm/busybox-mcp:1"
     if os.geteuid() == 0:
-        p = subprocess.run([HULL, "mcp"], input="", capture_output=True, text=True, env=server_env(HULL_MCP_ISOLATION="vm", HULL_MCP_IMAGE="host"), timeout=120)
+        out = subprocess.run(["python3", str(ROOT / "scripts" / "busybox-image.py"), name], capture_output=True, text=True, env=dict(os.environ, HULL_BIN=HULL))
+        assert out.returncode == 0, out.stderr
+        p = subprocess.run([HULL, "mcp"], input="", capture_output=True, text=True, env=server_env(HULL_MCP_ISOLATION="vm", HULL_MCP_IMAGE=name), timeout=120)
         assert p.returncode != 0 and "host root" in p.stderr, p.stderr
         return
     missing = [what for what, ok in (
@@ -448,7 +451,6 @@ def test_isolation_vm_runs_each_call_in_a_microvm():
     ) if not ok]
     if missing:
         pytest.skip("no VM here: missing " + ", ".join(missing))
-    name = "hull-test-vm/busybox-mcp:1"
     out = subprocess.run(["python3", str(ROOT / "scripts" / "busybox-image.py"), name], capture_output=True, text=True, env=dict(os.environ, HULL_BIN=HULL))
     assert out.returncode == 0, out.stderr
 

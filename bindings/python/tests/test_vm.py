@@ -74,7 +74,10 @@ def test_what_a_vm_sandbox_cannot_do_yet_is_refused_naming_the_argument():
 def test_host_root_is_refused():
     if os.geteuid() != 0:
         pytest.skip("only host root is refused; the root pass checks it")
+    name = "hull-test-vm/busybox:1"
+    out = subprocess.run([sys.executable, BUSYBOX_IMAGE, name], capture_output=True, text=True, env=dict(os.environ, HULL_BIN=find_hull()))
+    assert out.returncode == 0, out.stderr
     with pytest.raises(SandboxError) as e:
-        with Sandbox(isolation="vm", image="host") as sb:
+        with Sandbox(isolation="vm", image=name) as sb:
             sb.run(["true"])
     assert "host root" in str(e.value), e.value
