@@ -20,7 +20,7 @@ function onPath(name) {
 /** What this host lacks for a VM, or an empty list. */
 function missing() {
   const out = [];
-  if (process.getuid?.() === 0) out.push("an unprivileged user (a VM is refused as host root; the rootless pass boots one)");
+  if (process.getuid?.() === 0) out.push("an unprivileged user (the rootless pass boots it; the root pass boots the Python SDK's host-root VM test)");
   if (!process.env.HULL_VM_AGENT) out.push("HULL_VM_AGENT (a static hull: scripts/build-static.sh)");
   if (!onPath("qemu-system-x86_64")) out.push("qemu-system-x86_64");
   if (!onPath("virtiofsd") && !process.env.HULL_VIRTIOFSD) out.push("virtiofsd");

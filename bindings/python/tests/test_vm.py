@@ -26,7 +26,7 @@ if not os.path.exists(BUSYBOX_IMAGE):
 def vm_image():
     """The name of a busybox image in hull's store, or a skip saying what this host lacks."""
     if os.geteuid() == 0:
-        pytest.skip("a VM is refused as host root (test_host_root_is_refused); the rootless pass boots one")
+        pytest.skip("the rootless pass boots it; the root pass boots test_as_host_root_a_vm_sandbox_writes_as_hulls_range_and_never_as_root")
     missing = [what for what, ok in (
         ("HULL_VM_AGENT (a static hull: scripts/build-static.sh)", os.environ.get("HULL_VM_AGENT")),
         ("qemu-system-x86_64", shutil.which("qemu-system-x86_64")),
@@ -71,13 +71,37 @@ def test_what_a_vm_sandbox_cannot_do_yet_is_refused_naming_the_argument():
     assert "named" in str(e.value)
 
 
-def test_host_root_is_refused():
+def test_as_host_root_a_vm_sandbox_writes_as_hulls_range_and_never_as_root(tmp_path):
+    """As host root the guest's root is hull's range on every share it writes (it could
+    otherwise leave a setuid-root program on the host): the session's workspace is given to
+    the range, files the host puts there follow it (the program can change them), and a
+    writable workspace of host root's own is refused, naming it."""
     if os.geteuid() != 0:
-        pytest.skip("only host root is refused; the root pass checks it")
+        pytest.skip("host root's mapping; an unprivileged caller's is its own")
+    missing = [what for what, ok in (
+        ("HULL_VM_AGENT", os.environ.get("HULL_VM_AGENT")),
+        ("qemu-system-x86_64", shutil.which("qemu-system-x86_64")),
+        ("virtiofsd", shutil.which("virtiofsd") or os.environ.get("HULL_VIRTIOFSD")),
+        ("the guest kernel", os.environ.get("HULL_VM_KERNEL") or os.path.exists("/usr/local/lib/hull/vm/vmlinuz")),
+        ("/bin/busybox", os.path.exists("/bin/busybox")),
+    ) if not ok]
+    if missing:
+        pytest.fail("the root pass boots a VM; missing " + ", ".join(missing))
     name = "hull-test-vm/busybox:1"
     out = subprocess.run([sys.executable, BUSYBOX_IMAGE, name], capture_output=True, text=True, env=dict(os.environ, HULL_BIN=find_hull()))
     assert out.returncode == 0, out.stderr
-    with pytest.raises(SandboxError) as e:
-        with Sandbox(isolation="vm", image=name) as sb:
-            sb.run(["true"])
-    assert "host root" in str(e.value), e.value
+    base = 0x7FFD0000
+    with pytest.raises(InvalidArgument) as e:
+        Sandbox(isolation="vm", image=name, workspace=str(tmp_path))
+    assert "workspace" in str(e.value) and "host root's" in str(e.value), e.value
+    with Sandbox(isolation="vm", image=name) as sb:
+        sb.write_file("notes/in.txt", b"from the host\n")
+        r = sb.run(["sh", "-c", "id -u; cat notes/in.txt; echo more >> notes/in.txt; echo made > f; chmod 4755 f"])
+        assert r.exit_code == 0 and r.stdout == "0\nfrom the host\n", r
+        ws = sb.workspace
+        for p in (ws, os.path.join(ws, "notes"), os.path.join(ws, "notes", "in.txt"), os.path.join(ws, "f")):
+            st = os.stat(p)
+            assert (st.st_uid, st.st_gid) == (base, base), (p, st)
+        assert sb.read_file("notes/in.txt") == b"from the host\nmore\n"
+        # The setuid bit the guest set is on a file of the range's, never of host root's.
+        assert os.stat(os.path.join(ws, "f")).st_mode & 0o4000

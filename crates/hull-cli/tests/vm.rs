@@ -25,7 +25,7 @@ fn no_vm() -> Option<String> {
 fn vm_root(dir: &Path) -> Result<PathBuf, String> {
     if common::is_root() {
         return Err(
-            "a VM is refused as host root (what_a_vm_cannot_honour_yet_is_refused_naming_the_flag checks it); the rootless pass boots one".into(),
+            "the rootless pass boots it (host root's mapping: guest_boot and the Python SDK's test_vm boot one as root)".into(),
         );
     }
     if let Some(why) = no_vm() {
@@ -108,11 +108,27 @@ fn what_a_vm_cannot_honour_yet_is_refused_naming_the_flag() {
     let out = hull(&["run", "--isolation", "kvm", "--", "true"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("`kvm`"));
     if common::is_root() {
-        // Host root: virtiofsd would write the shares as root (a setuid-root file on the host).
-        let out = hull(&["run", "--isolation", "vm", "--rootfs", root, "--", "true"]);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(125), "{err}");
-        assert!(err.contains("refused as host root"), "{err}");
+        // Host root: the guest's root never writes as host root (a setuid-root file on the
+        // host), so a writable share host root owns is refused, naming it and the fix.
+        let owned = dir.path().join("roots");
+        std::fs::create_dir(&owned).unwrap();
+        let share = owned.to_str().unwrap();
+        let mount = format!("{share}:/data");
+        for (args, flag) in [
+            (["--workspace", share], "--workspace"),
+            (["--mount", mount.as_str()], "--mount"),
+        ] {
+            let mut full = vec!["run", "--isolation", "vm", "--rootfs", root];
+            full.extend_from_slice(&args);
+            full.extend_from_slice(&["--", "true"]);
+            let out = hull(&full);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(125), "{err}");
+            assert!(
+                err.contains(flag) && err.contains("host root's") && err.contains("read-only"),
+                "{err}"
+            );
+        }
     }
 }
 

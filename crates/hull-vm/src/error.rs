@@ -18,8 +18,9 @@ pub enum VmError {
     /// The guest's init must be a static hull.
     #[error("{} is linked dynamically and cannot be the guest's init (the initramfs holds no loader): set HULL_VM_AGENT to a static hull (scripts/build-static.sh makes one)", path.display())]
     AgentNotStatic { path: PathBuf },
-    /// Run as host root: refused until a VM's shares can take hull's own id range.
-    #[error("a VM is refused as host root: virtiofsd would write its shares as host root, so the guest could leave a setuid-root file on the host (hull does not yet map a VM's root to its own id range, as it does a namespace box's); run hull as an unprivileged user")]
+    /// Run as host root without the host ids the guest's root takes on each share (hull's
+    /// range or a share's owner): the guest would write them as host root.
+    #[error("a VM run as host root needs the host ids its root takes on every share (hull's range, or a directory's owner), so it never writes as host root; none were given")]
     HostRoot,
     /// `--require-kvm` and KVM cannot run a standard guest here.
     #[error("KVM is required (--require-kvm) but cannot run this VM here: {why}")]

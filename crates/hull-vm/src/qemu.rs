@@ -33,6 +33,9 @@ pub struct Machine {
     pub console: PathBuf,
     /// Under TCG: the host's TSC frequency, given to the guest (see [`crate::accel::host_tsc_khz`]).
     pub tsc_khz: Option<u64>,
+    /// As host root: the ids QEMU switches to, and the empty directory it changes root to,
+    /// once its files and sockets are open (`-run-with`).
+    pub run_as: Option<(crate::sys::Ids, PathBuf)>,
 }
 
 fn os(s: impl Into<OsString>) -> OsString {
@@ -74,11 +77,21 @@ impl Machine {
             // QEMU's own seccomp filter: a guest that takes over a device model cannot spawn
             // a process, gain privileges, change scheduling or use obsolete calls.
             "-sandbox",
-            "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+            // QEMU loads its filter before `-run-with` changes ids, so the filter must allow
+            // that one change; after it every id is hull's and no capability is left.
+            if self.run_as.is_some() {
+                "on,obsolete=deny,elevateprivileges=allow,spawn=deny,resourcecontrol=deny"
+            } else {
+                "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"
+            },
             // microvm's virtio-mmio is legacy by default, which vhost-user-fs refuses.
             "-global",
             "virtio-mmio.force-legacy=false",
         ]);
+        if let Some((ids, empty)) = &self.run_as {
+            a.push(os("-run-with"));
+            a.push(kv(&format!("user={}:{},chroot=", ids.uid, ids.gid), empty));
+        }
         let mut cmdline = String::from("console=ttyS0 panic=-1 quiet loglevel=3 rdinit=/init");
         if let (Accel::Tcg { .. }, Some(khz)) = (&self.accel, self.tsc_khz) {
             cmdline.push_str(&format!(" tsc_early_khz={khz} tsc=reliable"));
@@ -134,6 +147,7 @@ mod tests {
             agent: "/run/x/agent.sock".into(),
             console: "/run/x/console.log".into(),
             tsc_khz: Some(2_100_000),
+            run_as: None,
         };
         let line: Vec<String> = m
             .argv()
@@ -166,7 +180,7 @@ mod tests {
         );
         let kvm = Machine {
             accel: Accel::Kvm,
-            ..m
+            ..m.clone()
         };
         let kline: Vec<String> = kvm
             .argv()
@@ -181,5 +195,28 @@ mod tests {
         assert!(line
             .iter()
             .any(|a| a.ends_with("tsc_early_khz=2100000 tsc=reliable")));
+        assert!(
+            !line.iter().any(|a| a == "-run-with"),
+            "no id change unasked"
+        );
+        let as_root = Machine {
+            run_as: Some((
+                crate::sys::Ids {
+                    uid: 2_147_287_040,
+                    gid: 2_147_287_041,
+                },
+                "/run/x/empty".into(),
+            )),
+            ..m
+        };
+        let rline: Vec<String> = as_root
+            .argv()
+            .iter()
+            .map(|s| s.to_string_lossy().into_owned())
+            .collect();
+        assert!(rline.windows(2).any(
+            |w| w[0] == "-run-with" && w[1] == "user=2147287040:2147287041,chroot=/run/x/empty"
+        ));
+        assert!(rline.iter().any(|a| a.contains("elevateprivileges=allow")));
     }
 }

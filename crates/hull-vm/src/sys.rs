@@ -1,7 +1,9 @@
 //! The guest init's one unsafe step: what the program's process does between fork and exec
 //! (std's `pre_exec`): join the program's cgroup, give up every capability and the bounding
 //! set, and set no_new_privs, so the program is the guest's root without root's powers (as a
-//! namespace box's program is), and cannot lift the caps its cgroup holds.
+//! namespace box's program is), and cannot lift the caps its cgroup holds. On the host: a VM's
+//! helpers (QEMU, virtiofsd) started with every signal unblocked, killed with their hull, and
+//! (as host root) virtiofsd as the root of a user namespace mapped to hull's own ids.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -126,4 +128,117 @@ pub fn own_fs_context() -> io::Result<()> {
     // table, so no thread can lose a descriptor another made.
     unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::FS) }
         .map_err(io::Error::from)
+}
+
+/// Host ids a helper runs as: its root in a user namespace of its own is host `uid`/`gid`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ids {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// The child's side of [`in_userns`] (forked, before exec): a user namespace of its own, its
+/// pid told to the parent, then, once the parent has written the maps, root in it (host
+/// `ids`) with no supplementary groups. Only async-signal-safe calls.
+fn enter_userns(tell: libc::c_int, wait: libc::c_int) -> io::Result<()> {
+    // SAFETY: unshare with a flag only; the forked child has one thread.
+    check(unsafe { libc::unshare(libc::CLONE_NEWUSER) }.into())?;
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() }.to_ne_bytes();
+    // SAFETY: writes 4 bytes from a live array to a descriptor the closure owns.
+    if unsafe { libc::write(tell, pid.as_ptr().cast(), pid.len()) } != 4 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut go = [0u8; 1];
+    // SAFETY: reads at most 1 byte into a live array.
+    if unsafe { libc::read(wait, go.as_mut_ptr().cast(), 1) } != 1 || go[0] != 1 {
+        // The parent could not write the maps: never run unmapped.
+        return Err(io::Error::from_raw_os_error(libc::EPERM));
+    }
+    // Raw system calls: glibc's set*id wrappers signal every thread of the process, which a
+    // forked child must not rely on.
+    // SAFETY: setgroups with an empty list.
+    check(unsafe { libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) })?;
+    // SAFETY: setresgid with integer ids.
+    check(unsafe { libc::syscall(libc::SYS_setresgid, 0, 0, 0) })?;
+    // SAFETY: setresuid with integer ids.
+    check(unsafe { libc::syscall(libc::SYS_setresuid, 0, 0, 0) })?;
+    Ok(())
+}
+
+/// Makes `cmd` start as root of a user namespace of its own whose root is host `ids` and
+/// which maps nothing else: how host root runs virtiofsd, which refuses its own `--uid-map`
+/// as root. The helper's capabilities then reach only files `ids` own, so what the guest
+/// makes on a share belongs to `ids`, never to host root. The maps are written by a thread
+/// of the caller while the child waits (only a process with CAP_SETUID in the parent
+/// namespace may map ids other than its own). Call before [`as_helper`]: changing ids clears
+/// the death signal, which `as_helper` then sets. Returns the thread, to join after `spawn`.
+pub fn in_userns(cmd: &mut Command, ids: Ids) -> io::Result<MapWriter> {
+    let (pid_r, pid_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    let (go_r, go_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    let (tell, wait) = (pid_w.as_raw_fd(), go_r.as_raw_fd());
+    // SAFETY: the closure only makes async-signal-safe system calls (see `enter_userns`);
+    // the descriptors it uses stay open in the parent until the child has exec'd (the
+    // `MapWriter` holds them).
+    unsafe {
+        cmd.pre_exec(move || enter_userns(tell, wait));
+    }
+    let thread = std::thread::spawn(move || {
+        let mut pid = [0u8; 4];
+        let mut file = std::fs::File::from(pid_r);
+        // EOF: the child failed before it asked (its error reaches `spawn`).
+        if io::Read::read_exact(&mut file, &mut pid).is_err() {
+            return;
+        }
+        let pid = i32::from_ne_bytes(pid);
+        let write = |name: &str, id: u32| {
+            std::fs::write(format!("/proc/{pid}/{name}"), format!("0 {id} 1\n"))
+        };
+        let ok = write("uid_map", ids.uid).is_ok() && write("gid_map", ids.gid).is_ok();
+        let _ = rustix::io::write(&go_w, &[u8::from(ok)]);
+    });
+    Ok(MapWriter {
+        thread: Some(thread),
+        ends: Some((pid_w, go_r)),
+    })
+}
+
+/// The thread writing a helper's maps and the child's ends of its pipes: drop it after
+/// `spawn` (the child has exec'd or failed), which closes the ends (so the thread sees EOF if
+/// the child never asked) and joins the thread.
+#[derive(Debug)]
+pub struct MapWriter {
+    thread: Option<std::thread::JoinHandle<()>>,
+    ends: Option<(OwnedFd, OwnedFd)>,
+}
+
+impl Drop for MapWriter {
+    fn drop(&mut self) {
+        self.ends = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// In the forked child: `fd` becomes descriptor `to`, kept across exec. Only async-signal-safe
+/// calls.
+fn move_fd(fd: libc::c_int, to: libc::c_int) -> io::Result<()> {
+    if fd == to {
+        // SAFETY: fcntl on a descriptor the parent keeps open until the child has exec'd.
+        return check(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) }.into());
+    }
+    // SAFETY: dup2 of a descriptor the parent keeps open onto a fixed number; the new one has
+    // no close-on-exec flag.
+    check(unsafe { libc::dup2(fd, to) }.into())
+}
+
+/// Gives `cmd` the descriptor `fd` (which the caller keeps open until `spawn` returns) as its
+/// descriptor `to`. Register it after [`in_userns`], whose pipes may hold low numbers.
+pub fn pass_fd(cmd: &mut Command, fd: &impl AsRawFd, to: libc::c_int) {
+    let fd = fd.as_raw_fd();
+    // SAFETY: the closure only makes async-signal-safe system calls (see `move_fd`).
+    unsafe {
+        cmd.pre_exec(move || move_fd(fd, to));
+    }
 }

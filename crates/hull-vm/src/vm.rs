@@ -17,6 +17,7 @@ use crate::assets::{Guest, Tools};
 use crate::error::VmError;
 use crate::proto::{self, Ask, Exec, Stream, Tell};
 use crate::qemu::{Machine, Share};
+pub use crate::sys::Ids;
 
 /// What to run in a VM.
 #[derive(Clone, Debug)]
@@ -25,6 +26,12 @@ pub struct VmRun {
     pub root: PathBuf,
     /// Shared read-write at `/workspace`.
     pub workspace: PathBuf,
+    /// As host root (required then): the host ids the guest's root is on the image's root,
+    /// and what QEMU runs as once it has opened its files (hull's range, never host root).
+    /// `None` for an unprivileged caller: the guest's root is the caller on every share.
+    pub ids: Option<Ids>,
+    /// As host root (required then): the host ids the guest's root is on the workspace.
+    pub workspace_ids: Option<Ids>,
     /// Host directories shared at paths of the program's root.
     pub mounts: Vec<VmMount>,
     /// Sizes of the program's `/tmp` and `/dev/shm`, in bytes.
@@ -54,6 +61,8 @@ pub struct VmMount {
     pub source: PathBuf,
     pub target: String,
     pub read_only: bool,
+    /// As host root (required then): the host ids the guest's root is on this share.
+    pub ids: Option<Ids>,
 }
 
 /// How a VM run ended.
@@ -127,79 +136,89 @@ fn tail(path: &Path, n: usize) -> String {
     String::from_utf8_lossy(&data[from..]).into_owned()
 }
 
-/// Waits until `sock` is a listening unix socket (virtiofsd makes it), while `proc` lives.
-fn wait_listening(sock: &Path, proc: &mut Proc, log: &Path) -> Result<(), VmError> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let shown = sock.to_string_lossy().into_owned();
-    loop {
-        // /proc/net/unix flags 00010000: __SO_ACCEPTCON, a socket that listens. Connecting
-        // to find out would be virtiofsd's one connection.
-        let table = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
-        // The path is the line's eighth field, compared whole (another user may bind a
-        // socket whose path merely ends with ours).
-        if table.lines().any(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            f.get(3) == Some(&"00010000") && f.get(7) == Some(&shown.as_str())
-        }) {
-            return Ok(());
+/// What QEMU and the file servers of the run in `dir` said last (their logs' tails), for an
+/// error: QEMU's stderr, then each virtiofsd's that said anything.
+fn helper_logs(dir: &Path) -> String {
+    let mut said = tail(&dir.join("qemu.err"), 2000).trim().to_owned();
+    let mut logs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    logs.retain(|p| p.extension().is_some_and(|e| e == "log") && !p.ends_with("console.log"));
+    logs.sort();
+    for log in logs {
+        let t = tail(&log, 1000);
+        if !t.trim().is_empty() {
+            let name = log.file_stem().unwrap_or_default().to_string_lossy();
+            said.push_str(&format!(" [virtiofsd for {name}: {}]", t.trim()));
         }
-        if let Ok(Some(st)) = proc.0.try_wait() {
-            return Err(VmError::Start {
-                step: "starting virtiofsd",
-                detail: format!("it exited ({st}): {}", tail(log, 2000)),
-            });
-        }
-        if Instant::now() > deadline {
-            return Err(VmError::Start {
-                step: "starting virtiofsd",
-                detail: format!("its socket did not listen within 10 s: {}", tail(log, 2000)),
-            });
-        }
-        std::thread::sleep(Duration::from_millis(2));
     }
+    said
 }
 
-/// Starts virtiofsd for `dir` on `sock`.
+/// Starts virtiofsd for `dir`, listening on `sock`: hull binds it and passes the listening
+/// descriptor (`--fd`), so QEMU can connect at once (its requests wait in the socket until
+/// virtiofsd reads them) and, as host root, a virtiofsd that is not root needs no right to
+/// the run's private directory. If virtiofsd dies, the socket is closed with it and QEMU's
+/// connection fails: the error then shows the helpers' logs ([`helper_logs`]).
 fn virtiofsd(
     tools: &Tools,
     dir: &Path,
     sock: &Path,
     log: &Path,
     readonly: bool,
+    ids: Option<Ids>,
 ) -> Result<Proc, VmError> {
     let out = std::fs::File::create(log).map_err(|source| VmError::Io {
         step: "making virtiofsd's log",
         source,
     })?;
+    let listener = UnixListener::bind(sock).map_err(|source| VmError::Io {
+        step: "making virtiofsd's socket",
+        source,
+    })?;
     let mut cmd = Command::new(&tools.virtiofsd);
-    cmd.arg("--shared-dir")
-        .arg(dir)
-        .arg("--socket-path")
-        .arg(sock)
-        // Its own mount namespace with only the share in it (root), or a user namespace
-        // of its own (others); seccomp on by default.
-        .args([
-            "--sandbox",
-            "namespace",
-            "--cache",
-            "auto",
-            "--log-level",
-            "error",
-        ]);
+    cmd.arg("--shared-dir");
+    // As host root the helper cannot look up a path through host root's directories (the
+    // store is in root's home): it starts in the directory, which it shares as `.`.
+    if ids.is_some() {
+        cmd.current_dir(dir).arg(".");
+    } else {
+        cmd.arg(dir);
+    }
+    cmd.args(["--fd", "3"]).args([
+        "--sandbox",
+        "namespace",
+        "--cache",
+        "auto",
+        "--log-level",
+        "error",
+    ]);
     if readonly {
         cmd.arg("--readonly");
     }
-    // virtiofsd's user namespace maps its root to the caller, so
-    // the guest's root owns what the caller owns (the workspace it may write), as the root of
-    // a namespace box does; files the guest makes belong to the caller.
-    // (Host root is refused before this: see `VmError::HostRoot`.)
-    let (uid, gid) = (rustix::process::getuid(), rustix::process::getgid());
-    cmd.arg(format!("--uid-map=:0:{}:1:", uid.as_raw()))
-        .arg(format!("--gid-map=:0:{}:1:", gid.as_raw()));
+    // The guest's root is one host user on the share, never host root: virtiofsd's user
+    // namespace maps its root to the caller, as a namespace box's root is, so files the guest
+    // makes belong to the caller; as host root (where virtiofsd refuses `--uid-map`) hull
+    // makes that namespace itself, mapped to `ids` (hull's range or the share's owner).
+    let mapper = match ids {
+        Some(ids) => Some(
+            crate::sys::in_userns(&mut cmd, ids).map_err(|source| VmError::Io {
+                step: "making virtiofsd's user namespace",
+                source,
+            })?,
+        ),
+        None => {
+            let (uid, gid) = (rustix::process::getuid(), rustix::process::getgid());
+            cmd.arg(format!("--uid-map=:0:{}:1:", uid.as_raw()))
+                .arg(format!("--gid-map=:0:{}:1:", gid.as_raw()));
+            None
+        }
+    };
     let err = out.try_clone().map_err(|source| VmError::Io {
         step: "making virtiofsd's log",
         source,
     })?;
+    crate::sys::pass_fd(&mut cmd, &listener, 3);
     crate::sys::as_helper(&mut cmd);
     let child = cmd
         .stdin(Stdio::null())
@@ -210,9 +229,9 @@ fn virtiofsd(
             step: "starting virtiofsd",
             detail: format!("{}: {e}", tools.virtiofsd.display()),
         })?;
-    let mut p = Proc(child);
-    wait_listening(sock, &mut p, log)?;
-    Ok(p)
+    drop(mapper);
+    drop(listener);
+    Ok(Proc(child))
 }
 
 /// The agent's side of the channel, read line by line against deadlines.
@@ -287,7 +306,7 @@ impl Channel {
 }
 
 /// Accepts QEMU's connection to the agent socket (it connects as it starts).
-fn accept(listener: &UnixListener, qemu: &mut Proc, err_log: &Path) -> Result<UnixStream, VmError> {
+fn accept(listener: &UnixListener, qemu: &mut Proc, dir: &Path) -> Result<UnixStream, VmError> {
     listener
         .set_nonblocking(true)
         .map_err(|source| VmError::Io {
@@ -312,7 +331,7 @@ fn accept(listener: &UnixListener, qemu: &mut Proc, err_log: &Path) -> Result<Un
         if let Ok(Some(st)) = qemu.0.try_wait() {
             return Err(VmError::Start {
                 step: "starting QEMU",
-                detail: format!("it exited ({st}): {}", tail(err_log, 2000)),
+                detail: format!("it exited ({st}): {}", helper_logs(dir)),
             });
         }
         if Instant::now() > deadline {
@@ -320,7 +339,7 @@ fn accept(listener: &UnixListener, qemu: &mut Proc, err_log: &Path) -> Result<Un
                 step: "starting QEMU",
                 detail: format!(
                     "it did not connect the agent channel within 30 s: {}",
-                    tail(err_log, 2000)
+                    helper_logs(dir)
                 ),
             });
         }
@@ -330,7 +349,11 @@ fn accept(listener: &UnixListener, qemu: &mut Proc, err_log: &Path) -> Result<Un
 
 /// Runs `run` in a fresh VM; `sink` gets the program's output as it comes.
 pub fn run(run: &VmRun, sink: &mut dyn FnMut(Stream, &[u8])) -> Result<VmOutcome, VmError> {
-    if rustix::process::geteuid().is_root() {
+    if rustix::process::geteuid().is_root()
+        && (run.ids.is_none()
+            || run.workspace_ids.is_none()
+            || run.mounts.iter().any(|m| m.ids.is_none()))
+    {
         return Err(VmError::HostRoot);
     }
     sweep(&run.scratch);
@@ -357,6 +380,7 @@ pub fn run(run: &VmRun, sink: &mut dyn FnMut(Stream, &[u8])) -> Result<VmOutcome
         &d.join("root.sock"),
         &d.join("root.log"),
         true,
+        run.ids,
     )?;
     let ws_fs = virtiofsd(
         &tools,
@@ -364,6 +388,7 @@ pub fn run(run: &VmRun, sink: &mut dyn FnMut(Stream, &[u8])) -> Result<VmOutcome
         &d.join("ws.sock"),
         &d.join("ws.log"),
         false,
+        run.workspace_ids,
     )?;
     let mut mount_fs = Vec::new();
     let mut guest_mounts = Vec::new();
@@ -385,6 +410,7 @@ pub fn run(run: &VmRun, sink: &mut dyn FnMut(Stream, &[u8])) -> Result<VmOutcome
             &sock,
             &d.join(format!("m{i}.log")),
             m.read_only,
+            m.ids,
         )?);
         let tag = format!("hull.m{i}");
         shares.push(Share {
@@ -399,6 +425,15 @@ pub fn run(run: &VmRun, sink: &mut dyn FnMut(Stream, &[u8])) -> Result<VmOutcome
     }
     let listener =
         UnixListener::bind(d.join("agent.sock")).map_err(io("listening for the agent channel"))?;
+    // As host root, QEMU gives up root once its files are open: hull's ids, in an empty root.
+    let run_as = match run.ids {
+        Some(ids) => {
+            let empty = d.join("empty");
+            std::fs::create_dir(&empty).map_err(io("making QEMU's empty root"))?;
+            Some((ids, empty))
+        }
+        None => None,
+    };
     let machine = Machine {
         accel: accel.clone(),
         kernel: guest.kernel.clone(),
@@ -409,6 +444,7 @@ pub fn run(run: &VmRun, sink: &mut dyn FnMut(Stream, &[u8])) -> Result<VmOutcome
         agent: d.join("agent.sock"),
         console: d.join("console.log"),
         tsc_khz: accel::host_tsc_khz(),
+        run_as,
     };
     let err_log = d.join("qemu.err");
     let err_file = std::fs::File::create(&err_log).map_err(io("making QEMU's log"))?;
@@ -427,7 +463,7 @@ pub fn run(run: &VmRun, sink: &mut dyn FnMut(Stream, &[u8])) -> Result<VmOutcome
                 detail: format!("{}: {e}", tools.qemu.display()),
             })?,
     );
-    let stream = accept(&listener, &mut qemu, &err_log)?;
+    let stream = accept(&listener, &mut qemu, d)?;
     let mut chan = Channel {
         reader: BufReader::new(
             stream
@@ -444,7 +480,11 @@ pub fn run(run: &VmRun, sink: &mut dyn FnMut(Stream, &[u8])) -> Result<VmOutcome
     }))?;
     let failed_boot = |what: String| VmError::Start {
         step: "booting the guest",
-        detail: format!("{what}; its console said: {}", tail(&machine.console, 3000)),
+        detail: format!(
+            "{what}; its console said: {} {}",
+            tail(&machine.console, 3000),
+            helper_logs(d)
+        ),
     };
     let kernel = match chan.next(started + run.boot_timeout)? {
         Read1::Frame(Tell::Ready { kernel }) => kernel,

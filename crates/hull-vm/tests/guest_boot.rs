@@ -14,10 +14,15 @@ use hull_vm::VmRun;
 fn vm_root(dir: &Path) -> Result<PathBuf, String> {
     if rustix::process::geteuid().is_root() {
         return Err(
-            "a VM is refused as host root (host_root_is_refused); the rootless pass boots one"
+            "the rootless pass boots it; the root pass boots one in as_host_root_the_guest_writes_as_the_ids_it_is_given_and_its_helpers_give_up_root"
                 .into(),
         );
     }
+    image_root(dir)
+}
+
+/// The busybox root of [`vm_root`], for either pass.
+fn image_root(dir: &Path) -> Result<PathBuf, String> {
     ready().map_err(|why| format!("no VM here: {why}"))?;
     let root = hull_testkit::busybox_root(
         dir,
@@ -42,6 +47,8 @@ fn request(dir: &Path, root: PathBuf, argv: &[&str]) -> VmRun {
     VmRun {
         root,
         workspace,
+        ids: None,
+        workspace_ids: None,
         mounts: Vec::new(),
         tmp_size: 64 << 20,
         shm_size: 64 << 20,
@@ -142,16 +149,101 @@ fn the_deadline_kills_the_vm_and_a_missing_program_is_named() {
     assert!(why.contains("no-such-program: not found"), "{why}");
 }
 
+/// The processes whose parent is this test's process: pid, name and `Uid:` line.
+fn helpers() -> Vec<(String, (String, String))> {
+    let me = std::process::id().to_string();
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(status) = std::fs::read_to_string(e.path().join("status")) else {
+            continue;
+        };
+        let field = |k: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(k))
+                .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
+                .unwrap_or_default()
+        };
+        if field("PPid:") == me {
+            let pid = e.file_name().to_string_lossy().into_owned();
+            found.push((pid, (field("Name:"), field("Uid:"))));
+        }
+    }
+    found
+}
+
 #[test]
-fn host_root_is_refused() {
+fn as_host_root_the_guest_writes_as_the_ids_it_is_given_and_its_helpers_give_up_root() {
     if !rustix::process::geteuid().is_root() {
-        return hull_testkit::skip("only host root is refused; the root pass checks it");
+        return hull_testkit::skip("host root's mapping; an unprivileged caller's is its own");
     }
     let dir = tempfile::tempdir().unwrap();
-    let run = request(dir.path(), dir.path().join("root"), &["true"]);
+    // Without the ids every share needs, nothing runs (nothing would be written as root).
+    let unmapped = request(dir.path(), dir.path().join("root"), &["true"]);
     assert!(matches!(
-        hull_vm::run(&run, &mut |_, _| {}),
+        hull_vm::run(&unmapped, &mut |_, _| {}),
         Err(hull_vm::VmError::HostRoot)
     ));
     assert!(!dir.path().join("scratch").exists(), "nothing was made");
+    let root = match image_root(dir.path()) {
+        Ok(r) => r,
+        Err(why) => return hull_testkit::skip(format!("no VM here: {why}")),
+    };
+    // hull's range (hull_box::remap::BASE); this crate only passes the ids on.
+    let ids = hull_vm::vm::Ids {
+        uid: 0x7FFD_0000,
+        gid: 0x7FFD_0000,
+    };
+    let mut run = request(
+        dir.path(),
+        root,
+        &[
+            "sh",
+            "-c",
+            "id -u; cat /image-file; echo made > /workspace/f; chmod 4755 /workspace/f; sleep 2",
+        ],
+    );
+    std::os::unix::fs::chown(&run.workspace, Some(ids.uid), Some(ids.gid)).unwrap();
+    (run.ids, run.workspace_ids) = (Some(ids), Some(ids));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watch = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            // The last state seen of each: QEMU is host root until its files are open.
+            let mut seen = std::collections::BTreeMap::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                seen.extend(helpers());
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            seen
+        })
+    };
+    let out = hull_vm::run(&run, &mut |_, _| {});
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let seen = watch.join().unwrap();
+    let out = out.unwrap();
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "0\nfrom the image\n",
+        "the guest's root, reading the image hull's range reads"
+    );
+    // What the guest's root made is the range's on the host: a setuid bit it sets is the
+    // range's, never host root's.
+    let meta = std::fs::metadata(run.workspace.join("f")).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!((meta.uid(), meta.gid()), (ids.uid, ids.gid));
+    assert_eq!(meta.mode() & 0o4000, 0o4000);
+    // QEMU and every virtiofsd ran as the range, not as host root.
+    let want = format!("{0} {0} {0} {0}", ids.uid);
+    assert!(
+        seen.values().any(|(n, _)| n.starts_with("qemu-system"))
+            && seen.values().any(|(n, _)| n == "virtiofsd"),
+        "{seen:?}"
+    );
+    for (name, uids) in seen.values() {
+        if name.starts_with("qemu-system") || name == "virtiofsd" {
+            assert_eq!(uids, &want, "{name}");
+        }
+    }
 }

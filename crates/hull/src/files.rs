@@ -38,6 +38,10 @@ pub struct Confined {
     /// Held by snapshot and restore: a restore stages inside the workspace and then moves every
     /// entry, which another snapshot or restore must not see half done.
     archive: std::sync::Mutex<()>,
+    /// As host root, the workspace's owner when that is not host root (a directory given to
+    /// hull's range for a VM, or a user's): what the host's writes are given, so the program,
+    /// whose root is that owner, can change them as its own.
+    owner: Option<(u32, u32)>,
 }
 
 /// One entry of a listing.
@@ -179,11 +183,31 @@ impl Confined {
 
     /// A directory already opened (no-follow) by the caller; `root` is its path, for messages.
     pub(crate) fn from_fd(dir: OwnedFd, root: PathBuf) -> Confined {
+        let owner = rustix::process::geteuid()
+            .is_root()
+            .then(|| rustix::fs::fstat(&dir).ok())
+            .flatten()
+            .filter(|st| st.st_uid != 0)
+            .map(|st| (st.st_uid, st.st_gid));
         Confined {
             dir,
             root,
             archive: std::sync::Mutex::new(()),
+            owner,
         }
+    }
+
+    /// Gives what the host just made to the workspace's owner (see `owner`).
+    fn adopt(&self, fd: &OwnedFd, rel: &[u8]) -> Result<(), SandboxError> {
+        let Some((uid, gid)) = self.owner else {
+            return Ok(());
+        };
+        rustix::fs::fchown(
+            fd,
+            Some(rustix::process::Uid::from_raw(uid)),
+            Some(rustix::process::Gid::from_raw(gid)),
+        )
+        .map_err(|e| resolve_err(rel, e))
     }
 
     pub fn root(&self) -> &Path {
@@ -284,11 +308,11 @@ impl Confined {
         };
         let mut dir = self.open_dir("")?;
         for comp in parents.split(|b| *b == b'/').filter(|c| !c.is_empty()) {
-            match rustix::fs::mkdirat(&dir, comp, Mode::from_raw_mode(0o755)) {
-                Ok(()) => {}
-                Err(e) if e == rustix::io::Errno::EXIST => {}
+            let made = match rustix::fs::mkdirat(&dir, comp, Mode::from_raw_mode(0o755)) {
+                Ok(()) => true,
+                Err(e) if e == rustix::io::Errno::EXIST => false,
                 Err(e) => return Err(resolve_err(rel, e)),
-            }
+            };
             dir = rustix::fs::openat2(
                 &dir,
                 comp,
@@ -297,6 +321,9 @@ impl Confined {
                 RESOLVE,
             )
             .map_err(|e| resolve_err(rel, e))?;
+            if made {
+                self.adopt(&dir, rel)?;
+            }
         }
         Ok((dir, name))
     }
@@ -336,6 +363,7 @@ impl Confined {
             ));
         }
         rustix::fs::ftruncate(&fd, 0).map_err(|e| io_err("truncate", &host, e))?;
+        self.adopt(&fd, &rel)?;
         let mut f = std::fs::File::from(fd);
         f.write_all(data).map_err(|e| io_err("write", &host, e))?;
         Ok(())
@@ -348,19 +376,23 @@ impl Confined {
         if name.is_empty() {
             return Ok(dir);
         }
-        match rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(0o755)) {
-            Ok(()) => {}
-            Err(e) if e == rustix::io::Errno::EXIST => {}
+        let made = match rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(0o755)) {
+            Ok(()) => true,
+            Err(e) if e == rustix::io::Errno::EXIST => false,
             Err(e) => return Err(resolve_err(rel, e)),
-        }
-        rustix::fs::openat2(
+        };
+        let fd = rustix::fs::openat2(
             &dir,
             name,
             OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
             Mode::empty(),
             RESOLVE,
         )
-        .map_err(|e| resolve_err(rel, e))
+        .map_err(|e| resolve_err(rel, e))?;
+        if made {
+            self.adopt(&fd, rel)?;
+        }
+        Ok(fd)
     }
 
     /// Creates a regular file for writing (restore); the name must not exist as anything but a
@@ -386,6 +418,7 @@ impl Confined {
             RESOLVE,
         )
         .map_err(|e| resolve_err(rel, e))?;
+        self.adopt(&fd, rel)?;
         Ok(std::fs::File::from(fd))
     }
 

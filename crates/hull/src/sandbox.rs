@@ -373,6 +373,19 @@ impl Sandbox {
                     path: w.clone(),
                     error: e,
                 })?;
+                // As host root, a VM's root writes as hull's range, never as host root
+                // (`vm_ids`): the workspace hull made for it is the range's.
+                if let (hull_api::Isolation::Vm, Some(r)) =
+                    (backend.isolation(), crate::vm_ids::range())
+                {
+                    std::os::unix::fs::chown(&w, Some(r.uid), Some(r.gid)).map_err(|e| {
+                        SandboxError::Io {
+                            what: "give hull's range",
+                            path: w.clone(),
+                            error: e,
+                        }
+                    })?;
+                }
                 w
             }
         };

@@ -134,9 +134,13 @@ impl Backend for VmBackend {
         if matches!(spec.stdin, Stdin::Inherit | Stdin::Terminal) {
             return Err(refuse(SpecField::Stdin, "this terminal's input is refused"));
         }
-        // Last, so a request's own fields are named first.
-        if rustix::process::geteuid().is_root() {
-            return Err(vm_error(hull_vm::VmError::HostRoot));
+        if let Some(range) = crate::vm_ids::range() {
+            if let Some(w) = &spec.workspace {
+                crate::vm_ids::of_share(w, false, SpecField::Workspace, range)?;
+            }
+            for m in &spec.mounts {
+                crate::vm_ids::of_share(&m.source, m.read_only, SpecField::Mounts, range)?;
+            }
         }
         Ok(())
     }
@@ -158,7 +162,10 @@ impl Backend for VmBackend {
             )),
             _ => None,
         };
-        // A fresh workspace when none is given, removed with the VM.
+        let range = crate::vm_ids::range();
+        // A fresh workspace when none is given, removed with the VM. As host root the VM's
+        // root writes it as hull's range: a directory in it, given to the range (the one
+        // made here stays host root's, so a later hull's sweep knows it for its own).
         let temp = match &spec.workspace {
             Some(_) => None,
             None => Some(
@@ -172,11 +179,39 @@ impl Backend for VmBackend {
                     .map_err(io("making the VM's workspace"))?,
             ),
         };
-        let workspace = match (&spec.workspace, &temp) {
-            (Some(w), _) => w.clone(),
-            (None, Some(t)) => t.path().to_path_buf(),
-            (None, None) => return Err(BoxError::Internal("no workspace")),
+        let (workspace, workspace_ids) = match (&spec.workspace, &temp, range) {
+            (Some(w), _, None) => (w.clone(), None),
+            (Some(w), _, Some(r)) => (
+                w.clone(),
+                Some(crate::vm_ids::of_share(w, false, SpecField::Workspace, r)?),
+            ),
+            (None, Some(t), None) => (t.path().to_path_buf(), None),
+            (None, Some(t), Some(r)) => {
+                let w = t.path().join("w");
+                std::fs::create_dir(&w).map_err(io("making the VM's workspace"))?;
+                std::os::unix::fs::chown(&w, Some(r.uid), Some(r.gid))
+                    .map_err(io("giving the VM's workspace to hull's range"))?;
+                (w, Some(r))
+            }
+            (None, None, _) => return Err(BoxError::Internal("no workspace")),
         };
+        let mut mounts = Vec::new();
+        for m in &spec.mounts {
+            mounts.push(hull_vm::VmMount {
+                source: m.source.clone(),
+                target: m.target.clone(),
+                read_only: m.read_only,
+                ids: match range {
+                    Some(r) => Some(crate::vm_ids::of_share(
+                        &m.source,
+                        m.read_only,
+                        SpecField::Mounts,
+                        r,
+                    )?),
+                    None => None,
+                },
+            });
+        }
         let mut warnings = Vec::new();
         let ram = spec
             .memory
@@ -186,15 +221,9 @@ impl Backend for VmBackend {
         let run = hull_vm::VmRun {
             root: root_dir(spec)?.to_path_buf(),
             workspace,
-            mounts: spec
-                .mounts
-                .iter()
-                .map(|m| hull_vm::VmMount {
-                    source: m.source.clone(),
-                    target: m.target.clone(),
-                    read_only: m.read_only,
-                })
-                .collect(),
+            ids: range,
+            workspace_ids,
+            mounts,
             tmp_size: spec.tmp_size,
             shm_size: spec.shm_size,
             exec: Exec {
