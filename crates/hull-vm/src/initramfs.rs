@@ -1,7 +1,10 @@
 //! The guest's initramfs: hull's static binary as `/init`, the kernel modules the guest init
 //! loads (in `modules.order`), and `/dev/console`; a gzip'd newc archive, the format the
 //! kernel unpacks. Built once per (agent, modules) pair and kept in a cache directory under a
-//! name made of their digest, so a VM's start reads one file instead of packing one.
+//! name made of their digest, so a VM's start reads one file instead of packing one. The
+//! digest itself is found without reading the inputs when they have not changed: an index
+//! file named from their paths and `stat` (size, modification and change times, inode) holds
+//! the archive's name, so a start stats a few files instead of hashing the agent's ~14 MB.
 
 use std::fs;
 use std::io::{self, Write};
@@ -22,9 +25,77 @@ struct Member {
     data: Vec<u8>,
 }
 
+/// The inputs of the archive for `guest`: the agent, then the modules.
+fn inputs(guest: &Guest) -> Vec<&Path> {
+    std::iter::once(guest.agent.as_path())
+        .chain(guest.modules.iter().map(PathBuf::as_path))
+        .collect()
+}
+
+/// The index file's name for `guest`'s inputs as they are now on disk: their paths and
+/// `stat`. The change time cannot be set by a user, so a file rewritten in place with its
+/// size and modification time restored still gets another name.
+fn index_name(guest: &Guest) -> io::Result<String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut digest = Sha256::new();
+    digest.update(LAYOUT);
+    for p in inputs(guest) {
+        let m = fs::metadata(p)?;
+        digest.update(p.as_os_str().as_encoded_bytes());
+        digest.update([0]);
+        for n in [
+            m.dev(),
+            m.ino(),
+            m.size(),
+            m.mtime().cast_unsigned(),
+            m.mtime_nsec().cast_unsigned(),
+            m.ctime().cast_unsigned(),
+            m.ctime_nsec().cast_unsigned(),
+        ] {
+            digest.update(n.to_le_bytes());
+        }
+    }
+    Ok(format!("index-{}", hex(&digest.finalize()[..12])))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The archive for `guest` in `cache` (made there if it is not yet): its path.
 pub fn ensure(guest: &Guest, cache: &Path) -> io::Result<PathBuf> {
-    let members = members(guest)?;
+    ensure_reading(guest, cache, &|p| fs::read(p))
+}
+
+/// [`ensure`], reading the inputs with `read` (only when the index does not know them).
+fn ensure_reading(
+    guest: &Guest,
+    cache: &Path,
+    read: &dyn Fn(&Path) -> io::Result<Vec<u8>>,
+) -> io::Result<PathBuf> {
+    let index = cache.join(index_name(guest)?);
+    if let Ok(name) = fs::read_to_string(&index) {
+        let path = cache.join(name.trim());
+        if name.starts_with("initramfs-") && !name.contains('/') && path.is_file() {
+            return Ok(path);
+        }
+    }
+    let path = build(guest, cache, read)?;
+    // The index is written whole or not at all (as the archive); without it the next start
+    // only hashes again.
+    let mut tmp = tempfile::NamedTempFile::new_in(cache)?;
+    tmp.write_all(path.file_name().unwrap_or_default().as_encoded_bytes())?;
+    tmp.persist(&index).map_err(|e| e.error)?;
+    Ok(path)
+}
+
+/// The archive for `guest`, found or made under the digest of its contents.
+fn build(
+    guest: &Guest,
+    cache: &Path,
+    read: &dyn Fn(&Path) -> io::Result<Vec<u8>>,
+) -> io::Result<PathBuf> {
+    let members = members(guest, read)?;
     let mut digest = Sha256::new();
     digest.update(LAYOUT);
     for m in &members {
@@ -33,11 +104,10 @@ pub fn ensure(guest: &Guest, cache: &Path) -> io::Result<PathBuf> {
         digest.update((m.data.len() as u64).to_le_bytes());
         digest.update(&m.data);
     }
-    let hex: String = digest.finalize()[..12]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    let path = cache.join(format!("initramfs-{hex}.cpio.gz"));
+    let path = cache.join(format!(
+        "initramfs-{}.cpio.gz",
+        hex(&digest.finalize()[..12])
+    ));
     if path.is_file() {
         return Ok(path);
     }
@@ -51,11 +121,11 @@ pub fn ensure(guest: &Guest, cache: &Path) -> io::Result<PathBuf> {
     Ok(path)
 }
 
-fn members(guest: &Guest) -> io::Result<Vec<Member>> {
+fn members(guest: &Guest, read: &dyn Fn(&Path) -> io::Result<Vec<u8>>) -> io::Result<Vec<Member>> {
     let mut out = vec![Member {
         name: "init".into(),
         mode: 0o100_755,
-        data: fs::read(&guest.agent)?,
+        data: read(&guest.agent)?,
     }];
     let mut order = String::new();
     for m in &guest.modules {
@@ -68,7 +138,7 @@ fn members(guest: &Guest) -> io::Result<Vec<Member>> {
         out.push(Member {
             name: format!("modules/{name}"),
             mode: 0o100_644,
-            data: fs::read(m)?,
+            data: read(m)?,
         });
     }
     out.push(Member {
@@ -169,6 +239,29 @@ mod tests {
         assert_eq!(find("modules/a.ko.xz").3, b"module-a");
         // A changed agent is another archive; the old one stays for VMs still using it.
         fs::write(&guest.agent, b"\x7fELF-agent-2").unwrap();
-        assert_ne!(ensure(&guest, &cache).unwrap(), path);
+        let second = ensure(&guest, &cache).unwrap();
+        assert_ne!(second, path);
+        assert!(path.is_file());
+        // Unchanged inputs are found through the index, without reading them.
+        let refuse = |p: &Path| -> io::Result<Vec<u8>> { panic!("{} was read", p.display()) };
+        assert_eq!(ensure_reading(&guest, &cache, &refuse).unwrap(), second);
+        // Rewritten with the same size and modification time, the agent is still seen as
+        // changed (its change time moved).
+        let mtime = fs::metadata(&guest.agent).unwrap().modified().unwrap();
+        fs::write(&guest.agent, b"\x7fELF-agent-3").unwrap();
+        fs::File::options()
+            .write(true)
+            .open(&guest.agent)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+        let third = ensure(&guest, &cache).unwrap();
+        assert_ne!(third, second);
+        let mut raw = Vec::new();
+        flate2::read::GzDecoder::new(fs::File::open(&third).unwrap())
+            .read_to_end(&mut raw)
+            .unwrap();
+        let want: &[u8] = b"\x7fELF-agent-3";
+        assert!(raw.windows(want.len()).any(|w| w == want));
     }
 }
