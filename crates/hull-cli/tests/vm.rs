@@ -40,6 +40,19 @@ fn vm_root(dir: &Path) -> Result<PathBuf, String> {
     )
 }
 
+/// `hull run --isolation vm --rootfs ROOT` and then `rest`: the start of every booting call.
+fn vm_run<'a>(root: &'a Path, rest: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec![
+        "run",
+        "--isolation",
+        "vm",
+        "--rootfs",
+        root.to_str().unwrap(),
+    ];
+    v.extend_from_slice(rest);
+    v
+}
+
 fn json(out: &std::process::Output) -> serde_json::Value {
     let text = String::from_utf8_lossy(&out.stdout);
     serde_json::from_str(text.trim()).unwrap_or_else(|e| {
@@ -156,28 +169,26 @@ fn a_vm_runs_the_program_without_capabilities_under_its_memory_and_pids_caps() {
         sleep 3; n=0; while read l; do n=$((n+1)); done < /tmp/n; echo children $n; \
         echo kept > /workspace/out; cat /data/in; echo x > /data/new 2>/dev/null || echo read-only; \
         dd if=/dev/zero of=/fill bs=1M count=200 2>/dev/null; echo survived";
-    let out = hull(&[
-        "run",
-        "--json",
-        "--isolation",
-        "vm",
-        "--rootfs",
-        root.to_str().unwrap(),
-        "--workspace",
-        ws.to_str().unwrap(),
-        "--memory",
-        "64m",
-        "--pids",
-        "8",
-        "--hostname",
-        "vmbox",
-        "--mount",
-        &data_mount,
-        "--",
-        "sh",
-        "-c",
-        script,
-    ]);
+    let out = hull(&vm_run(
+        &root,
+        &[
+            "--json",
+            "--workspace",
+            ws.to_str().unwrap(),
+            "--memory",
+            "64m",
+            "--pids",
+            "8",
+            "--hostname",
+            "vmbox",
+            "--mount",
+            &data_mount,
+            "--",
+            "sh",
+            "-c",
+            script,
+        ],
+    ));
     let v = json(&out);
     let text = stdout(&v);
     assert!(text.starts_with("vmbox\n"), "{v}");
@@ -229,19 +240,10 @@ fn a_vm_past_its_deadline_is_killed_and_the_result_says_timeout() {
         Err(why) => return hull_testkit::skip(why),
     };
     let started = std::time::Instant::now();
-    let out = hull(&[
-        "run",
-        "--isolation",
-        "vm",
-        "--rootfs",
-        root.to_str().unwrap(),
-        "--timeout",
-        "2s",
-        "--",
-        "sh",
-        "-c",
-        "echo begun; sleep 600",
-    ]);
+    let out = hull(&vm_run(
+        &root,
+        &["--timeout", "2s", "--", "sh", "-c", "echo begun; sleep 600"],
+    ));
     assert_eq!(out.status.code(), Some(137));
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
@@ -251,16 +253,7 @@ fn a_vm_past_its_deadline_is_killed_and_the_result_says_timeout() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("timeout"), "{err}");
     // A program the image does not have: 127 and the exec_failed fault, as in a namespace box.
-    let v = json(&hull(&[
-        "run",
-        "--json",
-        "--isolation",
-        "vm",
-        "--rootfs",
-        root.to_str().unwrap(),
-        "--",
-        "no-such-program",
-    ]));
+    let v = json(&hull(&vm_run(&root, &["--json", "--", "no-such-program"])));
     assert_eq!(v["exit_code"], 127, "{v}");
     assert_eq!(fault(&v).as_deref(), Some("exec_failed"), "{v}");
     assert!(started.elapsed() < std::time::Duration::from_secs(100));
@@ -328,16 +321,7 @@ fn a_killed_hull_leaves_no_vm_and_the_next_run_removes_its_directories() {
     let scratch = dir.path().join("tmp");
     std::fs::create_dir(&scratch).unwrap();
     let mut hull = std::process::Command::new(common::bin())
-        .args([
-            "run",
-            "--isolation",
-            "vm",
-            "--rootfs",
-            root.to_str().unwrap(),
-            "--",
-            "sleep",
-            "600",
-        ])
+        .args(vm_run(&root, &["--", "sleep", "600"]))
         .env("TMPDIR", &scratch)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -402,16 +386,7 @@ fn a_killed_hull_leaves_no_vm_and_the_next_run_removes_its_directories() {
     );
     // The next VM run sweeps them (here one refused at once for want of KVM, where it is so).
     let out = std::process::Command::new(common::bin())
-        .args([
-            "run",
-            "--isolation",
-            "vm",
-            "--require-kvm",
-            "--rootfs",
-            root.to_str().unwrap(),
-            "--",
-            "true",
-        ])
+        .args(vm_run(&root, &["--require-kvm", "--", "true"]))
         .env("TMPDIR", &scratch)
         .output()
         .unwrap();
@@ -461,18 +436,16 @@ fn the_kernels_helpers_never_run_what_the_program_planted_in_its_root() {
     }
     let ws = dir.path().join("ws");
     std::fs::create_dir(&ws).unwrap();
-    let v = json(&hull(&[
-        "run",
-        "--json",
-        "--isolation",
-        "vm",
-        "--rootfs",
-        root.to_str().unwrap(),
-        "--workspace",
-        ws.to_str().unwrap(),
-        "--",
-        "/bin/probe",
-    ]));
+    let v = json(&hull(&vm_run(
+        &root,
+        &[
+            "--json",
+            "--workspace",
+            ws.to_str().unwrap(),
+            "--",
+            "/bin/probe",
+        ],
+    )));
     assert_eq!(v["exit_code"], 0, "{v}");
     assert!(stdout(&v).starts_with("socket "), "{v}");
     assert!(
