@@ -5,7 +5,7 @@
 #   DEST/vmlinuz                   the bzImage
 #   DEST/modules/NAME.ko.xz        modules, loaded by the guest in the order of DEST/modules.order
 #   DEST/SOURCE                    the package, its version and where its GPL source is
-# Idempotent: does nothing when DEST already holds this version. Needs apt's bookworm-backports
+# Idempotent: does nothing when DEST already holds this version and these modules. Needs apt's bookworm-backports
 # suite (scripts/setup.sh adds it). Run as root (or with DEST writable and apt-get download working).
 set -euo pipefail
 DEST="${1:-/usr/local/lib/hull/vm}"
@@ -13,10 +13,12 @@ DEST="${1:-/usr/local/lib/hull/vm}"
 PKG="linux-image-6.12.95+deb12-cloud-amd64"
 VERSION="6.12.95-1~bpo12+1"
 # virtio_mmio: QEMU microvm's devices (found through its ACPI tables); overlay: the guest's
-# writable root over the image shared read-only.
-MODULES="kernel/drivers/virtio/virtio_mmio.ko.xz kernel/fs/overlayfs/overlay.ko.xz"
+# writable root over the image shared read-only; failover, net_failover and virtio_net (in
+# their dependency order): the network device of a VM with the gateway network.
+MODULES="kernel/drivers/virtio/virtio_mmio.ko.xz kernel/fs/overlayfs/overlay.ko.xz kernel/net/core/failover.ko.xz kernel/drivers/net/net_failover.ko.xz kernel/drivers/net/virtio_net.ko.xz"
 
-if [ -f "$DEST/SOURCE" ] && grep -q "^version $VERSION\$" "$DEST/SOURCE"; then
+if [ -f "$DEST/SOURCE" ] && grep -q "^version $VERSION\$" "$DEST/SOURCE" \
+    && grep -qxF "modules $MODULES" "$DEST/SOURCE"; then
     exit 0
 fi
 work=$(mktemp -d /tmp/hull-vm-guest-XXXXXX)
@@ -41,6 +43,7 @@ cat > "$stage/SOURCE" <<EOF
 package $PKG
 version $VERSION
 kernel $kver
+modules $MODULES
 source https://packages.debian.org/source/bookworm-backports/linux (linux $VERSION, GPL-2.0)
 EOF
 chmod -R a+rX "$stage"

@@ -649,40 +649,15 @@ fn run(args: RunArgs, ahead: Option<hull_box::WorkspaceAhead>) -> i32 {
     // program runs; its published ports are said on stderr (and in --json's result) at once.
     // With secrets, the box gets their placeholders and the gateway CA (`trust`, kept until
     // the box is done), and the gateway their values.
-    let (gateway_start, _trust) = match &req.network {
-        hull_api::network::Network::Gateway(g) => {
-            let made = crate::net::plan::start_of(g).and_then(|mut s| {
-                let t = crate::net::plan::brokered(&mut s, &req.secrets, false)?;
-                Ok((s, t))
-            });
-            match made {
-                Ok((s, t)) => {
-                    if let Some(t) = &t {
-                        t.apply(&mut spec);
-                    }
-                    (Some(s), t)
-                }
-                Err(msg) => return report_invalid(&args, &msg),
-            }
-        }
-        _ => (None, None),
+    let (gateway_start, _trust) = match gateway_of(&req, &mut spec) {
+        Ok(g) => g,
+        Err(msg) => return report_invalid(&args, &msg),
     };
     let mut gateway = None;
     let mut published: Vec<(u16, u16)> = Vec::new();
-    let json = args.json;
-    let mut take = gateway_start.as_ref().map(|s| {
-        crate::net::plan::handler(s, None, false, &mut gateway, |g| {
-            published.clone_from(&g.ports);
-            if !json {
-                for (inner, host) in &g.ports {
-                    crate::verbosity::notice(
-                        "hull",
-                        format!("the box's port {inner} is published at 127.0.0.1:{host}"),
-                    );
-                }
-            }
-        })
-    });
+    let mut take = gateway_start
+        .as_ref()
+        .map(|s| port_noticing_handler(s, args.json, &mut gateway, &mut published));
     let run = |opts: RunOptions, sink: &mut dyn hull_box::OutputSink| {
         let handoff = hull_box::Handoff {
             fuse: None,
@@ -724,6 +699,50 @@ fn run(args: RunArgs, ahead: Option<hull_box::WorkspaceAhead>) -> i32 {
 /// `--isolation vm`: `spec` run by the microVM tier (hull's `VmBackend`, through the engine's
 /// Backend seam), its output streamed and its result shown as a namespace box's; the exit
 /// status as `hull run`'s.
+/// The gateway start of `req`'s gateway network (`None` without one) and, with secrets, the
+/// box's side of them, already applied to `spec` (kept until the box is done).
+fn gateway_of(
+    req: &RunRequest,
+    spec: &mut hull_box::BoxSpec,
+) -> Result<
+    (
+        Option<crate::net::wire::Start>,
+        Option<crate::net::plan::BoxTrust>,
+    ),
+    String,
+> {
+    let hull_api::network::Network::Gateway(g) = &req.network else {
+        return Ok((None, None));
+    };
+    let mut start = crate::net::plan::start_of(g)?;
+    let trust = crate::net::plan::brokered(&mut start, &req.secrets, false)?;
+    if let Some(t) = &trust {
+        t.apply(spec);
+    }
+    Ok((Some(start), trust))
+}
+
+/// The TAP handler of a one-shot box's gateway: the gateway kept in `slot`, its published
+/// ports in `published` and, without `--json`, said on stderr at once.
+fn port_noticing_handler<'a>(
+    start: &'a crate::net::wire::Start,
+    json: bool,
+    slot: &'a mut Option<crate::net::spawn::GatewayProcess>,
+    published: &'a mut Vec<(u16, u16)>,
+) -> impl FnMut(hull_box::Tap) -> std::io::Result<()> + 'a {
+    crate::net::plan::handler(start, None, false, slot, move |g| {
+        published.clone_from(&g.ports);
+        if !json {
+            for (inner, host) in &g.ports {
+                crate::verbosity::notice(
+                    "hull",
+                    format!("the box's port {inner} is published at 127.0.0.1:{host}"),
+                );
+            }
+        }
+    })
+}
+
 fn run_in_vm(args: &RunArgs, req: &RunRequest, spec: &hull_box::BoxSpec) -> i32 {
     use hull::Backend as _;
     if args.plan {
@@ -738,21 +757,43 @@ fn run_in_vm(args: &RunArgs, req: &RunRequest, spec: &hull_box::BoxSpec) -> i32 
             "-t: a terminal in a VM is not supported yet (--isolation vm)",
         );
     }
+    if !req.secrets.is_empty() {
+        return report_invalid(
+            args,
+            "--secret: credential brokering is not supported yet with --isolation vm (the gateway's policy and ports are)",
+        );
+    }
     let backend = hull::VmBackend::new(req.require_kvm);
     if let Err(e) = backend.check(spec) {
         return report_box(args, req, e);
     }
+    let mut spec = spec.clone();
+    let (gateway_start, _trust) = match gateway_of(req, &mut spec) {
+        Ok(g) => g,
+        Err(msg) => return report_invalid(args, &msg),
+    };
+    let mut gateway = None;
+    let mut published: Vec<(u16, u16)> = Vec::new();
+    let mut take = gateway_start
+        .as_ref()
+        .map(|s| port_noticing_handler(s, args.json, &mut gateway, &mut published));
+    let mut run = |sink: &mut dyn hull_box::OutputSink| match take.as_mut() {
+        Some(t) => backend.run_served(&spec, sink, t),
+        None => backend.run(&spec, sink),
+    };
     let result = if args.json {
-        backend.run(spec, &mut hull_box::NoSink)
+        run(&mut hull_box::NoSink)
     } else {
         let mut sink = Passthrough::default();
-        let r = backend.run(spec, &mut sink);
+        let r = run(&mut sink);
         sink.finish();
         r
     };
+    drop(take);
     match result {
         Ok((r, destroy)) => {
-            show_result(args, &r, None);
+            show_result(args, &r, gateway_start.is_some().then_some(&published[..]));
+            drop(gateway);
             destroy();
             r.exit_code
         }

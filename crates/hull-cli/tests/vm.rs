@@ -35,7 +35,7 @@ fn vm_root(dir: &Path) -> Result<PathBuf, String> {
         dir,
         &[
             "sh", "cat", "echo", "grep", "hostname", "dd", "sleep", "seq", "wc", "mount", "id",
-            "ls",
+            "ls", "nc",
         ],
     )
 }
@@ -453,4 +453,95 @@ fn the_kernels_helpers_never_run_what_the_program_planted_in_its_root() {
         "the kernel ran the program's /sbin/modprobe: {:?}",
         std::fs::read_to_string(ws.join("helper-ran"))
     );
+}
+
+/// `--network` with a VM: the guest's virtio-net device is served by the same gateway as a
+/// namespace box's TAP, so a name the policy allows is reached, another is not, and a
+/// published port reaches the guest from the host's loopback. Loopback only: a DNS and an
+/// echo server of the test's.
+#[test]
+fn a_vm_behind_its_gateway_reaches_what_the_policy_allows_and_publishes_a_port() {
+    use std::io::{BufRead, Read, Write};
+    use std::net::Ipv4Addr;
+    let dir = tempfile::tempdir().unwrap();
+    let root = match vm_root(dir.path()) {
+        Ok(r) => r,
+        Err(why) => return hull_testkit::skip(why),
+    };
+    let server = Ipv4Addr::new(127, 0, 0, 13);
+    let echo = common::net::Echo::start(server);
+    let dns =
+        common::net::Dns::start(&[("api.example.test", server), ("other.example.test", server)]);
+    let port = echo.addr.port().to_string();
+    let script = format!(
+        "cat /etc/resolv.conf; \
+         echo hi | nc -w 10 api.example.test {port}; \
+         echo hi | nc -w 10 other.example.test {port} || echo other-refused; \
+         echo pong | nc -l -p 8080"
+    );
+    let mut child = std::process::Command::new(common::bin())
+        .args(vm_run(
+            &root,
+            &[
+                "--allow-host",
+                "api.example.test",
+                "--allow-cidr",
+                "127.0.0.13/32",
+                "--publish",
+                "8080",
+                "--timeout",
+                "60s",
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ],
+        ))
+        .env("HULL_NET_DNS", dns.addr.to_string())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The published port is said before the guest boots.
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut said = String::new();
+    let host_port = loop {
+        let mut line = String::new();
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "no port said: {said}"
+        );
+        said.push_str(&line);
+        if let Some(p) = line.trim().rsplit_once("published at 127.0.0.1:") {
+            break p.1.parse::<u16>().unwrap();
+        }
+    };
+    // The guest listens once it has booted and reached the echo server (seconds under TCG),
+    // answers one connection and ends.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(50);
+    let pong = loop {
+        let mut got = String::new();
+        if let Ok(mut s) = std::net::TcpStream::connect((Ipv4Addr::LOCALHOST, host_port)) {
+            let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(2)));
+            let _ = s.write_all(b"ping\n");
+            let _ = s.read_to_string(&mut got);
+        }
+        if got.contains("pong") || std::time::Instant::now() > deadline {
+            break got;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    };
+    let out = child.wait_with_output().unwrap();
+    let mut rest = String::new();
+    let _ = err.read_to_string(&mut rest);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(pong.trim(), "pong", "{stdout} {said}{rest}");
+    assert_eq!(out.status.code(), Some(0), "{stdout} {said}{rest}");
+    assert!(stdout.starts_with("nameserver 10.0.2.2\n"), "{stdout}");
+    assert!(stdout.contains("echo: hi\n"), "{stdout} {said}{rest}");
+    assert!(stdout.contains("other-refused"), "{stdout}");
+    // Only the allowed name's connection reached the server.
+    assert_eq!(echo.accepted(), 1);
+    // The port is the host's loopback only, and gone with the VM.
+    assert!(std::net::TcpStream::connect((Ipv4Addr::LOCALHOST, host_port)).is_err());
 }

@@ -17,4 +17,4 @@ pub mod vm;
 
 pub use accel::Accel;
 pub use error::VmError;
-pub use vm::{run, VmMount, VmOutcome, VmRun};
+pub use vm::{run, run_linked, VmMount, VmNet, VmOutcome, VmRun};

@@ -55,6 +55,16 @@ pub struct Boot {
     /// Sizes of the program's `/tmp` and `/dev/shm` (tmpfs, charged to its memory cap).
     pub tmp_size: u64,
     pub shm_size: u64,
+    /// The gateway network (none: the guest has loopback only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub net: Option<GuestNet>,
+}
+
+/// A guest's gateway network: its virtio-net device is configured as a box's TAP is (by the
+/// init's link hook), and the program's root gets this `/etc/resolv.conf`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuestNet {
+    pub resolv_conf: String,
 }
 
 /// What the host asks of the guest.

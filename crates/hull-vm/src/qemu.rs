@@ -2,8 +2,9 @@
 //! ACPI's, virtio over MMIO), the guest kernel and hull's initramfs, guest RAM as a shared
 //! memfd (vhost-user needs to map it), a virtio-fs device per share (each served by its own
 //! virtiofsd on a unix socket), the agent's virtio-serial port on a unix socket hull listens
-//! on, and the serial console to a file (read back when the guest fails). No network device,
-//! no display, no default devices, no reboot.
+//! on, and the serial console to a file (read back when the guest fails); a virtio-net device
+//! only with the gateway network (its frames on a datagram socket hull passes). No display, no
+//! default devices, no reboot.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -36,7 +37,13 @@ pub struct Machine {
     /// As host root: the ids QEMU switches to, and the empty directory it changes root to,
     /// once its files and sockets are open (`-run-with`).
     pub run_as: Option<(crate::sys::Ids, PathBuf)>,
+    /// The network device's MAC and MTU; its link is QEMU's descriptor [`NET_FD`].
+    pub net: Option<([u8; 6], u32)>,
 }
+
+/// The descriptor QEMU is given its network link on (a datagram socket, see
+/// [`crate::vm::run_linked`]).
+pub const NET_FD: i32 = 3;
 
 fn os(s: impl Into<OsString>) -> OsString {
     s.into()
@@ -113,6 +120,18 @@ impl Machine {
                 os(format!("vhost-user-fs-device,chardev=fs{i},tag={}", s.tag)),
             ]);
         }
+        if let Some((mac, mtu)) = self.net {
+            let mac: Vec<String> = mac.iter().map(|b| format!("{b:02x}")).collect();
+            a.extend([
+                os("-netdev"),
+                os(format!("dgram,id=net0,local.type=fd,local.str={NET_FD}")),
+                os("-device"),
+                os(format!(
+                    "virtio-net-device,netdev=net0,mac={},host_mtu={mtu}",
+                    mac.join(":")
+                )),
+            ]);
+        }
         a.extend([
             os("-device"),
             os("virtio-serial-device"),
@@ -148,6 +167,7 @@ mod tests {
             console: "/run/x/console.log".into(),
             tsc_khz: Some(2_100_000),
             run_as: None,
+            net: None,
         };
         let line: Vec<String> = m
             .argv()
@@ -218,5 +238,18 @@ mod tests {
             |w| w[0] == "-run-with" && w[1] == "user=2147287040:2147287041,chroot=/run/x/empty"
         ));
         assert!(rline.iter().any(|a| a.contains("elevateprivileges=allow")));
+        let netted = Machine {
+            net: Some(([0x02, 0x48, 0x55, 0x4c, 0x4c, 0x01], 65520)),
+            ..as_root
+        };
+        let nline: Vec<String> = netted
+            .argv()
+            .iter()
+            .map(|s| s.to_string_lossy().into_owned())
+            .collect();
+        assert!(nline.contains(&"dgram,id=net0,local.type=fd,local.str=3".to_string()));
+        assert!(nline.contains(
+            &"virtio-net-device,netdev=net0,mac=02:48:55:4c:4c:01,host_mtu=65520".to_string()
+        ));
     }
 }

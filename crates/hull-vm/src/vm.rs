@@ -53,6 +53,21 @@ pub struct VmRun {
     pub scratch: PathBuf,
     /// Output kept per stream in the outcome (the sink sees all of it).
     pub max_output: u64,
+    /// The gateway network (none: no network device); its link is given to [`run_linked`].
+    pub net: Option<VmNet>,
+}
+
+/// A VM's gateway network: a virtio-net device whose frames travel as datagrams on the link
+/// socket [`run_linked`] is given (its other end is the gateway's), configured in the guest
+/// as a namespace box's TAP is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VmNet {
+    /// The device's MAC (the box's, so the gateway sees the same link).
+    pub mac: [u8; 6],
+    /// The device's MTU (QEMU's `host_mtu`, which the guest's driver takes).
+    pub mtu: u32,
+    /// The program's `/etc/resolv.conf`.
+    pub resolv_conf: String,
 }
 
 /// A host directory shared with the guest.
@@ -349,6 +364,21 @@ fn accept(listener: &UnixListener, qemu: &mut Proc, dir: &Path) -> Result<UnixSt
 
 /// Runs `run` in a fresh VM; `sink` gets the program's output as it comes.
 pub fn run(run: &VmRun, sink: &mut dyn FnMut(Stream, &[u8])) -> Result<VmOutcome, VmError> {
+    run_linked(run, None, sink)
+}
+
+/// [`run`], the VM's network device on `link` (a connected `SOCK_DGRAM` unix socket, one
+/// Ethernet frame per datagram) when `run.net` asks for one.
+pub fn run_linked(
+    run: &VmRun,
+    link: Option<std::os::fd::OwnedFd>,
+    sink: &mut dyn FnMut(Stream, &[u8]),
+) -> Result<VmOutcome, VmError> {
+    if run.net.is_some() != link.is_some() {
+        return Err(VmError::Protocol {
+            why: "a network device needs its link socket, and a link its device".into(),
+        });
+    }
     if rustix::process::geteuid().is_root()
         && (run.ids.is_none()
             || run.workspace_ids.is_none()
@@ -445,11 +475,15 @@ pub fn run(run: &VmRun, sink: &mut dyn FnMut(Stream, &[u8])) -> Result<VmOutcome
         console: d.join("console.log"),
         tsc_khz: accel::host_tsc_khz(),
         run_as,
+        net: run.net.as_ref().map(|n| (n.mac, n.mtu)),
     };
     let err_log = d.join("qemu.err");
     let err_file = std::fs::File::create(&err_log).map_err(io("making QEMU's log"))?;
     let started = Instant::now();
     let mut qemu_cmd = Command::new(&tools.qemu);
+    if let Some(l) = &link {
+        crate::sys::pass_fd(&mut qemu_cmd, l, crate::qemu::NET_FD);
+    }
     crate::sys::as_helper(&mut qemu_cmd);
     let mut qemu = Proc(
         qemu_cmd
@@ -477,6 +511,9 @@ pub fn run(run: &VmRun, sink: &mut dyn FnMut(Stream, &[u8])) -> Result<VmOutcome
         mounts: guest_mounts,
         tmp_size: run.tmp_size,
         shm_size: run.shm_size,
+        net: run.net.as_ref().map(|n| proto::GuestNet {
+            resolv_conf: n.resolv_conf.clone(),
+        }),
     }))?;
     let failed_boot = |what: String| VmError::Start {
         step: "booting the guest",

@@ -69,6 +69,7 @@ fn request(dir: &Path, root: PathBuf, argv: &[&str]) -> VmRun {
         cache: dir.join("cache"),
         scratch: dir.join("scratch"),
         max_output: 1 << 20,
+        net: None,
     }
 }
 

@@ -107,10 +107,10 @@ impl Backend for VmBackend {
         if !spec.tmpfs.is_empty() {
             return Err(refuse(SpecField::Tmpfs, "extra tmpfs mounts are refused"));
         }
-        if spec.network != Network::None {
+        if spec.network == Network::Host {
             return Err(refuse(
                 SpecField::Network,
-                "a network (host or the gateway) is refused",
+                "the host's network is refused (a VM has the gateway network or none)",
             ));
         }
         if !spec.cap_add.is_empty() {
@@ -151,6 +151,62 @@ impl Backend for VmBackend {
         sink: &mut dyn OutputSink,
     ) -> Result<(RunResult, Destroy), BoxError> {
         self.check(spec)?;
+        if spec.network == Network::Gateway {
+            return Err(BoxError::NoTapHandler);
+        }
+        self.run_vm(spec, sink, None)
+    }
+
+    fn run_served(
+        &self,
+        spec: &BoxSpec,
+        sink: &mut dyn OutputSink,
+        tap: &mut TapHandler<'_>,
+    ) -> Result<(RunResult, Destroy), BoxError> {
+        self.check(spec)?;
+        if spec.network != Network::Gateway {
+            return self.run_vm(spec, sink, None);
+        }
+        // The VM's link: a datagram pair, one Ethernet frame per datagram. QEMU's network
+        // device takes one end; the gateway takes the other as it takes a box's TAP, before
+        // the guest boots (frames the guest sends first wait in the socket).
+        let (gateway_end, vm_end) = rustix::net::socketpair(
+            rustix::net::AddressFamily::UNIX,
+            rustix::net::SocketType::DGRAM,
+            rustix::net::SocketFlags::CLOEXEC,
+            None,
+        )
+        .map_err(|e| BoxError::Io {
+            what: "making the VM's network link".into(),
+            error: e.into(),
+        })?;
+        #[allow(clippy::cast_possible_wrap)] // a pid fits
+        let pid = std::process::id() as libc::pid_t;
+        tap(hull_box::Tap {
+            fd: gateway_end,
+            pid,
+        })
+        .map_err(|error| BoxError::Gateway { error })?;
+        self.run_vm(spec, sink, Some(vm_end))
+    }
+
+    fn files(&self, workspace: &Path) -> Result<Confined, SandboxError> {
+        Confined::open(workspace)
+    }
+
+    fn isolation(&self) -> hull_api::Isolation {
+        hull_api::Isolation::Vm
+    }
+}
+
+impl VmBackend {
+    /// Runs `spec` in a VM, its network device on `link` (the gateway network's).
+    fn run_vm(
+        &self,
+        spec: &BoxSpec,
+        sink: &mut dyn OutputSink,
+        link: Option<std::os::fd::OwnedFd>,
+    ) -> Result<(RunResult, Destroy), BoxError> {
         let io = |what: &str| {
             let what = what.to_owned();
             move |error| BoxError::Io { what, error }
@@ -243,6 +299,11 @@ impl Backend for VmBackend {
             cache: self.cache.clone(),
             scratch: self.scratch.clone(),
             max_output: spec.max_output,
+            net: (spec.network == Network::Gateway).then(|| hull_vm::VmNet {
+                mac: hull_box::tap::BOX_MAC,
+                mtu: hull_box::tap::MTU,
+                resolv_conf: String::from_utf8_lossy(hull_box::tap::RESOLV_CONF).into_owned(),
+            }),
         };
         let mut relay = |s: proto::Stream, b: &[u8]| {
             sink.chunk(
@@ -253,30 +314,12 @@ impl Backend for VmBackend {
                 b,
             );
         };
-        let out = hull_vm::run(&run, &mut relay).map_err(vm_error)?;
+        let out = hull_vm::run_linked(&run, link, &mut relay).map_err(vm_error)?;
         warnings.extend(out.warnings.iter().cloned());
         Ok((
             result_of(&out, spec, warnings),
             Box::new(move || drop(temp)),
         ))
-    }
-
-    fn run_served(
-        &self,
-        spec: &BoxSpec,
-        _sink: &mut dyn OutputSink,
-        _tap: &mut TapHandler<'_>,
-    ) -> Result<(RunResult, Destroy), BoxError> {
-        self.check(spec)?;
-        Err(refuse(SpecField::Network, "the gateway network is refused"))
-    }
-
-    fn files(&self, workspace: &Path) -> Result<Confined, SandboxError> {
-        Confined::open(workspace)
-    }
-
-    fn isolation(&self) -> hull_api::Isolation {
-        hull_api::Isolation::Vm
     }
 }
 

@@ -14,9 +14,14 @@ use std::io::{BufRead, BufReader, Read, Write};
 
 use crate::proto::{self, Ask, Tell};
 
+/// Sets up the guest's links (loopback, and with `true` the gateway network's device): the
+/// namespace tier's own link setup, given by the binary that links both (hull-vm depends on
+/// no hull crate).
+pub type Links = fn(bool) -> std::io::Result<()>;
+
 /// Runs the guest's init; never returns (the guest powers off).
-pub fn main() -> ! {
-    let code = match serve() {
+pub fn main(links: Links) -> ! {
+    let code = match serve(links) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("hull-init: {e}");
@@ -50,7 +55,7 @@ fn closed() -> Failed {
     }
 }
 
-fn serve() -> Result<(), Failed> {
+fn serve(links: Links) -> Result<(), Failed> {
     setup::early_mounts()?;
     setup::load_modules()?;
     let port_path = setup::agent_port()?;
@@ -82,6 +87,13 @@ fn serve() -> Result<(), Failed> {
     };
     let cgroup = setup::program_cgroup()
         .and_then(|cg| setup::program_root(&boot).map(|()| cg))
+        .and_then(|cg| {
+            links(boot.net.is_some()).map_err(at("setting up the network"))?;
+            match &boot.net {
+                Some(net) => setup::resolv_conf(&net.resolv_conf).map(|()| cg),
+                None => Ok(cg),
+            }
+        })
         .map_err(tell)?;
     writer.send(&Tell::Ready {
         kernel: rustix::system::uname()

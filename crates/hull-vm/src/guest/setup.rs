@@ -272,6 +272,19 @@ pub fn program_root(boot: &proto::Boot) -> Result<(), Failed> {
     )
 }
 
+/// The program's `/etc/resolv.conf` (in its root's upper layer): the gateway answers DNS. An
+/// image's own, or a link it has there, is replaced, never followed.
+pub fn resolv_conf(text: &str) -> Result<(), Failed> {
+    let step = "writing /etc/resolv.conf";
+    fs::create_dir_all("/etc").map_err(at(step))?;
+    match fs::remove_file("/etc/resolv.conf") {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(at(step)(e)),
+    }
+    fs::write("/etc/resolv.conf", text).map_err(at(step))
+}
+
 /// Writes what is cached to the shares, then powers the guest off (QEMU exits); `code` is
 /// only for the console.
 pub fn power_off(code: i32) -> ! {
