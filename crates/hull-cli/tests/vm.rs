@@ -142,6 +142,30 @@ fn what_a_vm_cannot_honour_yet_is_refused_naming_the_flag() {
                 "{err}"
             );
         }
+        // A directory reached through a symlink is refused: another user's link must not
+        // point host root's VM at a directory of someone else's.
+        let real = dir.path().join("users");
+        std::fs::create_dir(&real).unwrap();
+        std::os::unix::fs::chown(&real, Some(1234), Some(1234)).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let out = hull(&[
+            "run",
+            "--isolation",
+            "vm",
+            "--rootfs",
+            root,
+            "--workspace",
+            link.to_str().unwrap(),
+            "--",
+            "true",
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{err}");
+        assert!(
+            err.contains("--workspace") && err.contains("symlink"),
+            "{err}"
+        );
     }
 }
 

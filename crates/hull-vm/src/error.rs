@@ -22,6 +22,13 @@ pub enum VmError {
     /// range or a share's owner): the guest would write them as host root.
     #[error("a VM run as host root needs the host ids its root takes on every share (hull's range, or a directory's owner), so it never writes as host root; none were given")]
     HostRoot,
+    /// As host root, a share could not be given to its helper.
+    #[error("{}: cannot be shared with the VM", path.display())]
+    Share {
+        path: PathBuf,
+        #[source]
+        error: crate::share::ShareError,
+    },
     /// `--require-kvm` and KVM cannot run a standard guest here.
     #[error("KVM is required (--require-kvm) but cannot run this VM here: {why}")]
     KvmRequired { why: String },

@@ -12,6 +12,7 @@ pub mod guest;
 pub mod initramfs;
 pub mod proto;
 pub mod qemu;
+pub mod share;
 mod sys;
 pub mod vm;
 

@@ -242,3 +242,18 @@ pub fn pass_fd(cmd: &mut Command, fd: &impl AsRawFd, to: libc::c_int) {
         cmd.pre_exec(move || move_fd(fd, to));
     }
 }
+
+/// Makes `cmd` start in the directory `dir` (which the caller keeps open until `spawn`
+/// returns), entered by descriptor while the child still has the caller's rights. Register it
+/// before [`in_userns`].
+pub fn enter_dir(cmd: &mut Command, dir: &impl AsRawFd) {
+    let fd = dir.as_raw_fd();
+    let enter = move || {
+        // SAFETY: fchdir on a descriptor the parent keeps open.
+        check(unsafe { libc::fchdir(fd) }.into())
+    };
+    // SAFETY: the closure only makes one async-signal-safe system call.
+    unsafe {
+        cmd.pre_exec(enter);
+    }
+}

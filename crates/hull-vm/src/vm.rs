@@ -17,6 +17,7 @@ use crate::assets::{Guest, Tools};
 use crate::error::VmError;
 use crate::proto::{self, Ask, Exec, Stream, Tell};
 use crate::qemu::{Machine, Share};
+pub use crate::share::ShareIds;
 pub use crate::sys::Ids;
 
 /// What to run in a VM.
@@ -30,8 +31,8 @@ pub struct VmRun {
     /// and what QEMU runs as once it has opened its files (hull's range, never host root).
     /// `None` for an unprivileged caller: the guest's root is the caller on every share.
     pub ids: Option<Ids>,
-    /// As host root (required then): the host ids the guest's root is on the workspace.
-    pub workspace_ids: Option<Ids>,
+    /// As host root (required then): how the guest's root's ids on the workspace are chosen.
+    pub workspace_ids: Option<ShareIds>,
     /// Host directories shared at paths of the program's root.
     pub mounts: Vec<VmMount>,
     /// Sizes of the program's `/tmp` and `/dev/shm`, in bytes.
@@ -76,8 +77,8 @@ pub struct VmMount {
     pub source: PathBuf,
     pub target: String,
     pub read_only: bool,
-    /// As host root (required then): the host ids the guest's root is on this share.
-    pub ids: Option<Ids>,
+    /// As host root (required then): how the guest's root's ids on this share are chosen.
+    pub ids: Option<ShareIds>,
 }
 
 /// How a VM run ended.
@@ -181,8 +182,21 @@ fn virtiofsd(
     sock: &Path,
     log: &Path,
     readonly: bool,
-    ids: Option<Ids>,
+    ids: Option<ShareIds>,
 ) -> Result<Proc, VmError> {
+    // As host root: the directory opened once (its owner read from it, not from its path
+    // again), the helper started in it.
+    let opened = match ids {
+        Some(how) => {
+            Some(
+                crate::share::open(dir, how, readonly).map_err(|error| VmError::Share {
+                    path: dir.to_path_buf(),
+                    error,
+                })?,
+            )
+        }
+        None => None,
+    };
     let out = std::fs::File::create(log).map_err(|source| VmError::Io {
         step: "making virtiofsd's log",
         source,
@@ -195,8 +209,9 @@ fn virtiofsd(
     cmd.arg("--shared-dir");
     // As host root the helper cannot look up a path through host root's directories (the
     // store is in root's home): it starts in the directory, which it shares as `.`.
-    if ids.is_some() {
-        cmd.current_dir(dir).arg(".");
+    if let Some((fd, _)) = &opened {
+        crate::sys::enter_dir(&mut cmd, fd);
+        cmd.arg(".");
     } else {
         cmd.arg(dir);
     }
@@ -215,7 +230,7 @@ fn virtiofsd(
     // namespace maps its root to the caller, as a namespace box's root is, so files the guest
     // makes belong to the caller; as host root (where virtiofsd refuses `--uid-map`) hull
     // makes that namespace itself, mapped to `ids` (hull's range or the share's owner).
-    let mapper = match ids {
+    let mapper = match opened.as_ref().map(|o| o.1) {
         Some(ids) => Some(
             crate::sys::in_userns(&mut cmd, ids).map_err(|source| VmError::Io {
                 step: "making virtiofsd's user namespace",
@@ -410,7 +425,7 @@ pub fn run_linked(
         &d.join("root.sock"),
         &d.join("root.log"),
         true,
-        run.ids,
+        run.ids.map(ShareIds::Fixed),
     )?;
     let ws_fs = virtiofsd(
         &tools,

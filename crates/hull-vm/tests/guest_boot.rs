@@ -201,11 +201,23 @@ fn as_host_root_the_guest_writes_as_the_ids_it_is_given_and_its_helpers_give_up_
         &[
             "sh",
             "-c",
-            "id -u; cat /image-file; echo made > /workspace/f; chmod 4755 /workspace/f; sleep 2",
+            "id -u; cat /image-file; echo made > /workspace/f; chmod 4755 /workspace/f; \
+             echo theirs > /data/g; chmod 2755 /data/g; sleep 2",
         ],
     );
     std::os::unix::fs::chown(&run.workspace, Some(ids.uid), Some(ids.gid)).unwrap();
-    (run.ids, run.workspace_ids) = (Some(ids), Some(ids));
+    (run.ids, run.workspace_ids) = (Some(ids), Some(hull_vm::vm::ShareIds::Fixed(ids)));
+    // A user's directory whose group is another's (disk): the guest's root writes it as its
+    // owner, with the range's group, never the directory's.
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::os::unix::fs::chown(&data, Some(1234), Some(6)).unwrap();
+    run.mounts.push(hull_vm::VmMount {
+        source: data.clone(),
+        target: "/data".into(),
+        read_only: false,
+        ids: Some(hull_vm::vm::ShareIds::Owner { range: ids }),
+    });
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let watch = {
         let stop = stop.clone();
@@ -235,16 +247,22 @@ fn as_host_root_the_guest_writes_as_the_ids_it_is_given_and_its_helpers_give_up_
     use std::os::unix::fs::MetadataExt;
     assert_eq!((meta.uid(), meta.gid()), (ids.uid, ids.gid));
     assert_eq!(meta.mode() & 0o4000, 0o4000);
-    // QEMU and every virtiofsd ran as the range, not as host root.
+    let theirs = std::fs::metadata(data.join("g")).unwrap();
+    assert_eq!((theirs.uid(), theirs.gid()), (1234, ids.gid));
     let want = format!("{0} {0} {0} {0}", ids.uid);
     assert!(
         seen.values().any(|(n, _)| n.starts_with("qemu-system"))
             && seen.values().any(|(n, _)| n == "virtiofsd"),
         "{seen:?}"
     );
+    // QEMU and the image's and workspace's virtiofsd as the range, the user's share's as
+    // its owner: none as host root.
+    let theirs_ids = "1234 1234 1234 1234".to_string();
     for (name, uids) in seen.values() {
-        if name.starts_with("qemu-system") || name == "virtiofsd" {
+        if name.starts_with("qemu-system") {
             assert_eq!(uids, &want, "{name}");
+        } else if name == "virtiofsd" {
+            assert!(*uids == want || *uids == theirs_ids, "{name}: {uids}");
         }
     }
 }

@@ -247,7 +247,7 @@ impl VmBackend {
                 std::fs::create_dir(&w).map_err(io("making the VM's workspace"))?;
                 std::os::unix::fs::chown(&w, Some(r.uid), Some(r.gid))
                     .map_err(io("giving the VM's workspace to hull's range"))?;
-                (w, Some(r))
+                (w, Some(hull_vm::share::ShareIds::Fixed(r)))
             }
             (None, None, _) => return Err(BoxError::Internal("no workspace")),
         };

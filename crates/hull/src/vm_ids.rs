@@ -5,13 +5,14 @@
 //! hull's to filter: whatever owner the guest's root writes as, it can also leave a setuid
 //! program of that owner's on the host. So that owner is never host root: the image (read
 //! only) and a directory hull made for the VM are hull's range; a directory the caller gave is
-//! its owner's, and refused writable when host root owns it.
+//! its owner's (with the range's group, so no group the owner was not given), refused writable
+//! when host root owns it, and refused when reached through a symlink.
 
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use hull_box::spec::{SpecError, SpecField};
 use hull_box::BoxError;
+use hull_vm::share::ShareIds;
 use hull_vm::vm::Ids;
 
 /// hull's range (the ids host root's boxes map their root to), `None` for an unprivileged
@@ -20,39 +21,37 @@ pub fn range() -> Option<Ids> {
     hull_box::remap::box_root().map(|(uid, gid)| Ids { uid, gid })
 }
 
-/// The ids the guest's root writes `dir` as (host root only): its owner's, except host root's
-/// (hull's range instead, and a writable directory of host root's refused naming `field`).
+/// How the guest's root's ids on the caller's directory `dir` are chosen (host root only):
+/// its owner's, with the range's group (`hull_vm::share`). Checked here too, so a directory
+/// that would be refused is named by the flag it came from: host root's (writable), or one
+/// reached through a symlink (host root must not follow a link another user planted). The VM
+/// decides again on the directory as it opens it.
 pub fn of_share(
     dir: &Path,
     read_only: bool,
     field: SpecField,
     range: Ids,
-) -> Result<Ids, BoxError> {
-    let meta = std::fs::metadata(dir).map_err(|error| BoxError::Io {
-        what: format!("looking up the owner of {}", dir.display()),
-        error,
-    })?;
-    if meta.uid() == 0 && !read_only {
-        return Err(BoxError::Spec(SpecError::Invalid {
+) -> Result<ShareIds, BoxError> {
+    let refuse = |why: String| {
+        BoxError::Spec(SpecError::Invalid {
             field,
-            why: format!(
-                "{} is host root's, and a VM's root cannot write it as host root (the guest could leave a setuid-root program there; its kernel is not hull's to filter): give the directory to another user (hull's own range is {}:{}), share it read-only, or run hull as an unprivileged user",
-                dir.display(),
-                range.uid,
-                range.gid
-            ),
-        }));
-    }
-    Ok(Ids {
-        uid: if meta.uid() == 0 {
-            range.uid
-        } else {
-            meta.uid()
-        },
-        gid: if meta.gid() == 0 {
-            range.gid
-        } else {
-            meta.gid()
-        },
-    })
+            why: format!("{}: {why}", dir.display()),
+        })
+    };
+    let fd = hull_vm::share::open_no_symlinks(dir).map_err(|e| {
+        refuse(format!(
+            "cannot be opened without following a symlink ({e}); as host root a VM's shares are opened that way: give the directory's real path"
+        ))
+    })?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| BoxError::Io {
+        what: format!("looking up the owner of {}", dir.display()),
+        error: e.into(),
+    })?;
+    hull_vm::share::owner_ids(st.st_uid, read_only, range).map_err(|e| {
+        refuse(format!(
+            "{e}: give the directory to another user (hull's own range is {}:{}), share it read-only, or run hull as an unprivileged user",
+            range.uid, range.gid
+        ))
+    })?;
+    Ok(ShareIds::Owner { range })
 }
