@@ -28,6 +28,11 @@ fn vm_root(dir: &Path) -> Result<PathBuf, String> {
             "the rootless pass boots it (host root's mapping: guest_boot and the Python SDK's test_vm boot one as root)".into(),
         );
     }
+    image_root(dir)
+}
+
+/// [`vm_root`] in either pass.
+fn image_root(dir: &Path) -> Result<PathBuf, String> {
     if let Some(why) = no_vm() {
         return Err(format!("no VM here: {why}"));
     }
@@ -325,6 +330,18 @@ fn children_of(pid: u32) -> Vec<(u32, String)> {
     out
 }
 
+/// Every process under `pid` (children, theirs, ...), with its command name.
+fn descendants_of(pid: u32) -> Vec<(u32, String)> {
+    let mut found = children_of(pid);
+    let mut i = 0;
+    while i < found.len() {
+        let more = children_of(found[i].0);
+        found.extend(more);
+        i += 1;
+    }
+    found
+}
+
 /// Whether `pid` has ended (gone, or a zombie waiting for its new parent).
 fn ended(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -337,15 +354,34 @@ fn ended(pid: u32) -> bool {
 
 #[test]
 fn a_killed_hull_leaves_no_vm_and_the_next_run_removes_its_directories() {
+    // Both passes: as host root QEMU changes its ids, which clears its death signal (it runs
+    // under an init of its own in a PID namespace, which dies with hull).
     let dir = tempfile::tempdir().unwrap();
-    let root = match vm_root(dir.path()) {
+    let root = match image_root(dir.path()) {
         Ok(r) => r,
         Err(why) => return hull_testkit::skip(why),
     };
     let scratch = dir.path().join("tmp");
     std::fs::create_dir(&scratch).unwrap();
+    // The guest says it runs the program through the workspace (as host root, one of
+    // another user's: hull's own range).
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    if common::is_root() {
+        std::os::unix::fs::chown(&ws, Some(0x7FFD_0000), Some(0x7FFD_0000)).unwrap();
+    }
     let mut hull = std::process::Command::new(common::bin())
-        .args(vm_run(&root, &["--", "sleep", "600"]))
+        .args(vm_run(
+            &root,
+            &[
+                "--workspace",
+                ws.to_str().unwrap(),
+                "--",
+                "sh",
+                "-c",
+                "echo up > /workspace/up; exec sleep 600",
+            ],
+        ))
         .env("TMPDIR", &scratch)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -353,7 +389,7 @@ fn a_killed_hull_leaves_no_vm_and_the_next_run_removes_its_directories() {
         .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let helpers = loop {
-        let kids = children_of(hull.id());
+        let kids = descendants_of(hull.id());
         if kids.iter().any(|(_, c)| c.starts_with("qemu")) {
             break kids;
         }
@@ -381,6 +417,16 @@ fn a_killed_hull_leaves_no_vm_and_the_next_run_removes_its_directories() {
             );
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
+    }
+    // Killed while the guest runs the program (as host root QEMU has changed its ids by then,
+    // which cleared its own death signal).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !ws.join("up").exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the program never ran"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
     hull.kill().unwrap();
     hull.wait().unwrap();

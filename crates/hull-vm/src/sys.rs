@@ -257,3 +257,72 @@ pub fn enter_dir(cmd: &mut Command, dir: &impl AsRawFd) {
         cmd.pre_exec(enter);
     }
 }
+
+/// Closes every descriptor from 3 up (a keeper process that never execs must not hold the
+/// spawning parent's error pipe, or `spawn` would wait for it).
+fn close_from_3() {
+    // SAFETY: close_range with integer arguments; the calling process uses none of them.
+    unsafe { libc::syscall(libc::SYS_close_range, 3, libc::c_uint::MAX, 0) };
+}
+
+/// Waits for `pid` and exits with its status (a signal's death as 128 + the signal).
+fn wait_and_exit(pid: libc::pid_t) -> ! {
+    let mut status = 0;
+    loop {
+        // SAFETY: waits for our own child into a live integer.
+        let r = unsafe { libc::waitpid(pid, &raw mut status, 0) };
+        if r == pid || (r < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR)) {
+            break;
+        }
+    }
+    let code = if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        128 + libc::WTERMSIG(status)
+    };
+    // SAFETY: ends this process without running the parent's atexit handlers or destructors.
+    unsafe { libc::_exit(code) }
+}
+
+/// In the forked child (C): the program runs as the only process (Q) under an init of its own
+/// (P, in a new PID namespace). C and P only wait; P dies with C (its death signal), and the
+/// kernel kills everything in a PID namespace whose init dies. So a helper that changes its
+/// own ids (which clears its death signal: QEMU's `-run-with`) still dies with its hull.
+/// Only async-signal-safe calls.
+fn keep_in_pid_ns() -> io::Result<()> {
+    // SAFETY: unshare with a flag only; it affects this process's later children.
+    check(unsafe { libc::unshare(libc::CLONE_NEWPID) }.into())?;
+    // SAFETY: fork in the single-threaded child; each side makes only raw system calls.
+    let init = unsafe { libc::fork() };
+    if init < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if init > 0 {
+        close_from_3();
+        wait_and_exit(init);
+    }
+    let kill = libc::c_ulong::from(libc::SIGKILL.unsigned_abs());
+    // SAFETY: prctl with integer arguments only.
+    check(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, kill, 0, 0, 0) }.into())?;
+    // SAFETY: as above, in the namespace's init.
+    let program = unsafe { libc::fork() };
+    if program < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if program > 0 {
+        close_from_3();
+        wait_and_exit(program);
+    }
+    Ok(())
+}
+
+/// Starts `cmd` as the only process under an init of its own that dies with the process
+/// `spawn` returns (see [`keep_in_pid_ns`]); needs CAP_SYS_ADMIN (host root). Register it
+/// after [`as_helper`], whose death signal the returned process then holds; killing that
+/// process ends the program.
+pub fn in_own_pid_ns(cmd: &mut Command) {
+    // SAFETY: the closure only makes async-signal-safe system calls (see `keep_in_pid_ns`).
+    unsafe {
+        cmd.pre_exec(keep_in_pid_ns);
+    }
+}

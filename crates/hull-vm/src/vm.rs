@@ -500,6 +500,11 @@ pub fn run_linked(
         crate::sys::pass_fd(&mut qemu_cmd, l, crate::qemu::NET_FD);
     }
     crate::sys::as_helper(&mut qemu_cmd);
+    // As host root QEMU changes its ids (`-run-with`), which clears its death signal: it runs
+    // under an init of its own that keeps one, so it still dies with this hull.
+    if machine.run_as.is_some() {
+        crate::sys::in_own_pid_ns(&mut qemu_cmd);
+    }
     let mut qemu = Proc(
         qemu_cmd
             .args(machine.argv())

@@ -150,10 +150,10 @@ fn the_deadline_kills_the_vm_and_a_missing_program_is_named() {
     assert!(why.contains("no-such-program: not found"), "{why}");
 }
 
-/// The processes whose parent is this test's process: pid, name and `Uid:` line.
+/// The processes under this test's process (children, theirs, ...): pid, name and `Uid:`
+/// line. (As host root QEMU runs under a keeper of its own: see `sys::in_own_pid_ns`.)
 fn helpers() -> Vec<(String, (String, String))> {
-    let me = std::process::id().to_string();
-    let mut found = Vec::new();
+    let mut all = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(status) = std::fs::read_to_string(e.path().join("status")) else {
             continue;
@@ -165,10 +165,20 @@ fn helpers() -> Vec<(String, (String, String))> {
                 .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
                 .unwrap_or_default()
         };
-        if field("PPid:") == me {
-            let pid = e.file_name().to_string_lossy().into_owned();
-            found.push((pid, (field("Name:"), field("Uid:"))));
+        let pid = e.file_name().to_string_lossy().into_owned();
+        all.push((pid, field("PPid:"), field("Name:"), field("Uid:")));
+    }
+    let mut under = vec![std::process::id().to_string()];
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < under.len() {
+        for (pid, ppid, name, uid) in &all {
+            if *ppid == under[i] {
+                under.push(pid.clone());
+                found.push((pid.clone(), (name.clone(), uid.clone())));
+            }
         }
+        i += 1;
     }
     found
 }
