@@ -105,3 +105,21 @@ def test_as_host_root_a_vm_sandbox_writes_as_hulls_range_and_never_as_root(tmp_p
         assert sb.read_file("notes/in.txt") == b"from the host\nmore\n"
         # The setuid bit the guest set is on a file of the range's, never of host root's.
         assert os.stat(os.path.join(ws, "f")).st_mode & 0o4000
+        # Only what hull made is given away: not another user's file, nor one a hard link
+        # shares with a file of host root's elsewhere.
+        outside = tmp_path / "roots-file"
+        outside.write_bytes(b"root's\n")
+        os.link(outside, os.path.join(ws, "linked"))
+        with open(os.path.join(ws, "users"), "wb"):
+            pass
+        os.chown(os.path.join(ws, "users"), 1001, 1001)
+        sb.write_file("linked", b"x")
+        sb.write_file("users", b"y")
+        assert (os.stat(outside).st_uid, os.stat(os.path.join(ws, "users")).st_uid) == (0, 1001)
+        # A restored workspace is the range's too, so the program can change what came back.
+        os.unlink(os.path.join(ws, "linked"))
+        snap = tmp_path / "snap.tar.gz"
+        sb.snapshot(snap)
+        sb.restore(snap)
+        r = sb.run(["sh", "-c", "echo again >> notes/in.txt && touch notes/new && cat notes/in.txt"])
+        assert r.exit_code == 0 and r.stdout == "from the host\nmore\nagain\n", r

@@ -370,7 +370,14 @@ fn a_killed_hull_leaves_no_vm_and_the_next_run_removes_its_directories() {
     if common::is_root() {
         std::os::unix::fs::chown(&ws, Some(0x7FFD_0000), Some(0x7FFD_0000)).unwrap();
     }
-    let mut hull = std::process::Command::new(common::bin())
+    // hull is started holding a descriptor without close-on-exec (as a shell's redirection
+    // leaves one): its helpers must not inherit it.
+    let marker = dir.path().join("inherited-marker");
+    std::fs::write(&marker, "").unwrap();
+    let mut hull = std::process::Command::new("sh")
+        .args(["-c", "exec 7<\"$0\"; exec \"$@\""])
+        .arg(&marker)
+        .arg(common::bin())
         .args(vm_run(
             &root,
             &[
@@ -416,6 +423,23 @@ fn a_killed_hull_leaves_no_vm_and_the_next_run_removes_its_directories() {
                 seccomp(*pid)
             );
             std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+    let holds_marker = |pid: u32| {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|d| {
+                d.flatten()
+                    .any(|e| std::fs::read_link(e.path()).is_ok_and(|l| l == marker))
+            })
+            .unwrap_or(false)
+    };
+    assert!(
+        holds_marker(hull.id()),
+        "hull itself holds the inherited descriptor"
+    );
+    for (pid, name) in &helpers {
+        if name.starts_with("qemu") || name == "virtiofsd" {
+            assert!(!holds_marker(*pid), "{name} inherited hull's descriptor");
         }
     }
     // Killed while the guest runs the program (as host root QEMU has changed its ids by then,

@@ -88,7 +88,19 @@ pub fn confine_on_exec(cmd: &mut Command, procs: &OwnedFd) {
 /// `hull serve` may block some, and QEMU's TCG kicks its vCPU thread with a signal: blocked,
 /// the guest never sees a timer tick), and SIGKILL when the thread that started it ends, so a
 /// hull that dies leaves no VM behind. Only async-signal-safe calls.
-fn helper_defaults(parent: libc::pid_t) -> io::Result<()> {
+fn helper_defaults(parent: libc::pid_t, first_unused: libc::c_uint) -> io::Result<()> {
+    // Descriptors the caller's process inherited without close-on-exec (a shell's, a
+    // binding's) are not the helper's: closed at its exec. (Marked, not closed: std's own
+    // error pipe must stay open until the exec.)
+    // SAFETY: close_range with integer arguments only.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first_unused,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    })?;
     // SAFETY: an empty set, initialized by sigemptyset before use.
     let mut none: libc::sigset_t = unsafe { std::mem::zeroed() };
     // SAFETY: `none` is a valid sigset_t to initialize.
@@ -110,11 +122,13 @@ fn helper_defaults(parent: libc::pid_t) -> io::Result<()> {
 
 /// Starts `cmd` (a VM's helper) with every signal unblocked and killed when the calling thread
 /// ends (see [`helper_defaults`]).
-pub fn as_helper(cmd: &mut Command) {
+/// Descriptors from `first_unused` up are closed at its exec (those below are stdio and what
+/// [`pass_fd`] gave it).
+pub fn as_helper(cmd: &mut Command, first_unused: libc::c_uint) {
     let parent = rustix::process::getpid().as_raw_nonzero().get();
     // SAFETY: the closure only makes async-signal-safe system calls (see `helper_defaults`).
     unsafe {
-        cmd.pre_exec(move || helper_defaults(parent));
+        cmd.pre_exec(move || helper_defaults(parent, first_unused));
     }
 }
 
@@ -188,14 +202,16 @@ pub fn in_userns(cmd: &mut Command, ids: Ids) -> io::Result<MapWriter> {
         let mut file = std::fs::File::from(pid_r);
         // EOF: the child failed before it asked (its error reaches `spawn`).
         if io::Read::read_exact(&mut file, &mut pid).is_err() {
-            return;
+            return None;
         }
         let pid = i32::from_ne_bytes(pid);
         let write = |name: &str, id: u32| {
             std::fs::write(format!("/proc/{pid}/{name}"), format!("0 {id} 1\n"))
+                .map_err(|e| format!("writing {name} (0 {id} 1): {e}"))
         };
-        let ok = write("uid_map", ids.uid).is_ok() && write("gid_map", ids.gid).is_ok();
-        let _ = rustix::io::write(&go_w, &[u8::from(ok)]);
+        let done = write("uid_map", ids.uid).and_then(|()| write("gid_map", ids.gid));
+        let _ = rustix::io::write(&go_w, &[u8::from(done.is_ok())]);
+        done.err()
     });
     Ok(MapWriter {
         thread: Some(thread),
@@ -208,8 +224,17 @@ pub fn in_userns(cmd: &mut Command, ids: Ids) -> io::Result<MapWriter> {
 /// the child never asked) and joins the thread.
 #[derive(Debug)]
 pub struct MapWriter {
-    thread: Option<std::thread::JoinHandle<()>>,
+    thread: Option<std::thread::JoinHandle<Option<String>>>,
     ends: Option<(OwnedFd, OwnedFd)>,
+}
+
+impl MapWriter {
+    /// Ends it (see the type) and says why the maps could not be written, if they could not
+    /// (the child then refused to run: its `spawn` failed with `EPERM`).
+    pub fn finish(mut self) -> Option<String> {
+        self.ends = None;
+        self.thread.take().and_then(|t| t.join().ok().flatten())
+    }
 }
 
 impl Drop for MapWriter {

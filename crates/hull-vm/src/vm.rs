@@ -249,17 +249,16 @@ fn virtiofsd(
         source,
     })?;
     crate::sys::pass_fd(&mut cmd, &listener, 3);
-    crate::sys::as_helper(&mut cmd);
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        .spawn()
-        .map_err(|e| VmError::Start {
-            step: "starting virtiofsd",
-            detail: format!("{}: {e}", tools.virtiofsd.display()),
-        })?;
-    drop(mapper);
+    crate::sys::as_helper(&mut cmd, 4);
+    let spawned = cmd.stdin(Stdio::null()).stdout(out).stderr(err).spawn();
+    let unmapped = mapper.and_then(crate::sys::MapWriter::finish);
+    let child = spawned.map_err(|e| VmError::Start {
+        step: "starting virtiofsd",
+        detail: match unmapped {
+            Some(why) => format!("its user namespace could not be mapped ({why})"),
+            None => format!("{}: {e}", tools.virtiofsd.display()),
+        },
+    })?;
     drop(listener);
     Ok(Proc(child))
 }
@@ -499,7 +498,7 @@ pub fn run_linked(
     if let Some(l) = &link {
         crate::sys::pass_fd(&mut qemu_cmd, l, crate::qemu::NET_FD);
     }
-    crate::sys::as_helper(&mut qemu_cmd);
+    crate::sys::as_helper(&mut qemu_cmd, if link.is_some() { 4 } else { 3 });
     // As host root QEMU changes its ids (`-run-with`), which clears its death signal: it runs
     // under an init of its own that keeps one, so it still dies with this hull.
     if machine.run_as.is_some() {

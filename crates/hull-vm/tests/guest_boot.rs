@@ -200,6 +200,20 @@ fn as_host_root_the_guest_writes_as_the_ids_it_is_given_and_its_helpers_give_up_
         Ok(r) => r,
         Err(why) => return hull_testkit::skip(format!("no VM here: {why}")),
     };
+    // Ids the kernel cannot map (-1): virtiofsd never runs unmapped, and the error says why.
+    let mut unmappable = request(dir.path(), root.clone(), &["true"]);
+    let bad = hull_vm::vm::Ids {
+        uid: u32::MAX,
+        gid: u32::MAX,
+    };
+    (unmappable.ids, unmappable.workspace_ids) =
+        (Some(bad), Some(hull_vm::vm::ShareIds::Fixed(bad)));
+    let err = hull_vm::run(&unmappable, &mut |_, _| {}).unwrap_err();
+    assert!(
+        err.to_string().contains("virtiofsd")
+            && format!("{err:?}").contains("could not be mapped (writing uid_map"),
+        "{err:?}"
+    );
     // hull's range (hull_box::remap::BASE); this crate only passes the ids on.
     let ids = hull_vm::vm::Ids {
         uid: 0x7FFD_0000,

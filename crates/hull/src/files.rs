@@ -197,11 +197,24 @@ impl Confined {
         }
     }
 
-    /// Gives what the host just made to the workspace's owner (see `owner`).
+    /// A directory inside `ws` (a restore's staging) whose files go to `ws`'s owner.
+    pub(crate) fn owned_as(mut self, ws: &Confined) -> Confined {
+        self.owner = ws.owner;
+        self
+    }
+
+    /// Gives what the host just made to the workspace's owner (see `owner`): only a file of
+    /// host root's with no other link (one hull made, never one a hard link shares with a
+    /// file elsewhere, nor another user's).
     fn adopt(&self, fd: &OwnedFd, rel: &[u8]) -> Result<(), SandboxError> {
         let Some((uid, gid)) = self.owner else {
             return Ok(());
         };
+        let st = rustix::fs::fstat(fd).map_err(|e| resolve_err(rel, e))?;
+        let dir = FileType::from_raw_mode(st.st_mode) == FileType::Directory;
+        if st.st_uid != 0 || (!dir && st.st_nlink != 1) {
+            return Ok(());
+        }
         rustix::fs::fchown(
             fd,
             Some(rustix::process::Uid::from_raw(uid)),

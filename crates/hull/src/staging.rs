@@ -122,7 +122,7 @@ impl<'a> Staging<'a> {
                     ws,
                     name,
                     dir: Some(dir),
-                    new: Confined::from_fd(new, root),
+                    new: Confined::from_fd(new, root).owned_as(ws),
                     old,
                     late,
                 })
