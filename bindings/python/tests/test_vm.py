@@ -59,10 +59,27 @@ def test_a_vm_sandboxs_calls_run_under_a_kernel_of_their_own_and_share_the_works
         assert "isolation" in str(e.value)
 
 
+def test_a_vm_sandbox_is_behind_its_gateway(vm_image):
+    """A gateway mode gives each call's VM a network device served by its own gateway (the
+    namespace tier's): the program's resolver is the gateway, which answers it (here refusing
+    a name deny-all does not allow); no address of the host is reached."""
+    with Sandbox(image=vm_image, isolation="vm", network="deny-all") as sb:
+        r = sb.run(["sh", "-c", "cat /etc/resolv.conf; nslookup example.test 2>&1; true"])
+        assert r.exit_code == 0, r
+        assert r.stdout.startswith("nameserver 10.0.2.2\n"), r.stdout
+        assert "server can't find example.test" in r.stdout, r.stdout
+
+
 def test_what_a_vm_sandbox_cannot_do_yet_is_refused_naming_the_argument():
     with pytest.raises(InvalidArgument) as e:
         Sandbox(isolation="vm", prewarm=1)
     assert "prewarm" in str(e.value)
+    with pytest.raises(InvalidArgument) as e:
+        Sandbox(isolation="vm", network=True)
+    assert "network" in str(e.value)
+    with pytest.raises(InvalidArgument) as e:
+        Sandbox(isolation="vm", network="custom", secrets=[{"name": "K", "value": "sk-vm", "hosts": ["api.example.test"]}])
+    assert "secrets" in str(e.value)
     with pytest.raises(InvalidArgument) as e:
         Sandbox(require_kvm=True)
     assert "require_kvm" in str(e.value)

@@ -320,10 +320,16 @@ impl SandboxRequest {
                     "prewarmed boxes are not supported with isolation vm yet: give 0",
                 ));
             }
-            if !matches!(r.network, Network::None) {
+            if matches!(r.network, Network::Host) {
                 return Err(RequestError::new(
                     "network",
-                    "a network is not supported with isolation vm yet: leave it unset",
+                    "the host's network is refused with isolation vm (a VM has the gateway network or none)",
+                ));
+            }
+            if !r.secrets.is_empty() {
+                return Err(RequestError::new(
+                    "secrets",
+                    "credential brokering is not supported with isolation vm yet (the gateway's policy and ports are)",
                 ));
             }
             if r.setup.is_some() {
@@ -589,7 +595,7 @@ mod tests {
         // What a VM's sandbox cannot do yet is refused naming the argument.
         assert_eq!(refused(json!({"isolation": "vm", "prewarm": 1})), "prewarm");
         assert_eq!(
-            refused(json!({"isolation": "vm", "network": "allow-all"})),
+            refused(json!({"isolation": "vm", "network": "host"})),
             "network"
         );
         assert_eq!(

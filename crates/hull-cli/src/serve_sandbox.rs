@@ -320,11 +320,14 @@ impl Sessions {
                 // Listed for `sandbox.set_network` once the sandbox is made (a failed setup
                 // keeps nothing: its secrets and trust go with it).
                 let mut served_gateway = None;
-                let backend: Arc<dyn hull::backend::Backend> = match &cfg.network {
-                    // The microVM tier (its request refuses a gateway network).
-                    _ if cfg.isolation == hull_api::Isolation::Vm => {
+                // The engine's boxes or the microVM tier's VMs; either behind gateways.
+                let engine: Arc<dyn hull::backend::Backend> =
+                    if cfg.isolation == hull_api::Isolation::Vm {
                         Arc::new(hull::VmBackend::new(cfg.require_kvm))
-                    }
+                    } else {
+                        Arc::<Runtime>::clone(rt)
+                    };
+                let backend: Arc<dyn hull::backend::Backend> = match &cfg.network {
                     hull_api::network::Network::Gateway(g) => {
                         let mut start =
                             crate::net::plan::start_of(g).map_err(|e| bad("network", &e))?;
@@ -333,15 +336,12 @@ impl Sessions {
                         if let Some(t) = &trust {
                             t.apply_to_request(&mut cfg);
                         }
-                        let served = Arc::new(crate::net::backend::Served::new(
-                            Arc::<Runtime>::clone(rt),
-                            start,
-                            trust,
-                        ));
+                        let served =
+                            Arc::new(crate::net::backend::Served::new(engine, start, trust));
                         served_gateway = Some(Arc::clone(&served));
                         served
                     }
-                    _ => Arc::<Runtime>::clone(rt),
+                    _ => engine,
                 };
                 // With `stream`, the setup's output comes as events while it runs.
                 let mut sink = sink_for(p, out, id);

@@ -181,4 +181,9 @@ impl Backend for Served {
     fn files(&self, workspace: &Path) -> Result<Confined, SandboxError> {
         self.inner.files(workspace)
     }
+
+    /// The wrapped backend's: a VM session behind gateways is still a VM session.
+    fn isolation(&self) -> hull_api::Isolation {
+        self.inner.isolation()
+    }
 }
