@@ -57,6 +57,7 @@ pub use runtime::{Runtime, Sweep};
 pub use spec::{
     BindMount, BoxSpec, FuseServer, Network, RootSpec, Stdin, TmpfsMount, WritableRoot,
 };
+pub use sys::tap::configure_guest_links;
 pub use sys::Errno;
 pub use tap::{Handoff, Tap, TapHandler};
 pub use unenforced::{Unenforced, UnenforcedCaps};

@@ -37,19 +37,6 @@ pub const fn netmask() -> Ipv4Addr {
 /// What a box's `/etc/resolv.conf` says with the gateway network: the gateway answers DNS.
 pub const RESOLV_CONF: &[u8] = b"nameserver 10.0.2.2\n";
 
-/// A VM guest's links, set up by its init (hull-vm's guest side, PID 1 of the VM) in the
-/// guest's only network namespace: loopback up, and with the gateway network its virtio-net
-/// device (named [`TAP_NAME`] there too) configured as a box's TAP is (the same MAC, MTU,
-/// address and default route), so the gateway serves a VM's frames as a box's.
-pub fn configure_guest(gateway: bool) -> std::io::Result<()> {
-    let io = |e: crate::sys::Errno| std::io::Error::from_raw_os_error(e.0);
-    crate::sys::loopback_up().map_err(io)?;
-    if gateway {
-        crate::sys::tap::configure(&crate::sys::tap::link()).map_err(io)?;
-    }
-    Ok(())
-}
-
 /// A box's TAP, as its setup handed it over.
 #[derive(Debug)]
 pub struct Tap {

@@ -121,7 +121,7 @@ fn exit_on_parse_error(e: &clap::Error) -> ! {
 fn main() {
     // hull as a microVM guest's init (the initramfs's /init): the kernel starts it as PID 1.
     if std::process::id() == 1 && std::env::args_os().next().is_some_and(|a| a == "/init") {
-        hull_vm::guest::main(hull_box::tap::configure_guest);
+        hull_vm::guest::main(hull_box::configure_guest_links);
     }
     hull_box::trace::step("main: entered");
     let mut argv = std::env::args_os().skip(1).peekable();

@@ -72,6 +72,20 @@ fn ifreq(name: &[u8]) -> libc::ifreq {
     req
 }
 
+/// A VM guest's links, set up by its init (hull-vm's guest side, PID 1 of the VM) in the
+/// guest's only network namespace: loopback up, and with the gateway network its virtio-net
+/// device (named [`crate::tap::TAP_NAME`] there too) configured as a box's TAP is (the same
+/// MAC, MTU, address and default route), so the gateway serves a VM's frames as a box's.
+/// (Exported at the crate's root: `hull_box::configure_guest_links`.)
+pub fn configure_guest_links(gateway: bool) -> std::io::Result<()> {
+    let io = |e: super::Errno| std::io::Error::from_raw_os_error(e.0);
+    super::loopback_up().map_err(io)?;
+    if gateway {
+        configure(&link()).map_err(io)?;
+    }
+    Ok(())
+}
+
 /// Makes `tun` (an open `/dev/net/tun`, in the box's network namespace) a TAP named
 /// `link.name` without packet information (one Ethernet frame per read or write).
 pub(crate) fn set_tap(tun: RawFd, link: &Link) -> SysResult<()> {
