@@ -62,7 +62,8 @@ def test_a_vm_sandboxs_calls_run_under_a_kernel_of_their_own_and_share_the_works
 def test_a_vm_sandbox_is_behind_its_gateway(vm_image):
     """A gateway mode gives each call's VM a network device served by its own gateway (the
     namespace tier's): the program's resolver is the gateway, which answers it (here refusing
-    a name deny-all does not allow); no address of the host is reached."""
+    a name deny-all does not allow). What the policy lets through is vm.rs's
+    a_vm_behind_its_gateway_... (loopback servers of the test's)."""
     with Sandbox(image=vm_image, isolation="vm", network="deny-all") as sb:
         r = sb.run(["sh", "-c", "cat /etc/resolv.conf; nslookup example.test 2>&1; true"])
         assert r.exit_code == 0, r

@@ -469,6 +469,31 @@ pub fn host_addrs() -> std::io::Result<Vec<std::net::IpAddr>> {
     Ok(out)
 }
 
+/// Has `cmd`'s process close, at its exec, every descriptor from `first` up that it inherited
+/// without close-on-exec (a shell's, a binding's): they are not its. Marked, not closed: std's
+/// own error pipe must stay open until the exec. Register it after [`give_fd`].
+pub fn cloexec_from(cmd: &mut std::process::Command, first: libc::c_uint) {
+    let hook = move || {
+        // SAFETY: close_range with integer arguments only.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_close_range,
+                first,
+                libc::c_uint::MAX,
+                libc::CLOSE_RANGE_CLOEXEC,
+            )
+        };
+        if r < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    };
+    // SAFETY: the hook makes one async-signal-safe system call and allocates nothing.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(cmd, hook);
+    }
+}
+
 /// Has `cmd`'s process get `fd` as descriptor `at` (dup2 between fork and exec; the dup is not
 /// close-on-exec). `fd` must stay open until the spawn.
 pub fn give_fd(cmd: &mut std::process::Command, fd: std::os::fd::RawFd, at: std::os::fd::RawFd) {

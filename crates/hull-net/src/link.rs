@@ -1,8 +1,11 @@
 //! The link a box's frames cross: one Ethernet frame in, one frame out, and readiness for an
 //! event loop (the `poll_*` methods register the loop's waker when nothing is ready). The
 //! gateway knows nothing else about where frames come from: [`TapLink`] is a TAP device's fd
-//! (namespace tier), [`MemLink`] an in-memory pair (tests, and a box stack in the same
-//! process), and a virtio-net queue implements the same trait later (microVM tier).
+//! (namespace tier) or one end of a datagram socket pair whose other end is QEMU's virtio-net
+//! backend (microVM tier: one frame per datagram), [`MemLink`] an in-memory pair (tests, and a
+//! box stack in the same process). On a datagram socket a read of 0 bytes is an empty
+//! datagram, which only a compromised guest kernel sends: taken as the link's end, it costs
+//! that VM its own network (fail closed).
 
 use std::fs::File;
 use std::io::{self, Read, Write};

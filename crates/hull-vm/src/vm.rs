@@ -516,6 +516,9 @@ pub fn run_linked(
                 detail: format!("{}: {e}", tools.qemu.display()),
             })?,
     );
+    // QEMU holds its end of the network link now: ours would keep the gateway's frames
+    // queued after QEMU died instead of refused.
+    drop(link);
     let stream = accept(&listener, &mut qemu, d)?;
     let mut chan = Channel {
         reader: BufReader::new(

@@ -222,6 +222,8 @@ impl Spare {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
         crate::sys::give_fd(&mut cmd, theirs.as_raw_fd(), super::gateway::HANDOFF_FD);
+        #[allow(clippy::cast_sign_loss)] // a small descriptor number
+        crate::sys::cloexec_from(&mut cmd, (super::gateway::HANDOFF_FD + 1) as libc::c_uint);
         let mut child = cmd.spawn().map_err(GatewayError::Spawn)?;
         drop(theirs);
         Ok(Spare {
