@@ -22,18 +22,23 @@ if not os.path.exists(BUSYBOX_IMAGE):
     BUSYBOX_IMAGE = os.path.join(_HERE, "..", "..", "..", "scripts", "busybox-image.py")
 
 
-@pytest.fixture(scope="module")
-def vm_image():
-    """The name of a busybox image in hull's store, or a skip saying what this host lacks."""
-    if os.geteuid() == 0:
-        pytest.skip("the rootless pass boots it; the root pass boots test_as_host_root_a_vm_sandbox_writes_as_hulls_range_and_never_as_root")
-    missing = [what for what, ok in (
+def _missing():
+    """What this host lacks to boot a VM (nothing: an empty list)."""
+    return [what for what, ok in (
         ("HULL_VM_AGENT (a static hull: scripts/build-static.sh)", os.environ.get("HULL_VM_AGENT")),
         ("qemu-system-x86_64", shutil.which("qemu-system-x86_64")),
         ("virtiofsd", shutil.which("virtiofsd") or os.environ.get("HULL_VIRTIOFSD")),
         ("the guest kernel (scripts/vm-guest.sh)", os.environ.get("HULL_VM_KERNEL") or os.path.exists("/usr/local/lib/hull/vm/vmlinuz")),
         ("/bin/busybox (busybox-static)", os.path.exists("/bin/busybox")),
     ) if not ok]
+
+
+@pytest.fixture(scope="module")
+def vm_image():
+    """The name of a busybox image in hull's store, or a skip saying what this host lacks."""
+    if os.geteuid() == 0:
+        pytest.skip("the rootless pass boots it; the root pass boots test_as_host_root_a_vm_sandbox_writes_as_hulls_range_and_never_as_root")
+    missing = _missing()
     if missing:
         pytest.skip("no VM here: missing " + ", ".join(missing))
     name = "hull-test-vm/busybox:1"
@@ -96,13 +101,7 @@ def test_as_host_root_a_vm_sandbox_writes_as_hulls_range_and_never_as_root(tmp_p
     writable workspace of host root's own is refused, naming it."""
     if os.geteuid() != 0:
         pytest.skip("host root's mapping; an unprivileged caller's is its own")
-    missing = [what for what, ok in (
-        ("HULL_VM_AGENT", os.environ.get("HULL_VM_AGENT")),
-        ("qemu-system-x86_64", shutil.which("qemu-system-x86_64")),
-        ("virtiofsd", shutil.which("virtiofsd") or os.environ.get("HULL_VIRTIOFSD")),
-        ("the guest kernel", os.environ.get("HULL_VM_KERNEL") or os.path.exists("/usr/local/lib/hull/vm/vmlinuz")),
-        ("/bin/busybox", os.path.exists("/bin/busybox")),
-    ) if not ok]
+    missing = _missing()
     if missing:
         pytest.fail("the root pass boots a VM; missing " + ", ".join(missing))
     name = "hull-test-vm/busybox:1"

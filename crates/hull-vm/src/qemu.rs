@@ -151,6 +151,14 @@ impl Machine {
 mod tests {
     use super::*;
 
+    /// The machine's arguments as text.
+    fn text(m: &Machine) -> Vec<String> {
+        m.argv()
+            .iter()
+            .map(|s| s.to_string_lossy().into_owned())
+            .collect()
+    }
+
     #[test]
     fn the_command_line_has_the_shares_the_agent_port_and_shared_memory() {
         let m = Machine {
@@ -169,11 +177,7 @@ mod tests {
             run_as: None,
             net: None,
         };
-        let line: Vec<String> = m
-            .argv()
-            .iter()
-            .map(|s| s.to_string_lossy().into_owned())
-            .collect();
+        let line = text(&m);
         let after = |flag: &str, n: usize| -> Vec<&str> {
             line.iter()
                 .enumerate()
@@ -202,11 +206,7 @@ mod tests {
             accel: Accel::Kvm,
             ..m.clone()
         };
-        let kline: Vec<String> = kvm
-            .argv()
-            .iter()
-            .map(|s| s.to_string_lossy().into_owned())
-            .collect();
+        let kline = text(&kvm);
         assert!(kline.windows(2).any(|w| w[0] == "-cpu" && w[1] == "host"));
         assert!(
             !kline.iter().any(|a| a.contains("tsc_early_khz")),
@@ -229,11 +229,7 @@ mod tests {
             )),
             ..m
         };
-        let rline: Vec<String> = as_root
-            .argv()
-            .iter()
-            .map(|s| s.to_string_lossy().into_owned())
-            .collect();
+        let rline = text(&as_root);
         assert!(rline.windows(2).any(
             |w| w[0] == "-run-with" && w[1] == "user=2147287040:2147287041,chroot=/run/x/empty"
         ));
@@ -242,11 +238,7 @@ mod tests {
             net: Some(([0x02, 0x48, 0x55, 0x4c, 0x4c, 0x01], 65520)),
             ..as_root
         };
-        let nline: Vec<String> = netted
-            .argv()
-            .iter()
-            .map(|s| s.to_string_lossy().into_owned())
-            .collect();
+        let nline = text(&netted);
         assert!(nline.contains(&"dgram,id=net0,local.type=fd,local.str=3".to_string()));
         assert!(nline.contains(
             &"virtio-net-device,netdev=net0,mac=02:48:55:4c:4c:01,host_mtu=65520".to_string()

@@ -186,7 +186,8 @@ fn enter_userns(tell: libc::c_int, wait: libc::c_int) -> io::Result<()> {
 /// makes on a share belongs to `ids`, never to host root. The maps are written by a thread
 /// of the caller while the child waits (only a process with CAP_SETUID in the parent
 /// namespace may map ids other than its own). Call before [`as_helper`]: changing ids clears
-/// the death signal, which `as_helper` then sets. Returns the thread, to join after `spawn`.
+/// the death signal, which `as_helper` then sets. Keep the returned writer until `spawn`
+/// returns, then drop or [`MapWriter::finish`] it.
 pub fn in_userns(cmd: &mut Command, ids: Ids) -> io::Result<MapWriter> {
     let (pid_r, pid_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
     let (go_r, go_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
@@ -232,6 +233,10 @@ impl MapWriter {
     /// Ends it (see the type) and says why the maps could not be written, if they could not
     /// (the child then refused to run: its `spawn` failed with `EPERM`).
     pub fn finish(mut self) -> Option<String> {
+        self.end()
+    }
+
+    fn end(&mut self) -> Option<String> {
         self.ends = None;
         self.thread.take().and_then(|t| t.join().ok().flatten())
     }
@@ -239,10 +244,7 @@ impl MapWriter {
 
 impl Drop for MapWriter {
     fn drop(&mut self) {
-        self.ends = None;
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.end();
     }
 }
 
@@ -317,26 +319,26 @@ fn wait_and_exit(pid: libc::pid_t) -> ! {
 fn keep_in_pid_ns() -> io::Result<()> {
     // SAFETY: unshare with a flag only; it affects this process's later children.
     check(unsafe { libc::unshare(libc::CLONE_NEWPID) }.into())?;
-    // SAFETY: fork in the single-threaded child; each side makes only raw system calls.
-    let init = unsafe { libc::fork() };
-    if init < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if init > 0 {
-        close_from_3();
-        wait_and_exit(init);
-    }
+    fork_waiting()?;
+    // Here: the namespace's init.
     let kill = libc::c_ulong::from(libc::SIGKILL.unsigned_abs());
     // SAFETY: prctl with integer arguments only.
     check(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, kill, 0, 0, 0) }.into())?;
-    // SAFETY: as above, in the namespace's init.
-    let program = unsafe { libc::fork() };
-    if program < 0 {
+    fork_waiting()
+}
+
+/// Forks; the parent only waits for the child and exits with its status (holding no
+/// descriptor), the child returns. Only async-signal-safe calls.
+fn fork_waiting() -> io::Result<()> {
+    // SAFETY: fork in a single-threaded child of `spawn`; each side makes only raw system
+    // calls.
+    let child = unsafe { libc::fork() };
+    if child < 0 {
         return Err(io::Error::last_os_error());
     }
-    if program > 0 {
+    if child > 0 {
         close_from_3();
-        wait_and_exit(program);
+        wait_and_exit(child);
     }
     Ok(())
 }

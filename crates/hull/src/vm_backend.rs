@@ -10,6 +10,7 @@ use hull_box::result::{stream_text, Fault, FaultType, Stats};
 use hull_box::spec::{Network, RootSpec, SpecError, SpecField, Stdin};
 use hull_box::{BoxError, BoxSpec, OutputSink, RunResult, Stream, TapHandler};
 use hull_vm::proto::{self, Exec};
+use hull_vm::share::ShareIds;
 
 use crate::backend::{Backend, Destroy};
 use crate::error::SandboxError;
@@ -136,10 +137,10 @@ impl Backend for VmBackend {
         }
         if let Some(range) = crate::vm_ids::range() {
             if let Some(w) = &spec.workspace {
-                crate::vm_ids::of_share(w, false, SpecField::Workspace, range)?;
+                crate::vm_ids::check_share(w, false, SpecField::Workspace, range)?;
             }
             for m in &spec.mounts {
-                crate::vm_ids::of_share(&m.source, m.read_only, SpecField::Mounts, range)?;
+                crate::vm_ids::check_share(&m.source, m.read_only, SpecField::Mounts, range)?;
             }
         }
         Ok(())
@@ -237,17 +238,16 @@ impl VmBackend {
         };
         let (workspace, workspace_ids) = match (&spec.workspace, &temp, range) {
             (Some(w), _, None) => (w.clone(), None),
-            (Some(w), _, Some(r)) => (
-                w.clone(),
-                Some(crate::vm_ids::of_share(w, false, SpecField::Workspace, r)?),
-            ),
+            // `check` refused what would be refused; the VM decides again on the directory
+            // as it opens it.
+            (Some(w), _, Some(r)) => (w.clone(), Some(ShareIds::Owner { range: r })),
             (None, Some(t), None) => (t.path().to_path_buf(), None),
             (None, Some(t), Some(r)) => {
                 let w = t.path().join("w");
                 std::fs::create_dir(&w).map_err(io("making the VM's workspace"))?;
                 std::os::unix::fs::chown(&w, Some(r.uid), Some(r.gid))
                     .map_err(io("giving the VM's workspace to hull's range"))?;
-                (w, Some(hull_vm::share::ShareIds::Fixed(r)))
+                (w, Some(ShareIds::Fixed(r)))
             }
             (None, None, _) => return Err(BoxError::Internal("no workspace")),
         };
@@ -257,15 +257,7 @@ impl VmBackend {
                 source: m.source.clone(),
                 target: m.target.clone(),
                 read_only: m.read_only,
-                ids: match range {
-                    Some(r) => Some(crate::vm_ids::of_share(
-                        &m.source,
-                        m.read_only,
-                        SpecField::Mounts,
-                        r,
-                    )?),
-                    None => None,
-                },
+                ids: range.map(|r| ShareIds::Owner { range: r }),
             });
         }
         let mut warnings = Vec::new();

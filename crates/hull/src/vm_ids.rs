@@ -12,7 +12,6 @@ use std::path::Path;
 
 use hull_box::spec::{SpecError, SpecField};
 use hull_box::BoxError;
-use hull_vm::share::ShareIds;
 use hull_vm::vm::Ids;
 
 /// hull's range (the ids host root's boxes map their root to), `None` for an unprivileged
@@ -21,17 +20,16 @@ pub fn range() -> Option<Ids> {
     hull_box::remap::box_root().map(|(uid, gid)| Ids { uid, gid })
 }
 
-/// How the guest's root's ids on the caller's directory `dir` are chosen (host root only):
-/// its owner's, with the range's group (`hull_vm::share`). Checked here too, so a directory
-/// that would be refused is named by the flag it came from: host root's (writable), or one
-/// reached through a symlink (host root must not follow a link another user planted). The VM
-/// decides again on the directory as it opens it.
-pub fn of_share(
+/// Refuses, naming the flag it came from, a caller's directory `dir` that the VM would refuse
+/// as a share chosen by its owner (`hull_vm::share::ShareIds::Owner`, host root only): host
+/// root's (writable), or one reached through a symlink (host root must not follow a link
+/// another user planted). The VM decides again on the directory as it opens it.
+pub fn check_share(
     dir: &Path,
     read_only: bool,
     field: SpecField,
     range: Ids,
-) -> Result<ShareIds, BoxError> {
+) -> Result<(), BoxError> {
     let refuse = |why: String| {
         BoxError::Spec(SpecError::Invalid {
             field,
@@ -53,5 +51,5 @@ pub fn of_share(
             range.uid, range.gid
         ))
     })?;
-    Ok(ShareIds::Owner { range })
+    Ok(())
 }
