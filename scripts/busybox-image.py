@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Imports an image of this host's static busybox into hull's store, for the tests of the
 microVM tier (which runs an image, never `host`): an OCI layout made here (one uncompressed
-layer with /bin/busybox and a few of its applets, PATH=/bin), then `hull import --name NAME`.
+layer with /bin/busybox, a few of its applets and an empty system CA bundle, PATH=/bin), then `hull import --name NAME`.
 
     python3 scripts/busybox-image.py NAME        # HULL_BIN names hull (default: hull on PATH)
 
@@ -39,6 +39,16 @@ def layout_of_busybox(layout):
             link = tarfile.TarInfo("bin/" + applet)
             link.type, link.linkname = tarfile.SYMTYPE, "busybox"
             tar.addfile(link)
+        # A system CA bundle where Debian keeps it (no certificate in it: nothing here
+        # speaks TLS), which a credential-brokered sandbox gets covered with the gateway CA.
+        for name in ("etc", "etc/ssl", "etc/ssl/certs"):
+            d = tarfile.TarInfo(name)
+            d.type, d.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(d)
+        text = b"# the test image's CA bundle\n"
+        f = tarfile.TarInfo("etc/ssl/certs/ca-certificates.crt")
+        f.size, f.mode = len(text), 0o644
+        tar.addfile(f, io.BytesIO(text))
     layer = buf.getvalue()
     arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
     config = {"architecture": arch, "os": "linux", "config": {"Env": ["PATH=/bin"]},

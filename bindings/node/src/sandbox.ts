@@ -57,7 +57,7 @@ export interface SandboxOptions {
   prewarm?: number;
   setupTimeoutS?: number;
   /** The boxes' boundary: `"namespace"` (default) or `"vm"`, a microVM per call with a guest
-   * kernel of its own (docs/vm.md; the gateway network but not `host`; no prewarm, secrets,
+   * kernel of its own (docs/vm.md; the gateway network and secrets but not `host`; no prewarm,
    * setup or kernels yet). */
   isolation?: "namespace" | "vm";
   /** With `isolation: "vm"`: refuse to run where the VM would be emulated (no usable KVM). */

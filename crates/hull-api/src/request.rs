@@ -326,12 +326,6 @@ impl SandboxRequest {
                     "the host's network is refused with isolation vm (a VM has the gateway network or none)",
                 ));
             }
-            if !r.secrets.is_empty() {
-                return Err(RequestError::new(
-                    "secrets",
-                    "credential brokering is not supported with isolation vm yet (the gateway's policy and ports are)",
-                ));
-            }
             if r.setup.is_some() {
                 return Err(RequestError::new(
                     "setup",

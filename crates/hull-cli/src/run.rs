@@ -757,12 +757,6 @@ fn run_in_vm(args: &RunArgs, req: &RunRequest, spec: &hull_box::BoxSpec) -> i32 
             "-t: a terminal in a VM is not supported yet (--isolation vm)",
         );
     }
-    if !req.secrets.is_empty() {
-        return report_invalid(
-            args,
-            "--secret: credential brokering is not supported yet with --isolation vm (the gateway's policy and ports are)",
-        );
-    }
     let backend = hull::VmBackend::new(req.require_kvm);
     if let Err(e) = backend.check(spec) {
         return report_box(args, req, e);

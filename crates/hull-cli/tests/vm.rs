@@ -123,6 +123,23 @@ fn what_a_vm_cannot_honour_yet_is_refused_naming_the_flag() {
         assert_eq!(out.status.code(), Some(125), "{args:?}: {err}");
         assert!(err.contains(flag), "{args:?} should name {flag}: {err}");
     }
+    // A file is copied into the guest, which cannot write it back: read-only only.
+    let file = dir.path().join("note");
+    std::fs::write(&file, "x").unwrap();
+    let file_mount = format!("{}:/x", file.display());
+    let out = hull(&[
+        "run",
+        "--isolation",
+        "vm",
+        "--rootfs",
+        root,
+        "--mount",
+        &file_mount,
+        "--",
+        "true",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("mount it read-only (`:ro`)"), "{err}");
     let out = hull(&["run", "--isolation", "kvm", "--", "true"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("`kvm`"));
     if common::is_root() {
@@ -638,4 +655,99 @@ fn a_vm_behind_its_gateway_reaches_what_the_policy_allows_and_publishes_a_port()
     assert_eq!(echo.accepted(), 1);
     // The port is the host's loopback only, and gone with the VM.
     assert!(std::net::TcpStream::connect((Ipv4Addr::LOCALHOST, host_port)).is_err());
+}
+
+/// Credential brokering in a VM: the guest holds only the placeholder, trusts the gateway's
+/// CA through the environment and through its system bundle (copied into the guest, read-only,
+/// as a caller's read-only file mount is), and the real value reaches only the secret's host:
+/// a loopback HTTPS server of the test's, whose name a loopback DNS server of the test's maps.
+#[test]
+fn a_vm_brokered_secret_reaches_its_host_and_never_the_guest() {
+    const REAL: &str = "sk-REAL-vm-0123456789";
+    let dir = tempfile::tempdir().unwrap();
+    let root = match vm_root(dir.path()) {
+        Ok(r) => r,
+        Err(why) => return hull_testkit::skip(why),
+    };
+    if let Err(why) = hull_testkit::add_host_program(&root, "curl") {
+        return hull_testkit::skip(why);
+    }
+    // The image's own bundle, which hull covers with a copy holding the gateway CA.
+    let bundle = root.join("etc/ssl/certs/ca-certificates.crt");
+    std::fs::create_dir_all(bundle.parent().unwrap()).unwrap();
+    let host_bundle = std::fs::read("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default();
+    std::fs::write(&bundle, &host_bundle).unwrap();
+    let note = dir.path().join("note.txt");
+    std::fs::write(&note, "a note of the host's\n").unwrap();
+    let f = common::tls::Fixture::new();
+    let port = f.srv.port;
+    let script = format!(
+        "echo \"env $KEY\"\n\
+         curl -sS https://api.example.test:{port}/a -H \"Authorization: Bearer $KEY\"; echo\n\
+         unset SSL_CERT_FILE CURL_CA_BUNDLE REQUESTS_CA_BUNDLE\n\
+         curl -sS https://api.example.test:{port}/b -H \"Authorization: Bearer $KEY\"; echo\n\
+         echo x >> /etc/ssl/certs/ca-certificates.crt || echo bundle-read-only\n\
+         cat /etc/note.txt; echo x >> /etc/note.txt || echo note-read-only\n"
+    );
+    let note_mount = format!("{}:/etc/note.txt:ro", note.display());
+    let out = std::process::Command::new(common::bin())
+        .args(vm_run(
+            &root,
+            &[
+                "--allow-host",
+                "api.example.test",
+                "--allow-cidr",
+                "127.0.0.12/32",
+                "--secret",
+                "KEY=env:HULL_TEST_REAL_KEY@api.example.test",
+                "--mount",
+                &note_mount,
+                "--timeout",
+                "90s",
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ],
+        ))
+        .env("HULL_TEST_REAL_KEY", REAL)
+        .envs(f.env())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    let placeholder = lines[0].strip_prefix("env ").unwrap_or_default();
+    assert!(placeholder.starts_with("hull-secret-KEY-"), "{stdout}");
+    assert!(
+        !stdout.contains(REAL),
+        "the real value reached the guest: {stdout}"
+    );
+    // The API echoes what it got; the gateway scrubbed the value back to the placeholder.
+    let echoed = format!("auth=Bearer {placeholder}");
+    assert_eq!(
+        lines[1..],
+        [
+            echoed.as_str(),
+            echoed.as_str(),
+            "bundle-read-only",
+            "a note of the host's",
+            "note-read-only",
+        ],
+        "{stdout}\n{stderr}"
+    );
+    let seen = std::fs::read_to_string(f.dir.path().join("seen.log")).unwrap_or_default();
+    assert_eq!(
+        seen.lines()
+            .filter(|l| l.starts_with("api.example.test") && l.ends_with(&format!("Bearer {REAL}")))
+            .count(),
+        2,
+        "{seen}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&note).unwrap(),
+        "a note of the host's\n"
+    );
 }

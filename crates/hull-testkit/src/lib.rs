@@ -91,6 +91,44 @@ pub fn busybox_root(dir: &std::path::Path, applets: &[&str]) -> Result<std::path
     Ok(root)
 }
 
+/// Copies the host's `program` (found on `PATH`) into `root` at the same path, with every
+/// shared library `ldd` names for it (and the dynamic loader), so a busybox root can run a
+/// dynamically linked tool of the host's (curl, for TLS through a VM's gateway). `Err` is the
+/// skip's reason.
+pub fn add_host_program(root: &std::path::Path, program: &str) -> Result<(), String> {
+    let which = std::process::Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .output()
+        .map_err(|e| format!("cannot look for {program}: {e}"))?;
+    let path = String::from_utf8_lossy(&which.stdout).trim().to_string();
+    if path.is_empty() {
+        return Err(format!(
+            "{program} is not installed (scripts/setup.sh installs it)"
+        ));
+    }
+    let ldd = std::process::Command::new("ldd")
+        .arg(&path)
+        .output()
+        .map_err(|e| format!("cannot run ldd on {path}: {e}"))?;
+    let mut files = vec![path.clone()];
+    for line in String::from_utf8_lossy(&ldd.stdout).lines() {
+        // `libx.so.1 => /lib/.../libx.so.1 (0x...)` or `/lib64/ld-linux-x86-64.so.2 (0x...)`.
+        let lib = line.split_once("=>").map_or(line, |(_, l)| l).trim();
+        if let Some(p) = lib.split_whitespace().next().filter(|p| p.starts_with('/')) {
+            files.push(p.to_string());
+        }
+    }
+    for f in files {
+        let to = root.join(f.trim_start_matches('/'));
+        let copied = to
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::copy(&f, &to).map(drop));
+        copied.map_err(|e| format!("cannot copy {f} into {}: {e}", root.display()))?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

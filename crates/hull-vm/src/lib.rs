@@ -18,4 +18,4 @@ pub mod vm;
 
 pub use accel::Accel;
 pub use error::VmError;
-pub use vm::{run, run_linked, VmMount, VmNet, VmOutcome, VmRun};
+pub use vm::{run, run_linked, VmFile, VmMount, VmNet, VmOutcome, VmRun};

@@ -48,10 +48,23 @@ pub struct GuestMount {
     pub read_only: bool,
 }
 
+/// A host file's bytes, bound read-only at `target` in the program's root (virtio-fs shares
+/// directories only, so a file is copied; the copy lives in the guest's memory).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuestFile {
+    pub target: String,
+    /// Permission bits (no set-id bit is kept).
+    pub mode: u32,
+    pub b64: String,
+}
+
 /// How the guest's program root is made: the host's first request, before `ready`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Boot {
     pub mounts: Vec<GuestMount>,
+    /// Files bound read-only after the shares are mounted, in this order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<GuestFile>,
     /// Sizes of the program's `/tmp` and `/dev/shm` (tmpfs, charged to its memory cap).
     pub tmp_size: u64,
     pub shm_size: u64,

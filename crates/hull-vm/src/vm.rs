@@ -35,6 +35,8 @@ pub struct VmRun {
     pub workspace_ids: Option<ShareIds>,
     /// Host directories shared at paths of the program's root.
     pub mounts: Vec<VmMount>,
+    /// Files copied into the guest, bound read-only after the shares (a share is a directory).
+    pub files: Vec<VmFile>,
     /// Sizes of the program's `/tmp` and `/dev/shm`, in bytes.
     pub tmp_size: u64,
     pub shm_size: u64,
@@ -79,6 +81,15 @@ pub struct VmMount {
     pub read_only: bool,
     /// As host root (required then): how the guest's root's ids on this share are chosen.
     pub ids: Option<ShareIds>,
+}
+
+/// A file's bytes, seen read-only at `target` in the program's root.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VmFile {
+    pub bytes: Vec<u8>,
+    pub target: String,
+    /// Permission bits (set-id bits are dropped).
+    pub mode: u32,
 }
 
 /// How a VM run ended.
@@ -531,6 +542,15 @@ pub fn run_linked(
     };
     chan.send(&Ask::Boot(proto::Boot {
         mounts: guest_mounts,
+        files: run
+            .files
+            .iter()
+            .map(|f| proto::GuestFile {
+                target: f.target.clone(),
+                mode: f.mode & 0o777,
+                b64: base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &f.bytes),
+            })
+            .collect(),
         tmp_size: run.tmp_size,
         shm_size: run.shm_size,
         net: run.net.as_ref().map(|n| proto::GuestNet {

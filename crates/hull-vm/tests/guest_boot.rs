@@ -50,6 +50,7 @@ fn request(dir: &Path, root: PathBuf, argv: &[&str]) -> VmRun {
         ids: None,
         workspace_ids: None,
         mounts: Vec::new(),
+        files: Vec::new(),
         tmp_size: 64 << 20,
         shm_size: 64 << 20,
         exec: Exec {

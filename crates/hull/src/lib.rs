@@ -21,6 +21,7 @@ pub mod sandbox;
 mod session_dirs;
 mod staging;
 pub mod vm_backend;
+mod vm_files;
 mod vm_ids;
 
 pub use backend::Backend;

@@ -15,6 +15,7 @@ use hull_vm::share::ShareIds;
 use crate::backend::{Backend, Destroy};
 use crate::error::SandboxError;
 use crate::files::Confined;
+use crate::vm_files::is_file_mount;
 
 /// Guest RAM beyond the program's memory cap: the guest kernel, its init and its tmpfs
 /// directories (the program's cap is its cgroup's `memory.max` in the guest, so an OOM is the
@@ -95,16 +96,9 @@ impl Backend for VmBackend {
             }
         }
         root_dir(spec)?;
-        // Each mount is a virtio-fs share of its own, which shares a directory.
-        if let Some(m) = spec.mounts.iter().find(|m| !m.source.is_dir()) {
-            return Err(refuse(
-                SpecField::Mounts,
-                &format!(
-                    "{}: only directories can be mounted, so this file",
-                    m.source.display()
-                ),
-            ));
-        }
+        // Each directory mount is a virtio-fs share of its own; a file is copied in.
+        let range = crate::vm_ids::range();
+        crate::vm_files::check(spec, range)?;
         if !spec.tmpfs.is_empty() {
             return Err(refuse(SpecField::Tmpfs, "extra tmpfs mounts are refused"));
         }
@@ -135,11 +129,11 @@ impl Backend for VmBackend {
         if matches!(spec.stdin, Stdin::Inherit | Stdin::Terminal) {
             return Err(refuse(SpecField::Stdin, "this terminal's input is refused"));
         }
-        if let Some(range) = crate::vm_ids::range() {
+        if let Some(range) = range {
             if let Some(w) = &spec.workspace {
                 crate::vm_ids::check_share(w, false, SpecField::Workspace, range)?;
             }
-            for m in &spec.mounts {
+            for m in spec.mounts.iter().filter(|m| !is_file_mount(m)) {
                 crate::vm_ids::check_share(&m.source, m.read_only, SpecField::Mounts, range)?;
             }
         }
@@ -251,8 +245,9 @@ impl VmBackend {
             }
             (None, None, _) => return Err(BoxError::Internal("no workspace")),
         };
+        let files = crate::vm_files::copies(spec, range)?;
         let mut mounts = Vec::new();
-        for m in &spec.mounts {
+        for m in spec.mounts.iter().filter(|m| !is_file_mount(m)) {
             mounts.push(hull_vm::VmMount {
                 source: m.source.clone(),
                 target: m.target.clone(),
@@ -272,6 +267,7 @@ impl VmBackend {
             ids: range,
             workspace_ids,
             mounts,
+            files,
             tmp_size: spec.tmp_size,
             shm_size: spec.shm_size,
             exec: Exec {

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod net;
+pub mod tls;
 
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};

@@ -191,6 +191,7 @@ pub fn program_root(boot: &proto::Boot) -> Result<(), Failed> {
         .map_err(|e| at(&format!("opening /dev/{n}"))(e))?;
         nodes.push((n, fd));
     }
+    let files = file_copies(&boot.files)?;
     crate::sys::own_fs_context().map_err(at("unsharing init's file-system context"))?;
     rustix::process::chroot("/newroot").map_err(at("changing root to the program's root"))?;
     std::env::set_current_dir("/").map_err(at("changing root to the program's root"))?;
@@ -202,12 +203,7 @@ pub fn program_root(boot: &proto::Boot) -> Result<(), Failed> {
         "",
     )?;
     for m in &boot.mounts {
-        if !m.target.starts_with('/') || m.target.split('/').any(|c| c == "..") {
-            return Err(at("mounting a share")(format!(
-                "{:?} is not an absolute path",
-                m.target
-            )));
-        }
+        plain_target(&m.target, "mounting a share")?;
         let flags = if m.read_only {
             MountFlags::RDONLY | MountFlags::NODEV
         } else {
@@ -269,7 +265,77 @@ pub fn program_root(boot: &proto::Boot) -> Result<(), Failed> {
         "tmpfs",
         MountFlags::NOSUID | MountFlags::NODEV,
         &format!("mode=1777,size={}", boot.tmp_size),
+    )?;
+    // Last, so no mount made above covers one.
+    for (target, fd) in &files {
+        bind_file(fd, target)?;
+    }
+    Ok(())
+}
+
+/// Refuses a mount target that is not absolute or climbs with `..`.
+fn plain_target(target: &str, step: &str) -> Result<(), Failed> {
+    if !target.starts_with('/') || target.split('/').any(|c| c == "..") {
+        return Err(at(step)(format!("{target:?} is not an absolute path")));
+    }
+    Ok(())
+}
+
+/// Writes each file the host sent into init's own tmpfs (`/rw/files`, outside the program's
+/// root) with its permission bits, and opens it for [`bind_file`]; its target is checked here.
+fn file_copies(files: &[proto::GuestFile]) -> Result<Vec<(String, OwnedFd)>, Failed> {
+    use base64::Engine as _;
+    use std::os::unix::fs::OpenOptionsExt;
+    if files.is_empty() {
+        return Ok(Vec::new());
+    }
+    mkdir("/rw/files")?;
+    let mut out = Vec::new();
+    for (i, f) in files.iter().enumerate() {
+        let step = format!("copying the file for {}", f.target);
+        plain_target(&f.target, &step)?;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(&f.b64)
+            .map_err(|e| at(&step)(e))?;
+        let path = format!("/rw/files/{i}");
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(f.mode & 0o777)
+            .open(&path)
+            .map_err(|e| at(&step)(e))?;
+        std::io::Write::write_all(&mut file, &bytes).map_err(|e| at(&step)(e))?;
+        drop(file);
+        // The umask may have taken bits the host's file had.
+        fs::set_permissions(
+            &path,
+            std::os::unix::fs::PermissionsExt::from_mode(f.mode & 0o777),
+        )
+        .map_err(|e| at(&step)(e))?;
+        let fd = rustix::fs::open(path.as_str(), OFlags::PATH | OFlags::CLOEXEC, Mode::empty())
+            .map_err(|e| at(&step)(e))?;
+        out.push((f.target.clone(), fd));
+    }
+    Ok(out)
+}
+
+/// The copy at `fd` bound read-only at `target` (made, as an empty file, where the root has
+/// nothing), in the program's root.
+fn bind_file(fd: &OwnedFd, target: &str) -> Result<(), Failed> {
+    let step = format!("mounting the file at {target}");
+    if fs::symlink_metadata(target).is_err() {
+        if let Some(parent) = Path::new(target).parent() {
+            fs::create_dir_all(parent).map_err(|e| at(&step)(e))?;
+        }
+        fs::File::create(target).map_err(|e| at(&step)(e))?;
+    }
+    bind_fd(fd, target)?;
+    rustix::mount::mount_remount(
+        target,
+        MountFlags::BIND | MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV,
+        "",
     )
+    .map_err(|e| at(&step)(e))
 }
 
 /// The program's `/etc/resolv.conf` (in its root's upper layer): the gateway answers DNS. An
