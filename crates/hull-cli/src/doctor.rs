@@ -288,12 +288,22 @@ pub fn main(args: &DoctorArgs) -> i32 {
 /// The microVM tier (`--isolation vm`, optional): the accelerator this host gives a VM and the
 /// pieces a VM is made of, or the first one missing with its fix.
 fn microvm_check() -> Check {
-    let accel = match hull_vm::accel::probe() {
-        hull_vm::Accel::Kvm => "KVM".to_string(),
-        hull_vm::Accel::Tcg { why } => format!("emulated by QEMU's TCG, slow ({why})"),
-    };
     let found =
         hull_vm::assets::Tools::find().and_then(|t| hull_vm::assets::Guest::find().map(|g| (t, g)));
+    // With the pieces found, KVM is tried (once per host boot, then remembered), as a VM does.
+    let accel = match &found {
+        Ok((tools, guest)) => hull_vm::kvm_probe::choose(
+            &tools.qemu,
+            &guest.kernel,
+            &hull_image::store::default_home().join("vm"),
+        ),
+        Err(_) => hull_vm::accel::probe(),
+    };
+    let accel = match accel {
+        hull_vm::Accel::Kvm { cpu: "host" } => "KVM".to_string(),
+        hull_vm::Accel::Kvm { cpu } => format!("KVM (-cpu {cpu})"),
+        hull_vm::Accel::Tcg { why } => format!("emulated by QEMU's TCG, slow ({why})"),
+    };
     match found {
         Ok((tools, guest)) => check(
             "microvm",

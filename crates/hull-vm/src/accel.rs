@@ -9,17 +9,17 @@ use std::path::Path;
 /// The accelerator chosen for this host, with why when it is not KVM.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Accel {
-    Kvm,
+    /// KVM, with QEMU's `-cpu` model (`host`, or without a feature a nested host lacks:
+    /// [`crate::kvm_probe`]).
+    Kvm { cpu: &'static str },
     /// Software emulation; `why` says why KVM was not used.
-    Tcg {
-        why: String,
-    },
+    Tcg { why: String },
 }
 
 impl Accel {
     pub fn name(&self) -> &'static str {
         match self {
-            Accel::Kvm => "kvm",
+            Accel::Kvm { .. } => "kvm",
             Accel::Tcg { .. } => "tcg",
         }
     }
@@ -27,7 +27,8 @@ impl Accel {
 
 /// Decides from what the host shows: its CPU flags (`/proc/cpuinfo`), whether `/dev/kvm`
 /// opens for reading and writing, and whether the KVM module is `kvm_pvm`. Reads three small
-/// files, so it is asked per VM rather than cached (a cache would outlive a module change).
+/// files, so it is asked per VM; KVM here means KVM may work, which [`crate::kvm_probe`]
+/// then tries once.
 pub fn probe() -> Accel {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let kvm = std::fs::OpenOptions::new()
@@ -58,7 +59,7 @@ pub fn decide(cpuinfo: &str, kvm: Result<(), String>, pvm: bool) -> Accel {
         .filter(|l| l.starts_with("flags"))
         .any(|l| l.split_whitespace().any(|f| f == "vmx" || f == "svm"));
     if virt {
-        Accel::Kvm
+        Accel::Kvm { cpu: "host" }
     } else {
         Accel::Tcg {
             why: "the CPU shows no hardware virtualization (vmx or svm)".into(),
@@ -107,7 +108,7 @@ mod tests {
     fn kvm_only_with_a_usable_device_a_virtualizing_cpu_and_no_pvm() {
         let vmx = "processor\t: 0\nflags\t\t: fpu vme vmx sse\n";
         let plain = "processor\t: 0\nflags\t\t: fpu vme sse\n";
-        assert_eq!(decide(vmx, Ok(()), false), Accel::Kvm);
+        assert_eq!(decide(vmx, Ok(()), false), Accel::Kvm { cpu: "host" });
         assert!(matches!(decide(vmx, Ok(()), true), Accel::Tcg { why } if why.contains("kvm_pvm")));
         assert!(matches!(decide(plain, Ok(()), false), Accel::Tcg { why } if why.contains("vmx")));
         assert!(matches!(

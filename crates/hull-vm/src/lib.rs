@@ -10,6 +10,7 @@ pub mod assets;
 pub mod error;
 pub mod guest;
 pub mod initramfs;
+pub mod kvm_probe;
 pub mod proto;
 pub mod qemu;
 pub mod share;

@@ -63,7 +63,7 @@ impl Machine {
         let mut push = |items: &[&str]| a.extend(items.iter().map(os));
         push(&["-M", "microvm,acpi=on"]);
         match &self.accel {
-            Accel::Kvm => push(&["-accel", "kvm", "-cpu", "host"]),
+            Accel::Kvm { cpu } => push(&["-accel", "kvm", "-cpu", cpu]),
             // A 32 MiB translation cache instead of the default: ~20 MiB less per VM (docs/vm.md).
             Accel::Tcg { .. } => push(&["-accel", "tcg,tb-size=32", "-cpu", "max"]),
         }
@@ -203,7 +203,7 @@ mod tests {
             "no network device"
         );
         let kvm = Machine {
-            accel: Accel::Kvm,
+            accel: Accel::Kvm { cpu: "host" },
             ..m.clone()
         };
         let kline = text(&kvm);

@@ -412,12 +412,12 @@ pub fn run_linked(
         return Err(VmError::HostRoot);
     }
     sweep(&run.scratch);
-    let accel = accel::probe();
+    let guest = Guest::find()?;
+    let tools = Tools::find()?;
+    let accel = crate::kvm_probe::choose(&tools.qemu, &guest.kernel, &run.cache);
     if let (true, Accel::Tcg { why }) = (run.require_kvm, &accel) {
         return Err(VmError::KvmRequired { why: why.clone() });
     }
-    let guest = Guest::find()?;
-    let tools = Tools::find()?;
     let initramfs = crate::initramfs::ensure(&guest, &run.cache).map_err(|source| VmError::Io {
         step: "making the guest's initramfs",
         source,

@@ -291,3 +291,51 @@ fn as_host_root_the_guest_writes_as_the_ids_it_is_given_and_its_helpers_give_up_
         }
     }
 }
+
+/// KVM is tried with the guest kernel before a VM uses it, once, and the answer kept: here
+/// (kvm_pvm) QEMU asserts on `-cpu host` and stops the guest on the fallback, so the answer is
+/// TCG naming both; on a host whose KVM works it is KVM. The trial is what a nested host gets
+/// whose flags do not give it away (this one's are, so VMs here never run the trial).
+#[test]
+fn kvm_is_tried_with_the_guest_kernel_once_and_the_answer_kept() {
+    if let Err(why) = ready() {
+        return hull_testkit::skip(format!("no VM here: {why}"));
+    }
+    if let Err(e) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+    {
+        return hull_testkit::skip(format!("/dev/kvm cannot be opened ({e}): no KVM to try"));
+    }
+    let guest = hull_vm::assets::Guest::find().unwrap();
+    let tools = hull_vm::assets::Tools::find().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let started = std::time::Instant::now();
+    let a = hull_vm::kvm_probe::verified(&tools.qemu, &guest.kernel, cache.path());
+    let took = started.elapsed();
+    eprintln!("the trial's answer after {took:?}: {a:?}");
+    if let hull_vm::Accel::Tcg { why } = &a {
+        assert!(
+            why.starts_with("KVM could not run the guest kernel (-cpu host: ")
+                && why.contains("; -cpu host,-arch-capabilities: "),
+            "{why}"
+        );
+    }
+    let kept = std::fs::read_to_string(cache.path().join("accel.json")).unwrap();
+    assert!(
+        kept.contains(&format!("\"accel\":\"{}\"", a.name())),
+        "{kept}"
+    );
+    // Kept: asked again, the answer comes from the cache at once.
+    let started = std::time::Instant::now();
+    assert_eq!(
+        hull_vm::kvm_probe::verified(&tools.qemu, &guest.kernel, cache.path()),
+        a
+    );
+    assert!(
+        started.elapsed() < took,
+        "{took:?} then {:?}",
+        started.elapsed()
+    );
+}

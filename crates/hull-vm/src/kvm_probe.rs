@@ -1,0 +1,275 @@
+//! Whether this host's KVM can run the guest kernel, found by trying once and remembered. The
+//! CPU flags and `/dev/kvm` ([`crate::accel::probe`]) only say KVM might work: under nested
+//! virtualization the guest kernel's first privileged instructions can still fail (QEMU
+//! `-cpu host` asserts on the `IA32_ARCH_CAPABILITIES` MSR on some nested hosts, and works
+//! without that feature). So before the first VM, the guest kernel is booted with no root
+//! under `-cpu host` and then `-cpu host,-arch-capabilities`: a kernel that reaches its
+//! "no root file system" panic ran its whole early boot under KVM. The first that does is the
+//! answer; if none does, TCG with QEMU's words. The answer is kept in the cache directory,
+//! keyed by the host's boot, QEMU and the kernel, so it is tried once per host boot.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::accel::Accel;
+
+/// The CPU models tried under KVM, in order.
+pub const CPUS: [&str; 2] = ["host", "host,-arch-capabilities"];
+
+/// How long one trial boot may take (a kernel under working KVM panics in well under a second).
+const TRIAL: Duration = Duration::from_secs(15);
+
+/// What the console shows once the kernel ran its early boot and found no root to mount.
+const REACHED: &str = "Kernel panic";
+
+/// What QEMU says when KVM could not run an instruction of the guest's (it then pauses).
+const STUCK: &str = "KVM internal error";
+
+/// The accelerator for VMs of `kernel` under `qemu`: [`crate::accel::probe`]'s when it is TCG,
+/// else the cached answer, else a trial boot's (then cached in `cache`).
+pub fn choose(qemu: &Path, kernel: &Path, cache: &Path) -> Accel {
+    match crate::accel::probe() {
+        Accel::Kvm { .. } => verified(qemu, kernel, cache),
+        tcg => tcg,
+    }
+}
+
+/// The answer for a host whose flags and device say KVM: cached, or tried now.
+pub fn verified(qemu: &Path, kernel: &Path, cache: &Path) -> Accel {
+    let key = key(qemu, kernel);
+    let file = cache.join("accel.json");
+    if let Some(a) = read_cached(&file, &key) {
+        return a;
+    }
+    let a = trial(qemu, kernel, cache);
+    write_cached(&file, &key, &a);
+    a
+}
+
+/// What the answer depends on: the host's boot (a module loaded or a kernel changed since is
+/// a new boot or a new key), QEMU's and the kernel's paths, sizes and change times.
+fn key(qemu: &Path, kernel: &Path) -> String {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let file = |p: &Path| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(p).map_or_else(
+            |_| format!("{} ?", p.display()),
+            |m| format!("{} {} {}", p.display(), m.len(), m.mtime()),
+        )
+    };
+    format!("{} | {} | {}", boot.trim(), file(qemu), file(kernel))
+}
+
+fn read_cached(file: &Path, key: &str) -> Option<Accel> {
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(file).ok()?).ok()?;
+    if v.get("key")?.as_str()? != key {
+        return None;
+    }
+    match v.get("accel")?.as_str()? {
+        "kvm" => {
+            let cpu = v.get("cpu")?.as_str()?;
+            CPUS.iter()
+                .find(|c| **c == cpu)
+                .map(|c| Accel::Kvm { cpu: c })
+        }
+        "tcg" => Some(Accel::Tcg {
+            why: v.get("why")?.as_str()?.to_string(),
+        }),
+        _ => None,
+    }
+}
+
+/// Keeps the answer (written whole, then renamed: a reader never sees half of it). A cache that
+/// cannot be written only means the next VM tries again.
+fn write_cached(file: &Path, key: &str, a: &Accel) {
+    let v = match a {
+        Accel::Kvm { cpu } => serde_json::json!({"key": key, "accel": "kvm", "cpu": cpu}),
+        Accel::Tcg { why } => serde_json::json!({"key": key, "accel": "tcg", "why": why}),
+    };
+    let Some(dir) = file.parent() else { return };
+    if std::fs::create_dir_all(dir).is_err() {
+        return;
+    }
+    let tmp = dir.join(format!("accel.json.{}", std::process::id()));
+    if std::fs::write(&tmp, v.to_string()).is_ok() && std::fs::rename(&tmp, file).is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+}
+
+/// Boots `kernel` with no root under each of [`CPUS`] until one reaches [`REACHED`].
+fn trial(qemu: &Path, kernel: &Path, cache: &Path) -> Accel {
+    let mut said = Vec::new();
+    for cpu in CPUS {
+        match boot_once(qemu, kernel, cpu, cache) {
+            Ok(()) => return Accel::Kvm { cpu },
+            Err(why) => said.push(format!("-cpu {cpu}: {why}")),
+        }
+    }
+    Accel::Tcg {
+        why: format!("KVM could not run the guest kernel ({})", said.join("; ")),
+    }
+}
+
+/// One trial boot: `Ok` when the kernel's console reached its panic for want of a root.
+fn boot_once(qemu: &Path, kernel: &Path, cpu: &str, cache: &Path) -> Result<(), String> {
+    let _ = std::fs::create_dir_all(cache);
+    let dir = tempfile::Builder::new()
+        .prefix("kvm-probe-")
+        .tempdir_in(cache)
+        .map_err(|e| {
+            format!(
+                "making a directory for the trial in {}: {e}",
+                cache.display()
+            )
+        })?;
+    let console: PathBuf = dir.path().join("console.log");
+    let err_log = dir.path().join("qemu.err");
+    let mut serial = std::ffi::OsString::from("file:");
+    serial.push(&console);
+    let mut cmd = Command::new(qemu);
+    cmd.args([
+        "-M",
+        "microvm",
+        "-accel",
+        "kvm",
+        "-cpu",
+        cpu,
+        "-m",
+        "128M",
+        "-smp",
+        "1",
+        "-nodefaults",
+        "-no-user-config",
+        "-display",
+        "none",
+        "-no-reboot",
+        "-serial",
+    ])
+    .arg(serial)
+    .arg("-kernel")
+    .arg(kernel)
+    .args(["-append", "console=ttyS0 panic=-1 reboot=t"])
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(std::fs::File::create(&err_log).map_err(|e| format!("making QEMU's log: {e}"))?);
+    crate::sys::as_helper(&mut cmd, 3);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("starting {}: {e}", qemu.display()))?;
+    let deadline = Instant::now() + TRIAL;
+    let said = || {
+        let mut text = String::new();
+        if let Ok(f) = std::fs::File::open(&err_log) {
+            let _ = f.take(4096).read_to_string(&mut text);
+        }
+        text
+    };
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break Some(s),
+            // A failed emulation leaves QEMU paused with the guest's registers printed: it
+            // would wait for the deadline.
+            Ok(None) if Instant::now() < deadline && !said().contains(STUCK) => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+        }
+    };
+    let shown = std::fs::read_to_string(&console).unwrap_or_default();
+    if shown.contains(REACHED) {
+        return Ok(());
+    }
+    // QEMU's first line says why (the rest is a register dump).
+    let said = said();
+    let first = said
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
+    Err(match status {
+        None if said.contains(STUCK) => format!("QEMU stopped the guest: {first}"),
+        None => format!("no panic for want of a root within {} s", TRIAL.as_secs()),
+        Some(s) if !first.is_empty() => format!("QEMU {s}: {first}"),
+        Some(s) => format!("QEMU {s}, and the kernel never reached its panic for want of a root"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A stand-in for QEMU: with `-cpu host` it fails as QEMU does on some nested hosts; with
+    /// the fallback it writes the kernel's panic to the serial file named after `file:`.
+    fn fake_qemu(dir: &Path, works: &str) -> PathBuf {
+        let p = dir.join("qemu");
+        let script = format!(
+            "#!/bin/sh\ncpu=''; serial=''\nwhile [ $# -gt 0 ]; do case $1 in -cpu) cpu=$2;; -serial) serial=${{2#file:}};; esac; shift; done\n\
+             echo \"$cpu\" >> {log}\n\
+             if [ \"$cpu\" = '{works}' ]; then echo 'Kernel panic - not syncing: VFS: Unable to mount root fs' > \"$serial\"; exit 0; fi\n\
+             echo 'qemu: kvm_set_msr: Assertion failed' >&2; exit 1\n",
+            log = dir.join("tried").display()
+        );
+        std::fs::write(&p, script).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    }
+
+    #[test]
+    fn the_fallback_cpu_is_tried_and_the_answer_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let qemu = fake_qemu(dir.path(), "host,-arch-capabilities");
+        let kernel = dir.path().join("vmlinuz");
+        std::fs::write(&kernel, "k").unwrap();
+        let cache = dir.path().join("cache");
+        let a = verified(&qemu, &kernel, &cache);
+        assert_eq!(
+            a,
+            Accel::Kvm {
+                cpu: "host,-arch-capabilities"
+            }
+        );
+        let tried = || std::fs::read_to_string(dir.path().join("tried")).unwrap();
+        assert_eq!(tried(), "host\nhost,-arch-capabilities\n");
+        // Kept: the next VM does not try again.
+        assert_eq!(verified(&qemu, &kernel, &cache), a);
+        assert_eq!(tried().lines().count(), 2);
+        // A changed kernel is another key: tried again.
+        std::fs::write(&kernel, "kernel 2").unwrap();
+        assert_eq!(verified(&qemu, &kernel, &cache), a);
+        assert_eq!(tried().lines().count(), 4);
+        // No trial directory is left.
+        let left: Vec<_> = std::fs::read_dir(&cache)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, ["accel.json"]);
+    }
+
+    #[test]
+    fn when_no_cpu_boots_it_is_tcg_with_qemus_words() {
+        let dir = tempfile::tempdir().unwrap();
+        let qemu = fake_qemu(dir.path(), "none");
+        let kernel = dir.path().join("vmlinuz");
+        std::fs::write(&kernel, "k").unwrap();
+        let cache = dir.path().join("cache");
+        let Accel::Tcg { why } = verified(&qemu, &kernel, &cache) else {
+            panic!("KVM chosen");
+        };
+        assert!(
+            why.starts_with("KVM could not run the guest kernel (-cpu host: QEMU exit status: 1: qemu: kvm_set_msr: Assertion failed; -cpu host,-arch-capabilities: "),
+            "{why}"
+        );
+        // The refusal is kept too.
+        assert_eq!(
+            read_cached(&cache.join("accel.json"), &key(&qemu, &kernel)),
+            Some(Accel::Tcg { why })
+        );
+    }
+}
