@@ -1,6 +1,8 @@
 //! The agent channel's frames: JSON lines between the host (hull driving the VM) and hull as
 //! the guest's init, over a virtio-serial port. The host asks ([`Ask`]); the guest answers
-//! ([`Tell`]). Both ends are this crate, so the shapes are written once here.
+//! ([`Tell`]). Both ends are this crate, so the shapes are written once here. The guest refuses
+//! a request field it does not know: an agent older than the host (`HULL_VM_AGENT`) fails the
+//! boot instead of leaving out a file or a cap it was asked for.
 
 use serde::{Deserialize, Serialize};
 
@@ -22,14 +24,16 @@ pub const CHUNK: usize = 64 << 10;
 
 /// One program to run in the guest's root.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Exec {
     pub argv: Vec<String>,
     /// The whole environment (nothing of the agent's own is passed on).
     pub env: Vec<(String, String)>,
     pub cwd: String,
-    /// Bytes for the program's standard input (none: `/dev/null`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stdin_b64: Option<String>,
+    /// The program's standard input is a pipe fed by the [`Ask::Stdin`] frames that follow,
+    /// closed at [`Ask::StdinEnd`] (`false`: `/dev/null`).
+    #[serde(default)]
+    pub stdin: bool,
     /// The guest's hostname while the program runs.
     pub hostname: String,
     /// The program's cgroup caps in the guest (`None`: none).
@@ -42,6 +46,7 @@ pub struct Exec {
 /// A host directory shared with the guest (its own virtio-fs device, tag `hull.mN`), mounted
 /// at `target` in the program's root.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct GuestMount {
     pub tag: String,
     pub target: String,
@@ -51,6 +56,7 @@ pub struct GuestMount {
 /// A host file's bytes, bound read-only at `target` in the program's root (virtio-fs shares
 /// directories only, so a file is copied; the copy lives in the guest's memory).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct GuestFile {
     pub target: String,
     /// Permission bits (no set-id bit is kept).
@@ -60,6 +66,7 @@ pub struct GuestFile {
 
 /// How the guest's program root is made: the host's first request, before `ready`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Boot {
     pub mounts: Vec<GuestMount>,
     /// Files bound read-only after the shares are mounted, in this order.
@@ -76,6 +83,7 @@ pub struct Boot {
 /// A guest's gateway network: its virtio-net device is configured as a box's TAP is (by the
 /// init's link hook), and the program's root gets this `/etc/resolv.conf`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct GuestNet {
     pub resolv_conf: String,
 }
@@ -86,6 +94,12 @@ pub struct GuestNet {
 pub enum Ask {
     Boot(Boot),
     Exec(Exec),
+    /// Bytes for the running program's standard input (base64; at most [`CHUNK`] bytes).
+    Stdin {
+        b64: String,
+    },
+    /// The end of the running program's standard input.
+    StdinEnd,
     /// Power the guest off (after its answer, the VMM exits).
     PowerOff,
 }
@@ -138,7 +152,7 @@ mod tests {
             argv: vec!["sh".into(), "-c".into(), "echo 'a\nb'".into()],
             env: vec![("PATH".into(), "/bin".into())],
             cwd: "/workspace".into(),
-            stdin_b64: None,
+            stdin: true,
             hostname: "hull".into(),
             memory: Some(64 << 20),
             pids: None,

@@ -281,6 +281,31 @@ struct Channel {
     line: Vec<u8>,
 }
 
+/// Streams `input` to the guest as [`Ask::Stdin`] frames on `port`, then [`Ask::StdinEnd`], on
+/// a thread that ends with the input or the channel (never joined: see [`Input`]). Only this
+/// thread writes the channel while the program runs.
+fn feed(mut input: Input, mut port: UnixStream) {
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; proto::CHUNK];
+        loop {
+            let n = match input.read(&mut buf) {
+                Ok(0) | Err(_) => 0,
+                Ok(n) => n,
+            };
+            let frame = if n == 0 {
+                Ask::StdinEnd
+            } else {
+                Ask::Stdin {
+                    b64: base64::engine::general_purpose::STANDARD.encode(&buf[..n]),
+                }
+            };
+            if port.write_all(&proto::line(&frame)).is_err() || n == 0 {
+                return;
+            }
+        }
+    });
+}
+
 /// What reading a frame came to.
 enum Read1 {
     Frame(Tell),
@@ -389,16 +414,28 @@ fn accept(listener: &UnixListener, qemu: &mut Proc, dir: &Path) -> Result<UnixSt
 
 /// Runs `run` in a fresh VM; `sink` gets the program's output as it comes.
 pub fn run(run: &VmRun, sink: &mut dyn FnMut(Stream, &[u8])) -> Result<VmOutcome, VmError> {
-    run_linked(run, None, sink)
+    run_linked(run, None, None, sink)
 }
 
+/// The program's standard input, read on a thread of its own while the program runs (a file,
+/// or `hull run -i`'s fd 0). Left to itself once the program ends: a terminal's read does
+/// not end with it.
+pub type Input = Box<dyn std::io::Read + Send>;
+
 /// [`run`], the VM's network device on `link` (a connected `SOCK_DGRAM` unix socket, one
-/// Ethernet frame per datagram) when `run.net` asks for one.
+/// Ethernet frame per datagram) when `run.net` asks for one, and the program's standard input
+/// streamed from `input` (`run.exec.stdin` must say so).
 pub fn run_linked(
     run: &VmRun,
     link: Option<std::os::fd::OwnedFd>,
+    input: Option<Input>,
     sink: &mut dyn FnMut(Stream, &[u8]),
 ) -> Result<VmOutcome, VmError> {
+    if run.exec.stdin != input.is_some() {
+        return Err(VmError::Protocol {
+            why: "a streamed input needs its reader, and a reader the exec's `stdin`".into(),
+        });
+    }
     if run.net.is_some() != link.is_some() {
         return Err(VmError::Protocol {
             why: "a network device needs its link socket, and a link its device".into(),
@@ -594,6 +631,13 @@ pub fn run_linked(
         ));
     }
     chan.send(&Ask::Exec(run.exec.clone()))?;
+    if let Some(input) = input {
+        let port = chan
+            .writer
+            .try_clone()
+            .map_err(io("opening the agent channel"))?;
+        feed(input, port);
+    }
     let began = Instant::now();
     let deadline = began + run.timeout;
     loop {

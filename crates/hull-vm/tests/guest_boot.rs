@@ -57,7 +57,7 @@ fn request(dir: &Path, root: PathBuf, argv: &[&str]) -> VmRun {
             argv: argv.iter().map(|s| s.to_string()).collect(),
             env: vec![("PATH".into(), "/bin".into())],
             cwd: "/workspace".into(),
-            stdin_b64: None,
+            stdin: false,
             hostname: "hull".into(),
             memory: None,
             pids: Some(64),
@@ -151,6 +151,10 @@ fn the_deadline_kills_the_vm_and_a_missing_program_is_named() {
     assert!(why.contains("no-such-program: not found"), "{why}");
 }
 
+/// Held by the tests that start processes as root and by the one that watches every process
+/// under this test binary for root's: the KVM trial's QEMU is root's by design.
+static ROOTS_PROCESSES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// The processes under this test's process (children, theirs, ...): pid, name and `Uid:`
 /// line. (As host root QEMU runs under a keeper of its own: see `sys::in_own_pid_ns`.)
 fn helpers() -> Vec<(String, (String, String))> {
@@ -243,6 +247,9 @@ fn as_host_root_the_guest_writes_as_the_ids_it_is_given_and_its_helpers_give_up_
         read_only: false,
         ids: Some(hull_vm::vm::ShareIds::Owner { range: ids }),
     });
+    let _alone = ROOTS_PROCESSES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let watch = {
         let stop = stop.clone();
@@ -311,6 +318,9 @@ fn kvm_is_tried_with_the_guest_kernel_once_and_the_answer_kept() {
     let guest = hull_vm::assets::Guest::find().unwrap();
     let tools = hull_vm::assets::Tools::find().unwrap();
     let cache = tempfile::tempdir().unwrap();
+    let _alone = ROOTS_PROCESSES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let started = std::time::Instant::now();
     let a = hull_vm::kvm_probe::verified(&tools.qemu, &guest.kernel, cache.path());
     let took = started.elapsed();

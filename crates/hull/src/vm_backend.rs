@@ -21,9 +21,6 @@ use crate::vm_files::is_file_mount;
 /// directories (the program's cap is its cgroup's `memory.max` in the guest, so an OOM is the
 /// program's, reported as a namespace box's is).
 const GUEST_OVERHEAD: u64 = 128 << 20;
-/// The most bytes of standard input a VM's program is given: they travel base64'd in one
-/// request line of the agent protocol (4 MiB at most).
-const MAX_STDIN: u64 = 2 << 20;
 /// Guest RAM when the spec has no memory cap.
 const DEFAULT_GUEST_RAM: u64 = 512 << 20;
 
@@ -83,18 +80,6 @@ fn root_dir(spec: &BoxSpec) -> Result<&Path, BoxError> {
 impl Backend for VmBackend {
     fn check(&self, spec: &BoxSpec) -> Result<(), BoxError> {
         spec.validate().map_err(BoxError::Spec)?;
-        if let Stdin::File(p) = &spec.stdin {
-            let len = std::fs::metadata(p).map_or(0, |m| m.len());
-            if len > MAX_STDIN {
-                return Err(refuse(
-                    SpecField::Stdin,
-                    &format!(
-                        "an input of {len} bytes (more than {} MiB, which goes in the agent's one request)",
-                        MAX_STDIN >> 20
-                    ),
-                ));
-            }
-        }
         root_dir(spec)?;
         // Each directory mount is a virtio-fs share of its own; a file is copied in.
         let range = crate::vm_ids::range();
@@ -126,8 +111,11 @@ impl Backend for VmBackend {
                 "a writable root on disk is refused",
             ));
         }
-        if matches!(spec.stdin, Stdin::Inherit | Stdin::Terminal) {
-            return Err(refuse(SpecField::Stdin, "this terminal's input is refused"));
+        if spec.stdin == Stdin::Terminal {
+            return Err(refuse(
+                SpecField::Stdin,
+                "a terminal of the program's own is refused",
+            ));
         }
         if let Some(range) = range {
             if let Some(w) = &spec.workspace {
@@ -206,12 +194,18 @@ impl VmBackend {
             let what = what.to_owned();
             move |error| BoxError::Io { what, error }
         };
-        let stdin_b64 = match &spec.stdin {
-            Stdin::File(p) => Some(base64::Engine::encode(
-                &base64::engine::general_purpose::STANDARD,
-                std::fs::read(p).map_err(io("reading the program's input"))?,
+        // The program's input streams to the guest while it runs: a call's bytes from their
+        // file, `hull run -i`'s from this process's fd 0 (a pipe, or the terminal relay's).
+        let input: Option<hull_vm::vm::Input> = match &spec.stdin {
+            Stdin::File(p) => Some(Box::new(
+                std::fs::File::open(p).map_err(io("opening the program's input"))?,
             )),
-            _ => None,
+            Stdin::Inherit => Some(Box::new(std::fs::File::from(
+                std::os::fd::AsFd::as_fd(&std::io::stdin())
+                    .try_clone_to_owned()
+                    .map_err(io("taking this process's standard input"))?,
+            ))),
+            Stdin::Null | Stdin::Terminal => None,
         };
         let range = crate::vm_ids::range();
         // A fresh workspace when none is given, removed with the VM. As host root the VM's
@@ -274,7 +268,7 @@ impl VmBackend {
                 argv: spec.argv.clone(),
                 env: spec.env.clone(),
                 cwd: spec.cwd.clone(),
-                stdin_b64,
+                stdin: input.is_some(),
                 hostname: spec.hostname.clone(),
                 memory: spec.memory,
                 pids: spec.pids,
@@ -302,7 +296,7 @@ impl VmBackend {
                 b,
             );
         };
-        let out = hull_vm::run_linked(&run, link, &mut relay).map_err(vm_error)?;
+        let out = hull_vm::run_linked(&run, link, input, &mut relay).map_err(vm_error)?;
         warnings.extend(out.warnings.iter().cloned());
         Ok((
             result_of(&out, spec, warnings),

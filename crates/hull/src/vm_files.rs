@@ -3,7 +3,9 @@
 //! copy cannot write back, so only read-only file mounts are taken; a writable one is refused
 //! naming `--mount`. The copies travel in the agent's boot request and live in the guest's
 //! memory, so their total is capped. What a credential-brokered box trusts (the gateway CA in
-//! its system bundles) reaches a VM this way.
+//! its system bundles) reaches a VM this way. As host root a file is opened without following
+//! a symlink, as a share's directory is; its mode is not judged (host root's namespace box reads
+//! a root-only file it was given too).
 
 use std::io::Read;
 use std::os::fd::OwnedFd;
@@ -29,9 +31,10 @@ pub fn is_file_mount(m: &BindMount) -> bool {
 }
 
 /// Opens the file of `m` as the copy will be read, and its length and permission bits; refuses
-/// a writable one, one that is not a regular file, and (as host root, `range`) one reached
-/// through a symlink or one hull's range could not read (a namespace box of host root's is the
-/// range: the copy gives the guest no more than that box would see).
+/// a writable one and one that is not a regular file (decided on a path descriptor, before any
+/// open that could act on a device or wait on a FIFO), and, as host root (`range`), one
+/// reached through a symlink (as a share is: a link another user owns must not point host
+/// root's VM at a file of someone else's).
 fn open(m: &BindMount, range: Option<Ids>) -> Result<(OwnedFd, u64, u32), BoxError> {
     use rustix::fs::{Mode, OFlags, ResolveFlags, CWD};
     if !m.read_only {
@@ -40,12 +43,12 @@ fn open(m: &BindMount, range: Option<Ids>) -> Result<(OwnedFd, u64, u32), BoxErr
             "a file mounted writable: a VM gets a copy of a file, which cannot write back; mount it read-only (`:ro`) or mount its directory",
         ));
     }
-    let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK;
-    let fd = match range {
+    let flags = OFlags::PATH | OFlags::CLOEXEC;
+    let spot = match range {
         Some(_) => rustix::fs::openat2(
             CWD,
             &m.source,
-            flags | OFlags::NOFOLLOW,
+            flags,
             Mode::empty(),
             ResolveFlags::NO_SYMLINKS,
         ),
@@ -59,24 +62,20 @@ fn open(m: &BindMount, range: Option<Ids>) -> Result<(OwnedFd, u64, u32), BoxErr
         };
         refuse(m, &format!("cannot be opened{how}: {e}"))
     })?;
-    let st = rustix::fs::fstat(&fd).map_err(|e| refuse(m, &format!("cannot be read: {e}")))?;
+    let st = rustix::fs::fstat(&spot).map_err(|e| refuse(m, &format!("cannot be read: {e}")))?;
     if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
         return Err(refuse(
             m,
             "only a directory or a regular file can be mounted in a VM",
         ));
     }
-    if let Some(r) = range {
-        let readable = st.st_mode & 0o004 != 0
-            || (st.st_uid == r.uid && st.st_mode & 0o400 != 0)
-            || (st.st_gid == r.gid && st.st_mode & 0o040 != 0);
-        if !readable {
-            return Err(refuse(
-                m,
-                "hull's range (host root's box) cannot read it, so neither may a VM's root: make it readable by others (chmod o+r) or run hull as its owner",
-            ));
-        }
-    }
+    // The regular file the path descriptor holds, opened for reading (as the caller).
+    let fd = rustix::fs::open(
+        format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&spot)).as_str(),
+        OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| refuse(m, &format!("cannot be read: {e}")))?;
     let len = u64::try_from(st.st_size).unwrap_or(u64::MAX);
     Ok((fd, len, st.st_mode & 0o777))
 }
@@ -194,19 +193,16 @@ mod tests {
     }
 
     #[test]
-    fn as_host_root_a_link_or_a_file_the_range_cannot_read_is_refused() {
+    fn as_host_root_a_link_is_refused_and_a_fifo_never_opened() {
         let range = Ids {
             uid: 0x7FFD_0000,
             gid: 0x7FFD_0000,
         };
         let dir = tempfile::tempdir().unwrap();
-        let f = dir.path().join("secret");
+        let f = dir.path().join("private");
         std::fs::write(&f, "x").unwrap();
         std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
-        // Owned by whoever runs the test, never the range: others cannot read it.
-        let w = why(check(&spec_with(mount(&f, true)), Some(range)).unwrap_err());
-        assert!(w.contains("chmod o+r"), "{w}");
-        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        // The caller's own file, whatever its mode: the caller mounted it for the box.
         assert!(check(&spec_with(mount(&f, true)), Some(range)).is_ok());
         let link = dir.path().join("link");
         std::os::unix::fs::symlink(&f, &link).unwrap();
@@ -217,5 +213,17 @@ mod tests {
             copies(&spec_with(mount(&link, true)), None).unwrap().len(),
             1
         );
+        // A FIFO would block an open for reading: refused from its path descriptor.
+        let fifo = dir.path().join("fifo");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o644),
+            0,
+        )
+        .unwrap();
+        let w = why(check(&spec_with(mount(&fifo, true)), None).unwrap_err());
+        assert!(w.contains("only a directory or a regular file"), "{w}");
     }
 }

@@ -77,7 +77,7 @@ fn copies(root: &Path, dir: &Path, n: usize, ca_pem: &str) -> Vec<BindMount> {
         }
         text.extend_from_slice(ca_pem.as_bytes());
         let copy = dir.join(format!("bundle-{n}-{i}.pem"));
-        if std::fs::write(&copy, &text).is_ok() {
+        if world_readable(&copy, &text).is_ok() {
             out.push(BindMount {
                 source: copy,
                 target: format!("/{rel}"),
@@ -86,6 +86,12 @@ fn copies(root: &Path, dir: &Path, n: usize, ca_pem: &str) -> Vec<BindMount> {
         }
     }
     out
+}
+
+/// Writes `bytes` to a new file at `path`, readable by all (0644 whatever the umask).
+pub fn world_readable(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    std::fs::write(path, bytes)?;
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o644))
 }
 
 #[cfg(test)]

@@ -184,18 +184,21 @@ pub fn brokered(
 
 /// A fresh directory (0755) with `ca.pem` and `bundle.pem` (the host's bundle, then the CA).
 fn trust_dir(ca_pem: &str) -> Result<std::path::PathBuf, String> {
-    use std::os::unix::fs::DirBuilderExt;
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     // A name nobody can guess ahead (the shared temporary directory): made, never reused.
     let random =
         hull_net::secret::placeholder("trust").map_err(|e| hull_api::Chain(&e).to_string())?;
     let dir = std::env::temp_dir().join(random.replacen("hull-secret-", "hull-", 1));
+    // Modes set whole, whatever the umask: a box's root (host root's: hull's range; a VM's
+    // root on its share) reads these as another user.
     std::fs::DirBuilder::new()
         .mode(0o755)
         .create(&dir)
+        .and_then(|()| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)))
         .map_err(|e| format!("create {}: {e}", dir.display()))?;
     let host = std::fs::read_to_string("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default();
     let write = |name: &str, text: String| {
-        std::fs::write(dir.join(name), text)
+        super::bundles::world_readable(&dir.join(name), text.as_bytes())
             .map_err(|e| format!("write {}: {e}", dir.join(name).display()))
     };
     write("ca.pem", ca_pem.to_string())?;

@@ -138,24 +138,13 @@ fn not_started(prog: &str, e: &Exec, err: &std::io::Error) -> Tell {
 }
 
 /// Runs `e` to its end and says how it ended (output is sent as it comes, before this).
-pub fn run(e: &Exec, out: &Writer, cg: &OwnedFd) -> Tell {
+/// `input` is the read end of the program's input pipe (none: `/dev/null`).
+pub fn run(e: &Exec, input: Option<OwnedFd>, out: &Writer, cg: &OwnedFd) -> Tell {
     let Some((prog, args)) = e.argv.split_first() else {
         return Tell::Failed {
             step: "starting the program".into(),
             error: "no program was given".into(),
         };
-    };
-    let stdin = match &e.stdin_b64 {
-        None => None,
-        Some(b) => match base64::engine::general_purpose::STANDARD.decode(b) {
-            Ok(bytes) => Some(bytes),
-            Err(err) => {
-                return Tell::Failed {
-                    step: "reading the program's input".into(),
-                    error: err.to_string(),
-                }
-            }
-        },
     };
     if let Err(err) = rustix::system::sethostname(e.hostname.as_bytes()) {
         return Tell::Failed {
@@ -178,11 +167,7 @@ pub fn run(e: &Exec, out: &Writer, cg: &OwnedFd) -> Tell {
         .env_clear()
         .envs(e.env.iter().map(|(k, v)| (k, v)))
         .current_dir(&e.cwd)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
+        .stdin(input.map_or_else(Stdio::null, Stdio::from))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     crate::sys::confine_on_exec(&mut cmd, &procs);
@@ -198,12 +183,10 @@ pub fn run(e: &Exec, out: &Writer, cg: &OwnedFd) -> Tell {
         Ok(c) => c,
         Err(err) => return not_started(prog, e, &err),
     };
+    // The pipe's read end went to the program with `cmd`, which is dropped here: at its end
+    // only the program holds it, so a write to it then fails instead of blocking.
+    drop(cmd);
     drop(procs);
-    let feeder = child.stdin.take().zip(stdin).map(|(mut pipe, bytes)| {
-        std::thread::spawn(move || {
-            let _ = pipe.write_all(&bytes);
-        })
-    });
     let relays: Vec<_> = [
         child
             .stdout
@@ -223,9 +206,6 @@ pub fn run(e: &Exec, out: &Writer, cg: &OwnedFd) -> Tell {
     let _ = cg_write(cg, "cgroup.kill", "1");
     for r in relays {
         let _ = r.join();
-    }
-    if let Some(f) = feeder {
-        let _ = f.join();
     }
     // What the program wrote to /workspace reaches the host before the host hears the end.
     rustix::fs::sync();

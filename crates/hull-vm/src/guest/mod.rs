@@ -101,18 +101,101 @@ fn serve(links: Links) -> Result<(), Failed> {
             .to_string_lossy()
             .into_owned(),
     });
+    // From here the port is read on a thread of its own, so the running program's input
+    // reaches it while init waits for the program.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let router = writer.clone();
+    std::thread::spawn(move || route(reader, &tx, &router));
     loop {
-        match next_ask(&mut reader, &mut line)?.ok_or_else(closed)? {
-            Ok(Ask::Exec(e)) => writer.send(&exec::run(&e, &writer, &cgroup)),
-            Ok(Ask::PowerOff) => return Ok(()),
-            Ok(Ask::Boot(_)) => writer.send(&Tell::Failed {
-                step: "reading a request".into(),
-                error: "the guest has booted already".into(),
-            }),
-            Err(e) => writer.send(&Tell::Failed {
-                step: "reading a request".into(),
-                error: e.to_string(),
-            }),
+        match rx.recv().map_err(|_| closed())?? {
+            Routed::Exec(e, input) => writer.send(&exec::run(&e, input, &writer, &cgroup)),
+            Routed::PowerOff => return Ok(()),
+        }
+    }
+}
+
+/// What the port's reader hands init: a program to run (with its input pipe's read end when
+/// its input follows), or the end.
+enum Routed {
+    Exec(proto::Exec, Option<std::os::fd::OwnedFd>),
+    PowerOff,
+}
+
+/// Reads the port until it closes: a program's input goes straight into its pipe (made here,
+/// when the `exec` arrives, so no frame that follows it can come too early), every other
+/// request to init. A request that is not of the protocol is answered as failed.
+fn route(
+    mut reader: BufReader<std::fs::File>,
+    tx: &std::sync::mpsc::Sender<Result<Routed, Failed>>,
+    writer: &exec::Writer,
+) {
+    use base64::Engine as _;
+    let mut line = Vec::new();
+    // The running program's input pipe (its write end); `None` once closed or refused.
+    let mut input: Option<std::fs::File> = None;
+    loop {
+        let ask = match next_ask(&mut reader, &mut line) {
+            Err(f) => {
+                let _ = tx.send(Err(f));
+                return;
+            }
+            Ok(None) => {
+                let _ = tx.send(Err(closed()));
+                return;
+            }
+            Ok(Some(ask)) => ask,
+        };
+        let routed = match ask {
+            Ok(Ask::Stdin { b64 }) => {
+                let bytes = base64::engine::general_purpose::STANDARD.decode(b64);
+                // A program that stopped reading, or ended, closes its side: the rest is dropped.
+                if let (Some(pipe), Ok(bytes)) = (&mut input, bytes) {
+                    if pipe.write_all(&bytes).is_err() {
+                        input = None;
+                    }
+                }
+                continue;
+            }
+            Ok(Ask::StdinEnd) => {
+                input = None;
+                continue;
+            }
+            Ok(Ask::Exec(e)) => {
+                input = None;
+                let read = if e.stdin {
+                    match rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC) {
+                        Ok((r, w)) => {
+                            input = Some(std::fs::File::from(w));
+                            Some(r)
+                        }
+                        Err(err) => {
+                            let _ = tx.send(Err(at("making the program's input pipe")(err)));
+                            return;
+                        }
+                    }
+                } else {
+                    None
+                };
+                Routed::Exec(e, read)
+            }
+            Ok(Ask::PowerOff) => Routed::PowerOff,
+            Ok(Ask::Boot(_)) => {
+                writer.send(&Tell::Failed {
+                    step: "reading a request".into(),
+                    error: "the guest has booted already".into(),
+                });
+                continue;
+            }
+            Err(e) => {
+                writer.send(&Tell::Failed {
+                    step: "reading a request".into(),
+                    error: e.to_string(),
+                });
+                continue;
+            }
+        };
+        if tx.send(Ok(routed)).is_err() {
+            return;
         }
     }
 }

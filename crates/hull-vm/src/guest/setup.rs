@@ -192,6 +192,9 @@ pub fn program_root(boot: &proto::Boot) -> Result<(), Failed> {
         nodes.push((n, fd));
     }
     let files = file_copies(&boot.files)?;
+    for d in ["proc", "sys", "dev", "tmp"] {
+        plain_dir(&format!("/newroot/{d}"))?;
+    }
     crate::sys::own_fs_context().map_err(at("unsharing init's file-system context"))?;
     rustix::process::chroot("/newroot").map_err(at("changing root to the program's root"))?;
     std::env::set_current_dir("/").map_err(at("changing root to the program's root"))?;
@@ -273,6 +276,61 @@ pub fn program_root(boot: &proto::Boot) -> Result<(), Failed> {
     Ok(())
 }
 
+/// Makes `path` (a top-level directory of the program's root, where init mounts the kernel's
+/// file systems and tmpfs) a plain directory: an image's link there is removed (a whiteout in
+/// the upper layer), so a mount made by its path once `/proc` is there cannot be steered
+/// through `/proc/<pid>/root` into init's own root.
+fn plain_dir(path: &str) -> Result<(), Failed> {
+    let step = format!("making {path} a directory");
+    match fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => return Ok(()),
+        Ok(_) => fs::remove_file(path).map_err(|e| at(&step)(e))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(at(&step)(e)),
+    }
+    fs::create_dir(path).map_err(|e| at(&step)(e))
+}
+
+/// The directory `dir` of the program's root (absolute, in the root init changed to), opened
+/// without leaving that root: every link on the way resolves inside it and no `/proc` magic
+/// link is followed (init has every capability, so `/proc/<pid>/root` would take it to its
+/// own root). With `make`, a missing directory on the way is made (0755).
+fn dir_in_root(dir: &str, make: bool) -> Result<OwnedFd, Failed> {
+    use rustix::fs::{openat2, ResolveFlags};
+    let step = format!("opening {dir} in the program's root");
+    let how = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let within = ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS;
+    let root = rustix::fs::open("/", how, Mode::empty()).map_err(|e| at(&step)(e))?;
+    let parts: Vec<&str> = dir.split('/').filter(|c| !c.is_empty()).collect();
+    let mut here = rustix::fs::openat(&root, ".", how, Mode::empty()).map_err(|e| at(&step)(e))?;
+    for i in 0..parts.len() {
+        let prefix = parts[..=i].join("/");
+        here = match openat2(&root, prefix.as_str(), how, Mode::empty(), within) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::NOENT) if make => {
+                match rustix::fs::mkdirat(&here, parts[i], Mode::from_raw_mode(0o755)) {
+                    Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                    Err(e) => return Err(at(&step)(e)),
+                }
+                openat2(&root, prefix.as_str(), how, Mode::empty(), within)
+                    .map_err(|e| at(&step)(e))?
+            }
+            Err(e) => return Err(at(&step)(e)),
+        };
+    }
+    Ok(here)
+}
+
+/// The parent directory (opened by [`dir_in_root`], made when missing) and the last name of
+/// the absolute path `target`.
+fn parent_in_root(target: &str, step: &str) -> Result<(OwnedFd, String), Failed> {
+    let (parent, name) = target.rsplit_once('/').unwrap_or(("", target));
+    if name.is_empty() || name == "." || name == ".." {
+        return Err(at(step)(format!("{target:?} does not name a file")));
+    }
+    Ok((dir_in_root(parent, true)?, name.to_string()))
+}
+
 /// Refuses a mount target that is not absolute or climbs with `..`.
 fn plain_target(target: &str, step: &str) -> Result<(), Failed> {
     if !target.starts_with('/') || target.split('/').any(|c| c == "..") {
@@ -320,18 +378,42 @@ fn file_copies(files: &[proto::GuestFile]) -> Result<Vec<(String, OwnedFd)>, Fai
 }
 
 /// The copy at `fd` bound read-only at `target` (made, as an empty file, where the root has
-/// nothing), in the program's root.
+/// nothing), in the program's root: the target is reached by [`parent_in_root`] and must be a
+/// regular file (a link there is refused, never followed), and the mount is made on its
+/// descriptor.
 fn bind_file(fd: &OwnedFd, target: &str) -> Result<(), Failed> {
+    use rustix::io::Errno;
     let step = format!("mounting the file at {target}");
-    if fs::symlink_metadata(target).is_err() {
-        if let Some(parent) = Path::new(target).parent() {
-            fs::create_dir_all(parent).map_err(|e| at(&step)(e))?;
+    let (parent, name) = parent_in_root(target, &step)?;
+    let look = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let open_target = || rustix::fs::openat(&parent, name.as_str(), look, Mode::empty());
+    let spot = match open_target() {
+        Ok(t) => t,
+        Err(Errno::NOENT) => {
+            let made = rustix::fs::openat(
+                &parent,
+                name.as_str(),
+                OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o644),
+            )
+            .map_err(|e| at(&step)(e))?;
+            drop(made);
+            open_target().map_err(|e| at(&step)(e))?
         }
-        fs::File::create(target).map_err(|e| at(&step)(e))?;
+        Err(e) => return Err(at(&step)(e)),
+    };
+    let st = rustix::fs::fstat(&spot).map_err(|e| at(&step)(e))?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err(at(&step)("the program's root has something other than a regular file there (a link is not followed)"));
     }
-    bind_fd(fd, target)?;
+    let fd_path = |f: &OwnedFd| format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(f));
+    rustix::mount::mount_bind(fd_path(fd).as_str(), fd_path(&spot).as_str())
+        .map_err(|e| at(&step)(e))?;
+    // Opened again, the name is the new mount, which is made read-only (not the mount the
+    // file was on).
+    let mounted = open_target().map_err(|e| at(&step)(e))?;
     rustix::mount::mount_remount(
-        target,
+        fd_path(&mounted).as_str(),
         MountFlags::BIND | MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV,
         "",
     )
@@ -339,16 +421,23 @@ fn bind_file(fd: &OwnedFd, target: &str) -> Result<(), Failed> {
 }
 
 /// The program's `/etc/resolv.conf` (in its root's upper layer): the gateway answers DNS. An
-/// image's own, or a link it has there, is replaced, never followed.
+/// image's own, or a link it has there, is replaced, never followed, and `/etc` is reached as
+/// [`dir_in_root`] reaches it.
 pub fn resolv_conf(text: &str) -> Result<(), Failed> {
     let step = "writing /etc/resolv.conf";
-    fs::create_dir_all("/etc").map_err(at(step))?;
-    match fs::remove_file("/etc/resolv.conf") {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+    let etc = dir_in_root("/etc", true)?;
+    match rustix::fs::unlinkat(&etc, "resolv.conf", rustix::fs::AtFlags::empty()) {
+        Ok(()) | Err(rustix::io::Errno::NOENT) => {}
         Err(e) => return Err(at(step)(e)),
     }
-    fs::write("/etc/resolv.conf", text).map_err(at(step))
+    let f = rustix::fs::openat(
+        &etc,
+        "resolv.conf",
+        OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o644),
+    )
+    .map_err(at(step))?;
+    std::io::Write::write_all(&mut fs::File::from(f), text.as_bytes()).map_err(at(step))
 }
 
 /// Writes what is cached to the shares, then powers the guest off (QEMU exits); `code` is
