@@ -61,5 +61,6 @@ pub use sys::tap::configure_guest_links;
 pub use sys::Errno;
 pub use tap::{Handoff, Tap, TapHandler};
 pub use unenforced::{Unenforced, UnenforcedCaps};
+pub use verdict::signal_name;
 pub use warm::{WarmOptions, WarmStats};
 pub use watch::{NoSink, OutputSink, RunOptions, Stream};

@@ -164,7 +164,8 @@ pub(crate) fn verdict(spec: &BoxSpec, mut o: Outcome, ev: &Evidence) -> RunResul
     }
 }
 
-fn signal_name(sig: i32) -> String {
+/// A signal's name (`SIGTERM`), or `signal N` for one without a name here.
+pub fn signal_name(sig: i32) -> String {
     let names = [
         (1, "SIGHUP"),
         (2, "SIGINT"),

@@ -849,3 +849,59 @@ fn image_links_through_proc_never_steer_init_out_of_the_programs_root() {
         "{err}"
     );
 }
+
+/// SIGTERM (as SIGINT and SIGHUP) to hull ends its VM and is reported, as for a namespace box:
+/// the result says the program was killed and why, hull exits 137, and nothing of the VM is
+/// left (before, hull died of the signal and its VM's directories waited for a sweep).
+#[test]
+fn a_signal_to_hull_ends_its_vm_and_is_reported() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let root = match vm_root(dir.path()) {
+        Ok(r) => r,
+        Err(why) => return hull_testkit::skip(why),
+    };
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let mut child = std::process::Command::new(common::bin())
+        .args(vm_run(
+            &root,
+            &[
+                "--timeout",
+                "120s",
+                "--",
+                "sh",
+                "-c",
+                "echo begun; sleep 600",
+            ],
+        ))
+        .env("TMPDIR", &tmp)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "begun\n");
+    let pid = rustix::process::Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(137), "{err}");
+    assert!(
+        err.contains("hull received SIGTERM; the VM was killed"),
+        "{err}"
+    );
+    let left: Vec<_> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .flatten()
+        .filter(|e| !e.file_name().to_string_lossy().starts_with("hull-live-"))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "the VM's directories are removed: {left:?}"
+    );
+}

@@ -3,7 +3,8 @@
 //! set, and set no_new_privs, so the program is the guest's root without root's powers (as a
 //! namespace box's program is), and cannot lift the caps its cgroup holds. On the host: a VM's
 //! helpers (QEMU, virtiofsd) started with every signal unblocked, killed with their hull, and
-//! (as host root) virtiofsd as the root of a user namespace mapped to hull's own ids.
+//! (as host root) virtiofsd as the root of a user namespace mapped to hull's own ids; the
+//! signals that end a VM's run, blocked and taken while it runs.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -352,4 +353,62 @@ pub fn in_own_pid_ns(cmd: &mut Command) {
     unsafe {
         cmd.pre_exec(keep_in_pid_ns);
     }
+}
+
+/// The signals that end a VM from outside, as they end a namespace box (hull-box's
+/// `ending::FORWARDED`): the run reports the program killed instead of hull dying with QEMU.
+pub const FORWARDED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+fn forwarded_set() -> libc::sigset_t {
+    // SAFETY: an empty set, initialized by sigemptyset before use.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid sigset_t to initialize.
+    unsafe { libc::sigemptyset(&raw mut set) };
+    for s in FORWARDED {
+        // SAFETY: `set` is initialized; the signal numbers are valid.
+        unsafe { libc::sigaddset(&raw mut set, s) };
+    }
+    set
+}
+
+/// While held, [`FORWARDED`] are blocked in the calling thread (and in every thread it starts,
+/// which inherit its mask) and wait for [`pending_forwarded`]; dropped, the thread's mask is
+/// restored (a signal still pending is then delivered as before).
+pub struct ForwardedBlocked {
+    old: libc::sigset_t,
+}
+
+impl ForwardedBlocked {
+    pub fn block() -> io::Result<ForwardedBlocked> {
+        let set = forwarded_set();
+        // SAFETY: zeroed storage for the old mask, which pthread_sigmask fills.
+        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: valid sets for this thread's mask.
+        let ret = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &raw const set, &raw mut old) };
+        if ret != 0 {
+            return Err(io::Error::from_raw_os_error(ret));
+        }
+        Ok(ForwardedBlocked { old })
+    }
+}
+
+impl Drop for ForwardedBlocked {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask saved by `block` for this thread.
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &raw const self.old, std::ptr::null_mut())
+        };
+    }
+}
+
+/// A forwarded signal sent to this process or thread while blocked, taken (`None`: none is).
+pub fn pending_forwarded() -> Option<libc::c_int> {
+    let set = forwarded_set();
+    let now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid set and timeout; no siginfo is asked for.
+    let sig = unsafe { libc::sigtimedwait(&raw const set, std::ptr::null_mut(), &raw const now) };
+    (sig > 0).then_some(sig)
 }

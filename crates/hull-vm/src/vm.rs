@@ -114,6 +114,8 @@ pub struct VmOutcome {
     /// From the request to the program's end.
     pub duration: Duration,
     pub warnings: Vec<String>,
+    /// The forwarded signal (SIGINT, SIGTERM, SIGHUP) hull received, which ended the VM.
+    pub interrupted: Option<i32>,
 }
 
 /// The names of a VM's private directories (and of a temporary workspace's, with `ws-`):
@@ -311,6 +313,8 @@ enum Read1 {
     Frame(Tell),
     Deadline,
     Closed,
+    /// A forwarded signal reached hull ([`crate::sys::FORWARDED`]).
+    Signal(i32),
 }
 
 impl Channel {
@@ -319,6 +323,9 @@ impl Channel {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Ok(Read1::Deadline);
+            }
+            if let Some(sig) = crate::sys::pending_forwarded() {
+                return Ok(Read1::Signal(sig));
             }
             // At most 100 ms a wait, so the caller's checks run.
             let wait = left.min(Duration::from_millis(100));
@@ -431,6 +438,13 @@ pub fn run_linked(
     input: Option<Input>,
     sink: &mut dyn FnMut(Stream, &[u8]),
 ) -> Result<VmOutcome, VmError> {
+    // SIGINT, SIGTERM and SIGHUP end the VM and are reported, as they end a namespace box,
+    // instead of ending hull with the VM's result untold; threads started from here (and the
+    // helpers' own masks, reset at their exec) inherit the block.
+    let _signals = crate::sys::ForwardedBlocked::block().map_err(|source| VmError::Io {
+        step: "blocking the signals a VM's run answers",
+        source,
+    })?;
     if run.exec.stdin != input.is_some() {
         return Err(VmError::Protocol {
             why: "a streamed input needs its reader, and a reader the exec's `stdin`".into(),
@@ -617,6 +631,15 @@ pub fn run_linked(
             )))
         }
         Read1::Closed => return Err(failed_boot("it stopped before it was ready".into())),
+        Read1::Signal(sig) => {
+            return Ok(VmOutcome {
+                accel: accel.name(),
+                boot: started.elapsed(),
+                signal: Some(libc::SIGKILL),
+                interrupted: Some(sig),
+                ..VmOutcome::default()
+            })
+        }
     };
     let boot = started.elapsed();
     let mut out = VmOutcome {
@@ -682,14 +705,23 @@ pub fn run_linked(
                 out.timed_out = true;
                 break;
             }
+            Read1::Signal(sig) => {
+                (out.signal, out.interrupted) = (Some(libc::SIGKILL), Some(sig));
+                break;
+            }
             Read1::Closed => {
+                // A terminal's Ctrl-C reaches QEMU too (the same process group), which ends.
+                if let Some(sig) = crate::sys::pending_forwarded() {
+                    (out.signal, out.interrupted) = (Some(libc::SIGKILL), Some(sig));
+                    break;
+                }
                 return Err(VmError::Start {
                     step: "running the program",
                     detail: format!(
                         "the guest stopped; its console said: {}",
                         tail(&machine.console, 3000)
                     ),
-                })
+                });
             }
         }
     }

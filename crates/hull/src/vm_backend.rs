@@ -314,7 +314,16 @@ fn result_of(out: &hull_vm::VmOutcome, spec: &BoxSpec, warnings: Vec<String>) ->
         (None, Some(s)) => 128 + s,
         (None, None) => 128 + libc::SIGKILL,
     };
-    let fault = if let Some(reason) = &out.exec_failed {
+    let fault = if let Some(sig) = out.interrupted {
+        Some(Fault {
+            kind: FaultType::Killed,
+            reason: format!(
+                "hull received {}; the VM was killed",
+                hull_box::signal_name(sig)
+            ),
+            syscall: None,
+        })
+    } else if let Some(reason) = &out.exec_failed {
         Some(Fault {
             kind: FaultType::ExecFailed,
             reason: reason.clone(),
