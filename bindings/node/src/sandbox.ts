@@ -57,8 +57,8 @@ export interface SandboxOptions {
   prewarm?: number;
   setupTimeoutS?: number;
   /** The boxes' boundary: `"namespace"` (default) or `"vm"`, a microVM per call with a guest
-   * kernel of its own (docs/vm.md; the gateway network and secrets but not `host`; no prewarm,
-   * setup or kernels yet). */
+   * kernel of its own (docs/vm.md; the gateway network and secrets but not `host`; `prewarm`
+   * boots guests ahead, without a gateway network; no setup or kernels yet). */
   isolation?: "namespace" | "vm";
   /** With `isolation: "vm"`: refuse to run where the VM would be emulated (no usable KVM). */
   requireKvm?: boolean;

@@ -62,7 +62,7 @@ test("a VM sandbox's calls run under a kernel of their own and share the workspa
 test("isolation and requireKvm are checked, and a VM sandbox refuses what it cannot do yet", async () => {
   assert.throws(() => new Sandbox({ isolation: "kvm" }), TypeError);
   assert.throws(() => new Sandbox({ requireKvm: "yes" }), TypeError);
-  const sb = new Sandbox({ isolation: "vm", prewarm: 1 });
+  const sb = new Sandbox({ isolation: "vm", prewarm: 1, network: "deny-all" });
   await assert.rejects(sb.start(), (e) => e instanceof InvalidArgument && e.arg === "prewarm");
   await sb.destroy();
 });

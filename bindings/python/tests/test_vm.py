@@ -8,6 +8,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -69,6 +70,46 @@ def test_a_vm_sandboxs_calls_run_under_a_kernel_of_their_own_and_share_the_works
         assert "isolation" in str(e.value)
 
 
+def _qemus():
+    """Pids of this user's QEMU processes."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                status = f.read()
+        except OSError:
+            continue
+        name = status.split("\n", 1)[0].split()[-1]
+        uid = next(int(l.split()[1]) for l in status.splitlines() if l.startswith("Uid:"))
+        if name.startswith("qemu-system") and uid == os.geteuid():
+            out.append(int(pid))
+    return out
+
+
+def test_a_vm_sandbox_with_prewarm_runs_its_calls_in_guests_booted_ahead(vm_image):
+    """prewarm=N boots N guests when the session is made and one after each call that took
+    one: a call's guest has then been up since before the call (its /proc/uptime says so: a
+    guest booted for the call would show only its boot). The guests end with the session."""
+    before = set(_qemus())
+    with Sandbox(image=vm_image, isolation="vm", prewarm=1) as sb:
+        deadline = time.time() + 120
+        while not set(_qemus()) - before and time.time() < deadline:
+            time.sleep(0.2)
+        assert set(_qemus()) - before, "no guest was booted ahead"
+        # Booted (seconds under TCG), then idle until the call.
+        time.sleep(25)
+        r = sb.run(["cat", "/proc/uptime"])
+        assert r.exit_code == 0, r
+        assert float(r.stdout.split()[0]) >= 20, r.stdout
+        # The next one was booted after that call; the session's files are the same.
+        r = sb.run(["sh", "-c", "echo made > /workspace/f; cat /workspace/f"])
+        assert r.stdout == "made\n", r
+    deadline = time.time() + 30
+    while set(_qemus()) - before and time.time() < deadline:
+        time.sleep(0.2)
+    assert not set(_qemus()) - before, "a guest booted ahead outlived its session"
+
+
 def test_a_vm_sandbox_is_behind_its_gateway(vm_image):
     """A gateway mode gives each call's VM a network device served by its own gateway (the
     namespace tier's): the program's resolver is the gateway, which answers it (here refusing
@@ -109,7 +150,7 @@ def test_a_vm_sandbox_holds_only_its_secrets_placeholders_and_trusts_the_gateway
 
 def test_what_a_vm_sandbox_cannot_do_yet_is_refused_naming_the_argument():
     with pytest.raises(InvalidArgument) as e:
-        Sandbox(isolation="vm", prewarm=1)
+        Sandbox(isolation="vm", prewarm=1, network="deny-all")
     assert "prewarm" in str(e.value)
     with pytest.raises(InvalidArgument) as e:
         Sandbox(isolation="vm", network=True)

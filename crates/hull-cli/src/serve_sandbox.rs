@@ -323,7 +323,7 @@ impl Sessions {
                 // The engine's boxes or the microVM tier's VMs; either behind gateways.
                 let engine: Arc<dyn hull::backend::Backend> =
                     if cfg.isolation == hull_api::Isolation::Vm {
-                        Arc::new(hull::VmBackend::new(cfg.require_kvm))
+                        Arc::new(hull::VmBackend::new(cfg.require_kvm).with_prewarm(cfg.prewarm))
                     } else {
                         Arc::<Runtime>::clone(rt)
                     };

@@ -21,7 +21,7 @@ pub use crate::share::ShareIds;
 pub use crate::sys::Ids;
 
 /// What to run in a VM.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct VmRun {
     /// The image's unpacked root, shared read-only.
     pub root: PathBuf,
@@ -281,6 +281,9 @@ struct Channel {
     reader: BufReader<UnixStream>,
     writer: UnixStream,
     line: Vec<u8>,
+    /// Whether a forwarded signal ends the wait ([`Read1::Signal`]): only for the run the
+    /// caller waits on, never for a VM booted ahead (the signal is someone else's).
+    signals: bool,
 }
 
 /// Streams `input` to the guest as [`Ask::Stdin`] frames on `port`, then [`Ask::StdinEnd`], on
@@ -324,7 +327,7 @@ impl Channel {
             if left.is_zero() {
                 return Ok(Read1::Deadline);
             }
-            if let Some(sig) = crate::sys::pending_forwarded() {
+            if let Some(sig) = self.signals.then(crate::sys::pending_forwarded).flatten() {
                 return Ok(Read1::Signal(sig));
             }
             // At most 100 ms a wait, so the caller's checks run.
@@ -445,11 +448,72 @@ pub fn run_linked(
         step: "blocking the signals a VM's run answers",
         source,
     })?;
-    if run.exec.stdin != input.is_some() {
+    match start_vm(run, link, true)? {
+        Started::Ready(vm) => vm.exec(run, input, sink),
+        Started::Interrupted(out) => Ok(out),
+    }
+}
+
+/// A guest booted and waiting for its program: its helpers, its private directory and its
+/// agent channel. Dropped unused, its VM ends and its directory goes.
+pub struct Booted {
+    // Held for their drop, in this order: QEMU before the shares' helpers, the directory last.
+    _qemu: Proc,
+    _root_fs: Proc,
+    _ws_fs: Proc,
+    _mount_fs: Vec<Proc>,
+    chan: Channel,
+    console: PathBuf,
+    accel: Accel,
+    kernel: String,
+    boot: Duration,
+    dir: tempfile::TempDir,
+}
+
+impl std::fmt::Debug for Booted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Booted")
+            .field("dir", &self.dir.path())
+            .field("kernel", &self.kernel)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Boots `run`'s guest ahead of its program (no network device: a gateway's link is per run),
+/// for [`Booted::exec`] later with a program of the same `run`'s but for its `exec`, deadline
+/// and output cap. Forwarded signals are left to whoever waits on a run.
+pub fn boot(run: &VmRun) -> Result<Booted, VmError> {
+    if run.net.is_some() {
         return Err(VmError::Protocol {
-            why: "a streamed input needs its reader, and a reader the exec's `stdin`".into(),
+            why: "a VM with a network device is booted with its run (its link is the run's)".into(),
         });
     }
+    let _signals = crate::sys::ForwardedBlocked::block().map_err(|source| VmError::Io {
+        step: "blocking the signals a VM's run answers",
+        source,
+    })?;
+    match start_vm(run, None, false)? {
+        Started::Ready(vm) => Ok(vm),
+        Started::Interrupted(_) => Err(VmError::Protocol {
+            why: "a VM booted ahead answered a signal".into(),
+        }),
+    }
+}
+
+/// What starting a VM came to.
+enum Started {
+    Ready(Booted),
+    /// A forwarded signal ended it before its guest was ready.
+    Interrupted(VmOutcome),
+}
+
+/// Starts `run`'s helpers and QEMU and waits for the guest's `ready`; `signals`: a forwarded
+/// signal ends the wait.
+fn start_vm(
+    run: &VmRun,
+    link: Option<std::os::fd::OwnedFd>,
+    signals: bool,
+) -> Result<Started, VmError> {
     if run.net.is_some() != link.is_some() {
         return Err(VmError::Protocol {
             why: "a network device needs its link socket, and a link its device".into(),
@@ -590,6 +654,7 @@ pub fn run_linked(
         ),
         writer: stream,
         line: Vec::new(),
+        signals,
     };
     chan.send(&Ask::Boot(proto::Boot {
         mounts: guest_mounts,
@@ -632,105 +697,136 @@ pub fn run_linked(
         }
         Read1::Closed => return Err(failed_boot("it stopped before it was ready".into())),
         Read1::Signal(sig) => {
-            return Ok(VmOutcome {
+            return Ok(Started::Interrupted(VmOutcome {
                 accel: accel.name(),
                 boot: started.elapsed(),
                 signal: Some(libc::SIGKILL),
                 interrupted: Some(sig),
                 ..VmOutcome::default()
-            })
+            }))
         }
     };
-    let boot = started.elapsed();
-    let mut out = VmOutcome {
-        accel: accel.name(),
+    Ok(Started::Ready(Booted {
+        _qemu: qemu,
+        _root_fs: root_fs,
+        _ws_fs: ws_fs,
+        _mount_fs: mount_fs,
+        chan,
+        console: machine.console.clone(),
+        accel,
         kernel,
-        boot,
-        ..VmOutcome::default()
-    };
-    if let Accel::Tcg { why } = &accel {
-        out.warnings.push(format!(
+        boot: started.elapsed(),
+        dir,
+    }))
+}
+
+impl Booted {
+    /// Runs `run.exec` in this guest (booted for a `run` like this one) to its end, under
+    /// `run.timeout`; the VM ends with it.
+    pub fn exec(
+        mut self,
+        run: &VmRun,
+        input: Option<Input>,
+        sink: &mut dyn FnMut(Stream, &[u8]),
+    ) -> Result<VmOutcome, VmError> {
+        let io = |step| move |source| VmError::Io { step, source };
+        let _signals = crate::sys::ForwardedBlocked::block()
+            .map_err(io("blocking the signals a VM's run answers"))?;
+        if run.exec.stdin != input.is_some() {
+            return Err(VmError::Protocol {
+                why: "a streamed input needs its reader, and a reader the exec's `stdin`".into(),
+            });
+        }
+        self.chan.signals = true;
+        let chan = &mut self.chan;
+        let accel = self.accel.clone();
+        let mut out = VmOutcome {
+            accel: accel.name(),
+            kernel: self.kernel.clone(),
+            boot: self.boot,
+            ..VmOutcome::default()
+        };
+        let console = self.console.clone();
+        if let Accel::Tcg { why } = &accel {
+            out.warnings.push(format!(
             "the VM is emulated (QEMU TCG), so it is slow: {why}; --require-kvm refuses instead"
         ));
-    }
-    chan.send(&Ask::Exec(run.exec.clone()))?;
-    if let Some(input) = input {
-        let port = chan
-            .writer
-            .try_clone()
-            .map_err(io("opening the agent channel"))?;
-        feed(input, port);
-    }
-    let began = Instant::now();
-    let deadline = began + run.timeout;
-    loop {
-        match chan.next(deadline)? {
-            Read1::Frame(Tell::Out { stream, b64 }) => {
-                let bytes = base64::engine::general_purpose::STANDARD
-                    .decode(b64)
-                    .map_err(|e| VmError::Protocol {
-                        why: format!("output that is not base64 ({e})"),
-                    })?;
-                sink(stream, &bytes);
-                let keep = match stream {
-                    Stream::Stdout => &mut out.stdout,
-                    Stream::Stderr => &mut out.stderr,
-                };
-                let room = usize::try_from(run.max_output)
-                    .unwrap_or(usize::MAX)
-                    .saturating_sub(keep.len());
-                if bytes.len() > room {
-                    out.truncated = true;
-                    out.dropped_bytes += (bytes.len() - room) as u64;
+        }
+        chan.send(&Ask::Exec(run.exec.clone()))?;
+        if let Some(input) = input {
+            let port = chan
+                .writer
+                .try_clone()
+                .map_err(io("opening the agent channel"))?;
+            feed(input, port);
+        }
+        let began = Instant::now();
+        let deadline = began + run.timeout;
+        loop {
+            match chan.next(deadline)? {
+                Read1::Frame(Tell::Out { stream, b64 }) => {
+                    let bytes = base64::engine::general_purpose::STANDARD
+                        .decode(b64)
+                        .map_err(|e| VmError::Protocol {
+                            why: format!("output that is not base64 ({e})"),
+                        })?;
+                    sink(stream, &bytes);
+                    let keep = match stream {
+                        Stream::Stdout => &mut out.stdout,
+                        Stream::Stderr => &mut out.stderr,
+                    };
+                    let room = usize::try_from(run.max_output)
+                        .unwrap_or(usize::MAX)
+                        .saturating_sub(keep.len());
+                    if bytes.len() > room {
+                        out.truncated = true;
+                        out.dropped_bytes += (bytes.len() - room) as u64;
+                    }
+                    keep.extend_from_slice(&bytes[..bytes.len().min(room)]);
                 }
-                keep.extend_from_slice(&bytes[..bytes.len().min(room)]);
-            }
-            Read1::Frame(Tell::Exit { code, signal, oom }) => {
-                (out.code, out.signal, out.oom) = (code, signal, oom);
-                break;
-            }
-            Read1::Frame(Tell::NotStarted { code, reason }) => {
-                (out.code, out.exec_failed) = (Some(code), Some(reason));
-                break;
-            }
-            Read1::Frame(Tell::Failed { step, error }) => {
-                return Err(VmError::Guest { step, error })
-            }
-            Read1::Frame(Tell::Ready { .. }) => {
-                return Err(VmError::Protocol {
-                    why: "ready twice".into(),
-                })
-            }
-            Read1::Deadline => {
-                out.timed_out = true;
-                break;
-            }
-            Read1::Signal(sig) => {
-                (out.signal, out.interrupted) = (Some(libc::SIGKILL), Some(sig));
-                break;
-            }
-            Read1::Closed => {
-                // A terminal's Ctrl-C reaches QEMU too (the same process group), which ends.
-                if let Some(sig) = crate::sys::pending_forwarded() {
+                Read1::Frame(Tell::Exit { code, signal, oom }) => {
+                    (out.code, out.signal, out.oom) = (code, signal, oom);
+                    break;
+                }
+                Read1::Frame(Tell::NotStarted { code, reason }) => {
+                    (out.code, out.exec_failed) = (Some(code), Some(reason));
+                    break;
+                }
+                Read1::Frame(Tell::Failed { step, error }) => {
+                    return Err(VmError::Guest { step, error })
+                }
+                Read1::Frame(Tell::Ready { .. }) => {
+                    return Err(VmError::Protocol {
+                        why: "ready twice".into(),
+                    })
+                }
+                Read1::Deadline => {
+                    out.timed_out = true;
+                    break;
+                }
+                Read1::Signal(sig) => {
                     (out.signal, out.interrupted) = (Some(libc::SIGKILL), Some(sig));
                     break;
                 }
-                return Err(VmError::Start {
-                    step: "running the program",
-                    detail: format!(
-                        "the guest stopped; its console said: {}",
-                        tail(&machine.console, 3000)
-                    ),
-                });
+                Read1::Closed => {
+                    // A terminal's Ctrl-C reaches QEMU too (the same process group), which ends.
+                    if let Some(sig) = crate::sys::pending_forwarded() {
+                        (out.signal, out.interrupted) = (Some(libc::SIGKILL), Some(sig));
+                        break;
+                    }
+                    return Err(VmError::Start {
+                        step: "running the program",
+                        detail: format!(
+                            "the guest stopped; its console said: {}",
+                            tail(&console, 3000)
+                        ),
+                    });
+                }
             }
         }
+        out.duration = began.elapsed();
+        // The VM ends here (`self` drops: QEMU first): its state is nothing the host keeps (the
+        // workspace's writes were synced by the guest before it said the program's end).
+        Ok(out)
     }
-    out.duration = began.elapsed();
-    // The VM ends here: its state is nothing the host keeps (the workspace's writes were
-    // synced by the guest before it said the program's end).
-    drop(qemu);
-    drop(root_fs);
-    drop(ws_fs);
-    drop(mount_fs);
-    Ok(out)
 }

@@ -53,6 +53,13 @@ pub trait Backend: Send + Sync {
     fn isolation(&self) -> hull_api::Isolation {
         hull_api::Isolation::Namespace
     }
+
+    /// Starts what this backend keeps ahead for boxes like `base` (a Sandbox session's spec,
+    /// before its program), if it keeps anything: the microVM tier boots guests ahead
+    /// (`prewarm`). The namespace tier's prewarmed boxes are the Sandbox layer's own.
+    fn prewarm(&self, base: &BoxSpec) {
+        let _ = base;
+    }
 }
 
 /// Boxes in fresh namespaces, seccomp and cgroups on this kernel (hull-box).

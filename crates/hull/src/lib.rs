@@ -23,6 +23,7 @@ mod staging;
 pub mod vm_backend;
 mod vm_files;
 mod vm_ids;
+mod vm_warm;
 
 pub use backend::Backend;
 pub use error::SandboxError;

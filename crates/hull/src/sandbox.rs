@@ -449,7 +449,12 @@ impl Sandbox {
             destroy();
         }
         let sb = Arc::new(sb);
-        sb.start_pool();
+        if backend_is_vm(&sb.backend) {
+            // A VM's guests are booted ahead by its backend (no runner box lives in a VM).
+            sb.backend.prewarm(&sb.base);
+        } else {
+            sb.start_pool();
+        }
         Ok(sb)
     }
 

@@ -35,6 +35,10 @@ pub struct VmBackend {
     pub cache: PathBuf,
     /// Where a VM's private directory and a temporary workspace are made.
     pub scratch: PathBuf,
+    /// Guests kept booted ahead for runs in a session's workspace without a network device
+    /// (a Sandbox's `prewarm`; 0: none).
+    pub prewarm: usize,
+    warm: crate::vm_warm::WarmVms,
 }
 
 impl VmBackend {
@@ -46,7 +50,16 @@ impl VmBackend {
             boot_timeout: Duration::from_secs(120),
             cache: hull_image::store::default_home().join("vm"),
             scratch: std::env::temp_dir(),
+            prewarm: 0,
+            warm: crate::vm_warm::WarmVms::default(),
         }
+    }
+
+    /// The same, keeping `n` guests booted ahead ([`VmBackend::prewarm`]).
+    #[must_use]
+    pub fn with_prewarm(mut self, n: usize) -> VmBackend {
+        self.prewarm = n;
+        self
     }
 }
 
@@ -180,16 +193,75 @@ impl Backend for VmBackend {
     fn isolation(&self) -> hull_api::Isolation {
         hull_api::Isolation::Vm
     }
+
+    fn prewarm(&self, base: &BoxSpec) {
+        if self.prewarm == 0 || self.check(base).is_err() {
+            return;
+        }
+        // What cannot be built now is the first call's error.
+        if let Ok(Built {
+            run, temp: None, ..
+        }) = self.build(base)
+        {
+            self.warm.refill(&run, self.prewarm);
+        }
+    }
+}
+
+/// What one run of a spec is made of: the VM's run, the program's input, and the temporary
+/// workspace made for it (removed when dropped).
+struct Built {
+    run: hull_vm::VmRun,
+    input: Option<hull_vm::vm::Input>,
+    temp: Option<tempfile::TempDir>,
 }
 
 impl VmBackend {
-    /// Runs `spec` in a VM, its network device on `link` (the gateway network's).
+    /// Runs `spec` in a VM, its network device on `link` (the gateway network's); in one
+    /// booted ahead when this backend keeps some and `spec` can take one.
     fn run_vm(
         &self,
         spec: &BoxSpec,
         sink: &mut dyn OutputSink,
         link: Option<std::os::fd::OwnedFd>,
     ) -> Result<(RunResult, Destroy), BoxError> {
+        let Built { run, input, temp } = self.build(spec)?;
+        let mut relay = |s: proto::Stream, b: &[u8]| {
+            sink.chunk(
+                match s {
+                    proto::Stream::Stdout => Stream::Stdout,
+                    proto::Stream::Stderr => Stream::Stderr,
+                },
+                b,
+            );
+        };
+        // A VM booted ahead serves a run of the same shape: no network device (a gateway's
+        // link is the run's) and the session's own workspace (not a temporary one).
+        let warmable = self.prewarm > 0 && link.is_none() && temp.is_none();
+        let out = if warmable {
+            let out = match self.warm.take(&run) {
+                Some(crate::vm_warm::Warm { vm, alive }) => {
+                    let out = vm.exec(&run, input, &mut relay);
+                    drop(alive);
+                    out
+                }
+                None => hull_vm::run_linked(&run, None, input, &mut relay),
+            };
+            // The next one boots after this run, not against it for the CPU.
+            self.warm.refill(&run, self.prewarm);
+            out
+        } else {
+            hull_vm::run_linked(&run, link, input, &mut relay)
+        }
+        .map_err(vm_error)?;
+        Ok((
+            result_of(&out, spec, out.warnings.clone()),
+            Box::new(move || drop(temp)),
+        ))
+    }
+
+    /// The VM's run for `spec`, its input and its temporary workspace.
+    fn build(&self, spec: &BoxSpec) -> Result<Built, BoxError> {
         let io = |what: &str| {
             let what = what.to_owned();
             move |error| BoxError::Io { what, error }
@@ -249,7 +321,6 @@ impl VmBackend {
                 ids: range.map(|r| ShareIds::Owner { range: r }),
             });
         }
-        let mut warnings = Vec::new();
         let ram = spec
             .memory
             .map_or(DEFAULT_GUEST_RAM, |m| m.saturating_add(GUEST_OVERHEAD));
@@ -287,21 +358,7 @@ impl VmBackend {
                 resolv_conf: String::from_utf8_lossy(hull_box::tap::RESOLV_CONF).into_owned(),
             }),
         };
-        let mut relay = |s: proto::Stream, b: &[u8]| {
-            sink.chunk(
-                match s {
-                    proto::Stream::Stdout => Stream::Stdout,
-                    proto::Stream::Stderr => Stream::Stderr,
-                },
-                b,
-            );
-        };
-        let out = hull_vm::run_linked(&run, link, input, &mut relay).map_err(vm_error)?;
-        warnings.extend(out.warnings.iter().cloned());
-        Ok((
-            result_of(&out, spec, warnings),
-            Box::new(move || drop(temp)),
-        ))
+        Ok(Built { run, input, temp })
     }
 }
 
