@@ -5,6 +5,7 @@ then the memory of one idle VM (PSS of QEMU and its virtiofsd processes, from sm
 
     HULL_VM_AGENT=target/x86_64-unknown-linux-gnu/release/hull \\
         python3 benches/vm_start.py --hull target/release/hull --rounds 10
+        PYTHONPATH=bindings/python/python python3 benches/vm_start.py --sdk --rounds 5
 
 Needs what `hull run --isolation vm` needs (hull doctor's microvm line) and /bin/busybox, and
 an unprivileged user (a VM is refused as host root; docs/vm.md)."""
@@ -14,6 +15,7 @@ import os
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -66,11 +68,41 @@ def descendants(pid):
     return kids
 
 
+def sdk_calls(a):
+    """A VM session's call through the Python SDK, with and without a guest booted ahead
+    (`prewarm=1`), interleaved; calls spaced (`--spacing`) as an agent spaces them, so the
+    replacement guest has booted before the next call."""
+    from hull_sandbox import Sandbox
+    name = "hull-bench-vm/busybox:1"
+    here = os.path.dirname(os.path.abspath(__file__))
+    subprocess.run([sys.executable, os.path.join(here, "..", "scripts", "busybox-image.py"), name],
+                   check=True, env=dict(os.environ, HULL_BIN=a.hull))
+    cold, warm = [], []
+    with Sandbox(image=name, isolation="vm") as c, Sandbox(image=name, isolation="vm", prewarm=1) as w:
+        time.sleep(a.spacing)
+        for _ in range(a.rounds):
+            for sb, xs in ((c, cold), (w, warm)):
+                t = time.perf_counter()
+                r = sb.run(["echo"])
+                xs.append((time.perf_counter() - t) * 1000)
+                assert r.exit_code == 0, r
+            time.sleep(a.spacing)
+    print("load average after: %s" % open("/proc/loadavg").read().split()[:3])
+    for label, xs in (("VM call, booted for it", cold), ("VM call, booted ahead", warm)):
+        print("%-24s p50 %8.1f ms  p90 %8.1f ms  (%d calls)" % (label, statistics.median(xs), pct(xs, 90), len(xs)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hull", default="target/release/hull")
     ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--sdk", action="store_true", help="time a VM session's calls through the Python SDK, prewarm=1 against none")
+    ap.add_argument("--spacing", type=float, default=10.0, help="with --sdk: seconds between rounds")
     a = ap.parse_args()
+    if a.sdk:
+        os.environ["HULL_BIN"] = os.path.abspath(a.hull)
+        sdk_calls(a)
+        return
     with tempfile.TemporaryDirectory() as d:
         root = busybox_root(d)
         base = [a.hull, "run", "--rootfs", root]
