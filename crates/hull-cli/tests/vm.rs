@@ -31,6 +31,28 @@ fn vm_root(dir: &Path) -> Result<PathBuf, String> {
     image_root(dir)
 }
 
+/// A temporary directory and [`vm_root`] in it, or `None` once the skip is said.
+fn booting_root() -> Option<(tempfile::TempDir, PathBuf)> {
+    let dir = tempfile::tempdir().unwrap();
+    match vm_root(dir.path()) {
+        Ok(root) => Some((dir, root)),
+        Err(why) => {
+            hull_testkit::skip(why);
+            None
+        }
+    }
+}
+
+/// What VM runs left in `tmp` (their TMPDIR): each hull's lock file stays for the next sweep
+/// to judge (hull-box's owner.rs), nothing else may.
+fn left_in(tmp: &Path) -> Vec<std::fs::DirEntry> {
+    std::fs::read_dir(tmp)
+        .unwrap()
+        .flatten()
+        .filter(|e| !e.file_name().to_string_lossy().starts_with("hull-live-"))
+        .collect()
+}
+
 /// [`vm_root`] in either pass.
 fn image_root(dir: &Path) -> Result<PathBuf, String> {
     if let Some(why) = no_vm() {
@@ -193,10 +215,8 @@ fn what_a_vm_cannot_honour_yet_is_refused_naming_the_flag() {
 
 #[test]
 fn a_vm_runs_the_program_without_capabilities_under_its_memory_and_pids_caps() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = match vm_root(dir.path()) {
-        Ok(r) => r,
-        Err(why) => return hull_testkit::skip(why),
+    let Some((dir, root)) = booting_root() else {
+        return;
     };
     let ws = dir.path().join("ws");
     std::fs::create_dir(&ws).unwrap();
@@ -280,10 +300,8 @@ fn a_vm_runs_the_program_without_capabilities_under_its_memory_and_pids_caps() {
 
 #[test]
 fn a_vm_past_its_deadline_is_killed_and_the_result_says_timeout() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = match vm_root(dir.path()) {
-        Ok(r) => r,
-        Err(why) => return hull_testkit::skip(why),
+    let Some((dir, root)) = booting_root() else {
+        return;
     };
     // Its own temporary directory (the VM's private directory and workspace are made there),
     // so what is left is this test's alone: the other tests' VMs run beside it.
@@ -312,13 +330,8 @@ fn a_vm_past_its_deadline_is_killed_and_the_result_says_timeout() {
     assert_eq!(v["exit_code"], 127, "{v}");
     assert_eq!(fault(&v).as_deref(), Some("exec_failed"), "{v}");
     assert!(started.elapsed() < std::time::Duration::from_secs(100));
-    // Nothing of the VMs is left: no private directory, no temporary workspace (each hull's
-    // lock file stays for the next sweep to judge: hull-box's owner.rs).
-    let left: Vec<_> = std::fs::read_dir(&tmp)
-        .unwrap()
-        .flatten()
-        .filter(|e| !e.file_name().to_string_lossy().starts_with("hull-live-"))
-        .collect();
+    // Nothing of the VMs is left: no private directory, no temporary workspace.
+    let left = left_in(&tmp);
     assert!(
         left.is_empty(),
         "the VMs' directories are removed: {left:?}"
@@ -529,10 +542,8 @@ int main(void) {
 
 #[test]
 fn the_kernels_helpers_never_run_what_the_program_planted_in_its_root() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = match vm_root(dir.path()) {
-        Ok(r) => r,
-        Err(why) => return hull_testkit::skip(why),
+    let Some((dir, root)) = booting_root() else {
+        return;
     };
     // A kernel helper (modprobe for a socket family, request-key, a core dump's pipe) is run
     // by the kernel with every capability, looked up in the root init had when it ran it.
@@ -577,10 +588,8 @@ fn the_kernels_helpers_never_run_what_the_program_planted_in_its_root() {
 fn a_vm_behind_its_gateway_reaches_what_the_policy_allows_and_publishes_a_port() {
     use std::io::{BufRead, Read, Write};
     use std::net::Ipv4Addr;
-    let dir = tempfile::tempdir().unwrap();
-    let root = match vm_root(dir.path()) {
-        Ok(r) => r,
-        Err(why) => return hull_testkit::skip(why),
+    let Some((_dir, root)) = booting_root() else {
+        return;
     };
     let server = Ipv4Addr::new(127, 0, 0, 13);
     let echo = common::net::Echo::start(server);
@@ -667,10 +676,8 @@ fn a_vm_behind_its_gateway_reaches_what_the_policy_allows_and_publishes_a_port()
 #[test]
 fn a_vm_brokered_secret_reaches_its_host_and_never_the_guest() {
     const REAL: &str = "sk-REAL-vm-0123456789";
-    let dir = tempfile::tempdir().unwrap();
-    let root = match vm_root(dir.path()) {
-        Ok(r) => r,
-        Err(why) => return hull_testkit::skip(why),
+    let Some((dir, root)) = booting_root() else {
+        return;
     };
     if let Err(why) = hull_testkit::add_host_program(&root, "curl") {
         return hull_testkit::skip(why);
@@ -761,10 +768,8 @@ fn a_vm_brokered_secret_reaches_its_host_and_never_the_guest() {
 #[test]
 fn a_vm_programs_input_streams_in_and_one_that_never_reads_it_still_ends() {
     use std::io::Write;
-    let dir = tempfile::tempdir().unwrap();
-    let root = match vm_root(dir.path()) {
-        Ok(r) => r,
-        Err(why) => return hull_testkit::skip(why),
+    let Some((_dir, root)) = booting_root() else {
+        return;
     };
     const LEN: usize = 6 << 20;
     for (argv, want) in [
@@ -804,10 +809,8 @@ fn a_vm_programs_input_streams_in_and_one_that_never_reads_it_still_ends() {
 /// mount reached through a magic link is refused, naming where.
 #[test]
 fn image_links_through_proc_never_steer_init_out_of_the_programs_root() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = match vm_root(dir.path()) {
-        Ok(r) => r,
-        Err(why) => return hull_testkit::skip(why),
+    let Some((dir, root)) = booting_root() else {
+        return;
     };
     std::os::unix::fs::symlink("/proc/2/root/escaped", root.join("tmp")).unwrap();
     let note = dir.path().join("note.txt");
@@ -856,10 +859,8 @@ fn image_links_through_proc_never_steer_init_out_of_the_programs_root() {
 #[test]
 fn a_signal_to_hull_ends_its_vm_and_is_reported() {
     use std::io::BufRead;
-    let dir = tempfile::tempdir().unwrap();
-    let root = match vm_root(dir.path()) {
-        Ok(r) => r,
-        Err(why) => return hull_testkit::skip(why),
+    let Some((dir, root)) = booting_root() else {
+        return;
     };
     let tmp = dir.path().join("tmp");
     std::fs::create_dir(&tmp).unwrap();
@@ -895,11 +896,7 @@ fn a_signal_to_hull_ends_its_vm_and_is_reported() {
         err.contains("hull received SIGTERM; the VM was killed"),
         "{err}"
     );
-    let left: Vec<_> = std::fs::read_dir(&tmp)
-        .unwrap()
-        .flatten()
-        .filter(|e| !e.file_name().to_string_lossy().starts_with("hull-live-"))
-        .collect();
+    let left = left_in(&tmp);
     assert!(
         left.is_empty(),
         "the VM's directories are removed: {left:?}"
