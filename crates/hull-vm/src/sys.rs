@@ -365,6 +365,15 @@ fn forwarded_set() -> libc::sigset_t {
     // SAFETY: `set` is a valid sigset_t to initialize.
     unsafe { libc::sigemptyset(&raw mut set) };
     for s in FORWARDED {
+        // A signal hull ignores (SIGHUP under `nohup`) is not hull's to answer: blocked, the
+        // kernel would keep it for `sigtimedwait` instead of dropping it.
+        // SAFETY: zeroed storage sigaction fills; only the current action is read.
+        let mut now: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid signal number and storage for its action.
+        let asked = unsafe { libc::sigaction(s, std::ptr::null(), &raw mut now) };
+        if asked == 0 && now.sa_sigaction == libc::SIG_IGN {
+            continue;
+        }
         // SAFETY: `set` is initialized; the signal numbers are valid.
         unsafe { libc::sigaddset(&raw mut set, s) };
     }
@@ -411,4 +420,18 @@ pub fn pending_forwarded() -> Option<libc::c_int> {
     // SAFETY: valid set and timeout; no siginfo is asked for.
     let sig = unsafe { libc::sigtimedwait(&raw const set, std::ptr::null_mut(), &raw const now) };
     (sig > 0).then_some(sig)
+}
+
+/// Whether a forwarded signal waits for this thread or process, left pending (not taken).
+pub fn forwarded_is_pending() -> bool {
+    // SAFETY: zeroed storage sigpending fills.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is valid storage for the pending set.
+    if unsafe { libc::sigpending(&raw mut set) } != 0 {
+        return false;
+    }
+    let ours = forwarded_set();
+    // SAFETY: an initialized set (sigpending's or forwarded_set's) and a valid signal number.
+    let has = |set: &libc::sigset_t, s: libc::c_int| unsafe { libc::sigismember(set, s) } == 1;
+    FORWARDED.iter().any(|s| has(&set, *s) && has(&ours, *s))
 }

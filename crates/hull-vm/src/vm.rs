@@ -294,8 +294,14 @@ fn feed(mut input: Input, mut port: UnixStream) {
         let mut buf = vec![0u8; proto::CHUNK];
         loop {
             let n = match input.read(&mut buf) {
-                Ok(0) | Err(_) => 0,
                 Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                // A non-blocking descriptor the caller gave: its bytes come later.
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
+                Err(_) => 0,
             };
             let frame = if n == 0 {
                 Ask::StdinEnd
@@ -381,7 +387,12 @@ impl Channel {
 }
 
 /// Accepts QEMU's connection to the agent socket (it connects as it starts).
-fn accept(listener: &UnixListener, qemu: &mut Proc, dir: &Path) -> Result<UnixStream, VmError> {
+fn accept(
+    listener: &UnixListener,
+    qemu: &mut Proc,
+    dir: &Path,
+    signals: bool,
+) -> Result<Option<UnixStream>, VmError> {
     listener
         .set_nonblocking(true)
         .map_err(|source| VmError::Io {
@@ -393,7 +404,7 @@ fn accept(listener: &UnixListener, qemu: &mut Proc, dir: &Path) -> Result<UnixSt
         match listener.accept() {
             Ok((s, _)) => {
                 let _ = s.set_nonblocking(false);
-                return Ok(s);
+                return Ok(Some(s));
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
             Err(source) => {
@@ -402,6 +413,10 @@ fn accept(listener: &UnixListener, qemu: &mut Proc, dir: &Path) -> Result<UnixSt
                     source,
                 })
             }
+        }
+        // A signal for hull first: a terminal's Ctrl-C also ends QEMU.
+        if signals && crate::sys::forwarded_is_pending() {
+            return Ok(None);
         }
         if let Ok(Some(st)) = qemu.0.try_wait() {
             return Err(VmError::Start {
@@ -500,6 +515,17 @@ pub fn boot(run: &VmRun) -> Result<Booted, VmError> {
     }
 }
 
+/// A VM's start ended by a forwarded signal (taken now; SIGINT if another thread took it).
+fn interrupted(accel: &Accel, started: Instant) -> Started {
+    Started::Interrupted(VmOutcome {
+        accel: accel.name(),
+        boot: started.elapsed(),
+        signal: Some(libc::SIGKILL),
+        interrupted: Some(crate::sys::pending_forwarded().unwrap_or(libc::SIGINT)),
+        ..VmOutcome::default()
+    })
+}
+
 /// What starting a VM came to.
 enum Started {
     Ready(Booted),
@@ -537,6 +563,10 @@ fn start_vm(
         step: "making the guest's initramfs",
         source,
     })?;
+    // A signal taken during the trial or the initramfs's build ends the run before any helper.
+    if signals && crate::sys::forwarded_is_pending() {
+        return Ok(interrupted(&accel, Instant::now()));
+    }
     let io = |step| move |source| VmError::Io { step, source };
     std::fs::create_dir_all(&run.scratch).map_err(io("making the VM's private directory"))?;
     let dir = tempfile::Builder::new()
@@ -645,7 +675,9 @@ fn start_vm(
     // QEMU holds its end of the network link now: ours would keep the gateway's frames
     // queued after QEMU died instead of refused.
     drop(link);
-    let stream = accept(&listener, &mut qemu, d)?;
+    let Some(stream) = accept(&listener, &mut qemu, d, signals)? else {
+        return Ok(interrupted(&accel, started));
+    };
     let mut chan = Channel {
         reader: BufReader::new(
             stream
