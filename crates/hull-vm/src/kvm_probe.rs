@@ -175,8 +175,15 @@ fn text_of(path: &Path, max: u64) -> String {
 /// One trial boot: `Ok` when the kernel's console reached its panic for want of a root.
 fn boot_once(qemu: &Path, kernel: &Path, cpu: &str, cache: &Path) -> Result<(), Failed> {
     let _ = std::fs::create_dir_all(cache);
+    // A trial's directory is named as a VM's is, so one a killed hull left goes with the
+    // next trial's sweep.
+    crate::leftovers::sweep(cache);
     let dir = tempfile::Builder::new()
-        .prefix("kvm-probe-")
+        .prefix(&format!(
+            "{}{}-kvm-",
+            crate::leftovers::DIR_PREFIX,
+            std::process::id()
+        ))
         .tempdir_in(cache)
         .map_err(|e| {
             Failed::Passing(format!(
@@ -317,7 +324,11 @@ mod tests {
         let kernel = dir.path().join("vmlinuz");
         std::fs::write(&kernel, "k").unwrap();
         let cache = dir.path().join("cache");
+        // A trial's directory that a killed hull left (its pid runs no more) goes.
+        let stale = cache.join("hull-vm-999999999-kvm-left");
+        std::fs::create_dir_all(&stale).unwrap();
         let a = verified(&qemu, &kernel, &cache);
+        assert!(!stale.exists());
         assert_eq!(
             a,
             Accel::Kvm {

@@ -11,6 +11,7 @@ pub mod error;
 pub mod guest;
 pub mod initramfs;
 pub mod kvm_probe;
+mod leftovers;
 pub mod proto;
 pub mod qemu;
 pub mod share;
