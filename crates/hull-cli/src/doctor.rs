@@ -295,7 +295,7 @@ fn microvm_check() -> Check {
         Ok((tools, guest)) => hull_vm::kvm_probe::choose(
             &tools.qemu,
             &guest.kernel,
-            &hull_image::store::default_home().join("vm"),
+            &hull::VmBackend::new(false).cache,
         ),
         Err(_) => hull_vm::accel::probe(),
     };

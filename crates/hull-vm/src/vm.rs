@@ -431,10 +431,7 @@ pub fn run_linked(
     // SIGINT, SIGTERM and SIGHUP end the VM and are reported, as they end a namespace box,
     // instead of ending hull with the VM's result untold; threads started from here (and the
     // helpers' own masks, reset at their exec) inherit the block.
-    let _signals = crate::sys::ForwardedBlocked::block().map_err(|source| VmError::Io {
-        step: "blocking the signals a VM's run answers",
-        source,
-    })?;
+    let _signals = answer_signals()?;
     match start_vm(run, link, true)? {
         Started::Ready(vm) => vm.exec(run, input, sink),
         Started::Interrupted(out) => Ok(out),
@@ -475,10 +472,7 @@ pub fn boot(run: &VmRun) -> Result<Booted, VmError> {
             why: "a VM with a network device is booted with its run (its link is the run's)".into(),
         });
     }
-    let _signals = crate::sys::ForwardedBlocked::block().map_err(|source| VmError::Io {
-        step: "blocking the signals a VM's run answers",
-        source,
-    })?;
+    let _signals = answer_signals()?;
     match start_vm(run, None, false)? {
         Started::Ready(vm) => Ok(vm),
         Started::Interrupted(_) => Err(VmError::Protocol {
@@ -487,15 +481,29 @@ pub fn boot(run: &VmRun) -> Result<Booted, VmError> {
     }
 }
 
-/// A VM's start ended by a forwarded signal (taken now; SIGINT if another thread took it).
-fn interrupted(accel: &Accel, started: Instant) -> Started {
+/// Blocks the forwarded signals in this thread while the guard lives, for
+/// [`crate::sys::pending_forwarded`] to take them.
+fn answer_signals() -> Result<crate::sys::ForwardedBlocked, VmError> {
+    crate::sys::ForwardedBlocked::block().map_err(|source| VmError::Io {
+        step: "blocking the signals a VM's run answers",
+        source,
+    })
+}
+
+/// A VM's start ended by the forwarded signal `sig`.
+fn interrupted(accel: &Accel, started: Instant, sig: i32) -> Started {
     Started::Interrupted(VmOutcome {
         accel: accel.name(),
         boot: started.elapsed(),
         signal: Some(libc::SIGKILL),
-        interrupted: Some(crate::sys::pending_forwarded().unwrap_or(libc::SIGINT)),
+        interrupted: Some(sig),
         ..VmOutcome::default()
     })
+}
+
+/// The forwarded signal pending, taken (SIGINT if another thread took it first).
+fn taken_signal() -> i32 {
+    crate::sys::pending_forwarded().unwrap_or(libc::SIGINT)
 }
 
 /// What starting a VM came to.
@@ -537,7 +545,7 @@ fn start_vm(
     })?;
     // A signal taken during the trial or the initramfs's build ends the run before any helper.
     if signals && crate::sys::forwarded_is_pending() {
-        return Ok(interrupted(&accel, Instant::now()));
+        return Ok(interrupted(&accel, Instant::now(), taken_signal()));
     }
     let io = |step| move |source| VmError::Io { step, source };
     std::fs::create_dir_all(&run.scratch).map_err(io("making the VM's private directory"))?;
@@ -648,7 +656,7 @@ fn start_vm(
     // queued after QEMU died instead of refused.
     drop(link);
     let Some(stream) = accept(&listener, &mut qemu, d, signals)? else {
-        return Ok(interrupted(&accel, started));
+        return Ok(interrupted(&accel, started, taken_signal()));
     };
     let mut chan = Channel {
         reader: BufReader::new(
@@ -700,15 +708,7 @@ fn start_vm(
             )))
         }
         Read1::Closed => return Err(failed_boot("it stopped before it was ready".into())),
-        Read1::Signal(sig) => {
-            return Ok(Started::Interrupted(VmOutcome {
-                accel: accel.name(),
-                boot: started.elapsed(),
-                signal: Some(libc::SIGKILL),
-                interrupted: Some(sig),
-                ..VmOutcome::default()
-            }))
-        }
+        Read1::Signal(sig) => return Ok(interrupted(&accel, started, sig)),
     };
     Ok(Started::Ready(Booted {
         _qemu: qemu,
@@ -734,8 +734,7 @@ impl Booted {
         sink: &mut dyn FnMut(Stream, &[u8]),
     ) -> Result<VmOutcome, VmError> {
         let io = |step| move |source| VmError::Io { step, source };
-        let _signals = crate::sys::ForwardedBlocked::block()
-            .map_err(io("blocking the signals a VM's run answers"))?;
+        let _signals = answer_signals()?;
         if run.exec.stdin != input.is_some() {
             return Err(VmError::Protocol {
                 why: "a streamed input needs its reader, and a reader the exec's `stdin`".into(),

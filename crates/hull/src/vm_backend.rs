@@ -240,11 +240,7 @@ impl VmBackend {
         let warmable = self.prewarm > 0 && link.is_none() && temp.is_none();
         let out = if warmable {
             let out = match self.warm.take(&run) {
-                Some(crate::vm_warm::Warm { vm, alive }) => {
-                    let out = vm.exec(&run, input, &mut relay);
-                    drop(alive);
-                    out
-                }
+                Some(vm) => vm.exec(&run, input, &mut relay),
                 None => hull_vm::run_linked(&run, None, input, &mut relay),
             };
             // The next one boots after this run, not against it for the CPU.
@@ -254,10 +250,7 @@ impl VmBackend {
             hull_vm::run_linked(&run, link, input, &mut relay)
         }
         .map_err(vm_error)?;
-        Ok((
-            result_of(&out, spec, out.warnings.clone()),
-            Box::new(move || drop(temp)),
-        ))
+        Ok((result_of(&out, spec), Box::new(move || drop(temp))))
     }
 
     /// The VM's run for `spec`, its input and its temporary workspace.
@@ -363,7 +356,7 @@ impl VmBackend {
 }
 
 /// The VM's outcome as a namespace box's result.
-fn result_of(out: &hull_vm::VmOutcome, spec: &BoxSpec, warnings: Vec<String>) -> RunResult {
+fn result_of(out: &hull_vm::VmOutcome, spec: &BoxSpec) -> RunResult {
     let (stdout, stdout_b64) = stream_text(&out.stdout);
     let (stderr, stderr_b64) = stream_text(&out.stderr);
     let exit_code = match (out.code, out.signal) {
@@ -419,7 +412,7 @@ fn result_of(out: &hull_vm::VmOutcome, spec: &BoxSpec, warnings: Vec<String>) ->
         truncated: out.truncated,
         duration_ms: u64::try_from((out.boot + out.duration).as_millis()).unwrap_or(u64::MAX),
         stats: Stats::default(),
-        warnings,
+        warnings: out.warnings.clone(),
         dropped_bytes: out.dropped_bytes,
         stdout_b64,
         stderr_b64,

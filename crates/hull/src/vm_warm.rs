@@ -16,12 +16,27 @@ use hull_vm::VmRun;
 #[derive(Clone, Debug, Default)]
 pub struct WarmVms(Arc<Mutex<Pool>>);
 
-/// A guest booted ahead, and what keeps the thread that booted it (and so its helpers) alive:
-/// hold it until the guest's run is over.
+/// A guest booted ahead, and what keeps the thread that booted it (and so its helpers) alive
+/// until the guest's run is over.
 #[derive(Debug)]
 pub struct Warm {
-    pub vm: Booted,
-    pub alive: std::sync::mpsc::Sender<()>,
+    vm: Booted,
+    alive: std::sync::mpsc::Sender<()>,
+}
+
+impl Warm {
+    /// [`Booted::exec`], the booting thread kept until the guest has ended.
+    pub fn exec(
+        self,
+        run: &VmRun,
+        input: Option<hull_vm::vm::Input>,
+        sink: &mut dyn FnMut(hull_vm::proto::Stream, &[u8]),
+    ) -> Result<hull_vm::VmOutcome, hull_vm::VmError> {
+        let Warm { vm, alive } = self;
+        let out = vm.exec(run, input, sink);
+        drop(alive);
+        out
+    }
 }
 
 #[derive(Debug, Default)]
